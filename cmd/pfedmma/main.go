@@ -1,0 +1,49 @@
+// Command pfedmma is the one binary of the pfedmma system: it embeds, tokenizes
+// and classifies with CLIP, runs federated fine-tuning experiments and
+// benchmarks the engine. Each subcommand lives in its own file.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pfedmma/pfedmma/gemm"
+)
+
+var threadsFlag int
+
+var rootCmd = &cobra.Command{
+	Use:           "pfedmma",
+	Short:         "Personalized federated fine-tuning of CLIP (pFedMMA and baselines)",
+	SilenceUsage:  true,
+	SilenceErrors: true,
+	PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+		if threadsFlag > 0 {
+			runtime.GOMAXPROCS(threadsFlag)
+			gemm.SetThreads(threadsFlag)
+		}
+		return nil
+	},
+}
+
+func init() {
+	rootCmd.PersistentFlags().IntVar(&threadsFlag, "threads", 0, "compute threads (default: GOMAXPROCS)")
+}
+
+func main() {
+	gemm.TuneCPU()
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := rootCmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "pfedmma:", err)
+		os.Exit(1)
+	}
+}

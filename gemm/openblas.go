@@ -1,0 +1,90 @@
+//go:build !purego
+
+package gemm
+
+/*
+#cgo LDFLAGS: -lopenblas
+#include <cblas.h>
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+char* openblas_get_corename(void);
+*/
+import "C"
+
+import (
+	"os"
+	"runtime"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+const backend = "openblas"
+
+func init() { setThreads(runtime.GOMAXPROCS(0)) }
+
+func threads() int { return int(C.openblas_get_num_threads()) }
+
+func setThreads(n int) { C.openblas_set_num_threads(C.int(n)) }
+
+func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	ta, tb := uint32(C.CblasNoTrans), uint32(C.CblasNoTrans)
+	if transA {
+		ta = C.CblasTrans
+	}
+	if transB {
+		tb = C.CblasTrans
+	}
+	var pa, pb *C.float
+	if k > 0 {
+		pa = (*C.float)(unsafe.Pointer(&a[0]))
+		pb = (*C.float)(unsafe.Pointer(&b[0]))
+	} else {
+		// C = beta·C; BLAS still needs valid pointers.
+		var dummy [1]float32
+		pa = (*C.float)(unsafe.Pointer(&dummy[0]))
+		pb = pa
+		lda, ldb = max(lda, 1), max(ldb, 1)
+	}
+	C.cblas_sgemm(C.CblasRowMajor, ta, tb, C.blasint(m), C.blasint(n), C.blasint(k),
+		C.float(alpha), pa, C.blasint(lda), pb, C.blasint(ldb),
+		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.blasint(ldc))
+}
+
+// CoreName is the CPU kernel family OpenBLAS selected (for example
+// "SkylakeX" or "Haswell").
+func CoreName() string { return C.GoString(C.openblas_get_corename()) }
+
+// bestCore is the OpenBLAS kernel family this CPU supports.
+func bestCore() string {
+	switch {
+	case cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL:
+		return "SkylakeX"
+	case cpu.X86.HasAVX2 && cpu.X86.HasFMA:
+		return "Haswell"
+	}
+	return ""
+}
+
+// TuneCPU works around OpenBLAS builds that do not recognise a recent CPU and
+// fall back to slow generic kernels (Debian 12's OpenBLAS picks "Prescott" on
+// Sapphire Rapids, halving GEMM speed). OpenBLAS reads OPENBLAS_CORETYPE only
+// when the process starts, so when the variable is unset and a better kernel
+// family is available, TuneCPU re-executes the program with it set. It returns
+// only when no re-execution was needed or it failed. Call it first in main.
+func TuneCPU() {
+	if os.Getenv("OPENBLAS_CORETYPE") != "" {
+		return
+	}
+	best := bestCore()
+	if best == "" || best == CoreName() {
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	env := append(os.Environ(), "OPENBLAS_CORETYPE="+best)
+	_ = syscall.Exec(exe, os.Args, env) // returns only on failure
+}
