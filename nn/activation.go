@@ -1,0 +1,46 @@
+package nn
+
+import "math"
+
+// QuickGELUForward is CLIP's activation x·σ(1.702x), elementwise over n values.
+func QuickGELUForward(out, inp []float32, n int) {
+	ParallelFor(n, 1<<14, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x := inp[i]
+			out[i] = x / (1 + float32(math.Exp(float64(-1.702*x))))
+		}
+	})
+}
+
+// QuickGELUBackward accumulates dinp += dout · d/dx[x·σ(1.702x)]
+// = dout · (σ + 1.702·x·σ·(1−σ)).
+func QuickGELUBackward(dinp, dout, inp []float32, n int) {
+	ParallelFor(n, 1<<14, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x := inp[i]
+			s := 1 / (1 + float32(math.Exp(float64(-1.702*x))))
+			dinp[i] += dout[i] * (s + 1.702*x*s*(1-s))
+		}
+	})
+}
+
+// ReLUForward is max(x, 0) elementwise over n values.
+func ReLUForward(out, inp []float32, n int) {
+	for i := 0; i < n; i++ {
+		if inp[i] > 0 {
+			out[i] = inp[i]
+		} else {
+			out[i] = 0
+		}
+	}
+}
+
+// ReLUBackward accumulates dinp += dout where the forward output was positive.
+// out is the forward output (ReLU can be differentiated from it).
+func ReLUBackward(dinp, dout, out []float32, n int) {
+	for i := 0; i < n; i++ {
+		if out[i] > 0 {
+			dinp[i] += dout[i]
+		}
+	}
+}
