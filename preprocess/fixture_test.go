@@ -1,0 +1,116 @@
+package preprocess
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const fixtureDir = "../testdata/preprocess"
+
+// stTensor is one tensor of a safetensors file.
+type stTensor struct {
+	Shape []int
+	Data  []float32
+}
+
+// readSafetensors is a minimal F32-only safetensors reader for the fixtures
+// (8-byte little-endian header length, JSON header, raw data).
+func readSafetensors(path string) (map[string]stTensor, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < 8 {
+		return nil, fmt.Errorf("%s: short file", path)
+	}
+	n := binary.LittleEndian.Uint64(b)
+	if n > uint64(len(b)-8) {
+		return nil, fmt.Errorf("%s: header length %d beyond file", path, n)
+	}
+	var hdr map[string]json.RawMessage
+	if err := json.Unmarshal(b[8:8+n], &hdr); err != nil {
+		return nil, fmt.Errorf("%s: header: %w", path, err)
+	}
+	data := b[8+n:]
+	out := map[string]stTensor{}
+	for name, raw := range hdr {
+		if name == "__metadata__" {
+			continue
+		}
+		var e struct {
+			Dtype   string `json:"dtype"`
+			Shape   []int  `json:"shape"`
+			Offsets [2]int `json:"data_offsets"`
+		}
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return nil, fmt.Errorf("%s: tensor %q: %w", path, name, err)
+		}
+		if e.Dtype != "F32" || e.Offsets[0] < 0 || e.Offsets[1] > len(data) || e.Offsets[0] > e.Offsets[1] {
+			return nil, fmt.Errorf("%s: tensor %q: unsupported entry %+v", path, name, e)
+		}
+		raw := data[e.Offsets[0]:e.Offsets[1]]
+		v := make([]float32, len(raw)/4)
+		for i := range v {
+			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		out[name] = stTensor{Shape: e.Shape, Data: v}
+	}
+	return out, nil
+}
+
+// diffStats returns the maximum and mean absolute difference.
+func diffStats(a, b []float32) (maxAbs, meanAbs float64) {
+	for i := range a {
+		d := math.Abs(float64(a[i]) - float64(b[i]))
+		maxAbs = max(maxAbs, d)
+		meanAbs += d
+	}
+	return maxAbs, meanAbs / float64(len(a))
+}
+
+func TestEvalMatchesFixtures(t *testing.T) {
+	want, err := readSafetensors(filepath.Join(fixtureDir, "expected.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(want))
+	for name := range want {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		t.Fatal("no fixture tensors")
+	}
+	tr := CLIPTransform(224)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			ref := want[name]
+			got, err := tr.EvalFile(filepath.Join(fixtureDir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(ref.Data) || fmt.Sprint(ref.Shape) != "[3 224 224]" {
+				t.Fatalf("got %d values, want shape %v", len(got), ref.Shape)
+			}
+			maxAbs, meanAbs := diffStats(got, ref.Data)
+			t.Logf("%s: max |Δ| %.3g, mean |Δ| %.3g", name, maxAbs, meanAbs)
+			switch strings.ToLower(filepath.Ext(name)) {
+			case ".png":
+				if maxAbs > 0.02 {
+					t.Errorf("max |Δ| = %g > 0.02", maxAbs)
+				}
+			default:
+				if meanAbs > 0.01 {
+					t.Errorf("mean |Δ| = %g > 0.01", meanAbs)
+				}
+			}
+		})
+	}
+}
