@@ -88,6 +88,8 @@ func (c LineChart) WritePNG(path string, width, height int) error {
 	p.X.Label.Text = c.XLabel
 	p.Y.Label.Text = c.YLabel
 	p.Add(plotter.NewGrid())
+	ymin, ymax := math.Inf(1), math.Inf(-1)
+	n := 0
 	for i, s := range c.Series {
 		if len(s.X) != len(s.Y) {
 			return fmt.Errorf("plot %s: series %q: %d x values, %d y values", path, s.Name, len(s.X), len(s.Y))
@@ -96,6 +98,7 @@ func (c LineChart) WritePNG(path string, width, height int) error {
 		for j := range s.X {
 			if finite(s.X[j]) && finite(s.Y[j]) {
 				xys = append(xys, plotter.XY{X: s.X[j], Y: s.Y[j]})
+				ymin, ymax = min(ymin, s.Y[j]), max(ymax, s.Y[j])
 			}
 		}
 		if len(xys) == 0 {
@@ -112,9 +115,15 @@ func (c LineChart) WritePNG(path string, width, height int) error {
 		points.Shape = plotutil.Shape(i)
 		p.Add(line, points)
 		p.Legend.Add(s.Name, line, points)
+		n++
 	}
 	p.Legend.Top = true
-	p.Legend.Left = false
+	if n > 0 {
+		// Head room above the data for the legend.
+		span := max(ymax-ymin, math.Abs(ymax)*0.1, 1e-9)
+		p.Y.Min = ymin - 0.03*span
+		p.Y.Max = ymax + span*legendRoom(n, height)
+	}
 	return savePNG(p, path, width, height)
 }
 
@@ -193,13 +202,24 @@ func (c BarChart) WritePNG(path string, width, height int) error {
 		p.Legend.Add(b.Name, bars)
 	}
 	p.NominalX(c.Groups...)
+	p.X.Min, p.X.Max = -0.5, float64(len(c.Groups))-0.5
 	p.Legend.Top = true
 	// Head room for the legend above the tallest bar.
 	if ymax > 0 {
 		p.Y.Min = 0
-		p.Y.Max = ymax * (1.1 + 0.07*float64(len(c.Bars)))
+		p.Y.Max = ymax * (1.03 + legendRoom(len(c.Bars), height))
 	}
 	return savePNG(p, path, width, height)
+}
+
+// legendRoom returns how far, as a fraction of the data's span, the y axis
+// must extend above the data so that a top legend of n entries clears it in
+// an image height pixels tall.
+func legendRoom(n, height int) float64 {
+	entry := 14.0                           // points per legend entry
+	plotH := float64(height)*0.75*0.8 - 8.0 // points of plotting area, roughly
+	f := min(float64(n)*entry/max(plotH, 1), 0.6)
+	return 0.03 + f/(1-f)
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
@@ -225,7 +245,9 @@ func savePNG(p *plot.Plot, path string, width, height int) (err error) {
 	}()
 	img := image.NewRGBA(image.Rect(0, 0, width, height))
 	canvas := vgimg.NewWith(vgimg.UseImage(img))
-	p.Draw(draw.New(canvas))
+	// A small margin keeps the title, legend and last tick label off the edge.
+	const margin = 6 * vg.Millimeter / 4
+	p.Draw(draw.Crop(draw.New(canvas), margin, -margin, margin, -margin))
 	if got := canvas.Image().Bounds(); got.Dx() != width || got.Dy() != height {
 		return fmt.Errorf("plot %s: rendered %dx%d, want %dx%d", path, got.Dx(), got.Dy(), width, height)
 	}
