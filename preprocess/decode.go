@@ -1,7 +1,7 @@
 package preprocess
 
 import (
-	"bufio"
+	"bytes"
 	"fmt"
 	"image"
 	_ "image/gif"  // GIF decoder for image.Decode
@@ -32,6 +32,10 @@ func Decode(path string) (image.Image, error) {
 	return img, nil
 }
 
+// MaxPixels bounds the width·height an image header may announce; larger
+// images are refused before their pixels are allocated.
+var MaxPixels = 1 << 27
+
 // DecodeReader decodes an image from r as Decode does.
 func DecodeReader(r io.Reader) (img image.Image, err error) {
 	defer func() {
@@ -41,15 +45,25 @@ func DecodeReader(r io.Reader) (img image.Image, err error) {
 			img, err = nil, fmt.Errorf("decoder panic: %v", p)
 		}
 	}()
-	br := bufio.NewReader(r)
-	if head, _ := br.Peek(12); len(head) == 12 && string(head[0:4]) == "RIFF" && string(head[8:12]) == "WEBP" {
-		m, err := webp.Decode(br)
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width > MaxPixels/max(cfg.Height, 1) {
+		return nil, fmt.Errorf("%s: image size %dx%d out of range (MaxPixels %d)", format, cfg.Width, cfg.Height, MaxPixels)
+	}
+	if format == "webp" {
+		m, err := webp.Decode(bytes.NewReader(data))
 		if err != nil {
 			return nil, fmt.Errorf("webp: %w", err)
 		}
 		return webpToRGBA(m), nil
 	}
-	m, format, err := image.Decode(br)
+	m, format, err := image.Decode(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}

@@ -114,3 +114,44 @@ func TestEvalMatchesFixtures(t *testing.T) {
 		})
 	}
 }
+
+// TestEvalMatchesPillowExtras compares against preprocess/testdata, generated
+// with Pillow 9.4.0 (see testdata/README): more formats (BMP, GIF, WebP lossy,
+// lossless and with alpha, gray+alpha, palette), JPEG subsamplings and odd
+// sizes, and the bilinear filter, at output size 40. Lossless sources and
+// WebP (VP8 decoding is exactly specified) must match to float32 rounding;
+// JPEG within the decoder tolerance.
+func TestEvalMatchesPillowExtras(t *testing.T) {
+	want, err := readSafetensors(filepath.Join("testdata", "expected.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) < 10 {
+		t.Fatalf("only %d reference tensors", len(want))
+	}
+	for name, ref := range want {
+		t.Run(name, func(t *testing.T) {
+			tr := CLIPTransform(40)
+			file := name
+			if f, ok := strings.CutPrefix(name, "bilinear:"); ok {
+				tr.Interp, file = Bilinear, f
+			}
+			got, err := tr.EvalFile(filepath.Join("testdata", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(ref.Data) {
+				t.Fatalf("got %d values, want %d", len(got), len(ref.Data))
+			}
+			maxAbs, meanAbs := diffStats(got, ref.Data)
+			t.Logf("%s: max |Δ| %.3g, mean |Δ| %.3g", name, maxAbs, meanAbs)
+			if strings.HasSuffix(file, ".jpg") {
+				if meanAbs > 0.01 {
+					t.Errorf("mean |Δ| = %g > 0.01", meanAbs)
+				}
+			} else if maxAbs > 1e-5 {
+				t.Errorf("max |Δ| = %g > 1e-5", maxAbs)
+			}
+		})
+	}
+}
