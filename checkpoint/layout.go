@@ -1,0 +1,257 @@
+package checkpoint
+
+import (
+	"fmt"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+// Scheme is a tensor naming convention for CLIP checkpoints.
+type Scheme string
+
+// The supported naming schemes.
+const (
+	// OpenAI is the naming of OpenAI's CLIP and of open_clip
+	// ("visual.conv1.weight", "transformer.resblocks.0.attn.in_proj_weight",
+	// "text_projection", …), with fused q/k/v projections.
+	OpenAI Scheme = "openai"
+	// HF is the naming of Hugging Face transformers' CLIPModel
+	// ("vision_model.encoder.layers.0.self_attn.q_proj.weight", …), with
+	// separate q/k/v projections and transposed output projections.
+	HF Scheme = "hf"
+)
+
+// param is one stored tensor and where its values live in clip.Weights.
+type param struct {
+	name      string
+	shape     []int     // shape as stored in the checkpoint
+	dst       []float32 // destination in clip.Weights (nil when only shapes are wanted)
+	transpose bool      // stored as the [cols, rows] transpose of dst's 2-D layout
+}
+
+// layout lists every tensor of a CLIP model with config cfg in scheme s.
+// With w nil the destinations are nil and only names and shapes are valid;
+// otherwise w must have the sizes of cfg (see Validate) and ls is the
+// one-element holder of the logit scale.
+func layout(cfg clip.Config, s Scheme, w *clip.Weights, ls []float32) []param {
+	var out []param
+	add := func(name string, dst []float32, transpose bool, shape ...int) {
+		out = append(out, param{name: name, shape: shape, dst: dst, transpose: transpose})
+	}
+	vis, txt := &clip.VisionWeights{}, &clip.TextWeights{}
+	if w != nil {
+		vis, txt = &w.Vision, &w.Text
+	}
+	vc, tc, e := cfg.Vision, cfg.Text, cfg.EmbedDim
+	dv, dt := vc.Width, tc.Width
+	block := func(prefix string, b *clip.BlockWeights, d, h int) {
+		if s == OpenAI {
+			add(prefix+"ln_1.weight", b.Ln1W, false, d)
+			add(prefix+"ln_1.bias", b.Ln1B, false, d)
+			add(prefix+"attn.in_proj_weight", b.InProjW, false, 3*d, d)
+			add(prefix+"attn.in_proj_bias", b.InProjB, false, 3*d)
+			add(prefix+"attn.out_proj.weight", b.OutProjW, false, d, d)
+			add(prefix+"attn.out_proj.bias", b.OutProjB, false, d)
+			add(prefix+"ln_2.weight", b.Ln2W, false, d)
+			add(prefix+"ln_2.bias", b.Ln2B, false, d)
+			add(prefix+"mlp.c_fc.weight", b.FcW, false, h, d)
+			add(prefix+"mlp.c_fc.bias", b.FcB, false, h)
+			add(prefix+"mlp.c_proj.weight", b.ProjW, false, d, h)
+			add(prefix+"mlp.c_proj.bias", b.ProjB, false, d)
+			return
+		}
+		// part is the i-th third of a fused q/k/v buffer of n values.
+		part := func(buf []float32, i, n int) []float32 {
+			if buf == nil {
+				return nil
+			}
+			return buf[i*n : (i+1)*n]
+		}
+		add(prefix+"layer_norm1.weight", b.Ln1W, false, d)
+		add(prefix+"layer_norm1.bias", b.Ln1B, false, d)
+		for i, qkv := range []string{"q", "k", "v"} {
+			add(prefix+"self_attn."+qkv+"_proj.weight", part(b.InProjW, i, d*d), false, d, d)
+			add(prefix+"self_attn."+qkv+"_proj.bias", part(b.InProjB, i, d), false, d)
+		}
+		add(prefix+"self_attn.out_proj.weight", b.OutProjW, false, d, d)
+		add(prefix+"self_attn.out_proj.bias", b.OutProjB, false, d)
+		add(prefix+"layer_norm2.weight", b.Ln2W, false, d)
+		add(prefix+"layer_norm2.bias", b.Ln2B, false, d)
+		add(prefix+"mlp.fc1.weight", b.FcW, false, h, d)
+		add(prefix+"mlp.fc1.bias", b.FcB, false, h)
+		add(prefix+"mlp.fc2.weight", b.ProjW, false, d, h)
+		add(prefix+"mlp.fc2.bias", b.ProjB, false, d)
+	}
+	blk := func(blocks []clip.BlockWeights, i int) *clip.BlockWeights {
+		if w == nil {
+			return &clip.BlockWeights{}
+		}
+		return &blocks[i]
+	}
+	tokens := vc.Tokens()
+	if s == OpenAI {
+		add("visual.class_embedding", vis.ClassEmb, false, dv)
+		add("visual.conv1.weight", vis.Conv1W, false, dv, 3, vc.PatchSize, vc.PatchSize)
+		add("visual.positional_embedding", vis.PosEmb, false, tokens, dv)
+		add("visual.ln_pre.weight", vis.LnPreW, false, dv)
+		add("visual.ln_pre.bias", vis.LnPreB, false, dv)
+		for i := range vc.Layers {
+			block(fmt.Sprintf("visual.transformer.resblocks.%d.", i), blk(vis.Blocks, i), dv, vc.MLPWidth)
+		}
+		add("visual.ln_post.weight", vis.LnPostW, false, dv)
+		add("visual.ln_post.bias", vis.LnPostB, false, dv)
+		add("visual.proj", vis.Proj, false, dv, e)
+		add("token_embedding.weight", txt.TokenEmb, false, tc.VocabSize, dt)
+		add("positional_embedding", txt.PosEmb, false, tc.ContextLength, dt)
+		for i := range tc.Layers {
+			block(fmt.Sprintf("transformer.resblocks.%d.", i), blk(txt.Blocks, i), dt, tc.MLPWidth)
+		}
+		add("ln_final.weight", txt.LnFinalW, false, dt)
+		add("ln_final.bias", txt.LnFinalB, false, dt)
+		add("text_projection", txt.Proj, false, dt, e)
+		add("logit_scale", ls, false)
+		return out
+	}
+	add("vision_model.embeddings.class_embedding", vis.ClassEmb, false, dv)
+	add("vision_model.embeddings.patch_embedding.weight", vis.Conv1W, false, dv, 3, vc.PatchSize, vc.PatchSize)
+	add("vision_model.embeddings.position_embedding.weight", vis.PosEmb, false, tokens, dv)
+	add("vision_model.pre_layrnorm.weight", vis.LnPreW, false, dv)
+	add("vision_model.pre_layrnorm.bias", vis.LnPreB, false, dv)
+	for i := range vc.Layers {
+		block(fmt.Sprintf("vision_model.encoder.layers.%d.", i), blk(vis.Blocks, i), dv, vc.MLPWidth)
+	}
+	add("vision_model.post_layernorm.weight", vis.LnPostW, false, dv)
+	add("vision_model.post_layernorm.bias", vis.LnPostB, false, dv)
+	add("visual_projection.weight", vis.Proj, true, e, dv)
+	add("text_model.embeddings.token_embedding.weight", txt.TokenEmb, false, tc.VocabSize, dt)
+	add("text_model.embeddings.position_embedding.weight", txt.PosEmb, false, tc.ContextLength, dt)
+	for i := range tc.Layers {
+		block(fmt.Sprintf("text_model.encoder.layers.%d.", i), blk(txt.Blocks, i), dt, tc.MLPWidth)
+	}
+	add("text_model.final_layer_norm.weight", txt.LnFinalW, false, dt)
+	add("text_model.final_layer_norm.bias", txt.LnFinalB, false, dt)
+	add("text_projection.weight", txt.Proj, true, e, dt)
+	add("logit_scale", ls, false)
+	return out
+}
+
+// ignorable lists tensors a scheme's checkpoints may hold that carry no
+// weights (buffers recomputed by the model).
+var ignorable = map[Scheme]map[string]bool{
+	OpenAI: {},
+	HF: {
+		"vision_model.embeddings.position_ids": true,
+		"text_model.embeddings.position_ids":   true,
+	},
+}
+
+// ParamCount is the number of parameters of a CLIP model with config cfg.
+func ParamCount(cfg clip.Config) int64 {
+	var n int64
+	for _, p := range layout(cfg, OpenAI, nil, nil) {
+		n += int64(tensor.Numel(p.shape))
+	}
+	return n
+}
+
+// checkConfig rejects configurations no CLIP model can have.
+func checkConfig(cfg clip.Config) error {
+	vc, tc := cfg.Vision, cfg.Text
+	pos := []struct {
+		name string
+		v    int
+	}{
+		{"embed dim", cfg.EmbedDim},
+		{"vision image size", vc.ImageSize}, {"vision patch size", vc.PatchSize},
+		{"vision width", vc.Width}, {"vision layers", vc.Layers}, {"vision heads", vc.Heads}, {"vision MLP width", vc.MLPWidth},
+		{"text context length", tc.ContextLength}, {"text vocab size", tc.VocabSize},
+		{"text width", tc.Width}, {"text layers", tc.Layers}, {"text heads", tc.Heads}, {"text MLP width", tc.MLPWidth},
+	}
+	for _, p := range pos {
+		if p.v <= 0 {
+			return fmt.Errorf("%s is %d, want > 0", p.name, p.v)
+		}
+	}
+	if vc.ImageSize%vc.PatchSize != 0 {
+		return fmt.Errorf("vision image size %d is not a multiple of patch size %d", vc.ImageSize, vc.PatchSize)
+	}
+	if vc.Width%vc.Heads != 0 {
+		return fmt.Errorf("vision width %d is not a multiple of heads %d", vc.Width, vc.Heads)
+	}
+	if tc.Width%tc.Heads != 0 {
+		return fmt.Errorf("text width %d is not a multiple of heads %d", tc.Width, tc.Heads)
+	}
+	return nil
+}
+
+// alloc returns zeroed weights sized for cfg.
+func alloc(cfg clip.Config) *clip.Weights {
+	vc, tc, e := cfg.Vision, cfg.Text, cfg.EmbedDim
+	blocks := func(n, d, h int) []clip.BlockWeights {
+		bs := make([]clip.BlockWeights, n)
+		for i := range bs {
+			bs[i] = clip.BlockWeights{
+				Ln1W: make([]float32, d), Ln1B: make([]float32, d),
+				InProjW: make([]float32, 3*d*d), InProjB: make([]float32, 3*d),
+				OutProjW: make([]float32, d*d), OutProjB: make([]float32, d),
+				Ln2W: make([]float32, d), Ln2B: make([]float32, d),
+				FcW: make([]float32, h*d), FcB: make([]float32, h),
+				ProjW: make([]float32, d*h), ProjB: make([]float32, d),
+			}
+		}
+		return bs
+	}
+	dv, dt := vc.Width, tc.Width
+	return &clip.Weights{
+		Config: cfg,
+		Vision: clip.VisionWeights{
+			Conv1W:   make([]float32, dv*3*vc.PatchSize*vc.PatchSize),
+			ClassEmb: make([]float32, dv),
+			PosEmb:   make([]float32, vc.Tokens()*dv),
+			LnPreW:   make([]float32, dv), LnPreB: make([]float32, dv),
+			Blocks:  blocks(vc.Layers, dv, vc.MLPWidth),
+			LnPostW: make([]float32, dv), LnPostB: make([]float32, dv),
+			Proj: make([]float32, dv*e),
+		},
+		Text: clip.TextWeights{
+			TokenEmb: make([]float32, tc.VocabSize*dt),
+			PosEmb:   make([]float32, tc.ContextLength*dt),
+			Blocks:   blocks(tc.Layers, dt, tc.MLPWidth),
+			LnFinalW: make([]float32, dt), LnFinalB: make([]float32, dt),
+			Proj: make([]float32, dt*e),
+		},
+	}
+}
+
+// Validate checks that w's config is sane and that every weight slice has
+// the length the config implies.
+func Validate(w *clip.Weights) error {
+	if w == nil {
+		return fmt.Errorf("checkpoint: nil weights")
+	}
+	if err := checkConfig(w.Config); err != nil {
+		return fmt.Errorf("checkpoint: config: %w", err)
+	}
+	if n, want := len(w.Vision.Blocks), w.Config.Vision.Layers; n != want {
+		return fmt.Errorf("checkpoint: %d vision blocks, config says %d", n, want)
+	}
+	if n, want := len(w.Text.Blocks), w.Config.Text.Layers; n != want {
+		return fmt.Errorf("checkpoint: %d text blocks, config says %d", n, want)
+	}
+	for _, p := range layout(w.Config, OpenAI, w, []float32{w.LogitScale}) {
+		if n := tensor.Numel(p.shape); len(p.dst) != n {
+			return fmt.Errorf("checkpoint: tensor %q: %d values, shape %v needs %d", p.name, len(p.dst), p.shape, n)
+		}
+	}
+	return nil
+}
+
+// transpose2 writes the transpose of src, a rows×cols matrix, into dst.
+func transpose2(dst, src []float32, rows, cols int) {
+	for r := range rows {
+		for c := range cols {
+			dst[c*rows+r] = src[r*cols+c]
+		}
+	}
+}
