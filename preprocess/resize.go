@@ -229,6 +229,7 @@ func vertical(dst, tmp []uint8, rowLen, ry0 int, c *coeffs, y0, ch int) {
 		}
 		for t, kv := range k {
 			r := tmp[(start+t-ry0)*rowLen : (start+t-ry0+1)*rowLen]
+			r = r[:len(acc)]
 			for i, p := range r {
 				acc[i] += int32(p) * kv
 			}

@@ -196,6 +196,13 @@ func TestDecodeErrorsNameTheFile(t *testing.T) {
 	if out, err := tr.EvalFile(path); err != nil || len(out) != tr.Len() {
 		t.Errorf("valid PNG: len %d, err %v", len(out), err)
 	}
+	// Images larger than MaxPixels are refused before decoding.
+	old := MaxPixels
+	MaxPixels = 399
+	defer func() { MaxPixels = old }()
+	if _, err := tr.EvalFile(path); err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Errorf("20x20 image with MaxPixels 399: err %v", err)
+	}
 }
 
 func FuzzDecodeEval(f *testing.F) {
