@@ -50,7 +50,7 @@ var (
 		"bottom left":  {"in the bottom left corner", "at the bottom left"},
 		"bottom right": {"in the bottom right corner", "at the bottom right"},
 	}
-	clutterPhrases = []string{", with a few small things around it", " among some clutter", ", next to a few scribbles"}
+	clutterPhrases = []string{", with a few other things around it", " among some clutter", ", next to a few scribbles", " with stray marks around it"}
 	emptyPhrases   = []string{" on an empty background", " on its own"}
 )
 

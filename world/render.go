@@ -153,7 +153,7 @@ func scale(a [3]float32, g float32) [3]float32 { return [3]float32{a[0] * g, a[1
 // pale tint, or a dark shade for very light colours.
 func secondary(col [3]float32) [3]float32 {
 	if 0.3*col[0]+0.59*col[1]+0.11*col[2] > 0.7 {
-		return scale(col, 0.55)
+		return scale(col, 0.72)
 	}
 	return mixc(col, [3]float32{1, 1, 1}, 0.85)
 }
@@ -181,7 +181,7 @@ func newFrame(sc *Scene, n int) frame {
 	case Dotted:
 		f.period = math.Max(0.52, 4.5/f.r)
 	case Checkered:
-		f.period = math.Max(0.45, 3.5/f.r)
+		f.period = math.Max(0.5, 6/f.r)
 	}
 	return f
 }
@@ -231,13 +231,23 @@ func (f *frame) mark(u, v float64) float32 {
 		dx, dy := a-math.Floor(a)-0.5, b-row-0.5
 		return coverage((math.Sqrt(dx*dx+dy*dy) - 0.27) * px)
 	default: // checkered
-		fa, fb := a-math.Floor(a)-0.5, b-math.Floor(b)-0.5
-		e := math.Min(0.5-math.Abs(fa), 0.5-math.Abs(fb)) * px
-		if (fa < 0) != (fb < 0) {
+		e, dark := checker(a, b)
+		if !dark {
 			e = -e
 		}
-		return clamp01(0.5 + e)
+		return clamp01(0.5 + e*px)
 	}
+}
+
+// checker locates pattern point (a, b) on a checkerboard with two squares
+// per period: e is the distance to the nearest square edge, in periods, and
+// dark tells which colour the square has.
+func checker(a, b float64) (e float64, dark bool) {
+	a, b = 2*a, 2*b
+	fa, fb := math.Floor(a), math.Floor(b)
+	ga, gb := a-fa-0.5, b-fb-0.5
+	e = math.Min(0.5-math.Abs(ga), 0.5-math.Abs(gb)) / 2
+	return e, (int64(fa)+int64(fb))&1 == 1
 }
 
 // draw renders the scene into the canvas.
@@ -493,13 +503,11 @@ func (c *canvas) drawSketch(sc *Scene, r *rand.Rand) {
 					dx, dy := a-math.Floor(a)-0.5, b-row-0.5
 					c.blend(i, ink, in*coverage((math.Sqrt(dx*dx+dy*dy)-0.22)*px))
 				case Checkered:
-					a, b := f.patternCoords(u, v)
-					fa, fb := a-math.Floor(a)-0.5, b-math.Floor(b)-0.5
-					e := math.Min(0.5-math.Abs(fa), 0.5-math.Abs(fb)) * px
-					if (fa < 0) != (fb < 0) {
+					e, dark := checker(f.patternCoords(u, v))
+					if dark {
 						c.blend(i, col, 0.45*in)
 					}
-					c.blend(i, ink, in*coverage(e-wp/2))
+					c.blend(i, ink, in*coverage(e*px-wp/2))
 				}
 			}
 			// two overlapping outline strokes, the second fainter.
