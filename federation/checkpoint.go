@@ -180,7 +180,11 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	defer f.Close()
-	c, err := readCheckpoint(f)
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	c, err := readCheckpoint(f, fi.Size())
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
@@ -189,12 +193,7 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 
 var errNotCheckpoint = errors.New("not a federation checkpoint")
 
-func readCheckpoint(f *os.File) (*Checkpoint, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	size := fi.Size()
+func readCheckpoint(f io.ReaderAt, size int64) (*Checkpoint, error) {
 	if size < int64(len(ckptMagic))+trailerSize {
 		return nil, fmt.Errorf("%w: file of %d bytes is too short", errNotCheckpoint, size)
 	}

@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
@@ -299,10 +300,9 @@ func FuzzReadCheckpoint(f *testing.F) {
 	b, _ := os.ReadFile(path)
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p := filepath.Join(t.TempDir(), "f.ckpt")
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			t.Fatal(err)
+		c, err := readCheckpoint(bytes.NewReader(data), int64(len(data)))
+		if err == nil && c.Clients == nil {
+			t.Error("nil clients without error")
 		}
-		ReadCheckpoint(p) // must not panic
 	})
 }
