@@ -108,10 +108,11 @@ func WriteCheckpoint(path string, c *Checkpoint) (err error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", path, err)
 	}
+	// Make the rename durable. Some systems cannot sync a directory; the
+	// checkpoint itself is complete either way.
 	if d, derr := os.Open(dir); derr == nil {
-		derr = d.Sync() // make the rename durable; not all systems allow it
+		_ = d.Sync()
 		d.Close()
-		_ = derr
 	}
 	return nil
 }

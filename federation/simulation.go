@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"sort"
 	"time"
@@ -245,7 +246,7 @@ func (s *Simulation) round(ctx context.Context, r int, selected, all []int, byID
 			return rep, fmt.Errorf("client %d fit: %w", id, err)
 		}
 		rep.BytesUp += PayloadBytes(out)
-		rep.Fit[id] = Metrics(m)
+		rep.Fit[id] = Metrics(maps.Clone(m))
 		results = append(results, FitResult{ClientID: id, NumExamples: byID[id].NumExamples(), Params: out, Metrics: m})
 		s.progress(Progress{Round: r, Rounds: s.Rounds, Phase: "fit", ClientID: id, Done: i + 1, Total: len(selected)})
 	}
@@ -268,7 +269,7 @@ func (s *Simulation) round(ctx context.Context, r int, selected, all []int, byID
 		if err != nil {
 			return rep, fmt.Errorf("client %d evaluate: %w", id, err)
 		}
-		rep.Eval[id] = Metrics(m)
+		rep.Eval[id] = Metrics(maps.Clone(m))
 		s.progress(Progress{Round: r, Rounds: s.Rounds, Phase: "eval", ClientID: id, Done: i + 1, Total: len(all)})
 	}
 	rep.EvalMean = meanMetrics(rep.Eval)
