@@ -2,7 +2,9 @@ package preprocess
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"image"
 	"image/png"
 	"math"
@@ -226,4 +228,42 @@ func FuzzDecodeEval(f *testing.F) {
 			t.Fatalf("decoded image gave %d values", len(out))
 		}
 	})
+}
+
+func TestEvalFiles(t *testing.T) {
+	dir := t.TempDir()
+	var paths []string
+	tr := CLIPTransform(12)
+	var want [][]float32
+	for i := range 5 {
+		img := randomRGB(20+i, 15, uint64(i))
+		var buf bytes.Buffer
+		if err := png.Encode(&buf, img.Image()); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, fmt.Sprintf("img%d.png", i))
+		if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+		want = append(want, tr.Eval(img.Image()))
+	}
+	got, err := tr.EvalFiles(context.Background(), paths, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if !equalF32(got[i], want[i]) {
+			t.Errorf("image %d out of order or wrong", i)
+		}
+	}
+	bad := append(append([]string(nil), paths...), filepath.Join(dir, "nope.png"))
+	if _, err := tr.EvalFiles(context.Background(), bad, 2); err == nil || !strings.Contains(err.Error(), "nope.png") {
+		t.Errorf("missing file: err %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tr.EvalFiles(ctx, paths, 2); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled context: err %v", err)
+	}
 }
