@@ -539,10 +539,15 @@ func (c *canvas) drawPainting(sc *Scene, r *rand.Rand) {
 			fx, fy := float64(x)+0.5, float64(y)+0.5
 			s := (fx*bcos + fy*bsin) / (2.5 * bw)
 			t := (-fx*bsin + fy*bcos) / bw
-			k := int(math.Floor(t)) & 63
+			ft := math.Floor(t)
+			k := int(ft) & 63
 			a := s + float64(phase[k])
 			tri := float32(math.Abs(a-math.Floor(a)-0.5) * 2) // 0..1
-			c.tex[y*n+x] = 0.6*tone[k] + 0.4*tri
+			// blend into the next band over the last third of this one.
+			b := clamp01((t - ft - 0.67) * 3)
+			b = b * b * (3 - 2*b)
+			tn := tone[k] + (tone[(k+1)&63]-tone[k])*b
+			c.tex[y*n+x] = 0.6*tn + 0.4*tri
 		}
 	}
 	for y := range n {

@@ -3,6 +3,7 @@ package world
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"image"
 	"math"
 	"slices"
@@ -391,5 +392,37 @@ func TestSceneLayout(t *testing.T) {
 	}
 	if len(sizes) != 3 || len(positions) != 9 {
 		t.Errorf("400 scenes used sizes %v and positions %v; want all 3 and all 9", sizes, positions)
+	}
+}
+
+func TestConcurrentRender(t *testing.T) {
+	w := newWorld(t, nil)
+	specs := make([]Spec, 32)
+	want := make([][]byte, len(specs))
+	for i := range specs {
+		c, _ := CompositionAt(i * 7)
+		specs[i] = Spec{Split: TrainSplit, Class: c, Domain: Domain(i % NumDomains), Index: i}
+		want[i] = render(t, w, specs[i], 32+i%3*16).Pix
+	}
+	errs := make(chan string, 4*len(specs))
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for k := range specs {
+				i := (k + g*5) % len(specs)
+				img, err := w.Render(specs[i], 32+i%3*16)
+				if err != nil || !bytes.Equal(img.Pix, want[i]) {
+					errs <- fmt.Sprintf("goroutine %d: spec %s differs (err %v)", g, specs[i].Key(), err)
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
