@@ -28,8 +28,8 @@ type RoundReport struct {
 	FitMean Metrics         `json:"fit_mean"`
 	// Eval holds every client's evaluation after the round and EvalMean the
 	// unweighted mean over clients; both nil in rounds without evaluation.
-	Eval     map[int]Metrics `json:"eval,omitempty"`
-	EvalMean Metrics         `json:"eval_mean,omitempty"`
+	Eval     map[int]Metrics `json:"eval"`
+	EvalMean Metrics         `json:"eval_mean"`
 	// BytesDown and BytesUp are the tensor payloads sent to and received
 	// from the participants (PayloadBytes).
 	BytesDown int64   `json:"bytes_down"`
@@ -246,7 +246,7 @@ func (s *Simulation) round(ctx context.Context, r int, selected, all []int, byID
 			return rep, fmt.Errorf("client %d fit: %w", id, err)
 		}
 		rep.BytesUp += PayloadBytes(out)
-		rep.Fit[id] = Metrics(maps.Clone(m))
+		rep.Fit[id] = cloneMetrics(m)
 		results = append(results, FitResult{ClientID: id, NumExamples: byID[id].NumExamples(), Params: out, Metrics: m})
 		s.progress(Progress{Round: r, Rounds: s.Rounds, Phase: "fit", ClientID: id, Done: i + 1, Total: len(selected)})
 	}
@@ -269,7 +269,7 @@ func (s *Simulation) round(ctx context.Context, r int, selected, all []int, byID
 		if err != nil {
 			return rep, fmt.Errorf("client %d evaluate: %w", id, err)
 		}
-		rep.Eval[id] = Metrics(maps.Clone(m))
+		rep.Eval[id] = cloneMetrics(m)
 		s.progress(Progress{Round: r, Rounds: s.Rounds, Phase: "eval", ClientID: id, Done: i + 1, Total: len(all)})
 	}
 	rep.EvalMean = meanMetrics(rep.Eval)
@@ -280,6 +280,15 @@ func (s *Simulation) progress(p Progress) {
 	if s.Progress != nil {
 		s.Progress(p)
 	}
+}
+
+// cloneMetrics copies m, never returning nil, so that a report survives a
+// JSON round trip unchanged.
+func cloneMetrics(m map[string]float64) Metrics {
+	if m == nil {
+		return Metrics{}
+	}
+	return Metrics(maps.Clone(m))
 }
 
 // meanMetrics is, per metric name, the unweighted mean over the clients that
