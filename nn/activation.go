@@ -1,13 +1,12 @@
 package nn
 
-import "math"
 
 // QuickGELUForward is CLIP's activation x·σ(1.702x), elementwise over n values.
 func QuickGELUForward(out, inp []float32, n int) {
 	ParallelFor(n, 1<<14, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			x := inp[i]
-			out[i] = x / (1 + float32(math.Exp(float64(-1.702*x))))
+			out[i] = x / (1 + Expf(-1.702*x))
 		}
 	})
 }
@@ -18,7 +17,7 @@ func QuickGELUBackward(dinp, dout, inp []float32, n int) {
 	ParallelFor(n, 1<<14, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			x := inp[i]
-			s := 1 / (1 + float32(math.Exp(float64(-1.702*x))))
+			s := 1 / (1 + Expf(-1.702*x))
 			dinp[i] += dout[i] * (s + 1.702*x*s*(1-s))
 		}
 	})

@@ -75,7 +75,7 @@ func softmaxRows(p []float32, n, m int, visible func(i int) int) {
 			}
 			var sum float32
 			for j := 0; j < nv; j++ {
-				e := float32(math.Exp(float64(row[j] - mx)))
+				e := Expf(row[j] - mx)
 				row[j] = e
 				sum += e
 			}

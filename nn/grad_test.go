@@ -108,7 +108,10 @@ func TestAttentionBackward(t *testing.T) {
 			}
 			r := gradcheck.Rand(rng, B*tq*D, 1)
 			out, probs := make([]float32, B*tq*D), make([]float32, B*H*tq*T)
-			loss := func() float64 { AttentionForward(out, probs, q, kv[D:], kv[2*D:], s, mask); return gradcheck.Dot(out, r) }
+			loss := func() float64 {
+				AttentionForward(out, probs, q, kv[D:], kv[2*D:], s, mask)
+				return gradcheck.Dot(out, r)
+			}
 			loss()
 			dkv := make([]float32, len(kv))
 			dq := dkv
