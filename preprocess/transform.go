@@ -76,6 +76,7 @@ func normalizeInto(pix []uint8, w, h int, t *lut, flip bool, dst []float32) []fl
 // Transform is the CLIP image transform: resize the shorter side to Size,
 // center crop Size×Size, normalise with Mean and Std. Augment instead draws a
 // random resized crop and a horizontal flip (the training transform).
+// A Transform is a value; its methods are safe for concurrent use.
 type Transform struct {
 	Size      int
 	Mean, Std [3]float32
@@ -105,7 +106,10 @@ func CIFARTransform(size int) Transform {
 func (t Transform) Len() int { return 3 * t.Size * t.Size }
 
 // Eval applies the evaluation transform to img and returns [3,Size,Size]
-// float32 data. It returns nil for a nil or empty image or a Size ≤ 0.
+// float32 data. It follows clip.load's preprocess order (resize, crop, then
+// convert("RGB")): an image with transparency is resized premultiplied, as
+// PIL resizes mode RGBA/LA, and its alpha dropped afterwards. It returns nil
+// for a nil or empty image or a Size ≤ 0.
 func (t Transform) Eval(img image.Image) []float32 {
 	out, err := t.EvalInto(img, nil)
 	if err != nil {
