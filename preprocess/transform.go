@@ -235,8 +235,10 @@ func (t Transform) params() (scale, ratio [2]float64, flipP float64) {
 
 // Augment applies the training transform to img: torchvision's
 // RandomResizedCrop(Size, Scale, Ratio, Interp), RandomHorizontalFlip(FlipP)
-// and normalisation, drawing from rng (crop first, then the flip). It returns
-// nil for a nil or empty image, Size ≤ 0 or a nil rng.
+// and normalisation, drawing from rng (crop first, then the flip). Alpha is
+// dropped before cropping, as the reference trainer's image reader converts
+// to RGB on load. It returns nil for a nil or empty image, Size ≤ 0 or a nil
+// rng.
 func (t Transform) Augment(img image.Image, rng *rand.Rand) []float32 {
 	if img == nil {
 		return nil
