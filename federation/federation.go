@@ -126,6 +126,9 @@ type Metrics map[string]float64
 
 // MarshalJSON implements json.Marshaler.
 func (m Metrics) MarshalJSON() ([]byte, error) {
+	if m == nil {
+		return []byte("null"), nil
+	}
 	out := make(map[string]any, len(m))
 	for k, v := range m {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -142,6 +145,10 @@ func (m *Metrics) UnmarshalJSON(b []byte) error {
 	var raw map[string]any
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
+	}
+	if raw == nil {
+		*m = nil
+		return nil
 	}
 	out := make(Metrics, len(raw))
 	for k, v := range raw {

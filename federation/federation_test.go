@@ -2,6 +2,7 @@ package federation
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"math"
 	"reflect"
@@ -387,5 +388,31 @@ func TestEvalScheduleAndMeans(t *testing.T) {
 	}
 	if first, final := hist.Rounds[1].EvalMean["mse"], last.EvalMean["mse"]; !(final < first) {
 		t.Errorf("training did not reduce the mean mse: %v -> %v", first, final)
+	}
+}
+
+func TestMetricsJSON(t *testing.T) {
+	tests := []Metrics{nil, {}, {"a": 0.1 + 0.2, "nan": math.NaN(), "inf": math.Inf(1), "ninf": math.Inf(-1), "tiny": 5e-324}}
+	for _, m := range tests {
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Metrics
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if (m == nil) != (got == nil) || len(m) != len(got) {
+			t.Errorf("%v became %v via %s", m, got, b)
+		}
+		for k, v := range m {
+			if math.Float64bits(v) != math.Float64bits(got[k]) && !(math.IsNaN(v) && math.IsNaN(got[k])) {
+				t.Errorf("%q: %v became %v", k, v, got[k])
+			}
+		}
+	}
+	var m Metrics
+	if err := json.Unmarshal([]byte(`{"x": "abc"}`), &m); err == nil || !strings.Contains(err.Error(), `"x"`) {
+		t.Errorf("bad metric string: %v", err)
 	}
 }
