@@ -237,14 +237,17 @@ func (b *Bar) updateLocked() {
 				progressbar.OptionSetPredictTime(false),
 				progressbar.OptionSetElapsedTime(false),
 				progressbar.OptionThrottle(0),
+				// No background spinner goroutine: it would write
+				// outside our lock and outlive the bar.
+				progressbar.OptionSetSpinnerChangeInterval(0),
 			)
 		}
-		leaf.pb.Describe(t.statusLocked())
+		// Count first, then the description, so the last render is
+		// consistent; Describe always redraws.
 		if leaf.total > 0 {
 			_ = leaf.pb.Set(min(leaf.n, leaf.total))
-		} else {
-			_ = leaf.pb.Add(0)
 		}
+		leaf.pb.Describe(t.statusLocked())
 	}
 }
 

@@ -173,3 +173,27 @@ func TestChildReplacesUnfinished(t *testing.T) {
 		t.Errorf("String() = %q", s)
 	}
 }
+
+func TestConcurrentAdds(t *testing.T) {
+	var buf bytes.Buffer
+	b := New(&buf, 0, "img", "img", WithMode(Plain), WithInterval(0))
+	c := b.Child(400, "batch", "img")
+	done := make(chan struct{})
+	for g := 0; g < 4; g++ {
+		go func() {
+			for i := 0; i < 100; i++ {
+				c.AddItems(1, 2)
+			}
+			done <- struct{}{}
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		<-done
+	}
+	if c.n != 400 || c.items != 800 {
+		t.Errorf("counts = %d steps, %d items; want 400, 800", c.n, c.items)
+	}
+	if !strings.Contains(buf.String(), "batch 400/400") {
+		t.Errorf("last status missing from output")
+	}
+}
