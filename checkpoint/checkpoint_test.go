@@ -94,7 +94,7 @@ func TestFixturesAgree(t *testing.T) {
 		if c.w.Config != tinyConfig || c.info.Config != tinyConfig {
 			t.Errorf("%s: config %s, want %s", c.file, describe(c.w.Config), describe(tinyConfig))
 		}
-		if c.w.LogitScale != 4 {
+		if c.w.LogitScale != 4 || c.info.LogitScale != 4 {
 			t.Errorf("%s: logit scale %g, want 4", c.file, c.w.LogitScale)
 		}
 		// The parameter count equals the stored element count.
@@ -108,6 +108,15 @@ func TestFixturesAgree(t *testing.T) {
 		if len(c.info.Files) != 1 || c.info.Files[0] != c.file {
 			t.Errorf("Files = %v, want [%s]", c.info.Files, c.file)
 		}
+	}
+	var visual int64
+	for name, shape := range fileShapes(t, openaiFixture) {
+		if strings.HasPrefix(name, "visual.") {
+			visual += int64(tensor.Numel(shape))
+		}
+	}
+	if v, tx := TowerParams(ia.Config); v != visual || v+tx != ia.Params {
+		t.Errorf("TowerParams = %d, %d; want %d vision and a sum of %d", v, tx, visual, ia.Params)
 	}
 	if ib.ConfigFile != filepath.Join(hfFixture, "config.json") {
 		t.Errorf("HF ConfigFile = %q", ib.ConfigFile)

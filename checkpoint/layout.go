@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -153,6 +154,20 @@ func ParamCount(cfg clip.Config) int64 {
 		n += int64(tensor.Numel(p.shape))
 	}
 	return n
+}
+
+// TowerParams splits ParamCount(cfg) into the image tower (with its
+// projection) and the text tower (with its projection and the logit scale).
+func TowerParams(cfg clip.Config) (vision, text int64) {
+	for _, p := range layout(cfg, OpenAI, nil, nil) {
+		n := int64(tensor.Numel(p.shape))
+		if strings.HasPrefix(p.name, "visual.") {
+			vision += n
+		} else {
+			text += n
+		}
+	}
+	return vision, text
 }
 
 // checkConfig rejects configurations no CLIP model can have.

@@ -44,6 +44,7 @@ type Info struct {
 	Params     int64             // parameter count
 	Config     clip.Config       // inferred architecture
 	Activation string            // MLP activation the checkpoint declares (quick_gelu unless a config says otherwise)
+	LogitScale float32           // log of the logit multiplier
 	Metadata   map[string]string // "__metadata__" of the (first) file
 }
 
@@ -135,6 +136,12 @@ func plan(path string) (*source, *Info, error) {
 		return nil, nil, err
 	}
 	info.Params = ParamCount(cfg)
+	ls := make([]float32, 1)
+	l := src.tensors["logit_scale"]
+	if _, err := l.file.Float32Into(l.name, ls); err != nil {
+		return nil, nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	info.LogitScale = ls[0]
 	if info.Activation != "quick_gelu" {
 		slog.Warn("checkpoint declares an activation other than CLIP's quick_gelu", "path", path, "activation", info.Activation)
 	}

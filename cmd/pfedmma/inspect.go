@@ -1,0 +1,159 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pfedmma/pfedmma/checkpoint"
+)
+
+func init() {
+	var model string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "inspect --model PATH",
+		Short: "Show the architecture, size and naming scheme of a CLIP checkpoint",
+		Long: "inspect reads a CLIP checkpoint (a .safetensors file in OpenAI/open_clip or Hugging Face\n" +
+			"naming, or a model folder), checks every tensor's name, shape and dtype, and prints the\n" +
+			"inferred architecture.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			info, err := checkpoint.Inspect(model)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeInspectJSON(cmd.OutOrStdout(), model, info)
+			}
+			return writeInspectText(cmd.OutOrStdout(), model, info)
+		},
+	}
+	cmd.Flags().StringVar(&model, "model", "", "checkpoint file (.safetensors) or model folder")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of text")
+	_ = cmd.MarkFlagRequired("model")
+	rootCmd.AddCommand(cmd)
+}
+
+var schemeNames = map[checkpoint.Scheme]string{
+	checkpoint.OpenAI: "OpenAI / open_clip names",
+	checkpoint.HF:     "Hugging Face CLIPModel names",
+}
+
+func writeInspectText(w io.Writer, path string, info *checkpoint.Info) error {
+	c := info.Config
+	vp, tp := checkpoint.TowerParams(c)
+	var sb strings.Builder
+	row := func(k, format string, args ...any) {
+		fmt.Fprintf(&sb, "%-12s %s\n", k, fmt.Sprintf(format, args...))
+	}
+	row("model", "%s", path)
+	row("scheme", "%s (%s)", info.Scheme, schemeNames[info.Scheme])
+	row("files", "%s", strings.Join(info.Files, ", "))
+	if info.ConfigFile != "" {
+		row("config", "%s", info.ConfigFile)
+	}
+	if info.Prefix != "" {
+		row("prefix", "%q (stripped)", info.Prefix)
+	}
+	row("dtype", "%s", strings.Join(info.DTypes, ", "))
+	row("tensors", "%d", info.Tensors)
+	row("parameters", "%s (%s; %.1f MiB as float32)", groupDigits(info.Params), humanCount(info.Params),
+		float64(info.Params)*4/(1<<20))
+	row("embed dim", "%d", c.EmbedDim)
+	row("logit scale", "%.4g (logits = %.4g · cosine)", info.LogitScale, math.Exp(float64(info.LogitScale)))
+	row("activation", "%s", info.Activation)
+	v, t := c.Vision, c.Text
+	row("vision", "ViT %d×%d px, patch %d (%d×%d grid, %d tokens), %s params", v.ImageSize, v.ImageSize,
+		v.PatchSize, v.Grid(), v.Grid(), v.Tokens(), humanCount(vp))
+	row("", "width %d, %d layers, %d heads (head dim %d), MLP %d", v.Width, v.Layers, v.Heads, v.Width/v.Heads, v.MLPWidth)
+	row("text", "context %d, vocab %d, %s params", t.ContextLength, t.VocabSize, humanCount(tp))
+	row("", "width %d, %d layers, %d heads (head dim %d), MLP %d", t.Width, t.Layers, t.Heads, t.Width/t.Heads, t.MLPWidth)
+	if len(info.Metadata) > 0 {
+		row("metadata", "%d keys", len(info.Metadata))
+	}
+	_, err := io.WriteString(w, sb.String())
+	return err
+}
+
+type inspectJSON struct {
+	Model        string            `json:"model"`
+	Scheme       checkpoint.Scheme `json:"scheme"`
+	Files        []string          `json:"files"`
+	ConfigFile   string            `json:"config_file,omitempty"`
+	Prefix       string            `json:"prefix,omitempty"`
+	DTypes       []string          `json:"dtypes"`
+	Tensors      int               `json:"tensors"`
+	Params       int64             `json:"params"`
+	VisionParams int64             `json:"vision_params"`
+	TextParams   int64             `json:"text_params"`
+	LogitScale   float32           `json:"logit_scale"`
+	Activation   string            `json:"activation"`
+	EmbedDim     int               `json:"embed_dim"`
+	Vision       struct {
+		ImageSize int `json:"image_size"`
+		PatchSize int `json:"patch_size"`
+		Tokens    int `json:"tokens"`
+		Width     int `json:"width"`
+		Layers    int `json:"layers"`
+		Heads     int `json:"heads"`
+		MLPWidth  int `json:"mlp_width"`
+	} `json:"vision"`
+	Text struct {
+		ContextLength int `json:"context_length"`
+		VocabSize     int `json:"vocab_size"`
+		Width         int `json:"width"`
+		Layers        int `json:"layers"`
+		Heads         int `json:"heads"`
+		MLPWidth      int `json:"mlp_width"`
+	} `json:"text"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+func writeInspectJSON(w io.Writer, path string, info *checkpoint.Info) error {
+	c := info.Config
+	out := inspectJSON{
+		Model: path, Scheme: info.Scheme, Files: info.Files, ConfigFile: info.ConfigFile, Prefix: info.Prefix,
+		DTypes: info.DTypes, Tensors: info.Tensors, Params: info.Params, LogitScale: info.LogitScale,
+		Activation: info.Activation, EmbedDim: c.EmbedDim, Metadata: info.Metadata,
+	}
+	out.VisionParams, out.TextParams = checkpoint.TowerParams(c)
+	out.Vision.ImageSize, out.Vision.PatchSize, out.Vision.Tokens = c.Vision.ImageSize, c.Vision.PatchSize, c.Vision.Tokens()
+	out.Vision.Width, out.Vision.Layers, out.Vision.Heads, out.Vision.MLPWidth = c.Vision.Width, c.Vision.Layers, c.Vision.Heads, c.Vision.MLPWidth
+	out.Text.ContextLength, out.Text.VocabSize = c.Text.ContextLength, c.Text.VocabSize
+	out.Text.Width, out.Text.Layers, out.Text.Heads, out.Text.MLPWidth = c.Text.Width, c.Text.Layers, c.Text.Heads, c.Text.MLPWidth
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// groupDigits writes n with thousands separators (1,768,065).
+func groupDigits(n int64) string {
+	s := fmt.Sprint(n)
+	var sb strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteRune(r)
+	}
+	return sb.String()
+}
+
+// humanCount writes n in K/M/B units (149.6M).
+func humanCount(n int64) string {
+	f := float64(n)
+	switch {
+	case f >= 1e9:
+		return fmt.Sprintf("%.2fB", f/1e9)
+	case f >= 1e6:
+		return fmt.Sprintf("%.2fM", f/1e6)
+	case f >= 1e3:
+		return fmt.Sprintf("%.1fK", f/1e3)
+	}
+	return fmt.Sprint(n)
+}
