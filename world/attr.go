@@ -47,15 +47,22 @@ func (d Domain) String() string {
 	return Domains[d]
 }
 
+// The sizes of the attribute vocabularies.
+const (
+	NumColours  = 8
+	NumShapes   = 8
+	NumPatterns = 4
+)
+
 // Colours names the object colours in Colour order.
-var Colours = []string{"red", "orange", "yellow", "green", "blue", "purple", "pink", "brown"}
+var Colours = [NumColours]string{"red", "orange", "yellow", "green", "blue", "purple", "pink", "brown"}
 
 // Shapes names the object shapes in Shape order.
-var Shapes = []string{"circle", "square", "triangle", "star", "hexagon", "diamond", "heart", "cross"}
+var Shapes = [NumShapes]string{"circle", "square", "triangle", "star", "hexagon", "diamond", "heart", "cross"}
 
 // Patterns names the surface patterns in Pattern order. Solid objects have
 // no pattern; class names spell them "solid red circle".
-var Patterns = []string{"solid", "striped", "dotted", "checkered"}
+var Patterns = [NumPatterns]string{"solid", "striped", "dotted", "checkered"}
 
 // The patterns, as Pattern values.
 const (
@@ -66,7 +73,7 @@ const (
 )
 
 // palette holds the canonical sRGB of each colour (8-bit).
-var palette = [][3]uint8{
+var palette = [NumColours][3]uint8{
 	{215, 38, 38},   // red
 	{245, 130, 20},  // orange
 	{245, 215, 30},  // yellow
@@ -114,9 +121,9 @@ type Composition struct {
 	Shape   Shape
 }
 
-// NumCompositions is the size of the class space, len(Colours) ×
-// len(Patterns) × len(Shapes).
-var NumCompositions = len(Colours) * len(Patterns) * len(Shapes)
+// NumCompositions is the size of the class space, NumColours ×
+// NumPatterns × NumShapes.
+const NumCompositions = NumColours * NumPatterns * NumShapes
 
 // CompositionAt returns the composition with index id; ids enumerate
 // colour-major, then pattern, then shape. It reports false for an id out of

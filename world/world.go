@@ -172,7 +172,8 @@ func (w *World) checkCoverage() error {
 }
 
 // Config returns a copy of the world's configuration, with PretrainDomains
-// filled in.
+// filled in. HeldOut is as given (nil when the seed chose the held-out
+// classes; the method HeldOut lists them either way).
 func (w *World) Config() Config {
 	c := w.cfg
 	c.HeldOut = append([]Composition(nil), w.cfg.HeldOut...)
