@@ -155,6 +155,9 @@ func parseSplitRow(row json.RawMessage) (SplitEntry, error) {
 		return e, fmt.Errorf("relpath %q: must be relative to the images folder", e.Path)
 	}
 	var num json.Number
+	if c := bytes.TrimSpace(cols[1]); len(c) == 0 || c[0] == '"' {
+		return e, fmt.Errorf("label: want an integer, got %.80s", cols[1])
+	}
 	if err := json.Unmarshal(cols[1], &num); err != nil {
 		return e, fmt.Errorf("label: want an integer, got %.80s", cols[1])
 	}

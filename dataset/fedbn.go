@@ -197,42 +197,52 @@ func readPathLabelPickle(file string) ([]pathClass, error) {
 	if err != nil {
 		return nil, err
 	}
+	pairs, err := pathLabelPairs(v)
+	if err != nil {
+		return nil, fmt.Errorf("pickle %s: %w", file, err)
+	}
+	return pairs, nil
+}
+
+// pathLabelPairs converts the unpickled pair.
+func pathLabelPairs(v any) ([]pathClass, error) {
+	var err error
 	var paths, labels []string
 	switch x := v.(type) {
 	case *types.Tuple, *types.List:
 		seq, _ := pySeq(x)
 		if len(seq) != 2 {
-			return nil, fmt.Errorf("pickle %s: want a (paths, labels) pair, got %d elements", file, len(seq))
+			return nil, fmt.Errorf("want a (paths, labels) pair, got %d elements", len(seq))
 		}
 		if paths, err = pyStrings(seq[0]); err != nil {
-			return nil, fmt.Errorf("pickle %s: paths: %w", file, err)
+			return nil, fmt.Errorf("paths: %w", err)
 		}
 		if labels, err = pyStrings(seq[1]); err != nil {
-			return nil, fmt.Errorf("pickle %s: labels: %w", file, err)
+			return nil, fmt.Errorf("labels: %w", err)
 		}
 	case *ndarray:
 		if x.dtype == nil || len(x.shape) != 2 || x.shape[0] != 2 {
-			return nil, fmt.Errorf("pickle %s: want a (paths, labels) pair or a (2, N) array", file)
+			return nil, fmt.Errorf("want a (paths, labels) pair or a (2, N) array")
 		}
 		n := x.shape[1]
 		all := make([]string, 2*n)
 		for i := range all {
 			e, err := x.element(i)
 			if err != nil {
-				return nil, fmt.Errorf("pickle %s: %w", file, err)
+				return nil, err
 			}
 			s, ok := toStr(e)
 			if !ok {
-				return nil, fmt.Errorf("pickle %s: element %d: want a string, got %T", file, i, e)
+				return nil, fmt.Errorf("element %d: want a string, got %T", i, e)
 			}
 			all[i] = s
 		}
 		paths, labels = all[:n], all[n:]
 	default:
-		return nil, fmt.Errorf("pickle %s: want a (paths, labels) pair, got %T", file, v)
+		return nil, fmt.Errorf("want a (paths, labels) pair, got %T", v)
 	}
 	if len(paths) != len(labels) {
-		return nil, fmt.Errorf("pickle %s: %d paths but %d labels", file, len(paths), len(labels))
+		return nil, fmt.Errorf("%d paths but %d labels", len(paths), len(labels))
 	}
 	out := make([]pathClass, len(paths))
 	for i := range paths {
