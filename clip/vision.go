@@ -21,12 +21,14 @@ type Vision struct {
 
 	patches, emb, pre, mean0, rstd0, x0 []float32
 	pooledIn, lnPost, meanP, rstdP      []float32
-	dpre, demb, dpool, dln, dpatch      []float32
+	demb, dpool, dln, dpatch, adapted   []float32
+	adaptB                              int
 	embB, headB                         int
 }
 
 // EmbedForward turns normalised pixels [B, 3, S, S] into the input of the
-// first block x0 [B, T, D] (owned by the encoder, valid until the next call).
+// first block x0 = ln_pre(…) [B, T, D] (owned by the encoder, valid until the
+// next call). The index-0 adapter, if any, is applied by AdaptEmbed.
 func (v *Vision) EmbedForward(pixels []float32, B int) []float32 {
 	c, w := v.Cfg, v.W
 	D, P, G, S := c.Width, c.PatchSize, c.Grid(), c.ImageSize
@@ -66,40 +68,55 @@ func (v *Vision) EmbedForward(pixels []float32, B int) []float32 {
 			}
 		}
 	}
-	// x0 = ln_pre(x) [+ adapter]
+	// x0 = ln_pre(x)
 	v.mean0, v.rstd0 = growF(v.mean0, B*T), growF(v.rstd0, B*T)
 	v.x0 = growF(v.x0, B*T*D)
 	nn.LayerNormForward(v.x0, v.mean0, v.rstd0, v.pre, w.LnPreW, w.LnPreB, B*T, D)
-	if v.EmbedAdapter != nil {
-		v.dpre = growF(v.dpre, B*T*D) // reuse as a copy of ln_pre(x): the adapter's input
-		copy(v.dpre, v.x0)
-		v.EmbedAdapter.Forward(v.x0, v.dpre, B*T)
-	}
 	return v.x0
 }
 
+// AdaptEmbed applies the index-0 adapter: x0' = h + A(h) for h = x0 [B, T, D]
+// (returns h itself when there is no embedding adapter).
+func (v *Vision) AdaptEmbed(h []float32, B int) []float32 {
+	if v.EmbedAdapter == nil {
+		return h
+	}
+	n := B * v.Cfg.Tokens() * v.Cfg.Width
+	v.adapted = growF(v.adapted, n)
+	copy(v.adapted, h[:n])
+	v.EmbedAdapter.Forward(v.adapted, h[:n], B*v.Cfg.Tokens())
+	v.adaptB = B
+	return v.adapted
+}
+
+// AdaptEmbedBackward accumulates the index-0 adapter's parameter gradients
+// from dx0 [B, T, D], the gradient at its output. When dh is not nil it
+// receives (+=) the gradient with respect to the adapter's input h.
+func (v *Vision) AdaptEmbedBackward(dh, dx0 []float32) {
+	if v.EmbedAdapter == nil {
+		return
+	}
+	n := v.adaptB * v.Cfg.Tokens() * v.Cfg.Width
+	if dh != nil {
+		for i, g := range dx0[:n] {
+			dh[i] += g
+		}
+	}
+	v.EmbedAdapter.Backward(dh, dx0[:n], v.adaptB*v.Cfg.Tokens())
+}
+
 // EmbedBackward accumulates the gradients of the embedding (class and
-// positional embeddings, conv1, ln_pre when G is set; the index-0 adapter's
-// parameters always) from dx0 [B, T, D]. Pixels get no gradient.
+// positional embeddings, conv1 and ln_pre) from dx0 [B, T, D], the gradient
+// with respect to EmbedForward's output. It needs G; pixels get no gradient.
 func (v *Vision) EmbedBackward(dx0 []float32) {
 	c, w := v.Cfg, v.W
 	B, D, P, G := v.embB, c.Width, c.PatchSize, c.Grid()
 	T, K := c.Tokens(), 3*P*P
 	if v.G == nil {
-		// Nothing below the adapter is trained: only its parameters get gradients.
-		if v.EmbedAdapter != nil {
-			v.EmbedAdapter.Backward(nil, dx0[:B*T*D], B*T)
-		}
 		return
 	}
 	g := v.G
-	// x0 = h + A(h), h = ln_pre(x): dh = dx0 + A'(h)ᵀ·dx0
-	v.dln = growF(v.dln, B*T*D)
-	copy(v.dln, dx0[:B*T*D])
-	if v.EmbedAdapter != nil {
-		v.EmbedAdapter.Backward(v.dln, dx0[:B*T*D], B*T)
-	}
-	dln := v.dln
+	dln := dx0
 	v.demb = growF(v.demb, B*T*D)
 	clear(v.demb)
 	nn.LayerNormBackward(v.demb, g.LnPreW, g.LnPreB, dln, v.pre, v.mean0, v.rstd0, w.LnPreW, B*T, D)
@@ -157,7 +174,7 @@ func ClassPool(B int) []int { return make([]int, B) }
 // features [B, E] into feat (inference; the last block is pruned to the class
 // token, which gives the same result as the full block).
 func (v *Vision) Encode(feat, pixels []float32, B int) {
-	x0 := v.EmbedForward(pixels, B)
+	x0 := v.AdaptEmbed(v.EmbedForward(pixels, B), B)
 	pooled := v.Stack.Forward(x0, B, v.Cfg.Tokens(), 0, len(v.Stack.Blocks), ClassPool(B), false)
 	v.HeadForward(feat, pooled, B)
 }
