@@ -70,14 +70,15 @@ type Adapters struct {
 
 // New allocates adapters for widths dv (vision) and dt (text) and initialises
 // them as the reference: weights kaiming-normal (fan_out, ReLU gain), biases
-// zero, drawn from rng in a fixed order.
+// zero, drawn from rng in a fixed order. A nil rng leaves every value zero
+// (for adapters about to be loaded).
 func New(cfg Config, dv, dt int, rng *rand.Rand) *Adapters {
 	a := &Adapters{Cfg: cfg, Dv: dv, Dt: dt, Params: tensor.Named{}, Grads: tensor.Named{}}
 	r := cfg.Dim
 	add := func(name string, shape ...int) {
 		a.Params[name] = tensor.New(shape...)
 		a.Grads[name] = tensor.New(shape...)
-		if strings.HasSuffix(name, ".weight") {
+		if rng != nil && strings.HasSuffix(name, ".weight") {
 			std := math.Sqrt(2) / math.Sqrt(float64(shape[0])) // fan_out = out features
 			for i := range a.Params[name].Data {
 				a.Params[name].Data[i] = float32(rng.NormFloat64() * std)

@@ -1,0 +1,284 @@
+package mma
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/nn"
+)
+
+// Learner trains one client's adapters on a frozen CLIP. It runs only the
+// adapted part of both encoders: blocks ℓ..L on cached prefixes (the output
+// of blocks 1..ℓ−1, computed once per image and once per class prompt), with
+// the last block pruned to the pooled token.
+//
+// A Learner is not safe for concurrent use. Several learners (clients) may
+// share one *clip.Model as long as they run one at a time: Attach installs
+// a learner's adapters into the model's blocks before it runs.
+type Learner struct {
+	Model    *clip.Model
+	Adapters *Adapters
+
+	vis, txt map[int]*Branch // adapter branches by block index (0 = embeddings)
+
+	// class prompts
+	numClasses int
+	eot        []int
+	textPrefix []float32 // [C, Ctx, Dt]
+
+	txtFeat, imgFeat, dTxt, dImg, dx0v, dx0t []float32
+}
+
+// NewLearner binds adapters to a model. It checks the adapter widths and
+// block range against the model.
+func NewLearner(m *clip.Model, a *Adapters) (*Learner, error) {
+	c := m.W.Config
+	if a.Dv != c.Vision.Width || a.Dt != c.Text.Width {
+		return nil, fmt.Errorf("mma: adapters built for widths %d/%d, model has %d/%d", a.Dv, a.Dt, c.Vision.Width, c.Text.Width)
+	}
+	L := min(c.Vision.Layers, c.Text.Layers)
+	if err := a.Cfg.Validate(L); err != nil {
+		return nil, err
+	}
+	l := &Learner{Model: m, Adapters: a, vis: map[int]*Branch{}, txt: map[int]*Branch{}}
+	for j := a.Cfg.Start; j <= a.Cfg.End; j++ {
+		l.vis[j] = a.Branch("visual", j)
+		l.txt[j] = a.Branch("text", j)
+	}
+	return l, nil
+}
+
+// Attach installs this learner's adapters into the model (and removes any
+// other adapters). Call it before running a learner on a shared model.
+func (l *Learner) Attach() {
+	v, t := l.Model.Vision, l.Model.Text
+	v.EmbedAdapter, t.EmbedAdapter = nil, nil
+	for _, b := range v.Stack.Blocks {
+		b.Adapter = nil
+	}
+	for _, b := range t.Stack.Blocks {
+		b.Adapter = nil
+	}
+	for j, br := range l.vis {
+		if j == 0 {
+			v.EmbedAdapter = br
+		} else {
+			v.Stack.Blocks[j-1].Adapter = br
+		}
+	}
+	for j, br := range l.txt {
+		if j == 0 {
+			t.EmbedAdapter = br
+		} else {
+			t.Stack.Blocks[j-1].Adapter = br
+		}
+	}
+}
+
+// firstBlock is the 0-based index of the first block that must run per step.
+func (l *Learner) firstBlock() int { return max(l.Adapters.Cfg.Start-1, 0) }
+
+// ImagePrefix computes the frozen prefix of images: the input of the first
+// adapted block, [B, T, Dv] (ln_pre output when ℓ ≤ 1). It does not depend
+// on any adapter, so it can be cached per image and shared by all clients.
+// The result is written into dst (allocated when nil) and returned.
+func ImagePrefix(m *clip.Model, start int, pixels []float32, B int, dst []float32) []float32 {
+	v := m.Vision
+	x0 := v.EmbedForward(pixels, B)
+	out := x0
+	if start > 1 {
+		out = v.Stack.Forward(x0, B, v.Cfg.Tokens(), 0, start-1, nil, false)
+	}
+	dst = nn.Grow(dst, len(out))
+	copy(dst, out)
+	return dst
+}
+
+// TextPrefix computes the frozen prefix of tokenised prompts [C, Ctx]: the
+// token embeddings when ℓ = 0, else the input of block ℓ, [C, Ctx, Dt].
+func TextPrefix(m *clip.Model, start int, tokens []int, C int) ([]float32, error) {
+	t := m.Text
+	n := C * t.Cfg.ContextLength * t.Cfg.Width
+	e := make([]float32, n)
+	if err := t.TokenEmbed(e, tokens, C); err != nil {
+		return nil, err
+	}
+	if start == 0 {
+		return e, nil
+	}
+	saved := t.EmbedAdapter
+	t.EmbedAdapter = nil
+	x0 := t.EmbedForward(e, C)
+	t.EmbedAdapter = saved
+	out := x0
+	if start > 1 {
+		out = t.Stack.Forward(x0, C, t.Cfg.ContextLength, 0, start-1, nil, false)
+	}
+	return append([]float32(nil), out...), nil
+}
+
+// SetClasses fixes the class prompts (tokenised, [C, Ctx]) whose text
+// features form the classifier. Their prefix is computed once here.
+func (l *Learner) SetClasses(tokens []int, C int) error {
+	p, err := TextPrefix(l.Model, l.Adapters.Cfg.Start, tokens, C)
+	if err != nil {
+		return err
+	}
+	l.SetClassPrefix(p, clip.EOTPositions(tokens, C, l.Model.Text.Cfg.ContextLength), C)
+	return nil
+}
+
+// SetClassPrefix installs an already computed class-prompt prefix (shared
+// between clients with the same classes) and the EOT positions.
+func (l *Learner) SetClassPrefix(prefix []float32, eot []int, C int) {
+	l.textPrefix, l.eot, l.numClasses = prefix, eot, C
+}
+
+// TextFeatures runs the adapted text blocks on the class prompts and returns
+// their raw features [C, E] (owned by the learner).
+func (l *Learner) TextFeatures(train bool) []float32 {
+	t, C := l.Model.Text, l.numClasses
+	ctx := t.Cfg.ContextLength
+	x := l.textPrefix
+	if l.Adapters.Cfg.Start == 0 {
+		x = t.EmbedForward(l.textPrefix, C)
+	}
+	pooled := t.Stack.Forward(x, C, ctx, l.firstBlock(), len(t.Stack.Blocks), l.eot, train)
+	l.txtFeat = nn.Grow(l.txtFeat, C*l.Model.W.Config.EmbedDim)
+	t.HeadForward(l.txtFeat, pooled, C)
+	return l.txtFeat
+}
+
+// ImageFeatures runs the adapted image blocks on prefixes [B, T, Dv] and
+// returns raw features [B, E] (owned by the learner).
+func (l *Learner) ImageFeatures(prefix []float32, B int, train bool) []float32 {
+	v := l.Model.Vision
+	x := prefix
+	if l.Adapters.Cfg.Start == 0 {
+		x = v.AdaptEmbed(prefix, B)
+	}
+	pooled := v.Stack.Forward(x, B, v.Cfg.Tokens(), l.firstBlock(), len(v.Stack.Blocks), clip.ClassPool(B), train)
+	l.imgFeat = nn.Grow(l.imgFeat, B*l.Model.W.Config.EmbedDim)
+	v.HeadForward(l.imgFeat, pooled, B)
+	return l.imgFeat
+}
+
+// Step computes the mean cross-entropy of the batch (image prefixes
+// [B, T, Dv], labels [B]) against all classes and accumulates the adapters'
+// gradients (the caller zeroes them and applies the optimizer). It returns
+// the loss and the logits [B, C].
+func (l *Learner) Step(prefix []float32, B int, labels []int) (float64, []float32, error) {
+	C, E := l.numClasses, l.Model.W.Config.EmbedDim
+	for i, y := range labels[:B] {
+		if y < 0 || y >= C {
+			return 0, nil, fmt.Errorf("mma: label %d of sample %d outside 0..%d", y, i, C-1)
+		}
+	}
+	txt := l.TextFeatures(true)
+	img := l.ImageFeatures(prefix, B, true)
+	l.dImg, l.dTxt = nn.Grow(l.dImg, B*E), nn.Grow(l.dTxt, C*E)
+	loss, logits := CrossEntropyCos(img, txt, B, C, E, l.Model.W.LogitScale, labels, l.dImg, l.dTxt)
+
+	v, t := l.Model.Vision, l.Model.Text
+	dpool := v.HeadBackward(l.dImg)
+	if l.Adapters.Cfg.Start == 0 {
+		l.dx0v = nn.Grow(l.dx0v, B*v.Cfg.Tokens()*v.Cfg.Width)
+		clear(l.dx0v)
+		v.Stack.Backward(l.dx0v, dpool)
+		v.AdaptEmbedBackward(nil, l.dx0v)
+	} else {
+		v.Stack.Backward(nil, dpool)
+	}
+	dpool = t.HeadBackward(l.dTxt)
+	if l.Adapters.Cfg.Start == 0 {
+		l.dx0t = nn.Grow(l.dx0t, C*t.Cfg.ContextLength*t.Cfg.Width)
+		clear(l.dx0t)
+		t.Stack.Backward(l.dx0t, dpool)
+		t.EmbedBackward(l.dx0t)
+	} else {
+		t.Stack.Backward(nil, dpool)
+	}
+	return loss, logits, nil
+}
+
+// Logits returns exp(logitScale)·cos for image prefixes [B, T, Dv] against
+// text features txt [C, E] computed by TextFeatures(false) (inference).
+func (l *Learner) Logits(prefix []float32, B int, txt []float32) []float32 {
+	img := l.ImageFeatures(prefix, B, false)
+	E := l.Model.W.Config.EmbedDim
+	return clip.Logits(img, txt, B, l.numClasses, E, l.Model.W.LogitScale)
+}
+
+// CrossEntropyCos computes logits = exp(logitScale)·cos(img_i, txt_c)
+// [B, C] from raw features img [B, E] and txt [C, E], the mean cross-entropy
+// against labels, and writes the gradients of the loss with respect to the
+// raw features into dImg [B, E] and dTxt [C, E] (overwritten).
+func CrossEntropyCos(img, txt []float32, B, C, E int, logitScale float32, labels []int, dImg, dTxt []float32) (float64, []float32) {
+	s := float32(math.Exp(float64(logitScale)))
+	ni := append([]float32(nil), img[:B*E]...)
+	nt := append([]float32(nil), txt[:C*E]...)
+	normI := clip.Normalize(ni, B, E)
+	normT := clip.Normalize(nt, C, E)
+	logits := make([]float32, B*C)
+	for i := 0; i < B; i++ {
+		for c := 0; c < C; c++ {
+			var dot float32
+			for k := 0; k < E; k++ {
+				dot += ni[i*E+k] * nt[c*E+k]
+			}
+			logits[i*C+c] = s * dot
+		}
+	}
+	// softmax cross-entropy, mean over the batch; dlogits = (p − onehot)/B
+	var loss float64
+	dl := make([]float32, B*C)
+	for i := 0; i < B; i++ {
+		row := logits[i*C : i*C+C]
+		mx := row[0]
+		for _, v := range row {
+			mx = max(mx, v)
+		}
+		var sum float64
+		for _, v := range row {
+			sum += math.Exp(float64(v - mx))
+		}
+		lse := float64(mx) + math.Log(sum)
+		loss += lse - float64(row[labels[i]])
+		for c, v := range row {
+			dl[i*C+c] = float32(math.Exp(float64(v)-lse)) / float32(B)
+		}
+		dl[i*C+labels[i]] -= 1 / float32(B)
+	}
+	loss /= float64(B)
+	// d normalised features: dn_i = s Σ_c dl_ic t̂_c ; dt̂_c = s Σ_i dl_ic î_i
+	dni, dnt := make([]float32, B*E), make([]float32, C*E)
+	for i := 0; i < B; i++ {
+		for c := 0; c < C; c++ {
+			g := s * dl[i*C+c]
+			if g == 0 {
+				continue
+			}
+			for k := 0; k < E; k++ {
+				dni[i*E+k] += g * nt[c*E+k]
+				dnt[c*E+k] += g * ni[i*E+k]
+			}
+		}
+	}
+	normBackward(dImg, dni, ni, normI, B, E)
+	normBackward(dTxt, dnt, nt, normT, C, E)
+	return loss, logits
+}
+
+// normBackward writes dx = (dn − n̂(n̂·dn))/‖x‖ for rows of x = ‖x‖·n̂.
+func normBackward(dx, dn, nhat, norms []float32, n, d int) {
+	for i := 0; i < n; i++ {
+		var dot float32
+		for k := 0; k < d; k++ {
+			dot += nhat[i*d+k] * dn[i*d+k]
+		}
+		for k := 0; k < d; k++ {
+			dx[i*d+k] = (dn[i*d+k] - nhat[i*d+k]*dot) / norms[i]
+		}
+	}
+}
