@@ -80,6 +80,7 @@ func Load(path string) (*clip.Weights, *Info, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	defer src.close()
 	w := alloc(info.Config)
 	ls := make([]float32, 1)
 	for _, p := range layout(info.Config, info.Scheme, w, ls) {
@@ -103,8 +104,12 @@ func Load(path string) (*clip.Weights, *Info, error) {
 // Inspect reads only the headers of a checkpoint (see Load) and checks every
 // tensor's name, shape and dtype, without reading the weights.
 func Inspect(path string) (*Info, error) {
-	_, info, err := plan(path)
-	return info, err
+	src, info, err := plan(path)
+	if err != nil {
+		return nil, err
+	}
+	src.close()
+	return info, nil
 }
 
 // plan opens a checkpoint, infers its architecture and checks its tensors.
@@ -113,39 +118,50 @@ func plan(path string) (*source, *Info, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	scheme, err := src.detect()
+	info, err := src.plan()
 	if err != nil {
+		src.close()
 		return nil, nil, err
 	}
-	info := &Info{Scheme: scheme, Prefix: src.prefix, Activation: "quick_gelu"}
-	for _, f := range src.files {
+	return src, info, nil
+}
+
+// plan is the body of the package-level plan, on an opened source.
+func (s *source) plan() (*Info, error) {
+	path := s.path
+	scheme, err := s.detect()
+	if err != nil {
+		return nil, err
+	}
+	info := &Info{Scheme: scheme, Prefix: s.prefix, Activation: "quick_gelu"}
+	for _, f := range s.files {
 		info.Files = append(info.Files, f.Name())
 	}
-	if len(src.files) > 0 {
-		info.Metadata = src.files[0].Metadata()
+	if len(s.files) > 0 {
+		info.Metadata = s.files[0].Metadata()
 	}
-	cfg, err := src.infer(scheme, info)
+	cfg, err := s.infer(scheme, info)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := checkConfig(cfg); err != nil {
-		return nil, nil, fmt.Errorf("checkpoint %s: %w: %w", path, ErrMismatch, err)
+		return nil, fmt.Errorf("checkpoint %s: %w: %w", path, ErrMismatch, err)
 	}
 	info.Config = cfg
-	if err := src.check(scheme, cfg, info); err != nil {
-		return nil, nil, err
+	if err := s.check(scheme, cfg, info); err != nil {
+		return nil, err
 	}
 	info.Params = ParamCount(cfg)
 	ls := make([]float32, 1)
-	l := src.tensors["logit_scale"]
+	l := s.tensors["logit_scale"]
 	if _, err := l.file.Float32Into(l.name, ls); err != nil {
-		return nil, nil, fmt.Errorf("checkpoint %s: %w", path, err)
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	info.LogitScale = ls[0]
 	if info.Activation != "quick_gelu" {
 		slog.Warn("checkpoint declares an activation other than CLIP's quick_gelu", "path", path, "activation", info.Activation)
 	}
-	return src, info, nil
+	return info, nil
 }
 
 // open finds and opens the safetensors file(s) of a checkpoint.
@@ -177,13 +193,21 @@ func open(path string) (*source, error) {
 		}
 	}
 	for _, p := range files {
-		f, err := safetensors.Open(p)
+		f, err := safetensors.OpenLazy(p)
 		if err != nil {
+			src.close()
 			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
 		src.files = append(src.files, f)
 	}
 	return src, nil
+}
+
+// close releases the files of s.
+func (s *source) close() {
+	for _, f := range s.files {
+		f.Close() // read-only: nothing to flush
+	}
 }
 
 func fileExists(p string) bool {

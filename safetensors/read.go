@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -41,11 +42,15 @@ var (
 	ErrDType = errors.New("unsupported dtype")
 )
 
-// File is a parsed safetensors file held in memory. Its methods are safe for
-// concurrent use.
+// File is a parsed safetensors file. Its tensor bytes are either held in
+// memory (Open, Parse) or read on demand from an open file (OpenLazy, which
+// needs Close). Its methods are safe for concurrent use, except Close.
 type File struct {
-	name    string // path or label used in error messages
-	data    []byte // tensor bytes (after the header)
+	name    string      // path or label used in error messages
+	data    []byte      // tensor bytes (after the header), when in memory
+	r       io.ReaderAt // source of the tensor bytes otherwise
+	base    int64       // offset of the tensor bytes within r
+	closer  io.Closer   // closed by Close, if any
 	entries map[string]entry
 	meta    map[string]string
 }
@@ -53,7 +58,7 @@ type File struct {
 type entry struct {
 	dtype      DType
 	shape      []int
-	begin, end int // byte range within data
+	begin, end int // byte range within the tensor bytes
 }
 
 type headerEntry struct {
@@ -62,7 +67,7 @@ type headerEntry struct {
 	DataOffsets []int64 `json:"data_offsets"`
 }
 
-// Open reads and parses the safetensors file at path.
+// Open reads the whole safetensors file at path into memory and parses it.
 func Open(path string) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -71,32 +76,103 @@ func Open(path string) (*File, error) {
 	return Parse(data, path)
 }
 
+// OpenLazy parses the header of the safetensors file at path and reads
+// tensor bytes only when a tensor is requested, so memory holds one tensor's
+// bytes at a time. The caller must Close the File.
+func OpenLazy(path string) (*File, error) {
+	fd, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	st, err := fd.Stat()
+	if err != nil {
+		fd.Close()
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	f, err := NewReader(fd, st.Size(), path)
+	if err != nil {
+		fd.Close()
+		return nil, err
+	}
+	f.closer = fd
+	return f, nil
+}
+
+// NewReader parses the header of a safetensors file of size bytes read
+// through r; tensor bytes are read from r on demand. name labels errors.
+func NewReader(r io.ReaderAt, size int64, name string) (*File, error) {
+	var lenb [8]byte
+	if size < 8 {
+		return nil, fmt.Errorf("safetensors %s: truncated: %d bytes, need at least 8 for the header length: %w", name, size, ErrFormat)
+	}
+	if _, err := r.ReadAt(lenb[:], 0); err != nil {
+		return nil, fmt.Errorf("safetensors %s: %w", name, err)
+	}
+	n := binary.LittleEndian.Uint64(lenb[:])
+	if err := checkHeaderLen(n, size-8); err != nil {
+		return nil, fmt.Errorf("safetensors %s: %w: %w", name, err, ErrFormat)
+	}
+	header := make([]byte, n)
+	if _, err := r.ReadAt(header, 8); err != nil {
+		return nil, fmt.Errorf("safetensors %s: header: %w", name, err)
+	}
+	f := &File{name: name, r: r, base: 8 + int64(n)}
+	if err := f.parseHeader(header, size-8-int64(n)); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Close releases the file behind an OpenLazy File; for in-memory Files it
+// does nothing.
+func (f *File) Close() error {
+	if f.closer == nil {
+		return nil
+	}
+	err := f.closer.Close()
+	f.closer = nil
+	return err
+}
+
+func checkHeaderLen(n uint64, avail int64) error {
+	switch {
+	case n > MaxHeaderSize:
+		return fmt.Errorf("header length %d exceeds the %d-byte limit", n, MaxHeaderSize)
+	case n < 2:
+		return fmt.Errorf("header length %d is too small for a JSON object", n)
+	case n > uint64(avail):
+		return fmt.Errorf("truncated: header length %d but only %d bytes follow", n, avail)
+	}
+	return nil
+}
+
 // Parse parses a safetensors file held in data; name labels error messages
 // (usually the file's path). The returned File keeps a reference to data.
 func Parse(data []byte, name string) (*File, error) {
-	fail := func(format string, args ...any) (*File, error) {
-		return nil, fmt.Errorf("safetensors %s: %s: %w", name, fmt.Sprintf(format, args...), ErrFormat)
-	}
 	if len(data) < 8 {
-		return fail("truncated: %d bytes, need at least 8 for the header length", len(data))
+		return nil, fmt.Errorf("safetensors %s: truncated: %d bytes, need at least 8 for the header length: %w", name, len(data), ErrFormat)
 	}
 	n := binary.LittleEndian.Uint64(data[:8])
-	if n > MaxHeaderSize {
-		return fail("header length %d exceeds the %d-byte limit", n, MaxHeaderSize)
+	if err := checkHeaderLen(n, int64(len(data)-8)); err != nil {
+		return nil, fmt.Errorf("safetensors %s: %w: %w", name, err, ErrFormat)
 	}
-	if n < 2 {
-		return fail("header length %d is too small for a JSON object", n)
+	f := &File{name: name, data: data[8+n:]}
+	if err := f.parseHeader(data[8:8+n], int64(len(f.data))); err != nil {
+		return nil, err
 	}
-	if n > uint64(len(data)-8) {
-		return fail("truncated: header length %d but only %d bytes follow", n, len(data)-8)
+	return f, nil
+}
+
+// parseHeader checks the JSON header against bodyLen tensor bytes.
+func (f *File) parseHeader(header []byte, bodyLen int64) error {
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("safetensors %s: %s: %w", f.name, fmt.Sprintf(format, args...), ErrFormat)
 	}
-	header := data[8 : 8+n]
-	body := data[8+n:]
 	raw, err := decodeObject(header)
 	if err != nil {
 		return fail("header JSON: %v", err)
 	}
-	f := &File{name: name, data: body, entries: make(map[string]entry, len(raw))}
+	f.entries = make(map[string]entry, len(raw))
 	type span struct {
 		name       string
 		begin, end int
@@ -109,7 +185,7 @@ func Parse(data []byte, name string) (*File, error) {
 			}
 			continue
 		}
-		e, err := checkEntry(msg, len(body))
+		e, err := checkEntry(msg, bodyLen)
 		if err != nil {
 			return fail("tensor %q: %v", key, err)
 		}
@@ -128,7 +204,19 @@ func Parse(data []byte, name string) (*File, error) {
 			return fail("tensor %q bytes [%d,%d) overlap tensor %q bytes [%d,%d)", b.name, b.begin, b.end, a.name, a.begin, a.end)
 		}
 	}
-	return f, nil
+	return nil
+}
+
+// bytes returns the stored bytes of entry e of tensor name.
+func (f *File) bytes(name string, e entry) ([]byte, error) {
+	if f.data != nil || f.r == nil {
+		return f.data[e.begin:e.end], nil
+	}
+	b := make([]byte, e.end-e.begin)
+	if _, err := f.r.ReadAt(b, f.base+int64(e.begin)); err != nil {
+		return nil, fmt.Errorf("safetensors %s: tensor %q: %w", f.name, name, err)
+	}
+	return b, nil
 }
 
 // decodeObject splits a JSON object into its members, rejecting duplicate
@@ -172,7 +260,7 @@ func decodeObject(b []byte) (map[string]json.RawMessage, error) {
 
 // checkEntry validates one tensor's header entry against a body of size
 // bodyLen bytes.
-func checkEntry(msg json.RawMessage, bodyLen int) (entry, error) {
+func checkEntry(msg json.RawMessage, bodyLen int64) (entry, error) {
 	var h headerEntry
 	dec := json.NewDecoder(bytes.NewReader(msg))
 	dec.DisallowUnknownFields()
@@ -198,18 +286,18 @@ func checkEntry(msg json.RawMessage, bodyLen int) (entry, error) {
 		}
 		// Every byte must lie in the file, so a valid size is below bodyLen;
 		// checking against it keeps the product from overflowing.
-		if d > 0 && numel > int64(bodyLen)/d {
-			numel = int64(bodyLen) + 1
+		if d > 0 && numel > bodyLen/d {
+			numel = bodyLen + 1
 		} else {
 			numel *= d
 		}
 		shape[i] = int(d)
 	}
 	begin, end := h.DataOffsets[0], h.DataOffsets[1]
-	if begin < 0 || end < begin || end > int64(bodyLen) {
+	if begin < 0 || end < begin || end > bodyLen {
 		return entry{}, fmt.Errorf("data_offsets [%d,%d] outside the %d data bytes", begin, end, bodyLen)
 	}
-	if numel > int64(bodyLen) || numel*int64(size) != end-begin {
+	if numel > bodyLen || numel*int64(size) != end-begin {
 		return entry{}, fmt.Errorf("shape %v of %s needs %d bytes, data_offsets [%d,%d] hold %d",
 			h.Shape, dt, satMul(numel, int64(size)), begin, end, end-begin)
 	}
@@ -300,7 +388,14 @@ func (f *File) Float32Into(name string, dst []float32) ([]int, error) {
 }
 
 func (f *File) decodeFloat(name string, e entry, dst []float32) error {
-	b := f.data[e.begin:e.end]
+	if !e.dtype.IsFloat() {
+		return fmt.Errorf("safetensors %s: tensor %q: dtype %s, want F32, F16, BF16 or F64: %w",
+			f.name, name, e.dtype, ErrDType)
+	}
+	b, err := f.bytes(name, e)
+	if err != nil {
+		return err
+	}
 	switch e.dtype {
 	case F32:
 		for i := range dst {
@@ -332,7 +427,14 @@ func (f *File) Int64(name string) ([]int64, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	b := f.data[e.begin:e.end]
+	if !e.dtype.IsInt() {
+		return nil, nil, fmt.Errorf("safetensors %s: tensor %q: dtype %s, want I64 or I32: %w",
+			f.name, name, e.dtype, ErrDType)
+	}
+	b, err := f.bytes(name, e)
+	if err != nil {
+		return nil, nil, err
+	}
 	out := make([]int64, tensor.Numel(e.shape))
 	switch e.dtype {
 	case I64:

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -53,10 +54,28 @@ func TestRoundTrip(t *testing.T) {
 	if err := Write(path, f32, i64, meta); err != nil {
 		t.Fatal(err)
 	}
-	f, err := Open(path)
+	eager, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	lazy, err := OpenLazy(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lazy.Close()
+	for _, f := range []*File{eager, lazy} {
+		checkRoundTrip(t, f, f32, i64)
+	}
+	if err := lazy.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if _, err := lazy.Float32("a.bias"); err == nil {
+		t.Error("read after Close: no error")
+	}
+}
+
+func checkRoundTrip(t *testing.T, f *File, f32 tensor.Named, i64 map[string]Int64Tensor) {
+	t.Helper()
 	if got, want := strings.Join(f.Names(), ","), "a.bias,b.weight,empty,labels,scalar"; got != want {
 		t.Errorf("Names = %s, want %s", got, want)
 	}
@@ -365,16 +384,19 @@ func TestParseErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := Parse(c.data, "case.safetensors")
-			if err == nil {
-				t.Fatalf("no error, want %q", c.want)
-			}
-			if !errors.Is(err, ErrFormat) {
-				t.Errorf("error %v is not ErrFormat", err)
-			}
-			msg := err.Error()
-			if !strings.Contains(msg, "case.safetensors") || !strings.Contains(msg, c.want) {
-				t.Errorf("error %q: want the file name and %q", msg, c.want)
+			_, perr := Parse(c.data, "case.safetensors")
+			_, rerr := NewReader(bytes.NewReader(c.data), int64(len(c.data)), "case.safetensors")
+			for _, err := range []error{perr, rerr} {
+				if err == nil {
+					t.Fatalf("no error, want %q", c.want)
+				}
+				if !errors.Is(err, ErrFormat) {
+					t.Errorf("error %v is not ErrFormat", err)
+				}
+				msg := err.Error()
+				if !strings.Contains(msg, "case.safetensors") || !strings.Contains(msg, c.want) {
+					t.Errorf("error %q: want the file name and %q", msg, c.want)
+				}
 			}
 		})
 	}
@@ -523,10 +545,19 @@ func FuzzParse(f *testing.F) {
 	f.Add(rawFile(f, map[string]any{"i": ent("I32", []int{1, 1}, 0, 4), "b": ent("BF16", []int{}, 4, 6)}, make([]byte, 6)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse(data, "fuzz")
+		lazy, lerr := NewReader(bytes.NewReader(data), int64(len(data)), "fuzz")
+		if (err == nil) != (lerr == nil) {
+			t.Fatalf("Parse err %v, NewReader err %v", err, lerr)
+		}
 		if err != nil {
 			return
 		}
 		for _, name := range file.Names() {
+			a, aerr := file.Float32(name)
+			b, berr := lazy.Float32(name)
+			if (aerr == nil) != (berr == nil) || (aerr == nil && !slices.Equal(a.Data, b.Data) && !hasNaN(a.Data)) {
+				t.Fatalf("Float32(%q): in-memory and lazy reads differ", name)
+			}
 			dt, shape, ok := file.Info(name)
 			if !ok {
 				t.Fatalf("Info(%q) not found", name)
@@ -581,4 +612,13 @@ func shrink(t testing.TB, data []byte) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+func hasNaN(v []float32) bool {
+	for _, x := range v {
+		if x != x {
+			return true
+		}
+	}
+	return false
 }
