@@ -184,6 +184,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		{"tiny openai", tinyConfig, OpenAI, "tiny.safetensors", nil, "F32"},
 		{"tiny hf", tinyConfig, HF, "tiny-hf", nil, "F32"},
 		{"small openai", smallConfig, OpenAI, "small.safetensors", nil, "F32"},
+		{"any extension", smallConfig, OpenAI, "small.weights", nil, "F32"},
 		{"small hf", smallConfig, HF, "small-hf", nil, "F32"},
 		{"small bf16", smallConfig, OpenAI, "small-bf16.safetensors", []safetensors.Option{safetensors.WithFloatType(safetensors.BF16)}, "BF16"},
 		{"small f16 hf", smallConfig, HF, "small-f16", []safetensors.Option{safetensors.WithFloatType(safetensors.F16)}, "F16"},

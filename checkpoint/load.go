@@ -175,15 +175,12 @@ func open(path string) (*source, error) {
 	dir := path
 	if !st.IsDir() {
 		dir = filepath.Dir(path)
-		switch ext := strings.ToLower(filepath.Ext(path)); ext {
-		case ".safetensors":
-			files = []string{path}
+		switch strings.ToLower(filepath.Ext(path)) {
 		case ".pt", ".pth", ".bin", ".ckpt":
 			return nil, fmt.Errorf("checkpoint %s: PyTorch pickle checkpoints are not supported; convert to safetensors "+
 				"(e.g. safetensors.torch.save_file(model.state_dict(), \"model.safetensors\"))", path)
-		default:
-			return nil, fmt.Errorf("checkpoint %s: unknown file type %q, want .safetensors or a model folder", path, ext)
 		}
+		files = []string{path} // read as safetensors whatever the extension
 	} else if files, err = folderFiles(path); err != nil {
 		return nil, err
 	}
