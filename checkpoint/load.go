@@ -3,6 +3,10 @@
 // Face transformers CLIPModel naming. The architecture is inferred from the
 // tensor shapes, and every tensor is checked against it: a missing, extra or
 // misshaped tensor is an error that names it.
+//
+// PyTorch pickle files (.pt, .pth, .bin) are not read: OpenAI's released
+// .pt files are TorchScript archives, and every other source of CLIP
+// weights (Hugging Face, open_clip) publishes safetensors.
 package checkpoint
 
 import (
