@@ -30,11 +30,11 @@ func init() {
 				return fmt.Errorf("bench engine: %w", err)
 			}
 			if asJSON {
-				enc := json.NewEncoder(os.Stdout)
+				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
 				return enc.Encode(r)
 			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "backend\t%s (%s, %d threads)\n", r.Backend, r.Core, r.Threads)
 			fmt.Fprintf(tw, "GEMM [%d×197×768]·[768×3072]\t%.1f GFLOP/s\n", r.Batch, r.GemmGFLOPS)
 			fmt.Fprintf(tw, "block forward\t%.1f ms (%.1f GFLOP/s, %.0f%% of GEMM peak)\n", r.BlockForwardMs, r.BlockForwardGFLOPS, 100*r.BlockGemmShareOfPeak)

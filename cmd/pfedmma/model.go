@@ -1,0 +1,74 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/tokenizer"
+)
+
+// defaultModelDir is set by the assets wiring when an embedded default
+// model is compiled in; it returns the folder to load.
+var defaultModelDir func() (string, error)
+
+// resolveModelPath returns path, or the embedded default model when empty.
+func resolveModelPath(path string) (string, error) {
+	if path != "" {
+		return path, nil
+	}
+	if defaultModelDir == nil {
+		return "", fmt.Errorf("no --model given and no embedded default model in this build")
+	}
+	return defaultModelDir()
+}
+
+// loadModel loads CLIP weights (any supported scheme) and, when needVocab,
+// the tokenizer: from vocab if set, else the vocabulary shipped with the model.
+func loadModel(path, vocab string, needVocab bool) (*clip.Model, *tokenizer.Tokenizer, error) {
+	path, err := resolveModelPath(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, info, err := checkpoint.Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if info.Activation != "" && info.Activation != "quick_gelu" {
+		return nil, nil, fmt.Errorf("model %s: MLP activation %q is not supported (CLIP uses quick_gelu)", path, info.Activation)
+	}
+	slog.Debug("model loaded", "path", path, "scheme", info.Scheme, "params", info.Params)
+	m := clip.New(w)
+	if !needVocab {
+		return m, nil, nil
+	}
+	if vocab == "" {
+		vocab, err = tokenizer.FindVocab(path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("no --vocab given: %w", err)
+		}
+	}
+	tok, err := tokenizer.Load(vocab)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tok.VocabSize() != w.Config.Text.VocabSize {
+		return nil, nil, fmt.Errorf("vocabulary %s has %d tokens but model %s expects %d", vocab, tok.VocabSize(), path, w.Config.Text.VocabSize)
+	}
+	return m, tok, nil
+}
+
+// tokenizeAll tokenises texts to the model's context length as one flat
+// [len(texts), ctx] slice.
+func tokenizeAll(tok *tokenizer.Tokenizer, texts []string, ctx int) ([]int, error) {
+	out := make([]int, 0, len(texts)*ctx)
+	for _, s := range texts {
+		ids, err := tok.Tokenize(s, ctx, false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ids...)
+	}
+	return out, nil
+}
