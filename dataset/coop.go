@@ -286,6 +286,9 @@ func loadCoOp(spec coopSpec, root string, opts Options) (*Dataset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dataset %s: %w", spec.name, err)
 	}
+	if !isDir(imagesDir) {
+		return nil, fmt.Errorf("dataset %s: images folder %s: missing", spec.name, imagesDir)
+	}
 	items := func(es []SplitEntry) []Item {
 		out := make([]Item, len(es))
 		for i, e := range es {

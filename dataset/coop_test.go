@@ -231,8 +231,10 @@ func TestCoOpGeneratePets(t *testing.T) {
 	}{{"Abyssinian", 1}, {"american_bulldog", 2}} {
 		for i := 1; i <= 10; i++ {
 			fmt.Fprintf(&trainval, "%s_%d %d 1 1\n", b.stem, i, b.id)
+			writeFile(t, root, fmt.Sprintf("oxford_pets/images/%s_%d.jpg", b.stem, i), pngBytes(t, 1))
 		}
 		fmt.Fprintf(&test, "%s_%d %d 1 1\n", b.stem, 100, b.id)
+		writeFile(t, root, fmt.Sprintf("oxford_pets/images/%s_100.jpg", b.stem), pngBytes(t, 2))
 	}
 	writeFile(t, root, "oxford_pets/annotations/trainval.txt", []byte(trainval.String()))
 	writeFile(t, root, "oxford_pets/annotations/test.txt", []byte("# comment\n"+test.String()))
@@ -249,6 +251,9 @@ func TestCoOpGeneratePets(t *testing.T) {
 	if d.Test[1].Key != "american_bulldog_100.jpg" || d.Test[1].Label != 1 {
 		t.Errorf("test[1] = %+v", d.Test[1])
 	}
+	if _, err := d.Test[1].Source.Load(); err != nil {
+		t.Errorf("load: %v", err)
+	}
 }
 
 func TestCoOpMissing(t *testing.T) {
@@ -259,6 +264,10 @@ func TestCoOpMissing(t *testing.T) {
 	}
 	if _, err := Load("food101", root, Options{}); err == nil || !strings.Contains(err.Error(), "food-101") {
 		t.Errorf("missing dataset folder: got %v", err)
+	}
+	writeFile(t, root, "dtd/split_zhou_DescribableTextures.json", []byte(`{"train": [["banded/a.png", 0, "banded"]], "val": [], "test": []}`))
+	if _, err := Load("dtd", root, Options{}); err == nil || !strings.Contains(err.Error(), filepath.Join("dtd", "images")) {
+		t.Errorf("missing images folder: got %v", err)
 	}
 }
 

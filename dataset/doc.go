@@ -19,7 +19,8 @@
 //	office_caltech10  DATA/office_caltech_10/{site}_{train,test}.{tsv,csv,txt,pkl}
 //	imagefolder       root/class/*.jpg, or root/{train,val,test}/class/*.jpg
 //	fashion_mnist     {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] under
-//	                  root/fashion-mnist, root, or /usr/share/datasets/fashion-mnist
+//	                  root/fashion-mnist or root; an empty root means
+//	                  /usr/share/datasets/fashion-mnist
 //
 // # CoOp split files
 //

@@ -7,6 +7,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -261,4 +262,10 @@ func ucs4(strs []string) ([]byte, int) {
 		}
 	}
 	return out, width
+}
+
+// TestMain keeps the loaders' informational logs out of test output.
+func TestMain(m *testing.M) {
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	os.Exit(m.Run())
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/pfedmma/pfedmma/dataset"
 )
 
-// makeItems returns items with counts[l] items of label l (in label
-// order, or interleaved when shuffled is set) and domain dom.
+// makeItems returns counts[l] items of label l, in label order, all of
+// domain dom.
 func makeItems(prefix string, counts []int, dom int) []dataset.Item {
 	var out []dataset.Item
 	for l, n := range counts {
