@@ -1,0 +1,7 @@
+//go:build unix && !linux
+
+package actcache
+
+// reserve is a no-op where fallocate is not available: the spill file is
+// sparse, and a full disk shows up as a fault on write.
+func reserve(fd int, off, n int64) error { return nil }
