@@ -419,16 +419,19 @@ func TestConcurrentReaders(t *testing.T) {
 func BenchmarkGetBatch(b *testing.B) {
 	const recLen, batch, n = 197 * 768, 32, 64
 	for _, bc := range []struct {
-		name   string
-		budget int64
-		dtype  DType
+		name    string
+		budget  int64
+		dtype   DType
+		workers int
 	}{
-		{"ram", 1 << 40, Float32},
-		{"spill", 0, Float32},
-		{"ram-bf16", 1 << 40, BFloat16},
+		{"ram", 1 << 40, Float32, 0},
+		{"ram-1worker", 1 << 40, Float32, 1},
+		{"spill", 0, Float32, 0},
+		{"ram-bf16", 1 << 40, BFloat16, 0},
+		{"ram-bf16-1worker", 1 << 40, BFloat16, 1},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			c, err := New(Options{RecordLen: recLen, MemoryBudget: bc.budget, SpillDir: b.TempDir(), DType: bc.dtype})
+			c, err := New(Options{RecordLen: recLen, MemoryBudget: bc.budget, SpillDir: b.TempDir(), DType: bc.dtype, Workers: bc.workers})
 			if err != nil {
 				b.Fatal(err)
 			}

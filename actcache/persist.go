@@ -119,7 +119,7 @@ func (c *Cache) Save(path, fingerprint string) (err error) {
 // (with ErrFingerprint) a file saved with another fingerprint. opts.RecordLen
 // may be 0 to take the file's; otherwise it, and opts.DType, must match the
 // file.
-func Open(path, fingerprint string, opts Options) (c *Cache, err error) {
+func Open(path, fingerprint string, opts Options) (_ *Cache, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("actcache: Open: %w", err)
@@ -189,7 +189,7 @@ func Open(path, fingerprint string, opts Options) (c *Cache, err error) {
 		}
 		keys[i] = string(kb)
 	}
-	c, err = New(opts)
+	c, err := New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("actcache: Open %s: %w", path, err)
 	}

@@ -1,3 +1,5 @@
+//go:build linux && !actcache_nommap
+
 package actcache
 
 import (

@@ -1,4 +1,4 @@
-//go:build !unix
+//go:build !unix || actcache_nommap
 
 package actcache
 
@@ -7,9 +7,11 @@ import (
 	"os"
 )
 
-// spill is the overflow store on systems without mmap support in
-// golang.org/x/sys/unix: a temporary file read and written with
-// ReadAt/WriteAt, deleted on close.
+// spill is the overflow store on systems without golang.org/x/sys/unix
+// (or when built with -tags actcache_nommap): a temporary file read and
+// written with ReadAt/WriteAt, deleted on close. The file stays visible
+// while the cache is open, since not every such system can unlink an open
+// file.
 type spill struct {
 	f        *os.File
 	name     string
