@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pfedmma/pfedmma/pretrain"
+)
+
+func init() {
+	rootCmd.AddCommand(newPretrainCmd())
+}
+
+// newPretrainCmd builds `pfedmma pretrain`; its flags are exactly
+// pretrain.Options.Flags, so pretrain.json's reproduce command parses back.
+func newPretrainCmd() *cobra.Command {
+	opts := pretrain.DefaultOptions()
+	cmd := &cobra.Command{
+		Use:   "pretrain [--out DIR] [flags] [--resume]",
+		Short: "Pretrain a small CLIP from scratch on the generated world",
+		Long: `Pretrain trains a small CLIP (both encoders from scratch) with CLIP's
+symmetric contrastive loss on captioned images of the generated world, whose
+held-out compositions never appear, and — when Debian's dataset-fashion-mnist
+is installed — Fashion-MNIST images with templated captions.
+
+It learns a BPE vocabulary from the captions and writes into --out:
+model.safetensors (OpenAI names), bpe_simple_vocab_16e6.txt.gz, vocab.json +
+merges.txt, pretrain.json (options, zero-shot accuracy on seen and held-out
+compositions, wall time, the reproduce command) and the resumable state
+pretrain-state.safetensors. Interrupt it and continue with --resume.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := pretrain.Run(cmd.Context(), opts, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			m := res.Metrics
+			slog.Info("pretrain: done", "out", opts.OutDir, "params", res.Params, "bytes", res.ModelBytes,
+				"wall", fmt.Sprintf("%.0fs", res.WallSeconds), "final_loss", fmt.Sprintf("%.3f", res.FinalLoss))
+			fmt.Fprintf(cmd.OutOrStdout(), "zero-shot top-1: seen %.3f (%d-way) %.3f (%d-way); held-out %.3f (%d-way) %.3f (%d-way)\n",
+				m.SeenAll.Top1, m.SeenAll.Classes, m.SeenOnly.Top1, m.SeenOnly.Classes,
+				m.HeldOutAll.Top1, m.HeldOutAll.Classes, m.HeldOutOnly.Top1, m.HeldOutOnly.Classes)
+			return nil
+		},
+	}
+	addOptionFlags(cmd, &opts)
+	cmd.Flags().BoolVar(&opts.Resume, "resume", false, "continue from the state in --out")
+	return cmd
+}
+
+// addOptionFlags defines one flag per pretrain.Options field.
+func addOptionFlags(cmd *cobra.Command, o *pretrain.Options) {
+	fs := cmd.Flags()
+	for _, f := range o.Flags() {
+		switch p := f.Ptr.(type) {
+		case *int:
+			fs.IntVar(p, f.Name, *p, f.Usage)
+		case *uint64:
+			fs.Uint64Var(p, f.Name, *p, f.Usage)
+		case *float64:
+			fs.Float64Var(p, f.Name, *p, f.Usage)
+		case *string:
+			fs.StringVar(p, f.Name, *p, f.Usage)
+		case *bool:
+			fs.BoolVar(p, f.Name, *p, f.Usage)
+		}
+	}
+}

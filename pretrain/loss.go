@@ -1,0 +1,112 @@
+package pretrain
+
+import (
+	"math"
+
+	"github.com/pfedmma/pfedmma/clip"
+)
+
+// InfoNCE is CLIP's symmetric contrastive loss over a batch of B matched
+// (image, text) pairs: with logits = exp(logitScale)·cos(img_i, txt_j)
+// [B, B], it is the mean of the image→text cross-entropy (rows, target i)
+// and the text→image cross-entropy (columns, target j), averaged over the
+// two directions.
+//
+// img and txt are raw (unnormalised) features [B, E]. The gradients with
+// respect to them are written into dImg and dTxt ([B, E], overwritten); the
+// gradient with respect to logitScale is returned as dScale. The function
+// also reports the number of rows whose image→text argmax is the matching
+// text (batch accuracy).
+func InfoNCE(img, txt []float32, B, E int, logitScale float32, dImg, dTxt []float32) (loss float64, dScale float64, correct int) {
+	s := float32(math.Exp(float64(logitScale)))
+	ni := append([]float32(nil), img[:B*E]...)
+	nt := append([]float32(nil), txt[:B*E]...)
+	normI := clip.Normalize(ni, B, E)
+	normT := clip.Normalize(nt, B, E)
+	// logits[i, j] = s · î_i · t̂_j                            [B, B]
+	logits := make([]float64, B*B)
+	for i := 0; i < B; i++ {
+		for j := 0; j < B; j++ {
+			var dot float32
+			a, b := ni[i*E:i*E+E], nt[j*E:j*E+E]
+			for k := range a {
+				dot += a[k] * b[k]
+			}
+			logits[i*B+j] = float64(s) * float64(dot)
+		}
+	}
+	// dl = ½ (softmax_rows − I)/B + ½ (softmax_cols − I)/B
+	dl := make([]float64, B*B)
+	half := 0.5 / float64(B)
+	for i := 0; i < B; i++ { // image → text: row i, target i
+		row := logits[i*B : i*B+B]
+		mx, arg := row[0], 0
+		for j, v := range row {
+			if v > mx {
+				mx, arg = v, j
+			}
+		}
+		if arg == i {
+			correct++
+		}
+		var sum float64
+		for _, v := range row {
+			sum += math.Exp(v - mx)
+		}
+		lse := mx + math.Log(sum)
+		loss += (lse - row[i]) * half
+		for j, v := range row {
+			dl[i*B+j] += math.Exp(v-lse) * half
+		}
+		dl[i*B+i] -= half
+	}
+	for j := 0; j < B; j++ { // text → image: column j, target j
+		mx := logits[j]
+		for i := 0; i < B; i++ {
+			mx = max(mx, logits[i*B+j])
+		}
+		var sum float64
+		for i := 0; i < B; i++ {
+			sum += math.Exp(logits[i*B+j] - mx)
+		}
+		lse := mx + math.Log(sum)
+		loss += (lse - logits[j*B+j]) * half
+		for i := 0; i < B; i++ {
+			dl[i*B+j] += math.Exp(logits[i*B+j]-lse) * half
+		}
+		dl[j*B+j] -= half
+	}
+	// ∂loss/∂logitScale = Σ dl_ij · logits_ij (logits are linear in s = e^ls)
+	for i, g := range dl {
+		dScale += g * logits[i]
+	}
+	// dî_i = s Σ_j dl_ij t̂_j ; dt̂_j = s Σ_i dl_ij î_i
+	dni, dnt := make([]float32, B*E), make([]float32, B*E)
+	for i := 0; i < B; i++ {
+		for j := 0; j < B; j++ {
+			g := s * float32(dl[i*B+j])
+			a, b := ni[i*E:i*E+E], nt[j*E:j*E+E]
+			da, db := dni[i*E:i*E+E], dnt[j*E:j*E+E]
+			for k := range a {
+				da[k] += g * b[k]
+				db[k] += g * a[k]
+			}
+		}
+	}
+	normBackward(dImg, dni, ni, normI, B, E)
+	normBackward(dTxt, dnt, nt, normT, B, E)
+	return loss, dScale, correct
+}
+
+// normBackward writes dx = (dn − n̂(n̂·dn))/‖x‖ for the rows of x = ‖x‖·n̂.
+func normBackward(dx, dn, nhat, norms []float32, n, d int) {
+	for i := 0; i < n; i++ {
+		var dot float32
+		for k := 0; k < d; k++ {
+			dot += nhat[i*d+k] * dn[i*d+k]
+		}
+		for k := 0; k < d; k++ {
+			dx[i*d+k] = (dn[i*d+k] - nhat[i*d+k]*dot) / norms[i]
+		}
+	}
+}
