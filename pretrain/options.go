@@ -208,7 +208,8 @@ func (o *Options) Flags() []Flag {
 }
 
 // Command returns the `pfedmma pretrain` command line that reproduces o,
-// with every result-relevant flag spelled out.
+// with every result-relevant flag spelled out (values quoted for a POSIX
+// shell where needed).
 func (o Options) Command() string {
 	parts := []string{"pfedmma", "pretrain"}
 	for _, f := range o.Flags() {
@@ -229,8 +230,8 @@ func (o Options) Command() string {
 			if v == "" {
 				continue
 			}
-			if strings.ContainsAny(v, " '\"\\$") {
-				v = strconv.Quote(v)
+			if strings.ContainsAny(v, " \t'\"\\$`*?;&|<>()") {
+				v = "'" + strings.ReplaceAll(v, "'", `'\''`) + "'" // POSIX shell quoting
 			}
 		}
 		parts = append(parts, "--"+f.Name+"="+v)

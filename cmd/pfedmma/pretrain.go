@@ -10,13 +10,13 @@ import (
 )
 
 func init() {
-	rootCmd.AddCommand(newPretrainCmd())
+	opts := pretrain.DefaultOptions()
+	rootCmd.AddCommand(newPretrainCmd(&opts))
 }
 
-// newPretrainCmd builds `pfedmma pretrain`; its flags are exactly
-// pretrain.Options.Flags, so pretrain.json's reproduce command parses back.
-func newPretrainCmd() *cobra.Command {
-	opts := pretrain.DefaultOptions()
+// newPretrainCmd builds `pfedmma pretrain`, whose flags set *opts; they are
+// exactly opts.Flags, so pretrain.json's reproduce command parses back.
+func newPretrainCmd(opts *pretrain.Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pretrain [--out DIR] [flags] [--resume]",
 		Short: "Pretrain a small CLIP from scratch on the generated world",
@@ -32,7 +32,7 @@ compositions, wall time, the reproduce command) and the resumable state
 pretrain-state.safetensors. Interrupt it and continue with --resume.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := pretrain.Run(cmd.Context(), opts, cmd.ErrOrStderr())
+			res, err := pretrain.Run(cmd.Context(), *opts, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -45,7 +45,7 @@ pretrain-state.safetensors. Interrupt it and continue with --resume.`,
 			return nil
 		},
 	}
-	addOptionFlags(cmd, &opts)
+	addOptionFlags(cmd, opts)
 	cmd.Flags().BoolVar(&opts.Resume, "resume", false, "continue from the state in --out")
 	return cmd
 }
