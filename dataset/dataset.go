@@ -141,6 +141,10 @@ type Options struct {
 	ValFraction float64
 	// Decode overrides the decoder of file-backed images.
 	Decode DecodeFunc
+	// NumClasses, TrainPerClass, TestPerClass and ImageSize size a
+	// generated dataset (the "world" dataset); 0 keeps its defaults.
+	// Loaders of datasets on disk ignore them.
+	NumClasses, TrainPerClass, TestPerClass, ImageSize int
 }
 
 // ErrInvalid marks a dataset whose contents are inconsistent

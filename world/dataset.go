@@ -201,7 +201,8 @@ func Load(root string, opts dataset.Options) (*dataset.Dataset, error) {
 	if err != nil {
 		return nil, err
 	}
-	do := DatasetOptions{Seed: opts.Seed}
+	do := DatasetOptions{Seed: opts.Seed, NumClasses: opts.NumClasses,
+		TrainPerClass: opts.TrainPerClass, TestPerClass: opts.TestPerClass, Size: opts.ImageSize}
 	for i, name := range opts.Domains {
 		j := slices.Index(Domains[:], name)
 		if j < 0 {

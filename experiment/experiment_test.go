@@ -1,0 +1,178 @@
+package experiment
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/mma"
+	"github.com/pfedmma/pfedmma/report"
+	"github.com/pfedmma/pfedmma/tokenizer"
+	_ "github.com/pfedmma/pfedmma/world" // registers the "world" dataset
+)
+
+// smallModel writes a small random CLIP and a vocabulary learned from the
+// world's class prompts into a temporary model folder.
+func smallModel(t *testing.T) string {
+	t.Helper()
+	ds, err := dataset.Load("world", "", dataset.Options{Seed: 1, NumClasses: 8, TrainPerClass: 4, TestPerClass: 4, ImageSize: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var corpus []string
+	for _, c := range ds.Classes {
+		corpus = append(corpus, "a photo of a "+c+".")
+	}
+	tok := tokenizer.FromMerges(tokenizer.Learn(corpus, 60))
+	dir := t.TempDir()
+	if err := tok.WriteBPEGz(filepath.Join(dir, "bpe_simple_vocab_16e6.txt.gz")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := clip.Config{EmbedDim: 32,
+		Vision: clip.VisionConfig{ImageSize: 32, PatchSize: 8, Width: 64, Layers: 3, Heads: 1, MLPWidth: 256},
+		Text:   clip.TextConfig{ContextLength: 16, VocabSize: tok.VocabSize(), Width: 64, Layers: 3, Heads: 1, MLPWidth: 256}}
+	if err := checkpoint.Save(filepath.Join(dir, "model.safetensors"), clip.Random(cfg, 7), checkpoint.OpenAI); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func smallOptions(t *testing.T, model string) Options {
+	return Options{
+		ModelPath: model, Dataset: "world",
+		DatasetOptions: dataset.Options{NumClasses: 8, TrainPerClass: 8, TestPerClass: 6, ImageSize: 32},
+		Protocol:       ProtocolOptions{Name: BaseToNovel, Clients: 2},
+		Methods:        []string{ZeroShot, PFedMMA},
+		MMA:            mma.Config{Start: 2, Dim: 8, Scale: 0.1},
+		Train:          TrainOptions{Epochs: 2, Batch: 8, LR: 0.05, Momentum: 0.9, WD: 5e-4},
+		Rounds:         3, Fraction: 1, Seed: 3, OutDir: t.TempDir(), SaveAdapters: true, Plots: true,
+	}
+}
+
+// TestRunEndToEnd: pFedMMA's local accuracy rises above zero-shot on a
+// small random model, and every output file is written.
+func TestRunEndToEnd(t *testing.T) {
+	o := smallOptions(t, smallModel(t))
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zs, ok1 := res.Summary.Get(ZeroShot)
+	pf, ok2 := res.Summary.Get(PFedMMA)
+	if !ok1 || !ok2 {
+		t.Fatalf("summary lacks a method: %+v", res.Summary.Methods)
+	}
+	t.Logf("zero-shot %v\npFedMMA %v", zs, pf)
+	if pf["local"] < zs["local"]+15 {
+		t.Fatalf("pFedMMA local accuracy %.1f%% did not rise clearly above zero-shot %.1f%%", pf["local"], zs["local"])
+	}
+	var firstLocal float64 = -1
+	for _, r := range res.Records {
+		if r.Method == PFedMMA && firstLocal < 0 {
+			firstLocal = r.Mean["local"]
+		}
+	}
+	if pf["local"] <= firstLocal-1e-9 && pf["local"] < 100 {
+		t.Fatalf("local accuracy fell from %.1f (round 0) to %.1f", firstLocal, pf["local"])
+	}
+	for _, f := range []string{"summary.json", "report.md", "metrics.jsonl", "metrics.csv", "curves.png", "final.png",
+		"adapters/client_000.safetensors", "adapters/client_001.safetensors", "adapters/global_shared.safetensors"} {
+		if st, err := os.Stat(filepath.Join(o.OutDir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("output %s missing or empty: %v", f, err)
+		}
+	}
+	sum, err := report.ReadSummary(filepath.Join(o.OutDir, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Protocol != BaseToNovel {
+		t.Fatalf("summary protocol %q", sum.Protocol)
+	}
+}
+
+// TestResumeEqualsUninterrupted: a run stopped after round 2 and resumed
+// ends with bit-identical adapters and metrics.
+func TestResumeEqualsUninterrupted(t *testing.T) {
+	model := smallModel(t)
+	full := smallOptions(t, model)
+	full.Methods = []string{PFedMMA}
+	if _, err := Run(context.Background(), full); err != nil {
+		t.Fatal(err)
+	}
+	part := smallOptions(t, model)
+	part.Methods = []string{PFedMMA}
+	part.Rounds = 2
+	if _, err := Run(context.Background(), part); err != nil {
+		t.Fatal(err)
+	}
+	part.Rounds = 3
+	part.Resume = true
+	res, err := Run(context.Background(), part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(res.Records); n != 3 {
+		t.Fatalf("resumed run has %d round records, want 3", n)
+	}
+	for _, f := range []string{"adapters/client_000.safetensors", "adapters/client_001.safetensors", "adapters/global_shared.safetensors", "summary.json"} {
+		a, err1 := os.ReadFile(filepath.Join(full.OutDir, f))
+		b, err2 := os.ReadFile(filepath.Join(part.OutDir, f))
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		if f == "summary.json" {
+			// timings differ; compare the methods' metrics
+			sa, _ := report.ReadSummary(filepath.Join(full.OutDir, f))
+			sb, _ := report.ReadSummary(filepath.Join(part.OutDir, f))
+			ma, _ := sa.Get(PFedMMA)
+			mb, _ := sb.Get(PFedMMA)
+			for k, v := range ma {
+				if mb[k] != v {
+					t.Fatalf("summary %s: resumed %v, uninterrupted %v", k, mb[k], v)
+				}
+			}
+			continue
+		}
+		if !bytes.Equal(a, b) {
+			t.Fatalf("%s differs between the resumed and the uninterrupted run", f)
+		}
+	}
+}
+
+// TestCacheOnOffIdentical: with augmentation off, the prefix cache changes
+// nothing.
+func TestCacheOnOffIdentical(t *testing.T) {
+	model := smallModel(t)
+	on := smallOptions(t, model)
+	on.Rounds = 2
+	off := smallOptions(t, model)
+	off.Rounds = 2
+	off.NoCache = true
+	ra, err := Run(context.Background(), on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := Run(context.Background(), off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{ZeroShot, PFedMMA} {
+		a, _ := ra.Summary.Get(m)
+		b, _ := rb.Summary.Get(m)
+		for k, v := range a {
+			if b[k] != v {
+				t.Fatalf("%s %s: cache on %v, off %v", m, k, v, b[k])
+			}
+		}
+	}
+	a, _ := os.ReadFile(filepath.Join(on.OutDir, "adapters/client_001.safetensors"))
+	b, _ := os.ReadFile(filepath.Join(off.OutDir, "adapters/client_001.safetensors"))
+	if !bytes.Equal(a, b) {
+		t.Fatal("client adapters differ with the cache on and off")
+	}
+}

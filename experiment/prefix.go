@@ -1,0 +1,240 @@
+package experiment
+
+import (
+	"context"
+	"fmt"
+	"image"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/mma"
+	"github.com/pfedmma/pfedmma/nn"
+	"github.com/pfedmma/pfedmma/preprocess"
+	"github.com/pfedmma/pfedmma/progress"
+)
+
+// Store keeps fixed-size prefix records (one image's activations at the
+// input of the first adapted block).
+type Store interface {
+	Put(key string, rec []float32) (int, error)
+	Lookup(key string) (int, bool)
+	GetBatch(idxs []int, dst []float32) error
+	Len() int
+}
+
+// memStore is a Store in RAM.
+type memStore struct {
+	recLen int
+	data   []float32
+	keys   map[string]int
+}
+
+func newMemStore(recLen int) *memStore { return &memStore{recLen: recLen, keys: map[string]int{}} }
+
+func (s *memStore) Put(key string, rec []float32) (int, error) {
+	if len(rec) != s.recLen {
+		return 0, fmt.Errorf("prefix store: record %q has %d values, want %d", key, len(rec), s.recLen)
+	}
+	if i, ok := s.keys[key]; ok {
+		copy(s.data[i*s.recLen:], rec)
+		return i, nil
+	}
+	i := len(s.keys)
+	s.keys[key] = i
+	s.data = append(s.data, rec...)
+	return i, nil
+}
+
+func (s *memStore) Lookup(key string) (int, bool) { i, ok := s.keys[key]; return i, ok }
+func (s *memStore) Len() int                      { return len(s.keys) }
+
+func (s *memStore) GetBatch(idxs []int, dst []float32) error {
+	for k, i := range idxs {
+		if i < 0 || i >= len(s.keys) {
+			return fmt.Errorf("prefix store: record %d outside 0..%d", i, len(s.keys)-1)
+		}
+		copy(dst[k*s.recLen:(k+1)*s.recLen], s.data[i*s.recLen:(i+1)*s.recLen])
+	}
+	return nil
+}
+
+// Prefixer computes frozen prefixes of images.
+type Prefixer struct {
+	Model     *clip.Model
+	Start     int // first adapted block ℓ
+	Transform preprocess.Transform
+	Batch     int
+}
+
+// RecordLen is the number of floats of one image prefix.
+func (p *Prefixer) RecordLen() int {
+	v := p.Model.W.Config.Vision
+	return v.Tokens() * v.Width
+}
+
+// view names one preprocessed version of an item: view 0 of an eval
+// transform is the center crop; augmented views are seeded per item.
+type view struct {
+	item    int
+	index   int
+	augment bool
+}
+
+func (v view) key(items []dataset.Item) string {
+	if !v.augment {
+		return items[v.item].Key
+	}
+	return fmt.Sprintf("%s#aug%d", items[v.item].Key, v.index)
+}
+
+// pixels loads and preprocesses one view into dst [3, S, S].
+func (p *Prefixer) pixels(items []dataset.Item, v view, seed uint64, dst []float32) error {
+	img, err := items[v.item].Source.Load()
+	if err != nil {
+		return fmt.Errorf("image %q: %w", items[v.item].Key, err)
+	}
+	return p.pixelsOf(img, v, seed, dst)
+}
+
+func (p *Prefixer) pixelsOf(img image.Image, v view, seed uint64, dst []float32) error {
+	var px []float32
+	if v.augment {
+		rng := rand.New(rand.NewPCG(seed, uint64(v.item)<<20|uint64(v.index)))
+		px = p.Transform.Augment(img, rng)
+	} else {
+		px = p.Transform.Eval(img)
+	}
+	if len(px) != len(dst) {
+		return fmt.Errorf("preprocessing produced %d values, want %d", len(px), len(dst))
+	}
+	copy(dst, px)
+	return nil
+}
+
+// Fill computes the prefix of every view not yet in store and returns the
+// record index of each view (in the order given). Decoding and
+// preprocessing of the next batch overlap with the model's work on the
+// current one.
+func (p *Prefixer) Fill(ctx context.Context, items []dataset.Item, views []view, seed uint64, store Store, bar *progress.Bar) ([]int, error) {
+	out := make([]int, len(views))
+	var todo []int
+	for i, v := range views {
+		if r, ok := store.Lookup(v.key(items)); ok {
+			out[i] = r
+		} else {
+			todo = append(todo, i)
+		}
+	}
+	S := p.Model.W.Config.Vision.ImageSize
+	per := 3 * S * S
+	B := max(p.Batch, 1)
+	type batch struct {
+		idx []int
+		px  []float32
+		err error
+	}
+	prepare := func(idx []int) batch {
+		b := batch{idx: idx, px: make([]float32, len(idx)*per)}
+		var mu sync.Mutex
+		nn.ParallelFor(len(idx), 1, func(lo, hi int) {
+			for k := lo; k < hi; k++ {
+				if err := p.pixels(items, views[idx[k]], seed, b.px[k*per:(k+1)*per]); err != nil {
+					mu.Lock()
+					b.err = err
+					mu.Unlock()
+					return
+				}
+			}
+		})
+		return b
+	}
+	next := make(chan batch, 1)
+	go func() {
+		defer close(next)
+		for s := 0; s < len(todo); s += B {
+			if ctx.Err() != nil {
+				return
+			}
+			next <- prepare(todo[s:min(s+B, len(todo))])
+		}
+	}()
+	var rec []float32
+	for b := range next {
+		if b.err != nil {
+			drain(next)
+			return nil, b.err
+		}
+		if err := ctx.Err(); err != nil {
+			drain(next)
+			return nil, err
+		}
+		rec = mma.ImagePrefix(p.Model, p.Start, b.px, len(b.idx), rec)
+		n := p.RecordLen()
+		for k, vi := range b.idx {
+			r, err := store.Put(views[vi].key(items), rec[k*n:(k+1)*n])
+			if err != nil {
+				drain(next)
+				return nil, err
+			}
+			out[vi] = r
+		}
+		if bar != nil {
+			bar.AddItems(1, len(b.idx))
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func drain[T any](c chan T) {
+	for range c {
+	}
+}
+
+// computeStore is the cache switched off: every GetBatch recomputes the
+// prefixes from the images (the reference's behaviour without augmentation).
+// Records are views registered with add.
+type computeStore struct {
+	p     *Prefixer
+	items []dataset.Item
+	views []view
+	seed  uint64
+	px    []float32
+	rec   []float32
+}
+
+func (s *computeStore) add(v view) int { s.views = append(s.views, v); return len(s.views) - 1 }
+
+func (s *computeStore) Put(key string, rec []float32) (int, error) {
+	return 0, fmt.Errorf("prefix store: the uncached store computes records and cannot store %q", key)
+}
+func (s *computeStore) Lookup(string) (int, bool) { return 0, false }
+func (s *computeStore) Len() int                  { return len(s.views) }
+
+func (s *computeStore) GetBatch(idxs []int, dst []float32) error {
+	S := s.p.Model.W.Config.Vision.ImageSize
+	per := 3 * S * S
+	s.px = nn.Grow(s.px, len(idxs)*per)
+	errs := make([]error, len(idxs))
+	nn.ParallelFor(len(idxs), 1, func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			if idxs[k] < 0 || idxs[k] >= len(s.views) {
+				errs[k] = fmt.Errorf("prefix store: record %d outside 0..%d", idxs[k], len(s.views)-1)
+				continue
+			}
+			errs[k] = s.p.pixels(s.items, s.views[idxs[k]], s.seed, s.px[k*per:(k+1)*per])
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	s.rec = mma.ImagePrefix(s.p.Model, s.p.Start, s.px, len(idxs), s.rec)
+	copy(dst, s.rec)
+	return nil
+}

@@ -1,0 +1,210 @@
+// Package experiment runs a federated experiment end to end: it loads the
+// model and dataset, builds the protocol's clients and evaluation sets,
+// computes the frozen prefix of every image once, runs each method
+// (zero-shot CLIP, pFedMMA) through the federation engine and writes the
+// reports.
+package experiment
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/partition"
+)
+
+// Protocol names.
+const (
+	BaseToNovel = "base2novel"
+	Dirichlet   = "dirichlet"
+	Domains     = "domains"
+)
+
+// Space is a label space: the classes whose prompts form a classifier.
+type Space struct {
+	Name    string
+	Classes []int // dataset labels, in logit order
+}
+
+// EvalSet is a set of test images scored over one label space.
+type EvalSet struct {
+	Name   string // metric name: "local", "base", "novel", "acc"
+	Space  int    // index into Task.Spaces
+	Images []int  // indices into Task.Test
+	Labels []int  // label in the space's logit order, per image
+}
+
+// ClientTask is one client's share of the task.
+type ClientTask struct {
+	ID     int
+	Domain int
+	Train  []int // indices into Task.Train
+	Labels []int // training label in the TrainSpace's logit order
+	// TrainSpace is the label space the client trains over.
+	TrainSpace int
+	Evals      []*EvalSet // may be shared between clients
+}
+
+// Task is a dataset cut into clients and evaluation sets by a protocol.
+type Task struct {
+	Protocol string
+	Dataset  *dataset.Dataset
+	Train    []dataset.Item // the (few-shot) training images in use
+	Test     []dataset.Item // the evaluation images in use
+	Spaces   []Space
+	Clients  []ClientTask
+	// Metrics are the per-client metric names, in report order.
+	Metrics []string
+}
+
+// ProtocolOptions configure how a dataset is cut into clients.
+type ProtocolOptions struct {
+	Name       string
+	Clients    int
+	Shots      int     // training images per class (0 = all)
+	Beta       float64 // Dirichlet concentration
+	PerDomain  int     // clients per domain (domains protocol)
+	MinSamples int     // Dirichlet: minimum train and test samples per client
+	UseVal     bool    // evaluate on the validation split instead of test
+	Seed       uint64
+}
+
+// BuildTask applies a protocol to a dataset.
+func BuildTask(ds *dataset.Dataset, o ProtocolOptions) (*Task, error) {
+	test := ds.Test
+	if o.UseVal {
+		if len(ds.Val) == 0 {
+			return nil, fmt.Errorf("experiment: dataset %s has no validation split", ds.Name)
+		}
+		test = ds.Val
+	}
+	train := ds.Train
+	if o.Shots > 0 {
+		train = partition.FewShot(ds.Train, o.Shots, o.Seed)
+	}
+	if len(train) == 0 || len(test) == 0 {
+		return nil, fmt.Errorf("experiment: dataset %s: %d training and %d test images", ds.Name, len(train), len(test))
+	}
+	switch o.Name {
+	case BaseToNovel:
+		return baseToNovel(ds, train, test, o)
+	case Dirichlet, Domains:
+		return labelShift(ds, train, test, o)
+	}
+	return nil, fmt.Errorf("experiment: unknown protocol %q (want %s, %s or %s)", o.Name, BaseToNovel, Dirichlet, Domains)
+}
+
+// baseToNovel: base classes dealt to clients without overlap; each client
+// trains over all base classes and is scored on Local (its own classes'
+// test images), Base (every base test image) and Novel (every novel test
+// image, over the novel classes only).
+func baseToNovel(ds *dataset.Dataset, train, test []dataset.Item, o ProtocolOptions) (*Task, error) {
+	b2n, err := partition.NewBaseToNovel(train, test, len(ds.Classes), o.Clients, o.Seed)
+	if err != nil {
+		return nil, err
+	}
+	t := &Task{Protocol: BaseToNovel, Dataset: ds, Train: train, Test: test,
+		Spaces:  []Space{{"base", b2n.Split.Base}, {"novel", b2n.Split.Novel}},
+		Metrics: []string{"local", "base", "novel", "hm"}}
+	base := &EvalSet{Name: "base", Space: 0}
+	for _, i := range b2n.Base {
+		base.Images = append(base.Images, i)
+		base.Labels = append(base.Labels, b2n.Split.BaseMap[test[i].Label])
+	}
+	novel := &EvalSet{Name: "novel", Space: 1}
+	for _, i := range b2n.Novel {
+		novel.Images = append(novel.Images, i)
+		novel.Labels = append(novel.Labels, b2n.Split.NovelMap[test[i].Label])
+	}
+	for _, c := range b2n.Clients {
+		ct := ClientTask{ID: c.ID, TrainSpace: 0}
+		for _, i := range c.Train {
+			ct.Train = append(ct.Train, i)
+			ct.Labels = append(ct.Labels, b2n.Split.BaseMap[train[i].Label])
+		}
+		local := &EvalSet{Name: "local", Space: 0}
+		for _, i := range c.Test {
+			local.Images = append(local.Images, i)
+			local.Labels = append(local.Labels, b2n.Split.BaseMap[test[i].Label])
+		}
+		if len(ct.Train) == 0 || len(local.Images) == 0 {
+			return nil, fmt.Errorf("experiment: base-to-novel client %d has %d training and %d local test images", c.ID, len(ct.Train), len(local.Images))
+		}
+		ct.Evals = []*EvalSet{local, base, novel}
+		t.Clients = append(t.Clients, ct)
+	}
+	return t, nil
+}
+
+// labelShift: Dirichlet label shift (optionally within each domain); every
+// client trains and is scored over all classes on its own test split.
+func labelShift(ds *dataset.Dataset, train, test []dataset.Item, o ProtocolOptions) (*Task, error) {
+	cfg := partition.DirichletConfig{Beta: o.Beta, MinSize: o.MinSamples}
+	var clients []partition.Client
+	var err error
+	if o.Name == Domains {
+		cfg.Clients = max(o.PerDomain, 1)
+		clients, err = partition.DomainDirichlet(train, test, cfg, o.Seed)
+	} else {
+		cfg.Clients = o.Clients
+		clients, err = partition.Dirichlet(train, test, cfg, o.Seed)
+	}
+	if err != nil {
+		return nil, err
+	}
+	all := make([]int, len(ds.Classes))
+	for i := range all {
+		all[i] = i
+	}
+	t := &Task{Protocol: o.Name, Dataset: ds, Train: train, Test: test,
+		Spaces: []Space{{"all", all}}, Metrics: []string{"acc"}}
+	for _, c := range clients {
+		ct := ClientTask{ID: c.ID, Domain: c.Domain}
+		for _, i := range c.Train {
+			ct.Train = append(ct.Train, i)
+			ct.Labels = append(ct.Labels, train[i].Label)
+		}
+		ev := &EvalSet{Name: "acc"}
+		for _, i := range c.Test {
+			ev.Images = append(ev.Images, i)
+			ev.Labels = append(ev.Labels, test[i].Label)
+		}
+		ct.Evals = []*EvalSet{ev}
+		t.Clients = append(t.Clients, ct)
+	}
+	sort.Slice(t.Clients, func(a, b int) bool { return t.Clients[a].ID < t.Clients[b].ID })
+	return t, nil
+}
+
+// UsedTrain returns the sorted training indices any client uses.
+func (t *Task) UsedTrain() []int {
+	seen := map[int]bool{}
+	for _, c := range t.Clients {
+		for _, i := range c.Train {
+			seen[i] = true
+		}
+	}
+	return sortedKeys(seen)
+}
+
+// UsedTest returns the sorted test indices any evaluation set uses.
+func (t *Task) UsedTest() []int {
+	seen := map[int]bool{}
+	for _, c := range t.Clients {
+		for _, e := range c.Evals {
+			for _, i := range e.Images {
+				seen[i] = true
+			}
+		}
+	}
+	return sortedKeys(seen)
+}
+
+func sortedKeys(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
