@@ -1,0 +1,366 @@
+// Package config is the experiment configuration of `pfedmma run`: the
+// [Experiment] struct (one YAML file), its validation, the named presets, and
+// the merge of preset, file and command-line overrides.
+//
+// A run's settings come from three layers, each overriding only what it sets:
+//
+//  1. a preset ([Preset]; [Default] when none is named),
+//  2. the YAML file (--config exp.yaml), decoded onto the preset,
+//  3. --set path=value overrides ([Experiment.Set]), e.g. federation.rounds=3.
+//
+// [Compose] applies the three layers and validates the result; every error
+// names the file, the line and the field path, e.g.
+//
+//	exp.yaml: line 7: federation.fraction: 1.5 not in (0, 1]
+//
+// The YAML keys are the snake_case names in the struct tags below; unknown
+// keys are errors. config/example.yaml is a commented example that sets every
+// field ([Example] returns it). Relative paths (model, vocab, dataset.root,
+// cache.spill_dir) are relative to the working directory of the run, not to
+// the config file.
+package config
+
+// Experiment is one `pfedmma run` configuration. The zero value is not
+// valid; start from [Default] or [Preset].
+type Experiment struct {
+	// Name labels the run in reports and the default output folder name.
+	// Optional; it does not enter the [Experiment.Fingerprint].
+	Name string `yaml:"name"`
+
+	// Methods are the methods compared in one run, in report order, on the
+	// same clients and data. Known names: zeroshot (frozen CLIP, no
+	// training), pfedmma, promptfl, fedpgp, fedotp, clip_adapter,
+	// clip_lora, pfedmoap, fedot, adapt. A known name may still be
+	// unimplemented; the runner reports that before any work starts.
+	Methods []string `yaml:"methods"`
+
+	// Model is the CLIP checkpoint (safetensors, OpenAI/open_clip or
+	// Hugging Face names). Empty means the tiny CLIP model embedded in the
+	// binary (pretrained on the generated world dataset).
+	Model string `yaml:"model"`
+
+	// Vocab is the BPE vocabulary of the tokenizer. Empty means the one
+	// found next to the model (or embedded with the default model).
+	Vocab string `yaml:"vocab"`
+
+	// Prompt is the class-prompt template; "{}" is replaced by the class
+	// name (underscores become spaces). Default "a photo of a {}.".
+	Prompt string `yaml:"prompt"`
+
+	// Dataset selects the data.
+	Dataset Dataset `yaml:"dataset"`
+
+	// Protocol says how the data is cut into clients and scored.
+	Protocol Protocol `yaml:"protocol"`
+
+	// Federation sets the number of clients and the round structure.
+	Federation Federation `yaml:"federation"`
+
+	// Optimizer is the local optimizer of every trained method.
+	Optimizer Optimizer `yaml:"optimizer"`
+
+	// BatchSize is the training mini-batch size (≥ 1); the paper uses 32.
+	BatchSize int `yaml:"batch_size"`
+
+	// PFedMMA holds the multi-modal adapter settings of method pfedmma.
+	PFedMMA PFedMMA `yaml:"pfedmma"`
+
+	// Augment is the training augmentation, written as a string: "none",
+	// "views:K" or "online". See [Augment].
+	Augment Augment `yaml:"augment"`
+
+	// Cache bounds the activation cache of frozen-prefix outputs. It does
+	// not change results and is left out of the fingerprint.
+	Cache Cache `yaml:"cache"`
+
+	// Seed seeds everything random in a run: the few-shot draw, the client
+	// partition, client sampling, adapter initialisation, batch order and
+	// augmentation.
+	Seed uint64 `yaml:"seed"`
+
+	// Seeds, when non-empty, repeats the whole run once per seed (Seed is
+	// then ignored) and reports the mean over seeds; the paper averages 3
+	// seeds. See [Experiment.RunSeeds].
+	Seeds []uint64 `yaml:"seeds"`
+
+	// Threads caps the worker threads (≥ 0); 0 uses every CPU. It does not
+	// change results and is left out of the fingerprint.
+	Threads int `yaml:"threads"`
+
+	// Eval configures evaluation.
+	Eval Eval `yaml:"eval"`
+
+	// Output selects what is written besides the metrics. It does not change
+	// results and is left out of the fingerprint.
+	Output Output `yaml:"output"`
+}
+
+// Dataset selects a dataset and how much of it is used.
+type Dataset struct {
+	// Name is a registered dataset: world (generated, needs no files),
+	// caltech101, oxford_pets, oxford_flowers, food101, dtd, sun397, ucf101
+	// (CoOp layout), cifar10, cifar100, domainnet, office_caltech10,
+	// imagefolder, fashion_mnist.
+	Name string `yaml:"name"`
+
+	// Root is the DATA folder the dataset lives under (CoOp convention:
+	// DATA/caltech-101, DATA/cifar-10-batches-bin, ...). Required except
+	// for world (ignored) and fashion_mnist (default
+	// /usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist).
+	Root string `yaml:"root"`
+
+	// Shots is the number of training images drawn per class (≥ 0); 0 uses
+	// every training image. The paper's base-to-novel setting uses 16.
+	Shots int `yaml:"shots"`
+
+	// ImageSize is the side in pixels images are resized and cropped to
+	// (≥ 0); 0 means the model's input size (the usual choice).
+	ImageSize int `yaml:"image_size"`
+
+	// NumClasses is the number of classes of the generated world dataset
+	// (0 = the world's default, 20; otherwise ≥ 2). Ignored by other
+	// datasets.
+	NumClasses int `yaml:"num_classes"`
+
+	// Domains restricts a multi-domain dataset to these domains, in this
+	// order (domainnet: clipart infograph painting quickdraw real sketch;
+	// office_caltech10: amazon caltech dslr webcam; world: photo clipart
+	// sketch painting). Empty means all domains in the standard order.
+	Domains []string `yaml:"domains"`
+
+	// ValFraction, in [0, 1), moves that fraction of each class's training
+	// images into a validation split for datasets that ship none (needed
+	// for eval.split: val). 0 keeps the dataset's own splits.
+	ValFraction float64 `yaml:"val_fraction"`
+}
+
+// Protocol names.
+const (
+	// ProtocolBaseToNovel: classes split in half; base classes dealt to
+	// clients without overlap; scored Local / Base / Novel / HM.
+	ProtocolBaseToNovel = "base2novel"
+	// ProtocolDirichlet: label shift by Dir(β) over all classes; scored by
+	// each client's accuracy on its local test split.
+	ProtocolDirichlet = "dirichlet"
+	// ProtocolDomains: feature + label shift; every domain is split into
+	// clients_per_domain clients by Dir(β); scored per domain and overall.
+	ProtocolDomains = "domains"
+)
+
+// Protocol says how the dataset is cut into clients and how they are scored
+// (baselines.md §7).
+type Protocol struct {
+	// Name is base2novel, dirichlet or domains.
+	Name string `yaml:"name"`
+
+	// Beta is the Dirichlet concentration β > 0 of the dirichlet and domains
+	// protocols (small β, strong label skew); the paper sweeps 0.1 … 10 and
+	// uses 0.5 by default. Ignored by base2novel.
+	Beta float64 `yaml:"beta"`
+
+	// ClientsPerDomain (≥ 1) is how many clients each domain is split into
+	// under the domains protocol (the paper: 1 or 2). Ignored otherwise.
+	ClientsPerDomain int `yaml:"clients_per_domain"`
+
+	// MinSamples (≥ 0) is the fewest training and the fewest test images
+	// every client must get from a Dirichlet draw; the draw is repeated
+	// until it holds. 0 means no minimum; the reference code uses 10.
+	// Ignored by base2novel.
+	MinSamples int `yaml:"min_samples"`
+}
+
+// Federation sets the clients and the round structure (Algorithm 1).
+type Federation struct {
+	// Clients is the number of clients N (≥ 1). Under the domains protocol
+	// it may be 0, meaning (number of domains) × clients_per_domain; when
+	// set it must equal that product.
+	Clients int `yaml:"clients"`
+
+	// Fraction in (0, 1] is the share of clients sampled each round after
+	// round 0 (which always takes every client, as the reference code
+	// does): max(1, ⌊fraction·N⌋) clients.
+	Fraction float64 `yaml:"fraction"`
+
+	// Rounds is the number of communication rounds T (≥ 1).
+	Rounds int `yaml:"rounds"`
+
+	// LocalEpochs is the number of passes E (≥ 1) each selected client makes
+	// over its training data per round.
+	LocalEpochs int `yaml:"local_epochs"`
+
+	// EvalEvery evaluates every client after rounds k, 2k, … (1-based) and
+	// always after the last round; 0 evaluates only after the last round.
+	EvalEvery int `yaml:"eval_every"`
+}
+
+// Optimizer names.
+const (
+	OptimizerSGD   = "sgd"
+	OptimizerAdamW = "adamw"
+)
+
+// Learning-rate schedule names.
+const (
+	ScheduleConstant = "constant"
+	ScheduleCosine   = "cosine"
+)
+
+// Optimizer is the local optimizer.
+type Optimizer struct {
+	// Name is sgd (PyTorch SGD with momentum, the paper's choice) or adamw
+	// (β1 0.9, β2 0.999).
+	Name string `yaml:"name"`
+
+	// LR is the (peak) learning rate, > 0; the paper uses 0.001.
+	LR float64 `yaml:"lr"`
+
+	// Momentum in [0, 1) is SGD's momentum (paper: 0.9); ignored by adamw.
+	Momentum float64 `yaml:"momentum"`
+
+	// WeightDecay (≥ 0) is L2 weight decay for sgd, decoupled decay for
+	// adamw; the paper uses 5e-4.
+	WeightDecay float64 `yaml:"weight_decay"`
+
+	// Schedule is constant (the paper) or cosine (annealed to 0 over
+	// rounds × local_epochs epochs, stepped once per local epoch).
+	Schedule string `yaml:"schedule"`
+
+	// WarmupEpochs (≥ 0, below rounds × local_epochs) ramps the learning
+	// rate linearly from 0 over that many epochs; 0 = no warmup. Cosine
+	// schedule only.
+	WarmupEpochs int `yaml:"warmup_epochs"`
+
+	// ResetEachRound recreates every client's optimizer state (momentum
+	// buffers) at the start of each round it takes part in. With false each
+	// client keeps its own state across rounds. The reference code shares
+	// one optimizer among all clients (a bug, not reproduced); resetting is
+	// the default because the shared weights a client resumes from are
+	// replaced by the server's aggregate each round.
+	ResetEachRound bool `yaml:"reset_each_round"`
+}
+
+// Adapter activation names.
+const (
+	ActivationReLU = "relu"
+	ActivationGELU = "gelu"
+)
+
+// PFedMMA holds the multi-modal adapter settings (pfedmma.md §1).
+//
+// Block numbers are 1-based (1 … L for an L-block encoder); block 0 is the
+// embeddings. Start ℓ and End pick the adapted blocks ℓ … End of both the
+// image and the text encoder:
+//
+//	start: 10, end: 0    blocks 10–12 of ViT-B (the paper, CLIP datasets)
+//	start: 5,  end: 0    blocks 5–12 (the paper for CIFAR/DomainNet; the reference code's config)
+//	start: 0,  end: 0    the embeddings and every block
+//	start: -3, end: 0    the last 3 blocks of whatever model is loaded
+//
+// Use [PFedMMA.Blocks] to resolve them against a model's depth.
+type PFedMMA struct {
+	// Start is ℓ, the first adapted block. 1 … L is a block number; 0 also
+	// adapts the embeddings (then every block up to End); a negative value
+	// −k means the last k blocks (ℓ = L − k + 1), so presets work with any
+	// model depth.
+	Start int `yaml:"start"`
+
+	// End (≥ 0) is the last adapted block; 0 means the last block L.
+	End int `yaml:"end"`
+
+	// Dim is the adapter bottleneck r (≥ 1); the paper uses 32.
+	Dim int `yaml:"dim"`
+
+	// Scale is α > 0, the factor on the adapter branch; the paper's best HM
+	// is at 0.005, the reference code's config uses 0.001.
+	Scale float64 `yaml:"scale"`
+
+	// Activation is δ between the projections: relu (what the reference
+	// code runs) or gelu (the paper's "e.g. GELU").
+	Activation string `yaml:"activation"`
+}
+
+// Cache bounds the activation cache (frozen-prefix outputs per image view).
+type Cache struct {
+	// MemoryMiB (≥ 0) is the RAM budget in MiB; records beyond it spill to
+	// a memory-mapped file. 0 lets the runner choose from the machine's
+	// memory.
+	MemoryMiB int `yaml:"memory_mib"`
+
+	// SpillDir is where spill files go; empty means the system temporary
+	// folder.
+	SpillDir string `yaml:"spill_dir"`
+
+	// DType is float32 (exact, the default) or bfloat16 (half the memory,
+	// about 3 significant digits).
+	DType string `yaml:"dtype"`
+}
+
+// Cache storage types.
+const (
+	DTypeFloat32  = "float32"
+	DTypeBFloat16 = "bfloat16"
+)
+
+// Evaluation splits.
+const (
+	SplitTest = "test"
+	SplitVal  = "val"
+)
+
+// Eval configures evaluation.
+type Eval struct {
+	// Split is the split every reported accuracy is measured on: test, or
+	// val (the dataset's validation split, or one carved out with
+	// dataset.val_fraction) for tuning without touching the test set.
+	// Reports always give the final round, never a best round picked on
+	// the evaluated split.
+	Split string `yaml:"split"`
+
+	// BatchSize (≥ 1) is the evaluation batch size; the paper uses 100.
+	BatchSize int `yaml:"batch_size"`
+}
+
+// Output selects what a run writes besides metrics, the resolved config and
+// the report.
+type Output struct {
+	// Plots writes accuracy-per-round and summary plots (PNG and SVG).
+	Plots bool `yaml:"plots"`
+
+	// SaveAdapters writes every client's final trained parameters
+	// (safetensors) so they can be evaluated or inspected later.
+	SaveAdapters bool `yaml:"save_adapters"`
+}
+
+// Known method names, in the order of the specs.
+var knownMethods = []string{
+	"zeroshot", "pfedmma", "promptfl", "fedpgp", "fedotp", "clip_adapter",
+	"clip_lora", "pfedmoap", "fedot", "adapt",
+}
+
+// Methods returns the method names a config may list (a copy).
+func Methods() []string { return append([]string(nil), knownMethods...) }
+
+// RunSeeds returns the seeds the run repeats over: Seeds when set, else
+// [Seed].
+func (e *Experiment) RunSeeds() []uint64 {
+	if len(e.Seeds) > 0 {
+		return append([]uint64(nil), e.Seeds...)
+	}
+	return []uint64{e.Seed}
+}
+
+// Clone returns a deep copy of e.
+func (e *Experiment) Clone() *Experiment {
+	c := *e
+	c.Methods = cloneSlice(e.Methods)
+	c.Dataset.Domains = cloneSlice(e.Dataset.Domains)
+	c.Seeds = cloneSlice(e.Seeds)
+	return &c
+}
+
+func cloneSlice[T any](s []T) []T {
+	if s == nil {
+		return nil
+	}
+	return append([]T(nil), s...)
+}

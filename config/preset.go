@@ -1,0 +1,203 @@
+package config
+
+import (
+	_ "embed"
+	"fmt"
+	"strings"
+)
+
+// DefaultPreset is the preset [Load] and [Compose] start from when none is
+// named: the quick base-to-novel job on the generated world dataset.
+const DefaultPreset = "world-base2novel"
+
+// PaperModel is the checkpoint path the paper presets name: OpenAI's
+// ViT-B/16 CLIP in any supported scheme, relative to the working directory.
+// Override it with `--set model=PATH` or model: in the config file.
+const PaperModel = "ViT-B-16.safetensors"
+
+// PresetInfo describes one preset.
+type PresetInfo struct {
+	Name    string
+	Summary string
+}
+
+type preset struct {
+	PresetInfo
+	build func() *Experiment
+}
+
+// presets in the order `pfedmma run --help` lists them.
+var presets = []preset{
+	{PresetInfo{"paper-base2novel", "the paper's base-to-novel setting on a CLIP dataset (caltech101 under dataset.root DATA): " +
+		"ViT-B/16, 10 clients, 100% participation, E=2, T=50, SGD lr 0.001 momentum 0.9 wd 5e-4, batch 32, " +
+		"16 shots, adapters on blocks 10-12, r=32, α=0.005, seeds 1 2 3"}, paperBaseToNovel},
+	{PresetInfo{"paper-cifar", "the paper's CIFAR setting (cifar10; set dataset.name=cifar100 for CIFAR-100): " +
+		"100 clients, 10% participation, E=1, T=50, Dirichlet β=0.5, full training set, blocks 5-12, no augmentation"}, paperCIFAR},
+	{PresetInfo{"paper-domainnet", "the paper's DomainNet setting: 6 domains × 2 clients by Dirichlet β=0.5 (12 clients), " +
+		"E=1, T=50, blocks 5-12, full training set"}, paperDomainNet},
+	{PresetInfo{"reference-code", "paper-base2novel with the authors' code's adapter settings: blocks 5-12 and α=0.001 " +
+		"(the paper's text says blocks 10-12, α=0.005)"}, referenceCode},
+	{PresetInfo{"world-base2novel", "the default quick job: base-to-novel on the generated world dataset (20 classes, " +
+		"16 shots) with the embedded tiny model, 10 clients, 5 rounds, zero-shot CLIP vs pFedMMA"}, worldBaseToNovel},
+	{PresetInfo{"world-dirichlet", "label shift on the world dataset: 10 clients by Dirichlet β=0.5, 50% participation, 5 rounds"}, worldDirichlet},
+	{PresetInfo{"world-domains", "feature + label shift on the world dataset: 4 styles × 2 clients by Dirichlet β=0.5, 5 rounds"}, worldDomains},
+	{PresetInfo{"fashion-mnist", "Fashion-MNIST from Debian's dataset-fashion-mnist with the tiny model: 10 clients by " +
+		"Dirichlet β=0.5, 64 shots, 5 rounds"}, fashionMNIST},
+}
+
+// PresetNames lists the preset names in documentation order.
+func PresetNames() []string {
+	names := make([]string, len(presets))
+	for i, p := range presets {
+		names[i] = p.Name
+	}
+	return names
+}
+
+// Presets describes every preset, in documentation order.
+func Presets() []PresetInfo {
+	out := make([]PresetInfo, len(presets))
+	for i, p := range presets {
+		out[i] = p.PresetInfo
+	}
+	return out
+}
+
+// Preset returns a fresh copy of the named preset.
+func Preset(name string) (*Experiment, error) {
+	for _, p := range presets {
+		if p.Name == name {
+			e := p.build()
+			if e.Name == "" {
+				e.Name = name
+			}
+			return e, nil
+		}
+	}
+	return nil, fmt.Errorf("config: unknown preset %q (known: %s)", name, strings.Join(PresetNames(), ", "))
+}
+
+// Default returns the [DefaultPreset].
+func Default() *Experiment {
+	return worldBaseToNovel()
+}
+
+//go:embed example.yaml
+var example []byte
+
+// Example returns config/example.yaml: a commented config that sets every
+// field (the values of the default preset).
+func Example() []byte { return append([]byte(nil), example...) }
+
+// common holds the settings every preset shares: the paper's optimizer,
+// batch size and adapter shape.
+func common() *Experiment {
+	return &Experiment{
+		Methods: []string{"zeroshot", "pfedmma"},
+		Prompt:  "a photo of a {}.",
+		Protocol: Protocol{
+			Name: ProtocolBaseToNovel, Beta: 0.5, ClientsPerDomain: 1, MinSamples: 10,
+		},
+		Federation: Federation{Clients: 10, Fraction: 1, Rounds: 50, LocalEpochs: 2, EvalEvery: 5},
+		Optimizer: Optimizer{
+			Name: OptimizerSGD, LR: 0.001, Momentum: 0.9, WeightDecay: 5e-4,
+			Schedule: ScheduleConstant, ResetEachRound: true,
+		},
+		BatchSize: 32,
+		PFedMMA:   PFedMMA{Start: 10, End: 0, Dim: 32, Scale: 0.005, Activation: ActivationReLU},
+		Augment:   Augment{Mode: AugmentOnline},
+		Cache:     Cache{DType: DTypeFloat32},
+		Seed:      1,
+		Eval:      Eval{Split: SplitTest, BatchSize: 100},
+		Output:    Output{Plots: true, SaveAdapters: true},
+	}
+}
+
+// paper presets: pfedmma.md §2 and the paper's §4.1 / Appendix C.
+
+func paperBaseToNovel() *Experiment {
+	e := common()
+	e.Model = PaperModel
+	e.Dataset = Dataset{Name: "caltech101", Root: "DATA", Shots: 16}
+	e.Seeds = []uint64{1, 2, 3}
+	return e
+}
+
+func paperCIFAR() *Experiment {
+	e := common()
+	e.Model = PaperModel
+	e.Dataset = Dataset{Name: "cifar10", Root: "DATA"}
+	e.Protocol.Name = ProtocolDirichlet
+	e.Federation = Federation{Clients: 100, Fraction: 0.1, Rounds: 50, LocalEpochs: 1, EvalEvery: 5}
+	e.PFedMMA.Start = 5
+	e.Augment = Augment{Mode: AugmentNone} // the reference code does not augment CIFAR
+	e.Seeds = []uint64{1, 2, 3}
+	return e
+}
+
+// paperDomainNet: the paper does not state E and T for DomainNet; this
+// preset uses the CIFAR values (E=1, T=50).
+func paperDomainNet() *Experiment {
+	e := common()
+	e.Model = PaperModel
+	e.Dataset = Dataset{Name: "domainnet", Root: "DATA",
+		Domains: []string{"clipart", "infograph", "painting", "quickdraw", "real", "sketch"}}
+	e.Protocol.Name = ProtocolDomains
+	e.Protocol.ClientsPerDomain = 2
+	e.Federation = Federation{Clients: 12, Fraction: 1, Rounds: 50, LocalEpochs: 1, EvalEvery: 5}
+	e.PFedMMA.Start = 5
+	e.Seeds = []uint64{1, 2, 3}
+	return e
+}
+
+func referenceCode() *Experiment {
+	e := paperBaseToNovel()
+	e.PFedMMA.Start = 5
+	e.PFedMMA.Scale = 0.001
+	return e
+}
+
+// world presets: the embedded tiny model (4 blocks, width 128) on data that
+// needs no download. Sized for a couple of minutes on 2 cores.
+
+func world() *Experiment {
+	e := common()
+	e.Dataset = Dataset{Name: "world", NumClasses: 20, Shots: 16}
+	e.Federation = Federation{Clients: 10, Fraction: 1, Rounds: 5, LocalEpochs: 1, EvalEvery: 1}
+	e.Optimizer.LR = 0.01
+	e.PFedMMA.Start = -3 // the last 3 blocks, like blocks 10-12 of ViT-B
+	e.PFedMMA.Dim = 16
+	e.Augment = Augment{Mode: AugmentNone}
+	return e
+}
+
+func worldBaseToNovel() *Experiment {
+	e := world()
+	e.Name = "world-base2novel"
+	return e
+}
+
+func worldDirichlet() *Experiment {
+	e := world()
+	e.Dataset.Shots = 0
+	e.Protocol.Name = ProtocolDirichlet
+	e.Federation.Fraction = 0.5
+	return e
+}
+
+func worldDomains() *Experiment {
+	e := world()
+	e.Dataset.Shots = 0
+	e.Dataset.Domains = []string{"photo", "clipart", "sketch", "painting"}
+	e.Protocol.Name = ProtocolDomains
+	e.Protocol.ClientsPerDomain = 2
+	e.Federation.Clients = 8
+	return e
+}
+
+func fashionMNIST() *Experiment {
+	e := world()
+	e.Dataset = Dataset{Name: "fashion_mnist", Shots: 64}
+	e.Protocol.Name = ProtocolDirichlet
+	return e
+}

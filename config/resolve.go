@@ -1,0 +1,92 @@
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Resolved returns the fully resolved config as YAML, every field written
+// out, headed by a comment with its fingerprint. A run writes it into its
+// output folder; [Load] or [Compose] on it gives back an equal Experiment
+// (whatever preset they start from, since every field is set).
+func (e *Experiment) Resolved() ([]byte, error) {
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "# pfedmma experiment, fully resolved\n# fingerprint: %s\n", e.Fingerprint())
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(e); err != nil {
+		return nil, fmt.Errorf("config: resolved YAML: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("config: resolved YAML: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// fingerprintSkip are the fields that cannot change a run's results.
+var fingerprintSkip = []string{"name", "threads", "cache", "output"}
+
+// Fingerprint is a stable hash (64 hex digits, SHA-256) of the settings
+// that determine a run's results; `pfedmma run --resume` refuses a config
+// whose fingerprint differs from the interrupted run's. It leaves out name,
+// threads, cache and output (they change speed or files, not numbers) and
+// seed when seeds is set. It hashes sorted "path=value" lines of the
+// non-zero fields, so it does not depend on field order, and a field added
+// to Experiment later leaves old fingerprints unchanged while it holds its
+// zero value.
+func (e *Experiment) Fingerprint() string {
+	var lines []string
+	flatten(reflect.ValueOf(*e), "", &lines)
+	lines = slices.DeleteFunc(lines, func(l string) bool {
+		return len(e.Seeds) > 0 && strings.HasPrefix(l, "seed=")
+	})
+	slices.Sort(lines)
+	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
+	return hex.EncodeToString(sum[:])
+}
+
+// flatten appends "path=value" for every non-zero leaf of v.
+func flatten(v reflect.Value, path string, out *[]string) {
+	t := v.Type()
+	if v.Kind() == reflect.Struct && !isLeafType(t) {
+		for i := range t.NumField() {
+			name := yamlName(t.Field(i))
+			if name == "" || (path == "" && slices.Contains(fingerprintSkip, name)) {
+				continue
+			}
+			flatten(v.Field(i), joinPath(path, name), out)
+		}
+		return
+	}
+	if v.IsZero() || (v.Kind() == reflect.Slice && v.Len() == 0) {
+		return
+	}
+	*out = append(*out, path+"="+leafString(v))
+}
+
+func leafString(v reflect.Value) string {
+	if s, ok := v.Interface().(fmt.Stringer); ok {
+		return strconv.Quote(s.String())
+	}
+	switch v.Kind() {
+	case reflect.String:
+		return strconv.Quote(v.String())
+	case reflect.Float64:
+		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
+	case reflect.Slice:
+		parts := make([]string, v.Len())
+		for i := range parts {
+			parts[i] = leafString(v.Index(i))
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	}
+	return fmt.Sprint(v.Interface())
+}

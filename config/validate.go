@@ -1,0 +1,249 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Validate checks every field: ranges, names, the augment form and the
+// protocol-specific fields. It reports all problems together (errors.Join
+// of [*FieldError], each naming its field path); nil means valid. It cannot
+// check what depends on the model or the data on disk (the model's depth
+// against pfedmma.start, a dataset's domain names); [PFedMMA.Blocks] and the
+// runner do.
+func (e *Experiment) Validate() error {
+	fes := e.check()
+	if len(fes) == 0 {
+		return nil
+	}
+	errs := make([]error, len(fes))
+	for i, fe := range fes {
+		errs[i] = fe
+	}
+	return errors.Join(errs...)
+}
+
+// checker collects field errors.
+type checker struct{ errs []*FieldError }
+
+func (c *checker) fail(path, format string, args ...any) {
+	c.errs = append(c.errs, &FieldError{Path: path, Err: fmt.Errorf(format, args...)})
+}
+
+func (c *checker) atLeast(path string, v, lo int) {
+	if v < lo {
+		c.fail(path, "%d is below %d", v, lo)
+	}
+}
+
+// finite reports (and rejects) NaN and ±Inf.
+func (c *checker) finite(path string, v float64) bool {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		c.fail(path, "%v is not a finite number", v)
+		return false
+	}
+	return true
+}
+
+func (c *checker) positive(path string, v float64) {
+	if c.finite(path, v) && v <= 0 {
+		c.fail(path, "%v must be > 0", v)
+	}
+}
+
+func (c *checker) oneOf(path, v string, allowed ...string) {
+	if !slices.Contains(allowed, v) {
+		c.fail(path, "%q: want %s", v, orList(allowed))
+	}
+}
+
+func orList(s []string) string {
+	if len(s) == 1 {
+		return s[0]
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}
+
+// datasetName is the form of registered dataset names.
+var datasetName = regexp.MustCompile(`^[a-z0-9][a-z0-9_]*$`)
+
+// rootOptional are datasets that need no dataset.root.
+var rootOptional = []string{"world", "fashion_mnist"}
+
+func (e *Experiment) check() []*FieldError {
+	c := &checker{}
+
+	if len(e.Methods) == 0 {
+		c.fail("methods", "empty; list at least one of %s", strings.Join(knownMethods, ", "))
+	}
+	for i, m := range e.Methods {
+		p := fmt.Sprintf("methods[%d]", i)
+		switch {
+		case !slices.Contains(knownMethods, m):
+			c.fail(p, "unknown method %q: want one of %s", m, strings.Join(knownMethods, ", "))
+		case slices.Index(e.Methods, m) < i:
+			c.fail(p, "%q listed twice", m)
+		}
+	}
+	if n := strings.Count(e.Prompt, "{}"); n != 1 {
+		c.fail("prompt", "%q must contain the class placeholder {} exactly once", e.Prompt)
+	}
+
+	e.checkDataset(c)
+	e.checkProtocol(c)
+
+	f := e.Federation
+	if e.Protocol.Name != ProtocolDomains || f.Clients != 0 {
+		c.atLeast("federation.clients", f.Clients, 1)
+	}
+	if c.finite("federation.fraction", f.Fraction) && (f.Fraction <= 0 || f.Fraction > 1) {
+		c.fail("federation.fraction", "%v not in (0, 1]", f.Fraction)
+	}
+	c.atLeast("federation.rounds", f.Rounds, 1)
+	c.atLeast("federation.local_epochs", f.LocalEpochs, 1)
+	c.atLeast("federation.eval_every", f.EvalEvery, 0)
+
+	o := e.Optimizer
+	c.oneOf("optimizer.name", o.Name, OptimizerSGD, OptimizerAdamW)
+	c.positive("optimizer.lr", o.LR)
+	if c.finite("optimizer.momentum", o.Momentum) && (o.Momentum < 0 || o.Momentum >= 1) {
+		c.fail("optimizer.momentum", "%v not in [0, 1)", o.Momentum)
+	}
+	if c.finite("optimizer.weight_decay", o.WeightDecay) && o.WeightDecay < 0 {
+		c.fail("optimizer.weight_decay", "%v is negative", o.WeightDecay)
+	}
+	c.oneOf("optimizer.schedule", o.Schedule, ScheduleConstant, ScheduleCosine)
+	c.atLeast("optimizer.warmup_epochs", o.WarmupEpochs, 0)
+	if o.WarmupEpochs > 0 {
+		total := f.Rounds * f.LocalEpochs
+		switch {
+		case o.Schedule != ScheduleCosine:
+			c.fail("optimizer.warmup_epochs", "%d needs schedule: cosine", o.WarmupEpochs)
+		case total > 0 && o.WarmupEpochs >= total:
+			c.fail("optimizer.warmup_epochs", "%d is not below the %d training epochs (rounds × local_epochs)", o.WarmupEpochs, total)
+		}
+	}
+	c.atLeast("batch_size", e.BatchSize, 1)
+
+	m := e.PFedMMA
+	c.atLeast("pfedmma.end", m.End, 0)
+	if m.Start > 0 && m.End > 0 && m.Start > m.End {
+		c.fail("pfedmma.start", "block %d is after end block %d", m.Start, m.End)
+	}
+	c.atLeast("pfedmma.dim", m.Dim, 1)
+	c.positive("pfedmma.scale", m.Scale)
+	c.oneOf("pfedmma.activation", m.Activation, ActivationReLU, ActivationGELU)
+
+	if err := e.Augment.validate(); err != nil {
+		c.fail("augment", "%v", err)
+	}
+
+	c.atLeast("cache.memory_mib", e.Cache.MemoryMiB, 0)
+	c.oneOf("cache.dtype", e.Cache.DType, DTypeFloat32, DTypeBFloat16)
+
+	for i, s := range e.Seeds {
+		if j := slices.Index(e.Seeds, s); j < i {
+			c.fail(fmt.Sprintf("seeds[%d]", i), "seed %d repeats seeds[%d]", s, j)
+		}
+	}
+	c.atLeast("threads", e.Threads, 0)
+	c.oneOf("eval.split", e.Eval.Split, SplitTest, SplitVal)
+	c.atLeast("eval.batch_size", e.Eval.BatchSize, 1)
+	return c.errs
+}
+
+func (e *Experiment) checkDataset(c *checker) {
+	d := e.Dataset
+	switch {
+	case d.Name == "":
+		c.fail("dataset.name", "missing")
+	case !datasetName.MatchString(d.Name):
+		c.fail("dataset.name", "%q: want a registered name such as world, caltech101 or cifar10", d.Name)
+	case d.Root == "" && !slices.Contains(rootOptional, d.Name):
+		c.fail("dataset.root", "missing: dataset %s needs the DATA folder it lives under", d.Name)
+	}
+	c.atLeast("dataset.shots", d.Shots, 0)
+	c.atLeast("dataset.image_size", d.ImageSize, 0)
+	if d.NumClasses != 0 {
+		c.atLeast("dataset.num_classes", d.NumClasses, 2)
+	}
+	for i, dom := range d.Domains {
+		p := fmt.Sprintf("dataset.domains[%d]", i)
+		switch {
+		case strings.TrimSpace(dom) == "":
+			c.fail(p, "empty domain name")
+		case slices.Index(d.Domains, dom) < i:
+			c.fail(p, "%q listed twice", dom)
+		}
+	}
+	if c.finite("dataset.val_fraction", d.ValFraction) && (d.ValFraction < 0 || d.ValFraction >= 1) {
+		c.fail("dataset.val_fraction", "%v not in [0, 1)", d.ValFraction)
+	}
+}
+
+func (e *Experiment) checkProtocol(c *checker) {
+	p := e.Protocol
+	c.oneOf("protocol.name", p.Name, ProtocolBaseToNovel, ProtocolDirichlet, ProtocolDomains)
+	c.atLeast("protocol.min_samples", p.MinSamples, 0)
+	switch p.Name {
+	case ProtocolBaseToNovel:
+		// With a known class count, every client must get a base class.
+		if n := e.Dataset.NumClasses; e.Dataset.Name == "world" && n >= 2 {
+			if base := (n + 1) / 2; e.Federation.Clients > base {
+				c.fail("federation.clients", "%d clients but only %d base classes (dataset.num_classes %d); base-to-novel deals each client at least one", e.Federation.Clients, base, n)
+			}
+		}
+	case ProtocolDirichlet:
+		c.positive("protocol.beta", p.Beta)
+	case ProtocolDomains:
+		c.positive("protocol.beta", p.Beta)
+		c.atLeast("protocol.clients_per_domain", p.ClientsPerDomain, 1)
+		if k := p.ClientsPerDomain; k >= 1 && e.Federation.Clients > 0 {
+			if nd := len(e.Dataset.Domains); nd > 0 && e.Federation.Clients != nd*k {
+				c.fail("federation.clients", "%d, but %d domains × clients_per_domain %d = %d (or set 0 to derive it)", e.Federation.Clients, nd, k, nd*k)
+			} else if e.Federation.Clients%k != 0 {
+				c.fail("federation.clients", "%d is not a multiple of clients_per_domain %d (or set 0 to derive it)", e.Federation.Clients, k)
+			}
+		}
+	}
+}
+
+// NumClients returns the number of clients given the number of domains the
+// loaded dataset has: federation.clients, or under the domains protocol
+// with clients 0, numDomains × clients_per_domain.
+func (e *Experiment) NumClients(numDomains int) int {
+	if e.Protocol.Name == ProtocolDomains && e.Federation.Clients == 0 {
+		return numDomains * e.Protocol.ClientsPerDomain
+	}
+	return e.Federation.Clients
+}
+
+// Blocks resolves Start and End against a model with layers blocks: the
+// first and last adapted block, 1-based, first 0 meaning the embeddings are
+// adapted too. It fails when the range does not fit the model.
+func (p PFedMMA) Blocks(layers int) (first, last int, err error) {
+	if layers < 1 {
+		return 0, 0, fmt.Errorf("pfedmma: model has %d blocks", layers)
+	}
+	first, last = p.Start, p.End
+	if last == 0 {
+		last = layers
+	}
+	if first < 0 {
+		if -first > layers {
+			return 0, 0, fmt.Errorf("pfedmma.start %d: the model has only %d blocks", p.Start, layers)
+		}
+		first = layers + first + 1
+	}
+	switch {
+	case last < 0 || last > layers:
+		return 0, 0, fmt.Errorf("pfedmma.end %d: the model has blocks 1..%d", p.End, layers)
+	case first > last:
+		return 0, 0, fmt.Errorf("pfedmma.start %d: first block %d is after last block %d (model has %d blocks)", p.Start, first, last, layers)
+	}
+	return first, last, nil
+}
