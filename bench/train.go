@@ -1,0 +1,225 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"image"
+	"image/color"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/gemm"
+	"github.com/pfedmma/pfedmma/mma"
+	"github.com/pfedmma/pfedmma/nn"
+	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/preprocess"
+)
+
+// TrainResult is what `pfedmma bench train` reports.
+type TrainResult struct {
+	Backend            string  `json:"backend"`
+	Core               string  `json:"core"`
+	Threads            int     `json:"threads"`
+	Batch              int     `json:"batch"`
+	Classes            int     `json:"classes"`
+	Blocks             string  `json:"adapted_blocks"`
+	Dim                int     `json:"adapter_dim"`
+	TrainCachedPerS    float64 `json:"train_images_per_s_cached"`
+	EvalCachedPerS     float64 `json:"eval_images_per_s_cached"`
+	TrainOnlinePerS    float64 `json:"train_images_per_s_online"`
+	EvalOnlinePerS     float64 `json:"eval_images_per_s_online"`
+	PeakRSSMiB         float64 `json:"peak_rss_mib"`
+	ReferenceTrainPerS float64 `json:"reference_train_images_per_s"`
+	ReferenceEvalPerS  float64 `json:"reference_eval_images_per_s"`
+	SpeedupTrainCached float64 `json:"speedup_train_cached"`
+	SpeedupEvalCached  float64 `json:"speedup_eval_cached"`
+	SpeedupTrainOnline float64 `json:"speedup_train_online"`
+	SpeedupEvalOnline  float64 `json:"speedup_eval_online"`
+}
+
+// Reference numbers: the authors' PyTorch code on this 2-core CPU at the
+// same settings (issue #3).
+const (
+	refTrainPerS = 1.93
+	refEvalPerS  = 3.93
+)
+
+// TrainOptions size the training benchmark.
+type TrainOptions struct {
+	Batch   int // 32
+	Classes int // 24
+	Start   int // first adapted block (10)
+	Dim     int // adapter width (32)
+	Steps   int // timed steps per measurement (≥ 1)
+	Log     func(string)
+}
+
+// Train measures pFedMMA's local training and evaluation at ViT-B/16 shapes
+// with random weights: cached mode runs blocks ℓ..L on stored prefixes;
+// online mode also decodes-and-augments an image and runs the frozen prefix
+// for every batch (the reference's per-epoch augmentation).
+func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
+	if o.Batch <= 0 {
+		o.Batch = 32
+	}
+	if o.Classes <= 0 {
+		o.Classes = 24
+	}
+	if o.Start <= 0 {
+		o.Start = 10
+	}
+	if o.Dim <= 0 {
+		o.Dim = 32
+	}
+	if o.Steps <= 0 {
+		o.Steps = 3
+	}
+	logf := func(s string) {
+		if o.Log != nil {
+			o.Log(s)
+		}
+	}
+	cfg := clip.ViTB16()
+	B, C := o.Batch, o.Classes
+	w := clip.Random(cfg, 1)
+	m := clip.New(w)
+	rng := rand.New(rand.NewPCG(2, 3))
+	ctxLen := cfg.Text.ContextLength
+	tokens := make([]int, C*ctxLen)
+	for c := 0; c < C; c++ {
+		n := 5 + rng.IntN(8) // "a photo of a <class>." is 7–12 tokens
+		tokens[c*ctxLen] = 49406
+		for i := 1; i < n; i++ {
+			tokens[c*ctxLen+i] = 1 + rng.IntN(49000)
+		}
+		tokens[c*ctxLen+n] = 49407
+	}
+	mcfg := mma.Config{Start: o.Start, End: cfg.Vision.Layers, Dim: o.Dim, Scale: 0.005}
+	a := mma.New(mcfg, cfg.Vision.Width, cfg.Text.Width, rng)
+	l, err := mma.NewLearner(m, a)
+	if err != nil {
+		return nil, err
+	}
+	l.Attach()
+	if err := l.SetClasses(tokens, C); err != nil {
+		return nil, err
+	}
+	labels := make([]int, B)
+	for i := range labels {
+		labels[i] = rng.IntN(C)
+	}
+	var params []optim.Param
+	for _, n := range a.Names() {
+		params = append(params, optim.Param{Name: n, Value: a.Params[n].Data, Grad: a.Grads[n].Data})
+	}
+	opt := optim.NewSGD(0.9, 5e-4, false)
+
+	// A photo-sized source image for the online modes' decode-free
+	// preprocessing (RandomResizedCrop + flip, or resize + center crop).
+	src := image.NewRGBA(image.Rect(0, 0, 500, 375))
+	for i := range src.Pix {
+		src.Pix[i] = uint8(rng.IntN(256))
+	}
+	src.Set(0, 0, color.RGBA{1, 2, 3, 255})
+	tf := preprocess.CLIPTransform(cfg.Vision.ImageSize)
+	S := cfg.Vision.ImageSize
+	per := 3 * S * S
+	pixels := make([]float32, B*per)
+	augment := func(train bool, seed uint64) {
+		nn.ParallelFor(B, 1, func(lo, hi int) {
+			for k := lo; k < hi; k++ {
+				var px []float32
+				if train {
+					px = tf.Augment(src, rand.New(rand.NewPCG(seed, uint64(k))))
+				} else {
+					px = tf.Eval(src)
+				}
+				copy(pixels[k*per:], px)
+			}
+		})
+	}
+	augment(false, 0)
+	logf("prefix")
+	prefix := mma.ImagePrefix(m, o.Start, pixels, B, nil)
+
+	step := func(pre []float32) error {
+		a.ZeroGrads()
+		if _, _, err := l.Step(pre, B, labels); err != nil {
+			return err
+		}
+		return opt.Step(0.001, params)
+	}
+	timeIt := func(name string, f func(i int) error) (float64, error) {
+		logf(name)
+		if err := f(-1); err != nil { // warm-up: buffers grow once
+			return 0, err
+		}
+		t0 := time.Now()
+		for i := 0; i < o.Steps; i++ {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			if err := f(i); err != nil {
+				return 0, err
+			}
+		}
+		return float64(B*o.Steps) / time.Since(t0).Seconds(), nil
+	}
+	res := &TrainResult{Backend: gemm.Backend(), Core: gemm.CoreName(), Threads: gemm.Threads(), Batch: B, Classes: C,
+		Blocks: strconv.Itoa(o.Start) + "-" + strconv.Itoa(cfg.Vision.Layers), Dim: o.Dim,
+		ReferenceTrainPerS: refTrainPerS, ReferenceEvalPerS: refEvalPerS}
+	if res.TrainCachedPerS, err = timeIt("train cached", func(int) error { return step(prefix) }); err != nil {
+		return nil, err
+	}
+	txt := append([]float32(nil), l.TextFeatures(false)...)
+	if res.EvalCachedPerS, err = timeIt("eval cached", func(int) error { l.Logits(prefix, B, txt); return nil }); err != nil {
+		return nil, err
+	}
+	var buf []float32
+	if res.TrainOnlinePerS, err = timeIt("train online", func(i int) error {
+		augment(true, uint64(i+2))
+		buf = mma.ImagePrefix(m, o.Start, pixels, B, buf)
+		return step(buf)
+	}); err != nil {
+		return nil, err
+	}
+	if res.EvalOnlinePerS, err = timeIt("eval online", func(int) error {
+		augment(false, 0)
+		buf = mma.ImagePrefix(m, o.Start, pixels, B, buf)
+		l.Logits(buf, B, txt) // text features are computed once per evaluation, as in the cached mode
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	res.PeakRSSMiB = peakRSSMiB()
+	res.SpeedupTrainCached = res.TrainCachedPerS / refTrainPerS
+	res.SpeedupEvalCached = res.EvalCachedPerS / refEvalPerS
+	res.SpeedupTrainOnline = res.TrainOnlinePerS / refTrainPerS
+	res.SpeedupEvalOnline = res.EvalOnlinePerS / refEvalPerS
+	return res, nil
+}
+
+// peakRSSMiB reads the process's peak resident set size (VmHWM) on Linux;
+// 0 where unavailable.
+func peakRSSMiB() float64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			fields := strings.Fields(rest)
+			if len(fields) > 0 {
+				kb, _ := strconv.ParseFloat(fields[0], 64)
+				return kb / 1024
+			}
+		}
+	}
+	return 0
+}
