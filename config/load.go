@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -183,7 +184,7 @@ func parentPath(p string) string {
 // duplicate keys and wrongly typed values are errors. It returns the line
 // of every field path the file sets.
 func (e *Experiment) decodeFile(name string, data []byte) (map[string]int, error) {
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
