@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pfedmma/pfedmma/actcache"
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/dataset"
@@ -52,6 +53,10 @@ type Options struct {
 	NoCache  bool
 	Template string
 	Seed     uint64
+	// CacheMiB bounds the RAM of the prefix cache (0: 4096); beyond it
+	// records spill to a memory-mapped file in SpillDir (default: temp).
+	CacheMiB int
+	SpillDir string
 	// PrefixBatch is the batch size of the prefix computation (default 32).
 	PrefixBatch int
 	OutDir      string
@@ -170,8 +175,22 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.PrefixBatch == 0 {
 		px.Batch = 32
 	}
+	budget := int64(o.CacheMiB) << 20
+	if o.CacheMiB == 0 {
+		budget = 4096 << 20
+	}
+	trainStore, err := actcache.New(actcache.Options{RecordLen: px.RecordLen(), MemoryBudget: budget / 2, SpillDir: o.SpillDir})
+	if err != nil {
+		return nil, err
+	}
+	defer trainStore.Close()
+	testStore, err := actcache.New(actcache.Options{RecordLen: px.RecordLen(), MemoryBudget: budget / 2, SpillDir: o.SpillDir})
+	if err != nil {
+		return nil, err
+	}
+	defer testStore.Close()
 	env := &Env{Model: m, Tok: tok, Task: task, Start: cfg.Start, Template: tmpl, Prefixer: px,
-		TrainStore: newMemStore(px.RecordLen()), TestStore: newMemStore(px.RecordLen()),
+		TrainStore: trainStore, TestStore: testStore,
 		TrainRecs: map[int][]int{}, TestRecs: map[int]int{}, Online: online, Seed: o.Seed}
 	slog.Info("experiment", "dataset", ds.Name, "protocol", task.Protocol, "clients", len(task.Clients),
 		"train", len(task.UsedTrain()), "test", len(task.UsedTest()), "blocks", fmt.Sprintf("%d-%d", cfg.Start, cfg.End))

@@ -26,8 +26,7 @@ var rootCmd = &cobra.Command{
 	SilenceErrors: true,
 	PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 		if threadsFlag > 0 {
-			runtime.GOMAXPROCS(threadsFlag)
-			gemm.SetThreads(threadsFlag)
+			setThreads(threadsFlag)
 		}
 		return nil
 	},
@@ -46,4 +45,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "pfedmma:", err)
 		os.Exit(1)
 	}
+}
+
+// setThreads sets the Go and BLAS thread counts.
+func setThreads(n int) {
+	runtime.GOMAXPROCS(n)
+	gemm.SetThreads(n)
 }

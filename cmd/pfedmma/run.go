@@ -1,0 +1,170 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/mma"
+	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/progress"
+	"github.com/pfedmma/pfedmma/report"
+	_ "github.com/pfedmma/pfedmma/world" // the generated "world" dataset
+)
+
+func init() {
+	var cfgPath, preset, out string
+	var sets []string
+	var resume, quiet, listPresets bool
+	cmd := &cobra.Command{
+		Use:   "run [--config exp.yaml] [--preset NAME] [--set path=value]... [--out DIR] [--resume]",
+		Short: "Run a federated experiment (default: base-to-novel on the generated world with the embedded tiny CLIP)",
+		Long: "Run a federated experiment described by a YAML config and/or a preset; with no arguments the\n" +
+			"default preset (" + config.DefaultPreset + ") runs offline in about two minutes.\n" +
+			"Outputs: config.yaml, metrics.jsonl/csv, summary.json, report.md, curves.png, final.png,\n" +
+			"adapters/*.safetensors and checkpoints/ (for --resume).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if listPresets {
+				for _, p := range config.Presets() {
+					fmt.Fprintf(cmd.OutOrStdout(), "%-18s %s\n", p.Name, p.Summary)
+				}
+				return nil
+			}
+			if cfgPath == "" && preset == "" {
+				preset = config.DefaultPreset
+			}
+			e, err := config.Compose(config.Sources{Preset: preset, File: cfgPath, Sets: sets})
+			if err != nil {
+				return err
+			}
+			return runExperiment(cmd, e, out, resume, quiet)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfgPath, "config", "", "experiment YAML (see config/example.yaml)")
+	f.StringVar(&preset, "preset", "", "start from a preset: "+strings.Join(config.PresetNames(), ", "))
+	f.StringArrayVar(&sets, "set", nil, "override a field, e.g. --set federation.rounds=3 (repeatable)")
+	f.StringVar(&out, "out", "", "output folder (default runs/<name>-<time>)")
+	f.BoolVar(&resume, "resume", false, "continue a killed run in --out from its last checkpoint")
+	f.BoolVar(&quiet, "quiet", false, "no progress bars")
+	f.BoolVar(&listPresets, "list-presets", false, "list the presets and exit")
+	rootCmd.AddCommand(cmd)
+}
+
+const fingerprintFile = "fingerprint.txt"
+
+func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume, quiet bool) error {
+	if e.Threads > 0 {
+		setThreads(e.Threads)
+	}
+	if out == "" {
+		if resume {
+			return errors.New("run: --resume needs --out pointing at the run to continue")
+		}
+		name := e.Name
+		if name == "" {
+			name = "run"
+		}
+		out = filepath.Join("runs", name+"-"+time.Now().Format("20060102-150405"))
+	}
+	fp := e.Fingerprint()
+	if resume {
+		old, err := os.ReadFile(filepath.Join(out, fingerprintFile))
+		if err != nil {
+			return fmt.Errorf("run: --resume %s: %w", out, err)
+		}
+		if strings.TrimSpace(string(old)) != fp {
+			return fmt.Errorf("run: --resume %s: the configuration differs from the one the run started with (fingerprint %s, now %s)", out, strings.TrimSpace(string(old)), fp)
+		}
+	}
+	model, err := resolveModelPath(e.Model)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	info, err := checkpoint.Inspect(model)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	layers := min(info.Config.Vision.Layers, info.Config.Text.Layers)
+	first, last, err := e.PFedMMA.Blocks(layers)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	if e.PFedMMA.Activation != "" && e.PFedMMA.Activation != "relu" {
+		return fmt.Errorf("run: pfedmma.activation %q: only relu (the reference code's) is implemented", e.PFedMMA.Activation)
+	}
+	resolved, err := e.Resolved()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(out, fingerprintFile), []byte(fp+"\n"), 0o644); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	mode := progress.Auto
+	if quiet {
+		mode = progress.Quiet
+	}
+	var sched optim.Schedule
+	if e.Optimizer.Schedule == "cosine" {
+		sched = optim.Cosine{Base: e.Optimizer.LR, Warmup: e.Optimizer.WarmupEpochs, Total: e.Federation.Rounds}
+	}
+	seeds := e.RunSeeds()
+	var summaries []*report.Summary
+	for _, seed := range seeds {
+		dir := out
+		if len(seeds) > 1 {
+			dir = filepath.Join(out, fmt.Sprintf("seed_%d", seed))
+		}
+		o := experiment.Options{
+			ModelPath: model, VocabPath: e.Vocab, Dataset: e.Dataset.Name, Root: e.Dataset.Root,
+			DatasetOptions: dataset.Options{Seed: seed, Domains: e.Dataset.Domains, ValFraction: e.Dataset.ValFraction,
+				NumClasses: e.Dataset.NumClasses, ImageSize: e.Dataset.ImageSize},
+			Protocol: experiment.ProtocolOptions{Name: e.Protocol.Name, Clients: e.Federation.Clients, Shots: e.Dataset.Shots,
+				Beta: e.Protocol.Beta, PerDomain: e.Protocol.ClientsPerDomain, MinSamples: e.Protocol.MinSamples,
+				UseVal: e.Eval.Split == "val"},
+			Methods: e.Methods,
+			MMA:     mma.Config{Start: first, End: last, Dim: e.PFedMMA.Dim, Scale: float32(e.PFedMMA.Scale)},
+			Train: experiment.TrainOptions{Epochs: e.Federation.LocalEpochs, Batch: e.BatchSize, Optimizer: e.Optimizer.Name,
+				LR: e.Optimizer.LR, Momentum: e.Optimizer.Momentum, WD: e.Optimizer.WeightDecay, Schedule: sched,
+				ResetOptimizer: e.Optimizer.ResetEachRound},
+			Rounds: e.Federation.Rounds, Fraction: e.Federation.Fraction, EvalEvery: e.Federation.EvalEvery,
+			Augment: e.Augment.String(), Template: e.Prompt, Seed: seed, PrefixBatch: e.Eval.BatchSize,
+			OutDir: dir, Resume: resume, Progress: os.Stderr, ProgressMode: mode,
+			SaveAdapters: e.Output.SaveAdapters, Plots: e.Output.Plots, ConfigYAML: resolved,
+			CacheMiB: e.Cache.MemoryMiB, SpillDir: e.Cache.SpillDir,
+		}
+		slog.Info("run", "out", dir, "seed", seed, "model", model)
+		res, err := experiment.Run(cmd.Context(), o)
+		if err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
+		summaries = append(summaries, res.Summary)
+		fmt.Fprintln(cmd.OutOrStdout(), res.Table.Text())
+	}
+	if len(summaries) > 1 {
+		avg, err := report.Average(summaries[0].Protocol, summaries...)
+		if err != nil {
+			return err
+		}
+		if err := report.WriteSummary(filepath.Join(out, "summary.json"), avg); err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), avg.Table(fmt.Sprintf("mean over %d seeds", len(summaries))).Text())
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "results in %s (summary.json, report.md, curves.png)\n", out)
+	return nil
+}
