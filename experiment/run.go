@@ -2,6 +2,7 @@ package experiment
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -169,6 +170,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	tmpl := o.Template
 	if tmpl == "" {
 		tmpl = "a photo of a {}."
+	}
+	if err := writeRunInfo(o, task, cfg, tmpl); err != nil {
+		return nil, err
 	}
 	S := m.W.Config.Vision.ImageSize
 	px := &Prefixer{Model: m, Start: cfg.Start, Transform: preprocess.CLIPTransform(S), Batch: max(o.PrefixBatch, 1)}
@@ -536,4 +540,58 @@ func saveAdapters(dir string, clients map[int]*mmaClient, s *federation.FedAvg) 
 		}
 	}
 	return safetensors.Write(filepath.Join(ad, "global_shared.safetensors"), s.Global(), nil, map[string]string{"method": PFedMMA})
+}
+
+// RunInfo is written to run.json: what `pfedmma predict` needs to rebuild a
+// client's classifier.
+type RunInfo struct {
+	Model    string   `json:"model"`
+	Vocab    string   `json:"vocab,omitempty"`
+	Template string   `json:"template"`
+	Dataset  string   `json:"dataset"`
+	Protocol string   `json:"protocol"`
+	Classes  []string `json:"classes"`
+	Spaces   []Space  `json:"spaces"`
+	// ClientSpace maps a client ID to the label space it was trained over.
+	ClientSpace map[int]int `json:"client_space"`
+	Adapters    mma.Config  `json:"adapters"`
+}
+
+// RunInfoFile is the name of the run description in an output folder.
+const RunInfoFile = "run.json"
+
+func writeRunInfo(o Options, task *Task, cfg mma.Config, tmpl string) error {
+	info := RunInfo{Model: o.ModelPath, Vocab: o.VocabPath, Template: tmpl, Dataset: task.Dataset.Name,
+		Protocol: task.Protocol, Classes: task.Dataset.Classes, Spaces: task.Spaces, ClientSpace: map[int]int{}, Adapters: cfg}
+	for _, c := range task.Clients {
+		info.ClientSpace[c.ID] = c.TrainSpace
+	}
+	if abs, err := filepath.Abs(info.Model); err == nil {
+		info.Model = abs
+	}
+	data, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return err
+	}
+	return safetensors.WriteFileAtomic(filepath.Join(o.OutDir, RunInfoFile), func(w io.Writer) error {
+		_, err := w.Write(append(data, '\n'))
+		return err
+	})
+}
+
+// ReadRunInfo reads run.json from a run's output folder.
+func ReadRunInfo(dir string) (*RunInfo, error) {
+	path := filepath.Join(dir, RunInfoFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", dir, err)
+	}
+	var info RunInfo
+	if err := json.Unmarshal(data, &info); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(info.Classes) == 0 || len(info.Spaces) == 0 {
+		return nil, fmt.Errorf("%s: no classes or label spaces", path)
+	}
+	return &info, nil
 }

@@ -22,8 +22,8 @@ const (
 
 // Space is a label space: the classes whose prompts form a classifier.
 type Space struct {
-	Name    string
-	Classes []int // dataset labels, in logit order
+	Name    string `json:"name"`
+	Classes []int  `json:"classes"` // dataset labels, in logit order
 }
 
 // EvalSet is a set of test images scored over one label space.

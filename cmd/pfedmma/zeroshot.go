@@ -43,7 +43,7 @@ func init() {
 			}
 			prompts := make([]string, len(names))
 			for i, c := range names {
-				prompts[i] = strings.ReplaceAll(template, "{}", strings.ReplaceAll(c, "_", " "))
+				prompts[i] = promptFor(template, c)
 			}
 			ids, err := tokenizeAll(tok, prompts, m.W.Config.Text.ContextLength)
 			if err != nil {
@@ -106,4 +106,10 @@ func softmax(logits []float32) []float64 {
 		p[i] /= s
 	}
 	return p
+}
+
+// promptFor fills a prompt template with a class name (underscores become
+// spaces, as in the reference code).
+func promptFor(template, class string) string {
+	return strings.ReplaceAll(template, "{}", strings.ReplaceAll(class, "_", " "))
 }
