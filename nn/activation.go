@@ -1,13 +1,9 @@
 package nn
 
-
 // QuickGELUForward is CLIP's activation x·σ(1.702x), elementwise over n values.
 func QuickGELUForward(out, inp []float32, n int) {
 	ParallelFor(n, 1<<14, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			x := inp[i]
-			out[i] = x / (1 + Expf(-1.702*x))
-		}
+		quickGELUForwardKernel(out[lo:hi], inp[lo:hi])
 	})
 }
 
@@ -15,11 +11,7 @@ func QuickGELUForward(out, inp []float32, n int) {
 // = dout · (σ + 1.702·x·σ·(1−σ)).
 func QuickGELUBackward(dinp, dout, inp []float32, n int) {
 	ParallelFor(n, 1<<14, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			x := inp[i]
-			s := 1 / (1 + Expf(-1.702*x))
-			dinp[i] += dout[i] * (s + 1.702*x*s*(1-s))
-		}
+		quickGELUBackwardKernel(dinp[lo:hi], dout[lo:hi], inp[lo:hi])
 	})
 }
 

@@ -67,23 +67,7 @@ func AttentionForward(out, probs, q, k, v []float32, s AttentionShape, mask Mask
 func softmaxRows(p []float32, n, m int, visible func(i int) int) {
 	ParallelFor(n, 32, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			row := p[i*m : i*m+m]
-			nv := visible(i)
-			mx := float32(math.Inf(-1))
-			for _, x := range row[:nv] {
-				mx = max(mx, x)
-			}
-			var sum float32
-			for j := 0; j < nv; j++ {
-				e := Expf(row[j] - mx)
-				row[j] = e
-				sum += e
-			}
-			inv := 1 / sum
-			for j := 0; j < nv; j++ {
-				row[j] *= inv
-			}
-			clear(row[nv:])
+			softmaxRowKernel(p[i*m:i*m+m], visible(i))
 		}
 	})
 }

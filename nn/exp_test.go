@@ -29,3 +29,15 @@ func BenchmarkExpf(b *testing.B) {
 	}
 	_ = s
 }
+
+func BenchmarkQuickGELUForward(b *testing.B) {
+	n := 1 << 20
+	x, y := make([]float32, n), make([]float32, n)
+	for i := range x {
+		x[i] = float32(i%200)/20 - 5
+	}
+	b.SetBytes(int64(4 * n))
+	for i := 0; i < b.N; i++ {
+		QuickGELUForward(y, x, n)
+	}
+}

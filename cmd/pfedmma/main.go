@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -17,7 +18,11 @@ import (
 	"github.com/pfedmma/pfedmma/gemm"
 )
 
-var threadsFlag int
+var (
+	threadsFlag int
+	cpuProfile  string
+	stopProfile = func() {}
+)
 
 var rootCmd = &cobra.Command{
 	Use:           "pfedmma",
@@ -28,12 +33,23 @@ var rootCmd = &cobra.Command{
 		if threadsFlag > 0 {
 			setThreads(threadsFlag)
 		}
+		if cpuProfile != "" {
+			f, err := os.Create(cpuProfile)
+			if err != nil {
+				return err
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+		}
 		return nil
 	},
 }
 
 func init() {
 	rootCmd.PersistentFlags().IntVar(&threadsFlag, "threads", 0, "compute threads (default: GOMAXPROCS)")
+	rootCmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file")
 }
 
 func main() {
@@ -41,7 +57,9 @@ func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := rootCmd.ExecuteContext(ctx); err != nil {
+	err := rootCmd.ExecuteContext(ctx)
+	stopProfile()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "pfedmma:", err)
 		os.Exit(1)
 	}

@@ -1,0 +1,40 @@
+# pfedmma — the two entry points of the README:
+#   make run    installs what is missing (OpenBLAS), builds, runs the default experiment
+#   make test   installs what is missing, runs go vet and the whole test suite
+GO        ?= go
+BIN       := bin/pfedmma
+# OpenBLAS in Debian 12 does not recognise recent Xeons and falls back to slow
+# kernels; pick the AVX-512 ones when the CPU has them (the binary does the
+# same by itself at start-up).
+AVX512    := $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo yes)
+ifeq ($(AVX512),yes)
+export OPENBLAS_CORETYPE ?= SkylakeX
+endif
+# Idle OpenBLAS threads sleep instead of spinning (see gemm.TuneCPU).
+export OPENBLAS_THREAD_TIMEOUT ?= 4
+
+.PHONY: run test deps build bench clean
+
+deps:
+	@if [ ! -e /usr/include/x86_64-linux-gnu/cblas.h ] && [ ! -e /usr/include/cblas.h ] && [ ! -e /usr/include/openblas/cblas.h ]; then \
+		echo "installing libopenblas-dev (OpenBLAS headers and library for cgo)"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libopenblas-dev; \
+	fi
+
+build: deps
+	$(GO) build -o $(BIN) ./cmd/pfedmma
+
+run: build
+	./$(BIN) run
+
+test: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+
+bench: build
+	./$(BIN) bench engine
+	./$(BIN) bench train
+
+clean:
+	rm -rf bin runs
