@@ -143,7 +143,8 @@ func (t *Text) HeadBackward(dfeat []float32) []float32 {
 
 // Encode runs the whole text encoder on tokens [B, Ctx] and writes the
 // features [B, E] into feat (inference; the last block is pruned to the EOT
-// token).
+// token, and every sequence is cut after the last EOT of the batch — exact
+// under the causal mask).
 func (t *Text) Encode(feat []float32, tokens []int, B int) error {
 	C, D := t.Cfg.ContextLength, t.Cfg.Width
 	e := make([]float32, B*C*D)
@@ -151,7 +152,18 @@ func (t *Text) Encode(feat []float32, tokens []int, B int) error {
 		return err
 	}
 	x0 := t.EmbedForward(e, B)
-	pooled := t.Stack.Forward(x0, B, C, 0, len(t.Stack.Blocks), EOTPositions(tokens, B, C), false)
+	eot := EOTPositions(tokens, B, C)
+	T := 0
+	for _, p := range eot {
+		T = max(T, p+1)
+	}
+	if T < C {
+		for b := 1; b < B; b++ { // repack [B, C, D] → [B, T, D] in place
+			copy(x0[b*T*D:(b+1)*T*D], x0[b*C*D:b*C*D+T*D])
+		}
+		C = T
+	}
+	pooled := t.Stack.Forward(x0, B, C, 0, len(t.Stack.Blocks), eot, false)
 	t.HeadForward(feat, pooled, B)
 	return nil
 }

@@ -175,11 +175,13 @@ func (z *frozenScorer) textFeatures(space int) ([]float32, error) {
 	detachAll(z.env.Model)
 	t := z.env.Model.Text
 	C := len(eot)
-	x := p
+	x, T := p, t.Cfg.ContextLength
 	if z.env.Start == 0 {
 		x = t.EmbedForward(p, C)
+	} else {
+		x, T = mma.TruncatePrefix(p, eot, C, T, t.Cfg.Width)
 	}
-	pooled := t.Stack.Forward(x, C, t.Cfg.ContextLength, max(z.env.Start-1, 0), len(t.Stack.Blocks), eot, false)
+	pooled := t.Stack.Forward(x, C, T, max(z.env.Start-1, 0), len(t.Stack.Blocks), eot, false)
 	f := make([]float32, C*z.env.Model.W.Config.EmbedDim)
 	t.HeadForward(f, pooled, C)
 	if z.txtCache == nil {

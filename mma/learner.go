@@ -25,7 +25,8 @@ type Learner struct {
 	// class prompts
 	numClasses int
 	eot        []int
-	textPrefix []float32 // [C, Ctx, Dt]
+	textPrefix []float32 // [C, textT, Dt]
+	textT      int       // prompt length actually run (≤ Ctx)
 
 	txtFeat, imgFeat, dTxt, dImg, dx0v, dx0t []float32
 }
@@ -129,22 +130,48 @@ func (l *Learner) SetClasses(tokens []int, C int) error {
 	return nil
 }
 
-// SetClassPrefix installs an already computed class-prompt prefix (shared
-// between clients with the same classes) and the EOT positions.
+// SetClassPrefix installs an already computed class-prompt prefix
+// [C, Ctx, Dt] (shared between clients with the same classes) and the EOT
+// positions. When ℓ ≥ 1 the prompts are cut after the last EOT (see
+// TruncatePrefix), which is exact under the causal mask.
 func (l *Learner) SetClassPrefix(prefix []float32, eot []int, C int) {
-	l.textPrefix, l.eot, l.numClasses = prefix, eot, C
+	t := l.Model.Text
+	l.eot, l.numClasses, l.textT = eot, C, t.Cfg.ContextLength
+	l.textPrefix = prefix
+	if l.Adapters.Cfg.Start >= 1 {
+		l.textPrefix, l.textT = TruncatePrefix(prefix, eot, C, t.Cfg.ContextLength, t.Cfg.Width)
+	}
+}
+
+// TruncatePrefix cuts text activations [C, ctx, D] to [C, T, D] with T the
+// last EOT position + 1. Under the causal mask no position attends to a
+// later one, so the EOT outputs — all that CLIP pools — are unchanged, while
+// the text blocks run on T instead of ctx tokens (about 10 instead of 77 for
+// "a photo of a {class}."). It returns prefix itself when nothing can be cut.
+func TruncatePrefix(prefix []float32, eot []int, C, ctx, D int) ([]float32, int) {
+	T := 0
+	for _, e := range eot[:C] {
+		T = max(T, e+1)
+	}
+	if T >= ctx {
+		return prefix, ctx
+	}
+	out := make([]float32, C*T*D)
+	for c := 0; c < C; c++ {
+		copy(out[c*T*D:(c+1)*T*D], prefix[c*ctx*D:c*ctx*D+T*D])
+	}
+	return out, T
 }
 
 // TextFeatures runs the adapted text blocks on the class prompts and returns
 // their raw features [C, E] (owned by the learner).
 func (l *Learner) TextFeatures(train bool) []float32 {
 	t, C := l.Model.Text, l.numClasses
-	ctx := t.Cfg.ContextLength
 	x := l.textPrefix
 	if l.Adapters.Cfg.Start == 0 {
 		x = t.EmbedForward(l.textPrefix, C)
 	}
-	pooled := t.Stack.Forward(x, C, ctx, l.firstBlock(), len(t.Stack.Blocks), l.eot, train)
+	pooled := t.Stack.Forward(x, C, l.textT, l.firstBlock(), len(t.Stack.Blocks), l.eot, train)
 	l.txtFeat = nn.Grow(l.txtFeat, C*l.Model.W.Config.EmbedDim)
 	t.HeadForward(l.txtFeat, pooled, C)
 	return l.txtFeat
