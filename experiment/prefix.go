@@ -24,42 +24,6 @@ type Store interface {
 	Len() int
 }
 
-// memStore is a Store in RAM.
-type memStore struct {
-	recLen int
-	data   []float32
-	keys   map[string]int
-}
-
-func newMemStore(recLen int) *memStore { return &memStore{recLen: recLen, keys: map[string]int{}} }
-
-func (s *memStore) Put(key string, rec []float32) (int, error) {
-	if len(rec) != s.recLen {
-		return 0, fmt.Errorf("prefix store: record %q has %d values, want %d", key, len(rec), s.recLen)
-	}
-	if i, ok := s.keys[key]; ok {
-		copy(s.data[i*s.recLen:], rec)
-		return i, nil
-	}
-	i := len(s.keys)
-	s.keys[key] = i
-	s.data = append(s.data, rec...)
-	return i, nil
-}
-
-func (s *memStore) Lookup(key string) (int, bool) { i, ok := s.keys[key]; return i, ok }
-func (s *memStore) Len() int                      { return len(s.keys) }
-
-func (s *memStore) GetBatch(idxs []int, dst []float32) error {
-	for k, i := range idxs {
-		if i < 0 || i >= len(s.keys) {
-			return fmt.Errorf("prefix store: record %d outside 0..%d", i, len(s.keys)-1)
-		}
-		copy(dst[k*s.recLen:(k+1)*s.recLen], s.data[i*s.recLen:(i+1)*s.recLen])
-	}
-	return nil
-}
-
 // Prefixer computes frozen prefixes of images.
 type Prefixer struct {
 	Model     *clip.Model

@@ -258,11 +258,7 @@ func tableTitle(name string, t *Task) string {
 // summaryMetrics are the columns of the summary table.
 func summaryMetrics(t *Task) []string {
 	if t.Protocol == Domains {
-		cols := []string{}
-		for _, d := range t.Dataset.Domains {
-			cols = append(cols, d)
-		}
-		return append(cols, "avg")
+		return append(append([]string{}, t.Dataset.Domains...), "avg")
 	}
 	return t.Metrics
 }
