@@ -453,6 +453,8 @@ func runPFedMMA(ctx context.Context, env *Env, cfg mma.Config, o Options, log *r
 	sim := &federation.Simulation{
 		Strategy: strategy, Clients: clients, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed,
 		EvalEvery: o.EvalEvery, CheckpointDir: ckdir,
+		// one line per round is logged below, with the metrics
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		OnRound: func(r federation.RoundReport) error {
 			bar.Add(1)
 			if r.Eval == nil {
