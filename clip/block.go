@@ -37,25 +37,24 @@ type Block struct {
 
 // blockActs are the activations of one forward pass.
 type blockActs struct {
-	B, T   int   // batch and sequence length of the input
-	pool   []int // pooled position per row when the block is pruned, else nil
-	rows   int   // rows computed after attention: B·T, or B when pruned
-	x      []float32
-	ln1    []float32 // [B·T, D]
-	mean1  []float32 // [B·T]
-	rstd1  []float32
-	qkv    []float32 // full: [B·T, 3D]; pruned: k|v [B·T, 2D]
-	q      []float32 // pruned only: [B, D]
-	ln1p   []float32 // pruned only: ln_1 rows of the pooled tokens [B, D]
-	probs  []float32 // [B, H, Tq, T]
-	att    []float32 // [rows, D] attention output before out_proj
-	x2     []float32 // [rows, D] after the attention residual
-	ln2    []float32 // [rows, D]
-	mean2  []float32
-	rstd2  []float32
-	fc     []float32 // [rows, MLP] before QuickGELU
-	gelu   []float32 // [rows, MLP]
-	scores []float32 // attention scratch for backward [Tq·T]
+	B, T  int   // batch and sequence length of the input
+	pool  []int // pooled position per row when the block is pruned, else nil
+	rows  int   // rows computed after attention: B·T, or B when pruned
+	x     []float32
+	ln1   []float32 // [B·T, D]
+	mean1 []float32 // [B·T]
+	rstd1 []float32
+	qkv   []float32 // full: [B·T, 3D]; pruned: k|v [B·T, 2D]
+	q     []float32 // pruned only: [B, D]
+	ln1p  []float32 // pruned only: ln_1 rows of the pooled tokens [B, D]
+	probs []float32 // [B, H, Tq, T]
+	att   []float32 // [rows, D] attention output before out_proj
+	x2    []float32 // [rows, D] after the attention residual
+	ln2   []float32 // [rows, D]
+	mean2 []float32
+	rstd2 []float32
+	fc    []float32 // [rows, MLP] before QuickGELU
+	gelu  []float32 // [rows, MLP]
 }
 
 func (a *blockActs) resize(B, T, D, H, MLP int, pool []int) {
@@ -86,7 +85,6 @@ func (a *blockActs) resize(B, T, D, H, MLP int, pool []int) {
 	a.rstd2 = grow(a.rstd2, a.rows)
 	a.fc = grow(a.fc, a.rows*MLP)
 	a.gelu = grow(a.gelu, a.rows*MLP)
-	a.scores = grow(a.scores, tq*T)
 }
 
 // shape returns the attention shape and the q/k/v views of the activations.
@@ -194,6 +192,7 @@ type BlockScratch struct {
 	dq    []float32
 	dln1  []float32
 	dln1p []float32
+	dprob []float32 // attention score gradients [B, H, Tq, T]
 }
 
 // Backward accumulates the gradients of the last train-mode Forward.
@@ -242,12 +241,13 @@ func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 	clear(sc.datt)
 	nn.LinearBackward(sc.datt, gw.outW(), gw.outB(), sc.dx2, a.att, w.OutProjW, rows, D, D)
 	s, q, k, v, _ := b.attnViews(a)
+	sc.dprob = grow(sc.dprob, B*b.H*s.Tq*T)
 	sc.dln1 = grow(sc.dln1, N*D)
 	clear(sc.dln1)
 	if a.pool == nil {
 		sc.dqkv = grow(sc.dqkv, N*3*D)
 		clear(sc.dqkv)
-		nn.AttentionBackward(sc.dqkv, sc.dqkv[D:], sc.dqkv[2*D:], sc.datt, a.probs, q, k, v, a.scores, s)
+		nn.AttentionBackward(sc.dqkv, sc.dqkv[D:], sc.dqkv[2*D:], sc.datt, a.probs, q, k, v, sc.dprob, s)
 		nn.LinearBackward(sc.dln1, gw.inW(0, 3*D, D), gw.inB(0, 3*D), sc.dqkv, a.ln1, w.InProjW, N, D, 3*D)
 		if b.Adapter != nil {
 			b.Adapter.Backward(sc.dln1, dout[:rows*D], rows)
@@ -257,7 +257,7 @@ func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 		clear(sc.dqkv)
 		sc.dq = grow(sc.dq, B*D)
 		clear(sc.dq)
-		nn.AttentionBackward(sc.dq, sc.dqkv, sc.dqkv[D:], sc.datt, a.probs, q, k, v, a.scores, s)
+		nn.AttentionBackward(sc.dq, sc.dqkv, sc.dqkv[D:], sc.datt, a.probs, q, k, v, sc.dprob, s)
 		nn.LinearBackward(sc.dln1, gw.inW(D, 3*D, D), gw.inB(D, 3*D), sc.dqkv, a.ln1, w.InProjW[D*D:], N, D, 2*D)
 		sc.dln1p = grow(sc.dln1p, B*D)
 		clear(sc.dln1p)

@@ -118,7 +118,7 @@ func TestAttentionBackward(t *testing.T) {
 			if tc.pooled {
 				dq = make([]float32, len(q))
 			}
-			AttentionBackward(dq, dkv[D:], dkv[2*D:], r, probs, q, kv[D:], kv[2*D:], make([]float32, tq*T), s)
+			AttentionBackward(dq, dkv[D:], dkv[2*D:], r, probs, q, kv[D:], kv[2*D:], make([]float32, B*H*tq*T), s)
 			check(t, "dqkv", kv, dkv, loss, rng)
 			if tc.pooled {
 				check(t, "dq", q, dq, loss, rng)

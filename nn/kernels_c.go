@@ -86,6 +86,17 @@ CLONES void pf_softmax_row(float *row, long nv, long m) {
 	for (long j = 0; j < nv; j++) row[j] *= inv;
 	for (long j = nv; j < m; j++) row[j] = 0;
 }
+
+// pf_softmax_bwd_row: dp = p ⊙ (dp − Σ p⊙dp) · scale over n entries.
+CLONES void pf_softmax_bwd_row(const float *p, float *dp, long n, float scale) {
+	v8f acc = {0};
+	long j = 0;
+	for (; j + 8 <= n; j += 8) acc += load8(p + j, 8) * load8(dp + j, 8);
+	float dot = 0;
+	for (int t = 0; t < 8; t++) dot += acc[t];
+	for (; j < n; j++) dot += p[j] * dp[j];
+	for (long i = 0; i < n; i++) dp[i] = p[i] * (dp[i] - dot) * scale;
+}
 */
 import "C"
 
@@ -111,5 +122,12 @@ func quickGELUBackwardKernel(din, dout, in []float32) {
 func softmaxRowKernel(row []float32, nv int) {
 	if len(row) > 0 {
 		C.pf_softmax_row(fptr(row), C.long(nv), C.long(len(row)))
+	}
+}
+
+// softmaxBackwardRowKernel computes dp = p ⊙ (dp − Σ p⊙dp) · scale.
+func softmaxBackwardRowKernel(p, dp []float32, scale float32) {
+	if len(p) > 0 {
+		C.pf_softmax_bwd_row(fptr(p), fptr(dp), C.long(len(p)), C.float(scale))
 	}
 }

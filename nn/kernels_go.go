@@ -37,3 +37,14 @@ func softmaxRowKernel(row []float32, nv int) {
 	}
 	clear(row[nv:])
 }
+
+// softmaxBackwardRowKernel computes dp = p ⊙ (dp − Σ p⊙dp) · scale.
+func softmaxBackwardRowKernel(p, dp []float32, scale float32) {
+	var dot float32
+	for j := range p {
+		dot += p[j] * dp[j]
+	}
+	for j := range p {
+		dp[j] = p[j] * (dp[j] - dot) * scale
+	}
+}
