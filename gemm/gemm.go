@@ -5,7 +5,11 @@
 // build tag purego selects a portable, parallel Go implementation.
 package gemm
 
-import "fmt"
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
 
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C for row-major matrices, where
 // op(X) is X or Xᵀ. op(A) is m×k, op(B) is k×n and C is m×n; lda, ldb and ldc
@@ -69,4 +73,39 @@ func checkSizes(transA, transB bool, m, n, k int, a []float32, lda int, b []floa
 	if ldc < n || len(c) < (m-1)*ldc+n {
 		panic(fmt.Sprintf("gemm: C too small: %d×%d ldc %d len %d", m, n, ldc, len(c)))
 	}
+}
+
+// Parallel runs fn(0) … fn(n−1) on all threads, each call with
+// single-threaded GEMMs: the way to run many small independent products
+// (one per attention head) where splitting each product over threads costs
+// more than it saves. Calls must write disjoint memory.
+func Parallel(n, threads int, fn func(i int)) {
+	if threads < 1 {
+		threads = 1
+	}
+	if threads == 1 || n <= 1 {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
+	}
+	saved := Threads()
+	setThreads(1)
+	defer setThreads(saved)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(threads, n); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"math"
+	"runtime"
 
 	"github.com/pfedmma/pfedmma/gemm"
 )
@@ -45,36 +46,24 @@ type AttentionShape struct {
 //	probs: [B, H, Tq, Tk] softmax(q·kᵀ/√Dh) with masked entries 0 (saved)
 //	out: [B, Tq, D], D = H·Dh: out = probs · v, heads side by side
 //
-// The scores of every (batch, head) are computed first, then one parallel
-// softmax runs over all B·H·Tq rows, then the value products.
+// The (batch, head) pairs are independent small products; they run in
+// parallel, each with single-threaded GEMMs.
 func AttentionForward(out, probs, q, k, v []float32, s AttentionShape, mask Mask) {
 	D := s.H * s.Dh
 	scale := float32(1 / math.Sqrt(float64(s.Dh)))
-	for b := 0; b < s.B; b++ {
-		for h := 0; h < s.H; h++ {
-			// p_bh = scale · q_bh · k_bhᵀ    [Tq, Tk]
-			gemm.Sgemm(false, true, s.Tq, s.Tk, s.Dh, scale, q[b*s.Tq*s.QStride+h*s.Dh:], s.QStride,
-				k[b*s.Tk*s.KVStride+h*s.Dh:], s.KVStride, 0, probs[(b*s.H+h)*s.Tq*s.Tk:], s.Tk)
+	n := s.Tq * s.Tk
+	gemm.Parallel(s.B*s.H, runtime.GOMAXPROCS(0), func(bh int) {
+		b, h := bh/s.H, bh%s.H
+		p := probs[bh*n : (bh+1)*n]
+		// p_bh = scale · q_bh · k_bhᵀ        [Tq, Tk]
+		gemm.Sgemm(false, true, s.Tq, s.Tk, s.Dh, scale, q[b*s.Tq*s.QStride+h*s.Dh:], s.QStride,
+			k[b*s.Tk*s.KVStride+h*s.Dh:], s.KVStride, 0, p, s.Tk)
+		for i := 0; i < s.Tq; i++ {
+			softmaxRowKernel(p[i*s.Tk:(i+1)*s.Tk], mask.visible(b, i, s.Tk))
 		}
-	}
-	softmaxRows(probs, s, mask)
-	for b := 0; b < s.B; b++ {
-		for h := 0; h < s.H; h++ {
-			// out_bh = p_bh · v_bh           [Tq, Dh] written with row stride D
-			gemm.Sgemm(false, false, s.Tq, s.Dh, s.Tk, 1, probs[(b*s.H+h)*s.Tq*s.Tk:], s.Tk,
-				v[b*s.Tk*s.KVStride+h*s.Dh:], s.KVStride, 0, out[b*s.Tq*D+h*s.Dh:], D)
-		}
-	}
-}
-
-// softmaxRows applies a numerically stable softmax to every score row of
-// probs [B, H, Tq, Tk] over its visible keys and zeroes the masked ones.
-func softmaxRows(probs []float32, s AttentionShape, mask Mask) {
-	ParallelFor(s.B*s.H*s.Tq, 32, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			b, i := r/(s.H*s.Tq), r%s.Tq
-			softmaxRowKernel(probs[r*s.Tk:(r+1)*s.Tk], mask.visible(b, i, s.Tk))
-		}
+		// out_bh = p_bh · v_bh               [Tq, Dh] written with row stride D
+		gemm.Sgemm(false, false, s.Tq, s.Dh, s.Tk, 1, p, s.Tk,
+			v[b*s.Tk*s.KVStride+h*s.Dh:], s.KVStride, 0, out[b*s.Tq*D+h*s.Dh:], D)
 	})
 }
 
@@ -87,35 +76,26 @@ func AttentionBackward(dq, dk, dv, dout, probs, q, k, v, scratch []float32, s At
 	D := s.H * s.Dh
 	scale := float32(1 / math.Sqrt(float64(s.Dh)))
 	n := s.Tq * s.Tk
-	dp := scratch[:s.B*s.H*n]
-	for b := 0; b < s.B; b++ {
-		for h := 0; h < s.H; h++ {
-			ko := b*s.Tk*s.KVStride + h*s.Dh
-			do := dout[b*s.Tq*D+h*s.Dh:]
-			p := probs[(b*s.H+h)*n:]
-			// dp_bh = dout_bh · v_bhᵀ        [Tq, Tk]
-			gemm.Sgemm(false, true, s.Tq, s.Tk, s.Dh, 1, do, D, v[ko:], s.KVStride, 0, dp[(b*s.H+h)*n:], s.Tk)
-			// dv_bh += p_bhᵀ · dout_bh       [Tk, Dh]
-			gemm.Sgemm(true, false, s.Tk, s.Dh, s.Tq, 1, p, s.Tk, do, D, 1, dv[ko:], s.KVStride)
+	gemm.Parallel(s.B*s.H, runtime.GOMAXPROCS(0), func(bh int) {
+		b, h := bh/s.H, bh%s.H
+		qo := b*s.Tq*s.QStride + h*s.Dh
+		ko := b*s.Tk*s.KVStride + h*s.Dh
+		do := dout[b*s.Tq*D+h*s.Dh:]
+		p := probs[bh*n : (bh+1)*n]
+		dp := scratch[bh*n : (bh+1)*n]
+		// dp_bh = dout_bh · v_bhᵀ            [Tq, Tk]
+		gemm.Sgemm(false, true, s.Tq, s.Tk, s.Dh, 1, do, D, v[ko:], s.KVStride, 0, dp, s.Tk)
+		// dv_bh += p_bhᵀ · dout_bh           [Tk, Dh]
+		gemm.Sgemm(true, false, s.Tk, s.Dh, s.Tq, 1, p, s.Tk, do, D, 1, dv[ko:], s.KVStride)
+		// ds = p ⊙ (dp − Σ_j dp⊙p) · scale, in place (softmax backward)
+		for i := 0; i < s.Tq; i++ {
+			softmaxBackwardRowKernel(p[i*s.Tk:(i+1)*s.Tk], dp[i*s.Tk:(i+1)*s.Tk], scale)
 		}
-	}
-	// ds = p ⊙ (dp − Σ_j dp⊙p) · scale, in place in dp (softmax backward)
-	ParallelFor(s.B*s.H*s.Tq, 32, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			softmaxBackwardRowKernel(probs[r*s.Tk:(r+1)*s.Tk], dp[r*s.Tk:(r+1)*s.Tk], scale)
+		// dq_bh += ds · k_bh                  [Tq, Dh]
+		if dq != nil {
+			gemm.Sgemm(false, false, s.Tq, s.Dh, s.Tk, 1, dp, s.Tk, k[ko:], s.KVStride, 1, dq[qo:], s.QStride)
 		}
+		// dk_bh += dsᵀ · q_bh                 [Tk, Dh]
+		gemm.Sgemm(true, false, s.Tk, s.Dh, s.Tq, 1, dp, s.Tk, q[qo:], s.QStride, 1, dk[ko:], s.KVStride)
 	})
-	for b := 0; b < s.B; b++ {
-		for h := 0; h < s.H; h++ {
-			qo := b*s.Tq*s.QStride + h*s.Dh
-			ko := b*s.Tk*s.KVStride + h*s.Dh
-			ds := dp[(b*s.H+h)*n:]
-			// dq_bh += ds · k_bh              [Tq, Dh]
-			if dq != nil {
-				gemm.Sgemm(false, false, s.Tq, s.Dh, s.Tk, 1, ds, s.Tk, k[ko:], s.KVStride, 1, dq[qo:], s.QStride)
-			}
-			// dk_bh += dsᵀ · q_bh             [Tk, Dh]
-			gemm.Sgemm(true, false, s.Tk, s.Dh, s.Tq, 1, ds, s.Tk, q[qo:], s.QStride, 1, dk[ko:], s.KVStride)
-		}
-	}
 }
