@@ -23,6 +23,8 @@ type EngineResult struct {
 	BlockBackwardRatio      float64 `json:"block_backward_over_forward"`
 	BlockForwardGFLOPS      float64 `json:"block_forward_gflops"`
 	BlockGemmShareOfPeak    float64 `json:"block_forward_fraction_of_gemm_peak"`
+	BlockLinearGFLOPS       float64 `json:"block_linear_gemm_gflops"`
+	BlockLinearShareOfPeak  float64 `json:"block_linear_gemm_fraction_of_peak"`
 	ImageForwardImagesPerS  float64 `json:"image_forward_images_per_s"`
 	ImageForwardSecPerBatch float64 `json:"image_forward_s_per_batch"`
 }
@@ -109,11 +111,19 @@ func Engine(ctx context.Context, o EngineOptions) (*EngineResult, error) {
 			return nil, err
 		}
 	}
+	// GEMM rate inside the block: the linear layers' products, measured in
+	// place (the attention heads' small products run one per thread).
+	gemm.EnableStats(true)
+	blk.Forward(out, x, B, T, nil, true, &sc)
+	st := gemm.ReadStats()
+	gemm.EnableStats(false)
+	res.BlockLinearGFLOPS = st.GFLOPS()
 	res.BlockForwardMs = fwd.Seconds() * 1000 / float64(o.Repeat)
 	res.BlockBackwardMs = bwd.Seconds() * 1000 / float64(o.Repeat)
 	res.BlockBackwardRatio = res.BlockBackwardMs / res.BlockForwardMs
 	res.BlockForwardGFLOPS = blockFLOPs(B, T, D, vc.MLPWidth) / (res.BlockForwardMs / 1000) / 1e9
 	res.BlockGemmShareOfPeak = res.BlockForwardGFLOPS / res.GemmGFLOPS
+	res.BlockLinearShareOfPeak = res.BlockLinearGFLOPS / res.GemmGFLOPS
 
 	// Whole image encoder forward.
 	logf("image encoder")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C for row-major matrices, where
@@ -19,7 +20,50 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		return
 	}
 	checkSizes(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	if !statsOn.Load() || inParallel.Load() {
+		sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	t0 := time.Now()
 	sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	statNanos.Add(int64(time.Since(t0)))
+	statFlops.Add(2 * int64(m) * int64(n) * int64(k))
+	statCalls.Add(1)
+}
+
+var (
+	inParallel                      atomic.Bool // Parallel is running: its calls are not counted
+	statsOn                         atomic.Bool
+	statNanos, statFlops, statCalls atomic.Int64
+)
+
+// Stats are GEMM counters collected while EnableStats is on.
+type Stats struct {
+	Calls   int64
+	Flops   int64
+	Seconds float64 // wall time inside GEMM calls (summed over calling goroutines)
+}
+
+// GFLOPS is the achieved rate inside GEMM calls.
+func (s Stats) GFLOPS() float64 {
+	if s.Seconds == 0 {
+		return 0
+	}
+	return float64(s.Flops) / s.Seconds / 1e9
+}
+
+// EnableStats turns GEMM counting on or off and resets the counters. Calls
+// made inside Parallel (many small products at once) are not counted.
+func EnableStats(on bool) {
+	statNanos.Store(0)
+	statFlops.Store(0)
+	statCalls.Store(0)
+	statsOn.Store(on)
+}
+
+// ReadStats returns the counters since EnableStats.
+func ReadStats() Stats {
+	return Stats{Calls: statCalls.Load(), Flops: statFlops.Load(), Seconds: float64(statNanos.Load()) / 1e9}
 }
 
 // MatMul is the common dense case without strides: C[m,n] (+)= op(A)·op(B).
@@ -91,7 +135,11 @@ func Parallel(n, threads int, fn func(i int)) {
 	}
 	saved := Threads()
 	setThreads(1)
-	defer setThreads(saved)
+	inParallel.Store(true)
+	defer func() {
+		inParallel.Store(false)
+		setThreads(saved)
+	}()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < min(threads, n); w++ {

