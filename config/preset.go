@@ -160,13 +160,20 @@ func referenceCode() *Experiment {
 // world presets: the embedded tiny model (4 blocks, width 128) on data that
 // needs no download. Sized for a couple of minutes on 2 cores.
 
+//
+// Tuned on the shipped model (see README, "The default job"): adapting the
+// last of its 4 blocks (the last quarter, like blocks 10-12 of ViT-B/16)
+// with α = 0.05 and lr 0.05 raises Local accuracy well above zero-shot while
+// Base and Novel stay within a few points; adapting more blocks or training
+// longer overfits the tiny model's 2 classes per client.
 func world() *Experiment {
 	e := common()
-	e.Dataset = Dataset{Name: "world", NumClasses: 20, Shots: 16}
-	e.Federation = Federation{Clients: 10, Fraction: 1, Rounds: 5, LocalEpochs: 1, EvalEvery: 1}
-	e.Optimizer.LR = 0.01
-	e.PFedMMA.Start = -3 // the last 3 blocks, like blocks 10-12 of ViT-B
+	e.Dataset = Dataset{Name: "world", NumClasses: 40, Shots: 16, ImageSize: 32}
+	e.Federation = Federation{Clients: 10, Fraction: 1, Rounds: 5, LocalEpochs: 3, EvalEvery: 1}
+	e.Optimizer.LR = 0.05
+	e.PFedMMA.Start = -1 // the last block (a quarter of the model)
 	e.PFedMMA.Dim = 16
+	e.PFedMMA.Scale = 0.05
 	e.Augment = Augment{Mode: AugmentNone}
 	return e
 }

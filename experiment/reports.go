@@ -3,6 +3,7 @@ package experiment
 import (
 	"fmt"
 	"path/filepath"
+	"sort"
 
 	"github.com/pfedmma/pfedmma/report"
 )
@@ -22,7 +23,7 @@ func writeReports(o Options, res *Result) error {
 		if res.Summary.Protocol == Domains {
 			metrics = []string{"acc"}
 		}
-		curves := report.LearningCurves(res.Records, metrics...)
+		curves := report.LearningCurves(flatBaselines(res.Records), metrics...)
 		curves.Title = "Mean client accuracy per round"
 		if err := curves.WritePNG(filepath.Join(o.OutDir, "curves.png"), 900, 540); err != nil {
 			return err
@@ -34,4 +35,30 @@ func writeReports(o Options, res *Result) error {
 		doc.Images = []report.Image{{Caption: "Learning curves", Path: "curves.png"}, {Caption: "Final accuracy", Path: "final.png"}}
 	}
 	return report.WriteMarkdown(filepath.Join(o.OutDir, "report.md"), doc)
+}
+
+// flatBaselines repeats the single record of a method evaluated once (zero-shot
+// CLIP) at every round another method reports, so that it is drawn as a
+// reference line across the learning curves.
+func flatBaselines(records []report.RoundRecord) []report.RoundRecord {
+	count := map[string]int{}
+	rounds := map[int]bool{}
+	for _, r := range records {
+		count[r.Method]++
+		rounds[r.Round] = true
+	}
+	var out []report.RoundRecord
+	for _, r := range records {
+		if count[r.Method] != 1 || len(rounds) <= 1 {
+			out = append(out, r)
+			continue
+		}
+		for round := range rounds {
+			c := r
+			c.Round = round
+			out = append(out, c)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Round < out[j].Round })
+	return out
 }

@@ -389,12 +389,18 @@ func runZeroShot(ctx context.Context, env *Env, log *report.MetricsLog) ([]repor
 	return []report.RoundRecord{rec}, nil
 }
 
+// meanMetrics averages client metrics; "hm" is recomputed as the harmonic
+// mean of the averaged Local, Base and Novel (the paper's HM), not the mean
+// of per-client HMs.
 func meanMetrics(cs []report.ClientMetrics) report.Metrics {
 	out := report.Metrics{}
 	for _, c := range cs {
 		for k, v := range c.Metrics {
 			out[k] += v / float64(len(cs))
 		}
+	}
+	if _, ok := out["hm"]; ok {
+		out["hm"] = hm(out["local"], out["base"], out["novel"])
 	}
 	return out
 }

@@ -122,6 +122,10 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 	if e.Optimizer.Schedule == "cosine" {
 		sched = optim.Cosine{Base: e.Optimizer.LR, Warmup: e.Optimizer.WarmupEpochs, Total: e.Federation.Rounds}
 	}
+	imageSize := e.Dataset.ImageSize
+	if imageSize == 0 {
+		imageSize = info.Config.Vision.ImageSize // generated data is rendered at the model's size
+	}
 	seeds := e.RunSeeds()
 	var summaries []*report.Summary
 	for _, seed := range seeds {
@@ -132,7 +136,7 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 		o := experiment.Options{
 			ModelPath: model, VocabPath: e.Vocab, Dataset: e.Dataset.Name, Root: e.Dataset.Root,
 			DatasetOptions: dataset.Options{Seed: seed, Domains: e.Dataset.Domains, ValFraction: e.Dataset.ValFraction,
-				NumClasses: e.Dataset.NumClasses, ImageSize: e.Dataset.ImageSize},
+				NumClasses: e.Dataset.NumClasses, ImageSize: imageSize},
 			Protocol: experiment.ProtocolOptions{Name: e.Protocol.Name, Clients: e.Federation.Clients, Shots: e.Dataset.Shots,
 				Beta: e.Protocol.Beta, PerDomain: e.Protocol.ClientsPerDomain, MinSamples: e.Protocol.MinSamples,
 				UseVal: e.Eval.Split == "val"},
