@@ -11,12 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/experiment"
-	"github.com/pfedmma/pfedmma/mma"
-	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/report"
 	_ "github.com/pfedmma/pfedmma/world" // the generated "world" dataset
@@ -92,22 +88,6 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	info, err := checkpoint.Inspect(model)
-	if err != nil {
-		return fmt.Errorf("run: %w", err)
-	}
-	layers := min(info.Config.Vision.Layers, info.Config.Text.Layers)
-	first, last, err := e.PFedMMA.Blocks(layers)
-	if err != nil {
-		return fmt.Errorf("run: %w", err)
-	}
-	if e.PFedMMA.Activation != "" && e.PFedMMA.Activation != "relu" {
-		return fmt.Errorf("run: pfedmma.activation %q: only relu (the reference code's) is implemented", e.PFedMMA.Activation)
-	}
-	resolved, err := e.Resolved()
-	if err != nil {
-		return err
-	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
@@ -118,14 +98,6 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 	if quiet {
 		mode = progress.Quiet
 	}
-	var sched optim.Schedule
-	if e.Optimizer.Schedule == "cosine" {
-		sched = optim.Cosine{Base: e.Optimizer.LR, Warmup: e.Optimizer.WarmupEpochs, Total: e.Federation.Rounds}
-	}
-	imageSize := e.Dataset.ImageSize
-	if imageSize == 0 {
-		imageSize = info.Config.Vision.ImageSize // generated data is rendered at the model's size
-	}
 	seeds := e.RunSeeds()
 	var summaries []*report.Summary
 	for _, seed := range seeds {
@@ -133,24 +105,11 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 		if len(seeds) > 1 {
 			dir = filepath.Join(out, fmt.Sprintf("seed_%d", seed))
 		}
-		o := experiment.Options{
-			ModelPath: model, VocabPath: e.Vocab, Dataset: e.Dataset.Name, Root: e.Dataset.Root,
-			DatasetOptions: dataset.Options{Seed: seed, Domains: e.Dataset.Domains, ValFraction: e.Dataset.ValFraction,
-				NumClasses: e.Dataset.NumClasses, ImageSize: imageSize},
-			Protocol: experiment.ProtocolOptions{Name: e.Protocol.Name, Clients: e.Federation.Clients, Shots: e.Dataset.Shots,
-				Beta: e.Protocol.Beta, PerDomain: e.Protocol.ClientsPerDomain, MinSamples: e.Protocol.MinSamples,
-				UseVal: e.Eval.Split == "val"},
-			Methods: e.Methods,
-			MMA:     mma.Config{Start: first, End: last, Dim: e.PFedMMA.Dim, Scale: float32(e.PFedMMA.Scale)},
-			Train: experiment.TrainOptions{Epochs: e.Federation.LocalEpochs, Batch: e.BatchSize, Optimizer: e.Optimizer.Name,
-				LR: e.Optimizer.LR, Momentum: e.Optimizer.Momentum, WD: e.Optimizer.WeightDecay, Schedule: sched,
-				ResetOptimizer: e.Optimizer.ResetEachRound},
-			Rounds: e.Federation.Rounds, Fraction: e.Federation.Fraction, EvalEvery: e.Federation.EvalEvery,
-			Augment: e.Augment.String(), Template: e.Prompt, Seed: seed, PrefixBatch: e.Eval.BatchSize,
-			OutDir: dir, Resume: resume, Progress: os.Stderr, ProgressMode: mode,
-			SaveAdapters: e.Output.SaveAdapters, Plots: e.Output.Plots, ConfigYAML: resolved,
-			CacheMiB: e.Cache.MemoryMiB, SpillDir: e.Cache.SpillDir,
+		o, err := experiment.FromConfig(e, model, seed, dir)
+		if err != nil {
+			return fmt.Errorf("run: %w", err)
 		}
+		o.Resume, o.Progress, o.ProgressMode = resume, os.Stderr, mode
 		slog.Info("run", "out", dir, "seed", seed, "model", model)
 		res, err := experiment.Run(cmd.Context(), o)
 		if err != nil {

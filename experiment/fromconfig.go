@@ -1,0 +1,59 @@
+package experiment
+
+import (
+	"fmt"
+
+	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/mma"
+	"github.com/pfedmma/pfedmma/optim"
+)
+
+// FromConfig turns a validated experiment configuration into run Options for
+// one seed. model is the resolved checkpoint path (the config's, or the
+// embedded default); its header is read to resolve relative adapter blocks
+// and the image size of generated data.
+func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) (Options, error) {
+	info, err := checkpoint.Inspect(model)
+	if err != nil {
+		return Options{}, err
+	}
+	layers := min(info.Config.Vision.Layers, info.Config.Text.Layers)
+	first, last, err := e.PFedMMA.Blocks(layers)
+	if err != nil {
+		return Options{}, err
+	}
+	if e.PFedMMA.Activation != "" && e.PFedMMA.Activation != "relu" {
+		return Options{}, fmt.Errorf("pfedmma.activation %q: only relu (the reference code's) is implemented", e.PFedMMA.Activation)
+	}
+	imageSize := e.Dataset.ImageSize
+	if imageSize == 0 {
+		imageSize = info.Config.Vision.ImageSize // generated data is rendered at the model's size
+	}
+	var sched optim.Schedule
+	if e.Optimizer.Schedule == "cosine" {
+		sched = optim.Cosine{Base: e.Optimizer.LR, Warmup: e.Optimizer.WarmupEpochs, Total: e.Federation.Rounds}
+	}
+	resolved, err := e.Resolved()
+	if err != nil {
+		return Options{}, err
+	}
+	return Options{
+		ModelPath: model, VocabPath: e.Vocab, Dataset: e.Dataset.Name, Root: e.Dataset.Root,
+		DatasetOptions: dataset.Options{Seed: seed, Domains: e.Dataset.Domains, ValFraction: e.Dataset.ValFraction,
+			NumClasses: e.Dataset.NumClasses, ImageSize: imageSize},
+		Protocol: ProtocolOptions{Name: e.Protocol.Name, Clients: e.Federation.Clients, Shots: e.Dataset.Shots,
+			Beta: e.Protocol.Beta, PerDomain: e.Protocol.ClientsPerDomain, MinSamples: e.Protocol.MinSamples,
+			UseVal: e.Eval.Split == "val"},
+		Methods: e.Methods,
+		MMA:     mma.Config{Start: first, End: last, Dim: e.PFedMMA.Dim, Scale: float32(e.PFedMMA.Scale)},
+		Train: TrainOptions{Epochs: e.Federation.LocalEpochs, Batch: e.BatchSize, Optimizer: e.Optimizer.Name,
+			LR: e.Optimizer.LR, Momentum: e.Optimizer.Momentum, WD: e.Optimizer.WeightDecay, Schedule: sched,
+			ResetOptimizer: e.Optimizer.ResetEachRound},
+		Rounds: e.Federation.Rounds, Fraction: e.Federation.Fraction, EvalEvery: e.Federation.EvalEvery,
+		Augment: e.Augment.String(), Template: e.Prompt, Seed: seed, PrefixBatch: e.Eval.BatchSize,
+		OutDir: outDir, SaveAdapters: e.Output.SaveAdapters, Plots: e.Output.Plots, ConfigYAML: resolved,
+		CacheMiB: e.Cache.MemoryMiB, SpillDir: e.Cache.SpillDir,
+	}, nil
+}

@@ -1,0 +1,76 @@
+package experiment
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/pfedmma/pfedmma/assets"
+	"github.com/pfedmma/pfedmma/config"
+)
+
+// runPreset runs a preset with the embedded model.
+func runPreset(t *testing.T, name string) *Result {
+	t.Helper()
+	e, err := config.Preset(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := assets.DefaultModelDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := FromConfig(e, model, e.Seed, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Plots, o.SaveAdapters = false, false
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestDefaultJobQualities guards the measured qualities of the default job
+// (README, "The default job") at generous thresholds: zero-shot transfer to
+// novel compositions far above chance, pFedMMA's local accuracy clearly above
+// zero-shot, its novel accuracy close to zero-shot's.
+func TestDefaultJobQualities(t *testing.T) {
+	res := runPreset(t, config.DefaultPreset)
+	zs, _ := res.Summary.Get(ZeroShot)
+	pf, _ := res.Summary.Get(PFedMMA)
+	t.Logf("zero-shot %v\npFedMMA %v", zs, pf)
+	const novelClasses = 20 // 40 classes, half novel
+	if chance := 100.0 / novelClasses; zs["novel"] < 5*chance {
+		t.Errorf("zero-shot novel accuracy %.1f%% is not well above chance (%.1f%%)", zs["novel"], chance)
+	}
+	if pf["local"] < zs["local"]+5 {
+		t.Errorf("pFedMMA local %.1f%% not clearly above zero-shot %.1f%%", pf["local"], zs["local"])
+	}
+	if math.Abs(pf["novel"]-zs["novel"]) > 6 {
+		t.Errorf("pFedMMA novel %.1f%% strays from zero-shot %.1f%%", pf["novel"], zs["novel"])
+	}
+	if pf["hm"] < zs["hm"]-1 {
+		t.Errorf("pFedMMA HM %.1f below zero-shot %.1f", pf["hm"], zs["hm"])
+	}
+}
+
+// TestDomainStylesLowerZeroShot: the rendering styles are real domain
+// shifts — zero-shot accuracy differs clearly between them.
+func TestDomainStylesLowerZeroShot(t *testing.T) {
+	res := runPreset(t, "world-domains")
+	zs, _ := res.Summary.Get(ZeroShot)
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, d := range []string{"photo", "clipart", "sketch", "painting"} {
+		v, ok := zs[d]
+		if !ok {
+			t.Fatalf("no zero-shot accuracy for domain %s: %v", d, zs)
+		}
+		lo, hi = math.Min(lo, v), math.Max(hi, v)
+	}
+	t.Logf("zero-shot per domain %v", zs)
+	if hi-lo < 5 {
+		t.Errorf("zero-shot accuracy varies only %.1f points across styles", hi-lo)
+	}
+}
