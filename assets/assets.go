@@ -20,6 +20,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/tokenizer"
 )
 
@@ -145,26 +146,7 @@ func intact(p string, sum [sha256.Size]byte) bool {
 // writeAtomic writes data to a temporary file beside p, syncs it and renames
 // it over p.
 func writeAtomic(p string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("assets: model cache %s: %w", p, err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.WriteBytes(p, data); err != nil {
 		return fmt.Errorf("assets: model cache %s: %w", p, err)
 	}
 	return nil

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pfedmma/pfedmma/internal/atomicfile"
 )
 
 // coopSpec describes one of CoOp's seven "CLIP datasets".
@@ -183,19 +185,7 @@ func WriteSplitFile(file string, s *SplitFile) error {
 	if err := json.Indent(&buf, b, "", "    "); err != nil {
 		return fmt.Errorf("split file %s: %w", file, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(file), filepath.Base(file)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("split file %s: %w", file, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(buf.Bytes()); err != nil {
-		tmp.Close()
-		return fmt.Errorf("split file %s: %w", file, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("split file %s: %w", file, err)
-	}
-	if err := os.Rename(tmp.Name(), file); err != nil {
+	if err := atomicfile.WriteBytes(file, buf.Bytes()); err != nil {
 		return fmt.Errorf("split file %s: %w", file, err)
 	}
 	return nil

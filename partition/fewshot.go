@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/internal/atomicfile"
 )
 
 // FewShotIndices draws shots items per class (all of a class's items when
@@ -106,19 +107,7 @@ func SaveFewShot(path string, d FewShotDraw) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("few-shot cache %s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("few-shot cache %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("few-shot cache %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("few-shot cache %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.WriteBytes(path, append(b, '\n')); err != nil {
 		return fmt.Errorf("few-shot cache %s: %w", path, err)
 	}
 	return nil

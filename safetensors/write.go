@@ -7,10 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"sort"
 
+	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -160,38 +159,6 @@ func Write(path string, f32 tensor.Named, i64 map[string]Int64Tensor, meta map[s
 // WriteFileAtomic creates path with the bytes that fill writes, atomically:
 // the data goes to a temporary file in the same directory, which is synced,
 // renamed over path, and the directory synced. On error path is untouched.
-func WriteFileAtomic(path string, fill func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := fill(tmp); err != nil {
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	// Sync the directory so the rename itself is durable; some file systems
-	// cannot sync directories, so this is best effort.
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
+func WriteFileAtomic(path string, fill func(io.Writer) error) error {
+	return atomicfile.Write(path, fill)
 }

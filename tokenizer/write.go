@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pfedmma/pfedmma/internal/atomicfile"
 )
 
 // simpleHeader is the first line of OpenAI's vocabulary file (skipped by
@@ -105,22 +107,8 @@ func (t *Tokenizer) checkWritable() error {
 // writeFileAtomic writes data to a temporary file next to path and renames
 // it into place.
 func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
+	if err := atomicfile.WriteBytes(path, data); err != nil {
 		return fmt.Errorf("tokenizer: write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	cerr := f.Close()
-	if werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, path)
-	}
-	if werr != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("tokenizer: write %s: %w", path, werr)
 	}
 	return nil
 }
