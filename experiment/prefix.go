@@ -145,7 +145,7 @@ func (p *Prefixer) Fill(ctx context.Context, items []dataset.Item, views []view,
 			out[vi] = r
 		}
 		if bar != nil {
-			bar.AddItems(1, len(b.idx))
+			bar.AddItems(len(b.idx), len(b.idx))
 		}
 	}
 	if err := ctx.Err(); err != nil {

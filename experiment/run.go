@@ -200,7 +200,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		"train", len(task.UsedTrain()), "test", len(task.UsedTest()), "blocks", fmt.Sprintf("%d-%d", cfg.Start, cfg.End))
 
 	// Frozen prefixes: every test image once, every training view once.
-	root := progress.New(o.Progress, 0, "prefix", "img", progress.WithMode(o.ProgressMode))
+	nViews := len(task.UsedTest())
+	if !online {
+		nViews += len(task.UsedTrain()) * max(views, 1)
+	}
+	root := progress.New(o.Progress, nViews, "frozen prefixes", "img", progress.WithMode(o.ProgressMode))
 	if o.NoCache {
 		env.registerUncached(views)
 	} else {
@@ -321,9 +325,8 @@ func (e *Env) fillTest(ctx context.Context, bar *progress.Bar) error {
 	for k, i := range used {
 		vs[k] = view{item: i}
 	}
-	child := bar.Child(len(vs), "test prefixes", "img")
-	recs, err := e.Prefixer.Fill(ctx, e.Task.Test, vs, e.Seed, e.TestStore, child)
-	child.Finish()
+	bar.Describe("test-image prefixes")
+	recs, err := e.Prefixer.Fill(ctx, e.Task.Test, vs, e.Seed, e.TestStore, bar)
 	if err != nil {
 		return fmt.Errorf("test prefixes: %w", err)
 	}
@@ -345,9 +348,8 @@ func (e *Env) fillTrain(ctx context.Context, views int, bar *progress.Bar) error
 			vs = append(vs, view{item: i, index: v, augment: true})
 		}
 	}
-	child := bar.Child(len(vs), "train prefixes", "img")
-	recs, err := e.Prefixer.Fill(ctx, e.Task.Train, vs, e.Seed, e.TrainStore, child)
-	child.Finish()
+	bar.Describe("training-view prefixes")
+	recs, err := e.Prefixer.Fill(ctx, e.Task.Train, vs, e.Seed, e.TrainStore, bar)
 	if err != nil {
 		return fmt.Errorf("training prefixes: %w", err)
 	}
