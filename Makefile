@@ -15,11 +15,16 @@ export OPENBLAS_THREAD_TIMEOUT ?= 4
 
 .PHONY: run test deps build bench clean
 
+# Debian packages: OpenBLAS for cgo, and Fashion-MNIST (the fashion-mnist
+# preset and its test read /usr/share/datasets/fashion-mnist).
+PKGS_NEEDED = $(if $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h /usr/include/openblas/cblas.h),,libopenblas-dev) \
+              $(if $(wildcard /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz),,dataset-fashion-mnist)
+
 deps:
-	@if [ ! -e /usr/include/x86_64-linux-gnu/cblas.h ] && [ ! -e /usr/include/cblas.h ] && [ ! -e /usr/include/openblas/cblas.h ]; then \
-		echo "installing libopenblas-dev (OpenBLAS headers and library for cgo)"; \
+	@if [ -n "$(strip $(PKGS_NEEDED))" ]; then \
+		echo "installing $(strip $(PKGS_NEEDED))"; \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libopenblas-dev; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(PKGS_NEEDED); \
 	fi
 
 build: deps

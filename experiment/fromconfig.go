@@ -33,7 +33,8 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 	}
 	var sched optim.Schedule
 	if e.Optimizer.Schedule == "cosine" {
-		sched = optim.Cosine{Base: e.Optimizer.LR, Warmup: e.Optimizer.WarmupEpochs, Total: e.Federation.Rounds}
+		sched = optim.Cosine{Base: e.Optimizer.LR, Warmup: e.Optimizer.WarmupEpochs,
+			Total: e.Federation.Rounds * max(e.Federation.LocalEpochs, 1)}
 	}
 	resolved, err := e.Resolved()
 	if err != nil {

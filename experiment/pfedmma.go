@@ -21,8 +21,9 @@ type TrainOptions struct {
 	LR        float64 // base learning rate
 	Momentum  float64
 	WD        float64
-	// Schedule gives the learning rate of each round (constant or cosine
-	// over rounds); nil means constant LR.
+	// Schedule gives the learning rate of each local epoch, indexed by the
+	// global epoch round·Epochs + epoch (constant, or cosine with warmup
+	// over rounds × local epochs); nil means constant LR.
 	Schedule optim.Schedule
 	// ResetOptimizer starts every round with a fresh optimizer instead of
 	// keeping each client's optimizer state across rounds.
@@ -42,11 +43,11 @@ func (o TrainOptions) newOptimizer() (optim.Optimizer, error) {
 	return nil, fmt.Errorf("experiment: unknown optimizer %q (want sgd or adamw)", o.Optimizer)
 }
 
-func (o TrainOptions) lr(round int) float64 {
+func (o TrainOptions) lr(round, epoch int) float64 {
 	if o.Schedule == nil {
 		return o.LR
 	}
-	return o.Schedule.LR(round)
+	return o.Schedule.LR(round*max(o.Epochs, 1) + epoch)
 }
 
 // mmaClient is one pFedMMA site: private down/up projections, the shared
@@ -122,12 +123,12 @@ func (c *mmaClient) Fit(ctx context.Context, round int, in tensor.Named) (tensor
 	c.learner.SetClassPrefix(prefix, eot, len(eot))
 	n := c.env.Prefixer.RecordLen()
 	B := max(c.opts.Batch, 1)
-	lr := c.opts.lr(round)
 	var lossSum float64
 	var correct, seen, steps int
 	recs := make([]int, 0, B)
 	labels := make([]int, 0, B)
 	for epoch := 0; epoch < max(c.opts.Epochs, 1); epoch++ {
+		lr := c.opts.lr(round, epoch)
 		order := c.rng.Perm(len(c.task.Train))
 		for s := 0; s < len(order); s += B {
 			if err := ctx.Err(); err != nil {
