@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/checkpoint"
@@ -174,5 +175,44 @@ func TestCacheOnOffIdentical(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(off.OutDir, "adapters/client_001.safetensors"))
 	if !bytes.Equal(a, b) {
 		t.Fatal("client adapters differ with the cache on and off")
+	}
+}
+
+// TestAugmentModes: cached augmented views and online augmentation train,
+// and each is reproducible for a seed.
+func TestAugmentModes(t *testing.T) {
+	model := smallModel(t)
+	for _, aug := range []string{"views:2", "online"} {
+		t.Run(aug, func(t *testing.T) {
+			var first report.Metrics
+			for rep := 0; rep < 2; rep++ {
+				o := smallOptions(t, model)
+				o.Methods = []string{PFedMMA}
+				o.Rounds = 1
+				o.Augment = aug
+				res, err := Run(context.Background(), o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, ok := res.Summary.Get(PFedMMA)
+				if !ok || m["local"] <= 0 {
+					t.Fatalf("no pFedMMA result: %v", res.Summary.Methods)
+				}
+				if rep == 0 {
+					first = m
+					continue
+				}
+				for k, v := range first {
+					if m[k] != v {
+						t.Fatalf("augment %s not reproducible: %s %v then %v", aug, k, v, m[k])
+					}
+				}
+			}
+		})
+	}
+	o := smallOptions(t, model)
+	o.Augment = "views:0"
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "views:K") {
+		t.Fatalf("bad augment: error %v", err)
 	}
 }
