@@ -36,6 +36,9 @@ run: build
 test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+	@echo "pure-Go fallback (-tags purego, no cgo): the engine's packages"
+	CGO_ENABLED=0 $(GO) vet -tags purego ./...
+	CGO_ENABLED=0 $(GO) test -count=1 -tags purego ./gemm ./nn ./clip ./mma
 
 bench: build
 	./$(BIN) bench engine
