@@ -65,42 +65,13 @@ func (m *Model) EncodeText(tokens []int, B int) ([]float32, error) {
 
 // Normalize scales each of the n rows of x [n, d] to unit L2 norm in place
 // and returns the norms it divided by.
-func Normalize(x []float32, n, d int) []float32 {
-	norms := make([]float32, n)
-	for i := 0; i < n; i++ {
-		row := x[i*d : i*d+d]
-		var s float64
-		for _, v := range row {
-			s += float64(v) * float64(v)
-		}
-		nr := float32(math.Sqrt(s))
-		norms[i] = nr
-		for j := range row {
-			row[j] /= nr
-		}
-	}
-	return norms
-}
+func Normalize(x []float32, n, d int) []float32 { return normalizeInto(nil, x, n, d) }
 
 // Logits returns exp(logitScale) · cos(image_i, text_j) as [nI, nT] for raw
 // (unnormalised) features img [nI, E] and txt [nT, E].
 func Logits(img, txt []float32, nI, nT, E int, logitScale float32) []float32 {
-	a := append([]float32(nil), img[:nI*E]...)
-	b := append([]float32(nil), txt[:nT*E]...)
-	Normalize(a, nI, E)
-	Normalize(b, nT, E)
-	s := float32(math.Exp(float64(logitScale)))
-	out := make([]float32, nI*nT)
-	for i := 0; i < nI; i++ {
-		for j := 0; j < nT; j++ {
-			var dot float32
-			for k := 0; k < E; k++ {
-				dot += a[i*E+k] * b[j*E+k]
-			}
-			out[i*nT+j] = s * dot
-		}
-	}
-	return out
+	var c CosineLogits
+	return c.Forward(img, txt, nI, nT, E, logitScale)
 }
 
 // ViTB16 is the configuration of OpenAI's ViT-B/16 CLIP.

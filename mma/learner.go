@@ -242,21 +242,8 @@ func (l *Learner) Logits(prefix []float32, B int, txt []float32) []float32 {
 // against labels, and writes the gradients of the loss with respect to the
 // raw features into dImg [B, E] and dTxt [C, E] (overwritten).
 func CrossEntropyCos(img, txt []float32, B, C, E int, logitScale float32, labels []int, dImg, dTxt []float32) (float64, []float32) {
-	s := float32(math.Exp(float64(logitScale)))
-	ni := append([]float32(nil), img[:B*E]...)
-	nt := append([]float32(nil), txt[:C*E]...)
-	normI := clip.Normalize(ni, B, E)
-	normT := clip.Normalize(nt, C, E)
-	logits := make([]float32, B*C)
-	for i := 0; i < B; i++ {
-		for c := 0; c < C; c++ {
-			var dot float32
-			for k := 0; k < E; k++ {
-				dot += ni[i*E+k] * nt[c*E+k]
-			}
-			logits[i*C+c] = s * dot
-		}
-	}
+	var head clip.CosineLogits
+	logits := append([]float32(nil), head.Forward(img, txt, B, C, E, logitScale)...)
 	// softmax cross-entropy, mean over the batch; dlogits = (p − onehot)/B
 	var loss float64
 	dl := make([]float32, B*C)
@@ -277,35 +264,6 @@ func CrossEntropyCos(img, txt []float32, B, C, E int, logitScale float32, labels
 		}
 		dl[i*C+labels[i]] -= 1 / float32(B)
 	}
-	loss /= float64(B)
-	// d normalised features: dn_i = s Σ_c dl_ic t̂_c ; dt̂_c = s Σ_i dl_ic î_i
-	dni, dnt := make([]float32, B*E), make([]float32, C*E)
-	for i := 0; i < B; i++ {
-		for c := 0; c < C; c++ {
-			g := s * dl[i*C+c]
-			if g == 0 {
-				continue
-			}
-			for k := 0; k < E; k++ {
-				dni[i*E+k] += g * nt[c*E+k]
-				dnt[c*E+k] += g * ni[i*E+k]
-			}
-		}
-	}
-	normBackward(dImg, dni, ni, normI, B, E)
-	normBackward(dTxt, dnt, nt, normT, C, E)
-	return loss, logits
-}
-
-// normBackward writes dx = (dn − n̂(n̂·dn))/‖x‖ for rows of x = ‖x‖·n̂.
-func normBackward(dx, dn, nhat, norms []float32, n, d int) {
-	for i := 0; i < n; i++ {
-		var dot float32
-		for k := 0; k < d; k++ {
-			dot += nhat[i*d+k] * dn[i*d+k]
-		}
-		for k := 0; k < d; k++ {
-			dx[i*d+k] = (dn[i*d+k] - nhat[i*d+k]*dot) / norms[i]
-		}
-	}
+	head.Backward(dl, dImg, dTxt)
+	return loss / float64(B), logits
 }
