@@ -160,7 +160,6 @@ func referenceCode() *Experiment {
 // world presets: the embedded tiny model (4 blocks, width 128) on data that
 // needs no download. Sized for a couple of minutes on 2 cores.
 
-//
 // Tuned on the shipped model (see README, "The default job"): adapting the
 // last of its 4 blocks (the last quarter, like blocks 10-12 of ViT-B/16)
 // with α = 0.05 and lr 0.05 raises Local accuracy well above zero-shot while
