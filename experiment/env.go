@@ -8,6 +8,7 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/mma"
 	"github.com/pfedmma/pfedmma/nn"
+	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/tokenizer"
 )
 
@@ -33,6 +34,17 @@ type Env struct {
 
 	spacePrefix map[int][]float32 // class-prompt prefix per label space
 	spaceEOT    map[int][]int
+
+	roundBar *progress.Bar // the running method's round bar, if any
+}
+
+// stepBar starts a progress bar for one client's batches inside the current
+// round (nil-safe: without a round bar it returns a quiet bar).
+func (e *Env) stepBar(total int, desc string) *progress.Bar {
+	if e.roundBar == nil {
+		return progress.New(nil, total, desc, "img")
+	}
+	return e.roundBar.Child(total, desc, "img")
 }
 
 // Prompt returns the prompt of a class name.

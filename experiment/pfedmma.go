@@ -127,7 +127,10 @@ func (c *mmaClient) Fit(ctx context.Context, round int, in tensor.Named) (tensor
 	var correct, seen, steps int
 	recs := make([]int, 0, B)
 	labels := make([]int, 0, B)
-	for epoch := 0; epoch < max(c.opts.Epochs, 1); epoch++ {
+	epochs := max(c.opts.Epochs, 1)
+	bar := c.env.stepBar(epochs*((len(c.task.Train)+B-1)/B), fmt.Sprintf("client %d batch", c.task.ID))
+	defer bar.Finish()
+	for epoch := 0; epoch < epochs; epoch++ {
 		lr := c.opts.lr(round, epoch)
 		order := c.rng.Perm(len(c.task.Train))
 		for s := 0; s < len(order); s += B {
@@ -176,6 +179,7 @@ func (c *mmaClient) Fit(ctx context.Context, round int, in tensor.Named) (tensor
 			lossSum += loss
 			seen += bn
 			steps++
+			bar.AddItems(1, bn)
 		}
 	}
 	up := tensor.Named{}
@@ -215,6 +219,8 @@ func (c *mmaClient) onlinePrefixes(batch []int, round, epoch int) error {
 func (c *mmaClient) Evaluate(ctx context.Context, round int) (map[string]float64, error) {
 	c.learner.Attach()
 	c.txt = map[int][]float32{}
+	bar := c.env.stepBar(1, fmt.Sprintf("client %d eval", c.task.ID))
+	defer bar.Finish()
 	return c.env.evaluate(ctx, c, c.task.Evals)
 }
 

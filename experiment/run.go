@@ -436,7 +436,8 @@ func runPFedMMA(ctx context.Context, env *Env, cfg mma.Config, o Options, log *r
 		return nil, err
 	}
 	bar := progress.New(o.Progress, o.Rounds, "pFedMMA round", "round", progress.WithMode(o.ProgressMode))
-	var clientBar *progress.Bar
+	env.roundBar = bar
+	defer func() { env.roundBar = nil }()
 	var records []report.RoundRecord
 	toRecord := func(r federation.RoundReport) report.RoundRecord {
 		rec := report.RoundRecord{Round: r.Round, Method: PFedMMA, Seconds: r.Seconds}
@@ -473,15 +474,6 @@ func runPFedMMA(ctx context.Context, env *Env, cfg mma.Config, o Options, log *r
 			slog.Info("round", "method", PFedMMA, "round", r.Round, "metrics", fmtMetrics(rec.Mean))
 			return log.Append(rec)
 		},
-		Progress: func(p federation.Progress) {
-			if clientBar == nil || p.Done == 1 {
-				if clientBar != nil {
-					clientBar.Finish()
-				}
-				clientBar = bar.Child(p.Total, p.Phase, "client")
-			}
-			clientBar.Add(1)
-		},
 	}
 	var hist *federation.History
 	var err error
@@ -505,9 +497,6 @@ func runPFedMMA(ctx context.Context, env *Env, cfg mma.Config, o Options, log *r
 		}
 	} else {
 		hist, err = sim.Run(ctx)
-	}
-	if clientBar != nil {
-		clientBar.Finish()
 	}
 	bar.Finish()
 	if err != nil {
