@@ -167,6 +167,12 @@ type Protocol struct {
 	// until it holds. 0 means no minimum; the reference code uses 10.
 	// Ignored by base2novel.
 	MinSamples int `yaml:"min_samples"`
+
+	// BaseSet chooses what base2novel's Base accuracy measures: "all"
+	// (default; every base-class test image, as the reference code and
+	// baselines.md) or "others" (only the base classes held by other
+	// clients, the pFedMMA paper's wording).
+	BaseSet string `yaml:"base_set"`
 }
 
 // Federation sets the clients and the round structure (Algorithm 1).

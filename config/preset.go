@@ -96,7 +96,7 @@ func common() *Experiment {
 		Methods: []string{"zeroshot", "pfedmma"},
 		Prompt:  "a photo of a {}.",
 		Protocol: Protocol{
-			Name: ProtocolBaseToNovel, Beta: 0.5, ClientsPerDomain: 1, MinSamples: 10,
+			Name: ProtocolBaseToNovel, Beta: 0.5, ClientsPerDomain: 1, MinSamples: 10, BaseSet: "all",
 		},
 		Federation: Federation{Clients: 10, Fraction: 1, Rounds: 50, LocalEpochs: 2, EvalEvery: 5},
 		Optimizer: Optimizer{

@@ -189,6 +189,9 @@ func (e *Experiment) checkProtocol(c *checker) {
 	p := e.Protocol
 	c.oneOf("protocol.name", p.Name, ProtocolBaseToNovel, ProtocolDirichlet, ProtocolDomains)
 	c.atLeast("protocol.min_samples", p.MinSamples, 0)
+	if p.BaseSet != "" {
+		c.oneOf("protocol.base_set", p.BaseSet, "all", "others")
+	}
 	switch p.Name {
 	case ProtocolBaseToNovel:
 		// With a known class count, every client must get a base class.

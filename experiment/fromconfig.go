@@ -46,7 +46,7 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 			NumClasses: e.Dataset.NumClasses, ImageSize: imageSize},
 		Protocol: ProtocolOptions{Name: e.Protocol.Name, Clients: e.Federation.Clients, Shots: e.Dataset.Shots,
 			Beta: e.Protocol.Beta, PerDomain: e.Protocol.ClientsPerDomain, MinSamples: e.Protocol.MinSamples,
-			UseVal: e.Eval.Split == "val"},
+			UseVal: e.Eval.Split == "val", OthersBase: e.Protocol.BaseSet == "others"},
 		Methods: e.Methods,
 		MMA:     mma.Config{Start: first, End: last, Dim: e.PFedMMA.Dim, Scale: float32(e.PFedMMA.Scale)},
 		Train: TrainOptions{Epochs: e.Federation.LocalEpochs, Batch: e.BatchSize, Optimizer: e.Optimizer.Name,

@@ -66,6 +66,10 @@ type ProtocolOptions struct {
 	PerDomain  int     // clients per domain (domains protocol)
 	MinSamples int     // Dirichlet: minimum train and test samples per client
 	UseVal     bool    // evaluate on the validation split instead of test
+	// OthersBase makes base-to-novel's Base set the base classes held by
+	// other clients (the pFedMMA paper's wording) instead of every base
+	// class (the reference code's and the default).
+	OthersBase bool
 	Seed       uint64
 }
 
@@ -130,7 +134,15 @@ func baseToNovel(ds *dataset.Dataset, train, test []dataset.Item, o ProtocolOpti
 		if len(ct.Train) == 0 || len(local.Images) == 0 {
 			return nil, fmt.Errorf("experiment: base-to-novel client %d has %d training and %d local test images", c.ID, len(ct.Train), len(local.Images))
 		}
-		ct.Evals = []*EvalSet{local, base, novel}
+		clientBase := base
+		if o.OthersBase {
+			clientBase = &EvalSet{Name: "base", Space: 0}
+			for _, i := range b2n.OthersBase(test, c.ID) {
+				clientBase.Images = append(clientBase.Images, i)
+				clientBase.Labels = append(clientBase.Labels, b2n.Split.BaseMap[test[i].Label])
+			}
+		}
+		ct.Evals = []*EvalSet{local, clientBase, novel}
 		t.Clients = append(t.Clients, ct)
 	}
 	return t, nil
