@@ -55,6 +55,6 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 		Rounds: e.Federation.Rounds, Fraction: e.Federation.Fraction, EvalEvery: e.Federation.EvalEvery,
 		Augment: e.Augment.String(), Template: e.Prompt, Seed: seed, PrefixBatch: e.Eval.BatchSize,
 		OutDir: outDir, SaveAdapters: e.Output.SaveAdapters, Plots: e.Output.Plots, ConfigYAML: resolved,
-		CacheMiB: e.Cache.MemoryMiB, SpillDir: e.Cache.SpillDir,
+		CacheMiB: e.Cache.MemoryMiB, SpillDir: e.Cache.SpillDir, CacheBF16: e.Cache.DType == "bfloat16",
 	}, nil
 }

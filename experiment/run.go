@@ -58,6 +58,10 @@ type Options struct {
 	// records spill to a memory-mapped file in SpillDir (default: temp).
 	CacheMiB int
 	SpillDir string
+	// CacheBF16 stores cached prefixes as bfloat16 (half the memory; the
+	// computation stays float32, the prefixes lose precision: relative
+	// error ≤ 2⁻⁸).
+	CacheBF16 bool
 	// PrefixBatch is the batch size of the prefix computation (default 32).
 	PrefixBatch int
 	OutDir      string
@@ -183,12 +187,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.CacheMiB == 0 {
 		budget = 4096 << 20
 	}
-	trainStore, err := actcache.New(actcache.Options{RecordLen: px.RecordLen(), MemoryBudget: budget / 2, SpillDir: o.SpillDir})
+	dtype := actcache.Float32
+	if o.CacheBF16 {
+		dtype = actcache.BFloat16
+	}
+	trainStore, err := actcache.New(actcache.Options{RecordLen: px.RecordLen(), MemoryBudget: budget / 2, SpillDir: o.SpillDir, DType: dtype})
 	if err != nil {
 		return nil, err
 	}
 	defer trainStore.Close()
-	testStore, err := actcache.New(actcache.Options{RecordLen: px.RecordLen(), MemoryBudget: budget / 2, SpillDir: o.SpillDir})
+	testStore, err := actcache.New(actcache.Options{RecordLen: px.RecordLen(), MemoryBudget: budget / 2, SpillDir: o.SpillDir, DType: dtype})
 	if err != nil {
 		return nil, err
 	}
