@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -112,6 +113,9 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 		o.Resume, o.Progress, o.ProgressMode = resume, os.Stderr, mode
 		slog.Info("run", "out", dir, "seed", seed, "model", model)
 		res, err := experiment.Run(cmd.Context(), o)
+		if errors.Is(err, context.Canceled) {
+			return fmt.Errorf("run interrupted; continue it with: pfedmma run --resume --out %s (and the same config): %w", out, err)
+		}
 		if err != nil {
 			return fmt.Errorf("run: %w", err)
 		}
