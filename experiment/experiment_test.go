@@ -8,39 +8,40 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
-	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/internal/testmodel"
 	"github.com/pfedmma/pfedmma/mma"
 	"github.com/pfedmma/pfedmma/report"
-	"github.com/pfedmma/pfedmma/tokenizer"
 	_ "github.com/pfedmma/pfedmma/world" // registers the "world" dataset
 )
 
-// smallModel writes a small random CLIP and a vocabulary learned from the
-// world's class prompts into a temporary model folder.
+// smallModel writes a small random CLIP and its vocabulary into a
+// temporary model folder.
 func smallModel(t *testing.T) string {
 	t.Helper()
-	ds, err := dataset.Load("world", "", dataset.Options{Seed: 1, NumClasses: 8, TrainPerClass: 4, TestPerClass: 4, ImageSize: 32})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var corpus []string
-	for _, c := range ds.Classes {
-		corpus = append(corpus, "a photo of a "+c+".")
-	}
-	tok := tokenizer.FromMerges(tokenizer.Learn(corpus, 60))
 	dir := t.TempDir()
-	if err := tok.WriteBPEGz(filepath.Join(dir, "bpe_simple_vocab_16e6.txt.gz")); err != nil {
-		t.Fatal(err)
-	}
-	cfg := clip.Config{EmbedDim: 32,
-		Vision: clip.VisionConfig{ImageSize: 32, PatchSize: 8, Width: 64, Layers: 3, Heads: 1, MLPWidth: 256},
-		Text:   clip.TextConfig{ContextLength: 16, VocabSize: tok.VocabSize(), Width: 64, Layers: 3, Heads: 1, MLPWidth: 256}}
-	if err := checkpoint.Save(filepath.Join(dir, "model.safetensors"), clip.Random(cfg, 7), checkpoint.OpenAI); err != nil {
+	if err := testmodel.Write(dir, 16, 7); err != nil {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// sameSummaries compares the methods' metrics of two runs: exactly when tol
+// is 0, else within tol points.
+func sameSummaries(t *testing.T, what string, a, b *Result, tol float64) {
+	t.Helper()
+	for _, m := range []string{ZeroShot, PFedMMA} {
+		ma, okA := a.Summary.Get(m)
+		mb, okB := b.Summary.Get(m)
+		if okA != okB {
+			t.Fatalf("%s: method %s in only one run", what, m)
+		}
+		for k, v := range ma {
+			if d := mb[k] - v; d > tol || d < -tol {
+				t.Fatalf("%s: %s %s is %v, then %v", what, m, k, v, mb[k])
+			}
+		}
+	}
 }
 
 func smallOptions(t *testing.T, model string) Options {
@@ -162,15 +163,7 @@ func TestCacheOnOffIdentical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []string{ZeroShot, PFedMMA} {
-		a, _ := ra.Summary.Get(m)
-		b, _ := rb.Summary.Get(m)
-		for k, v := range a {
-			if b[k] != v {
-				t.Fatalf("%s %s: cache on %v, off %v", m, k, v, b[k])
-			}
-		}
-	}
+	sameSummaries(t, "cache on, then off", ra, rb, 0)
 	a, _ := os.ReadFile(filepath.Join(on.OutDir, "adapters/client_001.safetensors"))
 	b, _ := os.ReadFile(filepath.Join(off.OutDir, "adapters/client_001.safetensors"))
 	if !bytes.Equal(a, b) {
@@ -184,7 +177,7 @@ func TestAugmentModes(t *testing.T) {
 	model := smallModel(t)
 	for _, aug := range []string{"views:2", "online"} {
 		t.Run(aug, func(t *testing.T) {
-			var first report.Metrics
+			var first *Result
 			for rep := 0; rep < 2; rep++ {
 				o := smallOptions(t, model)
 				o.Methods = []string{PFedMMA}
@@ -199,14 +192,10 @@ func TestAugmentModes(t *testing.T) {
 					t.Fatalf("no pFedMMA result: %v", res.Summary.Methods)
 				}
 				if rep == 0 {
-					first = m
+					first = res
 					continue
 				}
-				for k, v := range first {
-					if m[k] != v {
-						t.Fatalf("augment %s not reproducible: %s %v then %v", aug, k, v, m[k])
-					}
-				}
+				sameSummaries(t, "augment "+aug+" twice", first, res, 0)
 			}
 		})
 	}
@@ -214,34 +203,5 @@ func TestAugmentModes(t *testing.T) {
 	o.Augment = "views:0"
 	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "views:K") {
 		t.Fatalf("bad augment: error %v", err)
-	}
-}
-
-// TestBF16CacheClose: storing cached prefixes as bfloat16 halves their
-// memory and keeps accuracies within a few points of the exact float32
-// cache (one test image is 2 points here; the default job moves by ≤ 0.1).
-func TestBF16CacheClose(t *testing.T) {
-	model := smallModel(t)
-	exact := smallOptions(t, model)
-	exact.Rounds = 2
-	half := smallOptions(t, model)
-	half.Rounds = 2
-	half.CacheBF16 = true
-	ra, err := Run(context.Background(), exact)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := Run(context.Background(), half)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range []string{ZeroShot, PFedMMA} {
-		a, _ := ra.Summary.Get(m)
-		b, _ := rb.Summary.Get(m)
-		for k, v := range a {
-			if d := b[k] - v; d > 5 || d < -5 {
-				t.Errorf("%s %s: float32 cache %.2f, bfloat16 cache %.2f", m, k, v, b[k])
-			}
-		}
 	}
 }

@@ -10,12 +10,22 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 )
 
-// runPreset runs a preset with the embedded model.
-func runPreset(t *testing.T, name string) *Result {
+// runPreset runs a preset with the embedded model, after applying the
+// --set style overrides.
+func runPreset(t *testing.T, name string, sets ...string) *Result {
 	t.Helper()
 	e, err := config.Preset(name)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, kv := range sets {
+		path, value, err := config.ParseSet(kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Set(path, value); err != nil {
+			t.Fatal(err)
+		}
 	}
 	model, err := assets.DefaultModelDir()
 	if err != nil {
@@ -95,4 +105,13 @@ func TestFashionMNISTPreset(t *testing.T) {
 	if pf["acc"] < zs["acc"] {
 		t.Errorf("pFedMMA accuracy %.1f%% below zero-shot %.1f%%", pf["acc"], zs["acc"])
 	}
+}
+
+// TestBF16CacheClose: storing cached prefixes as bfloat16 halves their
+// memory and keeps every accuracy of a short default job within a point of
+// the exact float32 cache.
+func TestBF16CacheClose(t *testing.T) {
+	exact := runPreset(t, config.DefaultPreset, "federation.rounds=2")
+	half := runPreset(t, config.DefaultPreset, "federation.rounds=2", "cache.dtype=bfloat16")
+	sameSummaries(t, "float32 cache, then bfloat16", exact, half, 1)
 }

@@ -8,9 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
-	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/tokenizer"
+	"github.com/pfedmma/pfedmma/internal/testmodel"
 	"github.com/pfedmma/pfedmma/world"
 )
 
@@ -18,23 +16,8 @@ import (
 // world class prompts.
 func tinyWorldModel(t *testing.T) string {
 	t.Helper()
-	w, err := world.New(world.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var corpus []string
-	for _, c := range w.Classes() {
-		corpus = append(corpus, "a photo of a "+c.Name()+".")
-	}
-	tok := tokenizer.FromMerges(tokenizer.Learn(corpus, 80))
 	dir := t.TempDir()
-	if err := tok.WriteBPEGz(filepath.Join(dir, "bpe_simple_vocab_16e6.txt.gz")); err != nil {
-		t.Fatal(err)
-	}
-	cfg := clip.Config{EmbedDim: 32,
-		Vision: clip.VisionConfig{ImageSize: 32, PatchSize: 8, Width: 64, Layers: 3, Heads: 1, MLPWidth: 256},
-		Text:   clip.TextConfig{ContextLength: 24, VocabSize: tok.VocabSize(), Width: 64, Layers: 3, Heads: 1, MLPWidth: 256}}
-	if err := checkpoint.Save(filepath.Join(dir, "model.safetensors"), clip.Random(cfg, 7), checkpoint.OpenAI); err != nil {
+	if err := testmodel.Write(dir, 24, 7); err != nil {
 		t.Fatal(err)
 	}
 	return dir
