@@ -483,7 +483,6 @@ func runPFedMMA(ctx context.Context, env *Env, cfg mma.Config, o Options, log *r
 			return log.Append(rec)
 		},
 	}
-	var hist *federation.History
 	var err error
 	if o.Resume {
 		// earlier rounds come from the checkpoint's history
@@ -499,18 +498,17 @@ func runPFedMMA(ctx context.Context, env *Env, cfg mma.Config, o Options, log *r
 				bar.Add(1)
 			}
 		}
-		hist, err = sim.Resume(ctx)
+		_, err = sim.Resume(ctx)
 		if errors.Is(err, federation.ErrNoCheckpoint) {
-			hist, err = sim.Run(ctx)
+			_, err = sim.Run(ctx)
 		}
 	} else {
-		hist, err = sim.Run(ctx)
+		_, err = sim.Run(ctx)
 	}
 	bar.Finish()
 	if err != nil {
 		return nil, err
 	}
-	_ = hist
 	if o.SaveAdapters {
 		if err := saveAdapters(o.OutDir, byID, strategy); err != nil {
 			return nil, err
