@@ -36,6 +36,7 @@ type Env struct {
 	spaceEOT    map[int][]int
 
 	roundBar *progress.Bar // the running method's round bar, if any
+	evalBuf  []float32     // prefix batch of evaluate
 }
 
 // stepBar starts a progress bar for one client's batches inside the current
@@ -107,7 +108,8 @@ func (e *Env) evaluate(ctx context.Context, sc scorer, sets []*EvalSet) (map[str
 	E := e.Model.W.Config.EmbedDim
 	n := e.Prefixer.RecordLen()
 	const B = 64
-	buf := make([]float32, B*n)
+	e.evalBuf = nn.Grow(e.evalBuf, B*n) // reused: one ViT-B/16 batch of prefixes is 39 MB
+	buf := e.evalBuf
 	for _, set := range sets {
 		txt, err := sc.textFeatures(set.Space)
 		if err != nil {
