@@ -37,6 +37,9 @@ type Env struct {
 
 	roundBar *progress.Bar // the running method's round bar, if any
 	evalBuf  []float32     // prefix batch of evaluate
+	// trainBuf and trainPx are the training batch's prefixes and pixels,
+	// shared by the clients (they train one at a time).
+	trainBuf, trainPx []float32
 }
 
 // stepBar starts a progress bar for one client's batches inside the current

@@ -60,8 +60,6 @@ type mmaClient struct {
 	opt     optim.Optimizer
 	pcg     *rand.PCG
 	rng     *rand.Rand
-	buf     []float32
-	px      []float32
 	txt     map[int][]float32
 }
 
@@ -140,7 +138,7 @@ func (c *mmaClient) Fit(ctx context.Context, round int, in tensor.Named) (tensor
 			hi := min(s+B, len(order))
 			bn := hi - s
 			labels = labels[:0]
-			c.buf = nn.Grow(c.buf, bn*n)
+			c.env.trainBuf = nn.Grow(c.env.trainBuf, bn*n)
 			if c.env.Online {
 				if err := c.onlinePrefixes(order[s:hi], round, epoch); err != nil {
 					return nil, nil, err
@@ -155,7 +153,7 @@ func (c *mmaClient) Fit(ctx context.Context, round int, in tensor.Named) (tensor
 					}
 					recs = append(recs, views[v])
 				}
-				if err := c.env.TrainStore.GetBatch(recs, c.buf); err != nil {
+				if err := c.env.TrainStore.GetBatch(recs, c.env.trainBuf); err != nil {
 					return nil, nil, err
 				}
 			}
@@ -163,7 +161,7 @@ func (c *mmaClient) Fit(ctx context.Context, round int, in tensor.Named) (tensor
 				labels = append(labels, c.task.Labels[k])
 			}
 			a.ZeroGrads()
-			loss, logits, err := c.learner.Step(c.buf, bn, labels)
+			loss, logits, err := c.learner.Step(c.env.trainBuf, bn, labels)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -197,13 +195,13 @@ func (c *mmaClient) onlinePrefixes(batch []int, round, epoch int) error {
 	p := c.env.Prefixer
 	S := c.env.Model.W.Config.Vision.ImageSize
 	per := 3 * S * S
-	c.px = nn.Grow(c.px, len(batch)*per)
+	c.env.trainPx = nn.Grow(c.env.trainPx, len(batch)*per)
 	errs := make([]error, len(batch))
 	nn.ParallelFor(len(batch), 1, func(lo, hi int) {
 		for k := lo; k < hi; k++ {
 			item := c.task.Train[batch[k]]
 			v := view{item: item, index: round*1000 + epoch, augment: true}
-			errs[k] = p.pixels(c.env.Task.Train, v, c.env.Seed, c.px[k*per:(k+1)*per])
+			errs[k] = p.pixels(c.env.Task.Train, v, c.env.Seed, c.env.trainPx[k*per:(k+1)*per])
 		}
 	})
 	for _, err := range errs {
@@ -211,7 +209,7 @@ func (c *mmaClient) onlinePrefixes(batch []int, round, epoch int) error {
 			return err
 		}
 	}
-	c.buf = mma.ImagePrefix(c.env.Model, c.env.Start, c.px, len(batch), c.buf)
+	c.env.trainBuf = mma.ImagePrefix(c.env.Model, c.env.Start, c.env.trainPx, len(batch), c.env.trainBuf)
 	return nil
 }
 
