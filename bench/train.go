@@ -100,7 +100,7 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 	}
 	mcfg := mma.Config{Start: o.Start, End: cfg.Vision.Layers, Dim: o.Dim, Scale: 0.005}
 	a := mma.New(mcfg, cfg.Vision.Width, cfg.Text.Width, rng)
-	l, err := mma.NewLearner(m, a)
+	l, err := mma.NewLearner(m, a, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,8 @@ type Env struct {
 	// trainBuf and trainPx are the training batch's prefixes and pixels,
 	// shared by the clients (they train one at a time).
 	trainBuf, trainPx []float32
+	// adapterWS holds the adapters' activations, shared by all clients.
+	adapterWS *mma.Workspace
 }
 
 // stepBar starts a progress bar for one client's batches inside the current

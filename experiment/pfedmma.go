@@ -68,7 +68,7 @@ func newMMAClient(env *Env, task *ClientTask, opts TrainOptions, init *mma.Adapt
 	if err := a.Load(init.Params); err != nil {
 		return nil, err
 	}
-	l, err := mma.NewLearner(env.Model, a)
+	l, err := mma.NewLearner(env.Model, a, env.adapterWS)
 	if err != nil {
 		return nil, err
 	}

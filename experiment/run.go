@@ -203,7 +203,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	defer testStore.Close()
 	env := &Env{Model: m, Tok: tok, Task: task, Start: cfg.Start, Template: tmpl, Prefixer: px,
 		TrainStore: trainStore, TestStore: testStore,
-		TrainRecs: map[int][]int{}, TestRecs: map[int]int{}, Online: online, Seed: o.Seed}
+		TrainRecs: map[int][]int{}, TestRecs: map[int]int{}, Online: online, Seed: o.Seed,
+		adapterWS: mma.NewWorkspace()}
 	slog.Info("experiment", "dataset", ds.Name, "protocol", task.Protocol, "clients", len(task.Clients),
 		"train", len(task.UsedTrain()), "test", len(task.UsedTest()), "blocks", fmt.Sprintf("%d-%d", cfg.Start, cfg.End))
 

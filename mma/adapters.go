@@ -165,9 +165,10 @@ func (a *Adapters) linear(part string, j int, layer string, in, out int) linear 
 }
 
 // Branch returns the adapter of block j (0 = embeddings) for one modality
-// ("visual" or "text") as a clip.Adapter. Both modalities' branches of a
-// block share the same projection parameters and gradient buffers.
-func (a *Adapters) Branch(modality string, j int) *Branch {
+// ("visual" or "text") as a clip.Adapter, keeping its activations in ws.
+// Both modalities' branches of a block share the same projection parameters
+// and gradient buffers.
+func (a *Adapters) Branch(modality string, j int, ws *Workspace) *Branch {
 	d := a.Dv
 	if modality == "text" {
 		d = a.Dt
@@ -179,6 +180,7 @@ func (a *Adapters) Branch(modality string, j int) *Branch {
 		up:        a.linear(part, j, "up", a.Cfg.Dim, d),
 		scale:     a.Cfg.Scale,
 		gradScale: j > 0,
+		a:         ws.get(modality, j),
 	}
 }
 
@@ -194,28 +196,51 @@ type Branch struct {
 	scale            float32
 	gradScale        bool
 
-	h, z1, z2, y, dy, dz1, dz2, dhTmp []float32 // activations and scratch
-	n                                 int
+	a *branchActs // activations, possibly shared with other clients' branches
+}
+
+// branchActs are one branch's activations and gradient scratch.
+type branchActs struct {
+	h, z1, z2, y, dy, dz1, dz2, dhTmp []float32
+}
+
+// Workspace holds the activations of adapter branches. Learners that run one
+// at a time (the clients of a simulation) share one workspace, so that
+// activation memory does not grow with the number of clients.
+type Workspace struct {
+	acts map[string]*branchActs
+}
+
+// NewWorkspace returns an empty workspace.
+func NewWorkspace() *Workspace { return &Workspace{acts: map[string]*branchActs{}} }
+
+func (w *Workspace) get(modality string, j int) *branchActs {
+	key := fmt.Sprintf("%s/%d", modality, j)
+	a, ok := w.acts[key]
+	if !ok {
+		a = &branchActs{}
+		w.acts[key] = a
+	}
+	return a
 }
 
 // Forward adds scale·A(h) to out; h and out are [N, d].
 func (b *Branch) Forward(out, h []float32, N int) {
 	d, r := b.down.in, b.down.out
-	b.n = N
-	b.h = nn.Grow(b.h, N*d)
-	copy(b.h, h[:N*d]) // kept for the weight gradient; h may alias out
+	b.a.h = nn.Grow(b.a.h, N*d)
+	copy(b.a.h, h[:N*d]) // kept for the weight gradient; h may alias out
 	// z1 = ReLU(h · W_dᵀ + b_d)      [N, r]
-	b.z1 = nn.Grow(b.z1, N*r)
-	nn.LinearForward(b.z1, b.h, b.down.w, b.down.b, N, d, r)
-	nn.ReLUForward(b.z1, b.z1, N*r)
+	b.a.z1 = nn.Grow(b.a.z1, N*r)
+	nn.LinearForward(b.a.z1, b.a.h, b.down.w, b.down.b, N, d, r)
+	nn.ReLUForward(b.a.z1, b.a.z1, N*r)
 	// z2 = ReLU(z1 · W_sᵀ + b_s)     [N, r]
-	b.z2 = nn.Grow(b.z2, N*r)
-	nn.LinearForward(b.z2, b.z1, b.shared.w, b.shared.b, N, r, r)
-	nn.ReLUForward(b.z2, b.z2, N*r)
+	b.a.z2 = nn.Grow(b.a.z2, N*r)
+	nn.LinearForward(b.a.z2, b.a.z1, b.shared.w, b.shared.b, N, r, r)
+	nn.ReLUForward(b.a.z2, b.a.z2, N*r)
 	// y = z2 · W_uᵀ + b_u            [N, d]
-	b.y = nn.Grow(b.y, N*d)
-	nn.LinearForward(b.y, b.z2, b.up.w, b.up.b, N, r, d)
-	for i, v := range b.y {
+	b.a.y = nn.Grow(b.a.y, N*d)
+	nn.LinearForward(b.a.y, b.a.z2, b.up.w, b.up.b, N, r, d)
+	for i, v := range b.a.y {
 		out[i] += b.scale * v
 	}
 }
@@ -226,34 +251,34 @@ func (b *Branch) Forward(out, h []float32, N int) {
 func (b *Branch) Backward(dh, dout []float32, N int) {
 	d, r := b.down.in, b.down.out
 	// gradient at A's output: scale·dout, times 1/scale with gradient scaling
-	b.dy = nn.Grow(b.dy, N*d)
+	b.a.dy = nn.Grow(b.a.dy, N*d)
 	if b.gradScale {
-		copy(b.dy, dout[:N*d])
+		copy(b.a.dy, dout[:N*d])
 	} else {
 		for i, v := range dout[:N*d] {
-			b.dy[i] = b.scale * v
+			b.a.dy[i] = b.scale * v
 		}
 	}
-	b.dz2 = nn.Grow(b.dz2, N*r)
-	clear(b.dz2)
-	nn.LinearBackward(b.dz2, b.up.gw, b.up.gb, b.dy, b.z2, b.up.w, N, r, d)
-	b.dz1 = nn.Grow(b.dz1, N*r)
-	clear(b.dz1)
-	reluMask(b.dz2, b.z2)
-	nn.LinearBackward(b.dz1, b.shared.gw, b.shared.gb, b.dz2, b.z1, b.shared.w, N, r, r)
-	reluMask(b.dz1, b.z1)
+	b.a.dz2 = nn.Grow(b.a.dz2, N*r)
+	clear(b.a.dz2)
+	nn.LinearBackward(b.a.dz2, b.up.gw, b.up.gb, b.a.dy, b.a.z2, b.up.w, N, r, d)
+	b.a.dz1 = nn.Grow(b.a.dz1, N*r)
+	clear(b.a.dz1)
+	reluMask(b.a.dz2, b.a.z2)
+	nn.LinearBackward(b.a.dz1, b.shared.gw, b.shared.gb, b.a.dz2, b.a.z1, b.shared.w, N, r, r)
+	reluMask(b.a.dz1, b.a.z1)
 	if dh == nil {
-		nn.LinearBackward(nil, b.down.gw, b.down.gb, b.dz1, b.h, b.down.w, N, d, r)
+		nn.LinearBackward(nil, b.down.gw, b.down.gb, b.a.dz1, b.a.h, b.down.w, N, d, r)
 		return
 	}
-	b.dhTmp = nn.Grow(b.dhTmp, N*d)
-	clear(b.dhTmp)
-	nn.LinearBackward(b.dhTmp, b.down.gw, b.down.gb, b.dz1, b.h, b.down.w, N, d, r)
+	b.a.dhTmp = nn.Grow(b.a.dhTmp, N*d)
+	clear(b.a.dhTmp)
+	nn.LinearBackward(b.a.dhTmp, b.down.gw, b.down.gb, b.a.dz1, b.a.h, b.down.w, N, d, r)
 	s := float32(1)
 	if b.gradScale {
 		s = b.scale // the branch sends scale × its gradient back into h
 	}
-	for i, v := range b.dhTmp {
+	for i, v := range b.a.dhTmp {
 		dh[i] += s * v
 	}
 }

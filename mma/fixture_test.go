@@ -90,7 +90,7 @@ func newLearner(t *testing.T, fx fixture) (*Learner, *safetensors.File) {
 	if err := a.Load(named); err != nil {
 		t.Fatal(err)
 	}
-	l, err := NewLearner(m, a)
+	l, err := NewLearner(m, a, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

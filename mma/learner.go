@@ -32,8 +32,9 @@ type Learner struct {
 }
 
 // NewLearner binds adapters to a model. It checks the adapter widths and
-// block range against the model.
-func NewLearner(m *clip.Model, a *Adapters) (*Learner, error) {
+// block range against the model. Learners that run one at a time may share
+// a workspace for their activations; nil gives the learner its own.
+func NewLearner(m *clip.Model, a *Adapters, ws *Workspace) (*Learner, error) {
 	c := m.W.Config
 	if a.Dv != c.Vision.Width || a.Dt != c.Text.Width {
 		return nil, fmt.Errorf("mma: adapters built for widths %d/%d, model has %d/%d", a.Dv, a.Dt, c.Vision.Width, c.Text.Width)
@@ -42,10 +43,13 @@ func NewLearner(m *clip.Model, a *Adapters) (*Learner, error) {
 	if err := a.Cfg.Validate(L); err != nil {
 		return nil, err
 	}
+	if ws == nil {
+		ws = NewWorkspace()
+	}
 	l := &Learner{Model: m, Adapters: a, vis: map[int]*Branch{}, txt: map[int]*Branch{}}
 	for j := a.Cfg.Start; j <= a.Cfg.End; j++ {
-		l.vis[j] = a.Branch("visual", j)
-		l.txt[j] = a.Branch("text", j)
+		l.vis[j] = a.Branch("visual", j, ws)
+		l.txt[j] = a.Branch("text", j, ws)
 	}
 	return l, nil
 }

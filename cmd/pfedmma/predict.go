@@ -63,7 +63,7 @@ func init() {
 			if err := a.Load(params); err != nil {
 				return fmt.Errorf("predict: %s: %w", path, err)
 			}
-			l, err := mma.NewLearner(m, a)
+			l, err := mma.NewLearner(m, a, nil)
 			if err != nil {
 				return fmt.Errorf("predict: %w", err)
 			}
