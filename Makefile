@@ -15,9 +15,10 @@ export OPENBLAS_THREAD_TIMEOUT ?= 4
 
 .PHONY: run test deps build bench clean
 
-# Debian packages: OpenBLAS for cgo, and Fashion-MNIST (the fashion-mnist
+# Debian packages: a C compiler and OpenBLAS for cgo, and Fashion-MNIST (the fashion-mnist
 # preset and its test read /usr/share/datasets/fashion-mnist).
-PKGS_NEEDED = $(if $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h /usr/include/openblas/cblas.h),,libopenblas-dev) \
+PKGS_NEEDED = $(if $(shell command -v gcc),,gcc libc6-dev) \
+              $(if $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h /usr/include/openblas/cblas.h),,libopenblas-dev) \
               $(if $(wildcard /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz),,dataset-fashion-mnist)
 
 deps:
