@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -445,11 +446,7 @@ func petsSplit(dsDir, _ string, seed uint64) (*SplitFile, error) {
 	for _, e := range trainval {
 		byLabel[e.Label] = append(byLabel[e.Label], e)
 	}
-	labels := make([]int, 0, len(byLabel))
-	for l := range byLabel {
-		labels = append(labels, l)
-	}
-	slices.Sort(labels)
+	labels := slices.Sorted(maps.Keys(byLabel))
 	rng := newRand(seed, streamCoOpSplit)
 	s := &SplitFile{Test: test}
 	for _, l := range labels {

@@ -9,6 +9,7 @@ import (
 	_ "image/jpeg" // register JPEG for FileSource
 	_ "image/png"  // register PNG for FileSource
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -215,11 +216,7 @@ func carveVal(train []Item, frac float64, seed uint64) (rest, val []Item) {
 	for i, it := range train {
 		byClass[it.Label] = append(byClass[it.Label], i)
 	}
-	labels := make([]int, 0, len(byClass))
-	for l := range byClass {
-		labels = append(labels, l)
-	}
-	slices.Sort(labels)
+	labels := slices.Sorted(maps.Keys(byClass))
 	rng := newRand(seed, streamValSplit)
 	inVal := make([]bool, len(train))
 	for _, l := range labels {

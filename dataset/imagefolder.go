@@ -2,10 +2,10 @@ package dataset
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"path/filepath"
 	"slices"
-	"strings"
 )
 
 // LoadImageFolder reads a class-per-folder tree. With root/train (and
@@ -39,7 +39,7 @@ func LoadImageFolder(root string, opts Options) (*Dataset, error) {
 				classSet[c] = true
 			}
 		}
-		classes := sortedKeys(classSet)
+		classes := slices.Sorted(maps.Keys(classSet))
 		if len(classes) == 0 {
 			return nil, fmt.Errorf("dataset %s: %s: no class folders with images", name, filepath.Join(root, "train"))
 		}
@@ -105,13 +105,4 @@ func readClassFolders(dir, prefix string) (map[string][]string, error) {
 		}
 	}
 	return out, nil
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.SortFunc(out, strings.Compare)
-	return out
 }

@@ -7,6 +7,8 @@ package experiment
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/pfedmma/pfedmma/dataset"
@@ -196,7 +198,7 @@ func (t *Task) UsedTrain() []int {
 			seen[i] = true
 		}
 	}
-	return sortedKeys(seen)
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // UsedTest returns the sorted test indices any evaluation set uses.
@@ -209,14 +211,5 @@ func (t *Task) UsedTest() []int {
 			}
 		}
 	}
-	return sortedKeys(seen)
-}
-
-func sortedKeys(m map[int]bool) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
+	return slices.Sorted(maps.Keys(seen))
 }

@@ -2,7 +2,9 @@ package optim
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -118,7 +120,7 @@ func (o *AdamW) LoadState(st tensor.Named) error {
 		}
 		return s
 	}
-	for _, key := range sortedKeys(st) {
+	for _, key := range slices.Sorted(maps.Keys(st)) {
 		if key == "steps" {
 			continue
 		}
@@ -149,7 +151,7 @@ func (o *AdamW) LoadState(st tensor.Named) error {
 			return fmt.Errorf("adamw load state: unexpected entry %q", key)
 		}
 	}
-	for _, name := range sortedKeys(param) {
+	for _, name := range slices.Sorted(maps.Keys(param)) {
 		s := param[name]
 		for bit, kind := range []string{"step", "exp_avg", "exp_avg_sq"} {
 			if s.hasAll&(1<<bit) == 0 {

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/tensor"
@@ -140,13 +139,4 @@ func vecValue(name string, t *tensor.Tensor) ([]float32, error) {
 func splitKey(key string) (kind, param string) {
 	kind, param, _ = strings.Cut(key, "/")
 	return kind, param
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -2,6 +2,8 @@ package optim
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -108,7 +110,7 @@ func (o *SGD) LoadState(st tensor.Named) error {
 		return fmt.Errorf("sgd load state: %w", err)
 	}
 	buf := make(map[string][]float32)
-	for _, key := range sortedKeys(st) {
+	for _, key := range slices.Sorted(maps.Keys(st)) {
 		if key == "steps" {
 			continue
 		}
