@@ -1,6 +1,41 @@
 package clip
 
-import "math"
+import (
+	"math"
+
+	"github.com/pfedmma/pfedmma/nn"
+)
+
+// projHead is the shared end of both encoders: features = ln(pooled) @ proj
+// (ln_post and proj for images, ln_final and text_projection for text). It
+// keeps what its backward pass needs, in reused buffers.
+type projHead struct {
+	in, ln, mean, rstd, dln, dpool []float32
+	B, D, E                        int
+}
+
+// forward writes feat [B, E] = layernorm(pooled [B, D]; lnW, lnB) @ proj [D, E].
+func (h *projHead) forward(feat, pooled []float32, B, D int, lnW, lnB, proj []float32) {
+	h.B, h.D, h.E, h.in = B, D, len(proj)/D, pooled
+	h.ln = growF(h.ln, B*D)
+	h.mean, h.rstd = growF(h.mean, B), growF(h.rstd, B)
+	nn.LayerNormForward(h.ln, h.mean, h.rstd, pooled, lnW, lnB, B, D)
+	nn.MatMulForward(feat, h.ln, proj, B, D, h.E)
+}
+
+// backward takes dfeat [B, E] and returns the gradient with respect to the
+// pooled input [B, D] (owned by h); dLnW, dLnB and dProj receive (+=) the
+// weight gradients when not nil.
+func (h *projHead) backward(dfeat, lnW, proj, dLnW, dLnB, dProj []float32) []float32 {
+	B, D := h.B, h.D
+	h.dln = growF(h.dln, B*D)
+	clear(h.dln)
+	nn.MatMulBackward(h.dln, dProj, dfeat, h.ln, proj, B, D, h.E)
+	h.dpool = growF(h.dpool, B*D)
+	clear(h.dpool)
+	nn.LayerNormBackward(h.dpool, dLnW, dLnB, h.dln, h.in, h.mean, h.rstd, lnW, B, D)
+	return h.dpool
+}
 
 // CosineLogits is CLIP's classifier head on raw features:
 //

@@ -1,10 +1,6 @@
 package clip
 
-import (
-	"fmt"
-
-	"github.com/pfedmma/pfedmma/nn"
-)
+import "fmt"
 
 // Text is the causal text transformer with its run-time buffers.
 //
@@ -21,10 +17,9 @@ type Text struct {
 	// embeddings, before the positional embedding: e' = e + A(e).
 	EmbedAdapter Adapter
 
-	x0, eIn, de                 []float32
-	pooledIn, lnF, meanF, rstdF []float32
-	dln, dpool                  []float32
-	embB, headB                 int
+	x0, eIn, de []float32
+	embB        int
+	head        projHead // ln_final, text_projection
 }
 
 // EOTPositions returns, for each row of tokens [B, Ctx], the position of its
@@ -116,29 +111,17 @@ func (t *Text) TokenEmbedBackward(de []float32, tokens []int, B int) {
 // HeadForward maps the EOT-token outputs pooled [B, D] to text features
 // feat [B, E] = ln_final(pooled) @ text_projection.
 func (t *Text) HeadForward(feat, pooled []float32, B int) {
-	D, E := t.Cfg.Width, len(t.W.Proj)/t.Cfg.Width
-	t.headB, t.pooledIn = B, pooled
-	t.lnF = growF(t.lnF, B*D)
-	t.meanF, t.rstdF = growF(t.meanF, B), growF(t.rstdF, B)
-	nn.LayerNormForward(t.lnF, t.meanF, t.rstdF, pooled, t.W.LnFinalW, t.W.LnFinalB, B, D)
-	nn.MatMulForward(feat, t.lnF, t.W.Proj, B, D, E)
+	t.head.forward(feat, pooled, B, t.Cfg.Width, t.W.LnFinalW, t.W.LnFinalB, t.W.Proj)
 }
 
 // HeadBackward takes dfeat [B, E] and returns the gradient with respect to
 // the pooled EOT tokens [B, D] (owned by the encoder).
 func (t *Text) HeadBackward(dfeat []float32) []float32 {
-	B, D, E := t.headB, t.Cfg.Width, len(t.W.Proj)/t.Cfg.Width
 	var dProj, dLnW, dLnB []float32
 	if t.G != nil {
 		dProj, dLnW, dLnB = t.G.Proj, t.G.LnFinalW, t.G.LnFinalB
 	}
-	t.dln = growF(t.dln, B*D)
-	clear(t.dln)
-	nn.MatMulBackward(t.dln, dProj, dfeat, t.lnF, t.W.Proj, B, D, E)
-	t.dpool = growF(t.dpool, B*D)
-	clear(t.dpool)
-	nn.LayerNormBackward(t.dpool, dLnW, dLnB, t.dln, t.pooledIn, t.meanF, t.rstdF, t.W.LnFinalW, B, D)
-	return t.dpool
+	return t.head.backward(dfeat, t.W.LnFinalW, t.W.Proj, dLnW, dLnB, dProj)
 }
 
 // Encode runs the whole text encoder on tokens [B, Ctx] and writes the

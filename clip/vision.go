@@ -20,10 +20,9 @@ type Vision struct {
 	EmbedAdapter Adapter
 
 	patches, emb, pre, mean0, rstd0, x0 []float32
-	pooledIn, lnPost, meanP, rstdP      []float32
-	demb, dpool, dln, dpatch, adapted   []float32
-	adaptB                              int
-	embB, headB                         int
+	demb, dpatch, adapted               []float32
+	adaptB, embB                        int
+	head                                projHead // ln_post, proj
 }
 
 // EmbedForward turns normalised pixels [B, 3, S, S] into the input of the
@@ -139,31 +138,17 @@ func (v *Vision) EmbedBackward(dx0 []float32) {
 // HeadForward maps the class-token output of the last block, pooled [B, D],
 // to image features [B, E] = ln_post(pooled) @ proj (written into feat).
 func (v *Vision) HeadForward(feat, pooled []float32, B int) {
-	D, E := v.Cfg.Width, len(v.W.Proj)/v.Cfg.Width
-	v.headB = B
-	v.pooledIn = pooled
-	v.lnPost = growF(v.lnPost, B*D)
-	v.meanP, v.rstdP = growF(v.meanP, B), growF(v.rstdP, B)
-	nn.LayerNormForward(v.lnPost, v.meanP, v.rstdP, pooled, v.W.LnPostW, v.W.LnPostB, B, D)
-	nn.MatMulForward(feat, v.lnPost, v.W.Proj, B, D, E)
+	v.head.forward(feat, pooled, B, v.Cfg.Width, v.W.LnPostW, v.W.LnPostB, v.W.Proj)
 }
 
 // HeadBackward takes dfeat [B, E] and returns the gradient with respect to
 // the pooled class token [B, D] (owned by the encoder).
 func (v *Vision) HeadBackward(dfeat []float32) []float32 {
-	B, D, E := v.headB, v.Cfg.Width, len(v.W.Proj)/v.Cfg.Width
 	var dProj, dLnW, dLnB []float32
 	if v.G != nil {
 		dProj, dLnW, dLnB = v.G.Proj, v.G.LnPostW, v.G.LnPostB
 	}
-	v.dln = growF(v.dln, B*D)
-	dln := v.dln
-	clear(dln)
-	nn.MatMulBackward(dln, dProj, dfeat, v.lnPost, v.W.Proj, B, D, E)
-	v.dpool = growF(v.dpool, B*D)
-	clear(v.dpool)
-	nn.LayerNormBackward(v.dpool, dLnW, dLnB, dln, v.pooledIn, v.meanP, v.rstdP, v.W.LnPostW, B, D)
-	return v.dpool
+	return v.head.backward(dfeat, v.W.LnPostW, v.W.Proj, dLnW, dLnB, dProj)
 }
 
 // ClassPool returns the pooled positions of the image encoder: the class
