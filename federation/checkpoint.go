@@ -8,20 +8,21 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"math"
 	"os"
-	"path/filepath"
-	"sort"
-	"strconv"
+	"slices"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 // CheckpointFile is the name of the checkpoint inside a CheckpointDir.
 const CheckpointFile = "federation.ckpt"
 
-// Checkpoint is everything a simulation needs to continue exactly.
+// Checkpoint is the coordinator's state after a round: everything the server
+// side needs to continue exactly. Clients keep their own state (SiteStore).
 type Checkpoint struct {
 	// NextRound is the first round still to run.
 	NextRound int
@@ -35,8 +36,8 @@ type Checkpoint struct {
 	Sampler []byte
 	// History holds the reports of rounds 0..NextRound-1.
 	History History
-	// Clients maps each client ID to its State.
-	Clients map[int]tensor.Named
+	// Clients lists the IDs of the federation's clients.
+	Clients []int
 	// StrategyState is the strategy's State.
 	StrategyState tensor.Named
 }
@@ -51,12 +52,12 @@ type Checkpoint struct {
 //
 // Every tensor entry records its offset and the CRC-32C of its bytes, so a
 // damaged file is reported with the entry that is wrong. Tensor names are
-// "client/<id>/<name>" and "strategy/<name>".
+// "strategy/<name>".
 const (
 	ckptMagic   = "PFEDCKPT"
 	ckptEnd     = "PFCK"
 	trailerSize = 24
-	ckptFormat  = "pfedmma-federation/1"
+	ckptFormat  = "pfedmma-federation/2"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -80,53 +81,18 @@ type tensorEntry struct {
 	CRC    uint32 `json:"crc32c"`
 }
 
-// WriteCheckpoint writes c to path atomically: the data goes to a temporary
-// file in the same directory, which is synced and then renamed over path, so
-// an existing checkpoint stays intact until the new one is complete.
-func WriteCheckpoint(path string, c *Checkpoint) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+// WriteCheckpoint writes c to path atomically (internal/atomicfile): an
+// existing checkpoint stays intact until the new one is complete.
+func WriteCheckpoint(path string, c *Checkpoint) error {
+	if err := atomicfile.Write(path, func(w io.Writer) error { return writeCheckpoint(w, c) }); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err := writeCheckpoint(f, c); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("checkpoint %s: sync: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("checkpoint %s: close: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", path, err)
-	}
-	// Make the rename durable. Some systems cannot sync a directory; the
-	// checkpoint itself is complete either way.
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }
 
 func writeCheckpoint(w io.Writer, c *Checkpoint) error {
 	all := tensor.Named{}
-	ids := make([]int, 0, len(c.Clients))
-	for id, st := range c.Clients {
-		ids = append(ids, id)
-		for k, v := range st {
-			all["client/"+strconv.Itoa(id)+"/"+k] = v
-		}
-	}
-	sort.Ints(ids)
+	ids := slices.Sorted(slices.Values(c.Clients))
 	for k, v := range c.StrategyState {
 		all["strategy/"+k] = v
 	}
@@ -140,7 +106,7 @@ func writeCheckpoint(w io.Writer, c *Checkpoint) error {
 		return err
 	}
 	var buf []byte
-	for _, name := range sortedNames(all) {
+	for _, name := range slices.Sorted(maps.Keys(all)) {
 		t := all[name]
 		if t == nil || tensor.Numel(t.Shape) != len(t.Data) {
 			return fmt.Errorf("tensor %q: shape does not match data", name)
@@ -233,13 +199,14 @@ func readCheckpoint(f io.ReaderAt, size int64) (*Checkpoint, error) {
 	}
 	c := &Checkpoint{
 		NextRound: idx.NextRound, Strategy: idx.Strategy, Seed: idx.Seed, Fraction: idx.Fraction,
-		Sampler: idx.Sampler, History: idx.History, Clients: map[int]tensor.Named{}, StrategyState: tensor.Named{},
+		Sampler: idx.Sampler, History: idx.History, Clients: idx.Clients, StrategyState: tensor.Named{},
 	}
+	seen := map[int]bool{}
 	for _, id := range idx.Clients {
-		if c.Clients[id] != nil {
+		if seen[id] {
 			return nil, fmt.Errorf("index: client %d listed twice", id)
 		}
-		c.Clients[id] = tensor.Named{}
+		seen[id] = true
 	}
 	end := int64(len(ckptMagic))
 	for _, e := range idx.Tensors {
@@ -262,21 +229,11 @@ func readCheckpoint(f io.ReaderAt, size int64) (*Checkpoint, error) {
 		for i := range t.Data {
 			t.Data[i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
 		}
-		switch {
-		case strings.HasPrefix(e.Name, "client/"):
-			id, name, err := splitIndexed(e.Name, "client/")
-			if err != nil {
-				return nil, fmt.Errorf("tensor %w", err)
-			}
-			if c.Clients[id] == nil {
-				return nil, fmt.Errorf("tensor %q: client %d is not in the index", e.Name, id)
-			}
-			c.Clients[id][name] = t
-		case strings.HasPrefix(e.Name, "strategy/"):
-			c.StrategyState[strings.TrimPrefix(e.Name, "strategy/")] = t
-		default:
+		name, ok := strings.CutPrefix(e.Name, "strategy/")
+		if !ok {
 			return nil, fmt.Errorf("tensor %q: unknown section", e.Name)
 		}
+		c.StrategyState[name] = t
 	}
 	if end != int64(idxOff) {
 		return nil, fmt.Errorf("index: tensors end at %d but the index starts at %d", end, idxOff)

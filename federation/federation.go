@@ -18,29 +18,70 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// Client is one federated participant. It owns its private data, private
-// parameters, optimizer state and random generator.
-type Client interface {
+// FitIns is what a client receives for one round of local training: the
+// tensors its strategy sends and the round's settings.
+type FitIns struct {
+	Round  int
+	Params tensor.Named
+	// Config carries per-round settings (strings, as in Flower); methods
+	// that need none ignore it.
+	Config map[string]string
+}
+
+// FitRes is a client's answer to FitIns: the tensors it uploads (shared
+// names only), its example count n_i and its training metrics.
+type FitRes struct {
+	Params      tensor.Named
+	NumExamples int
+	Metrics     map[string]float64
+}
+
+// EvaluateIns asks a client to score its current personalised model after
+// a round.
+type EvaluateIns struct {
+	Round  int
+	Config map[string]string
+}
+
+// EvaluateRes is a client's evaluation: metrics on its own test data.
+type EvaluateRes struct {
+	Metrics     map[string]float64
+	NumExamples int
+}
+
+// ClientProxy is the coordinator's handle on one client: in this process
+// (LocalProxy) or across a network. Fit and Evaluate block until the client
+// answers, fails, or ctx ends.
+type ClientProxy interface {
 	// ID identifies the client; IDs are unique within a federation.
 	ID() int
 	// NumExamples is the size of the client's training set (n_i of the
-	// aggregation weights).
+	// aggregation weights) as the client declared it when it joined.
 	NumExamples() int
-	// Fit trains locally in the given round, starting from what the
-	// strategy sent (in), and returns the tensors to upload. It must upload
-	// only shared names and should return promptly with ctx.Err() when ctx
-	// is cancelled.
-	Fit(ctx context.Context, round int, in tensor.Named) (out tensor.Named, metrics map[string]float64, err error)
+	Fit(ctx context.Context, ins FitIns) (FitRes, error)
+	Evaluate(ctx context.Context, ins EvaluateIns) (EvaluateRes, error)
+}
+
+// Client is one federated participant as it runs on its site. It owns its
+// private data, private parameters, optimizer state and random generator.
+// A Client is wrapped by a LocalProxy in simulation, or served by a site
+// process over the network.
+type Client interface {
+	ID() int
+	NumExamples() int
+	// Fit trains locally in round ins.Round, starting from what the strategy
+	// sent, and returns the tensors to upload. It must upload only shared
+	// names and should return promptly with ctx.Err() when ctx is cancelled.
+	Fit(ctx context.Context, ins FitIns) (FitRes, error)
 	// Evaluate scores the client's current personalised model on its own
-	// test data after the given round.
-	Evaluate(ctx context.Context, round int) (map[string]float64, error)
+	// test data. It must not change the client's state.
+	Evaluate(ctx context.Context, ins EvaluateIns) (EvaluateRes, error)
 	// State returns everything the client must restore to continue exactly:
 	// private and shared local parameters, optimizer state, random state.
 	State() (tensor.Named, error)
@@ -54,7 +95,8 @@ type ClientInfo struct {
 	NumExamples int
 }
 
-// FitResult is one client's upload after local training.
+// FitResult is one client's upload after local training, as a strategy
+// receives it.
 type FitResult struct {
 	ClientID    int
 	NumExamples int
@@ -62,7 +104,16 @@ type FitResult struct {
 	Metrics     map[string]float64
 }
 
-// Strategy is the server side of a federated method.
+// Failure is a selected client that did not deliver a result in a round:
+// its error, timeout or refused upload.
+type Failure struct {
+	ClientID int
+	Err      error
+}
+
+// Strategy is the server side of a federated method. It never sees data or
+// private tensors, and does not know whether it runs in simulation or over
+// a network.
 type Strategy interface {
 	// Name identifies the strategy; checkpoints record it.
 	Name() string
@@ -72,8 +123,9 @@ type Strategy interface {
 	// Configure returns what each selected client receives in round. A
 	// selected client missing from the map receives nothing.
 	Configure(round int, selected []int) (map[int]tensor.Named, error)
-	// Aggregate combines the uploads of round, given sorted by ClientID.
-	Aggregate(round int, results []FitResult) error
+	// Aggregate combines the uploads of round, given sorted by ClientID;
+	// failures lists the selected clients that delivered nothing.
+	Aggregate(round int, results []FitResult, failures []Failure) error
 	// State returns a deep copy of the server state.
 	State() tensor.Named
 	// LoadState restores a State (after Init).
@@ -202,143 +254,4 @@ func TensorBytes(t *tensor.Tensor) ([]byte, error) {
 		b[i] = byte(v)
 	}
 	return b, nil
-}
-
-// sortedNames returns the keys of n in order.
-func sortedNames(n tensor.Named) []string {
-	keys := make([]string, 0, len(n))
-	for k := range n {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-// withPrefix copies src into dst under prefix+name (deep copies).
-func withPrefix(dst tensor.Named, prefix string, src tensor.Named) {
-	for k, v := range src {
-		dst[prefix+k] = v.Clone()
-	}
-}
-
-// clientSet records the IDs given to Init.
-type clientSet map[int]bool
-
-func newClientSet(clients []ClientInfo) (clientSet, error) {
-	s := make(clientSet, len(clients))
-	for _, c := range clients {
-		if s[c.ID] {
-			return nil, fmt.Errorf("client %d listed twice", c.ID)
-		}
-		if c.NumExamples < 0 {
-			return nil, fmt.Errorf("client %d: negative example count %d", c.ID, c.NumExamples)
-		}
-		s[c.ID] = true
-	}
-	return s, nil
-}
-
-// checkResults verifies that results come from distinct known clients.
-func (s clientSet) checkResults(results []FitResult) error {
-	seen := make(map[int]bool, len(results))
-	for _, r := range results {
-		if !s[r.ClientID] {
-			return fmt.Errorf("result from unknown client %d", r.ClientID)
-		}
-		if seen[r.ClientID] {
-			return fmt.Errorf("two results from client %d", r.ClientID)
-		}
-		seen[r.ClientID] = true
-	}
-	return nil
-}
-
-// mean averages the tensors named by match over results, in results order,
-// accumulating in float64 and rounding once to float32. Weights are
-// n_i / Σ n_k over the results, or 1/len(results) when uniform. Every result
-// must carry the same matching names with the same shapes.
-func mean(results []FitResult, match func(string) bool, uniform bool) (tensor.Named, error) {
-	if len(results) == 0 {
-		return nil, fmt.Errorf("no results to average")
-	}
-	w := make([]float64, len(results))
-	var total float64
-	for _, r := range results {
-		total += float64(r.NumExamples)
-	}
-	for i, r := range results {
-		switch {
-		case uniform:
-			w[i] = 1 / float64(len(results))
-		case total <= 0:
-			return nil, fmt.Errorf("weighted average over clients with %v examples in all", total)
-		default:
-			w[i] = float64(r.NumExamples) / total
-		}
-	}
-	var names []string
-	for _, k := range sortedNames(results[0].Params) {
-		if match(k) {
-			names = append(names, k)
-		}
-	}
-	out := make(tensor.Named, len(names))
-	for _, name := range names {
-		ref := results[0].Params[name]
-		acc := make([]float64, len(ref.Data))
-		for i, r := range results {
-			t, ok := r.Params[name]
-			if !ok {
-				return nil, fmt.Errorf("client %d did not upload %q (client %d did)", r.ClientID, name, results[0].ClientID)
-			}
-			if !tensor.SameShape(t.Shape, ref.Shape) || len(t.Data) != len(ref.Data) {
-				return nil, fmt.Errorf("client %d uploaded %q with shape %v, client %d with %v", r.ClientID, name, t.Shape, results[0].ClientID, ref.Shape)
-			}
-			for j, v := range t.Data {
-				acc[j] += w[i] * float64(v)
-			}
-		}
-		avg := tensor.New(ref.Shape...)
-		for j, v := range acc {
-			avg.Data[j] = float32(v)
-		}
-		out[name] = avg
-	}
-	for _, r := range results[1:] {
-		for k := range r.Params {
-			if match(k) {
-				if _, ok := out[k]; !ok {
-					return nil, fmt.Errorf("client %d uploaded %q, client %d did not", r.ClientID, k, results[0].ClientID)
-				}
-			}
-		}
-	}
-	return out, nil
-}
-
-// checkUploads rejects any uploaded name the strategy does not share: a
-// private tensor must never leave its client.
-func checkUploads(results []FitResult, allowed func(string) bool) error {
-	for _, r := range results {
-		for _, k := range sortedNames(r.Params) {
-			if !allowed(k) {
-				return fmt.Errorf("client %d uploaded %q, which is not a shared tensor", r.ClientID, k)
-			}
-		}
-	}
-	return nil
-}
-
-// splitIndexed parses "<prefix><int>/<rest>".
-func splitIndexed(key, prefix string) (int, string, error) {
-	rest := strings.TrimPrefix(key, prefix)
-	idStr, name, ok := strings.Cut(rest, "/")
-	if !ok || name == "" {
-		return 0, "", fmt.Errorf("entry %q: want %s<id>/<name>", key, prefix)
-	}
-	id, err := strconv.Atoi(idStr)
-	if err != nil {
-		return 0, "", fmt.Errorf("entry %q: bad id: %w", key, err)
-	}
-	return id, name, nil
 }

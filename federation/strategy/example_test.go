@@ -1,20 +1,22 @@
-package federation
+package strategy
 
 import (
 	"context"
 	"fmt"
+
+	. "github.com/pfedmma/pfedmma/federation"
 )
 
 // Four toy regression clients share "shared.w" by FedAvg and keep their
 // bias private; half of them train in each round after round 0.
-func ExampleSimulation() {
+func ExampleFedAvg() {
 	var clients []Client
 	for id := 0; id < 4; id++ {
 		clients = append(clients, newToy(id, 0))
 	}
-	sim := &Simulation{
+	sim := &Coordinator{
 		Strategy: &FedAvg{Shared: Names("shared.w")},
-		Clients:  clients,
+		Proxies:  sites(clients, ""),
 		Rounds:   3,
 		Fraction: 0.5,
 		Seed:     1,

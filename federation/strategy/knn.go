@@ -1,4 +1,4 @@
-package federation
+package strategy
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -24,7 +25,7 @@ import (
 //
 // State keys: "global/<name>" and "pool/<id>/<name>".
 type KNNPool struct {
-	Shared  Filter
+	Shared  federation.Filter
 	K       int
 	Uniform bool
 	Initial tensor.Named
@@ -75,7 +76,7 @@ func SplitExperts(in tensor.Named) (global tensor.Named, experts []tensor.Named,
 func (s *KNNPool) Name() string { return "knn-pool" }
 
 // Init checks the clients, empties the pool and sets the global to Initial.
-func (s *KNNPool) Init(clients []ClientInfo) error {
+func (s *KNNPool) Init(clients []federation.ClientInfo) error {
 	cs, err := newClientSet(clients)
 	if err != nil {
 		return fmt.Errorf("knn-pool init: %w", err)
@@ -163,7 +164,7 @@ func (s *KNNPool) Configure(round int, selected []int) (map[int]tensor.Named, er
 }
 
 // Aggregate averages the uploads into the global and updates the pool.
-func (s *KNNPool) Aggregate(round int, results []FitResult) error {
+func (s *KNNPool) Aggregate(round int, results []federation.FitResult, failures []federation.Failure) error {
 	if err := s.clients.checkResults(results); err != nil {
 		return fmt.Errorf("knn-pool round %d: %w", round, err)
 	}
@@ -206,7 +207,7 @@ func (s *KNNPool) LoadState(st tensor.Named) error {
 }
 
 // loadIndexed extracts "<prefix><id>/<name>" entries of st.
-func loadIndexed(st tensor.Named, prefix string, clients clientSet, shared Filter) (map[int]tensor.Named, error) {
+func loadIndexed(st tensor.Named, prefix string, clients clientSet, shared federation.Filter) (map[int]tensor.Named, error) {
 	out := map[int]tensor.Named{}
 	for _, k := range sortedNames(st) {
 		if !strings.HasPrefix(k, prefix) {

@@ -1,4 +1,4 @@
-package federation
+package strategy
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	. "github.com/pfedmma/pfedmma/federation"
 
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -47,7 +49,7 @@ func TestFedAvgWeighting(t *testing.T) {
 			err := s.Aggregate(1, []FitResult{
 				{ClientID: 0, NumExamples: 8, Params: tensor.Named{"shared.x": vec(a...)}},
 				{ClientID: 1, NumExamples: 4, Params: tensor.Named{"shared.x": vec(b...)}},
-			})
+			}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +101,7 @@ func TestAggregateErrors(t *testing.T) {
 			if err := s.Init(infos(1, 1)); err != nil {
 				t.Fatal(err)
 			}
-			err := s.Aggregate(0, tc.results)
+			err := s.Aggregate(0, tc.results, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.token) {
 				t.Errorf("error = %v, want one containing %s", err, tc.token)
 			}
@@ -120,7 +122,7 @@ func TestKNNPoolNeighbours(t *testing.T) {
 	for id, p := range pos {
 		res = append(res, FitResult{ClientID: id, NumExamples: 1, Params: tensor.Named{"ctx": vec(p, -p)}})
 	}
-	if err := s.Aggregate(0, res); err != nil {
+	if err := s.Aggregate(0, res, nil); err != nil {
 		t.Fatal(err)
 	}
 	want := map[int][]int{0: {1, 4}, 1: {0, 4}, 2: {4, 1}, 3: {2, 4}, 4: {1, 2}, 5: nil}
@@ -153,7 +155,7 @@ func TestKNNPoolNeighbours(t *testing.T) {
 		t.Errorf("K=0 neighbours = %v, want all 4 others", nb)
 	}
 	// A later upload overwrites the pool entry: client 3 moves next to 0.
-	if err := s.Aggregate(1, []FitResult{{ClientID: 3, NumExamples: 1, Params: tensor.Named{"ctx": vec(0.1, -0.1)}}}); err != nil {
+	if err := s.Aggregate(1, []FitResult{{ClientID: 3, NumExamples: 1, Params: tensor.Named{"ctx": vec(0.1, -0.1)}}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	s.K = 1
@@ -186,7 +188,7 @@ func TestRelay(t *testing.T) {
 	err := s.Aggregate(0, []FitResult{
 		{ClientID: 0, NumExamples: 10, Params: tensor.Named{"text.p": vec(1, 1), "visual.v": vec(2)}},
 		{ClientID: 1, NumExamples: 30, Params: tensor.Named{"text.p": vec(5, 5), "visual.v": vec(4)}},
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +210,7 @@ func TestRelay(t *testing.T) {
 	if len(rel2) != 2 || rel2[0]["text.p"].Data[0] != 1 || rel2[1]["text.p"].Data[0] != 5 {
 		t.Errorf("client 2 got relayed %v, want clients 0 and 1", rel2)
 	}
-	if err := s.Aggregate(1, []FitResult{{ClientID: 2, NumExamples: 5, Params: tensor.Named{"other": vec(1)}}}); err == nil {
+	if err := s.Aggregate(1, []FitResult{{ClientID: 2, NumExamples: 5, Params: tensor.Named{"other": vec(1)}}}, nil); err == nil {
 		t.Error("Relay accepted a name that is neither relayed nor averaged")
 	}
 	s2 := &Relay{Relayed: Prefix("text."), Averaged: Prefix("visual.")}
@@ -295,13 +297,13 @@ type recordingClient struct {
 	in, out []tensor.Named
 }
 
-func (r *recordingClient) Fit(ctx context.Context, round int, in tensor.Named) (tensor.Named, map[string]float64, error) {
-	r.in = append(r.in, in.Clone())
-	out, m, err := r.Client.Fit(ctx, round, in)
+func (r *recordingClient) Fit(ctx context.Context, ins FitIns) (FitRes, error) {
+	r.in = append(r.in, ins.Params.Clone())
+	res, err := r.Client.Fit(ctx, ins)
 	if err == nil {
-		r.out = append(r.out, out.Clone())
+		r.out = append(r.out, res.Params.Clone())
 	}
-	return out, m, err
+	return res, err
 }
 
 func TestPrivateNeverLeaves(t *testing.T) {
@@ -312,7 +314,7 @@ func TestPrivateNeverLeaves(t *testing.T) {
 		rec = append(rec, r)
 		clients = append(clients, r)
 	}
-	sim := &Simulation{Logger: quiet, Strategy: &FedAvg{Shared: Names("shared.w")}, Clients: clients, Rounds: 3, Fraction: 0.5, Seed: 3}
+	sim := &Coordinator{Logger: quiet, Strategy: &FedAvg{Shared: Names("shared.w")}, Proxies: sites(clients, ""), Rounds: 3, Fraction: 0.5, Seed: 3}
 	hist, err := sim.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -345,7 +347,7 @@ func TestPrivateNeverLeaves(t *testing.T) {
 	}
 	leaky := newToy(1, 0)
 	leaky.leak = true
-	sim = &Simulation{Logger: quiet, Strategy: &FedAvg{Shared: Names("shared.w")}, Clients: []Client{newToy(0, 0), leaky}, Rounds: 2, Fraction: 1}
+	sim = &Coordinator{Logger: quiet, Strategy: &FedAvg{Shared: Names("shared.w")}, Proxies: sites([]Client{newToy(0, 0), leaky}, ""), Rounds: 2, Fraction: 1}
 	if _, err := sim.Run(context.Background()); err == nil || !strings.Contains(err.Error(), `"private.b"`) {
 		t.Errorf("leaking client: error = %v, want one naming private.b", err)
 	}
@@ -357,7 +359,7 @@ func TestEvalScheduleAndMeans(t *testing.T) {
 		clients = append(clients, newToy(id, 0))
 	}
 	var phases []string
-	sim := &Simulation{Logger: quiet, Strategy: &FedAvg{}, Clients: clients, Rounds: 5, Fraction: 1, EvalEvery: 2,
+	sim := &Coordinator{Logger: quiet, Strategy: &FedAvg{}, Proxies: sites(clients, ""), Rounds: 5, Fraction: 1, EvalEvery: 2,
 		Progress: func(p Progress) { phases = append(phases, p.Phase) }}
 	hist, err := sim.Run(context.Background())
 	if err != nil {

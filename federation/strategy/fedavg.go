@@ -1,9 +1,10 @@
-package federation
+package strategy
 
 import (
 	"fmt"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -19,7 +20,7 @@ import (
 //
 // State keys: "global/<name>".
 type FedAvg struct {
-	Shared  Filter
+	Shared  federation.Filter
 	Uniform bool
 	Initial tensor.Named
 
@@ -29,7 +30,7 @@ type FedAvg struct {
 
 // UniformMean is FedAvg with uniform weights, FedOT's server rule
 // w_g ← (1/N) Σ_i w_g^(i).
-func UniformMean(shared Filter, initial tensor.Named) *FedAvg {
+func UniformMean(shared federation.Filter, initial tensor.Named) *FedAvg {
 	return &FedAvg{Shared: shared, Uniform: true, Initial: initial}
 }
 
@@ -42,7 +43,7 @@ func (s *FedAvg) Name() string {
 }
 
 // Init checks the clients and sets the global tensors to Initial.
-func (s *FedAvg) Init(clients []ClientInfo) error {
+func (s *FedAvg) Init(clients []federation.ClientInfo) error {
 	cs, err := newClientSet(clients)
 	if err != nil {
 		return fmt.Errorf("%s init: %w", s.Name(), err)
@@ -56,7 +57,7 @@ func (s *FedAvg) Init(clients []ClientInfo) error {
 }
 
 // initialGlobal validates and copies an initial global.
-func initialGlobal(initial tensor.Named, shared Filter) (tensor.Named, error) {
+func initialGlobal(initial tensor.Named, shared federation.Filter) (tensor.Named, error) {
 	for _, k := range sortedNames(initial) {
 		if !shared.Match(k) {
 			return nil, fmt.Errorf("initial tensor %q is not shared", k)
@@ -87,7 +88,7 @@ func (s *FedAvg) Configure(round int, selected []int) (map[int]tensor.Named, err
 }
 
 // Aggregate replaces the global tensors by the participants' average.
-func (s *FedAvg) Aggregate(round int, results []FitResult) error {
+func (s *FedAvg) Aggregate(round int, results []federation.FitResult, failures []federation.Failure) error {
 	if err := s.clients.checkResults(results); err != nil {
 		return fmt.Errorf("%s round %d: %w", s.Name(), round, err)
 	}
@@ -121,7 +122,7 @@ func (s *FedAvg) LoadState(st tensor.Named) error {
 
 // loadGlobal extracts "global/<name>" entries of st; entries with a prefix in
 // other are left to the caller, any other entry is an error.
-func loadGlobal(st tensor.Named, shared Filter, other []string) (tensor.Named, error) {
+func loadGlobal(st tensor.Named, shared federation.Filter, other []string) (tensor.Named, error) {
 	g := tensor.Named{}
 	for _, k := range sortedNames(st) {
 		name, ok := strings.CutPrefix(k, "global/")

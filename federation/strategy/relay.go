@@ -1,10 +1,11 @@
-package federation
+package strategy
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -20,8 +21,8 @@ import (
 //
 // State keys: "global/<name>" and "relay/<id>/<name>".
 type Relay struct {
-	Averaged Filter
-	Relayed  Filter
+	Averaged federation.Filter
+	Relayed  federation.Filter
 	Weighted bool
 	Initial  tensor.Named
 
@@ -67,7 +68,7 @@ func (s *Relay) isAveraged(name string) bool {
 }
 
 // Init checks the clients and sets the global to Initial.
-func (s *Relay) Init(clients []ClientInfo) error {
+func (s *Relay) Init(clients []federation.ClientInfo) error {
 	if s.Relayed == nil {
 		return fmt.Errorf("relay init: no Relayed filter")
 	}
@@ -108,7 +109,7 @@ func (s *Relay) Configure(round int, selected []int) (map[int]tensor.Named, erro
 }
 
 // Aggregate averages the averaged names and stores the relayed ones.
-func (s *Relay) Aggregate(round int, results []FitResult) error {
+func (s *Relay) Aggregate(round int, results []federation.FitResult, failures []federation.Failure) error {
 	if err := s.clients.checkResults(results); err != nil {
 		return fmt.Errorf("relay round %d: %w", round, err)
 	}

@@ -1,4 +1,4 @@
-package federation
+package strategy
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+
+	. "github.com/pfedmma/pfedmma/federation"
 
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -77,7 +79,12 @@ func sum(t tensor.Named) float32 {
 	return s
 }
 
-func (c *toyClient) Fit(ctx context.Context, round int, in tensor.Named) (tensor.Named, map[string]float64, error) {
+func (c *toyClient) Fit(ctx context.Context, ins FitIns) (FitRes, error) {
+	out, m, err := c.fit(ctx, ins.Params)
+	return FitRes{Params: out, NumExamples: c.n, Metrics: m}, err
+}
+
+func (c *toyClient) fit(ctx context.Context, in tensor.Named) (tensor.Named, map[string]float64, error) {
 	global, experts, err := SplitExperts(in)
 	if err != nil {
 		return nil, nil, err
@@ -142,7 +149,11 @@ func (c *toyClient) Fit(ctx context.Context, round int, in tensor.Named) (tensor
 	return out, map[string]float64{"loss": loss / float64(c.n*c.epochs), "batches": float64(batches)}, nil
 }
 
-func (c *toyClient) Evaluate(ctx context.Context, round int) (map[string]float64, error) {
+func (c *toyClient) Evaluate(ctx context.Context, ins EvaluateIns) (EvaluateRes, error) {
+	return EvaluateRes{Metrics: c.eval(), NumExamples: c.n}, nil
+}
+
+func (c *toyClient) eval() map[string]float64 {
 	w, b := c.params["shared.w"], c.params["private.b"]
 	var mse float64
 	for i, x := range c.x {
@@ -153,7 +164,7 @@ func (c *toyClient) Evaluate(ctx context.Context, round int) (map[string]float64
 		d := float64(pred - c.y[i])
 		mse += d * d
 	}
-	return map[string]float64{"mse": mse / float64(c.n), "id": float64(c.id)}, nil
+	return map[string]float64{"mse": mse / float64(c.n), "id": float64(c.id)}
 }
 
 func (c *toyClient) State() (tensor.Named, error) {

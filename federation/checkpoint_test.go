@@ -1,0 +1,147 @@
+package federation
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+// bitsEqual compares two tensor sets bit for bit.
+func bitsEqual(a, b tensor.Named) string {
+	if len(a) != len(b) {
+		return "different names"
+	}
+	for k, x := range a {
+		y, ok := b[k]
+		if !ok || !reflect.DeepEqual(x.Shape, y.Shape) {
+			return k + ": missing or shape"
+		}
+		for i := range x.Data {
+			if math.Float32bits(x.Data[i]) != math.Float32bits(y.Data[i]) {
+				return k
+			}
+		}
+	}
+	return ""
+}
+
+func sampleCheckpoint() *Checkpoint {
+	return &Checkpoint{
+		NextRound: 2, Strategy: "fedavg", Seed: 5, Fraction: 0.25, Sampler: []byte{1, 2, 3, 255},
+		History: History{Rounds: []RoundReport{
+			{Round: 0, Selected: []int{0, 1}, Fit: map[int]Metrics{0: {"loss": math.NaN()}, 1: {"loss": math.Inf(1)}},
+				FitMean: Metrics{"loss": math.NaN()}, BytesUp: 8, BytesDown: 4, Seconds: 0.125},
+			{Round: 1, Selected: []int{1}, Fit: map[int]Metrics{1: {"loss": 0.1 + 0.2}}, FitMean: Metrics{"loss": 0.1 + 0.2},
+				Eval: map[int]Metrics{0: {"acc": 1.0 / 3}, 1: {"acc": math.Inf(-1)}}, EvalMean: Metrics{"acc": math.Inf(-1)}},
+		}},
+		Clients: []int{0, 1},
+		StrategyState: tensor.Named{
+			"global/shared.w": {Shape: []int{2}, Data: []float32{0.5, 0.25}},
+			"pool/0/w":        {Shape: []int{2, 2}, Data: []float32{1, -0, float32(math.NaN()), 3.5}},
+			"rng":             BytesTensor([]byte{7, 8}),
+			"empty":           {Shape: []int{0}, Data: []float32{}},
+		},
+	}
+}
+
+func TestCheckpointRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.ckpt")
+	want := sampleCheckpoint()
+	if err := WriteCheckpoint(path, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadCheckpoint(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.NextRound != 2 || got.Strategy != "fedavg" || got.Seed != 5 || got.Fraction != 0.25 || string(got.Sampler) != string(want.Sampler) {
+		t.Errorf("header fields: %+v", got)
+	}
+	if !reflect.DeepEqual(got.Clients, want.Clients) {
+		t.Errorf("clients %v, want %v", got.Clients, want.Clients)
+	}
+	if d := bitsEqual(want.StrategyState, got.StrategyState); d != "" {
+		t.Errorf("strategy differs at %s", d)
+	}
+	h := got.History.Rounds
+	if len(h) != 2 || !math.IsNaN(h[0].Fit[0]["loss"]) || !math.IsInf(h[0].Fit[1]["loss"], 1) ||
+		h[1].Fit[1]["loss"] != 0.1+0.2 || h[1].Eval[0]["acc"] != 1.0/3 || h[0].Eval != nil || h[0].Seconds != 0.125 {
+		t.Errorf("history did not round-trip: %+v", h)
+	}
+	// Overwriting leaves no temporary files behind.
+	if err := WriteCheckpoint(path, want); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Errorf("directory holds %d entries after two writes, want 1", len(entries))
+	}
+}
+
+func TestCheckpointCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.ckpt")
+	if err := WriteCheckpoint(path, sampleCheckpoint()); err != nil {
+		t.Fatal(err)
+	}
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Tensors are stored in sorted name order after the 8-byte magic; the
+	// first is strategy/empty (no bytes), then strategy/global/shared.w.
+	tests := []struct {
+		name   string
+		mutate func([]byte) []byte
+		token  string
+	}{
+		{"tensor byte", func(b []byte) []byte { b[9] ^= 1; return b }, `tensor "strategy/global/shared.w": checksum`},
+		{"index byte", func(b []byte) []byte { b[len(b)-40] ^= 1; return b }, "index: checksum"},
+		{"truncated", func(b []byte) []byte { return b[:len(b)-10] }, "trailer"},
+		{"magic", func(b []byte) []byte { b[0] = 'X'; return b }, "magic"},
+		{"empty", func(b []byte) []byte { return nil }, "too short"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".ckpt")
+			if err := os.WriteFile(p, tc.mutate(append([]byte(nil), good...)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := ReadCheckpoint(p)
+			if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), tc.token) {
+				t.Errorf("error = %v, want one naming %s and containing %s", err, p, tc.token)
+			}
+		})
+	}
+	// The store reports the damaged file too.
+	ckpt := filepath.Join(dir, "tensor_byte.ckpt")
+	if _, err := (FileStore{Path: ckpt}).Load(); err == nil || !strings.Contains(err.Error(), ckpt) || !strings.Contains(err.Error(), "checksum") {
+		t.Errorf("load of damaged checkpoint: %v", err)
+	}
+	if _, err := (FileStore{Path: filepath.Join(dir, "none")}).Load(); !errors.Is(err, ErrNoCheckpoint) {
+		t.Errorf("load without checkpoint: %v", err)
+	}
+}
+
+func FuzzReadCheckpoint(f *testing.F) {
+	dir := f.TempDir()
+	path := filepath.Join(dir, "seed.ckpt")
+	if err := WriteCheckpoint(path, sampleCheckpoint()); err != nil {
+		f.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := readCheckpoint(bytes.NewReader(data), int64(len(data)))
+		if err == nil && c.StrategyState == nil {
+			t.Error("nil strategy state without error")
+		}
+	})
+}

@@ -1,0 +1,350 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+// Coordinator drives federated rounds over ClientProxies: it samples the
+// participants, asks the Strategy what each receives, collects their results
+// (and failures), hands them to the Strategy's Aggregate, evaluates, and
+// saves its own state after every round. It holds no data and no client's
+// private tensors; clients keep their own state (see Site).
+//
+// The same Coordinator runs a simulation (LocalProxy over in-process
+// clients) and a networked federation (proxies over gRPC): for the same
+// strategy, clients and seeds both give bit-identical results.
+type Coordinator struct {
+	Strategy Strategy
+	Proxies  []ClientProxy
+	// Rounds is the total number of rounds (0..Rounds-1).
+	Rounds int
+	// Fraction of clients sampled per round after round 0, and the
+	// sampler's seed (see Sampler).
+	Fraction float64
+	Seed     uint64
+	// EvalEvery evaluates every client after rounds k-1, 2k-1, … and after
+	// the last round; values ≤ 1 evaluate after every round.
+	EvalEvery int
+	// Store, when set, receives the coordinator's Checkpoint after every
+	// round, and Resume reads it back.
+	Store CheckpointStore
+	// Parallel is how many clients are asked at once (≤ 1: one at a time,
+	// as in-process clients that share buffers need).
+	Parallel int
+	// TolerateFailures turns a client's error into a Failure handed to the
+	// Strategy instead of stopping the run; the round then needs MinFit
+	// results (at least 1). RoundTimeout, when positive, bounds each round's
+	// fit phase and each evaluation phase; late clients become failures.
+	TolerateFailures bool
+	MinFit           int
+	RoundTimeout     time.Duration
+	// FitConfig, when set, gives the per-round settings sent in FitIns.
+	FitConfig func(round int) map[string]string
+	// OnRound, when set, is called after each round's checkpoint is written;
+	// an error stops the run and is returned.
+	OnRound func(RoundReport) error
+	// Progress, when set, is called after each client's fit and evaluation.
+	Progress func(Progress)
+	// Logger receives one line per round; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// CheckpointStore keeps the coordinator's latest Checkpoint.
+type CheckpointStore interface {
+	// Save replaces the stored checkpoint atomically.
+	Save(c *Checkpoint) error
+	// Load returns the stored checkpoint, or an error wrapping
+	// ErrNoCheckpoint when there is none.
+	Load() (*Checkpoint, error)
+}
+
+// Run starts from round 0 with the proxies and strategy as they are, and
+// returns the history of the completed rounds. On cancellation it stops
+// between clients and returns the completed rounds with ctx's error; Resume
+// continues from the last checkpoint.
+func (c *Coordinator) Run(ctx context.Context) (*History, error) {
+	byID, infos, err := c.setup()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Strategy.Init(infos); err != nil {
+		return nil, fmt.Errorf("federation: %w", err)
+	}
+	return c.loop(ctx, 0, NewSampler(c.Fraction, c.Seed), &History{}, byID)
+}
+
+// Resume loads the stored checkpoint into the strategy and the sampler and
+// continues from the round after it. Clients restore their own state (Site)
+// when they are next asked. The result is bit-identical to an uninterrupted
+// Run. Without a checkpoint it returns an error wrapping ErrNoCheckpoint.
+func (c *Coordinator) Resume(ctx context.Context) (*History, error) {
+	if c.Store == nil {
+		return nil, fmt.Errorf("federation resume: no checkpoint store")
+	}
+	byID, infos, err := c.setup()
+	if err != nil {
+		return nil, err
+	}
+	ck, err := c.Store.Load()
+	if err != nil {
+		return nil, fmt.Errorf("federation resume: %w", err)
+	}
+	if ck.Strategy != c.Strategy.Name() {
+		return nil, fmt.Errorf("federation resume: checkpoint of strategy %q, running %q", ck.Strategy, c.Strategy.Name())
+	}
+	ids := slices.Sorted(maps.Keys(byID))
+	if !slices.Equal(slices.Sorted(slices.Values(ck.Clients)), ids) {
+		return nil, fmt.Errorf("federation resume: checkpoint has clients %v, run has %v", ck.Clients, ids)
+	}
+	if ck.Seed != c.Seed || ck.Fraction != c.Fraction {
+		c.logger().Warn("resuming with different sampler settings; the checkpoint's sampler state is used",
+			"checkpoint_seed", ck.Seed, "seed", c.Seed, "checkpoint_fraction", ck.Fraction, "fraction", c.Fraction)
+	}
+	if err := c.Strategy.Init(infos); err != nil {
+		return nil, fmt.Errorf("federation resume: %w", err)
+	}
+	if err := c.Strategy.LoadState(ck.StrategyState); err != nil {
+		return nil, fmt.Errorf("federation resume: %w", err)
+	}
+	smp := NewSampler(c.Fraction, c.Seed)
+	if err := smp.UnmarshalBinary(ck.Sampler); err != nil {
+		return nil, fmt.Errorf("federation resume: %w", err)
+	}
+	if len(ck.History.Rounds) != ck.NextRound {
+		return nil, fmt.Errorf("federation resume: history holds %d rounds, next round is %d", len(ck.History.Rounds), ck.NextRound)
+	}
+	hist := ck.History
+	c.logger().Info("resuming", "next_round", ck.NextRound)
+	return c.loop(ctx, ck.NextRound, smp, &hist, byID)
+}
+
+func (c *Coordinator) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}
+
+func (c *Coordinator) setup() (map[int]ClientProxy, []ClientInfo, error) {
+	if c.Strategy == nil {
+		return nil, nil, errors.New("federation: no strategy")
+	}
+	if len(c.Proxies) == 0 {
+		return nil, nil, errors.New("federation: no clients")
+	}
+	if c.Rounds < 0 || c.Fraction <= 0 || c.Fraction > 1 {
+		return nil, nil, fmt.Errorf("federation: rounds %d must be ≥ 0 and fraction %g in (0, 1]", c.Rounds, c.Fraction)
+	}
+	byID := make(map[int]ClientProxy, len(c.Proxies))
+	infos := make([]ClientInfo, 0, len(c.Proxies))
+	for _, p := range c.Proxies {
+		if _, dup := byID[p.ID()]; dup {
+			return nil, nil, fmt.Errorf("federation: two clients with ID %d", p.ID())
+		}
+		byID[p.ID()] = p
+		infos = append(infos, ClientInfo{ID: p.ID(), NumExamples: p.NumExamples()})
+	}
+	sort.Slice(infos, func(i, j int) bool { return infos[i].ID < infos[j].ID })
+	return byID, infos, nil
+}
+
+func (c *Coordinator) evalRound(r int) bool {
+	return c.EvalEvery <= 1 || (r+1)%c.EvalEvery == 0 || r == c.Rounds-1
+}
+
+func (c *Coordinator) loop(ctx context.Context, start int, smp *Sampler, hist *History, byID map[int]ClientProxy) (*History, error) {
+	ids := slices.Sorted(maps.Keys(byID))
+	for r := start; r < c.Rounds; r++ {
+		if err := ctx.Err(); err != nil {
+			return hist, fmt.Errorf("federation: stopped before round %d: %w", r, err)
+		}
+		t0 := time.Now()
+		rep, err := c.round(ctx, r, smp.Sample(r, ids), ids, byID)
+		if err != nil {
+			return hist, fmt.Errorf("federation round %d: %w", r, err)
+		}
+		rep.Seconds = time.Since(t0).Seconds()
+		hist.Rounds = append(hist.Rounds, rep)
+		if c.Store != nil {
+			if err := c.save(r+1, smp, hist, ids); err != nil {
+				return hist, fmt.Errorf("federation round %d: %w", r, err)
+			}
+		}
+		c.logger().Info("round done", "round", r, "clients", len(rep.Selected), "failures", len(rep.Failures),
+			"fit", rep.FitMean, "eval", rep.EvalMean, "bytes_down", rep.BytesDown, "bytes_up", rep.BytesUp, "seconds", rep.Seconds)
+		if c.OnRound != nil {
+			if err := c.OnRound(rep); err != nil {
+				return hist, fmt.Errorf("federation round %d: %w", r, err)
+			}
+		}
+	}
+	return hist, nil
+}
+
+// call runs fn for each id, Parallel at a time (in id order when
+// sequential), and returns each id's error. A cancelled ctx stops the
+// sequential loop between clients.
+func (c *Coordinator) call(ctx context.Context, ids []int, fn func(ctx context.Context, i, id int) error) []error {
+	errs := make([]error, len(ids))
+	if c.Parallel <= 1 {
+		for i, id := range ids {
+			if err := ctx.Err(); err != nil {
+				for j := i; j < len(ids); j++ {
+					errs[j] = err
+				}
+				break
+			}
+			errs[i] = fn(ctx, i, id)
+		}
+		return errs
+	}
+	sem := make(chan struct{}, c.Parallel)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = fn(ctx, i, id)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// phase returns the context of one phase of a round (bounded by
+// RoundTimeout when set).
+func (c *Coordinator) phase(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.RoundTimeout > 0 {
+		return context.WithTimeout(ctx, c.RoundTimeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byID map[int]ClientProxy) (RoundReport, error) {
+	rep := RoundReport{Round: r, Selected: selected, Fit: map[int]Metrics{}}
+	ins, err := c.Strategy.Configure(r, selected)
+	if err != nil {
+		return rep, err
+	}
+	var cfg map[string]string
+	if c.FitConfig != nil {
+		cfg = c.FitConfig(r)
+	}
+	res := make([]FitRes, len(selected))
+	var mu sync.Mutex
+	done := 0
+	fctx, cancel := c.phase(ctx)
+	errs := c.call(fctx, selected, func(ctx context.Context, i, id int) error {
+		in := ins[id]
+		if in == nil {
+			in = tensor.Named{}
+		}
+		out, err := byID[id].Fit(ctx, FitIns{Round: r, Params: in, Config: cfg})
+		if err != nil {
+			return err
+		}
+		res[i] = out
+		mu.Lock()
+		done++
+		c.progress(Progress{Round: r, Rounds: c.Rounds, Phase: "fit", ClientID: id, Done: done, Total: len(selected)})
+		mu.Unlock()
+		return nil
+	})
+	cancel()
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+	var results []FitResult
+	var failures []Failure
+	for i, id := range selected {
+		if errs[i] != nil {
+			if !c.TolerateFailures {
+				return rep, fmt.Errorf("client %d fit: %w", id, errs[i])
+			}
+			failures = append(failures, Failure{ClientID: id, Err: errs[i]})
+			continue
+		}
+		rep.BytesDown += PayloadBytes(ins[id])
+		rep.BytesUp += PayloadBytes(res[i].Params)
+		rep.Fit[id] = cloneMetrics(res[i].Metrics)
+		results = append(results, FitResult{ClientID: id, NumExamples: res[i].NumExamples, Params: res[i].Params, Metrics: res[i].Metrics})
+	}
+	if len(failures) > 0 {
+		rep.Failures = map[int]string{}
+		for _, f := range failures {
+			rep.Failures[f.ClientID] = f.Err.Error()
+			c.logger().Warn("client failed", "round", r, "client", f.ClientID, "err", f.Err)
+		}
+		if need := max(c.MinFit, 1); len(results) < need {
+			return rep, fmt.Errorf("%d of %d selected clients answered, %d needed", len(results), len(selected), need)
+		}
+	}
+	if err := c.Strategy.Aggregate(r, results, failures); err != nil {
+		return rep, err
+	}
+	rep.FitMean = meanMetrics(rep.Fit)
+	if !c.evalRound(r) {
+		return rep, nil
+	}
+	evals := make([]EvaluateRes, len(all))
+	done = 0
+	ectx, cancel := c.phase(ctx)
+	errs = c.call(ectx, all, func(ctx context.Context, i, id int) error {
+		out, err := byID[id].Evaluate(ctx, EvaluateIns{Round: r, Config: cfg})
+		if err != nil {
+			return err
+		}
+		evals[i] = out
+		mu.Lock()
+		done++
+		c.progress(Progress{Round: r, Rounds: c.Rounds, Phase: "eval", ClientID: id, Done: done, Total: len(all)})
+		mu.Unlock()
+		return nil
+	})
+	cancel()
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+	rep.Eval = map[int]Metrics{}
+	for i, id := range all {
+		if errs[i] != nil {
+			if !c.TolerateFailures {
+				return rep, fmt.Errorf("client %d evaluate: %w", id, errs[i])
+			}
+			c.logger().Warn("client evaluation failed", "round", r, "client", id, "err", errs[i])
+			continue
+		}
+		rep.Eval[id] = cloneMetrics(evals[i].Metrics)
+	}
+	rep.EvalMean = meanMetrics(rep.Eval)
+	return rep, nil
+}
+
+func (c *Coordinator) progress(p Progress) {
+	if c.Progress != nil {
+		c.Progress(p)
+	}
+}
+
+func (c *Coordinator) save(next int, smp *Sampler, hist *History, ids []int) error {
+	sb, err := smp.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("checkpoint: sampler: %w", err)
+	}
+	return c.Store.Save(&Checkpoint{
+		NextRound: next, Strategy: c.Strategy.Name(), Seed: c.Seed, Fraction: c.Fraction,
+		Sampler: sb, History: *hist, Clients: ids, StrategyState: c.Strategy.State(),
+	})
+}

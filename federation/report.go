@@ -1,0 +1,87 @@
+package federation
+
+import (
+	"errors"
+	"maps"
+	"sort"
+)
+
+// ErrNoCheckpoint is returned (wrapped) by Resume when the store holds no
+// checkpoint.
+var ErrNoCheckpoint = errors.New("no checkpoint to resume")
+
+// RoundReport is what happened in one round.
+type RoundReport struct {
+	Round    int   `json:"round"`
+	Selected []int `json:"selected"`
+	// Fit holds each participant's training metrics; FitMean their
+	// unweighted mean over participants.
+	Fit     map[int]Metrics `json:"fit"`
+	FitMean Metrics         `json:"fit_mean"`
+	// Eval holds every client's evaluation after the round and EvalMean the
+	// unweighted mean over clients; both nil in rounds without evaluation.
+	Eval     map[int]Metrics `json:"eval"`
+	EvalMean Metrics         `json:"eval_mean"`
+	// Failures holds the selected clients that delivered nothing (when the
+	// coordinator tolerates failures), with the reason.
+	Failures map[int]string `json:"failures,omitempty"`
+	// BytesDown and BytesUp are the tensor payloads sent to and received
+	// from the participants (PayloadBytes).
+	BytesDown int64   `json:"bytes_down"`
+	BytesUp   int64   `json:"bytes_up"`
+	Seconds   float64 `json:"seconds"`
+}
+
+// History is the list of completed rounds.
+type History struct {
+	Rounds []RoundReport `json:"rounds"`
+}
+
+// LastEval returns the latest round that was evaluated.
+func (h *History) LastEval() (RoundReport, bool) {
+	for i := len(h.Rounds) - 1; i >= 0; i-- {
+		if h.Rounds[i].Eval != nil {
+			return h.Rounds[i], true
+		}
+	}
+	return RoundReport{}, false
+}
+
+// Progress reports one finished client step inside a round.
+type Progress struct {
+	Round, Rounds int
+	// Phase is "fit" or "eval".
+	Phase       string
+	ClientID    int
+	Done, Total int
+}
+
+// cloneMetrics copies m, never returning nil, so that a report survives a
+// JSON round trip unchanged.
+func cloneMetrics(m map[string]float64) Metrics {
+	if m == nil {
+		return Metrics{}
+	}
+	return Metrics(maps.Clone(m))
+}
+
+// meanMetrics is, per metric name, the unweighted mean over the clients that
+// report it, summed in client-ID order.
+func meanMetrics(per map[int]Metrics) Metrics {
+	ids := make([]int, 0, len(per))
+	for id := range per {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	sum, cnt := Metrics{}, map[string]int{}
+	for _, id := range ids {
+		for k, v := range per[id] {
+			sum[k] += v
+			cnt[k]++
+		}
+	}
+	for k := range sum {
+		sum[k] /= float64(cnt[k])
+	}
+	return sum
+}
