@@ -65,17 +65,17 @@ func TestPaperPresets(t *testing.T) {
 		{"b2n federation", b2n.Federation, Federation{Clients: 10, Fraction: 1, Rounds: 50, LocalEpochs: 2, EvalEvery: 5}},
 		{"b2n optimizer", [4]any{b2n.Optimizer.Name, b2n.Optimizer.LR, b2n.Optimizer.Momentum, b2n.Optimizer.WeightDecay}, [4]any{"sgd", 0.001, 0.9, 5e-4}},
 		{"b2n batch", b2n.BatchSize, 32},
-		{"b2n adapters", b2n.PFedMMA, PFedMMA{Start: 10, End: 0, Dim: 32, Scale: 0.005, Activation: "relu"}},
+		{"b2n adapters", *mmaOf(b2n), testMMA{Start: 10, End: 0, Dim: 32, Scale: 0.005, Activation: "relu"}},
 		{"b2n shots", b2n.Dataset.Shots, 16},
 		{"b2n protocol", b2n.Protocol.Name, ProtocolBaseToNovel},
 		{"b2n seeds", b2n.RunSeeds(), []uint64{1, 2, 3}},
 		{"cifar federation", [4]any{cifar.Federation.Clients, cifar.Federation.Fraction, cifar.Federation.LocalEpochs, cifar.Federation.Rounds}, [4]any{100, 0.1, 1, 50}},
 		{"cifar protocol", [2]any{cifar.Protocol.Name, cifar.Protocol.Beta}, [2]any{ProtocolDirichlet, 0.5}},
-		{"cifar start", cifar.PFedMMA.Start, 5},
+		{"cifar start", mmaOf(cifar).Start, 5},
 		{"domainnet protocol", [2]any{dn.Protocol.Name, dn.NumClients(len(dn.Dataset.Domains))}, [2]any{ProtocolDomains, 12}},
 		{"domainnet domains", len(dn.Dataset.Domains), 6},
-		{"domainnet start", dn.PFedMMA.Start, 5},
-		{"reference adapters", [2]any{ref.PFedMMA.Start, ref.PFedMMA.Scale}, [2]any{5, 0.001}},
+		{"domainnet start", mmaOf(dn).Start, 5},
+		{"reference adapters", [2]any{mmaOf(ref).Start, mmaOf(ref).Scale}, [2]any{5, 0.001}},
 	} {
 		if !reflect.DeepEqual(c.got, c.want) {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
@@ -83,7 +83,8 @@ func TestPaperPresets(t *testing.T) {
 	}
 	// reference-code differs from paper-base2novel only in the adapters.
 	r := ref.Clone()
-	r.Name, r.PFedMMA = b2n.Name, b2n.PFedMMA
+	r.Name = b2n.Name
+	*mmaOf(r) = *mmaOf(b2n)
 	if !reflect.DeepEqual(r, b2n) {
 		t.Errorf("reference-code differs from paper-base2novel beyond pfedmma.start/scale")
 	}
@@ -112,7 +113,11 @@ func TestExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range leafPaths(reflect.TypeFor[Experiment](), "") {
+	paths := leafPaths(reflect.TypeFor[Experiment](), "")
+	for name, sec := range Default().Sections {
+		paths = append(paths, leafPaths(reflect.TypeOf(sec).Elem(), name)...)
+	}
+	for _, p := range paths {
 		if lines[p] == 0 {
 			t.Errorf("example.yaml does not set %s", p)
 		}
@@ -124,6 +129,9 @@ func leafPaths(t reflect.Type, prefix string) []string {
 	var out []string
 	for i := range t.NumField() {
 		f := t.Field(i)
+		if yamlName(f) == "" {
+			continue
+		}
 		p := joinPath(prefix, yamlName(f))
 		if f.Type.Kind() == reflect.Struct && !isLeafType(f.Type) {
 			out = append(out, leafPaths(f.Type, p)...)
@@ -230,8 +238,8 @@ augment: views:4
 		{"fraction (preset)", e.Federation.Fraction, base.Federation.Fraction},
 		{"momentum (preset)", e.Optimizer.Momentum, base.Optimizer.Momentum},
 		{"lr (set beats file)", e.Optimizer.LR, 0.05},
-		{"scale (set)", e.PFedMMA.Scale, 0.01},
-		{"start (preset)", e.PFedMMA.Start, 5},
+		{"scale (set)", mmaOf(e).Scale, 0.01},
+		{"start (preset)", mmaOf(e).Start, 5},
 		{"augment (file)", e.Augment, Augment{Mode: AugmentViews, Views: 4}},
 		{"seeds (set)", e.RunSeeds(), []uint64{4, 5}},
 		{"model (set cleared)", e.Model, ""},
@@ -423,32 +431,6 @@ func TestAugment(t *testing.T) {
 	e.Augment = Augment{Mode: AugmentOnline, Views: 3}
 	if err := e.Validate(); err == nil || !strings.Contains(err.Error(), "augment") {
 		t.Errorf("views count with mode online validated: %v", err)
-	}
-}
-
-func TestBlocks(t *testing.T) {
-	for _, c := range []struct {
-		start, end, layers int
-		first, last        int
-		ok                 bool
-	}{
-		{10, 0, 12, 10, 12, true},
-		{5, 0, 12, 5, 12, true},
-		{0, 0, 4, 0, 4, true},
-		{-3, 0, 4, 2, 4, true},
-		{-3, 0, 12, 10, 12, true},
-		{-4, 0, 4, 1, 4, true},
-		{2, 3, 4, 2, 3, true},
-		{-5, 0, 4, 0, 0, false},
-		{5, 0, 4, 0, 0, false},
-		{1, 13, 12, 0, 0, false},
-		{-1, 2, 4, 0, 0, false},
-		{1, 0, 0, 0, 0, false},
-	} {
-		first, last, err := PFedMMA{Start: c.start, End: c.end}.Blocks(c.layers)
-		if (err == nil) != c.ok || first != c.first || last != c.last {
-			t.Errorf("Blocks(start %d, end %d, %d layers) = %d, %d, %v", c.start, c.end, c.layers, first, last, err)
-		}
 	}
 }
 

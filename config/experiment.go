@@ -28,10 +28,9 @@ type Experiment struct {
 	Name string `yaml:"name"`
 
 	// Methods are the methods compared in one run, in report order, on the
-	// same clients and data. Known names: zeroshot (frozen CLIP, no
-	// training), pfedmma, promptfl, fedpgp, fedotp, clip_adapter,
-	// clip_lora, pfedmoap, fedot, adapt. A known name may still be
-	// unimplemented; the runner reports that before any work starts.
+	// same clients and data: any registered method (`pfedmma methods`
+	// lists them: zeroshot, pfedmma, ...). An unknown name is an error
+	// before any work starts.
 	Methods []string `yaml:"methods"`
 
 	// Model is the CLIP checkpoint (safetensors, OpenAI/open_clip or
@@ -62,9 +61,6 @@ type Experiment struct {
 	// BatchSize is the training mini-batch size (≥ 1); the paper uses 32.
 	BatchSize int `yaml:"batch_size"`
 
-	// PFedMMA holds the multi-modal adapter settings of method pfedmma.
-	PFedMMA PFedMMA `yaml:"pfedmma"`
-
 	// Augment is the training augmentation, written as a string: "none",
 	// "views:K" or "online". See [Augment].
 	Augment Augment `yaml:"augment"`
@@ -93,6 +89,10 @@ type Experiment struct {
 	// Output selects what is written besides the metrics. It does not change
 	// results and is left out of the fingerprint.
 	Output Output `yaml:"output"`
+
+	// Sections holds each registered method's own settings under its name
+	// (e.g. pfedmma: {dim: 32}); see [RegisterSection].
+	Sections map[string]Section `yaml:"-"`
 }
 
 // Dataset selects a dataset and how much of it is used.
@@ -245,46 +245,6 @@ type Optimizer struct {
 	ResetEachRound bool `yaml:"reset_each_round"`
 }
 
-// Adapter activation names.
-const (
-	ActivationReLU = "relu"
-	ActivationGELU = "gelu"
-)
-
-// PFedMMA holds the multi-modal adapter settings (pfedmma.md §1).
-//
-// Block numbers are 1-based (1 … L for an L-block encoder); block 0 is the
-// embeddings. Start ℓ and End pick the adapted blocks ℓ … End of both the
-// image and the text encoder:
-//
-//	start: 10, end: 0    blocks 10–12 of ViT-B (the paper, CLIP datasets)
-//	start: 5,  end: 0    blocks 5–12 (the paper for CIFAR/DomainNet; the reference code's config)
-//	start: 0,  end: 0    the embeddings and every block
-//	start: -3, end: 0    the last 3 blocks of whatever model is loaded
-//
-// Use [PFedMMA.Blocks] to resolve them against a model's depth.
-type PFedMMA struct {
-	// Start is ℓ, the first adapted block. 1 … L is a block number; 0 also
-	// adapts the embeddings (then every block up to End); a negative value
-	// −k means the last k blocks (ℓ = L − k + 1), so presets work with any
-	// model depth.
-	Start int `yaml:"start"`
-
-	// End (≥ 0) is the last adapted block; 0 means the last block L.
-	End int `yaml:"end"`
-
-	// Dim is the adapter bottleneck r (≥ 1); the paper uses 32.
-	Dim int `yaml:"dim"`
-
-	// Scale is α > 0, the factor on the adapter branch; the paper's best HM
-	// is at 0.005, the reference code's config uses 0.001.
-	Scale float64 `yaml:"scale"`
-
-	// Activation is δ between the projections: relu (what the reference
-	// code runs) or gelu (the paper's "e.g. GELU").
-	Activation string `yaml:"activation"`
-}
-
 // Cache bounds the activation cache (frozen-prefix outputs per image view).
 type Cache struct {
 	// MemoryMiB (≥ 0) is the RAM budget in MiB; records beyond it spill to
@@ -337,15 +297,6 @@ type Output struct {
 	SaveAdapters bool `yaml:"save_adapters"`
 }
 
-// Known method names, in the order of the specs.
-var knownMethods = []string{
-	"zeroshot", "pfedmma", "promptfl", "fedpgp", "fedotp", "clip_adapter",
-	"clip_lora", "pfedmoap", "fedot", "adapt",
-}
-
-// Methods returns the method names a config may list (a copy).
-func Methods() []string { return append([]string(nil), knownMethods...) }
-
 // RunSeeds returns the seeds the run repeats over: Seeds when set, else
 // [Seed].
 func (e *Experiment) RunSeeds() []uint64 {
@@ -361,6 +312,7 @@ func (e *Experiment) Clone() *Experiment {
 	c.Methods = cloneSlice(e.Methods)
 	c.Dataset.Domains = cloneSlice(e.Dataset.Domains)
 	c.Seeds = cloneSlice(e.Seeds)
+	c.Sections = cloneSections(e.Sections)
 	return &c
 }
 

@@ -209,8 +209,8 @@ func (e *Experiment) decodeFile(name string, data []byte) (map[string]int, error
 	if root.Kind != yaml.MappingNode {
 		return nil, &FieldError{File: name, Line: root.Line, Err: fmt.Errorf("want a mapping of settings (method, dataset, ...), got %s", kindName(root))}
 	}
-	d := &decoder{file: name, lines: map[string]int{}}
 	tmp := e.Clone() // decode onto a copy so a failed decode leaves e intact
+	d := &decoder{file: name, lines: map[string]int{}, sections: tmp.Sections}
 	d.value(reflect.ValueOf(tmp).Elem(), root, "", root.Line)
 	if len(d.errs) > 0 {
 		return nil, errors.Join(d.errs...)
@@ -236,8 +236,14 @@ func ParseSet(kv string) (path, value string, err error) {
 // range: call [Experiment.Validate] afterwards.
 func (e *Experiment) Set(path, value string) error {
 	from := "--set " + path + "=" + value
+	keys := strings.Split(path, ".")
 	v := reflect.ValueOf(e).Elem()
-	for _, key := range strings.Split(path, ".") {
+	section := ""
+	if sec := e.Sections[keys[0]]; sec != nil {
+		section = keys[0]
+		v, keys = reflect.ValueOf(sec).Elem(), keys[1:]
+	}
+	for _, key := range keys {
 		if v.Kind() != reflect.Struct || isLeafType(v.Type()) {
 			return &FieldError{Path: path, From: from, Err: fmt.Errorf("%q is not a section", parentPath(path))}
 		}
@@ -257,10 +263,13 @@ func (e *Experiment) Set(path, value string) error {
 	}
 	tmp := e.Clone()
 	tv := reflect.ValueOf(tmp).Elem()
-	for _, key := range strings.Split(path, ".") {
+	if section != "" {
+		tv = reflect.ValueOf(tmp.Sections[section]).Elem()
+	}
+	for _, key := range keys {
 		tv = tv.Field(fieldsOf(tv.Type())[key])
 	}
-	d := &decoder{lines: map[string]int{}}
+	d := &decoder{lines: map[string]int{}, sections: tmp.Sections}
 	d.value(tv, n, path, 0)
 	if len(d.errs) > 0 {
 		for _, err := range d.errs {
@@ -280,9 +289,10 @@ func (e *Experiment) Set(path, value string) error {
 // keys, rejects duplicate keys, refuses to truncate 1.5 into an int field
 // or to read null into a number, and reports every problem, not the first.
 type decoder struct {
-	file  string
-	lines map[string]int
-	errs  []error
+	file     string
+	lines    map[string]int
+	errs     []error
+	sections map[string]Section // method sections, read at the top level
 }
 
 func (d *decoder) fail(line int, path string, format string, args ...any) {
@@ -334,6 +344,10 @@ func (d *decoder) structure(v reflect.Value, n *yaml.Node, path string) {
 		}
 		seen[k.Value] = k.Line
 		f, ok := fields[k.Value]
+		if sec := d.sections[k.Value]; !ok && path == "" && sec != nil {
+			d.value(reflect.ValueOf(sec).Elem(), val, p, k.Line)
+			continue
+		}
 		if !ok {
 			d.errs = append(d.errs, &FieldError{File: d.file, Line: k.Line, Path: p, Err: unknownField(k.Value, v.Type())})
 			continue

@@ -104,7 +104,7 @@ func common() *Experiment {
 			Schedule: ScheduleConstant, ResetEachRound: true,
 		},
 		BatchSize: 32,
-		PFedMMA:   PFedMMA{Start: 10, End: 0, Dim: 32, Scale: 0.005, Activation: ActivationReLU},
+		Sections:  defaultSections(), // the methods' defaults are the papers' settings
 		Augment:   Augment{Mode: AugmentOnline},
 		Cache:     Cache{DType: DTypeFloat32},
 		Seed:      1,
@@ -129,7 +129,7 @@ func paperCIFAR() *Experiment {
 	e.Dataset = Dataset{Name: "cifar10", Root: "DATA"}
 	e.Protocol.Name = ProtocolDirichlet
 	e.Federation = Federation{Clients: 100, Fraction: 0.1, Rounds: 50, LocalEpochs: 1, EvalEvery: 5}
-	e.PFedMMA.Start = 5
+	e.setSection("pfedmma.start", "5")
 	e.Augment = Augment{Mode: AugmentNone} // the reference code does not augment CIFAR
 	e.Seeds = []uint64{1, 2, 3}
 	return e
@@ -145,15 +145,15 @@ func paperDomainNet() *Experiment {
 	e.Protocol.Name = ProtocolDomains
 	e.Protocol.ClientsPerDomain = 2
 	e.Federation = Federation{Clients: 12, Fraction: 1, Rounds: 50, LocalEpochs: 1, EvalEvery: 5}
-	e.PFedMMA.Start = 5
+	e.setSection("pfedmma.start", "5")
 	e.Seeds = []uint64{1, 2, 3}
 	return e
 }
 
 func referenceCode() *Experiment {
 	e := paperBaseToNovel()
-	e.PFedMMA.Start = 5
-	e.PFedMMA.Scale = 0.001
+	e.setSection("pfedmma.start", "5")
+	e.setSection("pfedmma.scale", "0.001")
 	return e
 }
 
@@ -170,9 +170,9 @@ func world() *Experiment {
 	e.Dataset = Dataset{Name: "world", NumClasses: 40, Shots: 16, ImageSize: 32}
 	e.Federation = Federation{Clients: 10, Fraction: 1, Rounds: 5, LocalEpochs: 3, EvalEvery: 1}
 	e.Optimizer.LR = 0.05
-	e.PFedMMA.Start = -1 // the last block (a quarter of the model)
-	e.PFedMMA.Dim = 16
-	e.PFedMMA.Scale = 0.05
+	e.setSection("pfedmma.start", "-1") // the last block (a quarter of the model)
+	e.setSection("pfedmma.dim", "16")
+	e.setSection("pfedmma.scale", "0.05")
 	e.Augment = Augment{Mode: AugmentNone}
 	return e
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -45,6 +46,9 @@ var fingerprintSkip = []string{"name", "threads", "cache", "output"}
 func (e *Experiment) Fingerprint() string {
 	var lines []string
 	flatten(reflect.ValueOf(*e), "", &lines)
+	for _, name := range slices.Sorted(maps.Keys(e.Sections)) {
+		flatten(reflect.ValueOf(e.Sections[name]).Elem(), name, &lines)
+	}
 	lines = slices.DeleteFunc(lines, func(l string) bool {
 		return len(e.Seeds) > 0 && strings.HasPrefix(l, "seed=")
 	})

@@ -77,14 +77,15 @@ var rootOptional = []string{"world", "fashion_mnist"}
 func (e *Experiment) check() []*FieldError {
 	c := &checker{}
 
+	known := Methods()
 	if len(e.Methods) == 0 {
-		c.fail("methods", "empty; list at least one of %s", strings.Join(knownMethods, ", "))
+		c.fail("methods", "empty; list at least one of %s", strings.Join(known, ", "))
 	}
 	for i, m := range e.Methods {
 		p := fmt.Sprintf("methods[%d]", i)
 		switch {
-		case !slices.Contains(knownMethods, m):
-			c.fail(p, "unknown method %q: want one of %s", m, strings.Join(knownMethods, ", "))
+		case !slices.Contains(known, m):
+			c.fail(p, "unknown method %q: want one of %s", m, strings.Join(known, ", "))
 		case slices.Index(e.Methods, m) < i:
 			c.fail(p, "%q listed twice", m)
 		}
@@ -129,14 +130,7 @@ func (e *Experiment) check() []*FieldError {
 	}
 	c.atLeast("batch_size", e.BatchSize, 1)
 
-	m := e.PFedMMA
-	c.atLeast("pfedmma.end", m.End, 0)
-	if m.Start > 0 && m.End > 0 && m.Start > m.End {
-		c.fail("pfedmma.start", "block %d is after end block %d", m.Start, m.End)
-	}
-	c.atLeast("pfedmma.dim", m.Dim, 1)
-	c.positive("pfedmma.scale", m.Scale)
-	c.oneOf("pfedmma.activation", m.Activation, ActivationReLU, ActivationGELU)
+	e.checkSections(c)
 
 	if err := e.Augment.validate(); err != nil {
 		c.fail("augment", "%v", err)
@@ -223,30 +217,4 @@ func (e *Experiment) NumClients(numDomains int) int {
 		return numDomains * e.Protocol.ClientsPerDomain
 	}
 	return e.Federation.Clients
-}
-
-// Blocks resolves Start and End against a model with layers blocks: the
-// first and last adapted block, 1-based, first 0 meaning the embeddings are
-// adapted too. It fails when the range does not fit the model.
-func (p PFedMMA) Blocks(layers int) (first, last int, err error) {
-	if layers < 1 {
-		return 0, 0, fmt.Errorf("pfedmma: model has %d blocks", layers)
-	}
-	first, last = p.Start, p.End
-	if last == 0 {
-		last = layers
-	}
-	if first < 0 {
-		if -first > layers {
-			return 0, 0, fmt.Errorf("pfedmma.start %d: the model has only %d blocks", p.Start, layers)
-		}
-		first = layers + first + 1
-	}
-	switch {
-	case last < 0 || last > layers:
-		return 0, 0, fmt.Errorf("pfedmma.end %d: the model has blocks 1..%d", p.End, layers)
-	case first > last:
-		return 0, 0, fmt.Errorf("pfedmma.start %d: first block %d is after last block %d (model has %d blocks)", p.Start, first, last, layers)
-	}
-	return first, last, nil
 }

@@ -1,0 +1,31 @@
+package config
+
+// The config tests run without the methods packages: they register
+// stand-ins with the same names and the shape of pfedmma's section.
+func init() {
+	RegisterMethod("zeroshot", nil)
+	RegisterMethod("pfedmma", func() Section {
+		return &testMMA{Start: 10, Dim: 32, Scale: 0.005, Activation: "relu"}
+	})
+	RegisterMethod("promptfl", nil)
+}
+
+type testMMA struct {
+	Start      int     `yaml:"start"`
+	End        int     `yaml:"end"`
+	Dim        int     `yaml:"dim"`
+	Scale      float64 `yaml:"scale"`
+	Activation string  `yaml:"activation"`
+}
+
+func (m *testMMA) Check(c *Checker) {
+	c.AtLeast("end", m.End, 0)
+	if m.End != 0 && m.Start > m.End {
+		c.Fail("start", "block %d is after end block %d", m.Start, m.End)
+	}
+	c.AtLeast("dim", m.Dim, 1)
+	c.Positive("scale", m.Scale)
+	c.OneOf("activation", m.Activation, "relu", "gelu")
+}
+
+func mmaOf(e *Experiment) *testMMA { return e.Sections["pfedmma"].(*testMMA) }

@@ -1,0 +1,200 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Section is one method's own settings: a pointer to a struct whose fields
+// carry yaml tags, decoded with the same rules as the built-in sections
+// (unknown keys, types and duplicates are errors naming the path). Methods
+// register theirs with [RegisterSection]; the YAML key is the method name,
+// e.g. "pfedmma: {dim: 32}" or --set pfedmma.dim=32.
+type Section interface {
+	// Check reports invalid settings through c; paths are relative to the
+	// section ("dim", not "pfedmma.dim").
+	Check(c *Checker)
+}
+
+var (
+	sectionsMu sync.RWMutex
+	sections   = map[string]func() Section{}
+	methods    []string // registration order
+)
+
+// RegisterMethod makes name a method a config may list in methods, with
+// its own section whose defaults come from defaults (called once per new
+// Experiment; nil: the method has no settings). It panics when name is
+// registered twice or collides with a built-in field: registration is
+// program wiring, done from init functions (package methods does it).
+func RegisterMethod(name string, defaults func() Section) {
+	sectionsMu.Lock()
+	defer sectionsMu.Unlock()
+	if slices.Contains(methods, name) {
+		panic("config: method " + name + " registered twice")
+	}
+	if _, builtin := fieldsOf(reflect.TypeFor[Experiment]())[name]; builtin {
+		panic("config: method " + name + " collides with a built-in field")
+	}
+	methods = append(methods, name)
+	if defaults == nil {
+		return
+	}
+	if s := defaults(); reflect.TypeOf(s).Kind() != reflect.Pointer || reflect.TypeOf(s).Elem().Kind() != reflect.Struct {
+		panic("config: section " + name + " must be a pointer to a struct")
+	}
+	sections[name] = defaults
+}
+
+// Methods lists the registered method names in registration order.
+func Methods() []string {
+	sectionsMu.RLock()
+	defer sectionsMu.RUnlock()
+	return slices.Clone(methods)
+}
+
+// defaultSections returns fresh defaults of every registered section.
+func defaultSections() map[string]Section {
+	sectionsMu.RLock()
+	defer sectionsMu.RUnlock()
+	out := make(map[string]Section, len(sections))
+	for name, mk := range sections {
+		out[name] = mk()
+	}
+	return out
+}
+
+// Section returns the experiment's settings of a registered method (nil
+// when the method has none or is not registered).
+func (e *Experiment) Section(name string) Section {
+	return e.Sections[name]
+}
+
+// cloneSections deep-copies sections (their structs are copied by value;
+// slices inside them are copied too).
+func cloneSections(in map[string]Section) map[string]Section {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string]Section, len(in))
+	for k, s := range in {
+		v := reflect.ValueOf(s).Elem()
+		c := reflect.New(v.Type())
+		c.Elem().Set(v)
+		for i := range v.NumField() {
+			if f := c.Elem().Field(i); f.Kind() == reflect.Slice && !f.IsNil() && f.CanSet() {
+				f.Set(reflect.AppendSlice(reflect.MakeSlice(f.Type(), 0, f.Len()), f))
+			}
+		}
+		out[k] = c.Interface().(Section)
+	}
+	return out
+}
+
+// Checker collects the problems of a section's settings, each naming its
+// field path.
+type Checker struct {
+	prefix string
+	c      *checker
+}
+
+// Fail reports a problem with field path.
+func (k *Checker) Fail(path, format string, args ...any) {
+	k.c.fail(joinPath(k.prefix, path), format, args...)
+}
+
+// AtLeast rejects v < lo.
+func (k *Checker) AtLeast(path string, v, lo int) { k.c.atLeast(joinPath(k.prefix, path), v, lo) }
+
+// AtMost rejects v > hi.
+func (k *Checker) AtMost(path string, v, hi int) {
+	if v > hi {
+		k.Fail(path, "%d is above %d", v, hi)
+	}
+}
+
+// Positive rejects v ≤ 0, NaN and ±Inf.
+func (k *Checker) Positive(path string, v float64) { k.c.positive(joinPath(k.prefix, path), v) }
+
+// NonNegative rejects v < 0, NaN and ±Inf.
+func (k *Checker) NonNegative(path string, v float64) {
+	if k.Finite(path, v) && v < 0 {
+		k.Fail(path, "%v is negative", v)
+	}
+}
+
+// Finite rejects NaN and ±Inf and reports whether v is finite.
+func (k *Checker) Finite(path string, v float64) bool {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		k.Fail(path, "%v is not a finite number", v)
+		return false
+	}
+	return true
+}
+
+// Range rejects v outside [lo, hi].
+func (k *Checker) Range(path string, v, lo, hi float64) {
+	if k.Finite(path, v) && (v < lo || v > hi) {
+		k.Fail(path, "%v not in [%v, %v]", v, lo, hi)
+	}
+}
+
+// OneOf rejects v not in allowed.
+func (k *Checker) OneOf(path, v string, allowed ...string) {
+	k.c.oneOf(joinPath(k.prefix, path), v, allowed...)
+}
+
+// checkSections runs every section's Check.
+func (e *Experiment) checkSections(c *checker) {
+	for _, name := range slices.Sorted(maps.Keys(e.Sections)) {
+		e.Sections[name].Check(&Checker{prefix: name, c: c})
+	}
+}
+
+// setSection applies a preset's override to a method section; presets name
+// settings of methods that may not be linked into the program, so an
+// unregistered section is skipped.
+func (e *Experiment) setSection(path, value string) {
+	name, _, _ := strings.Cut(path, ".")
+	if e.Sections[name] == nil {
+		return
+	}
+	if err := e.Set(path, value); err != nil {
+		panic("config: preset override " + path + "=" + value + ": " + err.Error())
+	}
+}
+
+// sectionNode encodes the sections for the resolved YAML.
+func (e *Experiment) sectionNodes() ([]*yaml.Node, error) {
+	var out []*yaml.Node
+	for _, name := range slices.Sorted(maps.Keys(e.Sections)) {
+		var n yaml.Node
+		if err := n.Encode(e.Sections[name]); err != nil {
+			return nil, fmt.Errorf("section %s: %w", name, err)
+		}
+		out = append(out, &yaml.Node{Kind: yaml.ScalarNode, Value: name}, &n)
+	}
+	return out, nil
+}
+
+// MarshalYAML writes the built-in fields followed by the method sections.
+func (e Experiment) MarshalYAML() (any, error) {
+	type plain Experiment
+	var n yaml.Node
+	if err := n.Encode(plain(e)); err != nil {
+		return nil, err
+	}
+	extra, err := e.sectionNodes()
+	if err != nil {
+		return nil, err
+	}
+	n.Content = append(n.Content, extra...)
+	return &n, nil
+}
