@@ -13,7 +13,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/gemm"
-	"github.com/pfedmma/pfedmma/mma"
+	mma "github.com/pfedmma/pfedmma/methods/pfedmma"
 	"github.com/pfedmma/pfedmma/nn"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/preprocess"
@@ -144,7 +144,7 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 	}
 	augment(false, 0)
 	logf("prefix")
-	prefix := mma.ImagePrefix(m, o.Start, pixels, B, nil)
+	prefix := clip.ImagePrefix(m, o.Start, pixels, B, nil)
 
 	step := func(pre []float32) error {
 		a.ZeroGrads()
@@ -182,14 +182,14 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 	var buf []float32
 	if res.TrainOnlinePerS, err = timeIt("train online", func(i int) error {
 		augment(true, uint64(i+2))
-		buf = mma.ImagePrefix(m, o.Start, pixels, B, buf)
+		buf = clip.ImagePrefix(m, o.Start, pixels, B, buf)
 		return step(buf)
 	}); err != nil {
 		return nil, err
 	}
 	if res.EvalOnlinePerS, err = timeIt("eval online", func(int) error {
 		augment(false, 0)
-		buf = mma.ImagePrefix(m, o.Start, pixels, B, buf)
+		buf = clip.ImagePrefix(m, o.Start, pixels, B, buf)
 		l.Logits(buf, B, txt) // text features are computed once per evaluation, as in the cached mode
 		return nil
 	}); err != nil {

@@ -100,8 +100,8 @@ func (c *CosineLogits) Backward(dlogits, dImg, dTxt []float32) float64 {
 			}
 		}
 	}
-	normBackward(dImg, c.dni, c.ni, c.normI, nI, E)
-	normBackward(dTxt, c.dnt, c.nt, c.normT, nT, E)
+	NormBackward(dImg, c.dni, c.ni, c.normI, nI, E)
+	NormBackward(dTxt, c.dnt, c.nt, c.normT, nT, E)
 	return dScale
 }
 
@@ -124,8 +124,8 @@ func normalizeInto(norms, x []float32, n, d int) []float32 {
 	return norms
 }
 
-// normBackward writes dx = (dn − n̂(n̂·dn))/‖x‖ for rows of x = ‖x‖·n̂.
-func normBackward(dx, dn, nhat, norms []float32, n, d int) {
+// NormBackward writes dx = (dn − n̂(n̂·dn))/‖x‖ for rows of x = ‖x‖·n̂.
+func NormBackward(dx, dn, nhat, norms []float32, n, d int) {
 	for i := 0; i < n; i++ {
 		var dot float32
 		for k := 0; k < d; k++ {

@@ -1,13 +1,12 @@
 package experiment
 
 import (
-	"fmt"
-
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/dataset"
-	"github.com/pfedmma/pfedmma/mma"
+	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/protocol"
 )
 
 // FromConfig turns a validated experiment configuration into run Options for
@@ -18,14 +17,6 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 	info, err := checkpoint.Inspect(model)
 	if err != nil {
 		return Options{}, err
-	}
-	layers := min(info.Config.Vision.Layers, info.Config.Text.Layers)
-	first, last, err := e.PFedMMA.Blocks(layers)
-	if err != nil {
-		return Options{}, err
-	}
-	if e.PFedMMA.Activation != "" && e.PFedMMA.Activation != "relu" {
-		return Options{}, fmt.Errorf("pfedmma.activation %q: only relu (the reference code's) is implemented", e.PFedMMA.Activation)
 	}
 	imageSize := e.Dataset.ImageSize
 	if imageSize == 0 {
@@ -44,16 +35,15 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 		ModelPath: model, VocabPath: e.Vocab, Dataset: e.Dataset.Name, Root: e.Dataset.Root,
 		DatasetOptions: dataset.Options{Seed: seed, Domains: e.Dataset.Domains, ValFraction: e.Dataset.ValFraction,
 			NumClasses: e.Dataset.NumClasses, ImageSize: imageSize},
-		Protocol: ProtocolOptions{Name: e.Protocol.Name, Clients: e.Federation.Clients, Shots: e.Dataset.Shots,
+		Protocol: protocol.Options{Name: e.Protocol.Name, Clients: e.Federation.Clients, Shots: e.Dataset.Shots,
 			Beta: e.Protocol.Beta, PerDomain: e.Protocol.ClientsPerDomain, MinSamples: e.Protocol.MinSamples,
 			UseVal: e.Eval.Split == "val", OthersBase: e.Protocol.BaseSet == "others"},
-		Methods: e.Methods,
-		MMA:     mma.Config{Start: first, End: last, Dim: e.PFedMMA.Dim, Scale: float32(e.PFedMMA.Scale)},
-		Train: TrainOptions{Epochs: e.Federation.LocalEpochs, Batch: e.BatchSize, Optimizer: e.Optimizer.Name,
+		Methods: e.Methods, Sections: e.Sections,
+		Train: train.Options{Epochs: e.Federation.LocalEpochs, Batch: e.BatchSize, Optimizer: e.Optimizer.Name,
 			LR: e.Optimizer.LR, Momentum: e.Optimizer.Momentum, WD: e.Optimizer.WeightDecay, Schedule: sched,
 			ResetOptimizer: e.Optimizer.ResetEachRound},
 		Rounds: e.Federation.Rounds, Fraction: e.Federation.Fraction, EvalEvery: e.Federation.EvalEvery,
-		Augment: e.Augment.String(), Template: e.Prompt, Seed: seed, PrefixBatch: e.Eval.BatchSize,
+		Augment: e.Augment.String(), Template: e.Prompt, Seed: seed, EvalBatch: e.Eval.BatchSize,
 		OutDir: outDir, SaveAdapters: e.Output.SaveAdapters, Plots: e.Output.Plots, ConfigYAML: resolved,
 		CacheMiB: e.Cache.MemoryMiB, SpillDir: e.Cache.SpillDir, CacheBF16: e.Cache.DType == "bfloat16",
 	}, nil

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
 )
 
@@ -20,7 +21,7 @@ func writeReports(o Options, res *Result) error {
 	}
 	if o.Plots {
 		metrics := res.Summary.Metrics
-		if res.Summary.Protocol == Domains {
+		if res.Summary.Protocol == protocol.Domains {
 			metrics = []string{"acc"}
 		}
 		curves := report.LearningCurves(flatBaselines(res.Records), metrics...)

@@ -7,31 +7,30 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/pfedmma/pfedmma/actcache"
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
-	"github.com/pfedmma/pfedmma/mma"
+	"github.com/pfedmma/pfedmma/internal/atomicfile"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/progress"
+	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
 	"github.com/pfedmma/pfedmma/safetensors"
-	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/tokenizer"
-)
-
-// Method names.
-const (
-	ZeroShot = "zeroshot"
-	PFedMMA  = "pfedmma"
+	"gopkg.in/yaml.v3"
 )
 
 // Options is a fully resolved experiment.
@@ -39,13 +38,16 @@ type Options struct {
 	ModelPath, VocabPath string
 	Dataset, Root        string
 	DatasetOptions       dataset.Options
-	Protocol             ProtocolOptions
-	Methods              []string
-	// MMA is the adapter configuration; End 0 means the last block.
-	MMA       mma.Config
-	Train     TrainOptions
-	Rounds    int
-	Fraction  float64
+	Protocol             protocol.Options
+	// Methods are run in this order on the same clients and data; each
+	// finds its settings in Sections under its name.
+	Methods  []string
+	Sections map[string]config.Section
+	Train    train.Options
+	Rounds   int
+	Fraction float64
+	// EvalEvery evaluates after rounds k-1, 2k-1, … and the last (≤ 1:
+	// every round).
 	EvalEvery int
 	// Augment is "none", "views:K" or "online".
 	Augment string
@@ -54,7 +56,7 @@ type Options struct {
 	NoCache  bool
 	Template string
 	Seed     uint64
-	// CacheMiB bounds the RAM of the prefix cache (0: 4096); beyond it
+	// CacheMiB bounds the RAM of the prefix caches (0: 4096); beyond it
 	// records spill to a memory-mapped file in SpillDir (default: temp).
 	CacheMiB int
 	SpillDir string
@@ -62,10 +64,11 @@ type Options struct {
 	// computation stays float32, the prefixes lose precision: relative
 	// error ≤ 2⁻⁸).
 	CacheBF16 bool
-	// PrefixBatch is the batch size of the prefix computation (default 32).
-	PrefixBatch int
-	OutDir      string
-	Resume      bool
+	// EvalBatch is the batch size of prefix computation and evaluation
+	// (default 32).
+	EvalBatch int
+	OutDir    string
+	Resume    bool
 	// Progress receives progress bars (nil: none).
 	Progress     io.Writer
 	ProgressMode progress.Mode
@@ -124,7 +127,8 @@ func parseAugment(s string) (int, bool, error) {
 	return 0, false, fmt.Errorf("augment %q: want none, views:K or online", s)
 }
 
-// Run executes the experiment.
+// Run executes the experiment: load → task → frozen prefixes → for each
+// method: its federation → reports.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	start := time.Now()
 	views, online, err := parseAugment(o.Augment)
@@ -134,15 +138,19 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.OutDir == "" {
 		return nil, errors.New("experiment: no output folder")
 	}
+	// Every method must exist before any work starts.
+	ms := make([]methods.Method, len(o.Methods))
+	for i, name := range o.Methods {
+		if ms[i], err = methods.Get(name); err != nil {
+			return nil, fmt.Errorf("experiment: %w", err)
+		}
+	}
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("experiment: %w", err)
 	}
 	if o.ConfigYAML != nil {
-		if err := safetensors.WriteFileAtomic(filepath.Join(o.OutDir, "config.yaml"), func(w io.Writer) error {
-			_, err := w.Write(o.ConfigYAML)
-			return err
-		}); err != nil {
-			return nil, err
+		if err := atomicfile.WriteBytes(filepath.Join(o.OutDir, "config.yaml"), o.ConfigYAML); err != nil {
+			return nil, fmt.Errorf("experiment: %w", err)
 		}
 	}
 	m, tok, err := LoadModel(o.ModelPath, o.VocabPath)
@@ -150,12 +158,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	L := min(m.W.Config.Vision.Layers, m.W.Config.Text.Layers)
-	cfg := o.MMA
-	if cfg.End == 0 {
-		cfg.End = L
-	}
-	if err := cfg.Validate(L); err != nil {
-		return nil, err
+	depths := make([]int, len(ms))
+	for i, meth := range ms {
+		if depths[i], err = meth.Depth(o.Sections[o.Methods[i]], L); err != nil {
+			return nil, err
+		}
 	}
 	dsOpts := o.DatasetOptions
 	if dsOpts.Seed == 0 {
@@ -167,7 +174,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	popts := o.Protocol
 	popts.Seed = o.Seed
-	task, err := BuildTask(ds, popts)
+	task, err := protocol.Build(ds, popts)
 	if err != nil {
 		return nil, err
 	}
@@ -175,58 +182,48 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if tmpl == "" {
 		tmpl = "a photo of a {}."
 	}
-	if err := writeRunInfo(o, task, cfg, tmpl); err != nil {
+	if err := writeRunInfo(o, task, tmpl); err != nil {
 		return nil, err
 	}
-	S := m.W.Config.Vision.ImageSize
-	px := &Prefixer{Model: m, Start: cfg.Start, Transform: preprocess.CLIPTransform(S), Batch: max(o.PrefixBatch, 1)}
-	if o.PrefixBatch == 0 {
-		px.Batch = 32
+	// One cache of frozen prefixes per depth the methods need; methods of
+	// any depth (zero-shot) share the first.
+	var distinct []int
+	for _, d := range depths {
+		if d != methods.AnyDepth && !slices.Contains(distinct, d) {
+			distinct = append(distinct, d)
+		}
+	}
+	if len(distinct) == 0 {
+		distinct = []int{L}
+	}
+	for i := range depths {
+		if depths[i] == methods.AnyDepth {
+			depths[i] = distinct[0]
+		}
 	}
 	budget := int64(o.CacheMiB) << 20
 	if o.CacheMiB == 0 {
 		budget = 4096 << 20
 	}
-	dtype := actcache.Float32
-	if o.CacheBF16 {
-		dtype = actcache.BFloat16
-	}
-	trainStore, err := actcache.New(actcache.Options{RecordLen: px.RecordLen(), MemoryBudget: budget / 2, SpillDir: o.SpillDir, DType: dtype})
-	if err != nil {
-		return nil, err
-	}
-	defer trainStore.Close()
-	testStore, err := actcache.New(actcache.Options{RecordLen: px.RecordLen(), MemoryBudget: budget / 2, SpillDir: o.SpillDir, DType: dtype})
-	if err != nil {
-		return nil, err
-	}
-	defer testStore.Close()
-	env := &Env{Model: m, Tok: tok, Task: task, Start: cfg.Start, Template: tmpl, Prefixer: px,
-		TrainStore: trainStore, TestStore: testStore,
-		TrainRecs: map[int][]int{}, TestRecs: map[int]int{}, Online: online, Seed: o.Seed,
-		adapterWS: mma.NewWorkspace()}
-	slog.Info("experiment", "dataset", ds.Name, "protocol", task.Protocol, "clients", len(task.Clients),
-		"train", len(task.UsedTrain()), "test", len(task.UsedTest()), "blocks", fmt.Sprintf("%d-%d", cfg.Start, cfg.End))
-
-	// Frozen prefixes: every test image once, every training view once.
+	budget /= int64(2 * len(distinct))
 	nViews := len(task.UsedTest())
 	if !online {
 		nViews += len(task.UsedTrain()) * max(views, 1)
 	}
-	root := progress.New(o.Progress, nViews, "frozen prefixes", "img", progress.WithMode(o.ProgressMode))
-	if o.NoCache {
-		env.registerUncached(views)
-	} else {
-		if err := env.fillTest(ctx, root); err != nil {
+	root := progress.New(o.Progress, nViews*len(distinct), "frozen prefixes", "img", progress.WithMode(o.ProgressMode))
+	envs := map[int]*methods.Env{}
+	for _, d := range distinct {
+		env, err := newEnv(ctx, o, m, tok, task, tmpl, d, views, online, budget, root)
+		if err != nil {
 			return nil, err
 		}
-		if !online {
-			if err := env.fillTrain(ctx, views, root); err != nil {
-				return nil, err
-			}
-		}
+		defer env.TrainStore.Close()
+		defer env.TestStore.Close()
+		envs[d] = env
 	}
 	root.Finish()
+	slog.Info("experiment", "dataset", ds.Name, "protocol", task.Protocol, "clients", len(task.Clients),
+		"train", len(task.UsedTrain()), "test", len(task.UsedTest()), "depths", distinct)
 	prefixSeconds := time.Since(start).Seconds()
 
 	log, err := report.NewMetricsLog(o.OutDir)
@@ -236,23 +233,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	defer log.Close()
 	sum := &report.Summary{Protocol: task.Protocol, Metrics: summaryMetrics(task)}
 	timings := map[string]float64{"prefix_s": prefixSeconds}
-	for _, method := range o.Methods {
+	for i, meth := range ms {
+		name := o.Methods[i]
 		t0 := time.Now()
-		var recs []report.RoundRecord
-		switch method {
-		case ZeroShot:
-			recs, err = runZeroShot(ctx, env, log)
-		case PFedMMA:
-			recs, err = runPFedMMA(ctx, env, cfg, o, log)
-		default:
-			err = fmt.Errorf("experiment: method %q is not implemented (available: %s, %s)", method, ZeroShot, PFedMMA)
-		}
+		recs, err := runMethod(ctx, o, envs[depths[i]], meth, name, log)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", method, err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		timings[method+"_s"] = time.Since(t0).Seconds()
+		timings[name+"_s"] = time.Since(t0).Seconds()
 		if len(recs) > 0 {
-			sum.Set(method, finalMetrics(task, recs[len(recs)-1]))
+			sum.Set(name, finalMetrics(task, recs[len(recs)-1]))
 		}
 	}
 	timings["total_s"] = time.Since(start).Seconds()
@@ -264,13 +254,46 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-func tableTitle(name string, t *Task) string {
+// newEnv builds the frozen prefixes of depth ℓ = start.
+func newEnv(ctx context.Context, o Options, m *clip.Model, tok *tokenizer.Tokenizer, task *protocol.Task, tmpl string,
+	start, views int, online bool, budget int64, bar *progress.Bar) (*methods.Env, error) {
+	S := m.W.Config.Vision.ImageSize
+	batch := o.EvalBatch
+	if batch <= 0 {
+		batch = 32
+	}
+	px := &methods.Prefixer{Model: m, Start: start, Transform: preprocess.CLIPTransform(S), Batch: batch}
+	dtype := actcache.Float32
+	if o.CacheBF16 {
+		dtype = actcache.BFloat16
+	}
+	trainStore, err := actcache.New(actcache.Options{RecordLen: px.RecordLen(), MemoryBudget: budget, SpillDir: o.SpillDir, DType: dtype})
+	if err != nil {
+		return nil, err
+	}
+	testStore, err := actcache.New(actcache.Options{RecordLen: px.RecordLen(), MemoryBudget: budget, SpillDir: o.SpillDir, DType: dtype})
+	if err != nil {
+		trainStore.Close()
+		return nil, err
+	}
+	env := &methods.Env{Model: m, Tok: tok, Task: task, Start: start, Template: tmpl, Seed: o.Seed,
+		Train: o.Train, Views: views, Online: online, Prefixer: px, TrainStore: trainStore, TestStore: testStore,
+		Evaluator: &eval.Evaluator{Source: testStore, RecordLen: px.RecordLen(), Batch: batch}}
+	if err := env.Fill(ctx, views, o.NoCache, bar); err != nil {
+		trainStore.Close()
+		testStore.Close()
+		return nil, err
+	}
+	return env, nil
+}
+
+func tableTitle(name string, t *protocol.Task) string {
 	return fmt.Sprintf("%s — %s, %d clients", name, t.Protocol, len(t.Clients))
 }
 
 // summaryMetrics are the columns of the summary table.
-func summaryMetrics(t *Task) []string {
-	if t.Protocol == Domains {
+func summaryMetrics(t *protocol.Task) []string {
+	if t.Protocol == protocol.Domains {
 		return append(append([]string{}, t.Dataset.Domains...), "avg")
 	}
 	return t.Metrics
@@ -278,15 +301,15 @@ func summaryMetrics(t *Task) []string {
 
 // finalMetrics summarises the last round: client means, with HM of the means
 // for base-to-novel, and per-domain means for the domains protocol.
-func finalMetrics(t *Task, r report.RoundRecord) report.Metrics {
+func finalMetrics(t *protocol.Task, r report.RoundRecord) report.Metrics {
 	out := report.Metrics{}
 	switch t.Protocol {
-	case BaseToNovel:
+	case protocol.BaseToNovel:
 		for _, k := range []string{"local", "base", "novel"} {
 			out[k] = r.Mean[k]
 		}
-		out["hm"] = hm(out["local"], out["base"], out["novel"])
-	case Domains:
+		out["hm"] = eval.HM(out["local"], out["base"], out["novel"])
+	case protocol.Domains:
 		sums, counts := map[int]float64{}, map[int]int{}
 		dom := map[int]int{}
 		for _, c := range t.Clients {
@@ -310,169 +333,46 @@ func finalMetrics(t *Task, r report.RoundRecord) report.Metrics {
 	return out
 }
 
-// registerUncached switches the cache off: stores that recompute prefixes.
-func (e *Env) registerUncached(views int) {
-	test := &computeStore{p: e.Prefixer, items: e.Task.Test, seed: e.Seed}
-	for _, i := range e.Task.UsedTest() {
-		e.TestRecs[i] = test.add(view{item: i})
-	}
-	train := &computeStore{p: e.Prefixer, items: e.Task.Train, seed: e.Seed}
-	for _, i := range e.Task.UsedTrain() {
-		if views == 0 {
-			e.TrainRecs[i] = []int{train.add(view{item: i})}
-		}
-		for v := 0; v < views; v++ {
-			e.TrainRecs[i] = append(e.TrainRecs[i], train.add(view{item: i, index: v, augment: true}))
-		}
-	}
-	e.TestStore, e.TrainStore = test, train
-}
-
-func (e *Env) fillTest(ctx context.Context, bar *progress.Bar) error {
-	used := e.Task.UsedTest()
-	vs := make([]view, len(used))
-	for k, i := range used {
-		vs[k] = view{item: i}
-	}
-	bar.Describe("test-image prefixes")
-	recs, err := e.Prefixer.Fill(ctx, e.Task.Test, vs, e.Seed, e.TestStore, bar)
+// runMethod runs one method's federation (or, for a method that does not
+// train, one evaluation of every client) and logs its rounds.
+func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Method, name string, log *report.MetricsLog) ([]report.RoundRecord, error) {
+	plan, err := meth.Build(env, o.Sections[name])
 	if err != nil {
-		return fmt.Errorf("test prefixes: %w", err)
-	}
-	for k, i := range used {
-		e.TestRecs[i] = recs[k]
-	}
-	return nil
-}
-
-func (e *Env) fillTrain(ctx context.Context, views int, bar *progress.Bar) error {
-	used := e.Task.UsedTrain()
-	per := max(views, 1)
-	vs := make([]view, 0, len(used)*per)
-	for _, i := range used {
-		if views == 0 {
-			vs = append(vs, view{item: i})
-		}
-		for v := 0; v < views; v++ {
-			vs = append(vs, view{item: i, index: v, augment: true})
-		}
-	}
-	bar.Describe("training-view prefixes")
-	recs, err := e.Prefixer.Fill(ctx, e.Task.Train, vs, e.Seed, e.TrainStore, bar)
-	if err != nil {
-		return fmt.Errorf("training prefixes: %w", err)
-	}
-	for k, i := range used {
-		e.TrainRecs[i] = recs[k*per : (k+1)*per]
-	}
-	return nil
-}
-
-// runZeroShot evaluates frozen CLIP once per client (evaluation sets shared
-// by clients are scored once).
-func runZeroShot(ctx context.Context, env *Env, log *report.MetricsLog) ([]report.RoundRecord, error) {
-	sc := &frozenScorer{env: env}
-	done := map[*EvalSet]float64{}
-	rec := report.RoundRecord{Round: 0, Method: ZeroShot}
-	for _, c := range env.Task.Clients {
-		m := report.Metrics{}
-		for _, set := range c.Evals {
-			acc, ok := done[set]
-			if !ok {
-				r, err := env.evaluate(ctx, sc, []*EvalSet{set})
-				if err != nil {
-					return nil, err
-				}
-				acc = r[set.Name]
-				done[set] = acc
-			}
-			m[set.Name] = acc
-		}
-		if env.Task.Protocol == BaseToNovel {
-			m["hm"] = hm(m["local"], m["base"], m["novel"])
-		}
-		rec.Clients = append(rec.Clients, report.ClientMetrics{ID: c.ID, Metrics: m})
-	}
-	rec.Mean = meanMetrics(rec.Clients)
-	if err := log.Append(rec); err != nil {
 		return nil, err
 	}
-	return []report.RoundRecord{rec}, nil
-}
-
-// meanMetrics averages client metrics; "hm" is recomputed as the harmonic
-// mean of the averaged Local, Base and Novel (the paper's HM), not the mean
-// of per-client HMs.
-func meanMetrics(cs []report.ClientMetrics) report.Metrics {
-	out := report.Metrics{}
-	for _, c := range cs {
-		for k, v := range c.Metrics {
-			out[k] += v / float64(len(cs))
-		}
+	if plan.Strategy == nil {
+		return evaluateOnce(ctx, plan, name, log)
 	}
-	if _, ok := out["hm"]; ok {
-		out["hm"] = hm(out["local"], out["base"], out["novel"])
-	}
-	return out
-}
-
-// runPFedMMA trains pFedMMA through the federation engine.
-func runPFedMMA(ctx context.Context, env *Env, cfg mma.Config, o Options, log *report.MetricsLog) ([]report.RoundRecord, error) {
-	vc, tc := env.Model.W.Config.Vision, env.Model.W.Config.Text
-	init := mma.New(cfg, vc.Width, tc.Width, rand.New(rand.NewPCG(o.Seed, 0x6d6d61)))
-	views, _, _ := parseAugment(o.Augment)
-	topts := o.Train
-	topts.Views = views
-	var clients []federation.Client
-	byID := map[int]*mmaClient{}
-	for i := range env.Task.Clients {
-		c, err := newMMAClient(env, &env.Task.Clients[i], topts, init, o.Seed)
-		if err != nil {
-			return nil, err
-		}
-		clients = append(clients, c)
-		byID[c.ID()] = c
-	}
-	shared := tensor.Named{}
-	for name, p := range init.Params {
-		if mma.IsShared(name) {
-			shared[name] = p.Clone()
-		}
-	}
-	strategy := &federation.FedAvg{Shared: mma.IsShared, Initial: shared}
-	ckdir := filepath.Join(o.OutDir, "checkpoints", PFedMMA)
+	ckdir := filepath.Join(o.OutDir, "checkpoints", name)
 	if err := os.MkdirAll(ckdir, 0o755); err != nil {
 		return nil, err
 	}
-	bar := progress.New(o.Progress, o.Rounds, "pFedMMA round", "round", progress.WithMode(o.ProgressMode))
-	env.roundBar = bar
-	defer func() { env.roundBar = nil }()
+	proxies := make([]federation.ClientProxy, len(plan.Clients))
+	for i, c := range plan.Clients {
+		proxies[i] = federation.NewSite(c, filepath.Join(ckdir, fmt.Sprintf("site-%03d", c.ID())))
+	}
+	bar := progress.New(o.Progress, o.Rounds, name+" round", "round", progress.WithMode(o.ProgressMode))
+	env.RoundBar = bar
+	defer func() { env.RoundBar = nil }()
 	var records []report.RoundRecord
 	toRecord := func(r federation.RoundReport) report.RoundRecord {
-		rec := report.RoundRecord{Round: r.Round, Method: PFedMMA, Seconds: r.Seconds}
-		ids := make([]int, 0, len(r.Eval))
-		for id := range r.Eval {
-			ids = append(ids, id)
-		}
-		sort.Ints(ids)
-		for _, id := range ids {
-			m := report.Metrics{}
-			for k, v := range r.Eval[id] {
-				m[k] = v
-			}
+		rec := report.RoundRecord{Round: r.Round, Method: name, Seconds: r.Seconds}
+		for _, id := range slices.Sorted(maps.Keys(r.Eval)) {
+			m := maps.Clone(r.Eval[id])
 			if f, ok := r.Fit[id]; ok {
 				m["loss"] = f["loss"]
 			}
 			rec.Clients = append(rec.Clients, report.ClientMetrics{ID: id, Metrics: m})
 		}
-		rec.Mean = meanMetrics(rec.Clients)
+		rec.Mean = clientMean(rec.Clients)
 		return rec
 	}
-	sim := &federation.Simulation{
-		Strategy: strategy, Clients: clients, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed,
-		EvalEvery: o.EvalEvery, CheckpointDir: ckdir,
+	store := federation.FileStore{Path: filepath.Join(ckdir, federation.CheckpointFile)}
+	coord := &federation.Coordinator{
+		Strategy: plan.Strategy, Proxies: proxies, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed,
+		EvalEvery: o.EvalEvery, Store: store,
 		// one line per round is logged below, with the metrics
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.DiscardHandler),
 		OnRound: func(r federation.RoundReport) error {
 			bar.Add(1)
 			if r.Eval == nil {
@@ -480,14 +380,20 @@ func runPFedMMA(ctx context.Context, env *Env, cfg mma.Config, o Options, log *r
 			}
 			rec := toRecord(r)
 			records = append(records, rec)
-			slog.Info("round", "method", PFedMMA, "round", r.Round, "metrics", fmtMetrics(rec.Mean))
+			slog.Info("round", "method", name, "round", r.Round, "metrics", fmtMetrics(rec.Mean))
 			return log.Append(rec)
 		},
 	}
-	var err error
 	if o.Resume {
 		// earlier rounds come from the checkpoint's history
-		if ck, rerr := federation.ReadCheckpoint(filepath.Join(ckdir, federation.CheckpointFile)); rerr == nil {
+		ck, lerr := store.Load()
+		switch {
+		case errors.Is(lerr, federation.ErrNoCheckpoint):
+			slog.Warn("no checkpoint to resume: starting from round 0", "method", name, "checkpoint", store.Path)
+			_, err = coord.Run(ctx)
+		case lerr != nil:
+			err = lerr
+		default:
 			for _, r := range ck.History.Rounds {
 				if r.Eval != nil {
 					rec := toRecord(r)
@@ -498,24 +404,47 @@ func runPFedMMA(ctx context.Context, env *Env, cfg mma.Config, o Options, log *r
 				}
 				bar.Add(1)
 			}
-		}
-		_, err = sim.Resume(ctx)
-		if errors.Is(err, federation.ErrNoCheckpoint) {
-			_, err = sim.Run(ctx)
+			_, err = coord.Resume(ctx)
 		}
 	} else {
-		_, err = sim.Run(ctx)
+		_, err = coord.Run(ctx)
 	}
 	bar.Finish()
 	if err != nil {
 		return nil, err
 	}
 	if o.SaveAdapters {
-		if err := saveAdapters(o.OutDir, byID, strategy); err != nil {
+		if err := saveSites(o.OutDir, name, plan); err != nil {
 			return nil, err
 		}
 	}
 	return records, nil
+}
+
+// evaluateOnce scores every client of a method that does not train and
+// records it as round 0.
+func evaluateOnce(ctx context.Context, plan *methods.Plan, name string, log *report.MetricsLog) ([]report.RoundRecord, error) {
+	rec := report.RoundRecord{Round: 0, Method: name}
+	for _, c := range plan.Clients {
+		res, err := c.Evaluate(ctx, federation.EvaluateIns{Round: 0})
+		if err != nil {
+			return nil, fmt.Errorf("client %d: %w", c.ID(), err)
+		}
+		rec.Clients = append(rec.Clients, report.ClientMetrics{ID: c.ID(), Metrics: res.Metrics})
+	}
+	rec.Mean = clientMean(rec.Clients)
+	if err := log.Append(rec); err != nil {
+		return nil, err
+	}
+	return []report.RoundRecord{rec}, nil
+}
+
+func clientMean(cs []report.ClientMetrics) report.Metrics {
+	ms := make([]eval.Metrics, len(cs))
+	for i, c := range cs {
+		ms[i] = c.Metrics
+	}
+	return eval.ClientMean(ms...)
 }
 
 func fmtMetrics(m report.Metrics) string {
@@ -526,45 +455,75 @@ func fmtMetrics(m report.Metrics) string {
 	return strings.Join(parts, " ")
 }
 
-// saveAdapters writes each client's personalised adapters and the global
-// shared projections.
-func saveAdapters(dir string, clients map[int]*mmaClient, s *federation.FedAvg) error {
+// saveSites writes what each site keeps (adapters/client_NNN.safetensors,
+// for `pfedmma predict`) and the server's shared tensors
+// (adapters/global_shared.safetensors), in the reference's names.
+func saveSites(dir, name string, plan *methods.Plan) error {
 	ad := filepath.Join(dir, "adapters")
+	if name != "pfedmma" {
+		ad = filepath.Join(dir, "sites", name)
+	}
 	if err := os.MkdirAll(ad, 0o755); err != nil {
 		return err
 	}
-	for id, c := range clients {
-		a := c.learner.Adapters
-		meta := map[string]string{"method": PFedMMA, "client": fmt.Sprint(id),
-			"start": fmt.Sprint(a.Cfg.Start), "end": fmt.Sprint(a.Cfg.End), "dim": fmt.Sprint(a.Cfg.Dim), "scale": fmt.Sprint(a.Cfg.Scale)}
-		if err := safetensors.Write(filepath.Join(ad, fmt.Sprintf("client_%03d.safetensors", id)), a.Params, nil, meta); err != nil {
-			return err
+	if plan.Site != nil {
+		for i, c := range plan.Clients {
+			params, err := plan.Site(i)
+			if err != nil {
+				return err
+			}
+			meta := map[string]string{"method": name, "client": fmt.Sprint(c.ID())}
+			if err := safetensors.Write(filepath.Join(ad, fmt.Sprintf("client_%03d.safetensors", c.ID())), params, nil, meta); err != nil {
+				return err
+			}
 		}
 	}
-	return safetensors.Write(filepath.Join(ad, "global_shared.safetensors"), s.Global(), nil, map[string]string{"method": PFedMMA})
+	if plan.Global != nil {
+		return safetensors.Write(filepath.Join(ad, "global_shared.safetensors"), plan.Global(), nil, map[string]string{"method": name})
+	}
+	return nil
 }
 
 // RunInfo is written to run.json: what `pfedmma predict` needs to rebuild a
 // client's classifier.
 type RunInfo struct {
-	Model    string   `json:"model"`
-	Vocab    string   `json:"vocab,omitempty"`
-	Template string   `json:"template"`
-	Dataset  string   `json:"dataset"`
-	Protocol string   `json:"protocol"`
-	Classes  []string `json:"classes"`
-	Spaces   []Space  `json:"spaces"`
+	Model    string           `json:"model"`
+	Vocab    string           `json:"vocab,omitempty"`
+	Template string           `json:"template"`
+	Dataset  string           `json:"dataset"`
+	Protocol string           `json:"protocol"`
+	Classes  []string         `json:"classes"`
+	Spaces   []protocol.Space `json:"spaces"`
 	// ClientSpace maps a client ID to the label space it was trained over.
 	ClientSpace map[int]int `json:"client_space"`
-	Adapters    mma.Config  `json:"adapters"`
+	// Methods lists the run's methods; Sections holds each one's resolved
+	// settings (YAML) and Sites the folder of its per-site files.
+	Methods  []string          `json:"methods"`
+	Sections map[string]string `json:"sections,omitempty"`
+	Sites    map[string]string `json:"sites,omitempty"`
 }
 
 // RunInfoFile is the name of the run description in an output folder.
 const RunInfoFile = "run.json"
 
-func writeRunInfo(o Options, task *Task, cfg mma.Config, tmpl string) error {
+func writeRunInfo(o Options, task *protocol.Task, tmpl string) error {
 	info := RunInfo{Model: o.ModelPath, Vocab: o.VocabPath, Template: tmpl, Dataset: task.Dataset.Name,
-		Protocol: task.Protocol, Classes: task.Dataset.Classes, Spaces: task.Spaces, ClientSpace: map[int]int{}, Adapters: cfg}
+		Protocol: task.Protocol, Classes: task.Dataset.Classes, Spaces: task.Spaces, ClientSpace: map[int]int{},
+		Methods: o.Methods, Sections: map[string]string{}, Sites: map[string]string{}}
+	for _, name := range o.Methods {
+		dir := filepath.Join("sites", name)
+		if name == "pfedmma" {
+			dir = "adapters"
+		}
+		info.Sites[name] = dir
+		if sec := o.Sections[name]; sec != nil {
+			b, err := yaml.Marshal(sec)
+			if err != nil {
+				return fmt.Errorf("run.json: section %s: %w", name, err)
+			}
+			info.Sections[name] = string(b)
+		}
+	}
 	for _, c := range task.Clients {
 		info.ClientSpace[c.ID] = c.TrainSpace
 	}
@@ -575,10 +534,7 @@ func writeRunInfo(o Options, task *Task, cfg mma.Config, tmpl string) error {
 	if err != nil {
 		return err
 	}
-	return safetensors.WriteFileAtomic(filepath.Join(o.OutDir, RunInfoFile), func(w io.Writer) error {
-		_, err := w.Write(append(data, '\n'))
-		return err
-	})
+	return atomicfile.WriteBytes(filepath.Join(o.OutDir, RunInfoFile), append(data, '\n'))
 }
 
 // ReadRunInfo reads run.json from a run's output folder.

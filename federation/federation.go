@@ -15,12 +15,11 @@ package federation
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -171,55 +170,9 @@ func Names(names ...string) Filter {
 	return func(name string) bool { return set[name] }
 }
 
-// Metrics are named scalar results. They marshal to JSON with NaN and ±Inf
-// written as the strings "NaN", "+Inf" and "-Inf", and every finite value
-// round-trips exactly.
-type Metrics map[string]float64
-
-// MarshalJSON implements json.Marshaler.
-func (m Metrics) MarshalJSON() ([]byte, error) {
-	if m == nil {
-		return []byte("null"), nil
-	}
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			out[k] = strconv.FormatFloat(v, 'g', -1, 64)
-		} else {
-			out[k] = v
-		}
-	}
-	return json.Marshal(out)
-}
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (m *Metrics) UnmarshalJSON(b []byte) error {
-	var raw map[string]any
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return err
-	}
-	if raw == nil {
-		*m = nil
-		return nil
-	}
-	out := make(Metrics, len(raw))
-	for k, v := range raw {
-		switch x := v.(type) {
-		case float64:
-			out[k] = x
-		case string:
-			f, err := strconv.ParseFloat(x, 64)
-			if err != nil {
-				return fmt.Errorf("metric %q: %w", k, err)
-			}
-			out[k] = f
-		default:
-			return fmt.Errorf("metric %q: not a number: %v", k, v)
-		}
-	}
-	*m = out
-	return nil
-}
+// Metrics are named scalar results (eval.Metrics: NaN and ±Inf survive
+// JSON).
+type Metrics = eval.Metrics
 
 // PayloadBytes is the size of a message's tensor data (4 bytes per float32;
 // names and shapes are not counted).

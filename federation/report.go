@@ -3,7 +3,9 @@ package federation
 import (
 	"errors"
 	"maps"
-	"sort"
+	"slices"
+
+	"github.com/pfedmma/pfedmma/eval"
 )
 
 // ErrNoCheckpoint is returned (wrapped) by Resume when the store holds no
@@ -68,20 +70,9 @@ func cloneMetrics(m map[string]float64) Metrics {
 // meanMetrics is, per metric name, the unweighted mean over the clients that
 // report it, summed in client-ID order.
 func meanMetrics(per map[int]Metrics) Metrics {
-	ids := make([]int, 0, len(per))
-	for id := range per {
-		ids = append(ids, id)
+	sets := make([]Metrics, 0, len(per))
+	for _, id := range slices.Sorted(maps.Keys(per)) {
+		sets = append(sets, per[id])
 	}
-	sort.Ints(ids)
-	sum, cnt := Metrics{}, map[string]int{}
-	for _, id := range ids {
-		for k, v := range per[id] {
-			sum[k] += v
-			cnt[k]++
-		}
-	}
-	for k := range sum {
-		sum[k] /= float64(cnt[k])
-	}
-	return sum
+	return eval.MeanOf(sets...)
 }

@@ -95,12 +95,3 @@ func iota0(n int) []int {
 	}
 	return out
 }
-
-// HM is the harmonic mean 3/(1/local + 1/base + 1/novel) of the three
-// base-to-novel accuracies; it is 0 when any of them is 0 or less.
-func HM(local, base, novel float64) float64 {
-	if local <= 0 || base <= 0 || novel <= 0 {
-		return 0
-	}
-	return 3 / (1/local + 1/base + 1/novel)
-}

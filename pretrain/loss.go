@@ -93,20 +93,7 @@ func InfoNCE(img, txt []float32, B, E int, logitScale float32, dImg, dTxt []floa
 			}
 		}
 	}
-	normBackward(dImg, dni, ni, normI, B, E)
-	normBackward(dTxt, dnt, nt, normT, B, E)
+	clip.NormBackward(dImg, dni, ni, normI, B, E)
+	clip.NormBackward(dTxt, dnt, nt, normT, B, E)
 	return loss, dScale, correct
-}
-
-// normBackward writes dx = (dn − n̂(n̂·dn))/‖x‖ for the rows of x = ‖x‖·n̂.
-func normBackward(dx, dn, nhat, norms []float32, n, d int) {
-	for i := 0; i < n; i++ {
-		var dot float32
-		for k := 0; k < d; k++ {
-			dot += nhat[i*d+k] * dn[i*d+k]
-		}
-		for k := 0; k < d; k++ {
-			dx[i*d+k] = (dn[i*d+k] - nhat[i*d+k]*dot) / norms[i]
-		}
-	}
 }

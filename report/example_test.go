@@ -3,13 +3,14 @@ package report_test
 import (
 	"fmt"
 
+	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/report"
 )
 
 func ExampleSummary_Table() {
 	s := &report.Summary{Protocol: "base2novel", Metrics: report.BaseToNovelMetrics}
-	s.Set("PromptFL", report.BaseToNovel(88.93, 88.95, 75.36))
-	s.Set("pFedMMA", report.BaseToNovel(97.17, 77.40, 81.49))
+	s.Set("PromptFL", eval.BaseToNovel(88.93, 88.95, 75.36))
+	s.Set("pFedMMA", eval.BaseToNovel(97.17, 77.40, 81.49))
 	t := s.Table("16 shots")
 	fmt.Print(t.Text())
 	fmt.Println()
@@ -42,7 +43,7 @@ func ExampleNewMetricsLog() {
 		rec := report.RoundRecord{Round: round, Method: "pfedmma"}
 		for id := 0; id < 2; id++ {
 			rec.Clients = append(rec.Clients, report.ClientMetrics{
-				ID: id, Metrics: report.BaseToNovel(90+float64(round), 70, 75),
+				ID: id, Metrics: eval.BaseToNovel(90+float64(round), 70, 75),
 			})
 		}
 		if err := log.Append(rec); err != nil { // Mean is filled from Clients

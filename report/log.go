@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+
+	"github.com/pfedmma/pfedmma/eval"
 )
 
 // File names written by MetricsLog in its directory.
@@ -51,7 +53,7 @@ func (r *RoundRecord) validate() error {
 		sets = append(sets, c.Metrics)
 	}
 	if r.Mean == nil && len(r.Clients) > 0 {
-		r.Mean = MeanOf(sets...)
+		r.Mean = eval.MeanOf(sets...)
 	}
 	for k := range r.Mean {
 		if k == "" {
@@ -180,7 +182,7 @@ func CSVColumns(records []RoundRecord) []string {
 		}
 	}
 	cols := []string{"round", "method", "seconds"}
-	for _, k := range MetricOrder(meanKeys) {
+	for _, k := range eval.MetricOrder(meanKeys) {
 		cols = append(cols, "mean_"+k)
 	}
 	ids := make([]int, 0, len(clientKeys))
@@ -189,7 +191,7 @@ func CSVColumns(records []RoundRecord) []string {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		for _, k := range MetricOrder(clientKeys[id]) {
+		for _, k := range eval.MetricOrder(clientKeys[id]) {
 			cols = append(cols, "client"+strconv.Itoa(id)+"_"+k)
 		}
 	}

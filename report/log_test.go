@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/pfedmma/pfedmma/eval"
 )
 
 // roundRecords returns rounds of a two-client base-to-novel run whose
@@ -19,7 +21,7 @@ func roundRecords(method string, rounds int) []RoundRecord {
 		rec := RoundRecord{Round: r, Method: method, Seconds: 1.5 * float64(r)}
 		for id := 1; id >= 0; id-- { // unsorted on purpose
 			l, b, n := 50+float64(10*r+id), 40+float64(r), 30+float64(id)
-			rec.Clients = append(rec.Clients, ClientMetrics{ID: id, Metrics: BaseToNovel(l, b, n)})
+			rec.Clients = append(rec.Clients, ClientMetrics{ID: id, Metrics: eval.BaseToNovel(l, b, n)})
 		}
 		out = append(out, rec)
 	}
@@ -71,7 +73,7 @@ func TestMetricsLogRoundTrip(t *testing.T) {
 		if r.Round != want.Round || r.Method != want.Method || r.Seconds != want.Seconds {
 			t.Errorf("record %d header = %d/%q/%v, want %d/%q/%v", i, r.Round, r.Method, r.Seconds, want.Round, want.Method, want.Seconds)
 		}
-		mean := MeanOf(want.Clients[0].Metrics, want.Clients[1].Metrics)
+		mean := eval.MeanOf(want.Clients[0].Metrics, want.Clients[1].Metrics)
 		for _, k := range BaseToNovelMetrics {
 			if math.Abs(r.Mean[k]-mean[k]) > 1e-12 {
 				t.Errorf("record %d mean %s = %v, want %v", i, k, r.Mean[k], mean[k])

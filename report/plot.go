@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/pfedmma/pfedmma/eval"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -45,7 +46,7 @@ func LearningCurves(records []RoundRecord, metrics ...string) LineChart {
 		keys = append(keys, r.Mean.Keys()...)
 	}
 	if len(metrics) == 0 {
-		for _, k := range MetricOrder(keys) {
+		for _, k := range eval.MetricOrder(keys) {
 			if k != "loss" {
 				metrics = append(metrics, k)
 			}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pfedmma/pfedmma/eval"
 )
 
 func decodePNG(t *testing.T, path string) image.Image {
@@ -42,7 +44,7 @@ func colours(img image.Image) int {
 func TestLearningCurves(t *testing.T) {
 	recs := append(roundRecords("pfedmma", 5), roundRecords("promptfl", 5)...)
 	for i := range recs {
-		recs[i].Mean = MeanOf(recs[i].Clients[0].Metrics, recs[i].Clients[1].Metrics)
+		recs[i].Mean = eval.MeanOf(recs[i].Clients[0].Metrics, recs[i].Clients[1].Metrics)
 	}
 	c := LearningCurves(recs, "hm", "local")
 	if len(c.Series) != 4 {

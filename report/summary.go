@@ -9,6 +9,8 @@ import (
 	"os"
 	"slices"
 	"sort"
+
+	"github.com/pfedmma/pfedmma/eval"
 )
 
 // SummaryFile is the conventional name of the summary written by WriteSummary.
@@ -73,7 +75,7 @@ func (s *Summary) Columns() []string {
 	for _, r := range s.Methods {
 		keys = append(keys, r.Metrics.Keys()...)
 	}
-	return MetricOrder(keys)
+	return eval.MetricOrder(keys)
 }
 
 // MarshalJSON writes the summary with methods as an object in insertion

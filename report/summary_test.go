@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pfedmma/pfedmma/eval"
 )
 
 // paperSummary is the "Average on 7 datasets" group of Table 1 (local, base,
@@ -26,7 +28,7 @@ func paperSummary() *Summary {
 		{"pFedMoAP", 97.89, 61.82, 66.60},
 		{"pFedMMA", 97.17, 77.40, 81.49},
 	} {
-		s.Set(r.name, BaseToNovel(r.l, r.b, r.n))
+		s.Set(r.name, eval.BaseToNovel(r.l, r.b, r.n))
 	}
 	return s
 }
@@ -146,11 +148,11 @@ func TestSummarySetGetColumns(t *testing.T) {
 
 func TestAverage(t *testing.T) {
 	a := &Summary{Protocol: "b2n", Metrics: BaseToNovelMetrics}
-	a.Set("clip", BaseToNovel(60, 70, 80))
-	a.Set("pfedmma", BaseToNovel(90, 70, 80))
-	a.Set("only-a", BaseToNovel(1, 1, 1))
+	a.Set("clip", eval.BaseToNovel(60, 70, 80))
+	a.Set("pfedmma", eval.BaseToNovel(90, 70, 80))
+	a.Set("only-a", eval.BaseToNovel(1, 1, 1))
 	b := &Summary{Protocol: "b2n"}
-	b.Set("pfedmma", BaseToNovel(94, 72, 70))
+	b.Set("pfedmma", eval.BaseToNovel(94, 72, 70))
 	b.Set("clip", Metrics{"local": 62, "base": 72, "novel": 82})
 	avg, err := Average("avg2", a, b)
 	if err != nil {
@@ -167,7 +169,7 @@ func TestAverage(t *testing.T) {
 		t.Error("hm averaged although one summary lacks it")
 	}
 	p := avg.Methods[1].Metrics
-	if want := (HM(90, 70, 80) + HM(94, 72, 70)) / 2; math.Abs(p["hm"]-want) > 1e-12 {
+	if want := (eval.HM(90, 70, 80) + eval.HM(94, 72, 70)) / 2; math.Abs(p["hm"]-want) > 1e-12 {
 		t.Errorf("pfedmma hm = %v, want mean of per-summary hm %v", p["hm"], want)
 	}
 	if _, err := Average("x"); err == nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/pfedmma/pfedmma/eval"
 )
 
 // parseMarkdownTable returns the cells of the table rows of md (header
@@ -106,7 +108,7 @@ func TestTableCells(t *testing.T) {
 
 func TestTextTable(t *testing.T) {
 	s := paperSummary()
-	s.Set("A-very-long-method-name", BaseToNovel(5, 6, 7))
+	s.Set("A-very-long-method-name", eval.BaseToNovel(5, 6, 7))
 	tab := s.Table("Base-to-novel")
 	txt := tab.Text()
 	lines := strings.Split(strings.TrimRight(txt, "\n"), "\n")

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pfedmma/pfedmma/gemm"
+	_ "github.com/pfedmma/pfedmma/methods/all" // every method
 )
 
 var (

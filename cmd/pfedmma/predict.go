@@ -2,75 +2,123 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
 
+	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/experiment"
-	"github.com/pfedmma/pfedmma/mma"
+	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/preprocess"
+	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/safetensors"
+	"github.com/pfedmma/pfedmma/tensor"
 )
 
 func init() {
-	var runDir, space string
+	var runDir, space, method string
 	var client, top int
 	var images []string
 	cmd := &cobra.Command{
-		Use:   "predict --run DIR --client N --image FILE...",
-		Short: "Classify images with one client's personalised pFedMMA model from a finished run",
-		Args:  cobra.NoArgs,
+		Use:   "predict --run DIR [--method NAME] [--client N] [--space NAME|all] [--top K] --image FILE [FILE...]",
+		Short: "Classify images with one site's personalised model from a finished run",
+		Long: `Classify images with the model one site (client) ended a finished run with.
+
+The run folder's run.json names the model, the prompt template and the label
+spaces; the site's trained tensors come from the run's per-site files.
+--method picks one of the run's methods (default: pfedmma when it ran, else
+the first). --space picks the label space (default: the one the site trained
+over; "all" means every class of the dataset). Images may follow --image as
+further arguments.`,
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			images = append(images, args...)
 			if len(images) == 0 {
 				return fmt.Errorf("predict: no --image given")
+			}
+			if top < 1 {
+				return fmt.Errorf("predict: --top %d: want at least 1", top)
 			}
 			info, err := experiment.ReadRunInfo(runDir)
 			if err != nil {
 				return fmt.Errorf("predict: %w", err)
 			}
+			if method == "" {
+				method = info.Methods[0]
+				if slices.Contains(info.Methods, "pfedmma") {
+					method = "pfedmma"
+				}
+			}
+			if !slices.Contains(info.Methods, method) {
+				return fmt.Errorf("predict: run %s did not run method %q (it ran %v)", runDir, method, info.Methods)
+			}
+			meth, err := methods.Get(method)
+			if err != nil {
+				return fmt.Errorf("predict: %w", err)
+			}
 			sp, ok := info.ClientSpace[client]
 			if !ok {
-				return fmt.Errorf("predict: run %s has no client %d", runDir, client)
+				return fmt.Errorf("predict: --client %d: run %s has clients 0..%d", client, runDir, len(info.ClientSpace)-1)
 			}
+			classes := info.Spaces[sp].Classes
+			spaceName := info.Spaces[sp].Name
 			if space != "" {
-				sp = -1
-				for i, s := range info.Spaces {
-					if s.Name == space {
-						sp = i
+				i := slices.IndexFunc(info.Spaces, func(s protocol.Space) bool { return s.Name == space })
+				switch {
+				case i >= 0:
+					classes, spaceName = info.Spaces[i].Classes, space
+				case space == "all":
+					classes, spaceName = nil, "all"
+					for c := range info.Classes {
+						classes = append(classes, c)
 					}
+				default:
+					var names []string
+					for _, s := range info.Spaces {
+						names = append(names, s.Name)
+					}
+					return fmt.Errorf("predict: --space %q: run %s has label spaces %v and all", space, runDir, names)
 				}
-				if sp < 0 {
-					return fmt.Errorf("predict: run %s has no label space %q", runDir, space)
+			}
+			var sec config.Section
+			if src, ok := info.Sections[method]; ok && meth.DefaultConfig() != nil {
+				sec = meth.DefaultConfig()
+				if err := yaml.Unmarshal([]byte(src), sec); err != nil {
+					return fmt.Errorf("predict: run.json: section %s: %w", method, err)
 				}
+			}
+			saved := tensor.Named{}
+			path := filepath.Join(runDir, info.Sites[method], fmt.Sprintf("client_%03d.safetensors", client))
+			if _, err := os.Stat(path); err == nil {
+				f, err := safetensors.Open(path)
+				if err != nil {
+					return fmt.Errorf("predict: %w", err)
+				}
+				saved, err = f.Float32All()
+				f.Close()
+				if err != nil {
+					return fmt.Errorf("predict: %w", err)
+				}
+			} else if method != "zeroshot" {
+				return fmt.Errorf("predict: site %d of %s: %w (was the run made with output.save_adapters?)", client, method, err)
 			}
 			m, tok, err := experiment.LoadModel(info.Model, info.Vocab)
 			if err != nil {
 				return fmt.Errorf("predict: %w", err)
 			}
-			path := filepath.Join(runDir, "adapters", fmt.Sprintf("client_%03d.safetensors", client))
-			f, err := safetensors.Open(path)
+			p, err := meth.Predictor(m, sec, saved)
 			if err != nil {
-				return fmt.Errorf("predict: %w", err)
-			}
-			params, err := f.Float32All()
-			if err != nil {
-				return fmt.Errorf("predict: %w", err)
-			}
-			c := m.W.Config
-			a := mma.New(info.Adapters, c.Vision.Width, c.Text.Width, nil)
-			if err := a.Load(params); err != nil {
 				return fmt.Errorf("predict: %s: %w", path, err)
 			}
-			l, err := mma.NewLearner(m, a, nil)
-			if err != nil {
-				return fmt.Errorf("predict: %w", err)
-			}
-			l.Attach()
+			c := m.W.Config
 			var names []string
 			var tokens []int
-			for _, ci := range info.Spaces[sp].Classes {
+			for _, ci := range classes {
 				name := info.Classes[ci]
 				names = append(names, name)
 				ids, err := tok.Tokenize(promptFor(info.Template, name), c.Text.ContextLength, false)
@@ -79,18 +127,18 @@ func init() {
 				}
 				tokens = append(tokens, ids...)
 			}
-			if err := l.SetClasses(tokens, len(names)); err != nil {
-				return fmt.Errorf("predict: %w", err)
-			}
-			txt := append([]float32(nil), l.TextFeatures(false)...)
 			vals, err := preprocess.CLIPTransform(c.Vision.ImageSize).EvalFiles(cmd.Context(), images, 0)
 			if err != nil {
 				return fmt.Errorf("predict: %w", err)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%s, site %d, label space %s (%d classes)\n", method, client, spaceName, len(names))
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			for i, v := range vals {
-				prefix := mma.ImagePrefix(m, info.Adapters.Start, v, 1, nil)
-				logits := l.Logits(prefix, 1, txt)
+				logits, err := p.Logits(v, 1, tokens, len(names))
+				if err != nil {
+					return fmt.Errorf("predict: %s: %w", images[i], err)
+				}
 				probs := softmax(logits)
 				order := make([]int, len(names))
 				for j := range order {
@@ -99,7 +147,11 @@ func init() {
 				sort.SliceStable(order, func(a, b int) bool { return probs[order[a]] > probs[order[b]] })
 				fmt.Fprintf(tw, "%s\n", images[i])
 				for r := 0; r < min(top, len(names)); r++ {
-					fmt.Fprintf(tw, "  %d.\t%s\t%6.2f%%\n", r+1, names[order[r]], 100*probs[order[r]])
+					pr := probs[order[r]]
+					if pr != pr {
+						return fmt.Errorf("predict: %s: the model's scores are not finite (NaN); the run's parameters are damaged", images[i])
+					}
+					fmt.Fprintf(tw, "  %d.\t%s\t%6.2f%%\n", r+1, names[order[r]], 100*pr)
 				}
 			}
 			return tw.Flush()
@@ -107,9 +159,10 @@ func init() {
 	}
 	f := cmd.Flags()
 	f.StringVar(&runDir, "run", "", "output folder of a finished `pfedmma run`")
-	f.IntVar(&client, "client", 0, "client ID")
-	f.StringArrayVar(&images, "image", nil, "image file (repeatable)")
-	f.StringVar(&space, "space", "", "label space to classify over (default: the client's training space; e.g. base, novel, all)")
-	f.IntVar(&top, "top", 5, "classes to print per image")
+	f.StringVar(&method, "method", "", "method whose site model to use (default: pfedmma, or the run's first method)")
+	f.IntVar(&client, "client", 0, "client (site) ID")
+	f.StringArrayVar(&images, "image", nil, "image file (repeatable; more files may follow as arguments)")
+	f.StringVar(&space, "space", "", "label space to classify over (default: the site's training space; e.g. base, novel, all)")
+	f.IntVar(&top, "top", 5, "classes to print per image (≥ 1)")
 	rootCmd.AddCommand(cmd)
 }

@@ -1,4 +1,4 @@
-package report
+package eval
 
 import (
 	"encoding/json"
@@ -102,5 +102,21 @@ func TestMeanOf(t *testing.T) {
 	want := Metrics{"acc": 70, "loss": 3}
 	if len(got) != len(want) || got["acc"] != want["acc"] || got["loss"] != want["loss"] {
 		t.Errorf("MeanOf = %v, want %v", got, want)
+	}
+}
+
+func TestHMOfThree(t *testing.T) {
+	tests := []struct {
+		l, b, n, want float64
+	}{
+		{90, 90, 90, 90},
+		{97.17, 77.40, 81.49, 84.5485}, // 3/(1/97.17+1/77.40+1/81.49)
+		{50, 0, 80, 0},
+		{100, 50, 25, 3 / (0.01 + 0.02 + 0.04)},
+	}
+	for _, tc := range tests {
+		if got := HM(tc.l, tc.b, tc.n); math.Abs(got-tc.want) > 0.01 {
+			t.Errorf("HM(%g, %g, %g) = %.4f, want %.4f", tc.l, tc.b, tc.n, got, tc.want)
+		}
 	}
 }

@@ -1,5 +1,9 @@
-// Package mma is pFedMMA's multi-modal adapter: in each adapted block j a
-// branch parallel to the whole block,
+// Package pfedmma is pFedMMA (Ghiasvand et al.): multi-modal adapters in the
+// top blocks of CLIP's image and text encoders; every site trains all of its
+// adapters locally, and only the small shared projections are averaged by
+// the server (FedAvg weighted by n_i). Specs: shared/specs/pfedmma.md.
+//
+// The adapter: in each adapted block j a branch parallel to the whole block,
 //
 //	A_j^(o)(h) = W_u^(o) · ReLU(W_s · ReLU(W_d^(o) · h + b_d) + b_s) + b_u,   o ∈ {image, text}
 //
@@ -8,7 +12,7 @@
 // only part a client uploads; the down and up projections stay private.
 // Index 0 adapts the embeddings (after ln_pre for images, the token
 // embeddings for text).
-package mma
+package pfedmma
 
 import (
 	"fmt"

@@ -1,8 +1,7 @@
-package mma
+package pfedmma
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/nn"
@@ -84,49 +83,10 @@ func (l *Learner) Attach() {
 // firstBlock is the 0-based index of the first block that must run per step.
 func (l *Learner) firstBlock() int { return max(l.Adapters.Cfg.Start-1, 0) }
 
-// ImagePrefix computes the frozen prefix of images: the input of the first
-// adapted block, [B, T, Dv] (ln_pre output when ℓ ≤ 1). It does not depend
-// on any adapter, so it can be cached per image and shared by all clients.
-// The result is written into dst (allocated when nil) and returned.
-func ImagePrefix(m *clip.Model, start int, pixels []float32, B int, dst []float32) []float32 {
-	v := m.Vision
-	x0 := v.EmbedForward(pixels, B)
-	out := x0
-	if start > 1 {
-		out = v.Stack.Forward(x0, B, v.Cfg.Tokens(), 0, start-1, nil, false)
-	}
-	dst = nn.Grow(dst, len(out))
-	copy(dst, out)
-	return dst
-}
-
-// TextPrefix computes the frozen prefix of tokenised prompts [C, Ctx]: the
-// token embeddings when ℓ = 0, else the input of block ℓ, [C, Ctx, Dt].
-func TextPrefix(m *clip.Model, start int, tokens []int, C int) ([]float32, error) {
-	t := m.Text
-	n := C * t.Cfg.ContextLength * t.Cfg.Width
-	e := make([]float32, n)
-	if err := t.TokenEmbed(e, tokens, C); err != nil {
-		return nil, err
-	}
-	if start == 0 {
-		return e, nil
-	}
-	saved := t.EmbedAdapter
-	t.EmbedAdapter = nil
-	x0 := t.EmbedForward(e, C)
-	t.EmbedAdapter = saved
-	out := x0
-	if start > 1 {
-		out = t.Stack.Forward(x0, C, t.Cfg.ContextLength, 0, start-1, nil, false)
-	}
-	return append([]float32(nil), out...), nil
-}
-
 // SetClasses fixes the class prompts (tokenised, [C, Ctx]) whose text
 // features form the classifier. Their prefix is computed once here.
 func (l *Learner) SetClasses(tokens []int, C int) error {
-	p, err := TextPrefix(l.Model, l.Adapters.Cfg.Start, tokens, C)
+	p, err := clip.TextPrefix(l.Model, l.Adapters.Cfg.Start, tokens, C)
 	if err != nil {
 		return err
 	}
@@ -143,28 +103,8 @@ func (l *Learner) SetClassPrefix(prefix []float32, eot []int, C int) {
 	l.eot, l.numClasses, l.textT = eot, C, t.Cfg.ContextLength
 	l.textPrefix = prefix
 	if l.Adapters.Cfg.Start >= 1 {
-		l.textPrefix, l.textT = TruncatePrefix(prefix, eot, C, t.Cfg.ContextLength, t.Cfg.Width)
+		l.textPrefix, l.textT = clip.TruncatePrefix(prefix, eot, C, t.Cfg.ContextLength, t.Cfg.Width)
 	}
-}
-
-// TruncatePrefix cuts text activations [C, ctx, D] to [C, T, D] with T the
-// last EOT position + 1. Under the causal mask no position attends to a
-// later one, so the EOT outputs — all that CLIP pools — are unchanged, while
-// the text blocks run on T instead of ctx tokens (about 10 instead of 77 for
-// "a photo of a {class}."). It returns prefix itself when nothing can be cut.
-func TruncatePrefix(prefix []float32, eot []int, C, ctx, D int) ([]float32, int) {
-	T := 0
-	for _, e := range eot[:C] {
-		T = max(T, e+1)
-	}
-	if T >= ctx {
-		return prefix, ctx
-	}
-	out := make([]float32, C*T*D)
-	for c := 0; c < C; c++ {
-		copy(out[c*T*D:(c+1)*T*D], prefix[c*ctx*D:c*ctx*D+T*D])
-	}
-	return out, T
 }
 
 // TextFeatures runs the adapted text blocks on the class prompts and returns
@@ -248,26 +188,8 @@ func (l *Learner) Logits(prefix []float32, B int, txt []float32) []float32 {
 func CrossEntropyCos(img, txt []float32, B, C, E int, logitScale float32, labels []int, dImg, dTxt []float32) (float64, []float32) {
 	var head clip.CosineLogits
 	logits := append([]float32(nil), head.Forward(img, txt, B, C, E, logitScale)...)
-	// softmax cross-entropy, mean over the batch; dlogits = (p − onehot)/B
-	var loss float64
 	dl := make([]float32, B*C)
-	for i := 0; i < B; i++ {
-		row := logits[i*C : i*C+C]
-		mx := row[0]
-		for _, v := range row {
-			mx = max(mx, v)
-		}
-		var sum float64
-		for _, v := range row {
-			sum += math.Exp(float64(v - mx))
-		}
-		lse := float64(mx) + math.Log(sum)
-		loss += lse - float64(row[labels[i]])
-		for c, v := range row {
-			dl[i*C+c] = float32(math.Exp(float64(v)-lse)) / float32(B)
-		}
-		dl[i*C+labels[i]] -= 1 / float32(B)
-	}
+	loss := clip.CrossEntropy(logits, labels, B, C, dl)
 	head.Backward(dl, dImg, dTxt)
-	return loss / float64(B), logits
+	return loss, logits
 }

@@ -1,6 +1,7 @@
-package experiment
+package protocol
 
 import (
+	_ "github.com/pfedmma/pfedmma/world" // registers the world dataset
 	"testing"
 
 	"github.com/pfedmma/pfedmma/dataset"
@@ -13,11 +14,11 @@ func TestBaseSetReadings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, err := BuildTask(ds, ProtocolOptions{Name: BaseToNovel, Clients: 3, Seed: 2})
+	all, err := Build(ds, Options{Name: BaseToNovel, Clients: 3, Seed: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	others, err := BuildTask(ds, ProtocolOptions{Name: BaseToNovel, Clients: 3, Seed: 2, OthersBase: true})
+	others, err := Build(ds, Options{Name: BaseToNovel, Clients: 3, Seed: 2, OthersBase: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package experiment
+package methods
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/dataset"
-	"github.com/pfedmma/pfedmma/mma"
 	"github.com/pfedmma/pfedmma/nn"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/progress"
@@ -22,6 +21,7 @@ type Store interface {
 	Lookup(key string) (int, bool)
 	GetBatch(idxs []int, dst []float32) error
 	Len() int
+	Close() error
 }
 
 // Prefixer computes frozen prefixes of images.
@@ -134,7 +134,7 @@ func (p *Prefixer) Fill(ctx context.Context, items []dataset.Item, views []view,
 			drain(next)
 			return nil, err
 		}
-		rec = mma.ImagePrefix(p.Model, p.Start, b.px, len(b.idx), rec)
+		rec = clip.ImagePrefix(p.Model, p.Start, b.px, len(b.idx), rec)
 		n := p.RecordLen()
 		for k, vi := range b.idx {
 			r, err := store.Put(views[vi].key(items), rec[k*n:(k+1)*n])
@@ -177,6 +177,7 @@ func (s *computeStore) Put(key string, rec []float32) (int, error) {
 	return 0, fmt.Errorf("prefix store: the uncached store computes records and cannot store %q", key)
 }
 func (s *computeStore) Lookup(string) (int, bool) { return 0, false }
+func (s *computeStore) Close() error              { return nil }
 func (s *computeStore) Len() int                  { return len(s.views) }
 
 func (s *computeStore) GetBatch(idxs []int, dst []float32) error {
@@ -198,7 +199,93 @@ func (s *computeStore) GetBatch(idxs []int, dst []float32) error {
 			return err
 		}
 	}
-	s.rec = mma.ImagePrefix(s.p.Model, s.p.Start, s.px, len(idxs), s.rec)
+	s.rec = clip.ImagePrefix(s.p.Model, s.p.Start, s.px, len(idxs), s.rec)
 	copy(dst, s.rec)
+	return nil
+}
+
+// Fill computes and caches the frozen prefixes a run needs: every test
+// image once and, unless the run augments online, every training view once
+// (views K: K augmented views per image; 0: the center crop). With noCache
+// the stores recompute records from the images whenever they are read.
+func (e *Env) Fill(ctx context.Context, views int, noCache bool, bar *progress.Bar) error {
+	e.TrainRecs, e.TestRecs = map[int][]int{}, map[int]int{}
+	if noCache {
+		e.registerUncached(views)
+		return nil
+	}
+	if err := e.fillTest(ctx, bar); err != nil {
+		return err
+	}
+	if e.Online {
+		return nil
+	}
+	return e.fillTrain(ctx, views, bar)
+}
+
+// registerUncached switches the cache off: stores that recompute prefixes.
+func (e *Env) registerUncached(views int) {
+	test := &computeStore{p: e.Prefixer, items: e.Task.Test, seed: e.Seed}
+	for _, i := range e.Task.UsedTest() {
+		e.TestRecs[i] = test.add(view{item: i})
+	}
+	train := &computeStore{p: e.Prefixer, items: e.Task.Train, seed: e.Seed}
+	for _, i := range e.Task.UsedTrain() {
+		if views == 0 {
+			e.TrainRecs[i] = []int{train.add(view{item: i})}
+		}
+		for v := 0; v < views; v++ {
+			e.TrainRecs[i] = append(e.TrainRecs[i], train.add(view{item: i, index: v, augment: true}))
+		}
+	}
+	if e.TestStore != nil {
+		e.TestStore.Close()
+	}
+	if e.TrainStore != nil {
+		e.TrainStore.Close()
+	}
+	e.TestStore, e.TrainStore = test, train
+	if e.Evaluator != nil {
+		e.Evaluator.Source = test
+	}
+}
+
+func (e *Env) fillTest(ctx context.Context, bar *progress.Bar) error {
+	used := e.Task.UsedTest()
+	vs := make([]view, len(used))
+	for k, i := range used {
+		vs[k] = view{item: i}
+	}
+	bar.Describe("test-image prefixes")
+	recs, err := e.Prefixer.Fill(ctx, e.Task.Test, vs, e.Seed, e.TestStore, bar)
+	if err != nil {
+		return fmt.Errorf("test prefixes: %w", err)
+	}
+	for k, i := range used {
+		e.TestRecs[i] = recs[k]
+	}
+	return nil
+}
+
+func (e *Env) fillTrain(ctx context.Context, views int, bar *progress.Bar) error {
+	used := e.Task.UsedTrain()
+	per := max(views, 1)
+	vs := make([]view, 0, len(used)*per)
+	for _, i := range used {
+		if views == 0 {
+			vs = append(vs, view{item: i})
+		}
+		for v := 0; v < views; v++ {
+			vs = append(vs, view{item: i, index: v, augment: true})
+		}
+	}
+	bar.Describe("training-view prefixes")
+	recs, err := e.Prefixer.Fill(ctx, e.Task.Train, vs, e.Seed, e.TrainStore, bar)
+	if err != nil {
+		return fmt.Errorf("training prefixes: %w", err)
+	}
+	for k, i := range used {
+		e.TrainRecs[i] = recs[k*per : (k+1)*per]
+	}
 	return nil
 }

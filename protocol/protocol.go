@@ -1,9 +1,8 @@
-// Package experiment runs a federated experiment end to end: it loads the
-// model and dataset, builds the protocol's clients and evaluation sets,
-// computes the frozen prefix of every image once, runs each method
-// (zero-shot CLIP, pFedMMA) through the federation engine and writes the
-// reports.
-package experiment
+// Package protocol cuts a dataset into federated clients and evaluation
+// sets: base-to-novel, Dirichlet label shift and domains (baselines.md §7).
+// A Task says which images each client trains on, over which label space,
+// and on which sets it is scored.
+package protocol
 
 import (
 	"fmt"
@@ -59,8 +58,8 @@ type Task struct {
 	Metrics []string
 }
 
-// ProtocolOptions configure how a dataset is cut into clients.
-type ProtocolOptions struct {
+// Options configure how a dataset is cut into clients.
+type Options struct {
 	Name       string
 	Clients    int
 	Shots      int     // training images per class (0 = all)
@@ -75,8 +74,8 @@ type ProtocolOptions struct {
 	Seed       uint64
 }
 
-// BuildTask applies a protocol to a dataset.
-func BuildTask(ds *dataset.Dataset, o ProtocolOptions) (*Task, error) {
+// Build applies a protocol to a dataset.
+func Build(ds *dataset.Dataset, o Options) (*Task, error) {
 	test := ds.Test
 	if o.UseVal {
 		if len(ds.Val) == 0 {
@@ -104,7 +103,7 @@ func BuildTask(ds *dataset.Dataset, o ProtocolOptions) (*Task, error) {
 // trains over all base classes and is scored on Local (its own classes'
 // test images), Base (every base test image) and Novel (every novel test
 // image, over the novel classes only).
-func baseToNovel(ds *dataset.Dataset, train, test []dataset.Item, o ProtocolOptions) (*Task, error) {
+func baseToNovel(ds *dataset.Dataset, train, test []dataset.Item, o Options) (*Task, error) {
 	b2n, err := partition.NewBaseToNovel(train, test, len(ds.Classes), o.Clients, o.Seed)
 	if err != nil {
 		return nil, err
@@ -152,7 +151,7 @@ func baseToNovel(ds *dataset.Dataset, train, test []dataset.Item, o ProtocolOpti
 
 // labelShift: Dirichlet label shift (optionally within each domain); every
 // client trains and is scored over all classes on its own test split.
-func labelShift(ds *dataset.Dataset, train, test []dataset.Item, o ProtocolOptions) (*Task, error) {
+func labelShift(ds *dataset.Dataset, train, test []dataset.Item, o Options) (*Task, error) {
 	cfg := partition.DirichletConfig{Beta: o.Beta, MinSize: o.MinSamples}
 	var clients []partition.Client
 	var err error

@@ -1,11 +1,4 @@
-// Package report writes what a run produces for humans and tools: per-round
-// metrics logs (JSONL and CSV), summary.json, Markdown and terminal tables
-// shaped like the pFedMMA paper's Table 1, and PNG plots.
-//
-// It knows nothing of models or federation: callers feed it plain structs
-// and maps of named metrics. Whole files are written atomically (temporary
-// file + rename), so a reader never sees a half-written file.
-package report
+package eval
 
 import (
 	"bytes"
@@ -114,8 +107,9 @@ func MeanOf(sets ...Metrics) Metrics {
 	return sum
 }
 
-// formatFloat writes v in the shortest form that round-trips.
-func formatFloat(v float64) string {
+// FormatFloat writes v in the shortest form that round-trips (NaN, +Inf
+// and -Inf as words).
+func FormatFloat(v float64) string {
 	switch {
 	case math.IsNaN(v):
 		return "NaN"
@@ -151,9 +145,9 @@ func (m Metrics) MarshalJSON() ([]byte, error) {
 		buf.WriteByte(':')
 		v := m[k]
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			buf.WriteString(strconv.Quote(formatFloat(v)))
+			buf.WriteString(strconv.Quote(FormatFloat(v)))
 		} else {
-			buf.WriteString(formatFloat(v))
+			buf.WriteString(FormatFloat(v))
 		}
 	}
 	buf.WriteByte('}')

@@ -1,4 +1,4 @@
-package mma
+package pfedmma
 
 import (
 	"fmt"
@@ -119,7 +119,7 @@ func TestStepMatchesReference(t *testing.T) {
 			images := get(t, step, "images")
 			labels := getInts(t, step, "labels")
 			B := len(labels)
-			prefix := ImagePrefix(l.Model, fx.start, images, B, nil)
+			prefix := clip.ImagePrefix(l.Model, fx.start, images, B, nil)
 			l.Adapters.ZeroGrads()
 			loss, logits, err := l.Step(prefix, B, labels)
 			if err != nil {
@@ -177,7 +177,7 @@ func TestRoundMatchesReference(t *testing.T) {
 				px := 3 * 32 * 32
 				for s := 0; s < len(labels); s += 4 {
 					e := min(s+4, len(labels))
-					prefix := ImagePrefix(l.Model, fx.start, images[s*px:e*px], e-s, nil)
+					prefix := clip.ImagePrefix(l.Model, fx.start, images[s*px:e*px], e-s, nil)
 					l.Adapters.ZeroGrads()
 					if _, _, err := l.Step(prefix, e-s, labels[s:e]); err != nil {
 						t.Fatal(err)

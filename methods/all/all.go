@@ -1,0 +1,8 @@
+// Package all links every method into the program: import it for its side
+// effect. Adding a method is one line here.
+package all
+
+import (
+	_ "github.com/pfedmma/pfedmma/methods/pfedmma"  // pFedMMA
+	_ "github.com/pfedmma/pfedmma/methods/zeroshot" // zero-shot CLIP
+)

@@ -1,0 +1,266 @@
+package methods
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/eval"
+	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/nn"
+	"github.com/pfedmma/pfedmma/progress"
+	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/tokenizer"
+)
+
+// Env is everything the methods of a run share: the frozen model, the task,
+// the cached frozen prefixes of every training view and test image (the
+// input of block Start), the class prompts, the local-training settings and
+// the buffers clients reuse (they run one at a time).
+type Env struct {
+	Model    *clip.Model
+	Tok      *tokenizer.Tokenizer
+	Task     *protocol.Task
+	Start    int // ℓ: the first block that runs per step (prefixes end before it)
+	Template string
+	Seed     uint64
+	// Train holds the local-training settings of the trained methods.
+	Train train.Options
+	// Views is the number of cached augmented views per training image
+	// (0: the exact center crop); Online recomputes augmented prefixes
+	// every epoch instead.
+	Views  int
+	Online bool
+
+	Prefixer   *Prefixer
+	TrainStore Store
+	TestStore  Store
+	// TrainRecs[i][v] is the record of view v of training item i (cached
+	// modes); TestRecs[i] the record of test item i.
+	TrainRecs map[int][]int
+	TestRecs  map[int]int
+	// Evaluator scores on the test store (batch: eval.batch_size).
+	Evaluator *eval.Evaluator
+
+	spacePrefix map[int][]float32 // class-prompt prefix per label space
+	spaceEOT    map[int][]int
+
+	// RoundBar is the running method's round bar, if any.
+	RoundBar *progress.Bar
+	// TrainBuf and TrainPx are the training batch's prefixes and pixels,
+	// shared by the clients.
+	TrainBuf, TrainPx []float32
+	// shared holds objects clients of one method share (workspaces), by
+	// key; see Shared.
+	shared map[string]any
+}
+
+// Shared returns the object stored under key, making it with mk the first
+// time: clients of a method share activation workspaces through it, so
+// memory does not grow with the number of clients.
+func (e *Env) Shared(key string, mk func() any) any {
+	if e.shared == nil {
+		e.shared = map[string]any{}
+	}
+	v, ok := e.shared[key]
+	if !ok {
+		v = mk()
+		e.shared[key] = v
+	}
+	return v
+}
+
+// StepBar starts a progress bar for one client's batches inside the current
+// round (nil-safe: without a round bar it returns a quiet bar).
+func (e *Env) StepBar(total int, desc string) *progress.Bar {
+	if e.RoundBar == nil {
+		return progress.New(nil, total, desc, "img")
+	}
+	return e.RoundBar.Child(total, desc, "img")
+}
+
+// Prompt returns the prompt of a class name.
+func (e *Env) Prompt(class string) string {
+	return strings.ReplaceAll(e.Template, "{}", strings.ReplaceAll(class, "_", " "))
+}
+
+// SpaceTokens tokenises the class prompts of a label space: [C, ctx].
+func (e *Env) SpaceTokens(space int) ([]int, error) {
+	sp := e.Task.Spaces[space]
+	ctx := e.Model.W.Config.Text.ContextLength
+	var tokens []int
+	for _, c := range sp.Classes {
+		ids, err := e.Tok.Tokenize(e.Prompt(e.Task.Dataset.Classes[c]), ctx, false)
+		if err != nil {
+			return nil, fmt.Errorf("class prompt: %w", err)
+		}
+		tokens = append(tokens, ids...)
+	}
+	return tokens, nil
+}
+
+// SpacePrompts computes (once) the text prefix and EOT positions of a label
+// space's class prompts.
+func (e *Env) SpacePrompts(space int) ([]float32, []int, error) {
+	if p, ok := e.spacePrefix[space]; ok {
+		return p, e.spaceEOT[space], nil
+	}
+	if e.spacePrefix == nil {
+		e.spacePrefix, e.spaceEOT = map[int][]float32{}, map[int][]int{}
+	}
+	tokens, err := e.SpaceTokens(space)
+	if err != nil {
+		return nil, nil, err
+	}
+	C := len(e.Task.Spaces[space].Classes)
+	// Blocks before ℓ never carry adapters, so the prefix is adapter-free
+	// whatever learner is attached.
+	p, err := clip.TextPrefix(e.Model, e.Start, tokens, C)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.spacePrefix[space] = p
+	e.spaceEOT[space] = clip.EOTPositions(tokens, C, e.Model.W.Config.Text.ContextLength)
+	return p, e.spaceEOT[space], nil
+}
+
+// EvalSets returns a client's evaluation sets as records of the test store.
+func (e *Env) EvalSets(c *protocol.ClientTask) []eval.Set {
+	out := make([]eval.Set, len(c.Evals))
+	for i, s := range c.Evals {
+		recs := make([]int, len(s.Images))
+		for k, img := range s.Images {
+			recs[k] = e.TestRecs[img]
+		}
+		out[i] = eval.Set{Name: s.Name, Space: s.Space, Records: recs, Labels: s.Labels}
+	}
+	return out
+}
+
+// Evaluate scores sc on a client's evaluation sets (accuracies in percent,
+// with hm under base-to-novel).
+func (e *Env) Evaluate(ctx context.Context, sc eval.Scorer, c *protocol.ClientTask) (eval.Metrics, error) {
+	m, err := e.Evaluator.Accuracy(ctx, sc, e.EvalSets(c))
+	if err != nil {
+		return nil, err
+	}
+	if e.Task.Protocol == protocol.BaseToNovel {
+		eval.WithHM(m)
+	}
+	return m, nil
+}
+
+// TrainBatch loads the prefixes of a client's training examples batch
+// (indices into c.Train) into e.TrainBuf: from the cache, picking one of the
+// cached views at random with rng, or recomputed from freshly augmented
+// pixels in online mode (view round·1000 + epoch).
+func (e *Env) TrainBatch(c *protocol.ClientTask, batch []int, rng interface{ IntN(int) int }, round, epoch int) error {
+	n := e.Prefixer.RecordLen()
+	e.TrainBuf = nn.Grow(e.TrainBuf, len(batch)*n)
+	if e.Online {
+		return e.onlinePrefixes(c, batch, round, epoch)
+	}
+	recs := make([]int, 0, len(batch))
+	for _, k := range batch {
+		views := e.TrainRecs[c.Train[k]]
+		v := 0
+		if len(views) > 1 {
+			v = rng.IntN(len(views))
+		}
+		recs = append(recs, views[v])
+	}
+	return e.TrainStore.GetBatch(recs, e.TrainBuf[:len(batch)*n])
+}
+
+// onlinePrefixes recomputes the prefixes of a batch from freshly augmented
+// pixels (the reference's per-epoch augmentation).
+func (e *Env) onlinePrefixes(c *protocol.ClientTask, batch []int, round, epoch int) error {
+	S := e.Model.W.Config.Vision.ImageSize
+	per := 3 * S * S
+	e.TrainPx = nn.Grow(e.TrainPx, len(batch)*per)
+	errs := make([]error, len(batch))
+	nn.ParallelFor(len(batch), 1, func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			v := view{item: c.Train[batch[k]], index: round*1000 + epoch, augment: true}
+			errs[k] = e.Prefixer.pixels(e.Task.Train, v, e.Seed, e.TrainPx[k*per:(k+1)*per])
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	e.TrainBuf = clip.ImagePrefix(e.Model, e.Start, e.TrainPx, len(batch), e.TrainBuf)
+	return nil
+}
+
+// DetachAll removes every adapter from the model.
+func DetachAll(m *clip.Model) {
+	m.Vision.EmbedAdapter, m.Text.EmbedAdapter = nil, nil
+	for _, b := range m.Vision.Stack.Blocks {
+		b.Adapter = nil
+	}
+	for _, b := range m.Text.Stack.Blocks {
+		b.Adapter = nil
+	}
+}
+
+// FrozenScorer is zero-shot CLIP run from the cached prefixes (exactly the
+// full encoders, no adapters).
+type FrozenScorer struct {
+	Env  *Env
+	txt  map[int][]float32
+	feat []float32
+}
+
+// TextFeatures returns the frozen text features [C, E] of a label space.
+func (z *FrozenScorer) TextFeatures(space int) ([]float32, error) {
+	if f, ok := z.txt[space]; ok {
+		return f, nil
+	}
+	p, eot, err := z.Env.SpacePrompts(space)
+	if err != nil {
+		return nil, err
+	}
+	m := z.Env.Model
+	DetachAll(m)
+	t := m.Text
+	C := len(eot)
+	x, T := p, t.Cfg.ContextLength
+	if z.Env.Start == 0 {
+		x = t.EmbedForward(p, C)
+	} else {
+		x, T = clip.TruncatePrefix(p, eot, C, T, t.Cfg.Width)
+	}
+	pooled := t.Stack.Forward(x, C, T, max(z.Env.Start-1, 0), len(t.Stack.Blocks), eot, false)
+	f := make([]float32, C*m.W.Config.EmbedDim)
+	t.HeadForward(f, pooled, C)
+	if z.txt == nil {
+		z.txt = map[int][]float32{}
+	}
+	z.txt[space] = f
+	return f, nil
+}
+
+// ImageFeatures returns frozen image features [B, E] of cached prefixes.
+func (z *FrozenScorer) ImageFeatures(prefix []float32, B int) []float32 {
+	m := z.Env.Model
+	DetachAll(m)
+	v := m.Vision
+	pooled := v.Stack.Forward(prefix, B, v.Cfg.Tokens(), max(z.Env.Start-1, 0), len(v.Stack.Blocks), clip.ClassPool(B), false)
+	z.feat = nn.Grow(z.feat, B*m.W.Config.EmbedDim)
+	v.HeadForward(z.feat, pooled, B)
+	return z.feat
+}
+
+// Logits implements eval.Scorer: exp(logit_scale)·cos.
+func (z *FrozenScorer) Logits(space int, prefix []float32, B int) ([]float32, error) {
+	txt, err := z.TextFeatures(space)
+	if err != nil {
+		return nil, err
+	}
+	img := z.ImageFeatures(prefix, B)
+	C := len(txt) / z.Env.Model.W.Config.EmbedDim
+	return clip.Logits(img, txt, B, C, z.Env.Model.W.Config.EmbedDim, z.Env.Model.W.LogitScale), nil
+}

@@ -1,0 +1,155 @@
+// Package methods is the seam between the experiment runner and the
+// federated methods. A Method (one package under methods/, registered with
+// one line in methods/all) says what it trains and shares, owns its config
+// section, declares how deep its frozen part goes, and builds its clients
+// and server strategy on an Env: the frozen model, the task and the cached
+// frozen prefixes every method of a run shares.
+package methods
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/eval"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+// Info describes a method for `pfedmma methods` and reports.
+type Info struct {
+	// Name is the config name (methods: [name]).
+	Name string
+	// Trains and Shares say what each site trains and what the server
+	// aggregates; Paper cites the method.
+	Trains, Shares, Paper string
+}
+
+// AnyDepth is the Depth of a method that runs from whatever prefix depth
+// the other methods of the run use (zero-shot CLIP).
+const AnyDepth = -1
+
+// Method is one federated method.
+type Method interface {
+	Info() Info
+	// DefaultConfig returns the method's config section with the paper's
+	// defaults, or nil when it has no settings.
+	DefaultConfig() config.Section
+	// Depth is ℓ, the first block of the encoders the method runs per step
+	// given its settings and the model's depth (blocks before ℓ are the
+	// frozen prefix, cached once per image; 0: the embeddings run too), or
+	// AnyDepth.
+	Depth(sec config.Section, layers int) (int, error)
+	// Build makes the method's clients (one per task client, in task
+	// order) and its server strategy on env. A nil Strategy means the
+	// method does not train: each client is evaluated once.
+	Build(env *Env, sec config.Section) (*Plan, error)
+	// Predictor rebuilds one site's classifier from the tensors Plan.Save
+	// wrote for it.
+	Predictor(m *clip.Model, sec config.Section, saved tensor.Named) (Predictor, error)
+}
+
+// Plan is a method's federation on one Env.
+type Plan struct {
+	Clients  []federation.Client
+	Strategy federation.Strategy
+	// Site returns what a site keeps after training (its personalised
+	// parameters, reference names) for `pfedmma predict`; nil: nothing.
+	Site func(client int) (tensor.Named, error)
+	// Global returns the server's shared tensors after training; nil:
+	// nothing.
+	Global func() tensor.Named
+}
+
+// Predictor classifies preprocessed images with a site's personalised
+// model.
+type Predictor interface {
+	// Logits scores pixels [B, 3, S, S] against class prompts (tokenised,
+	// [C, ctx]): [B, C].
+	Logits(pixels []float32, B int, tokens []int, C int) ([]float32, error)
+}
+
+var (
+	mu       sync.RWMutex
+	registry = map[string]Method{}
+)
+
+// Register adds a method (and its config section). Method packages call it
+// from init; registering a name twice panics.
+func Register(m Method) {
+	name := m.Info().Name
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic("methods: " + name + " registered twice")
+	}
+	registry[name] = m
+	var defaults func() config.Section
+	if m.DefaultConfig() != nil {
+		defaults = m.DefaultConfig
+	}
+	config.RegisterMethod(name, defaults)
+}
+
+// Get returns a registered method; an unknown name is an error listing the
+// registered ones.
+func Get(name string) (Method, error) {
+	mu.RLock()
+	defer mu.RUnlock()
+	m, ok := registry[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown method %q (available: %s)", name, strings.Join(config.Methods(), ", "))
+	}
+	return m, nil
+}
+
+// All returns the registered methods in registration order.
+func All() []Method {
+	mu.RLock()
+	defer mu.RUnlock()
+	var out []Method
+	for _, n := range config.Methods() {
+		if m, ok := registry[n]; ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Names lists the registered method names, sorted.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]string, 0, len(registry))
+	for n := range registry {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// CosineScorer scores with exp(logit_scale)·cos between image features of
+// prefixes and per-space text features: the classifier of every method whose
+// logits are CLIP's.
+type CosineScorer struct {
+	Model *clip.Model
+	Text  func(space int) ([]float32, error)
+	Image func(prefix []float32, B int) []float32
+}
+
+// Logits implements eval.Scorer.
+func (s CosineScorer) Logits(space int, prefix []float32, B int) ([]float32, error) {
+	txt, err := s.Text(space)
+	if err != nil {
+		return nil, err
+	}
+	txt = append([]float32(nil), txt...) // the image pass may reuse the text buffers
+	img := s.Image(prefix, B)
+	E := s.Model.W.Config.EmbedDim
+	return clip.Logits(img, txt, B, len(txt)/E, E, s.Model.W.LogitScale), nil
+}
+
+var _ eval.Scorer = CosineScorer{}

@@ -1,0 +1,204 @@
+package pfedmma
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/federation/strategy"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+func init() { methods.Register(Method{}) }
+
+// Settings is the pfedmma config section (pfedmma.md §1).
+//
+// Block numbers are 1-based (1 … L for an L-block encoder); block 0 is the
+// embeddings. Start ℓ and End pick the adapted blocks ℓ … End of both the
+// image and the text encoder:
+//
+//	start: 10, end: 0    blocks 10–12 of ViT-B (the paper, CLIP datasets)
+//	start: 5,  end: 0    blocks 5–12 (the paper for CIFAR/DomainNet; the reference code's config)
+//	start: 0,  end: 0    the embeddings and every block
+//	start: -3, end: 0    the last 3 blocks of whatever model is loaded
+type Settings struct {
+	// Start is ℓ, the first adapted block. 1 … L is a block number; 0 also
+	// adapts the embeddings (then every block up to End); a negative value
+	// −k means the last k blocks (ℓ = L − k + 1), so presets work with any
+	// model depth.
+	Start int `yaml:"start"`
+	// End (≥ 0) is the last adapted block; 0 means the last block L.
+	End int `yaml:"end"`
+	// Dim is the adapter bottleneck r (≥ 1); the paper uses 32.
+	Dim int `yaml:"dim"`
+	// Scale is α > 0, the factor on the adapter branch; the paper's best HM
+	// is at 0.005, the reference code's config uses 0.001.
+	Scale float64 `yaml:"scale"`
+	// Activation is δ between the projections: relu (what the reference
+	// code runs; the only one implemented) or gelu (the paper's "e.g.
+	// GELU"), refused when the run starts.
+	Activation string `yaml:"activation"`
+}
+
+// Check implements config.Section.
+func (s *Settings) Check(c *config.Checker) {
+	c.AtLeast("end", s.End, 0)
+	if s.Start > 0 && s.End > 0 && s.Start > s.End {
+		c.Fail("start", "block %d is after end block %d", s.Start, s.End)
+	}
+	c.AtLeast("dim", s.Dim, 1)
+	c.AtMost("dim", s.Dim, 4096)
+	c.Positive("scale", s.Scale)
+	c.OneOf("activation", s.Activation, "relu", "gelu")
+}
+
+// Blocks resolves Start and End against a model with layers blocks: the
+// first and last adapted block, 1-based, first 0 meaning the embeddings are
+// adapted too. It fails when the range does not fit the model.
+func (s Settings) Blocks(layers int) (first, last int, err error) {
+	if layers < 1 {
+		return 0, 0, fmt.Errorf("pfedmma: model has %d blocks", layers)
+	}
+	first, last = s.Start, s.End
+	if first < 0 {
+		first = layers + first + 1
+		if first < 1 {
+			return 0, 0, fmt.Errorf("pfedmma.start %d: the model has only %d blocks", s.Start, layers)
+		}
+	}
+	if last == 0 {
+		last = layers
+	}
+	if last > layers {
+		return 0, 0, fmt.Errorf("pfedmma.end %d: the model has blocks 1..%d", s.End, layers)
+	}
+	if first > last {
+		return 0, 0, fmt.Errorf("pfedmma.start %d: first block %d is after last block %d (model has %d blocks)", s.Start, first, last, layers)
+	}
+	return first, last, nil
+}
+
+// Adapters resolves the settings into an adapter configuration for a model
+// with layers blocks.
+func (s Settings) Adapters(layers int) (Config, error) {
+	if s.Activation != "" && s.Activation != "relu" {
+		return Config{}, fmt.Errorf("pfedmma.activation %q: only relu (the reference code's) is implemented", s.Activation)
+	}
+	first, last, err := s.Blocks(layers)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg := Config{Start: first, End: last, Dim: s.Dim, Scale: float32(s.Scale)}
+	return cfg, cfg.Validate(layers)
+}
+
+// Method is pFedMMA for the methods registry.
+type Method struct{}
+
+// Info implements methods.Method.
+func (Method) Info() methods.Info {
+	return methods.Info{Name: "pfedmma",
+		Trains: "image and text adapters (down, shared r×r, up) in blocks ℓ..L",
+		Shares: "the shared r×r projections (FedAvg, weights n_i)",
+		Paper:  "Ghiasvand et al., pFedMMA: Personalized Federated Fine-Tuning with Multi-Modal Adapter for Vision-Language Models (2025)"}
+}
+
+// DefaultConfig implements methods.Method: the paper's settings.
+func (Method) DefaultConfig() config.Section {
+	return &Settings{Start: 10, End: 0, Dim: 32, Scale: 0.005, Activation: "relu"}
+}
+
+func settings(sec config.Section) (*Settings, error) {
+	s, ok := sec.(*Settings)
+	if !ok || s == nil {
+		return nil, fmt.Errorf("pfedmma: config section is %T, want *pfedmma.Settings", sec)
+	}
+	return s, nil
+}
+
+// Depth implements methods.Method: the first adapted block.
+func (Method) Depth(sec config.Section, layers int) (int, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return 0, err
+	}
+	cfg, err := s.Adapters(layers)
+	return cfg.Start, err
+}
+
+// Build implements methods.Method: every client starts from the same
+// seeded adapters; the server averages the shared projections.
+func (m Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	c := env.Model.W.Config
+	cfg, err := s.Adapters(min(c.Vision.Layers, c.Text.Layers))
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Start != env.Start {
+		return nil, fmt.Errorf("pfedmma: adapters start at block %d, the cached prefixes at %d", cfg.Start, env.Start)
+	}
+	init := New(cfg, c.Vision.Width, c.Text.Width, rand.New(rand.NewPCG(env.Seed, 0x6d6d61)))
+	ws := env.Shared("pfedmma.workspace", func() any { return NewWorkspace() }).(*Workspace)
+	plan := &methods.Plan{}
+	var clients []*client
+	for i := range env.Task.Clients {
+		cl, err := newClient(env, &env.Task.Clients[i], init, ws)
+		if err != nil {
+			return nil, err
+		}
+		clients = append(clients, cl)
+		plan.Clients = append(plan.Clients, cl)
+	}
+	shared := tensor.Named{}
+	for name, p := range init.Params {
+		if IsShared(name) {
+			shared[name] = p.Clone()
+		}
+	}
+	fa := &strategy.FedAvg{Shared: federation.Filter(IsShared), Initial: shared}
+	plan.Strategy = fa
+	plan.Site = func(i int) (tensor.Named, error) { return clients[i].learner.Adapters.Params.Clone(), nil }
+	plan.Global = fa.Global
+	return plan, nil
+}
+
+// Predictor implements methods.Method: a site's adapters on the full model.
+func (Method) Predictor(model *clip.Model, sec config.Section, saved tensor.Named) (methods.Predictor, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	c := model.W.Config
+	cfg, err := s.Adapters(min(c.Vision.Layers, c.Text.Layers))
+	if err != nil {
+		return nil, err
+	}
+	a := New(cfg, c.Vision.Width, c.Text.Width, nil)
+	if err := a.Load(saved); err != nil {
+		return nil, err
+	}
+	l, err := NewLearner(model, a, nil)
+	if err != nil {
+		return nil, err
+	}
+	return predictor{l}, nil
+}
+
+type predictor struct{ l *Learner }
+
+func (p predictor) Logits(pixels []float32, B int, tokens []int, C int) ([]float32, error) {
+	p.l.Attach()
+	if err := p.l.SetClasses(tokens, C); err != nil {
+		return nil, err
+	}
+	txt := append([]float32(nil), p.l.TextFeatures(false)...)
+	prefix := clip.ImagePrefix(p.l.Model, p.l.Adapters.Cfg.Start, pixels, B, nil)
+	return p.l.Logits(prefix, B, txt), nil
+}

@@ -1,0 +1,106 @@
+// Package zeroshot is frozen CLIP (Radford et al., 2021): no training;
+// every client classifies with the class prompts' text features. It runs
+// from whatever frozen prefix the run caches, finishing both encoders, which
+// is exactly the full model.
+package zeroshot
+
+import (
+	"context"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/eval"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+func init() { methods.Register(Method{}) }
+
+// Method is zero-shot CLIP for the methods registry.
+type Method struct{}
+
+// Info implements methods.Method.
+func (Method) Info() methods.Info {
+	return methods.Info{Name: "zeroshot", Trains: "nothing (frozen CLIP)", Shares: "nothing",
+		Paper: "Radford et al., Learning Transferable Visual Models From Natural Language Supervision (2021)"}
+}
+
+// DefaultConfig implements methods.Method: zero-shot has no settings.
+func (Method) DefaultConfig() config.Section { return nil }
+
+// Depth implements methods.Method: any cached depth will do.
+func (Method) Depth(config.Section, int) (int, error) { return methods.AnyDepth, nil }
+
+// Build implements methods.Method: one untrained client per task client;
+// evaluation sets shared by clients are scored once.
+func (Method) Build(env *methods.Env, _ config.Section) (*methods.Plan, error) {
+	sh := &shared{sc: &methods.FrozenScorer{Env: env}, done: map[*protocol.EvalSet]float64{}}
+	plan := &methods.Plan{}
+	for i := range env.Task.Clients {
+		plan.Clients = append(plan.Clients, &client{env: env, task: &env.Task.Clients[i], sh: sh})
+	}
+	return plan, nil
+}
+
+// Predictor implements methods.Method: the frozen model.
+func (Method) Predictor(m *clip.Model, _ config.Section, _ tensor.Named) (methods.Predictor, error) {
+	return predictor{m}, nil
+}
+
+type shared struct {
+	sc   *methods.FrozenScorer
+	done map[*protocol.EvalSet]float64
+}
+
+type client struct {
+	env  *methods.Env
+	task *protocol.ClientTask
+	sh   *shared
+}
+
+func (c *client) ID() int          { return c.task.ID }
+func (c *client) NumExamples() int { return len(c.task.Train) }
+
+func (c *client) Fit(context.Context, federation.FitIns) (federation.FitRes, error) {
+	return federation.FitRes{NumExamples: len(c.task.Train)}, nil
+}
+
+func (c *client) Evaluate(ctx context.Context, _ federation.EvaluateIns) (federation.EvaluateRes, error) {
+	m := eval.Metrics{}
+	sets := c.env.EvalSets(c.task)
+	for i, set := range c.task.Evals {
+		acc, ok := c.sh.done[set]
+		if !ok {
+			r, err := c.env.Evaluator.Accuracy(ctx, c.sh.sc, sets[i:i+1])
+			if err != nil {
+				return federation.EvaluateRes{}, err
+			}
+			acc = r[set.Name]
+			c.sh.done[set] = acc
+		}
+		m[set.Name] = acc
+	}
+	if c.env.Task.Protocol == protocol.BaseToNovel {
+		eval.WithHM(m)
+	}
+	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.task.Train)}, nil
+}
+
+func (c *client) State() (tensor.Named, error) { return tensor.Named{}, nil }
+func (c *client) LoadState(tensor.Named) error { return nil }
+
+type predictor struct{ m *clip.Model }
+
+func (p predictor) Logits(pixels []float32, B int, tokens []int, C int) ([]float32, error) {
+	methods.DetachAll(p.m)
+	img := p.m.EncodeImage(pixels, B)
+	img = append([]float32(nil), img...)
+	txt, err := p.m.EncodeText(tokens, C)
+	if err != nil {
+		return nil, err
+	}
+	E := p.m.W.Config.EmbedDim
+	return clip.Logits(img, txt, B, C, E, p.m.W.LogitScale), nil
+}
