@@ -9,10 +9,8 @@
 //
 // Concurrency: every method is safe for concurrent use. Readers (Get,
 // GetBatch, Lookup, Len, Bytes) run in parallel with each other; writers
-// (Put, Fill's stores, Save, Close) are serialized and exclude readers
-// while they hold the cache, so a reader never sees a half-written record.
-// Fill runs its compute callback without holding the cache, so readers are
-// blocked only while finished records are copied in.
+// (Put, Close) are serialized and exclude readers while they hold the
+// cache, so a reader never sees a half-written record.
 package actcache
 
 import (

@@ -1,13 +1,12 @@
 package actcache_test
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/pfedmma/pfedmma/actcache"
 )
 
-// A training loop fills the cache once with the frozen prefix's output,
+// A training loop fills the cache once (Put) with the frozen prefix's output,
 // then reads batches of it every epoch.
 func Example() {
 	const tokens, width = 4, 3 // a real ViT-B/16 prefix is 197 × 768
@@ -26,15 +25,15 @@ func Example() {
 	for _, img := range images {
 		keys = append(keys, actcache.Key(img, 0)) // view 0: no augmentation
 	}
-	prefix := func(ctx context.Context, start int, keys []string, out []float32) error {
-		for i := range out { // stand-in for running blocks 0..ℓ-1
-			out[i] = float32(start*tokens*width + i)
+	for i, k := range keys {
+		rec := make([]float32, tokens*width) // stand-in for running blocks 0..ℓ-1
+		for j := range rec {
+			rec[j] = float32(i*tokens*width + j)
 		}
-		return nil
-	}
-	if err := c.Fill(context.Background(), keys, 2, prefix, nil); err != nil {
-		fmt.Println(err)
-		return
+		if _, err := c.Put(k, rec); err != nil {
+			fmt.Println(err)
+			return
+		}
 	}
 
 	owl, _ := c.Lookup(actcache.Key("owl.jpg", 0))

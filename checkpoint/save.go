@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -58,7 +59,7 @@ func Save(path string, w *clip.Weights, scheme Scheme, opts ...safetensors.Optio
 		return fmt.Errorf("checkpoint %s: config: %w", path, err)
 	}
 	cfgPath := filepath.Join(path, "config.json")
-	err = safetensors.WriteFileAtomic(cfgPath, func(wr io.Writer) error {
+	err = atomicfile.Write(cfgPath, func(wr io.Writer) error {
 		_, err := wr.Write(append(b, '\n'))
 		return err
 	})

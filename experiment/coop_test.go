@@ -12,7 +12,9 @@ import (
 
 	"github.com/pfedmma/pfedmma/assets"
 	"github.com/pfedmma/pfedmma/dataset"
-	"github.com/pfedmma/pfedmma/mma"
+	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/protocol"
+
 	"github.com/pfedmma/pfedmma/world"
 )
 
@@ -75,10 +77,10 @@ func TestRunOnCoOpLayout(t *testing.T) {
 	}
 	o := Options{
 		ModelPath: model, Dataset: "dtd", Root: root, DatasetOptions: dataset.Options{NoWriteSplit: true},
-		Protocol: ProtocolOptions{Name: BaseToNovel, Clients: 2, Shots: 4},
+		Protocol: protocol.Options{Name: protocol.BaseToNovel, Clients: 2, Shots: 4},
 		Methods:  []string{ZeroShot, PFedMMA},
-		MMA:      mma.Config{Start: 4, Dim: 8, Scale: 0.05},
-		Train:    TrainOptions{Epochs: 2, Batch: 8, LR: 0.05, Momentum: 0.9, WD: 5e-4},
+		Sections: mmaSections(4, 8, 0.05),
+		Train:    train.Options{Epochs: 2, Batch: 8, LR: 0.05, Momentum: 0.9, WD: 5e-4},
 		Rounds:   2, Fraction: 1, Seed: 1, OutDir: t.TempDir(),
 	}
 	res, err := Run(context.Background(), o)

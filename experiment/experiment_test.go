@@ -10,7 +10,9 @@ import (
 
 	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/internal/testmodel"
-	"github.com/pfedmma/pfedmma/mma"
+	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/protocol"
+
 	"github.com/pfedmma/pfedmma/report"
 	_ "github.com/pfedmma/pfedmma/world" // registers the "world" dataset
 )
@@ -48,10 +50,10 @@ func smallOptions(t *testing.T, model string) Options {
 	return Options{
 		ModelPath: model, Dataset: "world",
 		DatasetOptions: dataset.Options{NumClasses: 8, TrainPerClass: 8, TestPerClass: 6, ImageSize: 32},
-		Protocol:       ProtocolOptions{Name: BaseToNovel, Clients: 2},
+		Protocol:       protocol.Options{Name: protocol.BaseToNovel, Clients: 2},
 		Methods:        []string{ZeroShot, PFedMMA},
-		MMA:            mma.Config{Start: 2, Dim: 8, Scale: 0.1},
-		Train:          TrainOptions{Epochs: 2, Batch: 8, LR: 0.05, Momentum: 0.9, WD: 5e-4},
+		Sections:       mmaSections(2, 8, 0.1),
+		Train:          train.Options{Epochs: 2, Batch: 8, LR: 0.05, Momentum: 0.9, WD: 5e-4},
 		Rounds:         3, Fraction: 1, Seed: 3, OutDir: t.TempDir(), SaveAdapters: true, Plots: true,
 	}
 }
@@ -92,7 +94,7 @@ func TestRunEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Protocol != BaseToNovel {
+	if sum.Protocol != protocol.BaseToNovel {
 		t.Fatalf("summary protocol %q", sum.Protocol)
 	}
 }

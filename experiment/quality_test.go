@@ -87,7 +87,7 @@ func TestDomainStylesLowerZeroShot(t *testing.T) {
 }
 
 // TestFashionMNISTPreset: the shipped model saw Fashion-MNIST photographs
-// with templated captions in pretraining, so the Dirichlet protocol runs on
+// with templated captions in pretraining, so the protocol.Dirichlet protocol runs on
 // real clothing images: zero-shot far above chance (10 classes), pFedMMA's
 // personalised accuracy above zero-shot. Needs Debian's
 // dataset-fashion-mnist (installed by `make test`).

@@ -11,6 +11,7 @@ import (
 	"github.com/pfedmma/pfedmma/nn"
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/tokenizer"
 )
 
@@ -42,6 +43,12 @@ type Env struct {
 	TestRecs  map[int]int
 	// Evaluator scores on the test store (batch: eval.batch_size).
 	Evaluator *eval.Evaluator
+	// Init, when set, replaces a method's seeded initial parameters (named
+	// as in the reference code): fixtures and `pfedmma step`/`round`.
+	Init tensor.Named
+	// SpaceTokenRows, when set, gives the tokenised class prompts [C, ctx]
+	// of a label space instead of the template and tokenizer.
+	SpaceTokenRows map[int][]int
 
 	spacePrefix map[int][]float32 // class-prompt prefix per label space
 	spaceEOT    map[int][]int
@@ -87,6 +94,9 @@ func (e *Env) Prompt(class string) string {
 
 // SpaceTokens tokenises the class prompts of a label space: [C, ctx].
 func (e *Env) SpaceTokens(space int) ([]int, error) {
+	if rows, ok := e.SpaceTokenRows[space]; ok {
+		return rows, nil
+	}
 	sp := e.Task.Spaces[space]
 	ctx := e.Model.W.Config.Text.ContextLength
 	var tokens []int

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tokenizer"
@@ -233,7 +234,7 @@ func finish(ctx context.Context, tr *trainer, w *world.World, tok *tokenizer.Tok
 		return nil, fmt.Errorf("pretrain: report: %w", err)
 	}
 	rp := filepath.Join(o.OutDir, ReportFile)
-	if err := safetensors.WriteFileAtomic(rp, func(wr io.Writer) error {
+	if err := atomicfile.Write(rp, func(wr io.Writer) error {
 		_, err := wr.Write(append(b, '\n'))
 		return err
 	}); err != nil {

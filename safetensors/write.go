@@ -147,18 +147,11 @@ func Encode(w io.Writer, f32 tensor.Named, i64 map[string]Int64Tensor, meta map[
 // over path, so a crash never leaves a partial file or loses the previous
 // one.
 func Write(path string, f32 tensor.Named, i64 map[string]Int64Tensor, meta map[string]string, opts ...Option) error {
-	err := WriteFileAtomic(path, func(w io.Writer) error {
+	err := atomicfile.Write(path, func(w io.Writer) error {
 		return Encode(w, f32, i64, meta, opts...)
 	})
 	if err != nil {
 		return fmt.Errorf("safetensors %s: %w", path, err)
 	}
 	return nil
-}
-
-// WriteFileAtomic creates path with the bytes that fill writes, atomically:
-// the data goes to a temporary file in the same directory, which is synced,
-// renamed over path, and the directory synced. On error path is untouched.
-func WriteFileAtomic(path string, fill func(io.Writer) error) error {
-	return atomicfile.Write(path, fill)
 }

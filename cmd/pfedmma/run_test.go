@@ -73,7 +73,7 @@ func TestRunAndPredictCommands(t *testing.T) {
 		t.Fatalf("predict printed %d ranked classes, want 3:\n%s", lines, buf.String())
 	}
 	rootCmd.SetArgs([]string{"predict", "--run", out, "--client", "7", "--image", imgPath})
-	if err := rootCmd.Execute(); err == nil || !strings.Contains(err.Error(), "no client 7") {
+	if err := rootCmd.Execute(); err == nil || !strings.Contains(err.Error(), "--client 7") {
 		t.Fatalf("predict for a missing client: error %v", err)
 	}
 }

@@ -1,16 +1,19 @@
 package pfedmma
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/safetensors"
-	"github.com/pfedmma/pfedmma/tensor"
 )
 
 func open(t *testing.T, path string) *safetensors.File {
@@ -76,12 +79,12 @@ var fixtures = []fixture{{"mma-l2", 2, 4}, {"mma-l0", 0, 4}}
 
 func newLearner(t *testing.T, fx fixture) (*Learner, *safetensors.File) {
 	t.Helper()
-	w, _, err := checkpoint.Load("../testdata/clip-tiny/openai.safetensors")
+	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := clip.New(w)
-	init := open(t, "../testdata/"+fx.dir+"/adapters_init.safetensors")
+	init := open(t, "../../testdata/"+fx.dir+"/adapters_init.safetensors")
 	named, err := init.Float32All()
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +98,7 @@ func newLearner(t *testing.T, fx fixture) (*Learner, *safetensors.File) {
 		t.Fatal(err)
 	}
 	l.Attach()
-	step := open(t, "../testdata/"+fx.dir+"/step.safetensors")
+	step := open(t, "../../testdata/"+fx.dir+"/step.safetensors")
 	if err := l.SetClasses(getInts(t, step, "tokens"), 5); err != nil {
 		t.Fatal(err)
 	}
@@ -158,56 +161,65 @@ func TestStepMatchesReference(t *testing.T) {
 	}
 }
 
-// TestRoundMatchesReference replays the fixture's federated round: two
-// clients train from the same initial adapters with fresh optimizers
-// (batch 4, stored order, one epoch), then the shared projections are
-// averaged with weights n_i/n.
+// TestRoundMatchesReference runs the fixture's federated round through the
+// production path (methods.Round: pfedmma's clients in federation Sites,
+// FedAvg, the Coordinator): two clients train from the same initial
+// adapters with fresh optimizers (batch 4, stored order, one epoch), then
+// the shared projections are averaged with weights n_i/n.
 func TestRoundMatchesReference(t *testing.T) {
+	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, fx := range fixtures {
 		t.Run(fx.dir, func(t *testing.T) {
-			round := open(t, "../testdata/"+fx.dir+"/round.safetensors")
-			trained := make([]tensor.Named, 2)
-			sizes := make([]int, 2)
-			for c := 0; c < 2; c++ {
-				l, _ := newLearner(t, fx)
-				images := get(t, round, fmt.Sprintf("client%d.images", c))
-				labels := getInts(t, round, fmt.Sprintf("client%d.labels", c))
-				sizes[c] = len(labels)
-				opt := optim.NewSGD(0.9, 5e-4, false)
-				px := 3 * 32 * 32
-				for s := 0; s < len(labels); s += 4 {
-					e := min(s+4, len(labels))
-					prefix := clip.ImagePrefix(l.Model, fx.start, images[s*px:e*px], e-s, nil)
-					l.Adapters.ZeroGrads()
-					if _, _, err := l.Step(prefix, e-s, labels[s:e]); err != nil {
-						t.Fatal(err)
-					}
-					if err := opt.Step(0.01, params(l.Adapters)); err != nil {
-						t.Fatal(err)
-					}
-				}
-				for name, p := range l.Adapters.Params {
-					closeTo(t, fmt.Sprintf("client%d.trained.%s", c, name), p.Data, get(t, round, fmt.Sprintf("client%d.trained.%s", c, name)), 1e-4, true)
-				}
-				trained[c] = l.Adapters.Params.Clone()
+			round := open(t, "../../testdata/"+fx.dir+"/round.safetensors")
+			step := open(t, "../../testdata/"+fx.dir+"/step.safetensors")
+			init, err := open(t, "../../testdata/"+fx.dir+"/adapters_init.safetensors").Float32All()
+			if err != nil {
+				t.Fatal(err)
 			}
-			total := float32(sizes[0] + sizes[1])
+			meta, smeta := round.Metadata(), step.Metadata()
+			num := func(m map[string]string, k string) float64 {
+				v, err := strconv.ParseFloat(m[k], 64)
+				if err != nil {
+					t.Fatalf("metadata %s: %v", k, err)
+				}
+				return v
+			}
+			sec := &Settings{Start: int(num(smeta, "adapter_start")), End: int(num(smeta, "adapter_end")),
+				Dim: int(num(smeta, "adapter_dim")), Scale: num(smeta, "adapter_scale"), Activation: "relu"}
+			if sec.Start != fx.start {
+				t.Fatalf("adapter_start %d, want %d", sec.Start, fx.start)
+			}
+			in := methods.RoundInputs{Model: clip.New(w), Init: init, Tokens: getInts(t, step, "tokens"),
+				Train: train.Options{Epochs: int(num(meta, "local_epochs")), Batch: int(num(meta, "batch_size")),
+					LR: num(meta, "lr"), Momentum: num(meta, "momentum"), WD: num(meta, "weight_decay"),
+					ResetOptimizer: true, InOrder: true}}
+			in.Classes = len(in.Tokens) / in.Model.W.Config.Text.ContextLength
+			for c := 0; c < 2; c++ {
+				in.Clients = append(in.Clients, methods.TensorClient{
+					Pixels: get(t, round, fmt.Sprintf("client%d.images", c)),
+					Labels: getInts(t, round, fmt.Sprintf("client%d.labels", c))})
+			}
+			out, err := methods.Round(context.Background(), Method{}, sec, in)
+			if err != nil {
+				t.Fatal(err)
+			}
 			checked := 0
-			for name := range trained[0] {
-				if !IsShared(name) {
+			for _, name := range round.Names() {
+				if !strings.Contains(name, ".trained.") && !strings.HasPrefix(name, "global.") {
 					continue
 				}
-				avg := make([]float32, len(trained[0][name].Data))
-				for c := 0; c < 2; c++ {
-					for i, v := range trained[c][name].Data {
-						avg[i] += float32(sizes[c]) / total * v
-					}
+				got, ok := out[name]
+				if !ok {
+					t.Fatalf("round produced no %s", name)
 				}
-				closeTo(t, "global."+name, avg, get(t, round, "global."+name), 1e-4, true)
+				closeTo(t, name, got.Data, get(t, round, name), 1e-4, true)
 				checked++
 			}
-			if checked == 0 {
-				t.Fatal("no shared parameter checked")
+			if checked < 2*len(init)+3 {
+				t.Fatalf("checked %d tensors", checked)
 			}
 		})
 	}

@@ -145,6 +145,11 @@ func (m Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, erro
 		return nil, fmt.Errorf("pfedmma: adapters start at block %d, the cached prefixes at %d", cfg.Start, env.Start)
 	}
 	init := New(cfg, c.Vision.Width, c.Text.Width, rand.New(rand.NewPCG(env.Seed, 0x6d6d61)))
+	if env.Init != nil {
+		if err := init.Load(env.Init); err != nil {
+			return nil, fmt.Errorf("pfedmma initial adapters: %w", err)
+		}
+	}
 	ws := env.Shared("pfedmma.workspace", func() any { return NewWorkspace() }).(*Workspace)
 	plan := &methods.Plan{}
 	var clients []*client

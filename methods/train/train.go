@@ -32,6 +32,9 @@ type Options struct {
 	// ResetOptimizer starts every round with a fresh optimizer instead of
 	// keeping each client's optimizer state across rounds.
 	ResetOptimizer bool
+	// InOrder takes the examples in stored order every epoch instead of a
+	// seeded shuffle (the reference fixtures' rounds).
+	InOrder bool
 }
 
 // NewOptimizer returns a fresh optimizer of the configured kind.
@@ -119,7 +122,7 @@ func (l *Loop) Run(ctx context.Context, round int, lr Learner) (map[string]float
 	params := lr.Params()
 	for epoch := 0; epoch < max(l.Opts.Epochs, 1); epoch++ {
 		rate := l.Opts.Rate(round, epoch)
-		order := l.rng.Perm(l.N)
+		order := l.order()
 		for s := 0; s < len(order); s += B {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -151,6 +154,18 @@ func (l *Loop) Run(ctx context.Context, round int, lr Learner) (map[string]float
 		}
 	}
 	return map[string]float64{"loss": lossSum / float64(max(steps, 1)), "train_acc": 100 * float64(correct) / float64(max(seen, 1))}, nil
+}
+
+// order is the example order of one epoch.
+func (l *Loop) order() []int {
+	if l.Opts.InOrder {
+		o := make([]int, l.N)
+		for i := range o {
+			o[i] = i
+		}
+		return o
+	}
+	return l.rng.Perm(l.N)
 }
 
 // nonFinite finds a parameter (or its gradient) holding NaN or ±Inf.
