@@ -3,13 +3,9 @@
 #   make test   installs what is missing, runs go vet and the whole test suite
 GO        ?= go
 BIN       := bin/pfedmma
-# OpenBLAS in Debian 12 does not recognise recent Xeons and falls back to slow
-# kernels; pick the AVX-512 ones when the CPU has them (the binary does the
-# same by itself at start-up).
-AVX512    := $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo yes)
-ifeq ($(AVX512),yes)
-export OPENBLAS_CORETYPE ?= SkylakeX
-endif
+# The suite passes under whatever OpenBLAS kernel family the machine presets
+# (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE): neither is set or changed here. The
+# binary picks the best family by itself when none is preset.
 # Idle OpenBLAS threads sleep instead of spinning (see gemm.TuneCPU).
 export OPENBLAS_THREAD_TIMEOUT ?= 4
 

@@ -161,14 +161,23 @@ func drain[T any](c chan T) {
 
 // computeStore is the cache switched off: every GetBatch recomputes the
 // prefixes from the images (the reference's behaviour without augmentation).
-// Records are views registered with add.
+// Records are views registered with add. A record is computed within the
+// same batch of views as Prefixer.Fill would compute it (registered views
+// in chunks of Prefixer.Batch), so it is bit-identical to the cached record
+// whatever GEMM kernel runs: BLAS results may depend on the matrix shapes.
 type computeStore struct {
 	p     *Prefixer
 	items []dataset.Item
 	views []view
 	seed  uint64
 	px    []float32
-	rec   []float32
+	// chunk holds the prefixes of chunk number chunkAt (-1: none).
+	chunk   []float32
+	chunkAt int
+}
+
+func newComputeStore(p *Prefixer, items []dataset.Item, seed uint64) *computeStore {
+	return &computeStore{p: p, items: items, seed: seed, chunkAt: -1}
 }
 
 func (s *computeStore) add(v view) int { s.views = append(s.views, v); return len(s.views) - 1 }
@@ -177,21 +186,37 @@ func (s *computeStore) Put(key string, rec []float32) (int, error) {
 	return 0, fmt.Errorf("prefix store: the uncached store computes records and cannot store %q", key)
 }
 func (s *computeStore) Lookup(string) (int, bool) { return 0, false }
-func (s *computeStore) Close() error              { return nil }
 func (s *computeStore) Len() int                  { return len(s.views) }
+func (s *computeStore) Close() error              { return nil }
 
 func (s *computeStore) GetBatch(idxs []int, dst []float32) error {
+	n := s.p.RecordLen()
+	B := max(s.p.Batch, 1)
+	for k, idx := range idxs {
+		if idx < 0 || idx >= len(s.views) {
+			return fmt.Errorf("prefix store: record %d outside 0..%d", idx, len(s.views)-1)
+		}
+		if c := idx / B; c != s.chunkAt {
+			if err := s.compute(c*B, min(c*B+B, len(s.views))); err != nil {
+				return err
+			}
+			s.chunkAt = c
+		}
+		off := idx % B
+		copy(dst[k*n:(k+1)*n], s.chunk[off*n:(off+1)*n])
+	}
+	return nil
+}
+
+// compute runs the prefix of views lo..hi-1 as one batch.
+func (s *computeStore) compute(lo, hi int) error {
 	S := s.p.Model.W.Config.Vision.ImageSize
 	per := 3 * S * S
-	s.px = nn.Grow(s.px, len(idxs)*per)
-	errs := make([]error, len(idxs))
-	nn.ParallelFor(len(idxs), 1, func(lo, hi int) {
-		for k := lo; k < hi; k++ {
-			if idxs[k] < 0 || idxs[k] >= len(s.views) {
-				errs[k] = fmt.Errorf("prefix store: record %d outside 0..%d", idxs[k], len(s.views)-1)
-				continue
-			}
-			errs[k] = s.p.pixels(s.items, s.views[idxs[k]], s.seed, s.px[k*per:(k+1)*per])
+	s.px = nn.Grow(s.px, (hi-lo)*per)
+	errs := make([]error, hi-lo)
+	nn.ParallelFor(hi-lo, 1, func(a, b int) {
+		for k := a; k < b; k++ {
+			errs[k] = s.p.pixels(s.items, s.views[lo+k], s.seed, s.px[k*per:(k+1)*per])
 		}
 	})
 	for _, err := range errs {
@@ -199,8 +224,7 @@ func (s *computeStore) GetBatch(idxs []int, dst []float32) error {
 			return err
 		}
 	}
-	s.rec = clip.ImagePrefix(s.p.Model, s.p.Start, s.px, len(idxs), s.rec)
-	copy(dst, s.rec)
+	s.chunk = clip.ImagePrefix(s.p.Model, s.p.Start, s.px[:(hi-lo)*per], hi-lo, s.chunk)
 	return nil
 }
 
@@ -225,11 +249,11 @@ func (e *Env) Fill(ctx context.Context, views int, noCache bool, bar *progress.B
 
 // registerUncached switches the cache off: stores that recompute prefixes.
 func (e *Env) registerUncached(views int) {
-	test := &computeStore{p: e.Prefixer, items: e.Task.Test, seed: e.Seed}
+	test := newComputeStore(e.Prefixer, e.Task.Test, e.Seed)
 	for _, i := range e.Task.UsedTest() {
 		e.TestRecs[i] = test.add(view{item: i})
 	}
-	train := &computeStore{p: e.Prefixer, items: e.Task.Train, seed: e.Seed}
+	train := newComputeStore(e.Prefixer, e.Task.Train, e.Seed)
 	for _, i := range e.Task.UsedTrain() {
 		if views == 0 {
 			e.TrainRecs[i] = []int{train.add(view{item: i})}

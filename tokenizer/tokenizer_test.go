@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,21 +28,23 @@ var (
 	realErr  error
 )
 
-// realVocab returns the CLIP tokenizer. A missing vocabulary fails the test
-// unless PFEDMMA_SKIP_VOCAB_TESTS=1.
+// realVocab returns the CLIP tokenizer. The vocabulary is third-party data
+// kept out of the repository, beside it in ../shared (see README, "The CLIP
+// vocabulary"). Without it the test skips, naming the file — except under
+// CI=true, where ../shared is present and the test must run.
 func realVocab(t testing.TB) *Tokenizer {
 	t.Helper()
-	if os.Getenv("PFEDMMA_SKIP_VOCAB_TESTS") == "1" {
-		t.Skip("PFEDMMA_SKIP_VOCAB_TESTS=1: skipping tests that need the CLIP vocabulary")
-	}
 	realOnce.Do(func() {
 		abs, _ := filepath.Abs(vocabPath)
 		if _, err := os.Stat(vocabPath); err != nil {
-			realErr = fmt.Errorf("CLIP vocabulary not found at %s (%s): %w; put OpenAI's bpe_simple_vocab_16e6.txt.gz there, or set PFEDMMA_SKIP_VOCAB_TESTS=1", vocabPath, abs, err)
+			realErr = fmt.Errorf("CLIP vocabulary not found at %s (%s): %w; put OpenAI's bpe_simple_vocab_16e6.txt.gz there", vocabPath, abs, err)
 			return
 		}
 		realTok, realErr = Load(vocabPath)
 	})
+	if realErr != nil && errors.Is(realErr, fs.ErrNotExist) && os.Getenv("CI") != "true" {
+		t.Skipf("skipping: %v (CI=true makes this a failure)", realErr)
+	}
 	if realErr != nil {
 		t.Fatal(realErr)
 	}
@@ -443,7 +446,7 @@ func TestWriteRejects(t *testing.T) {
 
 func FuzzTokenize(f *testing.F) {
 	var tok *Tokenizer
-	if _, err := os.Stat(vocabPath); err == nil && os.Getenv("PFEDMMA_SKIP_VOCAB_TESTS") != "1" {
+	if _, err := os.Stat(vocabPath); err == nil {
 		tok = realVocab(f)
 	} else {
 		tok = FromMerges(Learn(learnCorpus, 150))
