@@ -207,3 +207,16 @@ func TestAugmentModes(t *testing.T) {
 		t.Fatalf("bad augment: error %v", err)
 	}
 }
+
+func TestCacheBudget(t *testing.T) {
+	if got := cacheBudget(64); got != 64<<20 {
+		t.Errorf("cacheBudget(64) = %d", got)
+	}
+	avail := availableMiB()
+	if avail <= 0 {
+		t.Skip("no /proc/meminfo MemAvailable on this system")
+	}
+	if got := cacheBudget(0); got != avail<<19 {
+		t.Errorf("cacheBudget(0) = %d, want half of %d MiB", got, avail)
+	}
+}

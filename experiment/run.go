@@ -56,8 +56,9 @@ type Options struct {
 	NoCache  bool
 	Template string
 	Seed     uint64
-	// CacheMiB bounds the RAM of the prefix caches (0: 4096); beyond it
-	// records spill to a memory-mapped file in SpillDir (default: temp).
+	// CacheMiB bounds the RAM of the prefix caches (0: half the available
+	// memory); beyond it records spill to a memory-mapped file in SpillDir
+	// (default: temp).
 	CacheMiB int
 	SpillDir string
 	// CacheBF16 stores cached prefixes as bfloat16 (half the memory; the
@@ -201,11 +202,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			depths[i] = distinct[0]
 		}
 	}
-	budget := int64(o.CacheMiB) << 20
-	if o.CacheMiB == 0 {
-		budget = 4096 << 20
-	}
-	budget /= int64(2 * len(distinct))
+	budget := cacheBudget(o.CacheMiB) / int64(2*len(distinct)) // train and test store per depth
 	nViews := len(task.UsedTest())
 	if !online {
 		nViews += len(task.UsedTrain()) * max(views, 1)
