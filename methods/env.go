@@ -20,10 +20,12 @@ import (
 // input of block Start), the class prompts, the local-training settings and
 // the buffers clients reuse (they run one at a time).
 type Env struct {
-	Model    *clip.Model
-	Tok      *tokenizer.Tokenizer
-	Task     *protocol.Task
-	Start    int // ℓ: the first block that runs per step (prefixes end before it)
+	Model *clip.Model
+	Tok   *tokenizer.Tokenizer
+	Task  *protocol.Task
+	// Start is ℓ, the first block that runs per step (prefixes end before
+	// it), or Features / TokenFeatures when the image encoder is frozen.
+	Start    int
 	Template string
 	Seed     uint64
 	// Train holds the local-training settings of the trained methods.
@@ -126,13 +128,22 @@ func (e *Env) SpacePrompts(space int) ([]float32, []int, error) {
 	C := len(e.Task.Spaces[space].Classes)
 	// Blocks before ℓ never carry adapters, so the prefix is adapter-free
 	// whatever learner is attached.
-	p, err := clip.TextPrefix(e.Model, e.Start, tokens, C)
+	p, err := clip.TextPrefix(e.Model, e.TextStart(), tokens, C)
 	if err != nil {
 		return nil, nil, err
 	}
 	e.spacePrefix[space] = p
 	e.spaceEOT[space] = clip.EOTPositions(tokens, C, e.Model.W.Config.Text.ContextLength)
 	return p, e.spaceEOT[space], nil
+}
+
+// TextStart is the block the text side of Start's prefixes starts at: Start,
+// or 1 (after the embeddings) when the image encoder is frozen whole.
+func (e *Env) TextStart() int {
+	if e.Start < 0 {
+		return 1
+	}
+	return e.Start
 }
 
 // EvalSets returns a client's evaluation sets as records of the test store.
@@ -201,7 +212,7 @@ func (e *Env) onlinePrefixes(c *protocol.ClientTask, batch []int, round, epoch i
 			return err
 		}
 	}
-	e.TrainBuf = clip.ImagePrefix(e.Model, e.Start, e.TrainPx, len(batch), e.TrainBuf)
+	e.TrainBuf = e.Prefixer.Compute(e.TrainPx, len(batch), e.TrainBuf)
 	return nil
 }
 
@@ -238,12 +249,13 @@ func (z *FrozenScorer) TextFeatures(space int) ([]float32, error) {
 	t := m.Text
 	C := len(eot)
 	x, T := p, t.Cfg.ContextLength
-	if z.Env.Start == 0 {
+	start := z.Env.TextStart()
+	if start == 0 {
 		x = t.EmbedForward(p, C)
 	} else {
 		x, T = clip.TruncatePrefix(p, eot, C, T, t.Cfg.Width)
 	}
-	pooled := t.Stack.Forward(x, C, T, max(z.Env.Start-1, 0), len(t.Stack.Blocks), eot, false)
+	pooled := t.Stack.Forward(x, C, T, max(start-1, 0), len(t.Stack.Blocks), eot, false)
 	f := make([]float32, C*m.W.Config.EmbedDim)
 	t.HeadForward(f, pooled, C)
 	if z.txt == nil {
@@ -256,6 +268,18 @@ func (z *FrozenScorer) TextFeatures(space int) ([]float32, error) {
 // ImageFeatures returns frozen image features [B, E] of cached prefixes.
 func (z *FrozenScorer) ImageFeatures(prefix []float32, B int) []float32 {
 	m := z.Env.Model
+	E := m.W.Config.EmbedDim
+	switch z.Env.Start {
+	case Features:
+		return prefix[:B*E]
+	case TokenFeatures:
+		T := m.W.Config.Vision.Tokens()
+		z.feat = nn.Grow(z.feat, B*E)
+		for b := 0; b < B; b++ {
+			copy(z.feat[b*E:(b+1)*E], prefix[b*T*E:b*T*E+E])
+		}
+		return z.feat
+	}
 	DetachAll(m)
 	v := m.Vision
 	pooled := v.Stack.Forward(prefix, B, v.Cfg.Tokens(), max(z.Env.Start-1, 0), len(v.Stack.Blocks), clip.ClassPool(B), false)

@@ -28,9 +28,19 @@ type Info struct {
 	Trains, Shares, Paper string
 }
 
-// AnyDepth is the Depth of a method that runs from whatever prefix depth
-// the other methods of the run use (zero-shot CLIP).
-const AnyDepth = -1
+// Depths that are not a block number.
+const (
+	// AnyDepth is the Depth of a method that runs from whatever the other
+	// methods of the run cache (zero-shot CLIP).
+	AnyDepth = -1
+	// Features caches each image's final features [E]: the whole image
+	// encoder is frozen (prompt learners, feature-level methods).
+	Features = -2
+	// TokenFeatures caches every token's features after ln_post @ proj,
+	// [T, E] (FedOTP's optimal transport over patches); token 0 is the
+	// image feature.
+	TokenFeatures = -3
+)
 
 // Method is one federated method.
 type Method interface {
@@ -41,7 +51,7 @@ type Method interface {
 	// Depth is ℓ, the first block of the encoders the method runs per step
 	// given its settings and the model's depth (blocks before ℓ are the
 	// frozen prefix, cached once per image; 0: the embeddings run too), or
-	// AnyDepth.
+	// Features, TokenFeatures or AnyDepth.
 	Depth(sec config.Section, layers int) (int, error)
 	// Build makes the method's clients (one per task client, in task
 	// order) and its server strategy on env. A nil Strategy means the

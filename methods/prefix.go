@@ -32,10 +32,46 @@ type Prefixer struct {
 	Batch     int
 }
 
-// RecordLen is the number of floats of one image prefix.
+// RecordLen is the number of floats of one image prefix: [T, D] before
+// block ℓ, [E] for Features, [T, E] for TokenFeatures.
 func (p *Prefixer) RecordLen() int {
 	v := p.Model.W.Config.Vision
+	switch p.Start {
+	case Features:
+		return p.Model.W.Config.EmbedDim
+	case TokenFeatures:
+		return v.Tokens() * p.Model.W.Config.EmbedDim
+	}
 	return v.Tokens() * v.Width
+}
+
+// Compute writes the records of B preprocessed images (pixels [B, 3, S, S])
+// into dst (grown as needed) and returns it.
+func (p *Prefixer) Compute(pixels []float32, B int, dst []float32) []float32 {
+	return ImageRecords(p.Model, p.Start, pixels, B, dst)
+}
+
+// ImageRecords computes what the cache keeps of B images at depth start:
+// the frozen prefix before block start (clip.ImagePrefix), the image
+// features (Features) or every token's features after ln_post @ proj
+// (TokenFeatures; token 0 is the image feature).
+func ImageRecords(m *clip.Model, start int, pixels []float32, B int, dst []float32) []float32 {
+	v := m.Vision
+	E := m.W.Config.EmbedDim
+	switch start {
+	case Features:
+		dst = nn.Grow(dst, B*E)
+		v.Encode(dst, pixels, B)
+		return dst
+	case TokenFeatures:
+		T := v.Cfg.Tokens()
+		x0 := v.EmbedForward(pixels, B)
+		out := v.Stack.Forward(x0, B, T, 0, len(v.Stack.Blocks), nil, false)
+		dst = nn.Grow(dst, B*T*E)
+		v.HeadForward(dst, out, B*T)
+		return dst
+	}
+	return clip.ImagePrefix(m, start, pixels, B, dst)
 }
 
 // view names one preprocessed version of an item: view 0 of an eval
@@ -134,7 +170,7 @@ func (p *Prefixer) Fill(ctx context.Context, items []dataset.Item, views []view,
 			drain(next)
 			return nil, err
 		}
-		rec = clip.ImagePrefix(p.Model, p.Start, b.px, len(b.idx), rec)
+		rec = p.Compute(b.px, len(b.idx), rec)
 		n := p.RecordLen()
 		for k, vi := range b.idx {
 			r, err := store.Put(views[vi].key(items), rec[k*n:(k+1)*n])
@@ -224,7 +260,7 @@ func (s *computeStore) compute(lo, hi int) error {
 			return err
 		}
 	}
-	s.chunk = clip.ImagePrefix(s.p.Model, s.p.Start, s.px[:(hi-lo)*per], hi-lo, s.chunk)
+	s.chunk = s.p.Compute(s.px[:(hi-lo)*per], hi-lo, s.chunk)
 	return nil
 }
 

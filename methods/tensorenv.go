@@ -54,7 +54,7 @@ func TensorEnv(m *clip.Model, start int, tokens []int, C int, clients []TensorCl
 			return nil, fmt.Errorf("client %d: %d pixel values for %d images of %d×%d", id, len(c.Pixels), N, S, S)
 		}
 		ct := protocol.ClientTask{ID: id, TrainSpace: 0}
-		prefix := clip.ImagePrefix(m, start, c.Pixels, N, nil)
+		prefix := ImageRecords(m, start, c.Pixels, N, nil)
 		for k := 0; k < N; k++ {
 			if c.Labels[k] < 0 || c.Labels[k] >= C {
 				store.Close()
