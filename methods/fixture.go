@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
@@ -79,4 +81,139 @@ func Round(ctx context.Context, meth Method, sec config.Section, in RoundInputs)
 		}
 	}
 	return out, nil
+}
+
+// Fixture holds the inputs of `pfedmma step` and `pfedmma round` in the
+// reference fixtures' layout: the parameters file (reference names), the
+// batch or round file (images, labels, tokens, per-client tensors) and the
+// hyper-parameters from the files' metadata with --set overrides applied.
+type Fixture struct {
+	Model  *clip.Model
+	Params tensor.Named
+	Batch  tensor.Named
+	Ints   map[string][]int
+	Meta   map[string]string
+}
+
+// Float reads a numeric hyper-parameter; a missing or malformed key is an
+// error naming it.
+func (f *Fixture) Float(key string) (float64, error) {
+	v, ok := f.Meta[key]
+	if !ok {
+		return 0, fmt.Errorf("hyper-parameter %q missing from the metadata (give it with --set %s=…)", key, key)
+	}
+	x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil {
+		return 0, fmt.Errorf("hyper-parameter %s=%q: %w", key, v, err)
+	}
+	return x, nil
+}
+
+// FloatOr reads a numeric hyper-parameter with a default.
+func (f *Fixture) FloatOr(key string, def float64) (float64, error) {
+	if _, ok := f.Meta[key]; !ok {
+		return def, nil
+	}
+	return f.Float(key)
+}
+
+// Tensor returns a float tensor of the batch, or an error naming it.
+func (f *Fixture) Tensor(name string) (*tensor.Tensor, error) {
+	t, ok := f.Batch[name]
+	if !ok {
+		return nil, fmt.Errorf("tensor %q missing from the batch file", name)
+	}
+	return t, nil
+}
+
+// IntsOf returns an integer tensor of the batch (or the parameters file),
+// or an error naming it.
+func (f *Fixture) IntsOf(name string) ([]int, error) {
+	v, ok := f.Ints[name]
+	if !ok {
+		return nil, fmt.Errorf("integer tensor %q missing from the batch file", name)
+	}
+	return v, nil
+}
+
+// TrainOptions reads the local-training keys (lr, momentum, weight_decay,
+// batch_size, local_epochs): a fresh SGD per client, stored batch order.
+func (f *Fixture) TrainOptions() (train.Options, error) {
+	o := train.Options{Optimizer: "sgd", ResetOptimizer: true, InOrder: true}
+	var err error
+	get := func(key string, def float64) float64 {
+		v, e := f.FloatOr(key, def)
+		if e != nil && err == nil {
+			err = e
+		}
+		return v
+	}
+	o.LR, o.Momentum, o.WD = get("lr", 0), get("momentum", 0), get("weight_decay", 0)
+	o.Batch, o.Epochs = int(get("batch_size", 32)), int(get("local_epochs", 1))
+	if err == nil && (o.LR <= 0 || o.Batch < 1 || o.Epochs < 1 || o.Momentum < 0 || o.WD < 0) {
+		err = fmt.Errorf("hyper-parameters: lr %v, batch_size %d, local_epochs %d, momentum %v, weight_decay %v out of range", o.LR, o.Batch, o.Epochs, o.Momentum, o.WD)
+	}
+	return o, err
+}
+
+// Stepper is a method that reproduces one training step in the fixtures'
+// layout: "logits", "loss" (and each loss term), "grad.<param>" and
+// "step1.<param>" after one SGD step from a fresh optimizer, plus the
+// features it computes, under the reference's names.
+type Stepper interface {
+	Step(ctx context.Context, f *Fixture) (tensor.Named, error)
+}
+
+// FixtureSettings is a method whose settings can be read from a fixture's
+// metadata and parameters (n_ctx, bottleneck, adapter blocks, ...).
+type FixtureSettings interface {
+	SettingsFrom(f *Fixture) (config.Section, error)
+}
+
+// Rounder is a method whose fixture round is not the plain one of Round
+// (pFedMoAP: the server's expert selection, then one client).
+type Rounder interface {
+	FixtureRound(ctx context.Context, f *Fixture) (tensor.Named, error)
+}
+
+// FixtureRound runs `pfedmma round` for meth: its own Rounder, or Round on
+// the clients "client<i>.images"/"client<i>.labels" of f.Batch with the
+// class prompts "tokens".
+func FixtureRound(ctx context.Context, meth Method, f *Fixture) (tensor.Named, error) {
+	if r, ok := meth.(Rounder); ok {
+		return r.FixtureRound(ctx, f)
+	}
+	fs, ok := meth.(FixtureSettings)
+	if !ok {
+		return nil, fmt.Errorf("%s cannot read its settings from a fixture", meth.Info().Name)
+	}
+	sec, err := fs.SettingsFrom(f)
+	if err != nil {
+		return nil, err
+	}
+	opts, err := f.TrainOptions()
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := f.IntsOf("tokens")
+	if err != nil {
+		return nil, err
+	}
+	in := RoundInputs{Model: f.Model, Init: f.Params, Tokens: tokens, Train: opts,
+		Classes: len(tokens) / f.Model.W.Config.Text.ContextLength}
+	for i := 0; ; i++ {
+		px, ok := f.Batch[fmt.Sprintf("client%d.images", i)]
+		if !ok {
+			break
+		}
+		labels, err := f.IntsOf(fmt.Sprintf("client%d.labels", i))
+		if err != nil {
+			return nil, err
+		}
+		in.Clients = append(in.Clients, TensorClient{Pixels: px.Data, Labels: labels})
+	}
+	if len(in.Clients) == 0 {
+		return nil, fmt.Errorf("tensor %q missing from the round file", "client0.images")
+	}
+	return Round(ctx, meth, sec, in)
 }

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/safetensors"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+const fixtureHelp = `Inputs are safetensors files in the reference fixtures' layout
+(testdata/README.md):
+
+  --params INIT.safetensors   the method's parameters under the reference code's
+                              names (adapter_learner.*, prompt_learner.*, gating.*,
+                              experts ...)
+  --batch FILE.safetensors    the data: images [B,3,S,S] (normalised), labels [B]
+                              (I64), tokens [C,ctx] (I64: the class prompts, with
+                              SOT, the n_ctx placeholder tokens, class, '.', EOT);
+                              for a round client<i>.images / client<i>.labels.
+                              Repeat --batch to merge files (the first wins).
+
+Hyper-parameters come from the files' __metadata__ (n_ctx, lr, momentum,
+weight_decay, logit_scale, bottleneck, num_prompt, mu, temp, batch_size,
+local_epochs, ot, eps, top_percent, adapter_scale, ...); --set key=value
+overrides or adds one. Nothing is fixed to the fixtures' values.
+
+The output file holds, under the reference's names:
+  step:  logits, loss (and each loss term), the features the method computes,
+         grad.<param> and step1.<param> (after one SGD step, fresh optimizer)
+  round: client<i>.trained.<param> (what each client holds after local
+         training) and global.<param> (what the server holds after aggregating)`
+
+func init() {
+	for _, kind := range []string{"step", "round"} {
+		var method, model, params, out string
+		var batches, sets []string
+		cmd := &cobra.Command{
+			Use:   kind + " --method NAME --model M --params INIT.safetensors --batch FILE.safetensors [--set key=value]... --out OUT.safetensors",
+			Short: map[string]string{"step": "One training step of a method on given inputs (the reference fixtures' contract)", "round": "One federated round of a method on given inputs (the reference fixtures' contract)"}[kind],
+			Long:  fixtureHelp,
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				meth, err := methods.Get(method)
+				if err != nil {
+					return fmt.Errorf("%s: %w", kind, err)
+				}
+				if out == "" || params == "" || len(batches) == 0 {
+					return fmt.Errorf("%s: --params, --batch and --out are required", kind)
+				}
+				f, err := loadFixture(model, params, batches, sets)
+				if err != nil {
+					return fmt.Errorf("%s: %w", kind, err)
+				}
+				var res tensor.Named
+				if kind == "step" {
+					st, ok := meth.(methods.Stepper)
+					if !ok {
+						return fmt.Errorf("step: method %s has no fixture step", method)
+					}
+					res, err = st.Step(cmd.Context(), f)
+				} else {
+					res, err = methods.FixtureRound(cmd.Context(), meth, f)
+				}
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", kind, method, err)
+				}
+				meta := map[string]string{"method": method, "command": kind}
+				if err := safetensors.Write(out, res, nil, meta); err != nil {
+					return fmt.Errorf("%s: %w", kind, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d tensors written to %s\n", kind, len(res), out)
+				return nil
+			},
+		}
+		fl := cmd.Flags()
+		fl.StringVar(&method, "method", "", "method name (`pfedmma methods`)")
+		fl.StringVar(&model, "model", "", "CLIP checkpoint (default: the embedded tiny model)")
+		fl.StringVar(&params, "params", "", "initial parameters (safetensors, reference names)")
+		fl.StringArrayVar(&batches, "batch", nil, "inputs (safetensors; repeatable)")
+		fl.StringArrayVar(&sets, "set", nil, "hyper-parameter override key=value (repeatable)")
+		fl.StringVar(&out, "out", "", "output safetensors file")
+		rootCmd.AddCommand(cmd)
+	}
+}
+
+// loadFixture reads the model, the parameters and the batch files, and
+// merges the metadata: --set over the first batch file over later ones over
+// the parameters file.
+func loadFixture(model, params string, batches, sets []string) (*methods.Fixture, error) {
+	path, err := resolveModelPath(model)
+	if err != nil {
+		return nil, err
+	}
+	m, _, err := loadModel(path, "", false)
+	if err != nil {
+		return nil, err
+	}
+	f := &methods.Fixture{Model: m, Batch: tensor.Named{}, Ints: map[string][]int{}, Meta: map[string]string{}}
+	var metas []map[string]string
+	read := func(file string, into tensor.Named) error {
+		sf, err := safetensors.Open(file)
+		if err != nil {
+			return err
+		}
+		defer sf.Close()
+		for _, name := range sf.Names() {
+			if _, seen := into[name]; seen {
+				continue
+			}
+			if _, seen := f.Ints[name]; seen {
+				continue
+			}
+			dt, _, _ := sf.Info(name)
+			if dt == "I64" || dt == "I32" {
+				v, _, err := sf.Int64(name)
+				if err != nil {
+					return err
+				}
+				ints := make([]int, len(v))
+				for i, x := range v {
+					ints[i] = int(x)
+				}
+				f.Ints[name] = ints
+				continue
+			}
+			t, err := sf.Float32(name)
+			if err != nil {
+				return err
+			}
+			into[name] = t
+		}
+		metas = append(metas, sf.Metadata())
+		return nil
+	}
+	f.Params = tensor.Named{}
+	if err := read(params, f.Params); err != nil {
+		return nil, err
+	}
+	for _, b := range batches {
+		if err := read(b, f.Batch); err != nil {
+			return nil, err
+		}
+	}
+	// params, then the batch files from the last to the first
+	maps.Copy(f.Meta, metas[0])
+	for _, md := range slices.Backward(metas[1:]) {
+		maps.Copy(f.Meta, md)
+	}
+	for _, kv := range sets {
+		k, v, err := config.ParseSet(kv)
+		if err != nil {
+			return nil, err
+		}
+		f.Meta[k] = v
+	}
+	return f, nil
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pfedmma/pfedmma/safetensors"
+	"github.com/spf13/pflag"
+)
+
+// fixtureCase is one `pfedmma step` or `round` invocation on a reference
+// fixture and the file holding the reference's outputs.
+type fixtureCase struct {
+	kind, method, params string
+	batches              []string
+	sets                 []string
+	want                 string
+}
+
+var fixtureCases = []fixtureCase{
+	{"step", "pfedmma", "mma-l2/adapters_init", []string{"mma-l2/step"}, nil, "mma-l2/step"},
+	{"step", "pfedmma", "mma-l0/adapters_init", []string{"mma-l0/step"}, nil, "mma-l0/step"},
+	{"round", "pfedmma", "mma-l2/adapters_init", []string{"mma-l2/round", "mma-l2/step"}, nil, "mma-l2/round"},
+	{"round", "pfedmma", "mma-l0/adapters_init", []string{"mma-l0/round"}, []string{"adapter_scale=0.005"}, "mma-l0/round"},
+}
+
+// TestStepRoundCommands runs the fixture contract through the CLI and
+// compares every output the reference file also holds (max |Δ| ≤
+// 1e-4·(1 + max|ref|) per tensor; the methods' own tests apply the fixtures'
+// finer tolerances).
+func TestStepRoundCommands(t *testing.T) {
+	const td = "../../testdata/"
+	for _, c := range fixtureCases {
+		t.Run(c.kind+"/"+c.want, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out.safetensors")
+			args := []string{c.kind, "--method", c.method, "--model", td + "clip-tiny/openai.safetensors",
+				"--params", td + c.params + ".safetensors", "--out", out}
+			for _, b := range c.batches {
+				args = append(args, "--batch", td+b+".safetensors")
+			}
+			for _, s := range c.sets {
+				args = append(args, "--set", s)
+			}
+			if strings.HasSuffix(c.want, "mma-l0/round") {
+				// tokens live in the step file
+				args = append(args, "--batch", td+"mma-l0/step.safetensors")
+			}
+			var buf bytes.Buffer
+			rootCmd.SetOut(&buf)
+			rootCmd.SetArgs(args)
+			resetFlags(t, c.kind)
+			if err := rootCmd.Execute(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := safetensors.Open(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer got.Close()
+			want, err := safetensors.Open(td + c.want + ".safetensors")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer want.Close()
+			checked := 0
+			for _, name := range got.Names() {
+				if _, _, ok := want.Info(name); !ok {
+					continue
+				}
+				g, err := got.Float32(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				w, err := want.Float32(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(g.Data) != len(w.Data) {
+					t.Fatalf("%s: %d values, want %d", name, len(g.Data), len(w.Data))
+				}
+				var maxRef, maxD float64
+				for i := range w.Data {
+					maxRef = math.Max(maxRef, math.Abs(float64(w.Data[i])))
+					maxD = math.Max(maxD, math.Abs(float64(g.Data[i]-w.Data[i])))
+				}
+				if !(maxD <= 1e-4*(1+maxRef)) {
+					t.Errorf("%s: max |Δ| %.3g (max |ref| %.3g)", name, maxD, maxRef)
+				}
+				checked++
+			}
+			if checked < 10 {
+				t.Fatalf("only %d outputs compared", checked)
+			}
+		})
+	}
+	rootCmd.SetArgs([]string{"step", "--method", "nosuch", "--params", "x", "--batch", "y", "--out", "z"})
+	if err := rootCmd.Execute(); err == nil || !strings.Contains(err.Error(), "available: ") {
+		t.Errorf("unknown method: %v", err)
+	}
+}
+
+// resetFlags clears the flags a previous Execute of the same command set
+// (pflag appends to repeated flags across parses).
+func resetFlags(t *testing.T, name string) {
+	t.Helper()
+	cmd, _, err := rootCmd.Find([]string{name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			_ = sv.Replace(nil)
+		} else {
+			_ = f.Value.Set(f.DefValue)
+		}
+		f.Changed = false
+	})
+}
