@@ -222,9 +222,22 @@ func StepOnce(l Learner, img []float32, labels []int, h Hyper) (tensor.Named, er
 	for name, g := range l.Grads() {
 		out["grad."+name] = g.Clone()
 	}
+	step, err := SGDOnce(l, h)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(out, step)
+	return out, nil
+}
+
+// SGDOnce applies one step of a fresh SGD with h's settings to l's
+// parameters from the gradients in place and returns the new values as
+// "step1.<p>".
+func SGDOnce(l Learner, h Hyper) (tensor.Named, error) {
 	if err := optim.NewSGD(h.Momentum, h.WeightDecay, false).Step(h.LR, OptimParams(l.Params(), l.Grads())); err != nil {
 		return nil, err
 	}
+	out := tensor.Named{}
 	for name, p := range l.Params() {
 		out["step1."+name] = p.Clone()
 	}
