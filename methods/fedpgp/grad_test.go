@@ -130,3 +130,28 @@ func TestAnchorConstant(t *testing.T) {
 		}
 	}
 }
+
+// TestTextFeatures: inference features equal the f_P rows of a training step.
+func TestTextFeatures(t *testing.T) {
+	m, tokens := randomModel(3, 3)
+	l, err := New(m, tokens, Config{NCtx: 3, Bottleneck: 2, NumPrompt: 2, Mu: 1, Temp: 0.5, InitStd: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := l.Step(make([]float32, 2*6), []int{0, 2}); err != nil {
+		t.Fatal(err)
+	}
+	train := append([]float32(nil), l.fP...)
+	got, err := l.TextFeatures()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(train) {
+		t.Fatalf("%d features, want %d", len(got), len(train))
+	}
+	for i := range got {
+		if d := got[i] - train[i]; d > 1e-5 || d < -1e-5 {
+			t.Fatalf("feature %d: %v, training step %v", i, got[i], train[i])
+		}
+	}
+}
