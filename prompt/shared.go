@@ -32,13 +32,13 @@ type sharedPrefix struct {
 	// key ranges of each packed row: rows [k1, k1+n1) then [k2, k2+n2)
 	k1, n1, k2, n2 []int
 
-	acts                         []packedActs // per block
-	dy, dx, dx2, datt, dln1      []float32    // [N, D]
-	dln2                         []float32
-	dqkv                         []float32 // [N, 3D]
-	dgelu, dfc                   []float32 // [N, MLP]
-	dsc                          []float32 // [H, T] attention backward scratch
-	pooled                       []float32 // [R, D]
+	acts                    []packedActs // per block
+	dy, dx, dx2, datt, dln1 []float32    // [N, D]
+	dln2                    []float32
+	dqkv                    []float32 // [N, 3D]
+	dgelu, dfc              []float32 // [N, MLP]
+	dsc                     []float32 // [H, T] attention backward scratch
+	pooled                  []float32 // [R, D]
 }
 
 // packedActs are one block's activations on the packed rows.
