@@ -112,6 +112,26 @@ func (e *Env) SpaceTokens(space int) ([]int, error) {
 	return tokens, nil
 }
 
+// ClassPromptTokens tokenises "<prefix> <class>." for every class of a
+// label space ([C, ctx]): CoOp's learnable-prompt rows, whose prefix is
+// n_ctx placeholder words ("X X … X") replaced by learned vectors.
+func (e *Env) ClassPromptTokens(space int, prefix string) ([]int, error) {
+	if rows, ok := e.SpaceTokenRows[space]; ok {
+		return rows, nil
+	}
+	ctx := e.Model.W.Config.Text.ContextLength
+	var tokens []int
+	for _, c := range e.Task.Spaces[space].Classes {
+		name := strings.ReplaceAll(e.Task.Dataset.Classes[c], "_", " ")
+		ids, err := e.Tok.Tokenize(prefix+" "+name+".", ctx, false)
+		if err != nil {
+			return nil, fmt.Errorf("class prompt: %w", err)
+		}
+		tokens = append(tokens, ids...)
+	}
+	return tokens, nil
+}
+
 // SpacePrompts computes (once) the text prefix and EOT positions of a label
 // space's class prompts.
 func (e *Env) SpacePrompts(space int) ([]float32, []int, error) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -216,4 +219,87 @@ func FixtureRound(ctx context.Context, meth Method, f *Fixture) (tensor.Named, e
 		return nil, fmt.Errorf("tensor %q missing from the round file", "client0.images")
 	}
 	return Round(ctx, meth, sec, in)
+}
+
+// FloatBatch returns the batch with its integer tensors as float32 tensors
+// holding the integers (the layout prompt.ReadFile gives).
+func (f *Fixture) FloatBatch() tensor.Named {
+	out := maps.Clone(f.Batch)
+	for name, v := range f.Ints {
+		if _, ok := out[name]; ok {
+			continue
+		}
+		t := tensor.New(len(v))
+		for i, x := range v {
+			t.Data[i] = float32(x)
+		}
+		out[name] = t
+	}
+	return out
+}
+
+// LoadFixture reads the parameters and the batch files of `pfedmma step` /
+// `round` and merges their metadata: the overrides sets ("key=value") over
+// the first batch file over later ones over the parameters file. A tensor
+// present in several files comes from the first.
+func LoadFixture(m *clip.Model, params string, batches, sets []string) (*Fixture, error) {
+	f := &Fixture{Model: m, Batch: tensor.Named{}, Ints: map[string][]int{}, Meta: map[string]string{}}
+	var metas []map[string]string
+	read := func(file string, into tensor.Named) error {
+		sf, err := safetensors.Open(file)
+		if err != nil {
+			return err
+		}
+		defer sf.Close()
+		for _, name := range sf.Names() {
+			if _, seen := into[name]; seen {
+				continue
+			}
+			if _, seen := f.Ints[name]; seen {
+				continue
+			}
+			dt, _, _ := sf.Info(name)
+			if dt == "I64" || dt == "I32" {
+				v, _, err := sf.Int64(name)
+				if err != nil {
+					return err
+				}
+				ints := make([]int, len(v))
+				for i, x := range v {
+					ints[i] = int(x)
+				}
+				f.Ints[name] = ints
+				continue
+			}
+			t, err := sf.Float32(name)
+			if err != nil {
+				return err
+			}
+			into[name] = t
+		}
+		metas = append(metas, sf.Metadata())
+		return nil
+	}
+	f.Params = tensor.Named{}
+	if err := read(params, f.Params); err != nil {
+		return nil, err
+	}
+	for _, b := range batches {
+		if err := read(b, f.Batch); err != nil {
+			return nil, err
+		}
+	}
+	// params, then the batch files from the last to the first
+	maps.Copy(f.Meta, metas[0])
+	for _, md := range slices.Backward(metas[1:]) {
+		maps.Copy(f.Meta, md)
+	}
+	for _, kv := range sets {
+		k, v, err := config.ParseSet(kv)
+		if err != nil {
+			return nil, err
+		}
+		f.Meta[k] = v
+	}
+	return f, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/tensor"
+	"github.com/pfedmma/pfedmma/tokenizer"
 )
 
 // Info describes a method for `pfedmma methods` and reports.
@@ -57,9 +58,9 @@ type Method interface {
 	// order) and its server strategy on env. A nil Strategy means the
 	// method does not train: each client is evaluated once.
 	Build(env *Env, sec config.Section) (*Plan, error)
-	// Predictor rebuilds one site's classifier from the tensors Plan.Save
-	// wrote for it.
-	Predictor(m *clip.Model, sec config.Section, saved tensor.Named) (Predictor, error)
+	// Predictor rebuilds one site's classifier from the tensors Plan.Site
+	// gave for it.
+	Predictor(p PredictEnv, sec config.Section, saved tensor.Named) (Predictor, error)
 }
 
 // Plan is a method's federation on one Env.
@@ -74,12 +75,37 @@ type Plan struct {
 	Global func() tensor.Named
 }
 
+// PredictEnv is what a Predictor is built on: the frozen model, its
+// tokenizer and the run's prompt template ("a photo of a {}.").
+type PredictEnv struct {
+	Model    *clip.Model
+	Tok      *tokenizer.Tokenizer
+	Template string
+}
+
+// Prompt returns the template's prompt of a class name.
+func (p PredictEnv) Prompt(class string) string {
+	return strings.ReplaceAll(p.Template, "{}", strings.ReplaceAll(class, "_", " "))
+}
+
+// Tokens tokenises the template's prompts of classes: [C, ctx].
+func (p PredictEnv) Tokens(classes []string) ([]int, error) {
+	var out []int
+	for _, c := range classes {
+		ids, err := p.Tok.Tokenize(p.Prompt(c), p.Model.W.Config.Text.ContextLength, false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ids...)
+	}
+	return out, nil
+}
+
 // Predictor classifies preprocessed images with a site's personalised
 // model.
 type Predictor interface {
-	// Logits scores pixels [B, 3, S, S] against class prompts (tokenised,
-	// [C, ctx]): [B, C].
-	Logits(pixels []float32, B int, tokens []int, C int) ([]float32, error)
+	// Logits scores pixels [B, 3, S, S] against classes (names): [B, C].
+	Logits(pixels []float32, B int, classes []string) ([]float32, error)
 }
 
 var (

@@ -111,21 +111,14 @@ further arguments.`,
 			if err != nil {
 				return fmt.Errorf("predict: %w", err)
 			}
-			p, err := meth.Predictor(m, sec, saved)
+			p, err := meth.Predictor(methods.PredictEnv{Model: m, Tok: tok, Template: info.Template}, sec, saved)
 			if err != nil {
 				return fmt.Errorf("predict: %s: %w", path, err)
 			}
 			c := m.W.Config
 			var names []string
-			var tokens []int
 			for _, ci := range classes {
-				name := info.Classes[ci]
-				names = append(names, name)
-				ids, err := tok.Tokenize(promptFor(info.Template, name), c.Text.ContextLength, false)
-				if err != nil {
-					return fmt.Errorf("predict: %w", err)
-				}
-				tokens = append(tokens, ids...)
+				names = append(names, info.Classes[ci])
 			}
 			vals, err := preprocess.CLIPTransform(c.Vision.ImageSize).EvalFiles(cmd.Context(), images, 0)
 			if err != nil {
@@ -135,7 +128,7 @@ further arguments.`,
 			fmt.Fprintf(out, "%s, site %d, label space %s (%d classes)\n", method, client, spaceName, len(names))
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			for i, v := range vals {
-				logits, err := p.Logits(v, 1, tokens, len(names))
+				logits, err := p.Logits(v, 1, names)
 				if err != nil {
 					return fmt.Errorf("predict: %s: %w", images[i], err)
 				}

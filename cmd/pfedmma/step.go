@@ -2,12 +2,9 @@ package main
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/spf13/cobra"
 
-	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -89,9 +86,7 @@ func init() {
 	}
 }
 
-// loadFixture reads the model, the parameters and the batch files, and
-// merges the metadata: --set over the first batch file over later ones over
-// the parameters file.
+// loadFixture reads the model, then the fixture files (methods.LoadFixture).
 func loadFixture(model, params string, batches, sets []string) (*methods.Fixture, error) {
 	path, err := resolveModelPath(model)
 	if err != nil {
@@ -101,63 +96,5 @@ func loadFixture(model, params string, batches, sets []string) (*methods.Fixture
 	if err != nil {
 		return nil, err
 	}
-	f := &methods.Fixture{Model: m, Batch: tensor.Named{}, Ints: map[string][]int{}, Meta: map[string]string{}}
-	var metas []map[string]string
-	read := func(file string, into tensor.Named) error {
-		sf, err := safetensors.Open(file)
-		if err != nil {
-			return err
-		}
-		defer sf.Close()
-		for _, name := range sf.Names() {
-			if _, seen := into[name]; seen {
-				continue
-			}
-			if _, seen := f.Ints[name]; seen {
-				continue
-			}
-			dt, _, _ := sf.Info(name)
-			if dt == "I64" || dt == "I32" {
-				v, _, err := sf.Int64(name)
-				if err != nil {
-					return err
-				}
-				ints := make([]int, len(v))
-				for i, x := range v {
-					ints[i] = int(x)
-				}
-				f.Ints[name] = ints
-				continue
-			}
-			t, err := sf.Float32(name)
-			if err != nil {
-				return err
-			}
-			into[name] = t
-		}
-		metas = append(metas, sf.Metadata())
-		return nil
-	}
-	f.Params = tensor.Named{}
-	if err := read(params, f.Params); err != nil {
-		return nil, err
-	}
-	for _, b := range batches {
-		if err := read(b, f.Batch); err != nil {
-			return nil, err
-		}
-	}
-	// params, then the batch files from the last to the first
-	maps.Copy(f.Meta, metas[0])
-	for _, md := range slices.Backward(metas[1:]) {
-		maps.Copy(f.Meta, md)
-	}
-	for _, kv := range sets {
-		k, v, err := config.ParseSet(kv)
-		if err != nil {
-			return nil, err
-		}
-		f.Meta[k] = v
-	}
-	return f, nil
+	return methods.LoadFixture(m, params, batches, sets)
 }

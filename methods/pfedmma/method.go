@@ -175,7 +175,8 @@ func (m Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, erro
 }
 
 // Predictor implements methods.Method: a site's adapters on the full model.
-func (Method) Predictor(model *clip.Model, sec config.Section, saved tensor.Named) (methods.Predictor, error) {
+func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.Named) (methods.Predictor, error) {
+	model := pe.Model
 	s, err := settings(sec)
 	if err != nil {
 		return nil, err
@@ -193,12 +194,20 @@ func (Method) Predictor(model *clip.Model, sec config.Section, saved tensor.Name
 	if err != nil {
 		return nil, err
 	}
-	return predictor{l}, nil
+	return predictor{l, pe}, nil
 }
 
-type predictor struct{ l *Learner }
+type predictor struct {
+	l  *Learner
+	pe methods.PredictEnv
+}
 
-func (p predictor) Logits(pixels []float32, B int, tokens []int, C int) ([]float32, error) {
+func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
+	tokens, err := p.pe.Tokens(classes)
+	if err != nil {
+		return nil, err
+	}
+	C := len(classes)
 	p.l.Attach()
 	if err := p.l.SetClasses(tokens, C); err != nil {
 		return nil, err

@@ -45,8 +45,8 @@ func (Method) Build(env *methods.Env, _ config.Section) (*methods.Plan, error) {
 }
 
 // Predictor implements methods.Method: the frozen model.
-func (Method) Predictor(m *clip.Model, _ config.Section, _ tensor.Named) (methods.Predictor, error) {
-	return predictor{m}, nil
+func (Method) Predictor(pe methods.PredictEnv, _ config.Section, _ tensor.Named) (methods.Predictor, error) {
+	return predictor{pe}, nil
 }
 
 type shared struct {
@@ -91,16 +91,20 @@ func (c *client) Evaluate(ctx context.Context, _ federation.EvaluateIns) (federa
 func (c *client) State() (tensor.Named, error) { return tensor.Named{}, nil }
 func (c *client) LoadState(tensor.Named) error { return nil }
 
-type predictor struct{ m *clip.Model }
+type predictor struct{ pe methods.PredictEnv }
 
-func (p predictor) Logits(pixels []float32, B int, tokens []int, C int) ([]float32, error) {
-	methods.DetachAll(p.m)
-	img := p.m.EncodeImage(pixels, B)
-	img = append([]float32(nil), img...)
-	txt, err := p.m.EncodeText(tokens, C)
+func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
+	m := p.pe.Model
+	tokens, err := p.pe.Tokens(classes)
 	if err != nil {
 		return nil, err
 	}
-	E := p.m.W.Config.EmbedDim
-	return clip.Logits(img, txt, B, C, E, p.m.W.LogitScale), nil
+	methods.DetachAll(m)
+	img := append([]float32(nil), m.EncodeImage(pixels, B)...)
+	txt, err := m.EncodeText(tokens, len(classes))
+	if err != nil {
+		return nil, err
+	}
+	E := m.W.Config.EmbedDim
+	return clip.Logits(img, txt, B, len(classes), E, m.W.LogitScale), nil
 }
