@@ -1,0 +1,387 @@
+// Package fedpgp is the math of FedPGP (Cui et al., "Harmonizing
+// Generalization and Personalization in Federated Prompt Learning", ICML
+// 2024) as the authors' trainer (trainers/fedpgp.py) computes it: a global
+// context sigma, averaged by the server, plus a personal low-rank part U·V
+// that stays on the client, and a contrastive term that keeps the global
+// prompt near the literal prompt and away from the personal one.
+//
+// Parameters keep the code's leading num_prompt axis N: U [N, n_ctx, b],
+// V [N, b, D], sigma [N, n_ctx, D], drawn N(0, 0.02²) in that order. Text
+// rows are prompt-major (row n·C + c is prompt n with class c). Per step,
+// for image features I [B, E]:
+//
+//	f_P = text(sigma + U·V), f_G = text(sigma)                       [N·C, E]
+//	f_0 = text(frozen token embedding of "X X … X {class}.")         [N·C, E] (constant)
+//	logits  = exp(logit_scale)·cos(I, f_P)                            [B, N·C]
+//	loss_ce = CE(logits, y)
+//	s⁺ = cos(f_0, f_G), s⁻ = cos(f_G, f_P)                            [N·C]
+//	loss_con = mean_r CE([s⁺_r, s⁻_r]/τ, 0)
+//	loss = loss_ce + μ·loss_con
+//
+// with no stop-gradient: sigma is reached through f_P and f_G, U and V
+// through f_P. With N > 1 the logits have N·C columns, as in the reference
+// (labels index the first C, prompt 0).
+//
+// Defaults: n_ctx 16, τ 0.5, N 1 from the code's argparse, and b 8, μ 0.5
+// from the repository's run scripts (argparse: b 4, μ 1); see
+// specs/baselines.md §3.
+package fedpgp
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"math/rand/v2"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/nn"
+	"github.com/pfedmma/pfedmma/prompt"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+// Reference parameter names.
+const (
+	ParamU     = "prompt_learner.U"
+	ParamV     = "prompt_learner.V"
+	ParamSigma = "prompt_learner.sigma"
+)
+
+// Config holds FedPGP's settings.
+type Config struct {
+	NCtx       int     // n_ctx: learned context tokens (16)
+	Bottleneck int     // bottleneck: rank b of U·V (8)
+	NumPrompt  int     // num_prompt: N (1)
+	Mu         float64 // mu: weight of the contrastive term (0.5)
+	Temp       float64 // temp: τ of the contrastive term (0.5)
+	InitStd    float64 // init_std: U, V, sigma drawn N(0, InitStd²) (0.02)
+	Seed       uint64  // seed of that draw
+}
+
+// DefaultConfig returns the run scripts' settings (see the package doc).
+func DefaultConfig() Config {
+	return Config{NCtx: 16, Bottleneck: 8, NumPrompt: 1, Mu: 0.5, Temp: 0.5, InitStd: 0.02}
+}
+
+// Validate names the first bad setting.
+func (c Config) Validate() error {
+	switch {
+	case c.NCtx < 1:
+		return fmt.Errorf("fedpgp: n_ctx %d: must be at least 1", c.NCtx)
+	case c.Bottleneck < 1:
+		return fmt.Errorf("fedpgp: bottleneck %d: must be at least 1", c.Bottleneck)
+	case c.NumPrompt < 1:
+		return fmt.Errorf("fedpgp: num_prompt %d: must be at least 1", c.NumPrompt)
+	case c.Mu < 0 || math.IsNaN(c.Mu):
+		return fmt.Errorf("fedpgp: mu %g: must not be negative", c.Mu)
+	case !(c.Temp > 0):
+		return fmt.Errorf("fedpgp: temp %g: must be positive", c.Temp)
+	case c.InitStd < 0:
+		return fmt.Errorf("fedpgp: init_std %g: must not be negative", c.InitStd)
+	}
+	return nil
+}
+
+// Learner trains one client's FedPGP prompts on a frozen CLIP. f_P and f_G
+// run as one batch of 2·N·C rows through one prompt.Encoder (groups
+// 0..N−1 carry sigma + U·V, groups N..2N−1 sigma). Several clients may share
+// a Learner when they train one at a time (load each client's U, V, sigma
+// into Params() first). Not safe for concurrent use.
+type Learner struct {
+	Cfg        Config
+	LogitScale float32 // log of the logit multiplier (the model's, by default)
+
+	enc              *prompt.Encoder
+	C, E, D, R       int // classes, feature dim, width, rows N·C
+	U, V, Sigma      *tensor.Tensor
+	gU, gV, gSigma   *tensor.Tensor
+	f0               []float32 // [R, E] anchor features
+	ctx              []float32 // [2N, n_ctx, D]
+	uv               []float32 // [N, n_ctx, D]
+	dFeat            []float32 // [2R, E]
+	pos, neg, dPos   []float32 // [R]
+	dNeg             []float32
+	ce               prompt.CosineCE
+	fP, fG           []float32 // views of the last Step's features
+	lossCE, lossCon  float64
+	lastPos, lastNeg []float32
+}
+
+// New builds a learner for the class prompts tokens [C, Ctx] (each row the
+// tokenised "X X … X {class}." with cfg.NCtx "X"s after the SOT; the "X"
+// embeddings form the anchor f_0). U, V, sigma are drawn N(0, InitStd²) in
+// that order from Seed.
+func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ctxLen := m.Text.Cfg.ContextLength
+	if len(tokens) == 0 || len(tokens)%ctxLen != 0 {
+		return nil, fmt.Errorf("fedpgp: %d token ids is not a whole number of %d-long rows", len(tokens), ctxLen)
+	}
+	N := cfg.NumPrompt
+	rows := make([]int, 0, 2*N*len(tokens)) // tokens repeated 2N times: f_P rows, then f_G rows
+	for i := 0; i < 2*N; i++ {
+		rows = append(rows, tokens...)
+	}
+	enc, err := prompt.NewEncoder(m, rows, cfg.NCtx)
+	if err != nil {
+		return nil, fmt.Errorf("fedpgp: %w", err)
+	}
+	n, b, D := cfg.NCtx, cfg.Bottleneck, enc.D
+	l := &Learner{Cfg: cfg, LogitScale: m.W.LogitScale, enc: enc,
+		C: len(tokens) / ctxLen, E: enc.E, D: D, R: enc.R / 2,
+		U: tensor.New(N, n, b), V: tensor.New(N, b, D), Sigma: tensor.New(N, n, D),
+		gU: tensor.New(N, n, b), gV: tensor.New(N, b, D), gSigma: tensor.New(N, n, D)}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
+	for _, p := range []*tensor.Tensor{l.U, l.V, l.Sigma} {
+		for i := range p.Data {
+			p.Data[i] = float32(rng.NormFloat64() * cfg.InitStd)
+		}
+	}
+	// f_0: the literal prompts, encoded once.
+	f, err := enc.Forward(enc.TokenContext(), enc.R, false)
+	if err != nil {
+		return nil, fmt.Errorf("fedpgp: anchor: %w", err)
+	}
+	l.f0 = append([]float32(nil), f[:l.R*l.E]...)
+	return l, nil
+}
+
+// Params returns the live parameters by reference name.
+func (l *Learner) Params() tensor.Named {
+	return tensor.Named{ParamU: l.U, ParamV: l.V, ParamSigma: l.Sigma}
+}
+
+// Grads returns the gradients of the last Step, by parameter name.
+func (l *Learner) Grads() tensor.Named {
+	return tensor.Named{ParamU: l.gU, ParamV: l.gV, ParamSigma: l.gSigma}
+}
+
+// Shared reports whether the server averages a parameter: only sigma.
+func (l *Learner) Shared(name string) bool { return name == ParamSigma }
+
+// contexts writes ctx = [sigma + U·V ; sigma] ([2N, n_ctx, D]) and keeps U·V.
+func (l *Learner) contexts() {
+	N, n, b, D := l.Cfg.NumPrompt, l.Cfg.NCtx, l.Cfg.Bottleneck, l.D
+	l.uv = nn.Grow(l.uv, N*n*D)
+	l.ctx = nn.Grow(l.ctx, 2*N*n*D)
+	for p := 0; p < N; p++ {
+		// UV[p] = U[p] [n, b] @ V[p] [b, D]
+		nn.MatMulForward(l.uv[p*n*D:(p+1)*n*D], l.U.Data[p*n*b:(p+1)*n*b], l.V.Data[p*b*D:(p+1)*b*D], n, b, D)
+	}
+	for i, s := range l.Sigma.Data {
+		l.ctx[i] = l.uv[i] + s
+	}
+	copy(l.ctx[N*n*D:], l.Sigma.Data)
+}
+
+// Step computes the loss of image features imgFeat [B, E] (B = len(labels))
+// and overwrites Grads(). It returns the loss, its terms ("loss_ce",
+// "loss_con", and the means "cos_pos", "cos_neg") and the logits [B, N·C]
+// (owned by the learner, valid until the next Step).
+func (l *Learner) Step(imgFeat []float32, labels []int) (float64, map[string]float64, []float32, error) {
+	B := len(labels)
+	if B == 0 {
+		return 0, nil, nil, errors.New("fedpgp: empty batch")
+	}
+	for i, y := range labels {
+		if y < 0 || y >= l.C {
+			return 0, nil, nil, fmt.Errorf("fedpgp: label %d of sample %d outside 0..%d", y, i, l.C-1)
+		}
+	}
+	N, n, b, D, R, E := l.Cfg.NumPrompt, l.Cfg.NCtx, l.Cfg.Bottleneck, l.D, l.R, l.E
+	l.contexts()
+	feat, err := l.enc.Forward(l.ctx, 2*N, true)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("fedpgp: %w", err)
+	}
+	l.fP, l.fG = feat[:R*E], feat[R*E:2*R*E]
+
+	// loss_ce and its gradient with respect to f_P
+	lossCE, logits, dP, err := l.ce.Loss(imgFeat, l.fP, B, R, E, l.LogitScale, labels)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("fedpgp: %w", err)
+	}
+	l.dFeat = nn.Grow(l.dFeat, 2*R*E)
+	copy(l.dFeat, dP)
+	dG := l.dFeat[R*E:]
+	clear(dG)
+
+	// loss_con = mean_r CE([s⁺, s⁻]/τ, 0); with p = softmax([s⁺, s⁻]/τ):
+	// ∂/∂s⁺ = (p₀ − 1)/(τR), ∂/∂s⁻ = p₁/(τR)
+	l.pos, l.neg = nn.Grow(l.pos, R), nn.Grow(l.neg, R)
+	l.dPos, l.dNeg = nn.Grow(l.dPos, R), nn.Grow(l.dNeg, R)
+	prompt.Cosines(l.pos, l.f0, l.fG, R, E)
+	prompt.Cosines(l.neg, l.fG, l.fP, R, E)
+	tau, mu := l.Cfg.Temp, l.Cfg.Mu
+	var lossCon, sumPos, sumNeg float64
+	for r := 0; r < R; r++ {
+		a, c := float64(l.pos[r])/tau, float64(l.neg[r])/tau
+		m := math.Max(a, c)
+		lse := m + math.Log(math.Exp(a-m)+math.Exp(c-m))
+		lossCon += lse - a
+		p0, p1 := math.Exp(a-lse), math.Exp(c-lse)
+		l.dPos[r] = float32(mu * (p0 - 1) / (tau * float64(R)))
+		l.dNeg[r] = float32(mu * p1 / (tau * float64(R)))
+		sumPos += float64(l.pos[r])
+		sumNeg += float64(l.neg[r])
+	}
+	lossCon /= float64(R)
+	prompt.CosinesBackward(nil, dG, l.dPos, l.f0, l.fG, R, E)
+	prompt.CosinesBackward(dG, l.dFeat[:R*E], l.dNeg, l.fG, l.fP, R, E)
+
+	// back through the text encoder to [sigma + UV ; sigma]
+	dctx := l.enc.Backward(l.dFeat)
+	for i := range l.gSigma.Data {
+		l.gSigma.Data[i] = dctx[i] + dctx[N*n*D+i]
+	}
+	clear(l.gU.Data)
+	clear(l.gV.Data)
+	for p := 0; p < N; p++ {
+		// dU[p] += dUV[p] · V[p]ᵀ, dV[p] += U[p]ᵀ · dUV[p]
+		nn.MatMulBackward(l.gU.Data[p*n*b:(p+1)*n*b], l.gV.Data[p*b*D:(p+1)*b*D], dctx[p*n*D:(p+1)*n*D],
+			l.U.Data[p*n*b:(p+1)*n*b], l.V.Data[p*b*D:(p+1)*b*D], n, b, D)
+	}
+	l.lossCE, l.lossCon = lossCE, lossCon
+	terms := map[string]float64{"loss_ce": lossCE, "loss_con": lossCon,
+		"cos_pos": sumPos / float64(R), "cos_neg": sumNeg / float64(R)}
+	return lossCE + mu*lossCon, terms, logits, nil
+}
+
+// TextFeatures returns the raw text features f_P [N·C, E] for the current
+// prompts (inference; owned by the learner, valid until the next call).
+func (l *Learner) TextFeatures() ([]float32, error) {
+	l.contexts()
+	f, err := l.enc.Forward(l.ctx, 2*l.Cfg.NumPrompt, false)
+	if err != nil {
+		return nil, err
+	}
+	return f[:l.R*l.E], nil
+}
+
+// AnchorFeatures returns f_0 [N·C, E], the literal prompts' features.
+func (l *Learner) AnchorFeatures() []float32 { return l.f0 }
+
+// ConfigFromMeta reads n_ctx, bottleneck, num_prompt, mu and temp from
+// fixture metadata.
+func ConfigFromMeta(meta map[string]string) (Config, error) {
+	c := DefaultConfig()
+	ints := map[string]*int{"n_ctx": &c.NCtx, "bottleneck": &c.Bottleneck, "num_prompt": &c.NumPrompt}
+	for k, dst := range ints {
+		v, err := prompt.MetaInt(meta, k)
+		if err != nil {
+			return c, fmt.Errorf("fedpgp: %w", err)
+		}
+		*dst = v
+	}
+	for k, dst := range map[string]*float64{"mu": &c.Mu, "temp": &c.Temp} {
+		v, err := prompt.MetaFloat(meta, k)
+		if err != nil {
+			return c, fmt.Errorf("fedpgp: %w", err)
+		}
+		*dst = v
+	}
+	return c, c.Validate()
+}
+
+func fromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string, round bool) (*Learner, prompt.Hyper, error) {
+	h, err := prompt.ReadHyper(meta, round)
+	if err != nil {
+		return nil, h, fmt.Errorf("fedpgp: %w", err)
+	}
+	cfg, err := ConfigFromMeta(meta)
+	if err != nil {
+		return nil, h, err
+	}
+	tokens, err := prompt.Ints(batch, "tokens")
+	if err != nil {
+		return nil, h, fmt.Errorf("fedpgp: %w", err)
+	}
+	l, err := New(m, tokens, cfg)
+	if err != nil {
+		return nil, h, err
+	}
+	l.LogitScale = float32(h.LogitScale)
+	if err := prompt.Load(l.Params(), params); err != nil {
+		return nil, h, fmt.Errorf("fedpgp: %w", err)
+	}
+	return l, h, nil
+}
+
+// StepFromFile replays one training step in the fixture layout of
+// testdata/fedpgp/step.safetensors. params holds U, V and sigma; batch holds
+// "tokens" [C, Ctx], "labels" [B] (integers as float32, see
+// prompt.ReadFile) and "images" or "image_features"; meta gives n_ctx,
+// bottleneck, num_prompt, mu, temp, lr, momentum, weight_decay and
+// logit_scale. The result holds "image_features", "text_features" (f_P),
+// "text_features_sigma" (f_G), "text_features_UV", "text_features_0",
+// "cos_pos" and "cos_neg" [N·C], "logits", "loss", "loss_ce", "loss_con",
+// "grad.<p>" and "step1.<p>" (one step of a fresh SGD).
+func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
+	l, h, err := fromFile(m, params, batch, meta, false)
+	if err != nil {
+		return nil, err
+	}
+	img, B, err := prompt.ImageFeatures(m, batch, "")
+	if err != nil {
+		return nil, fmt.Errorf("fedpgp: %w", err)
+	}
+	labels, err := prompt.Ints(batch, "labels")
+	if err != nil {
+		return nil, fmt.Errorf("fedpgp: %w", err)
+	}
+	R, E := l.R, l.E
+	// f_UV: computed by the reference at every step but used by no loss term.
+	N, n, D := l.Cfg.NumPrompt, l.Cfg.NCtx, l.D
+	l.contexts()
+	uvCtx := append(append([]float32(nil), l.uv...), l.uv...)
+	fUV, err := l.enc.Forward(uvCtx[:2*N*n*D], 2*N, false)
+	if err != nil {
+		return nil, fmt.Errorf("fedpgp: %w", err)
+	}
+	out := tensor.Named{"text_features_UV": vec(fUV[:R*E], R, E)}
+
+	loss, terms, logits, err := l.Step(img, labels)
+	if err != nil {
+		return nil, err
+	}
+	out["loss"] = prompt.Scalar(loss)
+	out["loss_ce"], out["loss_con"] = prompt.Scalar(terms["loss_ce"]), prompt.Scalar(terms["loss_con"])
+	out["logits"] = vec(logits, B, len(logits)/B)
+	out["image_features"] = vec(img, B, E)
+	out["text_features"] = vec(l.fP, R, E)
+	out["text_features_sigma"] = vec(l.fG, R, E)
+	out["text_features_0"] = vec(l.f0, R, E)
+	out["cos_pos"], out["cos_neg"] = vec(l.pos, R), vec(l.neg, R)
+	for name, g := range l.Grads() {
+		out["grad."+name] = g.Clone()
+	}
+	step, err := prompt.SGDOnce(l, h)
+	if err != nil {
+		return nil, fmt.Errorf("fedpgp: %w", err)
+	}
+	maps.Copy(out, step)
+	return out, nil
+}
+
+func vec(x []float32, shape ...int) *tensor.Tensor {
+	return &tensor.Tensor{Shape: shape, Data: append([]float32(nil), x[:tensor.Numel(shape)]...)}
+}
+
+// RoundFromFile replays one federated round in the fixture layout of
+// testdata/fedpgp/round.safetensors (see prompt.Round): every client starts
+// from params; the result holds "clientN.batch_losses",
+// "clientN.trained.<p>" for U, V and sigma, and "global.prompt_learner.sigma"
+// (only sigma is averaged).
+func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
+	l, h, err := fromFile(m, params, batch, meta, true)
+	if err != nil {
+		return nil, err
+	}
+	out, err := prompt.Round(m, l, params, batch, h)
+	if err != nil {
+		return nil, fmt.Errorf("fedpgp: %w", err)
+	}
+	return out, nil
+}
