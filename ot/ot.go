@@ -63,8 +63,126 @@ func (c Config) Validate() error {
 // Solver keeps the potentials between calls (no allocation once grown).
 // A Solver is not safe for concurrent use.
 type Solver struct {
-	f, g, prev []float64
-	errs       []float64
+	f, g, u, v, su, sv, ea, eb []float64
+	k, prev, errs              []float64
+}
+
+// problem is one M×N problem in the stabilised form: u = exp(f)·ũ,
+// v = exp(g)·ṽ, with the absorbed kernel K̃ = exp(L + f ⊕ g), L = (S − 1)/ε.
+// Plain scaling steps on (ũ, ṽ) need no exponentials; when ũ or ṽ leave
+// [1e-30, 1e30] (or K̃ underflows) the step is redone in the log domain and
+// the scalings are absorbed into f, g again.
+type problem struct {
+	S              []float32 // similarities [M, N]
+	K              []float64 // K̃ [M, N]
+	f, g, u, v     []float64 // log potentials and scalings ũ [M], ṽ [N]
+	su, sv, ea, eb []float64 // saved ũ, ṽ; exp(f), exp(g)
+	M, N           int
+	a, b, inv      float64
+	cot            bool
+}
+
+// watch writes the watched scaling in the original domain (COT: v,
+// Sinkhorn: u) into dst and returns it.
+func (p *problem) watch(dst []float64) []float64 {
+	if p.cot {
+		for n := range dst {
+			dst[n] = p.eb[n] * p.v[n]
+		}
+	} else {
+		for m := range dst {
+			dst[m] = p.ea[m] * p.u[m]
+		}
+	}
+	return dst
+}
+
+// scaledStep runs one iteration on ũ, ṽ; it reports false (restoring them)
+// when a value leaves the safe range.
+func (p *problem) scaledStep() bool {
+	const lo, hi = 1e-30, 1e30
+	M, N := p.M, p.N
+	copy(p.su, p.u)
+	copy(p.sv, p.v)
+	ok := true
+	// ũ_m = a / Σ_n K̃_mn ṽ_n; COT caps u = exp(f)·ũ at 1
+	for m := 0; m < M && ok; m++ {
+		var kv float64
+		for n := 0; n < N; n++ {
+			kv += p.K[m*N+n] * p.v[n]
+		}
+		x := p.a / kv
+		if p.cot {
+			x = math.Min(x, 1/p.ea[m])
+		}
+		p.u[m] = x
+		ok = x >= lo && x <= hi
+	}
+	// ṽ_n = b / Σ_m K̃_mn ũ_m
+	for n := 0; n < N && ok; n++ {
+		var ku float64
+		for m := 0; m < M; m++ {
+			ku += p.K[m*N+n] * p.u[m]
+		}
+		x := p.b / ku
+		p.v[n] = x
+		ok = x >= lo && x <= hi
+	}
+	if !ok {
+		copy(p.u, p.su)
+		copy(p.v, p.sv)
+	}
+	return ok
+}
+
+// logStep runs one iteration in the log domain from f + log ũ, g + log ṽ
+// and absorbs the result: f, g are the new log potentials, ũ = ṽ = 1, and
+// K̃, exp(f), exp(g) are recomputed.
+func (p *problem) logStep() {
+	M, N, inv := p.M, p.N, p.inv
+	for n := 0; n < N; n++ {
+		p.g[n] += math.Log(p.v[n])
+		p.v[n] = 1
+	}
+	// f_m = log a − lse_n(L_mn + g_n); COT caps u at 1
+	la, lb := math.Log(p.a), math.Log(p.b)
+	for m := 0; m < M; m++ {
+		row := p.S[m*N : m*N+N]
+		mx := math.Inf(-1)
+		for n, x := range row {
+			mx = math.Max(mx, (float64(x)-1)*inv+p.g[n])
+		}
+		var sum float64
+		for n, x := range row {
+			sum += math.Exp((float64(x)-1)*inv + p.g[n] - mx)
+		}
+		p.f[m] = la - mx - math.Log(sum)
+		if p.cot {
+			p.f[m] = math.Min(p.f[m], 0)
+		}
+		p.u[m] = 1
+	}
+	// g_n = log b − lse_m(L_mn + f_m)
+	for n := 0; n < N; n++ {
+		mx := math.Inf(-1)
+		for m := 0; m < M; m++ {
+			mx = math.Max(mx, (float64(p.S[m*N+n])-1)*inv+p.f[m])
+		}
+		var sum float64
+		for m := 0; m < M; m++ {
+			sum += math.Exp((float64(p.S[m*N+n])-1)*inv + p.f[m] - mx)
+		}
+		p.g[n] = lb - mx - math.Log(sum)
+	}
+	for m := 0; m < M; m++ {
+		p.ea[m] = math.Exp(p.f[m])
+		for n := 0; n < N; n++ {
+			p.K[m*N+n] = math.Exp((float64(p.S[m*N+n])-1)*inv + p.f[m] + p.g[n])
+		}
+	}
+	for n := 0; n < N; n++ {
+		p.eb[n] = math.Exp(p.g[n])
+	}
 }
 
 // Result describes a solve.
@@ -90,65 +208,54 @@ func (s *Solver) Plan(plan, sim []float32, P, M, N int, c Config) (Result, error
 			return Result{}, fmt.Errorf("ot: sim[%d] is %v", i, v)
 		}
 	}
-	s.f = grow64(s.f, P*M)
-	s.g = grow64(s.g, P*N)
-	clear(s.f) // u = 1
-	clear(s.g) // v = 1
+	s.f, s.g = grow64(s.f, P*M), grow64(s.g, P*N)
+	s.u, s.v = grow64(s.u, P*M), grow64(s.v, P*N)
+	s.su, s.sv = grow64(s.su, P*M), grow64(s.sv, P*N)
+	s.ea, s.eb = grow64(s.ea, P*M), grow64(s.eb, P*N)
+	s.k = grow64(s.k, P*M*N)
+	clear(s.f) // u = exp(f)·ũ = 1
+	clear(s.g) // v = exp(g)·ṽ = 1
+	for _, x := range [][]float64{s.u, s.v, s.ea, s.eb} {
+		for i := range x {
+			x[i] = 1
+		}
+	}
 	cot := c.Method == COT
-	logA := -math.Log(float64(M))
-	logB := -math.Log(float64(N))
-	nPrev := P * M // Sinkhorn watches u
+	a, b := 1/float64(M), 1/float64(N)
+	nWatch := M // Sinkhorn watches u
 	if cot {
 		// the authors' top = min(Σ a, top_percent), Σ a over the batch = P
-		logB += math.Log(math.Min(float64(P), c.TopPercent))
-		nPrev = P * N // COT watches v
+		b *= math.Min(float64(P), c.TopPercent)
+		nWatch = N // COT watches v
 	}
-	s.prev = grow64(s.prev, nPrev)
+	s.prev = grow64(s.prev, P*nWatch)
 	inv := 1 / c.Eps
 	s.errs = grow64(s.errs, P)
 	var res Result
 	for it := 0; it < c.MaxIter; it++ {
 		nn.ParallelFor(P, 8, func(lo, hi int) {
 			for p := lo; p < hi; p++ {
-				S := sim[p*M*N : (p+1)*M*N]
-				f, g := s.f[p*M:(p+1)*M], s.g[p*N:(p+1)*N]
-				watch := f
-				if cot {
-					watch = g
+				pr := problem{
+					S: sim[p*M*N : (p+1)*M*N], K: s.k[p*M*N : (p+1)*M*N],
+					f: s.f[p*M : (p+1)*M], g: s.g[p*N : (p+1)*N],
+					u: s.u[p*M : (p+1)*M], v: s.v[p*N : (p+1)*N],
+					su: s.su[p*M : (p+1)*M], sv: s.sv[p*N : (p+1)*N],
+					ea: s.ea[p*M : (p+1)*M], eb: s.eb[p*N : (p+1)*N],
+					M: M, N: N, a: a, b: b, inv: inv, cot: cot,
 				}
-				prev := s.prev[p*len(watch) : (p+1)*len(watch)]
-				copy(prev, watch)
-				// f_m = log a − lse_n(L_mn + g_n), L = (S − 1)/ε; COT caps u at 1
-				for m := 0; m < M; m++ {
-					row := S[m*N : m*N+N]
-					mx := math.Inf(-1)
-					for n, x := range row {
-						mx = math.Max(mx, (float64(x)-1)*inv+g[n])
-					}
-					var sum float64
-					for n, x := range row {
-						sum += math.Exp((float64(x)-1)*inv + g[n] - mx)
-					}
-					f[m] = logA - mx - math.Log(sum)
-					if cot {
-						f[m] = math.Min(f[m], 0)
-					}
-				}
-				// g_n = log b − lse_m(L_mn + f_m)
-				for n := 0; n < N; n++ {
-					mx := math.Inf(-1)
-					for m := 0; m < M; m++ {
-						mx = math.Max(mx, (float64(S[m*N+n])-1)*inv+f[m])
-					}
-					var sum float64
-					for m := 0; m < M; m++ {
-						sum += math.Exp((float64(S[m*N+n])-1)*inv + f[m] - mx)
-					}
-					g[n] = logB - mx - math.Log(sum)
+				prev := s.prev[p*nWatch : (p+1)*nWatch]
+				pr.watch(prev)
+				if it == 0 || !pr.scaledStep() {
+					pr.logStep()
 				}
 				var e float64
-				for i, x := range watch {
-					e += math.Abs(math.Exp(x) - math.Exp(prev[i]))
+				now := pr.su[:0] // the step is done: su/sv are free scratch
+				if cot {
+					now = pr.sv[:0]
+				}
+				now = pr.watch(now[:nWatch])
+				for i, x := range now {
+					e += math.Abs(x - prev[i])
 				}
 				s.errs[p] = e
 			}
@@ -157,22 +264,20 @@ func (s *Solver) Plan(plan, sim []float32, P, M, N int, c Config) (Result, error
 		for _, x := range s.errs {
 			e += x
 		}
-		res = Result{Iters: it + 1, Err: e / float64(nPrev)}
+		res = Result{Iters: it + 1, Err: e / float64(P*nWatch)}
 		if res.Err < c.Thresh {
 			break
 		}
 	}
-	nn.ParallelFor(P, 8, func(lo, hi int) {
-		for p := lo; p < hi; p++ {
-			f, g := s.f[p*M:(p+1)*M], s.g[p*N:(p+1)*N]
-			for m := 0; m < M; m++ {
-				for n := 0; n < N; n++ {
-					i := (p*M+m)*N + n
-					plan[i] = float32(math.Exp(f[m] + g[n] + (float64(sim[i])-1)*inv))
-				}
+	// plan = diag(u) K diag(v) = K̃ ũ ṽ
+	for p := 0; p < P; p++ {
+		for m := 0; m < M; m++ {
+			for n := 0; n < N; n++ {
+				i := (p*M+m)*N + n
+				plan[i] = float32(s.k[i] * s.u[p*M+m] * s.v[p*N+n])
 			}
 		}
-	})
+	}
 	return res, nil
 }
 

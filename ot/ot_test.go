@@ -63,7 +63,7 @@ func TestUniformCostGivesUniformPlan(t *testing.T) {
 func TestMarginals(t *testing.T) {
 	const P, M, N = 5, 16, 3
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, eps := range []float64{0.1, 0.01} {
+	for _, eps := range []float64{0.1, 0.01, 0.001} {
 		sim := randSim(rng, P*M*N, -0.2, 0.6)
 		for _, method := range []string{Sinkhorn, COT} {
 			c := Config{Method: method, Eps: eps, Thresh: 1e-4, MaxIter: 1000, TopPercent: 0.8}
