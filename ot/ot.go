@@ -1,7 +1,7 @@
 // Package ot solves batches of small entropic optimal-transport problems —
 // FedOTP's unbalanced "COT" and balanced Sinkhorn iterations, as the FedOTP
-// authors' code states them — in the log domain, so that a small entropic
-// regulariser (ε = 0.01, where exp(−cost/ε) underflows float32) gives the
+// authors' code states them — in a log-stabilised float64 form, so that a
+// small entropic regulariser (ε = 0.01, where exp(−cost/ε) underflows float32) gives the
 // same plan as the iterations run in float64.
 //
 // Each problem p of a batch has a similarity matrix S_p [M, N], cost
@@ -13,11 +13,16 @@
 //	Sinkhorn: u ← a / (K v),          v ← b / (Kᵀ u),  err = mean|u − u_prev|
 //
 // where the mean runs over the whole batch; they stop once err < thresh or
-// after max_iter iterations, and the plan is diag(u) K diag(v). Here
-// f = log u and g = log v are iterated instead (log-sum-exp in float64), the
-// stopping error is evaluated on exp(f), exp(g) in float64, and the plan is
-// exp(f_m + g_n − cost_mn/ε). The plan is a constant for the caller: no
-// gradient flows through it.
+// after max_iter iterations, and the plan is diag(u) K diag(v). Here the
+// iterations run in float64 in a stabilised form: u = exp(f)·ũ,
+// v = exp(g)·ṽ with the absorbed kernel K̃ = exp(−cost/ε + f ⊕ g); the
+// first iteration, and any iteration in which ũ or ṽ would leave
+// [1e-30, 1e30], runs in the log domain (log-sum-exp) and absorbs the
+// scalings into f and g. In exact arithmetic every iteration equals the
+// authors' one, so the plan equals their iterations run in float64 (also at
+// ε = 0.01, where their float32 kernel underflows and the plan becomes NaN);
+// the stopping change is computed on u, v themselves. The plan is a
+// constant for the caller: no gradient flows through it.
 package ot
 
 import (
