@@ -29,6 +29,11 @@ import (
 // feature, so the result equals the full-length one while the blocks run on
 // T instead of Ctx tokens.
 //
+// When several rows share a context (G < R) and their first token, the
+// SOT+context positions are computed once per group and each row runs only
+// its own suffix (see sharedPrefix): also exact, and about 4× fewer rows at
+// CoOp's shapes (n_ctx 16, short class names).
+//
 // An Encoder is not safe for concurrent use.
 type Encoder struct {
 	text clip.Text // frozen copy: shared weights, own buffers
@@ -39,6 +44,15 @@ type Encoder struct {
 	eot    []int     // [R] EOT position of each row
 	base   []float32 // [R, T, D] token embedding + positional embedding; context positions hold only the positional embedding
 	tokCtx []float32 // [R, NCtx, D] the frozen token embeddings at the context positions
+
+	first []int // [R] token at position 0 of each row
+
+	// Shared-prefix path (see sharedPrefix), used when G < R and the rows of
+	// every group share their first token; noShare turns it off (tests).
+	shared   *sharedPrefix
+	noShare  bool
+	usedPack bool
+	xp       []float32 // [N, D] packed first block input
 
 	groups int       // G of the last Forward
 	x0     []float32 // [R, T, D] first block input
@@ -69,7 +83,10 @@ func NewEncoder(m *clip.Model, tokens []int, nCtx int) (*Encoder, error) {
 		}
 		T = max(T, p+1)
 	}
-	e := &Encoder{R: R, NCtx: nCtx, D: D, E: m.W.Config.EmbedDim, T: T, eot: eot}
+	e := &Encoder{R: R, NCtx: nCtx, D: D, E: m.W.Config.EmbedDim, T: T, eot: eot, first: make([]int, R)}
+	for r := range e.first {
+		e.first[r] = tokens[r*ctxLen]
+	}
 	e.text = clip.Text{Cfg: cfg, W: m.Text.W}
 	for _, b := range m.Text.Stack.Blocks {
 		e.text.Stack.Blocks = append(e.text.Stack.Blocks, &clip.Block{W: b.W, D: b.D, H: b.H, MLP: b.MLP, Causal: b.Causal})
@@ -118,6 +135,17 @@ func (e *Encoder) Forward(ctx []float32, G int, train bool) ([]float32, error) {
 	}
 	e.groups = G
 	per := R / G
+	if e.usedPack = e.canShare(G); e.usedPack {
+		if e.shared == nil || e.shared.G != G {
+			e.shared = newSharedPrefix(e.eot, G, 1+n)
+		}
+		e.xp = nn.Grow(e.xp, e.shared.N*D)
+		e.shared.pack(e.xp, e.base, ctx, R, T, D)
+		pooled := e.shared.forward(e.text.Stack.Blocks, e.xp, R)
+		e.feat = nn.Grow(e.feat, R*e.E)
+		e.text.HeadForward(e.feat, pooled, R)
+		return e.feat, nil
+	}
 	// x0[r, t] = base[r, t] (+ ctx[g, t−1] for t in 1..n)          [R, T, D]
 	e.x0 = nn.Grow(e.x0, R*T*D)
 	copy(e.x0, e.base)
@@ -141,10 +169,19 @@ func (e *Encoder) Forward(ctx []float32, G int, train bool) ([]float32, error) {
 func (e *Encoder) Backward(dfeat []float32) []float32 {
 	R, T, D, n, G := e.R, e.T, e.D, e.NCtx, e.groups
 	dpool := e.text.HeadBackward(dfeat[:R*e.E])
+	e.dctx = nn.Grow(e.dctx, G*n*D)
+	if e.usedPack {
+		// a group's prefix rows hold the sum over its rows already
+		dx := e.shared.backward(e.text.Stack.Blocks, dpool)
+		P := 1 + n
+		for g := 0; g < G; g++ {
+			copy(e.dctx[g*n*D:(g+1)*n*D], dx[(g*P+1)*D:(g+1)*P*D])
+		}
+		return e.dctx
+	}
 	e.dx0 = nn.Grow(e.dx0, R*T*D)
 	clear(e.dx0)
 	e.text.Stack.Backward(e.dx0, dpool)
-	e.dctx = nn.Grow(e.dctx, G*n*D)
 	clear(e.dctx)
 	per := R / G
 	for r := 0; r < R; r++ {
@@ -154,4 +191,20 @@ func (e *Encoder) Backward(dfeat []float32) []float32 {
 		}
 	}
 	return e.dctx
+}
+
+// canShare reports whether the shared-prefix path applies to G groups: some
+// group has more than one row, and every group's rows start with the same
+// token (so their first 1+NCtx positions are equal).
+func (e *Encoder) canShare(G int) bool {
+	if e.noShare || G >= e.R {
+		return false
+	}
+	per := e.R / G
+	for r, t := range e.first {
+		if t != e.first[(r/per)*per] {
+			return false
+		}
+	}
+	return true
 }

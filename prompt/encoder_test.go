@@ -224,3 +224,37 @@ func TestAnchor(t *testing.T) {
 		t.Errorf("literal prompts: rel %.3g against Model.EncodeText", r)
 	}
 }
+
+// TestSharedPrefixMatches compares the shared-prefix path with the plain
+// truncated one (features and context gradients), for one and two groups,
+// and checks that rows with different first tokens fall back.
+func TestSharedPrefixMatches(t *testing.T) {
+	m := tinyModel(t)
+	const R, n = 6, 3
+	tokens := tinyTokens(R, n, 12)
+	for _, G := range []int{1, 2, 3} {
+		rng := rand.New(rand.NewPCG(uint64(G), 9))
+		packed, _ := NewEncoder(m, tokens, n)
+		plain, _ := NewEncoder(m, tokens, n)
+		plain.noShare = true
+		ctx := gradcheck.Rand(rng, G*n*packed.D, 1)
+		rw := gradcheck.Rand(rng, R*packed.E, 1)
+		fp, _ := packed.Forward(ctx, G, true)
+		if !packed.usedPack || packed.shared.N >= R*packed.T {
+			t.Fatalf("G=%d: shared-prefix path not taken", G)
+		}
+		fu, _ := plain.Forward(ctx, G, true)
+		if r := maxRel(fp, fu); r > 1e-6 {
+			t.Errorf("G=%d: features rel %.3g", G, r)
+		}
+		if r := maxRel(packed.Backward(rw), plain.Backward(rw)); r > 1e-5 {
+			t.Errorf("G=%d: context gradient rel %.3g", G, r)
+		}
+	}
+	odd := append([]int(nil), tokens...)
+	odd[12] = 17 // row 1 starts with another token
+	enc, _ := NewEncoder(m, odd, n)
+	if enc.canShare(1) || enc.canShare(R) {
+		t.Errorf("canShare: %v for rows with different first tokens, %v for one row per group; want false", enc.canShare(1), enc.canShare(R))
+	}
+}

@@ -91,8 +91,11 @@ type Learner struct {
 	Cfg        Config
 	LogitScale float32 // log of the logit multiplier (the model's, by default)
 
-	enc              *prompt.Encoder
-	C, E, D, R       int // classes, feature dim, width, rows N·C
+	model            *clip.Model
+	tokens           []int           // [N·C, Ctx]: the class prompts once per prompt
+	enc              *prompt.Encoder // training: f_P and f_G rows
+	evalEnc          *prompt.Encoder // inference: f_P rows only
+	C, E, D, R       int             // classes, feature dim, width, rows N·C
 	U, V, Sigma      *tensor.Tensor
 	gU, gV, gSigma   *tensor.Tensor
 	f0               []float32 // [R, E] anchor features
@@ -129,7 +132,7 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 		return nil, fmt.Errorf("fedpgp: %w", err)
 	}
 	n, b, D := cfg.NCtx, cfg.Bottleneck, enc.D
-	l := &Learner{Cfg: cfg, LogitScale: m.W.LogitScale, enc: enc,
+	l := &Learner{Cfg: cfg, LogitScale: m.W.LogitScale, enc: enc, model: m, tokens: rows[:len(rows)/2],
 		C: len(tokens) / ctxLen, E: enc.E, D: D, R: enc.R / 2,
 		U: tensor.New(N, n, b), V: tensor.New(N, b, D), Sigma: tensor.New(N, n, D),
 		gU: tensor.New(N, n, b), gV: tensor.New(N, b, D), gSigma: tensor.New(N, n, D)}
@@ -250,14 +253,22 @@ func (l *Learner) Step(imgFeat []float32, labels []int) (float64, map[string]flo
 }
 
 // TextFeatures returns the raw text features f_P [N·C, E] for the current
-// prompts (inference; owned by the learner, valid until the next call).
+// prompts (inference; owned by the learner, valid until the next call). It
+// runs only the N·C rows of f_P, on an encoder of its own made on first use.
 func (l *Learner) TextFeatures() ([]float32, error) {
-	l.contexts()
-	f, err := l.enc.Forward(l.ctx, 2*l.Cfg.NumPrompt, false)
-	if err != nil {
-		return nil, err
+	if l.evalEnc == nil {
+		var err error
+		if l.evalEnc, err = prompt.NewEncoder(l.model, l.tokens, l.Cfg.NCtx); err != nil {
+			return nil, fmt.Errorf("fedpgp: %w", err)
+		}
 	}
-	return f[:l.R*l.E], nil
+	l.contexts()
+	N, n, D := l.Cfg.NumPrompt, l.Cfg.NCtx, l.D
+	f, err := l.evalEnc.Forward(l.ctx[:N*n*D], N, false)
+	if err != nil {
+		return nil, fmt.Errorf("fedpgp: %w", err)
+	}
+	return f, nil
 }
 
 // AnchorFeatures returns f_0 [N·C, E], the literal prompts' features.

@@ -129,3 +129,31 @@ func TestRoundFixture(t *testing.T) {
 		}
 	}
 }
+
+// TestStepFromFileInputs: cached image features stand in for images, and a
+// missing setting is named.
+func TestStepFromFileInputs(t *testing.T) {
+	m := tinyModel(t)
+	init, _ := read(t, "../../testdata/promptfl/init.safetensors")
+	ref, meta := read(t, "../../testdata/promptfl/step.safetensors")
+	batch := tensor.Named{"tokens": ref["tokens"], "labels": ref["labels"], "image_features": ref["image_features"]}
+	out, err := StepFromFile(m, init, batch, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel(t, "grad from cached features", out["grad."+ParamCtx], ref["grad."+ParamCtx], 1e-4)
+	for _, key := range []string{"lr", "n_ctx", "logit_scale"} {
+		bad := map[string]string{}
+		for k, v := range meta {
+			if k != key {
+				bad[k] = v
+			}
+		}
+		if _, err := StepFromFile(m, init, batch, bad); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("without %q: error %v", key, err)
+		}
+	}
+	if _, err := StepFromFile(m, tensor.Named{}, batch, meta); err == nil || !strings.Contains(err.Error(), ParamCtx) {
+		t.Errorf("without parameters: error %v", err)
+	}
+}
