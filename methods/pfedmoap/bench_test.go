@@ -1,0 +1,62 @@
+package pfedmoap
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/pfedmma/pfedmma/clip"
+)
+
+func benchTokens(C, nCtx int) []int {
+	tok := make([]int, C*77)
+	for c := 0; c < C; c++ {
+		row := tok[c*77:]
+		row[0] = 49406
+		for i := 1; i <= nCtx; i++ {
+			row[i] = 343
+		}
+		row[nCtx+1], row[nCtx+2], row[nCtx+3] = 1000+c, 269, 49407
+	}
+	return tok
+}
+
+// BenchmarkStepViTB16 is one pFedMoAP step at ViT-B/16 shapes: 24 classes,
+// 16 context tokens, batch 32, the authors' gate (128 wide, 8 heads) over
+// the local prompt and 9 experts (image features given: the image encoder
+// is frozen; the experts' features are computed once, outside the loop).
+func BenchmarkStepViTB16(b *testing.B) {
+	const B, C = 32, 24
+	m := clip.New(clip.Random(clip.ViTB16(), 1))
+	cfg := DefaultConfig()
+	l, err := New(m, benchTokens(C, 16), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	E := m.W.Config.EmbedDim
+	rng := rand.New(rand.NewPCG(1, 2))
+	experts := make([][]float32, cfg.NumExperts-1)
+	for j := range experts {
+		experts[j] = make([]float32, cfg.NCtx*l.D)
+		for i := range experts[j] {
+			experts[j][i] = float32(rng.NormFloat64() * 0.02)
+		}
+	}
+	if err := l.SetExperts(experts); err != nil {
+		b.Fatal(err)
+	}
+	img := make([]float32, B*E)
+	for i := range img {
+		img[i] = float32(rng.NormFloat64())
+	}
+	labels := make([]int, B)
+	for i := range labels {
+		labels[i] = i % C
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, _, err := l.Step(img, labels); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(B*b.N)/b.Elapsed().Seconds(), "images/s")
+}
