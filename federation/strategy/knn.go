@@ -2,6 +2,9 @@ package strategy
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,6 +32,11 @@ type KNNPool struct {
 	K       int
 	Uniform bool
 	Initial tensor.Named
+	// Random picks, instead of the nearest entries, the first K other
+	// clients with a pool entry in a permutation of the client IDs drawn
+	// once from Seed (what the pFedMoAP authors' code runs by default).
+	Random bool
+	Seed   uint64
 
 	clients clientSet
 	global  tensor.Named
@@ -94,6 +102,17 @@ func (s *KNNPool) Neighbours(id int) ([]int, error) {
 	own, ok := s.pool[id]
 	if !ok {
 		return nil, nil
+	}
+	if s.Random {
+		ids := slices.Sorted(maps.Keys(s.clients))
+		var out []int
+		for _, j := range rand.New(rand.NewPCG(s.Seed, 0x5e1ec7)).Perm(len(ids)) {
+			other := ids[j]
+			if _, has := s.pool[other]; has && other != id && (s.K <= 0 || len(out) < s.K) {
+				out = append(out, other)
+			}
+		}
+		return out, nil
 	}
 	names := sortedNames(own)
 	type cand struct {

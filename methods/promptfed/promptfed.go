@@ -60,6 +60,21 @@ type Spec struct {
 	// parameters before training (default: copy the shared tensors) and
 	// prepares the learner (a FedProx anchor, downloaded experts).
 	Receive func(c *Client, in tensor.Named) error
+	// Upload, when set, is what a client sends after training (default:
+	// its shared tensors).
+	Upload func(c *Client) tensor.Named
+	// Prepare, when set, readies a learner for scoring the client
+	// (default: l.Prepare()).
+	Prepare func(c *Client, l Learner) error
+	// Trained, when set, selects the parameters the training loop's
+	// optimizer updates (default: all of P); AfterBackward then updates
+	// the others itself (a second optimizer), after each batch's backward.
+	Trained       func(c *Client, name string) bool
+	AfterBackward func(c *Client, b train.Batch) error
+	// SaveExtra and LoadExtra keep method state beyond P in the client's
+	// State (names must not start with "param/", "opt/" or "rng").
+	SaveExtra func(c *Client) (tensor.Named, error)
+	LoadExtra func(c *Client, st tensor.Named) error
 }
 
 // Spaces keeps one learner per label space.
@@ -167,6 +182,9 @@ func (c *Client) Params() []optim.Param {
 	g := c.l.Grads()
 	var ps []optim.Param
 	for _, name := range slices.Sorted(maps.Keys(c.P)) {
+		if c.Spec.Trained != nil && !c.Spec.Trained(c, name) {
+			continue
+		}
 		ps = append(ps, optim.Param{Name: name, Value: c.P[name].Data, Grad: g[name].Data})
 	}
 	return ps
@@ -200,6 +218,11 @@ func (c *Client) Step(ctx context.Context, b train.Batch) (float64, int, error) 
 	loss, _, logits, err := c.l.Step(c.Env.TrainBuf, c.labels)
 	if err != nil {
 		return 0, 0, err
+	}
+	if c.Spec.AfterBackward != nil {
+		if err := c.Spec.AfterBackward(c, b); err != nil {
+			return 0, 0, err
+		}
 	}
 	C := len(logits) / len(c.labels)
 	correct := 0
@@ -237,10 +260,15 @@ func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 	if err != nil {
 		return federation.FitRes{}, err
 	}
-	up := tensor.Named{}
-	for name, t := range c.P {
-		if c.Spec.Shared(name) {
-			up[name] = t.Clone()
+	var up tensor.Named
+	if c.Spec.Upload != nil {
+		up = c.Spec.Upload(c)
+	} else {
+		up = tensor.Named{}
+		for name, t := range c.P {
+			if c.Spec.Shared(name) {
+				up[name] = t.Clone()
+			}
 		}
 	}
 	return federation.FitRes{Params: up, NumExamples: len(c.Task.Train), Metrics: m}, nil
@@ -284,7 +312,12 @@ func (s *scorer) Logits(space int, img []float32, B int) ([]float32, error) {
 		if err := s.c.Load(l); err != nil {
 			return nil, err
 		}
-		if err := l.Prepare(); err != nil {
+		if s.c.Spec.Prepare != nil {
+			err = s.c.Spec.Prepare(s.c, l)
+		} else {
+			err = l.Prepare()
+		}
+		if err != nil {
 			return nil, err
 		}
 		s.ready[space] = true
@@ -301,6 +334,13 @@ func (c *Client) State() (tensor.Named, error) {
 	for name, t := range c.P {
 		st["param/"+name] = t.Clone()
 	}
+	if c.Spec.SaveExtra != nil {
+		extra, err := c.Spec.SaveExtra(c)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(st, extra)
+	}
 	return st, nil
 }
 
@@ -312,6 +352,11 @@ func (c *Client) LoadState(st tensor.Named) error {
 			return fmt.Errorf("%s client %d state: no %s of shape %v", c.Spec.Name, c.Task.ID, name, p.Shape)
 		}
 		copy(p.Data, t.Data)
+	}
+	if c.Spec.LoadExtra != nil {
+		if err := c.Spec.LoadExtra(c, st); err != nil {
+			return err
+		}
 	}
 	return c.loop.LoadState(st)
 }

@@ -1,0 +1,189 @@
+package fedotp
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/federation/strategy"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/ot"
+	"github.com/pfedmma/pfedmma/prompt"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+func init() { methods.Register(Method{}) }
+
+// Settings is the fedotp config section (defaults: the authors' few-shot
+// scripts; see the package doc).
+type Settings struct {
+	NCtx       int     `yaml:"n_ctx"`       // context tokens per prompt (16)
+	NumPrompt  int     `yaml:"num_prompt"`  // prompts per client (2: global + local)
+	AvgPrompt  int     `yaml:"avg_prompt"`  // leading prompts the server averages (1)
+	OT         string  `yaml:"ot"`          // COT (unbalanced, default) or Sinkhorn
+	Eps        float64 `yaml:"eps"`         // entropic regularisation ε > 0 (0.01)
+	Thresh     float64 `yaml:"thresh"`      // stopping threshold (1e-3)
+	MaxIter    int     `yaml:"max_iter"`    // OT iterations at most (100)
+	TopPercent float64 `yaml:"top_percent"` // COT's transported mass (0.8)
+	InitStd    float64 `yaml:"init_std"`    // σ of the contexts' N(0, σ²) init (0.02)
+}
+
+// Check implements config.Section.
+func (s *Settings) Check(c *config.Checker) {
+	c.AtLeast("n_ctx", s.NCtx, 1)
+	c.AtMost("n_ctx", s.NCtx, 64)
+	c.AtLeast("num_prompt", s.NumPrompt, 1)
+	c.AtMost("num_prompt", s.NumPrompt, 16)
+	c.AtLeast("avg_prompt", s.AvgPrompt, 0)
+	if s.AvgPrompt > s.NumPrompt {
+		c.Fail("avg_prompt", "%d is more than num_prompt %d", s.AvgPrompt, s.NumPrompt)
+	}
+	c.OneOf("ot", s.OT, ot.COT, ot.Sinkhorn)
+	c.Positive("eps", s.Eps)
+	c.Positive("thresh", s.Thresh)
+	c.AtLeast("max_iter", s.MaxIter, 1)
+	c.AtMost("max_iter", s.MaxIter, 100000)
+	c.Range("top_percent", s.TopPercent, 0, 1)
+	c.NonNegative("init_std", s.InitStd)
+}
+
+func (s *Settings) config(seed uint64) Config {
+	return Config{NCtx: s.NCtx, NumPrompt: s.NumPrompt, AvgPrompt: s.AvgPrompt, InitStd: s.InitStd, Seed: seed,
+		OT: ot.Config{Method: s.OT, Eps: s.Eps, Thresh: s.Thresh, MaxIter: s.MaxIter, TopPercent: s.TopPercent}}
+}
+
+func fromConfig(c Config) *Settings {
+	return &Settings{NCtx: c.NCtx, NumPrompt: c.NumPrompt, AvgPrompt: c.AvgPrompt, OT: c.OT.Method, Eps: c.OT.Eps,
+		Thresh: c.OT.Thresh, MaxIter: c.OT.MaxIter, TopPercent: c.OT.TopPercent, InitStd: c.InitStd}
+}
+
+// Method is FedOTP for the methods registry.
+type Method struct{}
+
+// Info implements methods.Method.
+func (Method) Info() methods.Info {
+	return methods.Info{Name: "fedotp", Trains: "a global and a local CoOp prompt matched to image patches by optimal transport",
+		Shares: "the global prompt only (FedAvg, weights n_i)",
+		Paper:  "Li et al., Global and Local Prompts Cooperation via Optimal Transport for Federated Learning (CVPR 2024)"}
+}
+
+// DefaultConfig implements methods.Method.
+func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()) }
+
+// Depth implements methods.Method: every token's features are cached.
+func (Method) Depth(config.Section, int) (int, error) { return methods.TokenFeatures, nil }
+
+func settings(sec config.Section) (*Settings, error) {
+	s, ok := sec.(*Settings)
+	if !ok || s == nil {
+		return nil, fmt.Errorf("fedotp: config section is %T, want *fedotp.Settings", sec)
+	}
+	return s, s.config(0).Validate()
+}
+
+// Build implements methods.Method: clients upload the first avg_prompt
+// prompts, the server averages them, and clients continue from [global;
+// their own local prompts].
+func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.config(env.Seed)
+	return promptfed.Build(env, &promptfed.Spec{Name: "fedotp", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
+		NewLearner: func(tokens []int) (promptfed.Learner, error) {
+			l, err := New(env.Model, tokens, cfg)
+			if err != nil {
+				return nil, err
+			}
+			return spaceLearner{l}, nil
+		},
+		Strategy: func(init tensor.Named) federation.Strategy {
+			g, _ := GlobalPart(init, cfg.AvgPrompt) // shapes checked by New
+			return &strategy.FedAvg{Shared: federation.Names(ParamCtx), Initial: g}
+		},
+		Upload: func(c *promptfed.Client) tensor.Named {
+			g, _ := GlobalPart(c.P, cfg.AvgPrompt)
+			return g
+		},
+		Receive: func(c *promptfed.Client, in tensor.Named) error {
+			for name := range in {
+				if name != ParamCtx {
+					return fmt.Errorf("fedotp client %d: received unexpected tensor %q", c.Task.ID, name)
+				}
+			}
+			if len(in) == 0 {
+				return nil
+			}
+			next, err := WithGlobal(c.P, in)
+			if err != nil {
+				return fmt.Errorf("fedotp client %d: %w", c.Task.ID, err)
+			}
+			copy(c.P[ParamCtx].Data, next[ParamCtx].Data)
+			return nil
+		}})
+}
+
+// spaceLearner adapts the learner to promptfed (its logits recompute the
+// text features, so Prepare has nothing to do).
+type spaceLearner struct{ *Learner }
+
+func (s spaceLearner) Step(img []float32, labels []int) (float64, map[string]float64, []float32, error) {
+	loss, logits, err := s.Learner.Step(img, labels)
+	return loss, nil, logits, err
+}
+
+func (s spaceLearner) Prepare() error { return nil }
+
+// Predictor implements methods.Method: the site's prompts and the OT head
+// on the image's token features.
+func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.Named) (methods.Predictor, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	return predictor{pe: pe, cfg: s.config(0), saved: saved}, nil
+}
+
+type predictor struct {
+	pe    methods.PredictEnv
+	cfg   Config
+	saved tensor.Named
+}
+
+func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
+	m := p.pe.Model
+	var tokens []int
+	for _, c := range classes {
+		ids, err := p.pe.Tok.Tokenize(promptfed.Placeholder(p.cfg.NCtx)+" "+strings.ReplaceAll(c, "_", " ")+".", m.W.Config.Text.ContextLength, false)
+		if err != nil {
+			return nil, err
+		}
+		tokens = append(tokens, ids...)
+	}
+	l, err := New(m, tokens, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := prompt.Load(l.Params(), p.saved); err != nil {
+		return nil, err
+	}
+	return l.Logits(append([]float32(nil), m.EncodeImageTokens(pixels, B)...), B)
+}
+
+// SettingsFrom implements methods.FixtureSettings.
+func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+	cfg, err := ConfigFromMeta(f.Meta)
+	if err != nil {
+		return nil, err
+	}
+	return fromConfig(cfg), nil
+}
+
+// Step implements methods.Stepper.
+func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
+}

@@ -1,0 +1,295 @@
+package pfedmoap
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/federation/strategy"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/prompt"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+func init() { methods.Register(Method{}) }
+
+// Settings is the pfedmoap config section (defaults: the authors' code; see
+// the package doc). The prompt trains with the run's optimizer settings
+// (the paper: SGD lr 0.002, cosine), the gate with its own SGD.
+type Settings struct {
+	NCtx       int     `yaml:"n_ctx"`       // context tokens (16)
+	GateWidth  int     `yaml:"gate_width"`  // d_g: the gate's width (128; must divide the feature dim)
+	GateHeads  int     `yaml:"gate_heads"`  // attention heads (8)
+	Scaling    float64 `yaml:"scaling"`     // fixed attention-score scale (10, as the authors' code)
+	Lambda     float64 `yaml:"lambda"`      // λ, weight of the local prompt's logits (0.5)
+	NumExperts int     `yaml:"num_experts"` // prompts the gate mixes, the local one included (10)
+	// Selection of the downloaded experts: nearest (the paper: K nearest
+	// by L2 on the pool as it stood at the round's start) or random (what
+	// the authors' code runs).
+	Selection       string  `yaml:"selection"`
+	GateLR          float64 `yaml:"gate_lr"`           // 0.01, constant
+	GateMomentum    float64 `yaml:"gate_momentum"`     // 0.9
+	GateWeightDecay float64 `yaml:"gate_weight_decay"` // 5e-4
+	InitStd         float64 `yaml:"init_std"`          // σ of the prompt's N(0, σ²) init (0.02)
+}
+
+// Check implements config.Section.
+func (s *Settings) Check(c *config.Checker) {
+	c.AtLeast("n_ctx", s.NCtx, 1)
+	c.AtMost("n_ctx", s.NCtx, 64)
+	c.AtLeast("gate_width", s.GateWidth, 1)
+	c.AtMost("gate_width", s.GateWidth, 4096)
+	c.AtLeast("gate_heads", s.GateHeads, 1)
+	if s.GateHeads > 0 && s.GateWidth%s.GateHeads != 0 {
+		c.Fail("gate_heads", "%d does not divide gate_width %d", s.GateHeads, s.GateWidth)
+	}
+	c.Positive("scaling", s.Scaling)
+	c.NonNegative("lambda", s.Lambda)
+	c.AtLeast("num_experts", s.NumExperts, 1)
+	c.AtMost("num_experts", s.NumExperts, 1000)
+	c.OneOf("selection", s.Selection, "nearest", "random")
+	c.Positive("gate_lr", s.GateLR)
+	c.Range("gate_momentum", s.GateMomentum, 0, 0.999)
+	c.NonNegative("gate_weight_decay", s.GateWeightDecay)
+	c.NonNegative("init_std", s.InitStd)
+}
+
+func (s *Settings) config(seed uint64) Config {
+	c := DefaultConfig()
+	c.NCtx, c.GateWidth, c.GateHeads, c.Scaling, c.Lambda, c.NumExperts = s.NCtx, s.GateWidth, s.GateHeads, s.Scaling, s.Lambda, s.NumExperts
+	c.GateLR, c.GateMomentum, c.GateWeightDecay, c.InitStd, c.Seed = s.GateLR, s.GateMomentum, s.GateWeightDecay, s.InitStd, seed
+	return c
+}
+
+func fromConfig(c Config) *Settings {
+	return &Settings{NCtx: c.NCtx, GateWidth: c.GateWidth, GateHeads: c.GateHeads, Scaling: c.Scaling, Lambda: c.Lambda,
+		NumExperts: c.NumExperts, Selection: "nearest", GateLR: c.GateLR, GateMomentum: c.GateMomentum,
+		GateWeightDecay: c.GateWeightDecay, InitStd: c.InitStd}
+}
+
+// Method is pFedMoAP for the methods registry.
+type Method struct{}
+
+// Info implements methods.Method.
+func (Method) Info() methods.Info {
+	return methods.Info{Name: "pfedmoap", Trains: "a CoOp prompt and a local attention gate over downloaded expert prompts",
+		Shares: "the prompt (FedAvg, weights n_i; a pool of every client's prompt serves the K nearest as experts); the gate stays on the site",
+		Paper:  "Luo et al., Mixture of Experts Made Personalized: Federated Prompt Learning for Vision-Language Models (ICLR 2025)"}
+}
+
+// DefaultConfig implements methods.Method.
+func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()) }
+
+// Depth implements methods.Method: the image encoder is frozen whole.
+func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
+
+func settings(sec config.Section) (*Settings, error) {
+	s, ok := sec.(*Settings)
+	if !ok || s == nil {
+		return nil, fmt.Errorf("pfedmoap: config section is %T, want *pfedmoap.Settings", sec)
+	}
+	return s, s.config(0).Validate()
+}
+
+// siteState is what a pFedMoAP client keeps beyond its parameters: the
+// experts it downloaded last and its gate's optimizer.
+type siteState struct {
+	experts [][]float32
+	opt     *optim.SGD
+	round   int
+}
+
+func (c Config) newGateOpt() *optim.SGD {
+	return optim.NewSGD(c.GateMomentum, c.GateWeightDecay, false)
+}
+
+// Build implements methods.Method.
+func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.config(env.Seed)
+	if cfg.NumExperts > len(env.Task.Clients) {
+		return nil, fmt.Errorf("pfedmoap.num_experts %d: larger than the %d clients (the pool)", cfg.NumExperts, len(env.Task.Clients))
+	}
+	state := func(c *promptfed.Client) *siteState {
+		if c.Extra == nil {
+			c.Extra = &siteState{opt: cfg.newGateOpt(), round: -1}
+		}
+		return c.Extra.(*siteState)
+	}
+	setExperts := func(c *promptfed.Client, l promptfed.Learner) error {
+		return l.(*spaceLearner).SetExperts(state(c).experts)
+	}
+	return promptfed.Build(env, &promptfed.Spec{Name: "pfedmoap", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
+		NewLearner: func(tokens []int) (promptfed.Learner, error) {
+			l, err := New(env.Model, tokens, cfg)
+			if err != nil {
+				return nil, err
+			}
+			return &spaceLearner{Learner: l}, nil
+		},
+		Strategy: func(init tensor.Named) federation.Strategy {
+			return &strategy.KNNPool{Shared: federation.Names(ParamCtx), K: cfg.NumExperts - 1,
+				Initial: tensor.Named{ParamCtx: init[ParamCtx].Clone()}, Random: s.Selection == "random", Seed: env.Seed}
+		},
+		Receive: func(c *promptfed.Client, in tensor.Named) error {
+			global, experts, err := strategy.SplitExperts(in)
+			if err != nil {
+				return err
+			}
+			if err := c.ReceiveShared(global); err != nil {
+				return err
+			}
+			st := state(c)
+			st.experts = st.experts[:0]
+			for _, e := range experts {
+				t, ok := e[ParamCtx]
+				if !ok {
+					return fmt.Errorf("pfedmoap client %d: an expert lacks %q", c.Task.ID, ParamCtx)
+				}
+				st.experts = append(st.experts, append([]float32(nil), t.Data...))
+			}
+			l, err := c.Learner()
+			if err != nil {
+				return err
+			}
+			return setExperts(c, l)
+		},
+		Prepare: setExperts,
+		Trained: func(c *promptfed.Client, name string) bool { return !IsGate(name) },
+		AfterBackward: func(c *promptfed.Client, b train.Batch) error {
+			st := state(c)
+			if len(st.experts) == 0 {
+				return nil // the gate takes no part without experts
+			}
+			if b.Round != st.round && env.Train.ResetOptimizer {
+				st.opt = cfg.newGateOpt()
+			}
+			st.round = b.Round
+			l, err := c.Learner()
+			if err != nil {
+				return err
+			}
+			g := l.Grads()
+			var ps []optim.Param
+			for _, name := range gateNames {
+				ps = append(ps, optim.Param{Name: name, Value: c.P[name].Data, Grad: g[name].Data})
+			}
+			return st.opt.Step(cfg.GateLR, ps)
+		},
+		SaveExtra: func(c *promptfed.Client) (tensor.Named, error) {
+			st := state(c)
+			out := tensor.Named{"moap/round": {Shape: []int{1}, Data: []float32{float32(st.round)}}}
+			for name, t := range st.opt.State() {
+				out["moap/gateopt/"+name] = t
+			}
+			for i, e := range st.experts {
+				out["moap/expert/"+strconv.Itoa(i)] = &tensor.Tensor{Shape: []int{len(e)}, Data: append([]float32(nil), e...)}
+			}
+			return out, nil
+		},
+		LoadExtra: func(c *promptfed.Client, saved tensor.Named) error {
+			st := state(c)
+			opt := tensor.Named{}
+			var experts [][]float32
+			for name, t := range saved {
+				switch {
+				case strings.HasPrefix(name, "moap/gateopt/"):
+					opt[strings.TrimPrefix(name, "moap/gateopt/")] = t
+				case strings.HasPrefix(name, "moap/expert/"):
+					i, err := strconv.Atoi(strings.TrimPrefix(name, "moap/expert/"))
+					if err != nil || i < 0 || i > 1000 {
+						return fmt.Errorf("pfedmoap client %d state: entry %q", c.Task.ID, name)
+					}
+					for len(experts) <= i {
+						experts = append(experts, nil)
+					}
+					experts[i] = append([]float32(nil), t.Data...)
+				}
+			}
+			st.opt = cfg.newGateOpt()
+			if err := st.opt.LoadState(opt); err != nil {
+				return fmt.Errorf("pfedmoap client %d gate optimizer: %w", c.Task.ID, err)
+			}
+			st.experts = experts
+			if r, ok := saved["moap/round"]; ok && len(r.Data) == 1 {
+				st.round = int(r.Data[0])
+			}
+			return nil
+		}})
+}
+
+// spaceLearner adapts the learner to promptfed.
+type spaceLearner struct{ *Learner }
+
+func (s *spaceLearner) Step(img []float32, labels []int) (float64, map[string]float64, []float32, error) {
+	loss, logits, err := s.Learner.Step(img, labels)
+	return loss, nil, logits, err
+}
+
+func (s *spaceLearner) Prepare() error { return nil }
+
+// Predictor implements methods.Method: the site's prompt and gate. The
+// experts a site downloaded are not part of what it keeps, so predict runs
+// the local prompt alone (plain CoOp logits, λ-weighted).
+func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.Named) (methods.Predictor, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	return predictor{pe: pe, cfg: s.config(0), saved: saved}, nil
+}
+
+type predictor struct {
+	pe    methods.PredictEnv
+	cfg   Config
+	saved tensor.Named
+}
+
+func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
+	m := p.pe.Model
+	var tokens []int
+	for _, c := range classes {
+		ids, err := p.pe.Tok.Tokenize(promptfed.Placeholder(p.cfg.NCtx)+" "+strings.ReplaceAll(c, "_", " ")+".", m.W.Config.Text.ContextLength, false)
+		if err != nil {
+			return nil, err
+		}
+		tokens = append(tokens, ids...)
+	}
+	l, err := New(m, tokens, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := prompt.Load(l.Params(), p.saved); err != nil {
+		return nil, err
+	}
+	return l.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
+}
+
+// SettingsFrom implements methods.FixtureSettings.
+func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+	cfg, err := ConfigFromMeta(f.Meta)
+	if err != nil {
+		return nil, err
+	}
+	return fromConfig(cfg), nil
+}
+
+// Step implements methods.Stepper.
+func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
+}
+
+// FixtureRound implements methods.Rounder: the fixture's round is the
+// server's expert selection for client 0 and its local epoch.
+func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+	return RoundFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
+}
