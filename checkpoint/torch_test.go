@@ -366,3 +366,33 @@ func TestTorchTruncated(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAIScalarBuffers: the input_resolution, context_length and
+// vocab_size scalars of OpenAI's .pt files are ignored, not "unexpected".
+func TestOpenAIScalarBuffers(t *testing.T) {
+	src, err := safetensors.Open(openaiFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := src.Float32All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	i64 := map[string]safetensors.Int64Tensor{
+		"input_resolution": {Shape: []int{}, Data: []int64{32}},
+		"context_length":   {Shape: []int{}, Data: []int64{77}},
+		"vocab_size":       {Shape: []int{}, Data: []int64{1000}},
+	}
+	p := filepath.Join(t.TempDir(), "with_scalars.safetensors")
+	if err := safetensors.Write(p, all, i64, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, info, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, _ := Load(openaiFixture)
+	if err := Equal(got, want); err != nil || info.Tensors != 110 {
+		t.Errorf("%v, %d tensors", err, info.Tensors)
+	}
+}
