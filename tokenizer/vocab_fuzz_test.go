@@ -38,6 +38,18 @@ func checkTokenizer(t *testing.T, tok *Tokenizer, writeBack func(*Tokenizer) (*T
 	}
 }
 
+// fastTempDir is a temporary folder on tmpfs where there is one: the
+// writers fsync, which on disk would cap the fuzzers at a few runs a second.
+func fastTempDir(f *testing.F) string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if dir, err := os.MkdirTemp("/dev/shm", "pfedmma-fuzz-"); err == nil {
+			f.Cleanup(func() { os.RemoveAll(dir) })
+			return dir
+		}
+	}
+	return f.TempDir()
+}
+
 func seedTokenizer(f *testing.F) (*Tokenizer, string) {
 	tok := FromMerges(Learn(learnCorpus, 150))
 	dir := f.TempDir()
@@ -71,7 +83,7 @@ func FuzzLoadSimpleVocab(f *testing.F) {
 	f.Add([]byte("#version: 0.2\ni n\nt h\nth e</w>\n"), false)
 	f.Add([]byte("header\na\n"), false)
 	f.Add([]byte("header\n\xff \xfe\n"), true)
-	dir := f.TempDir()
+	dir := fastTempDir(f)
 	f.Fuzz(func(t *testing.T, text []byte, compress bool) {
 		name, data := SimpleVocabTxt, text
 		if compress {
@@ -125,8 +137,8 @@ func FuzzLoadHFVocab(f *testing.F) {
 	f.Add(bytes.Replace(vocab, []byte(`"!":0,`), nil, 1), merges)
 	f.Add([]byte(`{"a": -1}`), []byte(""))
 	f.Add([]byte(`{"a": 0, "b": 0}`), []byte("a b\n"))
-	dir := f.TempDir()
-	out := f.TempDir()
+	dir := fastTempDir(f)
+	out := fastTempDir(f)
 	f.Fuzz(func(t *testing.T, vocab, merges []byte) {
 		vp, mp := filepath.Join(dir, HFVocab), filepath.Join(dir, HFMerges)
 		os.WriteFile(vp, vocab, 0o644)
