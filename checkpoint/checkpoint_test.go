@@ -495,7 +495,7 @@ func TestPathErrors(t *testing.T) {
 	os.WriteFile(filepath.Join(two, "b.safetensors"), nil, 0o644)
 	cases := []struct{ path, want string }{
 		{filepath.Join(dir, "nope.safetensors"), "no such file"},
-		{pt, "PyTorch pickle checkpoints are not supported"},
+		{pt, "not a PyTorch zip archive"},
 		{empty, "no .safetensors file"},
 		{two, "2 .safetensors files"},
 		{filepath.Join(two, "a.safetensors"), "truncated"},

@@ -140,7 +140,9 @@ func layout(cfg clip.Config, s Scheme, w *clip.Weights, ls []float32) []param {
 // ignorable lists tensors a scheme's checkpoints may hold that carry no
 // weights (buffers recomputed by the model).
 var ignorable = map[Scheme]map[string]bool{
-	OpenAI: {},
+	// OpenAI's TorchScript .pt files hold three scalar buffers that
+	// clip.load drops from the state dict.
+	OpenAI: {"input_resolution": true, "context_length": true, "vocab_size": true},
 	HF: {
 		"vision_model.embeddings.position_ids": true,
 		"text_model.embeddings.position_ids":   true,

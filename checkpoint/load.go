@@ -4,9 +4,10 @@
 // tensor shapes, and every tensor is checked against it: a missing, extra or
 // misshaped tensor is an error that names it.
 //
-// PyTorch pickle files (.pt, .pth, .bin) are not read: OpenAI's released
-// .pt files are TorchScript archives, and every other source of CLIP
-// weights (Hugging Face, open_clip) publishes safetensors.
+// PyTorch checkpoints (.pt, .pth, .bin, .ckpt) are read with package
+// torchpt: OpenAI's released TorchScript .pt files (fp16 weights become
+// float32), torch.save'd state dicts such as Hugging Face's
+// pytorch_model.bin, through a restricted unpickler that executes nothing.
 package checkpoint
 
 import (
@@ -24,6 +25,7 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
+	"github.com/pfedmma/pfedmma/torchpt"
 )
 
 // ErrMismatch marks a checkpoint whose tensors do not form a CLIP model:
@@ -52,17 +54,27 @@ type Info struct {
 	Metadata   map[string]string // "__metadata__" of the (first) file
 }
 
+// tensorFile is one weight file: a *safetensors.File or a *torchpt.File.
+type tensorFile interface {
+	Name() string
+	Names() []string
+	Info(name string) (dtype string, shape []int, ok bool)
+	Float32Into(name string, dst []float32) ([]int, error)
+	Metadata() map[string]string
+	Close() error
+}
+
 // source is the set of tensors of a checkpoint, possibly spread over shards.
 type source struct {
 	path    string // what the caller asked for, for messages
-	files   []*safetensors.File
+	files   []tensorFile
 	tensors map[string]located // by name with the prefix stripped
 	prefix  string
 	configs map[Scheme]string // config file for each scheme, if present
 }
 
 type located struct {
-	file *safetensors.File
+	file tensorFile
 	name string // name in the file
 }
 
@@ -75,10 +87,12 @@ func (s *source) shape(name string) ([]int, bool) {
 	return shape, true
 }
 
-// Load reads a CLIP checkpoint. path is a .safetensors file (either scheme)
-// or a folder holding config.json + model.safetensors (Hugging Face, also
-// sharded with model.safetensors.index.json) or a single open_clip/OpenAI
-// .safetensors file.
+// Load reads a CLIP checkpoint. path is a .safetensors file (either scheme),
+// a PyTorch checkpoint (OpenAI's TorchScript .pt, or a torch.save'd state
+// dict: .pt, .pth, .bin, .ckpt, or any zip archive), or a folder holding
+// config.json + model.safetensors (Hugging Face, also sharded with
+// model.safetensors.index.json, or pytorch_model.bin when the folder has no
+// safetensors) or a single open_clip/OpenAI .safetensors file.
 func Load(path string) (*clip.Weights, *Info, error) {
 	src, info, err := plan(path)
 	if err != nil {
@@ -168,7 +182,33 @@ func (s *source) plan() (*Info, error) {
 	return info, nil
 }
 
-// open finds and opens the safetensors file(s) of a checkpoint.
+// isTorch reports whether p is to be read as a PyTorch checkpoint: by its
+// extension, or by the zip signature that torch.save and torch.jit.save
+// write.
+func isTorch(p string) bool {
+	switch strings.ToLower(filepath.Ext(p)) {
+	case ".pt", ".pth", ".bin", ".ckpt":
+		return true
+	}
+	fh, err := os.Open(p)
+	if err != nil {
+		return false // the open proper reports it
+	}
+	defer fh.Close()
+	var head [4]byte
+	n, _ := fh.Read(head[:])
+	return n == 4 && string(head[:]) == "PK\x03\x04"
+}
+
+// openFile opens one weight file in the format its name or content says.
+func openFile(p string) (tensorFile, error) {
+	if isTorch(p) {
+		return torchpt.Open(p)
+	}
+	return safetensors.OpenLazy(p)
+}
+
+// open finds and opens the weight file(s) of a checkpoint.
 func open(path string) (*source, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -179,12 +219,7 @@ func open(path string) (*source, error) {
 	dir := path
 	if !st.IsDir() {
 		dir = filepath.Dir(path)
-		switch strings.ToLower(filepath.Ext(path)) {
-		case ".pt", ".pth", ".bin", ".ckpt":
-			return nil, fmt.Errorf("checkpoint %s: PyTorch pickle checkpoints are not supported; convert to safetensors "+
-				"(e.g. safetensors.torch.save_file(model.state_dict(), \"model.safetensors\"))", path)
-		}
-		files = []string{path} // read as safetensors whatever the extension
+		files = []string{path}
 	} else if files, err = folderFiles(path); err != nil {
 		return nil, err
 	}
@@ -194,7 +229,7 @@ func open(path string) (*source, error) {
 		}
 	}
 	for _, p := range files {
-		f, err := safetensors.OpenLazy(p)
+		f, err := openFile(p)
 		if err != nil {
 			src.close()
 			return nil, fmt.Errorf("checkpoint: %w", err)
@@ -216,35 +251,14 @@ func fileExists(p string) bool {
 	return err == nil && st.Mode().IsRegular()
 }
 
-// folderFiles picks the weight files of a model folder.
+// folderFiles picks the weight files of a model folder: safetensors
+// (sharded or not) first, then PyTorch's pytorch_model.bin (sharded or
+// not).
 func folderFiles(dir string) ([]string, error) {
-	if idx := filepath.Join(dir, "model.safetensors.index.json"); fileExists(idx) {
-		b, err := os.ReadFile(idx)
-		if err != nil {
-			return nil, fmt.Errorf("checkpoint: %w", err)
+	for _, index := range []string{"model.safetensors.index.json", "pytorch_model.bin.index.json"} {
+		if idx := filepath.Join(dir, index); fileExists(idx) {
+			return shardFiles(dir, idx)
 		}
-		var index struct {
-			WeightMap map[string]string `json:"weight_map"`
-		}
-		if err := json.Unmarshal(b, &index); err != nil {
-			return nil, fmt.Errorf("checkpoint %s: %w", idx, err)
-		}
-		seen := map[string]bool{}
-		var files []string
-		for name, shard := range index.WeightMap {
-			if shard == "" || filepath.Base(shard) != shard {
-				return nil, fmt.Errorf("checkpoint %s: tensor %q: shard %q is not a file name in the folder", idx, name, shard)
-			}
-			if !seen[shard] {
-				seen[shard] = true
-				files = append(files, filepath.Join(dir, shard))
-			}
-		}
-		if len(files) == 0 {
-			return nil, fmt.Errorf("checkpoint %s: empty weight_map", idx)
-		}
-		sort.Strings(files)
-		return files, nil
 	}
 	for _, name := range []string{"model.safetensors", "open_clip_model.safetensors"} {
 		if p := filepath.Join(dir, name); fileExists(p) {
@@ -257,11 +271,60 @@ func folderFiles(dir string) ([]string, error) {
 	}
 	switch len(found) {
 	case 0:
-		return nil, fmt.Errorf("checkpoint %s: no .safetensors file in the folder", dir)
+		for _, name := range []string{"pytorch_model.bin", "open_clip_pytorch_model.bin"} {
+			if p := filepath.Join(dir, name); fileExists(p) {
+				return []string{p}, nil
+			}
+		}
+		return nil, fmt.Errorf("checkpoint %s: no .safetensors file (nor pytorch_model.bin) in the folder", dir)
 	case 1:
 		return found, nil
 	}
 	return nil, fmt.Errorf("checkpoint %s: %d .safetensors files and no model.safetensors; name one", dir, len(found))
+}
+
+// shardFiles reads a sharded checkpoint's index (weight_map: tensor name →
+// shard file in dir) and returns the shard files, sorted.
+func shardFiles(dir, idx string) ([]string, error) {
+	b, err := os.ReadFile(idx)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	files, err := parseIndex(b)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", idx, err)
+	}
+	for i, f := range files {
+		files[i] = filepath.Join(dir, f)
+	}
+	return files, nil
+}
+
+// parseIndex decodes a model.safetensors.index.json and returns its shard
+// file names, each once, sorted. Shards must be plain file names.
+func parseIndex(b []byte) ([]string, error) {
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &index); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var files []string
+	for name, shard := range index.WeightMap {
+		if shard == "" || shard == "." || shard == ".." || filepath.Base(shard) != shard || strings.ContainsAny(shard, `/\`) {
+			return nil, fmt.Errorf("tensor %q: shard %q is not a file name in the folder", name, shard)
+		}
+		if !seen[shard] {
+			seen[shard] = true
+			files = append(files, shard)
+		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("empty weight_map")
+	}
+	sort.Strings(files)
+	return files, nil
 }
 
 // anchors identify a scheme by a tensor only it has.

@@ -1,0 +1,455 @@
+package torchpt
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/nlpodyssey/gopickle/pickle"
+	"github.com/nlpodyssey/gopickle/types"
+
+	"github.com/pfedmma/pfedmma/safetensors"
+)
+
+// This file unpickles the data.pkl of a PyTorch archive with a whitelist of
+// globals. Nothing in the pickle is executed: the whitelisted torch
+// functions are replaced by Go functions that only record what tensor was
+// described, and TorchScript module classes (__torch__.*) become inert
+// objects that collect their attributes.
+
+// Limits on what a pickle may describe.
+const (
+	maxElements = int64(1) << 40 // elements of one storage or tensor
+	maxRank     = 16
+	maxDepth    = 256 // nesting of modules and dicts
+)
+
+// storageDTypes maps the torch storage classes to element types.
+var storageDTypes = map[string]safetensors.DType{
+	"FloatStorage":    safetensors.F32,
+	"HalfStorage":     safetensors.F16,
+	"BFloat16Storage": safetensors.BF16,
+	"DoubleStorage":   safetensors.F64,
+	"LongStorage":     safetensors.I64,
+	"IntStorage":      safetensors.I32,
+	"ShortStorage":    safetensors.I16,
+	"CharStorage":     safetensors.I8,
+	"ByteStorage":     safetensors.U8,
+	"BoolStorage":     safetensors.Bool,
+}
+
+// allowed reports whether the pickle global module.name is on the
+// whitelist.
+func allowed(module, name string) bool {
+	switch module {
+	case "torch._utils":
+		return name == "_rebuild_tensor_v2" || name == "_rebuild_parameter" || name == "_rebuild_parameter_with_state"
+	case "torch":
+		_, ok := storageDTypes[name]
+		return ok
+	case "collections":
+		return name == "OrderedDict"
+	}
+	return strings.HasPrefix(module, "__torch__.") || module == "__torch__"
+}
+
+// storageClass is a torch.*Storage class: only its element type matters.
+type storageClass struct {
+	name  string
+	dtype safetensors.DType
+}
+
+// storage is a persistent reference to the record data/<key> of the
+// archive, holding numel elements of dtype.
+type storage struct {
+	key   string
+	dtype safetensors.DType
+	numel int64
+}
+
+// tensorRef is a tensor described by torch._utils._rebuild_tensor_v2: a
+// strided view into a storage.
+type tensorRef struct {
+	storage *storage
+	offset  int64 // in elements
+	shape   []int
+	stride  []int64
+}
+
+// object is an instance of a TorchScript class (__torch__.*): its
+// attributes, in pickle order, and any non-dict state it was given.
+type object struct {
+	class string
+	attrs []types.DictEntry
+	state any
+}
+
+// PySetState records the state given by BUILD.
+func (o *object) PySetState(state any) error {
+	switch s := state.(type) {
+	case *types.Dict:
+		o.attrs = append(o.attrs, *s...)
+	case *types.OrderedDict:
+		for e := s.List.Front(); e != nil; e = e.Next() {
+			en := e.Value.(*types.OrderedDictEntry)
+			o.attrs = append(o.attrs, types.DictEntry{Key: en.Key, Value: en.Value})
+		}
+	default:
+		o.state = state
+	}
+	return nil
+}
+
+// PyDictSet records one attribute.
+func (o *object) PyDictSet(key, value any) error {
+	o.attrs = append(o.attrs, types.DictEntry{Key: key, Value: value})
+	return nil
+}
+
+// objectClass is a TorchScript class; instantiating it makes an empty
+// object.
+type objectClass struct{ name string }
+
+// PyNew makes an inert object of the class, ignoring the arguments.
+func (c *objectClass) PyNew(...any) (any, error) { return &object{class: c.name}, nil }
+
+// function adapts a Go function to a Python callable.
+type function func(args ...any) (any, error)
+
+// Call calls f.
+func (f function) Call(args ...any) (any, error) { return f(args...) }
+
+// findClass resolves the whitelisted globals.
+func findClass(module, name string) (any, error) {
+	if !allowed(module, name) {
+		return nil, fmt.Errorf("refusing to load pickle global %s.%s", module, name)
+	}
+	switch module {
+	case "torch._utils":
+		if name == "_rebuild_tensor_v2" {
+			return function(rebuildTensor), nil
+		}
+		return function(rebuildParameter), nil
+	case "torch":
+		return &storageClass{name: name, dtype: storageDTypes[name]}, nil
+	case "collections":
+		return &types.OrderedDictClass{}, nil
+	}
+	return &objectClass{name: module + "." + name}, nil
+}
+
+// persistentLoad resolves ('storage', class, key, location, numel).
+func persistentLoad(id any) (any, error) {
+	t, ok := id.(*types.Tuple)
+	if !ok || t.Len() != 5 {
+		return nil, fmt.Errorf("persistent id: want a 5-tuple ('storage', class, key, location, numel), got %T", id)
+	}
+	if s, _ := t.Get(0).(string); s != "storage" {
+		return nil, fmt.Errorf("persistent id: kind %v, want 'storage'", t.Get(0))
+	}
+	cls, ok := t.Get(1).(*storageClass)
+	if !ok {
+		return nil, fmt.Errorf("persistent id: storage class: got %T", t.Get(1))
+	}
+	key, ok := t.Get(2).(string)
+	if !ok || key == "" || strings.ContainsAny(key, "/\\") || key == "." || key == ".." {
+		return nil, fmt.Errorf("persistent id: bad storage key %v", t.Get(2))
+	}
+	n, ok := toInt64(t.Get(4))
+	if !ok || n < 0 || n > maxElements {
+		return nil, fmt.Errorf("persistent id: storage %s: bad element count %v", key, t.Get(4))
+	}
+	return &storage{key: key, dtype: cls.dtype, numel: n}, nil
+}
+
+// rebuildTensor stands for _rebuild_tensor_v2(storage, storage_offset,
+// size, stride, requires_grad, backward_hooks[, metadata]).
+func rebuildTensor(args ...any) (any, error) {
+	if len(args) < 4 {
+		return nil, fmt.Errorf("_rebuild_tensor_v2: %d arguments, want at least 4", len(args))
+	}
+	st, ok := args[0].(*storage)
+	if !ok {
+		return nil, fmt.Errorf("_rebuild_tensor_v2: storage: got %T", args[0])
+	}
+	off, ok := toInt64(args[1])
+	if !ok || off < 0 || off > maxElements {
+		return nil, fmt.Errorf("_rebuild_tensor_v2: storage %s: bad offset %v", st.key, args[1])
+	}
+	shape, err := intTuple(args[2])
+	if err != nil {
+		return nil, fmt.Errorf("_rebuild_tensor_v2: storage %s: size: %w", st.key, err)
+	}
+	stride, err := intTuple(args[3])
+	if err != nil {
+		return nil, fmt.Errorf("_rebuild_tensor_v2: storage %s: stride: %w", st.key, err)
+	}
+	if len(stride) != len(shape) {
+		return nil, fmt.Errorf("_rebuild_tensor_v2: storage %s: size %v and stride %v differ in rank", st.key, shape, stride)
+	}
+	t := &tensorRef{storage: st, offset: off, shape: make([]int, len(shape)), stride: stride}
+	for i, d := range shape {
+		t.shape[i] = int(d)
+	}
+	return t, nil
+}
+
+// rebuildParameter stands for _rebuild_parameter(data, requires_grad,
+// backward_hooks) and _rebuild_parameter_with_state(…, state): the tensor.
+func rebuildParameter(args ...any) (any, error) {
+	if len(args) < 1 {
+		return nil, fmt.Errorf("_rebuild_parameter: no arguments")
+	}
+	t, ok := args[0].(*tensorRef)
+	if !ok {
+		return nil, fmt.Errorf("_rebuild_parameter: data: got %T", args[0])
+	}
+	return t, nil
+}
+
+// intTuple converts a tuple of non-negative integers bounded by
+// maxElements.
+func intTuple(v any) ([]int64, error) {
+	t, ok := v.(*types.Tuple)
+	if !ok {
+		return nil, fmt.Errorf("want a tuple, got %T", v)
+	}
+	if t.Len() > maxRank {
+		return nil, fmt.Errorf("rank %d over %d", t.Len(), maxRank)
+	}
+	out := make([]int64, t.Len())
+	for i := range out {
+		n, ok := toInt64(t.Get(i))
+		if !ok || n < 0 || n > maxElements {
+			return nil, fmt.Errorf("element %d: bad value %v", i, t.Get(i))
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+func toInt64(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), true
+	case int64:
+		return x, true
+	case int32:
+		return int64(x), true
+	case *big.Int:
+		if x.IsInt64() {
+			return x.Int64(), true
+		}
+	}
+	return 0, false
+}
+
+// unpickle decodes a pickle with the whitelist above. The opcodes are
+// checked first (see scan); a panic inside gopickle on input the scan let
+// through becomes an error as a last line of defence.
+func unpickle(b []byte) (v any, err error) {
+	if err := scan(b); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = nil, fmt.Errorf("malformed pickle: %v", r)
+		}
+	}()
+	u := pickle.NewUnpickler(bytes.NewReader(b))
+	u.FindClass = findClass
+	u.PersistentLoad = persistentLoad
+	u.GetExtension = func(code int) (any, error) {
+		return nil, fmt.Errorf("refusing pickle extension code %d", code)
+	}
+	return u.Load()
+}
+
+// scan walks the opcodes of a pickle without executing them. It rejects
+// unknown opcodes, arguments that run past the end (so that a corrupt
+// length cannot make the unpickler allocate gigabytes), empty LONG
+// arguments, and every global not on the whitelist, including those that
+// gopickle would resolve by itself (__builtin__.object,
+// copy_reg._reconstructor). STACK_GLOBAL must take its names from string
+// literals or memoized string literals.
+func scan(b []byte) error {
+	le := binary.LittleEndian
+	memo := map[uint64]string{} // memoized string literals
+	put := map[uint64]bool{}    // every memo index written (MEMOIZE writes at len(memo))
+	var strs []string           // string literals pushed by the last opcodes
+	for pos := 0; pos < len(b); {
+		op := b[pos]
+		at := pos
+		pos++
+		rest := len(b) - pos
+		need := 0 // fixed argument bytes
+		var n uint64
+		pushed := "" // string literal this opcode pushes
+		isStr := false
+		keepStrs := false
+		switch op {
+		case '.': // STOP
+			return nil
+		case '(', '0', '1', '2', 'N', 0x88, 0x89, 'R', ')', ']', '}', 't', 'l', 'd', 'a', 'e', 's', 'u', 'b',
+			'o', 0x81, 0x92, 0x85, 0x86, 0x87, 0x8f, 0x90, 0x91, 0x97, 0x98, 'Q':
+		case 0x93: // STACK_GLOBAL
+			if len(strs) < 2 {
+				return fmt.Errorf("STACK_GLOBAL at byte %d: names are not string literals", at)
+			}
+			module, name := strs[len(strs)-2], strs[len(strs)-1]
+			if !allowed(module, name) {
+				return fmt.Errorf("refusing to load pickle global %s.%s", module, name)
+			}
+		case 0x94: // MEMOIZE
+			idx := uint64(len(put))
+			if len(strs) > 0 {
+				memo[idx] = strs[len(strs)-1]
+			} else {
+				delete(memo, idx)
+			}
+			put[idx] = true
+			keepStrs = true
+		case 'K', 0x80:
+			need = 1
+		case 'q': // BINPUT
+			need = 1
+			keepStrs = true
+		case 'h': // BINGET
+			need = 1
+		case 0x82, 0x83, 0x84:
+			return fmt.Errorf("pickle extension opcode %#x at byte %d is not supported", op, at)
+		case 'M':
+			need = 2
+		case 'J':
+			need = 4
+		case 'r': // LONG_BINPUT
+			need = 4
+			keepStrs = true
+		case 'j': // LONG_BINGET
+			need = 4
+		case 'G':
+			need = 8
+		case 0x95: // FRAME: 8-byte length, then the framed opcodes inline
+			need = 8
+			keepStrs = true
+		case 'I', 'L', 'F', 'S', 'V', 'P', 'g', 'p', 'c', 'i':
+			lines := 1
+			if op == 'c' || op == 'i' {
+				lines = 2
+			}
+			var args [2]string
+			for k := range lines {
+				i := bytes.IndexByte(b[pos:], '\n')
+				if i < 0 {
+					return fmt.Errorf("opcode %q at byte %d: unterminated line", op, at)
+				}
+				args[k] = string(b[pos : pos+i])
+				pos += i + 1
+			}
+			switch op {
+			case 'c', 'i':
+				if !allowed(args[0], args[1]) {
+					return fmt.Errorf("refusing to load pickle global %s.%s", args[0], args[1])
+				}
+			case 'L':
+				if s := strings.TrimSuffix(args[0], "L"); s == "" || s == "-" {
+					return fmt.Errorf("LONG at byte %d: empty", at)
+				}
+			case 'p': // PUT: forget what the index held
+				idx, err := strconv.ParseUint(strings.TrimSpace(args[0]), 10, 64)
+				if err != nil {
+					return fmt.Errorf("PUT at byte %d: bad index %q", at, args[0])
+				}
+				delete(memo, idx)
+				put[idx] = true
+			}
+			strs = strs[:0]
+			continue
+		case 'U', 'C', 0x8c, 0x8a: // 1-byte length
+			if rest < 1 {
+				return fmt.Errorf("opcode %q at byte %d: truncated", op, at)
+			}
+			n, pos = uint64(b[pos]), pos+1
+		case 'T', 'B', 'X', 0x8b: // 4-byte length
+			if rest < 4 {
+				return fmt.Errorf("opcode %q at byte %d: truncated", op, at)
+			}
+			n, pos = uint64(le.Uint32(b[pos:])), pos+4
+			if (op == 'T' || op == 0x8b) && int32(n) < 0 {
+				return fmt.Errorf("opcode %q at byte %d: negative length", op, at)
+			}
+		case 0x8d, 0x8e, 0x96: // 8-byte length
+			if rest < 8 {
+				return fmt.Errorf("opcode %q at byte %d: truncated", op, at)
+			}
+			n, pos = le.Uint64(b[pos:]), pos+8
+		default:
+			return fmt.Errorf("unknown opcode %#x at byte %d", op, at)
+		}
+		if rest < need {
+			return fmt.Errorf("opcode %q at byte %d: truncated", op, at)
+		}
+		switch op {
+		case 0x95:
+			if le.Uint64(b[pos:]) > uint64(len(b)-pos-8) {
+				return fmt.Errorf("frame at byte %d: longer than the input", at)
+			}
+		case 'q', 'r':
+			idx := uint64(b[pos])
+			if op == 'r' {
+				idx = uint64(le.Uint32(b[pos:]))
+			}
+			if len(strs) > 0 {
+				memo[idx] = strs[len(strs)-1]
+			} else {
+				delete(memo, idx)
+			}
+			put[idx] = true
+		case 'h', 'j':
+			idx := uint64(b[pos])
+			if op == 'j' {
+				idx = uint64(le.Uint32(b[pos:]))
+			}
+			if s, ok := memo[idx]; ok {
+				pushed, isStr = s, true
+			}
+		}
+		pos += need
+		if n > uint64(len(b)-pos) {
+			return fmt.Errorf("opcode %q at byte %d: argument of %d bytes runs past the end", op, at, n)
+		}
+		if (op == 0x8a || op == 0x8b) && n == 0 {
+			return fmt.Errorf("LONG at byte %d: empty", at)
+		}
+		if op == 'X' || op == 0x8c || op == 0x8d {
+			pushed, isStr = string(b[pos:pos+int(n)]), true
+		}
+		pos += int(n)
+		switch {
+		case isStr:
+			strs = append(strs, pushed)
+			if len(strs) > 2 {
+				strs = strs[len(strs)-2:]
+			}
+		case !keepStrs:
+			strs = strs[:0]
+		}
+	}
+	return fmt.Errorf("no STOP opcode: truncated")
+}
+
+// describe names a pickled value's type in messages.
+func describe(v any) string {
+	switch x := v.(type) {
+	case *object:
+		return x.class
+	case nil:
+		return "None"
+	case string:
+		return "str " + strconv.Quote(x)
+	}
+	return fmt.Sprintf("%T", v)
+}
