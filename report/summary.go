@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -20,6 +21,9 @@ const SummaryFile = "summary.json"
 type MethodResult struct {
 	Method  string
 	Metrics Metrics
+	// Std, when set, is each metric's standard deviation over the seeds
+	// the mean Metrics was taken over (see Average).
+	Std Metrics
 }
 
 // Summary is the final result of a run or experiment:
@@ -42,7 +46,7 @@ type Summary struct {
 }
 
 // reserved top-level keys of summary.json.
-var reserved = []string{"protocol", "metrics", "methods", "config", "timings"}
+var reserved = []string{"protocol", "metrics", "methods", "std", "config", "timings"}
 
 // Set adds or replaces the metrics of method, keeping the method's position.
 func (s *Summary) Set(method string, m Metrics) {
@@ -126,6 +130,17 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 		buf.Write(mb)
 	}
 	buf.WriteByte('}')
+	std := map[string]Metrics{}
+	for _, r := range s.Methods {
+		if r.Std != nil {
+			std[r.Method] = r.Std
+		}
+	}
+	if len(std) > 0 {
+		if err := field("std", std); err != nil {
+			return nil, err
+		}
+	}
 	if s.Config != nil {
 		if err := field("config", s.Config); err != nil {
 			return nil, err
@@ -178,6 +193,15 @@ func (s *Summary) UnmarshalJSON(data []byte) error {
 			return fmt.Errorf("methods: %w", err)
 		}
 		s.Methods = ms
+	}
+	if raw, ok := top["std"]; ok {
+		var std map[string]Metrics
+		if err := json.Unmarshal(raw, &std); err != nil {
+			return fmt.Errorf("std: %w", err)
+		}
+		for i := range s.Methods {
+			s.Methods[i].Std = std[s.Methods[i].Method]
+		}
 	}
 	if raw, ok := top["config"]; ok {
 		if err := json.Unmarshal(raw, &s.Config); err != nil {
@@ -271,7 +295,9 @@ func ReadSummary(path string) (*Summary, error) {
 // present in every summary, in the first summary's order; each metric
 // averaged over the summaries (a metric missing from any is left out).
 // Every metric is averaged as is, so the averaged hm is the mean of the
-// per-summary hm, as in the paper. Config, timings and extras are dropped.
+// per-summary hm, as in the paper. Std holds each metric's sample standard
+// deviation (n − 1) when there are two summaries or more. Config, timings
+// and extras are dropped.
 func Average(protocol string, summaries ...*Summary) (*Summary, error) {
 	if len(summaries) == 0 {
 		return nil, errors.New("average: no summaries")
@@ -290,7 +316,7 @@ func Average(protocol string, summaries ...*Summary) (*Summary, error) {
 		if sets == nil {
 			continue
 		}
-		mean := Metrics{}
+		mean, std := Metrics{}, Metrics{}
 		for k := range r.Metrics {
 			sum, all := 0.0, true
 			for _, m := range sets {
@@ -301,11 +327,24 @@ func Average(protocol string, summaries ...*Summary) (*Summary, error) {
 				}
 				sum += v
 			}
-			if all {
-				mean[k] = sum / float64(len(sets))
+			if !all {
+				continue
+			}
+			mu := sum / float64(len(sets))
+			mean[k] = mu
+			if len(sets) > 1 {
+				var ss float64
+				for _, m := range sets {
+					ss += (m[k] - mu) * (m[k] - mu)
+				}
+				std[k] = math.Sqrt(ss / float64(len(sets)-1))
 			}
 		}
-		out.Methods = append(out.Methods, MethodResult{Method: r.Method, Metrics: mean})
+		res := MethodResult{Method: r.Method, Metrics: mean}
+		if len(sets) > 1 {
+			res.Std = std
+		}
+		out.Methods = append(out.Methods, res)
 	}
 	if len(out.Methods) == 0 {
 		return nil, errors.New("average: no method is in every summary")

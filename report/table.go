@@ -59,7 +59,11 @@ func (t Table) cell(r MethodResult, k string) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return formatFloat(v)
 	}
-	return strconv.FormatFloat(v, 'f', d, 64)
+	c := strconv.FormatFloat(v, 'f', d, 64)
+	if sd, ok := r.Std[k]; ok && !math.IsNaN(sd) {
+		c += " ± " + strconv.FormatFloat(sd, 'f', d, 64)
+	}
+	return c
 }
 
 // best reports, per column, the largest finite value (formatted), or "" when

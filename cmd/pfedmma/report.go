@@ -1,0 +1,114 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/report"
+)
+
+func init() {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "report RUN_DIR [RUN_DIR...] [--out DIR]",
+		Short: "Re-draw a finished run's tables and figures; with several runs (datasets), their comparison",
+		Long: `Re-draw the figures (curves.png/svg: one panel per metric; final.png/svg: the
+final bars) and report.md of each finished run folder from its metrics.jsonl and
+summary.json. With several run folders (one per dataset, same methods) it also
+writes into --out the table averaged over the datasets (summary.json, report.md)
+and, for three datasets or more, a radar chart of the headline metric
+(radar.png/svg: HM for base-to-novel, else accuracy).`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var names []string
+			var sums []*report.Summary
+			for _, dir := range args {
+				s, err := report.ReadSummary(filepath.Join(dir, "summary.json"))
+				if err != nil {
+					return fmt.Errorf("report: %w", err)
+				}
+				recs, err := report.ReadMetricsJSONL(filepath.Join(dir, "metrics.jsonl"))
+				if err != nil {
+					return fmt.Errorf("report: %w", err)
+				}
+				name := filepath.Base(dir)
+				if info, err := experiment.ReadRunInfo(dir); err == nil {
+					name = info.Dataset
+				}
+				title := name + " — " + s.Protocol
+				imgs, err := report.RunFigures(dir, title, recs, s)
+				if err != nil {
+					return fmt.Errorf("report %s: %w", dir, err)
+				}
+				t := s.Table(title)
+				if err := report.WriteMarkdown(filepath.Join(dir, "report.md"), report.Document{Title: "pfedmma run", Tables: []report.Table{t}, Images: imgs}); err != nil {
+					return fmt.Errorf("report: %w", err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), t.Text())
+				names, sums = append(names, name), append(sums, s)
+			}
+			if len(args) == 1 {
+				return nil
+			}
+			if out == "" {
+				return fmt.Errorf("report: several runs need --out for their comparison")
+			}
+			for i, s := range sums {
+				if s.Protocol != sums[0].Protocol {
+					return fmt.Errorf("report: %s is a %s run, %s a %s run: compare runs of one protocol", args[i], s.Protocol, args[0], sums[0].Protocol)
+				}
+			}
+			seen := map[string]bool{}
+			for i, n := range names {
+				if seen[n] {
+					names[i] = n + " (" + filepath.Base(args[i]) + ")"
+				}
+				seen[n] = true
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return fmt.Errorf("report: %w", err)
+			}
+			avg, err := report.Average(sums[0].Protocol, sums...)
+			if err != nil {
+				return fmt.Errorf("report: %w", err)
+			}
+			avg.Methods = dropStd(avg.Methods) // spread over datasets is not a seed spread
+			title := fmt.Sprintf("Average on %d datasets", len(sums))
+			doc := report.Document{Title: "pfedmma comparison", Tables: []report.Table{avg.Table(title)}}
+			for i, s := range sums {
+				doc.Tables = append(doc.Tables, s.Table(names[i]))
+			}
+			if len(sums) >= 3 {
+				metric := "acc"
+				if cols := avg.Columns(); len(cols) > 0 {
+					metric = cols[len(cols)-1] // hm, avg or acc: the headline column
+				}
+				if err := report.WriteRadar(filepath.Join(out, "radar"), title, metric, names, sums, 900, 640); err != nil {
+					return fmt.Errorf("report: %w", err)
+				}
+				doc.Images = append(doc.Images, report.Image{Caption: "Across datasets", Path: "radar.png"})
+			}
+			if err := report.WriteSummary(filepath.Join(out, "summary.json"), avg); err != nil {
+				return fmt.Errorf("report: %w", err)
+			}
+			if err := report.WriteMarkdown(filepath.Join(out, "report.md"), doc); err != nil {
+				return fmt.Errorf("report: %w", err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), avg.Table(title).Text())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "folder for the comparison of several runs")
+	rootCmd.AddCommand(cmd)
+}
+
+func dropStd(rs []report.MethodResult) []report.MethodResult {
+	for i := range rs {
+		rs[i].Std = nil
+	}
+	return rs
+}
