@@ -3,6 +3,7 @@ package config
 import (
 	_ "embed"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -41,6 +42,16 @@ var presets = []preset{
 		"16 shots) with the embedded tiny model, 10 clients, 5 rounds, zero-shot CLIP vs pFedMMA"}, worldBaseToNovel},
 	{PresetInfo{"world-dirichlet", "label shift on the world dataset: 10 clients by Dirichlet β=0.5, 50% participation, 5 rounds"}, worldDirichlet},
 	{PresetInfo{"world-domains", "feature + label shift on the world dataset: 4 styles × 2 clients by Dirichlet β=0.5, 5 rounds"}, worldDomains},
+	{PresetInfo{"paper-promptfl", "PromptFL in the pFedMMA paper's base-to-novel comparison (caltech101 under DATA): " +
+		"n_ctx 16, class-shared context, SGD lr 0.001 momentum 0.9 wd 5e-4, batch 32, 10 clients, E=2, T=50, 3 seeds"}, paperPromptFL},
+	{PresetInfo{"paper-fedpgp", "FedPGP in the base-to-novel comparison: n_ctx 16, bottleneck 8, μ 0.5, τ 0.5 (the authors' " +
+		"run scripts), SGD lr 0.001, 10 clients, E=2, T=50, 3 seeds"}, paperFedPGP},
+	{PresetInfo{"paper-fedotp", "FedOTP's few-shot label-skew setting on a CLIP dataset: COT, ε 0.01, top_percent 0.8, " +
+		"n_ctx 16, 2 prompts (1 averaged), Dirichlet β 0.5, 10 clients, 16 shots, T=10, 3 seeds"}, paperFedOTP},
+	{PresetInfo{"paper-pfedmoap", "pFedMoAP's CIFAR-10 setting: 100 clients, 10% participation, Dir(0.5), T=120, prompt " +
+		"SGD lr 0.002 cosine, gate lr 0.01, 10 experts, λ 0.5 (the paper uses RN50: --set model=RN50.pt)"}, paperPFedMoAP},
+	{PresetInfo{"world-compare", "every prompt and adapter method against zero-shot on the generated world " +
+		"(base-to-novel, 10 clients, 5 rounds) with the embedded model: a few minutes"}, worldCompare},
 	{PresetInfo{"fashion-mnist", "Fashion-MNIST from Debian's dataset-fashion-mnist with the tiny model: 10 clients by " +
 		"Dirichlet β=0.5, 64 shots, 5 rounds"}, fashionMNIST},
 }
@@ -198,6 +209,61 @@ func worldDomains() *Experiment {
 	e.Protocol.Name = ProtocolDomains
 	e.Protocol.ClientsPerDomain = 2
 	e.Federation.Clients = 8
+	return e
+}
+
+// Method presets: the papers' hyper-parameters; each method's defaults are
+// its paper's, so these name the data, the methods and the schedule.
+
+func paperPromptFL() *Experiment {
+	e := paperBaseToNovel()
+	e.Methods = []string{"zeroshot", "promptfl"}
+	return e
+}
+
+func paperFedPGP() *Experiment {
+	e := paperBaseToNovel()
+	e.Methods = []string{"zeroshot", "fedpgp"}
+	return e
+}
+
+// paperFedOTP: the authors' few-shot scripts (ε 0.01, top_percent 0.8 are
+// the method's defaults) on label-skewed clients.
+func paperFedOTP() *Experiment {
+	e := paperBaseToNovel()
+	e.Methods = []string{"zeroshot", "fedotp"}
+	e.Protocol.Name = ProtocolDirichlet
+	e.Federation = Federation{Clients: 10, Fraction: 1, Rounds: 10, LocalEpochs: 2, EvalEvery: 1}
+	return e
+}
+
+// paperPFedMoAP: the paper's CIFAR-10 setting (its Table 2).
+func paperPFedMoAP() *Experiment {
+	e := paperCIFAR()
+	e.Methods = []string{"zeroshot", "pfedmoap"}
+	e.Federation = Federation{Clients: 100, Fraction: 0.1, Rounds: 120, LocalEpochs: 5, EvalEvery: 10}
+	e.Optimizer.LR = 0.002
+	e.Optimizer.Schedule = ScheduleCosine
+	return e
+}
+
+// worldCompare runs every registered prompt or adapter method on the
+// default world job.
+func worldCompare() *Experiment {
+	e := world()
+	e.Name = "world-compare"
+	e.Methods = nil
+	for _, m := range []string{"zeroshot", "promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt", "pfedmma"} {
+		if e.Sections[m] != nil || m == "zeroshot" || slices.Contains(Methods(), m) {
+			e.Methods = append(e.Methods, m)
+		}
+	}
+	// The tiny model's prompts are 24 tokens long: 8 context vectors leave
+	// room for every class name.
+	e.setSection("promptfl.n_ctx", "8")
+	e.setSection("fedpgp.n_ctx", "8")
+	e.setSection("fedotp.n_ctx", "8")
+	e.setSection("pfedmoap.n_ctx", "8")
 	return e
 }
 

@@ -127,8 +127,8 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		}})
 }
 
-// spaceLearner adapts the learner to promptfed (its logits recompute the
-// text features, so Prepare has nothing to do).
+// spaceLearner adapts the learner to promptfed: Prepare computes the text
+// features once per evaluation, Logits reuses them.
 type spaceLearner struct{ *Learner }
 
 func (s spaceLearner) Step(img []float32, labels []int) (float64, map[string]float64, []float32, error) {
@@ -136,7 +136,18 @@ func (s spaceLearner) Step(img []float32, labels []int) (float64, map[string]flo
 	return loss, nil, logits, err
 }
 
-func (s spaceLearner) Prepare() error { return nil }
+func (s spaceLearner) Prepare() error {
+	txt, err := s.enc.Forward(s.ctx.Data, s.Cfg.NumPrompt, false)
+	if err != nil {
+		return fmt.Errorf("fedotp: %w", err)
+	}
+	s.txt = append(s.txt[:0:0], txt...)
+	return nil
+}
+
+func (s spaceLearner) Logits(img []float32, B int) ([]float32, error) {
+	return s.forwardHead(img, B)
+}
 
 // Predictor implements methods.Method: the site's prompts and the OT head
 // on the image's token features.

@@ -163,7 +163,12 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			}
 			return setExperts(c, l)
 		},
-		Prepare: setExperts,
+		Prepare: func(c *promptfed.Client, l promptfed.Learner) error {
+			if err := setExperts(c, l); err != nil {
+				return err
+			}
+			return l.Prepare()
+		},
 		Trained: func(c *promptfed.Client, name string) bool { return !IsGate(name) },
 		AfterBackward: func(c *promptfed.Client, b train.Batch) error {
 			st := state(c)
@@ -235,7 +240,19 @@ func (s *spaceLearner) Step(img []float32, labels []int) (float64, map[string]fl
 	return loss, nil, logits, err
 }
 
-func (s *spaceLearner) Prepare() error { return nil }
+// Prepare computes the local text features once per evaluation.
+func (s *spaceLearner) Prepare() error {
+	txt, err := s.enc.Forward(s.ctx.Data, 1, false)
+	if err != nil {
+		return fmt.Errorf("pfedmoap: %w", err)
+	}
+	s.txt = append(s.txt[:0:0], txt...)
+	return nil
+}
+
+func (s *spaceLearner) Logits(img []float32, B int) ([]float32, error) {
+	return s.head.Forward(img, s.txt, B, s.C, s.E, s.experts, s.LogitScale)
+}
 
 // Predictor implements methods.Method: the site's prompt and gate. The
 // experts a site downloaded are not part of what it keeps, so predict runs
