@@ -9,7 +9,7 @@ BIN       := bin/pfedmma
 # Idle OpenBLAS threads sleep instead of spinning (see gemm.TuneCPU).
 export OPENBLAS_THREAD_TIMEOUT ?= 4
 
-.PHONY: run test deps build bench clean
+.PHONY: run test deps build bench fuzz clean
 
 # Debian packages: a C compiler and OpenBLAS for cgo, and Fashion-MNIST (the fashion-mnist
 # preset and its test read /usr/share/datasets/fashion-mnist).
@@ -40,6 +40,17 @@ test: deps
 bench: build
 	./$(BIN) bench engine
 	./$(BIN) bench train
+
+# Every native fuzz target for FUZZTIME each (crashers stay in the package's
+# testdata/fuzz as seeds, which `go test` then always runs).
+FUZZTIME ?= 30s
+fuzz: deps
+	@for d in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+		for f in $$(grep -h '^func Fuzz' $$d/*_test.go | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+			echo "== $$d $$f"; \
+			$(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=3s -parallel=1 $$d || exit 1; \
+		done; \
+	done
 
 clean:
 	rm -rf bin runs
