@@ -179,6 +179,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	for i, meth := range ms {
+		if tc, ok := meth.(methods.TaskChecker); ok {
+			if err := tc.CheckTask(o.Sections[o.Methods[i]], len(task.Clients)); err != nil {
+				return nil, err
+			}
+		}
+	}
 	tmpl := o.Template
 	if tmpl == "" {
 		tmpl = "a photo of a {}."

@@ -63,6 +63,13 @@ type Method interface {
 	Predictor(p PredictEnv, sec config.Section, saved tensor.Named) (Predictor, error)
 }
 
+// TaskChecker is a method with settings that depend on the federation
+// (pFedMoAP's number of experts against the number of clients): the runner
+// calls it before any work starts.
+type TaskChecker interface {
+	CheckTask(sec config.Section, clients int) error
+}
+
 // Plan is a method's federation on one Env.
 type Plan struct {
 	Clients  []federation.Client

@@ -97,6 +97,19 @@ func settings(sec config.Section) (*Settings, error) {
 	return s, s.config(0).Validate()
 }
 
+// CheckTask implements methods.TaskChecker: the experts come from the other
+// clients, so num_experts cannot exceed the number of clients.
+func (Method) CheckTask(sec config.Section, clients int) error {
+	s, err := settings(sec)
+	if err != nil {
+		return err
+	}
+	if s.NumExperts > clients {
+		return fmt.Errorf("pfedmoap.num_experts %d: larger than the %d clients (the pool); set pfedmoap.num_experts ≤ %d", s.NumExperts, clients, clients)
+	}
+	return nil
+}
+
 // siteState is what a pFedMoAP client keeps beyond its parameters: the
 // experts it downloaded last and its gate's optimizer.
 type siteState struct {
@@ -116,8 +129,8 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		return nil, err
 	}
 	cfg := s.config(env.Seed)
-	if cfg.NumExperts > len(env.Task.Clients) {
-		return nil, fmt.Errorf("pfedmoap.num_experts %d: larger than the %d clients (the pool)", cfg.NumExperts, len(env.Task.Clients))
+	if err := (Method{}).CheckTask(sec, len(env.Task.Clients)); err != nil {
+		return nil, err
 	}
 	state := func(c *promptfed.Client) *siteState {
 		if c.Extra == nil {
