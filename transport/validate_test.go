@@ -2,8 +2,8 @@ package transport
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"context"
+	"crypto/sha256"
 	"io"
 	"math"
 	"net"
