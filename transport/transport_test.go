@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -268,6 +266,15 @@ func TestDeadlineClosesRound(t *testing.T) {
 	}
 	// the aggregate is the mean of sites 0 and 1 only: compare with an
 	// in-process run in which site 2 always fails
+	dir := t.TempDir()
+	proxies := []federation.ClientProxy{federation.NewSite(toy.New(0), filepath.Join(dir, "0")),
+		federation.NewSite(toy.New(1), filepath.Join(dir, "1")), failing{federation.NewSite(toy.New(2), "")}}
+	ref := toy.Strategy()
+	c := &federation.Coordinator{Strategy: ref, Proxies: proxies, Rounds: 2, Fraction: 1, Seed: 3, TolerateFailures: true, MinFit: 2, Logger: quietLogger()}
+	if _, err := c.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	sameNamed(t, f.strat.Global(), ref.Global())
 	time.Sleep(500 * time.Millisecond) // let the last late upload arrive
 	st, err := coordstore.Open(state)
 	if err != nil {
@@ -347,5 +354,9 @@ func TestVersionRefused(t *testing.T) {
 	}
 }
 
-var _ = x509.NewCertPool
-var _ sync.Mutex
+// failing is a participant whose training always fails.
+type failing struct{ federation.ClientProxy }
+
+func (failing) Fit(context.Context, federation.FitIns) (federation.FitRes, error) {
+	return federation.FitRes{}, errors.New("always fails")
+}
