@@ -217,3 +217,38 @@ func TestKillNine(t *testing.T) {
 		})
 	}
 }
+
+// TestSiteVanishes kills -9 one site of three mid-run: its rounds close at
+// the deadline with the other two, and once restarted it catches up from
+// the current round and contributes again.
+func TestSiteVanishes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs processes; skipped with -short")
+	}
+	bin := testnode(t)
+	dir := t.TempDir()
+	sites := []string{"site-0", "site-1", "site-2"}
+	if err := certs.Init(dir, sites, nil); err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	coord := start(t, bin, "-role", "coord", "-certs", dir, "-state", filepath.Join(dir, "coord.db"), "-addr", addr,
+		"-rounds", "8", "-round-timeout", "800ms")
+	coord.waitLine(t, 10*time.Second, "coordinator listening")
+	siteArgs := func(i int) []string {
+		return []string{"-role", "site", "-certs", dir, "-site", sites[i], "-addr", addr,
+			"-state", filepath.Join(dir, "state", sites[i]), "-delay", "100ms"}
+	}
+	procs := []*proc{start(t, bin, siteArgs(0)...), start(t, bin, siteArgs(1)...), start(t, bin, siteArgs(2)...)}
+	coord.waitLine(t, 20*time.Second, `msg="round done"`, "round=1")
+	procs[2].kill()
+	coord.waitLine(t, 20*time.Second, `msg="client failed"`, "client=2")
+	coord.waitLine(t, 20*time.Second, `msg="round done"`, "failures=1")
+	procs[2] = start(t, bin, siteArgs(2)...)
+	coord.waitLine(t, 20*time.Second, `msg="update accepted"`, "site=site-2")
+	final(t, coord)
+	out := coord.output()
+	if !strings.Contains(out, "round=7") || strings.Count(out, `msg="round done"`) != 8 {
+		t.Fatalf("not every round completed:\n%s", out)
+	}
+}
