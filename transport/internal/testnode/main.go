@@ -1,0 +1,84 @@
+// Command testnode runs a toy coordinator or site over the transport, for
+// the fault tests (kill -9 of real processes) and load runs.
+//
+//	testnode -role coord -certs D -state S -addr-file F [-rounds R ...]
+//	testnode -role site -certs D -site NAME -addr HOST:PORT -state DIR
+//
+// The coordinator writes its gRPC address to -addr-file once it listens and
+// prints "FINAL <json of the global tensors>" on success.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/pfedmma/pfedmma/certs"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/transport"
+	"github.com/pfedmma/pfedmma/transport/internal/toy"
+)
+
+func main() {
+	role := flag.String("role", "", "coord or site")
+	dir := flag.String("certs", "", "certificates folder")
+	state := flag.String("state", "", "state database (coord) or folder (site)")
+	addr := flag.String("addr", "127.0.0.1:0", "listen (coord) or coordinator (site) address")
+	addrFile := flag.String("addr-file", "", "coord: write the bound address here")
+	site := flag.String("site", "", "site name")
+	rounds := flag.Int("rounds", 6, "rounds")
+	fraction := flag.Float64("fraction", 1, "fraction of sites per round")
+	seed := flag.Uint64("seed", 7, "sampler seed")
+	delay := flag.Duration("delay", 0, "site: extra time per fit")
+	timeout := flag.Duration("round-timeout", 0, "coord: round deadline")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	switch *role {
+	case "coord":
+		strat := toy.Strategy()
+		sites, err := certs.Sites(*dir)
+		if err != nil {
+			fail(err)
+		}
+		coord := &federation.Coordinator{Strategy: strat, Rounds: *rounds, Fraction: *fraction, Seed: *seed,
+			Parallel: len(sites), RoundTimeout: *timeout, TolerateFailures: *timeout > 0, Logger: log}
+		_, err = transport.RunCoordinator(ctx, transport.CoordinatorConfig{Addr: *addr, CertsDir: *dir, StatePath: *state,
+			Spec: toy.Spec(), PollWait: time.Second, Heartbeat: 300 * time.Millisecond, Linger: 3 * time.Second, Logger: log,
+			Ready: func(g, _ string, _ *transport.Server) {
+				if *addrFile != "" {
+					os.WriteFile(*addrFile+".tmp", []byte(g), 0o644)
+					os.Rename(*addrFile+".tmp", *addrFile)
+				}
+			}}, coord)
+		if err != nil {
+			fail(err)
+		}
+		js, _ := json.Marshal(strat.Global())
+		fmt.Printf("FINAL %s\n", js)
+	case "site":
+		id, err := certs.SiteID(*dir, *site)
+		if err != nil {
+			fail(err)
+		}
+		c := toy.New(id)
+		c.Delay = *delay
+		if err := transport.RunSite(ctx, transport.SiteConfig{Addr: *addr, CertsDir: *dir, Name: *site, StateDir: *state,
+			MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Logger: log}, c); err != nil {
+			fail(err)
+		}
+	default:
+		fail(fmt.Errorf("-role must be coord or site"))
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "testnode:", err)
+	os.Exit(1)
+}

@@ -1,0 +1,202 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/pfedmma/pfedmma/certs"
+	"github.com/pfedmma/pfedmma/coordstore"
+	"github.com/pfedmma/pfedmma/dashboard"
+	"github.com/pfedmma/pfedmma/federation"
+)
+
+// CoordinatorConfig is everything `pfedmma serve` needs besides the
+// federation.Coordinator itself.
+type CoordinatorConfig struct {
+	// Addr is the gRPC listen address (host:port; port 0 picks one).
+	Addr string
+	// HTTPAddr, when set, serves the dashboard, /metrics and /healthz (over
+	// TLS with the coordinator's certificate unless Insecure).
+	HTTPAddr string
+	// CertsDir is the certificates folder (certs.Init): the server's mTLS
+	// configuration and, when Sites is empty, the site list come from it.
+	CertsDir string
+	// Sites overrides the site list of CertsDir (site i is client ID i).
+	Sites []string
+	// Insecure serves in clear text (--insecure-dev), loudly.
+	Insecure bool
+	// StatePath is the SQLite database of the coordinator's state; a run
+	// whose database holds a checkpoint resumes from it.
+	StatePath string
+	// Spec and Limits validate uploads; see ServerConfig.
+	Spec   Spec
+	Limits Limits
+	// PollWait and Heartbeat: see ServerConfig.
+	PollWait, Heartbeat time.Duration
+	// Linger is how long the coordinator keeps serving after the last round
+	// so that every site learns the federation is over (default PollWait +
+	// 2 s).
+	Linger time.Duration
+	Logger *slog.Logger
+	// Ready, when set, is called with the bound addresses and the server
+	// once both listen.
+	Ready func(grpcAddr, httpAddr string, srv *Server)
+}
+
+// RunCoordinator serves the federation and drives coord over the remote
+// sites: it opens the state database, listens, waits until every site has
+// registered, then resumes from the stored checkpoint or starts afresh, and
+// returns the history once every round is done and the sites were told so.
+// It sets coord.Proxies and coord.Store, and chains coord.OnRound and
+// coord.Progress; every other field of coord (Strategy, Rounds, Fraction,
+// Seed, Parallel, TolerateFailures, MinFit, RoundTimeout, ...) is the
+// caller's. With Parallel ≤ 1 it asks one site at a time; set it to the
+// number of sites to train them concurrently.
+func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federation.Coordinator) (*federation.History, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	sites := cfg.Sites
+	var tlsCfg, httpTLS *tls.Config
+	if cfg.CertsDir != "" && len(sites) == 0 {
+		s, err := certs.Sites(cfg.CertsDir)
+		if err != nil {
+			return nil, err
+		}
+		sites = s
+	}
+	if !cfg.Insecure {
+		if cfg.CertsDir == "" {
+			return nil, errors.New("transport: no certificates folder (or --insecure-dev)")
+		}
+		var err error
+		if tlsCfg, err = certs.ServerTLS(cfg.CertsDir, log); err != nil {
+			return nil, err
+		}
+		if httpTLS, err = certs.ServerOnlyTLS(cfg.CertsDir); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.StatePath == "" {
+		return nil, errors.New("transport: no state database path")
+	}
+	store, err := coordstore.Open(cfg.StatePath)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	srv, err := NewServer(ServerConfig{Sites: sites, TLS: tlsCfg, Insecure: cfg.Insecure, Spec: cfg.Spec, Limits: cfg.Limits,
+		Store: store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen %s: %w", cfg.Addr, err)
+	}
+	go srv.GRPC().Serve(lis)
+	defer srv.GRPC().Stop()
+	httpAddr := ""
+	if cfg.HTTPAddr != "" {
+		hl, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return nil, fmt.Errorf("transport: listen %s: %w", cfg.HTTPAddr, err)
+		}
+		hs := &http.Server{Handler: dashboard.Handler(srv, srv.Metrics()), TLSConfig: httpTLS, ReadHeaderTimeout: 10 * time.Second}
+		if httpTLS != nil {
+			go hs.ServeTLS(hl, "", "")
+		} else {
+			log.Warn("INSECURE: dashboard and metrics served in clear text (--insecure-dev)", "addr", hl.Addr().String())
+			go hs.Serve(hl)
+		}
+		defer hs.Close()
+		httpAddr = hl.Addr().String()
+	}
+	log.Info("coordinator listening", "addr", lis.Addr().String(), "http", httpAddr, "sites", len(sites), "state", cfg.StatePath)
+	if cfg.Ready != nil {
+		cfg.Ready(lis.Addr().String(), httpAddr, srv)
+	}
+	if err := srv.WaitRegistered(ctx); err != nil {
+		return nil, err
+	}
+	coord.Proxies = srv.Proxies()
+	coord.Store = store
+	done, err := store.Rounds()
+	if err != nil {
+		return nil, err
+	}
+	ck, lerr := store.Load()
+	if lerr == nil {
+		done = ck.History.Rounds
+	}
+	srv.Observe(coord, done)
+	var hist *federation.History
+	if lerr == nil {
+		log.Info("resuming from the state database", "round", ck.NextRound)
+		hist, err = coord.Resume(ctx)
+	} else if errors.Is(lerr, federation.ErrNoCheckpoint) {
+		hist, err = coord.Run(ctx)
+	} else {
+		return nil, lerr
+	}
+	srv.Finish(hist, err)
+	if err != nil {
+		return hist, err
+	}
+	linger := cfg.Linger
+	if linger <= 0 {
+		linger = srv.cfg.PollWait + 2*time.Second
+	}
+	deadline := time.Now().Add(linger)
+	for !srv.AllToldDone() && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return hist, nil
+}
+
+// SiteConfig is everything `pfedmma site` needs besides its client.
+type SiteConfig struct {
+	// Addr is the coordinator's host:port; ServerName its name in its
+	// certificate (default: the host of Addr).
+	Addr       string
+	ServerName string
+	// CertsDir holds ca.crt and sites/<Name>.crt/.key.
+	CertsDir string
+	Name     string
+	Insecure bool
+	// StateDir is the site's state folder (federation.SiteStore).
+	StateDir               string
+	MinBackoff, MaxBackoff time.Duration
+	Logger                 *slog.Logger
+}
+
+// RunSite serves client as site cfg.Name, its state kept in cfg.StateDir,
+// until the federation is over. client.ID() must be the site's client ID
+// (certs.SiteID).
+func RunSite(ctx context.Context, cfg SiteConfig, client federation.Client) error {
+	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: federation.NewSite(client, cfg.StateDir),
+		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger}
+	if !cfg.Insecure {
+		host := cfg.ServerName
+		if host == "" {
+			h, _, err := net.SplitHostPort(cfg.Addr)
+			if err != nil {
+				return fmt.Errorf("site %q: address %q: %w", cfg.Name, cfg.Addr, err)
+			}
+			host = h
+		}
+		t, err := certs.SiteTLS(cfg.CertsDir, cfg.Name, host)
+		if err != nil {
+			return err
+		}
+		r.TLS = t
+	}
+	return r.Run(ctx)
+}

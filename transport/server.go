@@ -1,0 +1,743 @@
+// Package transport runs a federation over the network: a gRPC service on
+// the coordinator (Server) whose per-site ClientProxies let an unchanged
+// federation.Coordinator drive remote sites, and the site side (SiteRunner)
+// that serves a federation.Site to it, with mTLS (package certs), the
+// coordinator's state in SQLite (package coordstore) and the operations
+// endpoints of package dashboard.
+//
+// The protocol is server-driven over client pull: a site registers, then
+// long-polls GetTask. A proxy's Fit enqueues a task for its site and blocks
+// until the site's upload is accepted, refused, or ctx ends (the round's
+// deadline); a task whose round closed refuses late uploads. Every upload is
+// checked against the method's Spec and Limits before it reaches the
+// strategy. A site that reconnects gets its pending task again; sites keep
+// their own state (federation.Site), so a redone task gives the same result.
+package transport
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/pfedmma/pfedmma/coordstore"
+	"github.com/pfedmma/pfedmma/dashboard"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/tensor"
+	"github.com/pfedmma/pfedmma/transport/pb"
+)
+
+// ServerConfig configures the coordinator's gRPC service.
+type ServerConfig struct {
+	// Sites lists the federation's site names: site i is client ID i (as in
+	// certs.Sites).
+	Sites []string
+	// TLS is the mTLS configuration (certs.ServerTLS); a site's name is its
+	// certificate's CN. Nil requires Insecure.
+	TLS *tls.Config
+	// Insecure serves in clear text and trusts the site names that requests
+	// claim. For development only; it is logged loudly.
+	Insecure bool
+	// Spec declares the tensors a site uploads; Limits bound them.
+	Spec   Spec
+	Limits Limits
+	// Store, when set, records the site registry, accepted and refused
+	// uploads and events.
+	Store *coordstore.Store
+	// PollWait is how long GetTask waits for a task (default 10 s);
+	// Heartbeat the interval sites are asked to keep (default 5 s).
+	PollWait  time.Duration
+	Heartbeat time.Duration
+	// Metrics receives the Prometheus series (nil: new ones).
+	Metrics *dashboard.Metrics
+	Logger  *slog.Logger
+}
+
+// Server is the coordinator's gRPC service and the source of its proxies
+// and dashboard status. Make it with NewServer.
+type Server struct {
+	pb.UnimplementedFederationServer
+
+	cfg     ServerConfig
+	lim     Limits
+	log     *slog.Logger
+	metrics *dashboard.Metrics
+	grpc    *grpc.Server
+
+	mu       sync.Mutex
+	sites    []*siteState
+	byName   map[string]*siteState
+	closed   map[string]int  // task ID → round, for tasks whose round closed
+	answered map[string]bool // task IDs whose answer was accepted or refused
+	status   dashboard.Status
+	finished bool
+	subs     map[chan struct{}]bool
+	regWake  chan struct{}
+}
+
+type siteState struct {
+	name        string
+	id          int
+	registered  bool
+	numExamples int
+	lastContact time.Time
+	state       string
+	toldDone    bool
+	queue       []*task
+	wake        chan struct{}
+}
+
+type taskState int
+
+const (
+	taskPending taskState = iota
+	taskAnswering
+	taskDone
+	taskClosed
+)
+
+type task struct {
+	id     string
+	site   *siteState
+	round  int
+	kind   pb.TaskKind
+	config map[string]string
+	data   []byte
+	blob   *pb.Blob
+	state  taskState
+	done   chan taskResult
+}
+
+type taskResult struct {
+	fit  federation.FitRes
+	eval federation.EvaluateRes
+	err  error
+}
+
+// NewServer checks cfg and makes the server; Serve starts it.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if len(cfg.Sites) == 0 {
+		return nil, errors.New("transport: no sites")
+	}
+	if cfg.TLS == nil && !cfg.Insecure {
+		return nil, errors.New("transport: no TLS configuration (Insecure must be asked for explicitly)")
+	}
+	if cfg.PollWait <= 0 {
+		cfg.PollWait = 10 * time.Second
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = dashboard.NewMetrics()
+	}
+	s := &Server{
+		cfg: cfg, lim: cfg.Limits.withDefaults(), log: cfg.Logger, metrics: cfg.Metrics,
+		byName: map[string]*siteState{}, closed: map[string]int{}, answered: map[string]bool{},
+		subs: map[chan struct{}]bool{}, regWake: make(chan struct{}),
+	}
+	for i, name := range cfg.Sites {
+		if _, dup := s.byName[name]; dup {
+			return nil, fmt.Errorf("transport: site %q listed twice", name)
+		}
+		st := &siteState{name: name, id: i, state: "unregistered", wake: make(chan struct{})}
+		s.sites = append(s.sites, st)
+		s.byName[name] = st
+	}
+	if cfg.Store != nil {
+		recs, err := cfg.Store.Sites()
+		if err != nil {
+			return nil, fmt.Errorf("transport: %w", err)
+		}
+		for _, r := range recs {
+			if st := s.byName[r.Name]; st != nil && st.id == r.ClientID {
+				st.registered, st.numExamples, st.lastContact, st.state = true, r.NumExamples, r.LastContact, "offline"
+			}
+		}
+	}
+	if cfg.Spec == nil {
+		s.log.Warn("no upload spec: tensor names and shapes of uploads are not checked")
+	}
+	s.status.Phase = "waiting"
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize)}
+	if cfg.Insecure {
+		s.log.Warn("INSECURE: serving the federation in clear text, trusting claimed site names (--insecure-dev)")
+	} else {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s.grpc = grpc.NewServer(opts...)
+	pb.RegisterFederationServer(s.grpc, s)
+	return s, nil
+}
+
+// GRPC returns the underlying gRPC server (to Serve on a listener, Stop).
+func (s *Server) GRPC() *grpc.Server { return s.grpc }
+
+// Metrics returns the server's Prometheus series.
+func (s *Server) Metrics() *dashboard.Metrics { return s.metrics }
+
+// Proxies returns one federation.ClientProxy per site, in client-ID order.
+func (s *Server) Proxies() []federation.ClientProxy {
+	out := make([]federation.ClientProxy, len(s.sites))
+	for i, st := range s.sites {
+		out[i] = &RemoteProxy{s: s, st: st}
+	}
+	return out
+}
+
+// WaitRegistered blocks until every site has registered (now or, with a
+// Store, in an earlier run of the coordinator) or ctx ends.
+func (s *Server) WaitRegistered(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		var missing []string
+		for _, st := range s.sites {
+			if !st.registered {
+				missing = append(missing, st.name)
+			}
+		}
+		wake := s.regWake
+		s.mu.Unlock()
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("transport: waiting for sites %v to register: %w", missing, ctx.Err())
+		case <-wake:
+		}
+	}
+}
+
+// Finish marks the federation over: sites polling for tasks are told so.
+func (s *Server) Finish(hist *federation.History, err error) {
+	s.mu.Lock()
+	s.finished = true
+	if hist != nil {
+		s.status.History = slices.Clone(hist.Rounds)
+	}
+	s.status.Phase = "done"
+	if err != nil {
+		s.status.Phase, s.status.Error = "failed", err.Error()
+	}
+	for _, st := range s.sites {
+		close(st.wake)
+		st.wake = make(chan struct{})
+	}
+	s.mu.Unlock()
+	s.changed()
+}
+
+// AllToldDone reports whether every registered site was told the
+// federation is over.
+func (s *Server) AllToldDone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.sites {
+		if st.registered && !st.toldDone {
+			return false
+		}
+	}
+	return true
+}
+
+// Observe hooks the server's status and metrics into coord (chaining the
+// OnRound and Progress already set) and records the rounds done so far.
+func (s *Server) Observe(coord *federation.Coordinator, done []federation.RoundReport) {
+	s.mu.Lock()
+	s.status.Rounds = coord.Rounds
+	s.status.History = slices.Clone(done)
+	s.status.Round = len(done)
+	s.status.Phase = "running"
+	s.mu.Unlock()
+	s.changed()
+	onRound, progress := coord.OnRound, coord.Progress
+	coord.OnRound = func(rep federation.RoundReport) error {
+		s.metrics.Rounds.Inc()
+		s.metrics.Participants.Set(float64(len(rep.Selected) - len(rep.Failures)))
+		s.metrics.Failures.Add(float64(len(rep.Failures)))
+		s.metrics.RoundSeconds.Observe(rep.Seconds)
+		s.mu.Lock()
+		s.status.History = append(s.status.History, rep)
+		s.status.Round = rep.Round + 1
+		s.mu.Unlock()
+		s.event(rep.Round, "", "round", fmt.Sprintf("round %d done: %d selected, %d failed", rep.Round, len(rep.Selected), len(rep.Failures)))
+		s.changed()
+		if onRound != nil {
+			return onRound(rep)
+		}
+		return nil
+	}
+	coord.Progress = func(p federation.Progress) {
+		s.changed()
+		if progress != nil {
+			progress(p)
+		}
+	}
+}
+
+// Status implements dashboard.Source.
+func (s *Server) Status() dashboard.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.status
+	out.History = slices.Clone(s.status.History)
+	out.Updated = time.Now()
+	online := 0
+	for _, st := range s.sites {
+		ss := dashboard.SiteStatus{Name: st.name, ID: st.id, Registered: st.registered, NumExamples: st.numExamples,
+			State: st.state, LastContact: st.lastContact, Online: time.Since(st.lastContact) < 3*s.cfg.Heartbeat}
+		if ss.Online {
+			online++
+		} else if st.registered && st.state != "done" {
+			ss.State = "offline"
+		}
+		out.Sites = append(out.Sites, ss)
+	}
+	s.metrics.SitesConnected.Set(float64(online))
+	return out
+}
+
+// Subscribe implements dashboard.Source.
+func (s *Server) Subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	s.subs[ch] = true
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		delete(s.subs, ch)
+		s.mu.Unlock()
+	}
+}
+
+func (s *Server) changed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *Server) event(round int, site, kind, msg string) {
+	if s.cfg.Store == nil {
+		return
+	}
+	if err := s.cfg.Store.Event(round, site, kind, msg); err != nil {
+		s.log.Error("event not recorded", "round", round, "site", site, "err", err)
+	}
+}
+
+func newTaskID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// checkVersion refuses another protocol version.
+func (s *Server) checkVersion(v uint32, site string) error {
+	if v != ProtocolVersion {
+		s.metrics.Refused.WithLabelValues(ReasonVersion).Inc()
+		s.log.Warn("refused: protocol version", "site", site, "version", v, "want", ProtocolVersion)
+		return status.Errorf(codes.FailedPrecondition, "protocol version %d refused: this coordinator speaks version %d", v, ProtocolVersion)
+	}
+	return nil
+}
+
+// caller identifies the calling site: the CN of its verified certificate
+// (which must agree with the claimed name, when one is given), or the
+// claimed name in insecure mode. It updates the site's last contact.
+func (s *Server) caller(ctx context.Context, claimed string) (*siteState, error) {
+	name := claimed
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+			name = ti.State.PeerCertificates[0].Subject.CommonName
+			if claimed != "" && claimed != name {
+				s.log.Warn("refused: claimed site name differs from certificate", "site", name, "claimed", claimed)
+				return nil, status.Errorf(codes.PermissionDenied, "certificate of %q, request claims %q", name, claimed)
+			}
+		} else if !s.cfg.Insecure {
+			return nil, status.Error(codes.Unauthenticated, "no client certificate")
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.byName[name]
+	if st == nil {
+		s.log.Warn("refused: unknown site", "site", name)
+		return nil, status.Errorf(codes.PermissionDenied, "unknown site %q", name)
+	}
+	st.lastContact = time.Now()
+	return st, nil
+}
+
+// Register implements pb.FederationServer.
+func (s *Server) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.RegisterReply, error) {
+	if err := s.checkVersion(req.ProtocolVersion, req.Site); err != nil {
+		return nil, err
+	}
+	st, err := s.caller(ctx, req.Site)
+	if err != nil {
+		return nil, err
+	}
+	if req.ClientId != int64(st.id) {
+		s.log.Warn("refused: client ID", "site", st.name, "claimed_id", req.ClientId, "id", st.id)
+		return nil, status.Errorf(codes.InvalidArgument, "site %q is client %d, not %d", st.name, st.id, req.ClientId)
+	}
+	if req.NumExamples < s.lim.MinExamples || req.NumExamples > s.lim.MaxExamples {
+		s.metrics.Refused.WithLabelValues(ReasonExamples).Inc()
+		s.log.Warn("refused: example count", "site", st.name, "num_examples", req.NumExamples)
+		return nil, status.Errorf(codes.InvalidArgument, "example count %d outside [%d, %d]", req.NumExamples, s.lim.MinExamples, s.lim.MaxExamples)
+	}
+	s.mu.Lock()
+	first := !st.registered
+	st.registered, st.numExamples = true, int(req.NumExamples)
+	if st.state == "unregistered" || st.state == "offline" {
+		st.state = "idle"
+	}
+	rec := coordstore.SiteRecord{Name: st.name, ClientID: st.id, NumExamples: st.numExamples, LastContact: st.lastContact, State: st.state}
+	close(s.regWake)
+	s.regWake = make(chan struct{})
+	round := s.status.Round
+	s.mu.Unlock()
+	if s.cfg.Store != nil {
+		if err := s.cfg.Store.PutSite(rec); err != nil {
+			return nil, status.Errorf(codes.Internal, "registry: %v", err)
+		}
+	}
+	s.log.Info("site registered", "round", round, "site", st.name, "client", st.id, "num_examples", req.NumExamples, "first", first)
+	s.event(round, st.name, "register", fmt.Sprintf("client %d, %d examples", st.id, req.NumExamples))
+	s.changed()
+	return &pb.RegisterReply{ProtocolVersion: ProtocolVersion, ClientId: int64(st.id), HeartbeatSeconds: s.cfg.Heartbeat.Seconds()}, nil
+}
+
+// Heartbeat implements pb.FederationServer.
+func (s *Server) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatReply, error) {
+	if err := s.checkVersion(req.ProtocolVersion, req.Site); err != nil {
+		return nil, err
+	}
+	if _, err := s.caller(ctx, req.Site); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	r := s.status.Round
+	s.mu.Unlock()
+	return &pb.HeartbeatReply{Round: int64(r)}, nil
+}
+
+// GetTask implements pb.FederationServer.
+func (s *Server) GetTask(req *pb.TaskRequest, stream grpc.ServerStreamingServer[pb.TaskChunk]) error {
+	if err := s.checkVersion(req.ProtocolVersion, req.Site); err != nil {
+		return err
+	}
+	st, err := s.caller(stream.Context(), req.Site)
+	if err != nil {
+		return err
+	}
+	timer := time.NewTimer(s.cfg.PollWait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		var t *task
+		for _, q := range st.queue {
+			if q.state == taskPending {
+				t = q
+				break
+			}
+		}
+		finished, wake := s.finished, st.wake
+		if t == nil && finished {
+			st.toldDone, st.state = true, "done"
+		}
+		if t != nil {
+			st.state = map[pb.TaskKind]string{pb.TaskKind_TASK_KIND_FIT: "training", pb.TaskKind_TASK_KIND_EVALUATE: "evaluating"}[t.kind]
+		}
+		s.mu.Unlock()
+		switch {
+		case t != nil:
+			s.changed()
+			return s.sendTask(stream, t)
+		case finished:
+			s.changed()
+			return stream.Send(&pb.TaskChunk{Part: &pb.TaskChunk_Header{Header: &pb.TaskHeader{ProtocolVersion: ProtocolVersion, Kind: pb.TaskKind_TASK_KIND_DONE}}})
+		}
+		select {
+		case <-wake:
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		case <-timer.C:
+			return stream.Send(&pb.TaskChunk{Part: &pb.TaskChunk_Header{Header: &pb.TaskHeader{ProtocolVersion: ProtocolVersion, Kind: pb.TaskKind_TASK_KIND_NONE}}})
+		}
+	}
+}
+
+func (s *Server) sendTask(stream grpc.ServerStreamingServer[pb.TaskChunk], t *task) error {
+	h := &pb.TaskHeader{ProtocolVersion: ProtocolVersion, TaskId: t.id, Round: int64(t.round), Kind: t.kind, Config: t.config, Params: t.blob}
+	if err := stream.Send(&pb.TaskChunk{Part: &pb.TaskChunk_Header{Header: h}}); err != nil {
+		return err
+	}
+	if t.kind == pb.TaskKind_TASK_KIND_FIT {
+		for _, c := range chunks(t.data) {
+			if err := stream.Send(&pb.TaskChunk{Part: &pb.TaskChunk_Data{Data: c}}); err != nil {
+				return err
+			}
+		}
+		s.metrics.BytesOut.Add(float64(len(t.data)))
+	}
+	s.log.Debug("task sent", "round", t.round, "site", t.site.name, "kind", t.kind.String(), "bytes", len(t.data))
+	return nil
+}
+
+// claim finds the pending task an answer is for and marks it answering, or
+// says why the answer is refused.
+func (s *Server) claim(st *siteState, taskID string, round int, kind pb.TaskKind) (*task, *refusal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.answered[taskID] {
+		return nil, refuse(ReasonReplay, "task %s was already answered (replayed upload)", taskID)
+	}
+	if r, ok := s.closed[taskID]; ok {
+		return nil, refuse(ReasonRoundClosed, "round %d is closed; late upload refused", r)
+	}
+	var t *task
+	for _, site := range s.sites {
+		for _, q := range site.queue {
+			if q.id == taskID {
+				t = q
+			}
+		}
+	}
+	switch {
+	case t == nil:
+		return nil, refuse(ReasonUnknownTask, "unknown task %s (from before a coordinator restart?); ask for the current task", taskID)
+	case t.site != st:
+		return nil, refuse(ReasonWrongSite, "task %s belongs to site %q", taskID, t.site.name)
+	case t.kind != kind:
+		return nil, refuse(ReasonTaskMismatch, "task %s is a %s task", taskID, t.kind)
+	case t.round != round:
+		return nil, refuse(ReasonWrongRound, "task %s is for round %d, upload says round %d", taskID, t.round, round)
+	case t.state == taskAnswering:
+		return nil, refuse(ReasonReplay, "task %s is being answered (duplicate upload)", taskID)
+	}
+	t.state = taskAnswering
+	return t, nil
+}
+
+// finish settles a claimed task with its result (or refusal).
+func (s *Server) finish(t *task, res taskResult) {
+	s.mu.Lock()
+	t.state = taskDone
+	s.answered[t.id] = true
+	t.site.queue = slices.DeleteFunc(t.site.queue, func(q *task) bool { return q == t })
+	t.site.state = "idle"
+	s.mu.Unlock()
+	t.done <- res
+	s.changed()
+}
+
+func (s *Server) refused(st *siteState, round int, taskID string, r *refusal) {
+	s.metrics.Refused.WithLabelValues(r.code).Inc()
+	s.log.Warn("upload refused", "round", round, "site", st.name, "task", taskID, "reason", r.code, "detail", r.msg)
+	if s.cfg.Store != nil {
+		if err := s.cfg.Store.RecordRefusal(round, st.name, taskID, r.code+": "+r.msg); err != nil {
+			s.log.Error("refusal not recorded", "round", round, "site", st.name, "err", err)
+		}
+	}
+}
+
+// UploadUpdate implements pb.FederationServer.
+func (s *Server) UploadUpdate(stream grpc.ClientStreamingServer[pb.UpdateChunk, pb.UploadReply]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	h := first.GetHeader()
+	if h == nil {
+		return status.Error(codes.InvalidArgument, "first message of an upload must be its header")
+	}
+	if err := s.checkVersion(h.ProtocolVersion, h.Site); err != nil {
+		return err
+	}
+	st, err := s.caller(stream.Context(), h.Site)
+	if err != nil {
+		return err
+	}
+	round := int(h.Round)
+	t, rf := s.claim(st, h.TaskId, round, pb.TaskKind_TASK_KIND_FIT)
+	if rf != nil {
+		s.refused(st, round, h.TaskId, rf)
+		return stream.SendAndClose(&pb.UploadReply{Reason: rf.code + ": " + rf.msg})
+	}
+	params, n, rf := s.receive(stream, h)
+	if rf != nil {
+		s.refused(st, round, h.TaskId, rf)
+		s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: upload refused: %s", st.name, round, rf.msg)})
+		return stream.SendAndClose(&pb.UploadReply{Reason: rf.code + ": " + rf.msg})
+	}
+	if s.cfg.Store != nil {
+		if err := s.cfg.Store.RecordUpdate(coordstore.Update{TaskID: t.id, Round: round, Site: st.name, Kind: "fit",
+			NumExamples: int(h.NumExamples), Bytes: n, SHA256: hexSum(h.Params.GetSha256())}); err != nil {
+			rf := refuse(ReasonReplay, "%v", err)
+			if !errors.Is(err, coordstore.ErrReplay) {
+				rf = refuse(ReasonMalformed, "not recorded: %v", err)
+			}
+			s.refused(st, round, h.TaskId, rf)
+			s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: %s", st.name, round, rf.msg)})
+			return stream.SendAndClose(&pb.UploadReply{Reason: rf.code + ": " + rf.msg})
+		}
+	}
+	s.metrics.BytesIn.Add(float64(n))
+	s.log.Info("update accepted", "round", round, "site", st.name, "task", t.id, "bytes", n, "num_examples", h.NumExamples)
+	s.finish(t, taskResult{fit: federation.FitRes{Params: params, NumExamples: int(h.NumExamples), Metrics: h.Metrics}})
+	return stream.SendAndClose(&pb.UploadReply{Accepted: true})
+}
+
+// receive reads an upload's chunks and validates the tensors.
+func (s *Server) receive(stream grpc.ClientStreamingServer[pb.UpdateChunk, pb.UploadReply], h *pb.UpdateHeader) (tensor.Named, int64, *refusal) {
+	if h.NumExamples < s.lim.MinExamples || h.NumExamples > s.lim.MaxExamples {
+		return nil, 0, refuse(ReasonExamples, "example count %d outside [%d, %d]", h.NumExamples, s.lim.MinExamples, s.lim.MaxExamples)
+	}
+	for k, v := range h.Metrics {
+		if v != v {
+			return nil, 0, refuse(ReasonMetrics, "metric %q is NaN", k)
+		}
+	}
+	size := h.Params.GetSize()
+	if size < 0 || size > s.lim.MaxUploadBytes {
+		return nil, 0, refuse(ReasonTooLarge, "upload of %d bytes, limit %d", size, s.lim.MaxUploadBytes)
+	}
+	data := make([]byte, 0, size)
+	for {
+		c, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, 0, refuse(ReasonMalformed, "upload broken off: %v", err)
+		}
+		d := c.GetData()
+		if c.GetHeader() != nil || int64(len(data)+len(d)) > size {
+			return nil, 0, refuse(ReasonMalformed, "upload holds more than the %d declared bytes", size)
+		}
+		data = append(data, d...)
+	}
+	params, rf := decodeBlob(data, h.Params, s.cfg.Spec, s.lim)
+	if rf != nil {
+		return nil, 0, rf
+	}
+	return params, int64(len(data)), nil
+}
+
+// ReportEval implements pb.FederationServer.
+func (s *Server) ReportEval(ctx context.Context, req *pb.EvalReport) (*pb.UploadReply, error) {
+	if err := s.checkVersion(req.ProtocolVersion, req.Site); err != nil {
+		return nil, err
+	}
+	st, err := s.caller(ctx, req.Site)
+	if err != nil {
+		return nil, err
+	}
+	round := int(req.Round)
+	t, rf := s.claim(st, req.TaskId, round, pb.TaskKind_TASK_KIND_EVALUATE)
+	if rf != nil {
+		s.refused(st, round, req.TaskId, rf)
+		return &pb.UploadReply{Reason: rf.code + ": " + rf.msg}, nil
+	}
+	if s.cfg.Store != nil {
+		if err := s.cfg.Store.RecordUpdate(coordstore.Update{TaskID: t.id, Round: round, Site: st.name, Kind: "evaluate", NumExamples: int(req.NumExamples)}); err != nil {
+			rf := refuse(ReasonReplay, "%v", err)
+			s.refused(st, round, req.TaskId, rf)
+			s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: %s", st.name, round, rf.msg)})
+			return &pb.UploadReply{Reason: rf.code + ": " + rf.msg}, nil
+		}
+	}
+	s.log.Info("evaluation accepted", "round", round, "site", st.name, "task", t.id)
+	s.finish(t, taskResult{eval: federation.EvaluateRes{Metrics: req.Metrics, NumExamples: int(req.NumExamples)}})
+	return &pb.UploadReply{Accepted: true}, nil
+}
+
+// RemoteProxy is the coordinator's federation.ClientProxy for one remote
+// site: Fit and Evaluate enqueue a task that the site fetches with GetTask,
+// and wait for its answer or the end of ctx (after which the task is closed
+// and a late answer refused).
+type RemoteProxy struct {
+	s  *Server
+	st *siteState
+}
+
+// ID implements federation.ClientProxy.
+func (p *RemoteProxy) ID() int { return p.st.id }
+
+// NumExamples implements federation.ClientProxy: the count the site
+// declared when it registered.
+func (p *RemoteProxy) NumExamples() int {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	return p.st.numExamples
+}
+
+// Fit implements federation.ClientProxy.
+func (p *RemoteProxy) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
+	data, blob, err := encodeBlob(ins.Params)
+	if err != nil {
+		return federation.FitRes{}, fmt.Errorf("site %q round %d: %w", p.st.name, ins.Round, err)
+	}
+	t := &task{id: newTaskID(), site: p.st, round: ins.Round, kind: pb.TaskKind_TASK_KIND_FIT, config: ins.Config,
+		data: data, blob: blob, done: make(chan taskResult, 1)}
+	res, err := p.run(ctx, t)
+	return res.fit, err
+}
+
+// Evaluate implements federation.ClientProxy.
+func (p *RemoteProxy) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
+	t := &task{id: newTaskID(), site: p.st, round: ins.Round, kind: pb.TaskKind_TASK_KIND_EVALUATE, config: ins.Config,
+		done: make(chan taskResult, 1)}
+	res, err := p.run(ctx, t)
+	return res.eval, err
+}
+
+func (p *RemoteProxy) run(ctx context.Context, t *task) (taskResult, error) {
+	s := p.s
+	s.mu.Lock()
+	t.site.queue = append(t.site.queue, t)
+	close(t.site.wake)
+	t.site.wake = make(chan struct{})
+	s.mu.Unlock()
+	select {
+	case r := <-t.done:
+		return r, r.err
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	if t.state == taskAnswering || t.state == taskDone {
+		// the answer is arriving: take it
+		s.mu.Unlock()
+		r := <-t.done
+		return r, r.err
+	}
+	t.state = taskClosed
+	s.closed[t.id] = t.round
+	t.site.queue = slices.DeleteFunc(t.site.queue, func(q *task) bool { return q == t })
+	s.mu.Unlock()
+	s.log.Warn("round closed without the site's answer", "round", t.round, "site", t.site.name, "kind", t.kind.String())
+	return taskResult{}, fmt.Errorf("site %q round %d %s: no answer: %w", t.site.name, t.round, t.kind, ctx.Err())
+}

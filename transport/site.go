@@ -1,0 +1,292 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/transport/pb"
+)
+
+// SiteRunner serves one site's participant to a coordinator: it registers,
+// fetches tasks, runs them on Site and sends the answers, and keeps retrying
+// with exponential backoff while the coordinator is away. Run returns nil
+// when the coordinator says the federation is over.
+type SiteRunner struct {
+	// Addr is the coordinator's host:port.
+	Addr string
+	// TLS is the site's mTLS configuration (certs.SiteTLS). Nil requires
+	// Insecure.
+	TLS      *tls.Config
+	Insecure bool
+	// Name is the site's name (its certificate's CN).
+	Name string
+	// Site answers the tasks: normally a *federation.Site, which restores
+	// the state for whatever round it is asked.
+	Site federation.ClientProxy
+	// MinBackoff and MaxBackoff bound the wait between reconnection
+	// attempts (defaults 100 ms and 5 s).
+	MinBackoff, MaxBackoff time.Duration
+	Logger                 *slog.Logger
+	// Version overrides the protocol version sent (tests only; 0 means
+	// ProtocolVersion).
+	Version uint32
+}
+
+// ErrRefused wraps a refusal the site cannot recover from by retrying
+// (another protocol version, an unknown site name, a wrong client ID).
+var ErrRefused = errors.New("refused by the coordinator")
+
+func (r *SiteRunner) version() uint32 {
+	if r.Version != 0 {
+		return r.Version
+	}
+	return ProtocolVersion
+}
+
+func (r *SiteRunner) logger() *slog.Logger {
+	if r.Logger != nil {
+		return r.Logger
+	}
+	return slog.Default()
+}
+
+// Run serves until the federation is over (nil), ctx ends, or the
+// coordinator refuses the site for good (an error wrapping ErrRefused).
+func (r *SiteRunner) Run(ctx context.Context) error {
+	if r.Site == nil {
+		return errors.New("site runner: no site")
+	}
+	var creds credentials.TransportCredentials
+	switch {
+	case r.TLS != nil:
+		creds = credentials.NewTLS(r.TLS)
+	case r.Insecure:
+		r.logger().Warn("INSECURE: connecting to the coordinator in clear text (--insecure-dev)", "site", r.Name)
+		creds = insecure.NewCredentials()
+	default:
+		return errors.New("site runner: no TLS configuration (Insecure must be asked for explicitly)")
+	}
+	conn, err := grpc.NewClient(r.Addr, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)))
+	if err != nil {
+		return fmt.Errorf("site %q: %w", r.Name, err)
+	}
+	defer conn.Close()
+	cli := pb.NewFederationClient(conn)
+	minB, maxB := r.MinBackoff, r.MaxBackoff
+	if minB <= 0 {
+		minB = 100 * time.Millisecond
+	}
+	if maxB < minB {
+		maxB = max(5*time.Second, minB)
+	}
+	backoff := minB
+	for {
+		err := r.session(ctx, cli)
+		if err == nil || errors.Is(err, ErrRefused) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		r.logger().Warn("coordinator unreachable; retrying", "site", r.Name, "err", err, "wait", wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, maxB)
+		if errors.Is(err, errProgress) {
+			backoff = minB
+		}
+	}
+}
+
+// errProgress marks a session that did some work before it broke, so that
+// the next attempt starts with the shortest backoff.
+var errProgress = errors.New("session made progress")
+
+// session registers and serves tasks until the federation is over or an
+// RPC fails.
+func (r *SiteRunner) session(ctx context.Context, cli pb.FederationClient) error {
+	reg, err := cli.Register(ctx, &pb.RegisterRequest{ProtocolVersion: r.version(), Site: r.Name,
+		NumExamples: int64(r.Site.NumExamples()), ClientId: int64(r.Site.ID())}, grpc.WaitForReady(false))
+	if err != nil {
+		return r.classify(err)
+	}
+	r.logger().Info("registered", "site", r.Name, "client", reg.ClientId)
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go r.heartbeat(hctx, cli, time.Duration(reg.HeartbeatSeconds*float64(time.Second)))
+	for {
+		done, err := r.step(ctx, cli)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errProgress, r.classify(err))
+		}
+		if done {
+			r.logger().Info("federation over", "site", r.Name)
+			return nil
+		}
+	}
+}
+
+func (r *SiteRunner) classify(err error) error {
+	switch status.Code(err) {
+	case codes.FailedPrecondition, codes.PermissionDenied, codes.InvalidArgument:
+		return fmt.Errorf("site %q: %w: %s", r.Name, ErrRefused, status.Convert(err).Message())
+	}
+	return err
+}
+
+func (r *SiteRunner) heartbeat(ctx context.Context, cli pb.FederationClient, every time.Duration) {
+	if every <= 0 {
+		return
+	}
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+			if _, err := cli.Heartbeat(ctx, &pb.HeartbeatRequest{ProtocolVersion: r.version(), Site: r.Name}); err != nil && ctx.Err() == nil {
+				r.logger().Debug("heartbeat failed", "site", r.Name, "err", err)
+			}
+		}
+	}
+}
+
+// step fetches one task and answers it; done reports the end of the
+// federation.
+func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bool, err error) {
+	stream, err := cli.GetTask(ctx, &pb.TaskRequest{ProtocolVersion: r.version(), Site: r.Name})
+	if err != nil {
+		return false, err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return false, err
+	}
+	h := first.GetHeader()
+	if h == nil {
+		return false, errors.New("task stream does not start with a header")
+	}
+	var data []byte
+	for {
+		c, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return false, err
+		}
+		data = append(data, c.GetData()...)
+	}
+	log := r.logger().With("round", h.Round, "site", r.Name)
+	switch h.Kind {
+	case pb.TaskKind_TASK_KIND_NONE:
+		return false, nil
+	case pb.TaskKind_TASK_KIND_DONE:
+		return true, nil
+	case pb.TaskKind_TASK_KIND_FIT:
+		params, rf := decodeBlob(data, h.Params, nil, Limits{MaxTensorBytes: 1 << 40}.withDefaults())
+		if rf != nil {
+			log.Error("task refused", "reason", rf.code, "detail", rf.msg)
+			return false, fmt.Errorf("task %s: %s", h.TaskId, rf.msg)
+		}
+		t0 := time.Now()
+		res, err := r.Site.Fit(ctx, federation.FitIns{Round: int(h.Round), Params: params, Config: h.Config})
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			// the coordinator learns of the failure at the round's
+			// deadline; the task is offered again after a pause
+			log.Error("fit failed", "err", err)
+			return false, pause(ctx, time.Second)
+		}
+		log.Info("fit done", "seconds", time.Since(t0).Seconds())
+		return false, r.upload(ctx, cli, h, res, log)
+	case pb.TaskKind_TASK_KIND_EVALUATE:
+		res, err := r.Site.Evaluate(ctx, federation.EvaluateIns{Round: int(h.Round), Config: h.Config})
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			log.Error("evaluate failed", "err", err)
+			return false, pause(ctx, time.Second)
+		}
+		rep, err := cli.ReportEval(ctx, &pb.EvalReport{ProtocolVersion: r.version(), Site: r.Name, TaskId: h.TaskId,
+			Round: h.Round, NumExamples: int64(res.NumExamples), Metrics: res.Metrics})
+		if err != nil {
+			return false, err
+		}
+		if !rep.Accepted {
+			log.Warn("evaluation refused", "reason", rep.Reason)
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("task of unknown kind %v", h.Kind)
+}
+
+func (r *SiteRunner) upload(ctx context.Context, cli pb.FederationClient, h *pb.TaskHeader, res federation.FitRes, log *slog.Logger) error {
+	data, blob, err := encodeBlob(res.Params)
+	if err != nil {
+		log.Error("upload not encodable", "err", err)
+		return nil
+	}
+	st, err := cli.UploadUpdate(ctx)
+	if err != nil {
+		return err
+	}
+	n := res.NumExamples
+	if n == 0 {
+		n = r.Site.NumExamples()
+	}
+	hdr := &pb.UpdateHeader{ProtocolVersion: r.version(), Site: r.Name, TaskId: h.TaskId, Round: h.Round,
+		NumExamples: int64(n), Metrics: res.Metrics, Params: blob}
+	if err := st.Send(&pb.UpdateChunk{Part: &pb.UpdateChunk_Header{Header: hdr}}); err != nil {
+		return err
+	}
+	for _, c := range chunks(data) {
+		if err := st.Send(&pb.UpdateChunk{Part: &pb.UpdateChunk_Data{Data: c}}); err != nil {
+			if err == io.EOF {
+				break // the server answered early (a refusal): read it below
+			}
+			return err
+		}
+	}
+	rep, err := st.CloseAndRecv()
+	if err != nil {
+		return err
+	}
+	if !rep.Accepted {
+		log.Warn("upload refused", "reason", rep.Reason)
+		return nil
+	}
+	log.Info("upload accepted", "bytes", len(data))
+	return nil
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
