@@ -359,18 +359,7 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 	env.RoundBar = bar
 	defer func() { env.RoundBar = nil }()
 	var records []report.RoundRecord
-	toRecord := func(r federation.RoundReport) report.RoundRecord {
-		rec := report.RoundRecord{Round: r.Round, Method: name, Seconds: r.Seconds}
-		for _, id := range slices.Sorted(maps.Keys(r.Eval)) {
-			m := maps.Clone(r.Eval[id])
-			if f, ok := r.Fit[id]; ok {
-				m["loss"] = f["loss"]
-			}
-			rec.Clients = append(rec.Clients, report.ClientMetrics{ID: id, Metrics: m})
-		}
-		rec.Mean = clientMean(rec.Clients)
-		return rec
-	}
+	toRecord := func(r federation.RoundReport) report.RoundRecord { return RoundRecord(name, r) }
 	store := federation.FileStore{Path: filepath.Join(ckdir, federation.CheckpointFile)}
 	coord := &federation.Coordinator{
 		Strategy: plan.Strategy, Proxies: proxies, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed,
@@ -423,6 +412,21 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		}
 	}
 	return records, nil
+}
+
+// RoundRecord turns a federation round into the metrics log's record: each
+// evaluated client's metrics (with its training loss) and their mean.
+func RoundRecord(method string, r federation.RoundReport) report.RoundRecord {
+	rec := report.RoundRecord{Round: r.Round, Method: method, Seconds: r.Seconds}
+	for _, id := range slices.Sorted(maps.Keys(r.Eval)) {
+		m := maps.Clone(r.Eval[id])
+		if f, ok := r.Fit[id]; ok {
+			m["loss"] = f["loss"]
+		}
+		rec.Clients = append(rec.Clients, report.ClientMetrics{ID: id, Metrics: m})
+	}
+	rec.Mean = clientMean(rec.Clients)
+	return rec
 }
 
 // evaluateOnce scores every client of a method that does not train and

@@ -1,0 +1,219 @@
+package experiment
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/preprocess"
+	"github.com/pfedmma/pfedmma/progress"
+	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/report"
+	"github.com/pfedmma/pfedmma/safetensors"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+// Federated is one trained method of an experiment, prepared for a
+// federation over the network: the coordinator uses its Strategy, a site
+// its one Client. Both sides build it from the same configuration, so the
+// strategy's initial tensors and each client's initial state are the ones
+// `pfedmma run` would use: serve + sites give the simulation's results.
+type Federated struct {
+	Name   string
+	Method methods.Method
+	Task   *protocol.Task
+	Plan   *methods.Plan
+	// Dataset names the data the task was built from.
+	Dataset string
+	close   func()
+}
+
+// Close releases the prefix caches.
+func (f *Federated) Close() {
+	if f.close != nil {
+		f.close()
+	}
+}
+
+// Spec maps every tensor a client may upload to its shape: the strategy's
+// global tensors ("global/<name>" of its initial state; the coordinator
+// initialises the strategy again before the first round).
+func (f *Federated) Spec() (map[string][]int, error) {
+	infos := make([]federation.ClientInfo, len(f.Plan.Clients))
+	for i, c := range f.Plan.Clients {
+		infos[i] = federation.ClientInfo{ID: c.ID(), NumExamples: c.NumExamples()}
+	}
+	if err := f.Plan.Strategy.Init(infos); err != nil {
+		return nil, err
+	}
+	out := map[string][]int{}
+	for k, t := range f.Plan.Strategy.State() {
+		if name, ok := strings.CutPrefix(k, "global/"); ok {
+			out[name] = slices.Clone(t.Shape)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: the strategy holds no global tensors to validate uploads against", f.Name)
+	}
+	return out, nil
+}
+
+// TrainedMethod returns the one trained method of a configuration's list
+// (zero-shot is allowed beside it and ignored): a federation runs one
+// method.
+func TrainedMethod(names []string) (string, error) {
+	var trained []string
+	for _, n := range names {
+		if n != "zeroshot" {
+			trained = append(trained, n)
+		}
+	}
+	if len(trained) != 1 {
+		return "", fmt.Errorf("a federation runs one trained method; methods lists %v (set methods=[NAME])", names)
+	}
+	return trained[0], nil
+}
+
+// PrepareFederated builds the method's federation from o. For the
+// coordinator (site < 0) no image is read and no cache is filled: the
+// strategy needs the model, the label spaces and the seeds only. For site
+// i, the prefixes are computed as `pfedmma run` computes them (the same
+// batches, hence bit-identical features under any BLAS kernel) and the plan
+// keeps client i alone.
+func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, error) {
+	name, err := TrainedMethod(o.Methods)
+	if err != nil {
+		return nil, err
+	}
+	meth, err := methods.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	views, online, err := parseAugment(o.Augment)
+	if err != nil {
+		return nil, err
+	}
+	m, tok, err := LoadModel(o.ModelPath, o.VocabPath)
+	if err != nil {
+		return nil, err
+	}
+	L := min(m.W.Config.Vision.Layers, m.W.Config.Text.Layers)
+	depth, err := meth.Depth(o.Sections[name], L)
+	if err != nil {
+		return nil, err
+	}
+	if depth == methods.AnyDepth {
+		return nil, fmt.Errorf("%s does not train: nothing to federate", name)
+	}
+	dsOpts := o.DatasetOptions
+	if dsOpts.Seed == 0 {
+		dsOpts.Seed = o.Seed
+	}
+	ds, err := dataset.Load(o.Dataset, o.Root, dsOpts)
+	if err != nil {
+		return nil, err
+	}
+	popts := o.Protocol
+	popts.Seed = o.Seed
+	task, err := protocol.Build(ds, popts)
+	if err != nil {
+		return nil, err
+	}
+	if site >= len(task.Clients) {
+		return nil, fmt.Errorf("site %d: the federation has clients 0..%d", site, len(task.Clients)-1)
+	}
+	if tc, ok := meth.(methods.TaskChecker); ok {
+		if err := tc.CheckTask(o.Sections[name], len(task.Clients)); err != nil {
+			return nil, err
+		}
+	}
+	tmpl := o.Template
+	if tmpl == "" {
+		tmpl = "a photo of a {}."
+	}
+	f := &Federated{Name: name, Method: meth, Task: task, Dataset: ds.Name}
+	var env *methods.Env
+	if site < 0 {
+		px := &methods.Prefixer{Model: m, Start: depth, Transform: preprocess.CLIPTransform(m.W.Config.Vision.ImageSize), Batch: max(o.EvalBatch, 1)}
+		env = &methods.Env{Model: m, Tok: tok, Task: task, Start: depth, Template: tmpl, Seed: o.Seed, Train: o.Train,
+			Views: views, Online: online, Prefixer: px}
+	} else {
+		bar := progress.New(o.Progress, 0, "frozen prefixes", "img", progress.WithMode(o.ProgressMode))
+		env, err = newEnv(ctx, o, m, tok, task, tmpl, depth, views, online, cacheBudget(o.CacheMiB)/2, bar)
+		bar.Finish()
+		if err != nil {
+			return nil, err
+		}
+		f.close = func() { env.TrainStore.Close(); env.TestStore.Close() }
+	}
+	plan, err := meth.Build(env, o.Sections[name])
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if plan.Strategy == nil {
+		f.Close()
+		return nil, fmt.Errorf("%s does not train: nothing to federate", name)
+	}
+	f.Plan = plan
+	return f, nil
+}
+
+// Client returns site i's client.
+func (f *Federated) Client(i int) federation.Client { return f.Plan.Clients[i] }
+
+// SiteParams returns what site i keeps (its personalised parameters).
+func (f *Federated) SiteParams(i int) (tensor.Named, error) {
+	if f.Plan.Site == nil {
+		return tensor.Named{}, nil
+	}
+	return f.Plan.Site(i)
+}
+
+// WriteFederationReports writes the coordinator's outputs after the last
+// round, as `pfedmma run` writes them: metrics.jsonl/csv, summary.json,
+// report.md and the figures, and the server's global tensors.
+func WriteFederationReports(o Options, f *Federated, hist *federation.History) (*Result, error) {
+	log, err := report.NewMetricsLog(o.OutDir)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	var last report.RoundRecord
+	for _, r := range hist.Rounds {
+		if r.Eval == nil {
+			continue
+		}
+		last = RoundRecord(f.Name, r)
+		if err := log.Append(last); err != nil {
+			return nil, err
+		}
+	}
+	sum := &report.Summary{Protocol: f.Task.Protocol, Metrics: summaryMetrics(f.Task)}
+	if last.Method != "" {
+		sum.Set(f.Name, finalMetrics(f.Task, last))
+	}
+	var up, down int64
+	for _, r := range hist.Rounds {
+		up += r.BytesUp
+		down += r.BytesDown
+	}
+	if n := len(hist.Rounds) * max(len(f.Task.Clients), 1); n > 0 {
+		sum.Extra = map[string]any{"update_bytes_per_round_per_site": float64(up) / float64(n), "download_bytes_per_round_per_site": float64(down) / float64(n)}
+	}
+	res := &Result{Summary: sum, Table: sum.Table(tableTitle(f.Dataset, f.Task)), Records: log.Records()}
+	if err := writeReports(o, res); err != nil {
+		return nil, err
+	}
+	if f.Plan.Global != nil {
+		if err := safetensors.Write(filepath.Join(o.OutDir, "global.safetensors"), f.Plan.Global(), nil, map[string]string{"method": f.Name}); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
