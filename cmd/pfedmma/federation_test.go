@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pfedmma/pfedmma/safetensors"
+)
+
+// TestServeSitesEqualRun runs the default world job as a real federation —
+// a coordinator and three site processes over mTLS on 127.0.0.1 — kills the
+// coordinator with SIGKILL after its second round, restarts it with the
+// same flags, and checks that the global tensors and the table equal those
+// of `pfedmma run` with the same configuration, bit for bit.
+func TestServeSitesEqualRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the multi-process federation test")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pfedmma")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("pfedmma %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	sets := []string{"--set", "methods=[pfedmma]", "--set", "federation.clients=3", "--set", "federation.rounds=4"}
+	run("certs", "init", "--dir", "certs", "--sites", "site-a,site-b,site-c")
+	sim := run(append([]string{"run", "--quiet", "--out", "sim"}, sets...)...)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	start := func(name string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+		var buf bytes.Buffer
+		cmd := exec.Command(bin, append(args, sets...)...)
+		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &buf, &buf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd, &buf
+	}
+	serveArgs := []string{"serve", "--listen", addr, "--certs", "certs", "--state", "coord"}
+	coord, coordLog := start("serve", serveArgs...)
+	var sites []*exec.Cmd
+	for _, s := range []string{"site-a", "site-b", "site-c"} {
+		c, _ := start(s, "site", "--server", addr, "--certs", "certs", "--name", s, "--data", "world")
+		sites = append(sites, c)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for !strings.Contains(coordLog.String(), "round=1 clients=3") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the coordinator did not finish round 1:\n%s", coordLog.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := coord.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = coord.Wait()
+	coord, coordLog = start("serve", serveArgs...)
+	done := make(chan error, 1)
+	go func() { done <- coord.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("restarted coordinator: %v\n%s", err, coordLog.String())
+		}
+	case <-time.After(120 * time.Second):
+		t.Fatalf("the restarted coordinator did not finish:\n%s", coordLog.String())
+	}
+	if !strings.Contains(coordLog.String(), "resum") {
+		t.Errorf("the restarted coordinator did not resume:\n%s", coordLog.String())
+	}
+	for i, s := range sites {
+		if err := s.Wait(); err != nil {
+			t.Errorf("site %d: %v", i, err)
+		}
+	}
+	want, got := readTensors(t, filepath.Join(dir, "sim/adapters/global_shared.safetensors")), readTensors(t, filepath.Join(dir, "coord/out/global.safetensors"))
+	if len(want) == 0 || len(want) != len(got) {
+		t.Fatalf("global tensors: %d in the simulation, %d from the federation", len(want), len(got))
+	}
+	for k, w := range want {
+		if !bytes.Equal(w, got[k]) {
+			t.Errorf("global %s differs between run and serve + sites", k)
+		}
+	}
+	table := func(s string) string { return s[strings.Index(s, "Method"):strings.Index(s, "results")] }
+	if table(sim) != table(coordLog.String()[strings.LastIndex(coordLog.String(), "world —"):]) {
+		t.Errorf("tables differ:\nrun:\n%s\nserve:\n%s", sim, coordLog.String())
+	}
+	for _, s := range []string{"site-a", "site-b", "site-c"} {
+		if _, err := os.Stat(filepath.Join(dir, "site-"+s, "site.safetensors")); err != nil {
+			t.Errorf("site %s kept no parameters: %v", s, err)
+		}
+	}
+}
+
+// readTensors returns each tensor's raw bytes.
+func readTensors(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string][]byte{}
+	for _, n := range f.Names() {
+		x, err := f.Float32(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[n] = []byte(fmt.Sprint(x.Data))
+	}
+	return out
+}
