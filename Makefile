@@ -9,13 +9,15 @@ BIN       := bin/pfedmma
 # Idle OpenBLAS threads sleep instead of spinning (see gemm.TuneCPU).
 export OPENBLAS_THREAD_TIMEOUT ?= 4
 
-.PHONY: run test deps build bench fuzz clean
+.PHONY: run test deps build bench fuzz proto clean
 
-# Debian packages: a C compiler and OpenBLAS for cgo, and Fashion-MNIST (the fashion-mnist
-# preset and its test read /usr/share/datasets/fashion-mnist).
+# Debian packages: a C compiler and OpenBLAS for cgo, Fashion-MNIST (the fashion-mnist
+# preset and its test read /usr/share/datasets/fashion-mnist) and Chromium (the dashboard's
+# browser test).
 PKGS_NEEDED = $(if $(shell command -v gcc),,gcc libc6-dev) \
               $(if $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h /usr/include/openblas/cblas.h),,libopenblas-dev) \
-              $(if $(wildcard /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz),,dataset-fashion-mnist)
+              $(if $(wildcard /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz),,dataset-fashion-mnist) \
+              $(if $(shell command -v chromium),,chromium)
 
 deps:
 	@if [ -n "$(strip $(PKGS_NEEDED))" ]; then \
@@ -51,6 +53,14 @@ fuzz: deps
 			$(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=3s -parallel=1 $$d || exit 1; \
 		done; \
 	done
+
+# Regenerates the committed gRPC/protobuf code (needs protobuf-compiler and the two Go plugins).
+proto:
+	@command -v protoc >/dev/null || { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; $$SUDO apt-get install -y -qq protobuf-compiler; }
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc --proto_path=transport/pb --go_out=transport/pb --go_opt=paths=source_relative \
+		--go-grpc_out=transport/pb --go-grpc_opt=paths=source_relative transport/pb/federation.proto
 
 clean:
 	rm -rf bin runs
