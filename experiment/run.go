@@ -77,6 +77,9 @@ type Options struct {
 	Plots        bool
 	// ConfigYAML, when set, is written to OutDir/config.yaml.
 	ConfigYAML []byte
+	// OnRound, when set, is told of every finished federated round
+	// (benchmarks read its phase timings).
+	OnRound func(method string, r federation.RoundReport)
 }
 
 // Result is what Run produced.
@@ -368,6 +371,9 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		Logger: slog.New(slog.DiscardHandler),
 		OnRound: func(r federation.RoundReport) error {
 			bar.Add(1)
+			if o.OnRound != nil {
+				o.OnRound(name, r)
+			}
 			if r.Eval == nil {
 				return nil
 			}

@@ -244,6 +244,7 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 	}
 	res := make([]FitRes, len(selected))
 	var mu sync.Mutex
+	t0 := time.Now()
 	done := 0
 	fctx, cancel := c.phase(ctx)
 	errs := c.call(fctx, selected, func(ctx context.Context, i, id int) error {
@@ -291,13 +292,17 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 			return rep, fmt.Errorf("%d of %d selected clients answered, %d needed", len(results), len(selected), need)
 		}
 	}
+	t1 := time.Now()
+	rep.FitSeconds = t1.Sub(t0).Seconds()
 	if err := c.Strategy.Aggregate(r, results, failures); err != nil {
 		return rep, err
 	}
+	rep.AggregateSeconds = time.Since(t1).Seconds()
 	rep.FitMean = meanMetrics(rep.Fit)
 	if !c.evalRound(r) {
 		return rep, nil
 	}
+	t2 := time.Now()
 	evals := make([]EvaluateRes, len(all))
 	done = 0
 	ectx, cancel := c.phase(ctx)
@@ -329,6 +334,7 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 		rep.Eval[id] = cloneMetrics(evals[i].Metrics)
 	}
 	rep.EvalMean = meanMetrics(rep.Eval)
+	rep.EvalSeconds = time.Since(t2).Seconds()
 	return rep, nil
 }
 

@@ -29,9 +29,14 @@ type RoundReport struct {
 	Failures map[int]string `json:"failures,omitempty"`
 	// BytesDown and BytesUp are the tensor payloads sent to and received
 	// from the participants (PayloadBytes).
-	BytesDown int64   `json:"bytes_down"`
-	BytesUp   int64   `json:"bytes_up"`
-	Seconds   float64 `json:"seconds"`
+	// FitSeconds, AggregateSeconds and EvalSeconds split Seconds into the
+	// round's phases.
+	FitSeconds       float64 `json:"fit_seconds,omitempty"`
+	AggregateSeconds float64 `json:"aggregate_seconds,omitempty"`
+	EvalSeconds      float64 `json:"eval_seconds,omitempty"`
+	BytesDown        int64   `json:"bytes_down"`
+	BytesUp          int64   `json:"bytes_up"`
+	Seconds          float64 `json:"seconds"`
 }
 
 // History is the list of completed rounds.

@@ -76,7 +76,7 @@ func bitsEqual(a, b tensor.Named) string {
 func stripTimes(h *History) []RoundReport {
 	out := append([]RoundReport(nil), h.Rounds...)
 	for i := range out {
-		out[i].Seconds = 0
+		out[i].Seconds, out[i].FitSeconds, out[i].AggregateSeconds, out[i].EvalSeconds = 0, 0, 0, 0
 	}
 	return out
 }
