@@ -1,0 +1,71 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pfedmma/pfedmma/bench"
+)
+
+func init() {
+	var o bench.ExperimentOptions
+	var asJSON bool
+	var ref string
+	cmd := &cobra.Command{
+		Use:   "experiment [--rounds N] [--clients N] [--shots N] [--reference FILE.json] [--json]",
+		Short: "A whole base-to-novel experiment at ViT-B/16 shapes: seconds per round by phase, FLOPs, projection",
+		Long: `Runs the pFedMMA paper's base-to-novel recipe (10 clients, adapters in blocks 10-12, r 32,
+16 shots, 2 local epochs, evaluation every round) for a few rounds at ViT-B/16 shapes (random
+weights) on a generated CoOp DTD-layout folder, and reports the cache fill, the seconds per
+round split into training, aggregation and evaluation (median over the rounds after the
+first), the GEMM FLOPs per round and the projection for 50 rounds. With --reference (the
+JSON a reference harness prints: train_images_per_s, eval_images_per_s, peak_rss_mib) it
+divides the authors' per-round cost - every client's 2 epochs of training plus one
+evaluation of its test sets, at their measured images/s - by ours: speedup_per_round.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ref != "" {
+				r, err := bench.ReadReference(ref)
+				if err != nil {
+					return err
+				}
+				o.Reference = r
+			}
+			o.Log = func(s string) { fmt.Fprintln(os.Stderr, "bench experiment:", s) }
+			r, err := bench.Experiment(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("bench experiment: %w", err)
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(r)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "GEMM backend\t%s (%s, %d threads)\n", r.Backend, r.Kernel, r.Threads)
+			fmt.Fprintf(tw, "cache fill\t%.1f s\n", r.CacheFillSeconds)
+			fmt.Fprintf(tw, "first round (with the cache fill)\t%.1f s\n", r.FirstRoundSeconds)
+			fmt.Fprintf(tw, "seconds per round (median)\t%.2f s: training %.2f, aggregation %.4f, evaluation %.2f\n", r.SecondsPerRound, r.TrainSecondsPerRound, r.AggSecondsPerRound, r.EvalSecondsPerRound)
+			fmt.Fprintf(tw, "GEMM work per round\t%.0f GFLOP (%.0f GFLOP/s)\n", r.GFLOPPerRound, r.GFLOPPerRound/r.SecondsPerRound)
+			fmt.Fprintf(tw, "images the reference pushes per round\t%d training, %d evaluation\n", r.TrainImagesPerRound, r.EvalImagesPerRound)
+			fmt.Fprintf(tw, "projected 50 rounds\t%.0f s\n", r.Projected50Seconds)
+			if r.SpeedupPerRound > 0 {
+				fmt.Fprintf(tw, "reference per round\t%.1f s (speed-up %.1f×)\n", r.ReferencePerRound, r.SpeedupPerRound)
+			}
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Rounds, "rounds", 2, "rounds (≥ 2; the first also fills the cache)")
+	f.IntVar(&o.Clients, "clients", 10, "clients")
+	f.IntVar(&o.Shots, "shots", 16, "training images per class")
+	f.IntVar(&o.Classes, "classes", 40, "classes of the generated dataset (half base, half novel)")
+	f.IntVar(&o.TestPerClass, "test-per-class", 10, "test images per class")
+	f.StringVar(&ref, "reference", "", "the authors' figures (JSON: train_images_per_s, eval_images_per_s, peak_rss_mib)")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	benchCmd.AddCommand(cmd)
+}
