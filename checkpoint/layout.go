@@ -91,6 +91,12 @@ func layout(cfg clip.Config, s Scheme, w *clip.Weights, ls []float32) []param {
 		return &blocks[i]
 	}
 	tokens := vc.Tokens()
+	if s == OpenAI && vc.ResNet {
+		// the ResNet image tower is read by clip/resnet; only the text
+		// tower is laid out here
+		textTower(add, block, blk, txt, tc, e, ls)
+		return out
+	}
 	if s == OpenAI {
 		add("visual.class_embedding", vis.ClassEmb, false, dv)
 		add("visual.conv1.weight", vis.Conv1W, false, dv, 3, vc.PatchSize, vc.PatchSize)
@@ -137,6 +143,21 @@ func layout(cfg clip.Config, s Scheme, w *clip.Weights, ls []float32) []param {
 	return out
 }
 
+// textTower lays out OpenAI's text tower, projection and logit scale.
+func textTower(add func(string, []float32, bool, ...int), block func(string, *clip.BlockWeights, int, int),
+	blk func([]clip.BlockWeights, int) *clip.BlockWeights, txt *clip.TextWeights, tc clip.TextConfig, e int, ls []float32) {
+	dt := tc.Width
+	add("token_embedding.weight", txt.TokenEmb, false, tc.VocabSize, dt)
+	add("positional_embedding", txt.PosEmb, false, tc.ContextLength, dt)
+	for i := range tc.Layers {
+		block(fmt.Sprintf("transformer.resblocks.%d.", i), blk(txt.Blocks, i), dt, tc.MLPWidth)
+	}
+	add("ln_final.weight", txt.LnFinalW, false, dt)
+	add("ln_final.bias", txt.LnFinalB, false, dt)
+	add("text_projection", txt.Proj, false, dt, e)
+	add("logit_scale", ls, false)
+}
+
 // ignorable lists tensors a scheme's checkpoints may hold that carry no
 // weights (buffers recomputed by the model).
 var ignorable = map[Scheme]map[string]bool{
@@ -175,6 +196,10 @@ func TowerParams(cfg clip.Config) (vision, text int64) {
 // checkConfig rejects configurations no CLIP model can have.
 func checkConfig(cfg clip.Config) error {
 	vc, tc := cfg.Vision, cfg.Text
+	if vc.ResNet {
+		// the ResNet tower checks its own tensors; keep the text checks
+		vc = clip.VisionConfig{ImageSize: max(vc.ImageSize, 1), PatchSize: 1, Width: 1, Layers: 1, Heads: 1, MLPWidth: 1}
+	}
 	pos := []struct {
 		name string
 		v    int
@@ -202,9 +227,13 @@ func checkConfig(cfg clip.Config) error {
 	return nil
 }
 
-// alloc returns zeroed weights sized for cfg.
+// alloc returns zeroed weights sized for cfg (the text tower only for a
+// ResNet CLIP, whose image tower clip/resnet builds).
 func alloc(cfg clip.Config) *clip.Weights {
 	vc, tc, e := cfg.Vision, cfg.Text, cfg.EmbedDim
+	if vc.ResNet {
+		vc = clip.VisionConfig{}
+	}
 	blocks := func(n, d, h int) []clip.BlockWeights {
 		bs := make([]clip.BlockWeights, n)
 		for i := range bs {

@@ -23,6 +23,7 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/clip/resnet"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/torchpt"
@@ -116,6 +117,27 @@ func Load(path string) (*clip.Weights, *Info, error) {
 		transpose2(p.dst, tmp, p.shape[0], p.shape[1])
 	}
 	w.LogitScale = ls[0]
+	if info.Config.Vision.ResNet {
+		enc, err := resnet.FromTensors(func(name string) (*tensor.Tensor, error) {
+			l, ok := src.tensors[name]
+			if !ok {
+				return nil, fmt.Errorf("tensor %q missing", name)
+			}
+			_, shape, _ := l.file.Info(l.name)
+			t := &tensor.Tensor{Shape: shape, Data: make([]float32, tensor.Numel(shape))}
+			if _, err := l.file.Float32Into(l.name, t.Data); err != nil {
+				return nil, err
+			}
+			return t, nil
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("checkpoint %s: %w: %w", path, ErrMismatch, err)
+		}
+		if enc.Cfg.EmbedDim != info.Config.EmbedDim {
+			return nil, nil, fmt.Errorf("checkpoint %s: %w: the image tower gives %d features, the text projection %d", path, ErrMismatch, enc.Cfg.EmbedDim, info.Config.EmbedDim)
+		}
+		w.ResNet = enc
+	}
 	return w, info, nil
 }
 
@@ -158,7 +180,12 @@ func (s *source) plan() (*Info, error) {
 	if len(s.files) > 0 {
 		info.Metadata = s.files[0].Metadata()
 	}
-	cfg, err := s.infer(scheme, info)
+	var cfg clip.Config
+	if scheme == OpenAI && s.isResNet() {
+		cfg, err = s.inferResNet(info)
+	} else {
+		cfg, err = s.infer(scheme, info)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +197,14 @@ func (s *source) plan() (*Info, error) {
 		return nil, err
 	}
 	info.Params = ParamCount(cfg)
+	if cfg.Vision.ResNet {
+		for name := range s.tensors {
+			if strings.HasPrefix(name, "visual.") && !strings.HasSuffix(name, "num_batches_tracked") {
+				shape, _ := s.shape(name)
+				info.Params += int64(tensor.Numel(shape))
+			}
+		}
+	}
 	ls := make([]float32, 1)
 	l := s.tensors["logit_scale"]
 	if _, err := l.file.Float32Into(l.name, ls); err != nil {
@@ -543,6 +578,64 @@ func (s *source) infer(scheme Scheme, info *Info) (clip.Config, error) {
 	return cfg, nil
 }
 
+// isResNet reports whether an OpenAI-named checkpoint has CLIP's ResNet
+// image tower (ModifiedResNet) instead of a ViT.
+func (s *source) isResNet() bool {
+	_, ok := s.tensors["visual.layer1.0.conv1.weight"]
+	return ok
+}
+
+// inferResNet infers a ResNet CLIP's configuration: the text tower as for
+// a ViT, the image size from the attention pool's grid (as CLIP's
+// build_model), the embedding from the text projection.
+func (s *source) inferResNet(info *Info) (clip.Config, error) {
+	var cfg clip.Config
+	pos, err := s.dims("visual.attnpool.positional_embedding", "tokens", "width")
+	if err != nil {
+		return cfg, err
+	}
+	grid := 0
+	for grid*grid < pos[0]-1 {
+		grid++
+	}
+	if grid == 0 || grid*grid != pos[0]-1 {
+		return cfg, fmt.Errorf("checkpoint %s: %w: tensor %q: %d tokens is not a square grid plus one", s.path, ErrMismatch, "visual.attnpool.positional_embedding", pos[0])
+	}
+	cfg.Vision = clip.VisionConfig{ResNet: true, ImageSize: 32 * grid}
+	tc := &cfg.Text
+	tok, err := s.dims("token_embedding.weight", "vocab", "width")
+	if err != nil {
+		return cfg, err
+	}
+	tc.VocabSize, tc.Width = tok[0], tok[1]
+	tpos, err := s.dims("positional_embedding", "context", "width")
+	if err != nil {
+		return cfg, err
+	}
+	tc.ContextLength = tpos[0]
+	if tc.Layers, err = s.layers("transformer.resblocks."); err != nil {
+		return cfg, err
+	}
+	fc, err := s.dims("transformer.resblocks.0.mlp.c_fc.weight", "mlp", "width")
+	if err != nil {
+		return cfg, err
+	}
+	tc.MLPWidth = fc[0]
+	tproj, err := s.dims("text_projection", "width", "embed")
+	if err != nil {
+		return cfg, err
+	}
+	cfg.EmbedDim = tproj[1]
+	tc.Heads = tc.Width / 64
+	if err := s.metaHeads(info.Metadata, &cfg); err != nil {
+		return cfg, err
+	}
+	if tc.Heads <= 0 || tc.Width%tc.Heads != 0 {
+		return cfg, fmt.Errorf("checkpoint %s: %w: cannot infer text heads: width %d is not a multiple of 64", s.path, ErrMismatch, tc.Width)
+	}
+	return cfg, nil
+}
+
 // check compares every tensor with the layout of cfg.
 func (s *source) check(scheme Scheme, cfg clip.Config, info *Info) error {
 	var problems []string
@@ -570,6 +663,10 @@ func (s *source) check(scheme Scheme, cfg clip.Config, info *Info) error {
 	}
 	var extra []string
 	for name := range s.tensors {
+		if cfg.Vision.ResNet && strings.HasPrefix(name, "visual.") {
+			used[name] = true // clip/resnet reads and checks the image tower
+			continue
+		}
 		if !used[name] && !ignorable[scheme][name] {
 			extra = append(extra, name)
 		}
@@ -597,6 +694,10 @@ func (s *source) check(scheme Scheme, cfg clip.Config, info *Info) error {
 
 // describe summarises a config in one line.
 func describe(c clip.Config) string {
+	if c.Vision.ResNet {
+		return fmt.Sprintf("ResNet %dpx, text ctx%d vocab%d w%d L%d H%d, embed %d",
+			c.Vision.ImageSize, c.Text.ContextLength, c.Text.VocabSize, c.Text.Width, c.Text.Layers, c.Text.Heads, c.EmbedDim)
+	}
 	return fmt.Sprintf("ViT %dpx/%d w%d L%d H%d, text ctx%d vocab%d w%d L%d H%d, embed %d",
 		c.Vision.ImageSize, c.Vision.PatchSize, c.Vision.Width, c.Vision.Layers, c.Vision.Heads,
 		c.Text.ContextLength, c.Text.VocabSize, c.Text.Width, c.Text.Layers, c.Text.Heads, c.EmbedDim)

@@ -3,6 +3,8 @@ package clip
 import (
 	"math"
 	"math/rand/v2"
+
+	"github.com/pfedmma/pfedmma/clip/resnet"
 )
 
 // Model is a CLIP model ready to run: weights plus the two encoders with
@@ -12,6 +14,10 @@ type Model struct {
 	W      *Weights
 	Vision *Vision
 	Text   *Text
+	// ResNet is the image encoder of a ResNet CLIP (Vision then has no
+	// blocks; the ViT-specific hooks — prefixes, adapters, tokens — do not
+	// apply).
+	ResNet *resnet.Encoder
 }
 
 // New wraps weights into a runnable model. The weights are shared, not copied.
@@ -21,6 +27,7 @@ func New(w *Weights) *Model {
 		W:      w,
 		Vision: &Vision{Cfg: c.Vision, W: &w.Vision},
 		Text:   &Text{Cfg: c.Text, W: &w.Text},
+		ResNet: w.ResNet,
 	}
 	for i := range w.Vision.Blocks {
 		m.Vision.Stack.Blocks = append(m.Vision.Stack.Blocks, &Block{
@@ -53,6 +60,10 @@ func (m *Model) EnableGrads() *Weights {
 // EncodeImage returns image features [B, E] for normalised pixels [B, 3, S, S].
 func (m *Model) EncodeImage(pixels []float32, B int) []float32 {
 	feat := make([]float32, B*m.W.Config.EmbedDim)
+	if m.ResNet != nil {
+		m.ResNet.Encode(feat, pixels, B)
+		return feat
+	}
 	m.Vision.Encode(feat, pixels, B)
 	return feat
 }

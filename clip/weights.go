@@ -2,8 +2,14 @@
 // transformer — with hand-written forward and backward passes.
 package clip
 
+import "github.com/pfedmma/pfedmma/clip/resnet"
+
 // VisionConfig describes the ViT image encoder.
 type VisionConfig struct {
+	// ResNet marks CLIP's ResNet image encoder (RN50 family, package
+	// clip/resnet): then only ImageSize applies and Weights.ResNet holds
+	// the encoder; the ViT fields below are zero.
+	ResNet    bool
 	ImageSize int // input side in pixels (224 for ViT-B/16)
 	PatchSize int // patch side (16 for ViT-B/16)
 	Width     int // residual width d_v
@@ -30,7 +36,12 @@ type Config struct {
 }
 
 // Grid is the number of patches per image side.
-func (c VisionConfig) Grid() int { return c.ImageSize / c.PatchSize }
+func (c VisionConfig) Grid() int {
+	if c.PatchSize <= 0 {
+		return 0 // a ResNet tower has no patches
+	}
+	return c.ImageSize / c.PatchSize
+}
 
 // Tokens is the number of vision tokens (patches + class token).
 func (c VisionConfig) Tokens() int { g := c.Grid(); return g*g + 1 }
@@ -75,8 +86,10 @@ type TextWeights struct {
 
 // Weights is a complete CLIP model.
 type Weights struct {
-	Config     Config
-	Vision     VisionWeights
+	Config Config
+	Vision VisionWeights
+	// ResNet is the ResNet image encoder when Config.Vision.ResNet.
+	ResNet     *resnet.Encoder
 	Text       TextWeights
 	LogitScale float32 // log of the logit multiplier (log 100 in released models)
 }

@@ -167,6 +167,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if depths[i], err = meth.Depth(o.Sections[o.Methods[i]], L); err != nil {
 			return nil, err
 		}
+		if err := backboneFits(m, o.Methods[i], depths[i]); err != nil {
+			return nil, err
+		}
 	}
 	dsOpts := o.DatasetOptions
 	if dsOpts.Seed == 0 {
@@ -206,6 +209,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	if len(distinct) == 0 {
 		distinct = []int{L}
+		if m.ResNet != nil {
+			distinct = []int{methods.Features}
+		}
 	}
 	for i := range depths {
 		if depths[i] == methods.AnyDepth {
@@ -259,6 +265,19 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// backboneFits rejects a method whose depth needs the ViT's blocks or
+// tokens on a ResNet CLIP.
+func backboneFits(m *clip.Model, method string, depth int) error {
+	if m.ResNet != nil && depth != methods.Features && depth != methods.AnyDepth {
+		what := fmt.Sprintf("runs blocks %d.. of a ViT image encoder", depth)
+		if depth == methods.TokenFeatures {
+			what = "needs the image encoder's patch tokens"
+		}
+		return fmt.Errorf("method %s %s; the model is a ResNet CLIP (use a ViT checkpoint, or a method on image features: zeroshot, promptfl, fedpgp, pfedmoap)", method, what)
+	}
+	return nil
 }
 
 // newEnv builds the frozen prefixes of depth ℓ = start.

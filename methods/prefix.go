@@ -61,6 +61,10 @@ func ImageRecords(m *clip.Model, start int, pixels []float32, B int, dst []float
 	switch start {
 	case Features:
 		dst = nn.Grow(dst, B*E)
+		if m.ResNet != nil {
+			m.ResNet.Encode(dst, pixels, B)
+			return dst
+		}
 		v.Encode(dst, pixels, B)
 		return dst
 	case TokenFeatures:
