@@ -198,3 +198,24 @@ func (e Experiment) MarshalYAML() (any, error) {
 	n.Content = append(n.Content, extra...)
 	return &n, nil
 }
+
+// ModelFitter is a section whose settings depend on the model's depth
+// (pFedMMA's adapted blocks): FitModel adjusts them to a model with layers
+// blocks per tower and says what it changed ("pfedmma.start 10 → -1").
+type ModelFitter interface {
+	FitModel(layers int) []string
+}
+
+// FitModel adjusts every method section to a model with layers blocks and
+// returns what changed (for `--model embedded` with a paper preset).
+func (e *Experiment) FitModel(layers int) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(e.Sections)) {
+		if f, ok := e.Sections[name].(ModelFitter); ok {
+			for _, c := range f.FitModel(layers) {
+				out = append(out, name+"."+c)
+			}
+		}
+	}
+	return out
+}

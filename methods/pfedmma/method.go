@@ -2,6 +2,7 @@ package pfedmma
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 
 	"github.com/pfedmma/pfedmma/clip"
@@ -215,4 +216,22 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	txt := append([]float32(nil), p.l.TextFeatures(false)...)
 	prefix := clip.ImagePrefix(p.l.Model, p.l.Adapters.Cfg.Start, pixels, B, nil)
 	return p.l.Logits(prefix, B, txt), nil
+}
+
+// FitModel implements config.ModelFitter: a start block the model does not
+// have becomes the same share of the model's last blocks (the paper's
+// blocks 10–12 of 12 are the last quarter: on a 4-block model, block 4).
+func (s *Settings) FitModel(layers int) []string {
+	var out []string
+	if s.Start > layers {
+		old := s.Start
+		share := max(1, int(math.Round(float64(12-old+1)/12*float64(layers))))
+		s.Start = -share
+		out = append(out, fmt.Sprintf("start %d → %d (the last %d of the model's %d blocks)", old, s.Start, share, layers))
+	}
+	if s.End > layers {
+		out = append(out, fmt.Sprintf("end %d → 0 (the last block)", s.End))
+		s.End = 0
+	}
+	return out
 }
