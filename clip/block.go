@@ -148,9 +148,7 @@ func (b *Block) Forward(out, x []float32, B, T int, pool []int, train bool, scra
 	b.linearForward(a.fc, a.ln2, w.FcW, b.bf.fc, w.FcB, a.rows, D, MLP)
 	nn.QuickGELUForward(a.gelu, a.fc, a.rows*MLP)
 	b.linearForward(out[:a.rows*D], a.gelu, w.ProjW, b.bf.proj, w.ProjB, a.rows, MLP, D)
-	for i, v := range a.x2[:a.rows*D] {
-		out[i] += v
-	}
+	nn.AddInto(out[:a.rows*D], a.x2[:a.rows*D])
 
 	// y += adapter(ln_1(x))
 	if b.Adapter != nil {
@@ -166,17 +164,11 @@ func (b *Block) Forward(out, x []float32, B, T int, pool []int, train bool, scra
 // full block, only the pooled rows (dst [B, D]) when pruned.
 func addResidual(dst, x []float32, B, T, D int, pool []int) {
 	if pool == nil {
-		for i, v := range x[:B*T*D] {
-			dst[i] += v
-		}
+		nn.AddInto(dst[:B*T*D], x[:B*T*D])
 		return
 	}
 	for r, p := range pool {
-		src := x[(r*T+p)*D : (r*T+p)*D+D]
-		d := dst[r*D : r*D+D]
-		for j, v := range src {
-			d[j] += v
-		}
+		nn.AddInto(dst[r*D:r*D+D], x[(r*T+p)*D:(r*T+p)*D+D])
 	}
 }
 
@@ -283,9 +275,7 @@ func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 	nn.LayerNormBackward(dx, gw.ln1W(), gw.ln1B(), sc.dln1, a.x, a.mean1, a.rstd1, w.Ln1W, N, D)
 	// residual into the block input
 	if a.pool == nil {
-		for i, v := range sc.dx2[:N*D] {
-			dx[i] += v
-		}
+		nn.AddInto(dx[:N*D], sc.dx2[:N*D])
 	} else {
 		for r, p := range a.pool {
 			dst := dx[(r*T+p)*D : (r*T+p)*D+D]
