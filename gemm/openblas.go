@@ -116,6 +116,8 @@ func KernelWarning() string {
 //     about 2^28 cycles after each call, starving the Go goroutines that run
 //     the elementwise layers between GEMMs (measured: a ViT-B block forward
 //     2.4× slower).
+//   - OMP_WAIT_POLICY=PASSIVE: the same for oneDNN's OpenMP threads (the
+//     bf16 products), which otherwise spin after each product.
 //
 // It returns only when no re-execution was needed or it failed. Call it
 // first in main.
@@ -131,6 +133,9 @@ func TuneCPU() {
 	}
 	if os.Getenv("OPENBLAS_THREAD_TIMEOUT") == "" {
 		env = append(env, "OPENBLAS_THREAD_TIMEOUT=4")
+	}
+	if os.Getenv("OMP_WAIT_POLICY") == "" {
+		env = append(env, "OMP_WAIT_POLICY=PASSIVE")
 	}
 	if len(env) == 0 {
 		return
