@@ -14,8 +14,8 @@ import "C"
 import (
 	"fmt"
 	"os"
-	"strings"
 	"runtime"
+	"strings"
 	"syscall"
 	"unsafe"
 
