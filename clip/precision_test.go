@@ -126,3 +126,36 @@ func TestBF16BlockBackward(t *testing.T) {
 		t.Error("a block with weight gradients runs in bf16")
 	}
 }
+
+func benchBlockBF16(b *testing.B, backward bool) {
+	c := ViTB16()
+	c.Vision.Layers, c.Text.Layers = 1, 1
+	m := New(Random(c, 1))
+	if err := m.SetPrecision(gemm.BF16); err != nil {
+		b.Fatal(err)
+	}
+	blk := m.Vision.Stack.Blocks[0]
+	B, T, D := 32, 197, 768
+	rng := rand.New(rand.NewPCG(1, 1))
+	x, out, dx, dout := make([]float32, B*T*D), make([]float32, B*T*D), make([]float32, B*T*D), make([]float32, B*T*D)
+	for i := range x {
+		x[i], dout[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+	}
+	var sc BlockScratch
+	blk.Forward(out, x, B, T, nil, true, &sc)
+	blk.Backward(dx, dout, &sc)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if backward {
+			blk.Backward(dx, dout, &sc)
+		} else {
+			blk.Forward(out, x, B, T, nil, true, &sc)
+		}
+	}
+}
+
+// BenchmarkBlockForwardBF16 is BenchmarkBlockForward with bf16 frozen weights.
+func BenchmarkBlockForwardBF16(b *testing.B) { benchBlockBF16(b, false) }
+
+// BenchmarkBlockBackwardBF16 is BenchmarkBlockBackward with bf16 frozen weights.
+func BenchmarkBlockBackwardBF16(b *testing.B) { benchBlockBF16(b, true) }
