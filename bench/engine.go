@@ -11,15 +11,24 @@ import (
 	"github.com/pfedmma/pfedmma/gemm"
 )
 
-// EngineResult is what `pfedmma bench engine` reports.
+// EngineResult is what `pfedmma bench engine` reports. Times are medians
+// over the timed repetitions; *_spread is the interquartile range over the
+// median.
 type EngineResult struct {
 	Backend                 string  `json:"backend"`
-	Core                    string  `json:"core"`
+	Core                    string  `json:"core"`      // kernel family in use
+	BestCore                string  `json:"best_core"` // best family this CPU supports ("" when unknown)
+	Precision               string  `json:"precision"` // fp32 or bf16 (frozen weights' products)
+	BF16Backend             string  `json:"bf16_backend,omitempty"`
 	Threads                 int     `json:"threads"`
 	Batch                   int     `json:"batch"`
-	GemmGFLOPS              float64 `json:"gemm_gflops"`
+	Repeat                  int     `json:"repeat"`
+	GemmGFLOPS              float64 `json:"gemm_gflops"` // float32 GEMM, best of the repeats
+	GemmBF16GFLOPS          float64 `json:"gemm_bf16_gflops,omitempty"`
 	BlockForwardMs          float64 `json:"block_forward_ms"`
+	BlockForwardSpread      float64 `json:"block_forward_spread"`
 	BlockBackwardMs         float64 `json:"block_backward_ms"`
+	BlockBackwardSpread     float64 `json:"block_backward_spread"`
 	BlockBackwardRatio      float64 `json:"block_backward_over_forward"`
 	BlockForwardGFLOPS      float64 `json:"block_forward_gflops"`
 	BlockGemmShareOfPeak    float64 `json:"block_forward_fraction_of_gemm_peak"`
@@ -27,20 +36,25 @@ type EngineResult struct {
 	BlockLinearShareOfPeak  float64 `json:"block_linear_gemm_fraction_of_peak"`
 	ImageForwardImagesPerS  float64 `json:"image_forward_images_per_s"`
 	ImageForwardSecPerBatch float64 `json:"image_forward_s_per_batch"`
+	ImageForwardSpread      float64 `json:"image_forward_spread"`
+	ImageForwardGemmGFLOPS  float64 `json:"image_forward_gemm_gflops"`     // achieved inside the encoder's counted GEMMs
+	ImageForwardGemmShare   float64 `json:"image_forward_gemm_time_share"` // fraction of the forward time in those GEMMs
 }
 
 // EngineOptions choose the sizes of the engine benchmark.
 type EngineOptions struct {
-	Batch  int          // images per batch (32)
-	Config clip.Config  // model shapes (ViT-B/16)
-	Repeat int          // timed repetitions of each measurement (≥ 1)
-	Log    func(string) // progress lines; may be nil
+	Batch     int            // images per batch (32)
+	Config    clip.Config    // model shapes (ViT-B/16)
+	Repeat    int            // timed repetitions of each measurement (MinSteps when ≤ 0)
+	Precision gemm.Precision // products with the frozen weights (FP32)
+	Log       func(string)   // progress lines; may be nil
 }
 
-// blockFLOPs is the forward FLOP count of one full block on N = B·T tokens.
-func blockFLOPs(B, T, D, H int) float64 {
+// blockFLOPs is the forward FLOP count of one full block on N = B·T tokens
+// (mlp is the MLP width).
+func blockFLOPs(B, T, D, mlp int) float64 {
 	N := float64(B * T)
-	gemms := 2 * N * float64(D) * float64(3*D+D+2*H)
+	gemms := 2 * N * float64(D) * float64(3*D+D+2*mlp)
 	attn := 2 * 2 * float64(B) * float64(T) * float64(T) * float64(D)
 	return gemms + attn
 }
@@ -51,7 +65,7 @@ func Engine(ctx context.Context, o EngineOptions) (*EngineResult, error) {
 		o.Batch = 32
 	}
 	if o.Repeat <= 0 {
-		o.Repeat = 3
+		o.Repeat = MinSteps
 	}
 	if o.Config.Vision.Width == 0 {
 		o.Config = clip.ViTB16()
@@ -63,7 +77,12 @@ func Engine(ctx context.Context, o EngineOptions) (*EngineResult, error) {
 	}
 	vc := o.Config.Vision
 	B, T, D := o.Batch, vc.Tokens(), vc.Width
-	res := &EngineResult{Backend: gemm.Backend(), Core: gemm.CoreName(), Threads: gemm.Threads(), Batch: B}
+	inUse, best := gemm.KernelFamily()
+	res := &EngineResult{Backend: gemm.Backend(), Core: inUse, BestCore: best, Precision: o.Precision.String(),
+		Threads: gemm.Threads(), Batch: B, Repeat: o.Repeat}
+	if o.Precision == gemm.BF16 {
+		res.BF16Backend = gemm.BF16Backend()
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	randv := func(n int) []float32 {
 		v := make([]float32, n)
@@ -73,18 +92,35 @@ func Engine(ctx context.Context, o EngineOptions) (*EngineResult, error) {
 		return v
 	}
 
-	// GEMM: the MLP's c_fc shape, [B·T, D] × [D, 4D]
+	// GEMM: the MLP's c_fc shape, [B·T, D] × [D, 4D]; peak = best of the repeats
 	logf("gemm")
 	m, n, k := B*T, vc.MLPWidth, D
 	a, w, c := randv(m*k), randv(n*k), make([]float32, m*n)
-	gemm.MatMul(false, true, m, n, k, a, w, c, false)
-	for i := 0; i < max(o.Repeat, 3); i++ { // peak: the best of the repeats
-		t0 := time.Now()
-		gemm.MatMul(false, true, m, n, k, a, w, c, false)
-		res.GemmGFLOPS = max(res.GemmGFLOPS, 2*float64(m*n*k)/time.Since(t0).Seconds()/1e9)
+	peak := func(f func()) (float64, error) {
+		f()
+		best := 0.0
+		for i := 0; i < max(o.Repeat, 3); i++ {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			t0 := time.Now()
+			f()
+			best = max(best, 2*float64(m*n*k)/time.Since(t0).Seconds()/1e9)
+		}
+		return best, nil
 	}
-	if err := ctx.Err(); err != nil {
+	var err error
+	if res.GemmGFLOPS, err = peak(func() { gemm.MatMul(false, true, m, n, k, a, w, c, false) }); err != nil {
 		return nil, err
+	}
+	if o.Precision == gemm.BF16 {
+		wb, err := gemm.NewBF16Weights(w, n, k)
+		if err != nil {
+			return nil, err
+		}
+		if res.GemmBF16GFLOPS, err = peak(func() { gemm.MatMulBF16(true, m, n, k, a, wb, nil, c, false) }); err != nil {
+			return nil, err
+		}
 	}
 
 	// One block forward and backward (input gradients only, frozen weights).
@@ -93,23 +129,20 @@ func Engine(ctx context.Context, o EngineOptions) (*EngineResult, error) {
 		ImageSize: vc.ImageSize, PatchSize: vc.PatchSize, Width: D, Layers: vc.Layers, Heads: vc.Heads, MLPWidth: vc.MLPWidth},
 		Text: clip.TextConfig{ContextLength: 77, VocabSize: 16, Width: 64, Layers: 1, Heads: 1, MLPWidth: 64}}, 1)
 	model := clip.New(weights)
+	if err := model.SetPrecision(o.Precision); err != nil {
+		return nil, err
+	}
 	blk := model.Vision.Stack.Blocks[0]
 	var sc clip.BlockScratch
 	x, out, dx := randv(B*T*D), make([]float32, B*T*D), make([]float32, B*T*D)
 	dout := randv(B * T * D)
-	blk.Forward(out, x, B, T, nil, true, &sc)
-	blk.Backward(dx, dout, &sc)
-	var fwd, bwd time.Duration
-	for i := 0; i < o.Repeat; i++ {
-		t0 := time.Now()
-		blk.Forward(out, x, B, T, nil, true, &sc)
-		t1 := time.Now()
-		blk.Backward(dx, dout, &sc)
-		fwd += t1.Sub(t0)
-		bwd += time.Since(t1)
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
+	fwd, err := Measure(ctx, 1, o.Repeat, func(int) error { blk.Forward(out, x, B, T, nil, true, &sc); return nil })
+	if err != nil {
+		return nil, err
+	}
+	bwd, err := Measure(ctx, 1, o.Repeat, func(int) error { blk.Backward(dx, dout, &sc); return nil })
+	if err != nil {
+		return nil, err
 	}
 	// GEMM rate inside the block: the linear layers' products, measured in
 	// place (the attention heads' small products run one per thread).
@@ -117,28 +150,36 @@ func Engine(ctx context.Context, o EngineOptions) (*EngineResult, error) {
 	blk.Forward(out, x, B, T, nil, true, &sc)
 	st := gemm.ReadStats()
 	gemm.EnableStats(false)
+	peakRate := res.GemmGFLOPS
+	if o.Precision == gemm.BF16 {
+		peakRate = res.GemmBF16GFLOPS
+	}
 	res.BlockLinearGFLOPS = st.GFLOPS()
-	res.BlockForwardMs = fwd.Seconds() * 1000 / float64(o.Repeat)
-	res.BlockBackwardMs = bwd.Seconds() * 1000 / float64(o.Repeat)
+	res.BlockForwardMs, res.BlockForwardSpread = fwd.Median*1000, fwd.Spread
+	res.BlockBackwardMs, res.BlockBackwardSpread = bwd.Median*1000, bwd.Spread
 	res.BlockBackwardRatio = res.BlockBackwardMs / res.BlockForwardMs
-	res.BlockForwardGFLOPS = blockFLOPs(B, T, D, vc.MLPWidth) / (res.BlockForwardMs / 1000) / 1e9
-	res.BlockGemmShareOfPeak = res.BlockForwardGFLOPS / res.GemmGFLOPS
-	res.BlockLinearShareOfPeak = res.BlockLinearGFLOPS / res.GemmGFLOPS
+	res.BlockForwardGFLOPS = blockFLOPs(B, T, D, vc.MLPWidth) / fwd.Median / 1e9
+	res.BlockGemmShareOfPeak = res.BlockForwardGFLOPS / peakRate
+	res.BlockLinearShareOfPeak = res.BlockLinearGFLOPS / peakRate
 
 	// Whole image encoder forward.
 	logf("image encoder")
 	pixels := randv(B * 3 * vc.ImageSize * vc.ImageSize)
 	feat := make([]float32, B*o.Config.EmbedDim)
-	model.Vision.Encode(feat, pixels, B)
-	start := time.Now()
-	for i := 0; i < o.Repeat; i++ {
-		model.Vision.Encode(feat, pixels, B)
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
+	enc, err := Measure(ctx, 1, o.Repeat, func(int) error { model.Vision.Encode(feat, pixels, B); return nil })
+	if err != nil {
+		return nil, err
 	}
-	sec := time.Since(start).Seconds() / float64(o.Repeat)
-	res.ImageForwardSecPerBatch = sec
-	res.ImageForwardImagesPerS = float64(B) / sec
+	gemm.EnableStats(true)
+	t0 := time.Now()
+	model.Vision.Encode(feat, pixels, B)
+	wall := time.Since(t0).Seconds()
+	st = gemm.ReadStats()
+	gemm.EnableStats(false)
+	res.ImageForwardSecPerBatch = enc.Median
+	res.ImageForwardSpread = enc.Spread
+	res.ImageForwardImagesPerS = enc.PerS(B)
+	res.ImageForwardGemmGFLOPS = st.GFLOPS()
+	res.ImageForwardGemmShare = st.Seconds / wall
 	return res, nil
 }

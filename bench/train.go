@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/gemm"
@@ -21,32 +20,36 @@ import (
 
 // TrainResult is what `pfedmma bench train` reports.
 type TrainResult struct {
-	Backend            string  `json:"backend"`
-	Core               string  `json:"core"`
-	Threads            int     `json:"threads"`
-	Batch              int     `json:"batch"`
-	Classes            int     `json:"classes"`
-	Blocks             string  `json:"adapted_blocks"`
-	Dim                int     `json:"adapter_dim"`
-	TrainCachedPerS    float64 `json:"train_images_per_s_cached"`
-	EvalCachedPerS     float64 `json:"eval_images_per_s_cached"`
-	TrainOnlinePerS    float64 `json:"train_images_per_s_online"`
-	EvalOnlinePerS     float64 `json:"eval_images_per_s_online"`
-	PeakRSSMiB         float64 `json:"peak_rss_mib"`
-	ReferenceTrainPerS float64 `json:"reference_train_images_per_s"`
-	ReferenceEvalPerS  float64 `json:"reference_eval_images_per_s"`
-	SpeedupTrainCached float64 `json:"speedup_train_cached"`
-	SpeedupEvalCached  float64 `json:"speedup_eval_cached"`
-	SpeedupTrainOnline float64 `json:"speedup_train_online"`
-	SpeedupEvalOnline  float64 `json:"speedup_eval_online"`
+	Backend         string  `json:"backend"`
+	Core            string  `json:"core"`
+	BestCore        string  `json:"best_core"`
+	Precision       string  `json:"precision"`
+	Threads         int     `json:"threads"`
+	Steps           int     `json:"steps"`
+	Batch           int     `json:"batch"`
+	Classes         int     `json:"classes"`
+	Blocks          string  `json:"adapted_blocks"`
+	Dim             int     `json:"adapter_dim"`
+	TrainCachedPerS float64 `json:"train_images_per_s_cached"`
+	EvalCachedPerS  float64 `json:"eval_images_per_s_cached"`
+	TrainOnlinePerS float64 `json:"train_images_per_s_online"`
+	EvalOnlinePerS  float64 `json:"eval_images_per_s_online"`
+	// *_spread: interquartile range of the step times over their median.
+	TrainCachedSpread float64 `json:"train_cached_spread"`
+	EvalCachedSpread  float64 `json:"eval_cached_spread"`
+	TrainOnlineSpread float64 `json:"train_online_spread"`
+	EvalOnlineSpread  float64 `json:"eval_online_spread"`
+	PeakRSSMiB        float64 `json:"peak_rss_mib"`
+	GemmGFLOPS        float64 `json:"gemm_gflops"` // achieved inside the counted GEMMs of a cached training step
+	// Reference figures and speedups: only with TrainOptions.Reference.
+	ReferenceTrainPerS float64 `json:"reference_train_images_per_s,omitempty"`
+	ReferenceEvalPerS  float64 `json:"reference_eval_images_per_s,omitempty"`
+	ReferenceRSSMiB    float64 `json:"reference_peak_rss_mib,omitempty"`
+	SpeedupTrainCached float64 `json:"speedup_train_cached,omitempty"`
+	SpeedupEvalCached  float64 `json:"speedup_eval_cached,omitempty"`
+	SpeedupTrainOnline float64 `json:"speedup_train_online,omitempty"`
+	SpeedupEvalOnline  float64 `json:"speedup_eval_online,omitempty"`
 }
-
-// Reference numbers: the authors' PyTorch code on this 2-core CPU at the
-// same settings (issue #3).
-const (
-	refTrainPerS = 1.93
-	refEvalPerS  = 3.93
-)
 
 // TrainOptions size the training benchmark.
 type TrainOptions struct {
@@ -54,8 +57,12 @@ type TrainOptions struct {
 	Classes int // 24
 	Start   int // first adapted block (10)
 	Dim     int // adapter width (32)
-	Steps   int // timed steps per measurement (≥ 1)
-	Log     func(string)
+	Steps   int // timed steps per measurement (MinSteps when ≤ 0), after one warm-up step
+	// Precision of the frozen weights' products (FP32).
+	Precision gemm.Precision
+	// Reference, when set, gives the figures the speedups divide by.
+	Reference *Reference
+	Log       func(string)
 }
 
 // Train measures pFedMMA's local training and evaluation at ViT-B/16 shapes
@@ -76,7 +83,7 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 		o.Dim = 32
 	}
 	if o.Steps <= 0 {
-		o.Steps = 3
+		o.Steps = MinSteps
 	}
 	logf := func(s string) {
 		if o.Log != nil {
@@ -87,6 +94,9 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 	B, C := o.Batch, o.Classes
 	w := clip.Random(cfg, 1)
 	m := clip.New(w)
+	if err := m.SetPrecision(o.Precision); err != nil {
+		return nil, err
+	}
 	rng := rand.New(rand.NewPCG(2, 3))
 	ctxLen := cfg.Text.ContextLength
 	tokens := make([]int, C*ctxLen)
@@ -153,41 +163,39 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 		}
 		return opt.Step(0.001, params)
 	}
-	timeIt := func(name string, f func(i int) error) (float64, error) {
+	timeIt := func(name string, rate, spread *float64, f func(i int) error) error {
 		logf(name)
-		if err := f(-1); err != nil { // warm-up: buffers grow once
-			return 0, err
-		}
-		t0 := time.Now()
-		for i := 0; i < o.Steps; i++ {
-			if err := ctx.Err(); err != nil {
-				return 0, err
-			}
-			if err := f(i); err != nil {
-				return 0, err
-			}
-		}
-		return float64(B*o.Steps) / time.Since(t0).Seconds(), nil
+		t, err := Measure(ctx, 1, o.Steps, f) // warm-up: buffers grow once
+		*rate, *spread = t.PerS(B), t.Spread
+		return err
 	}
-	res := &TrainResult{Backend: gemm.Backend(), Core: gemm.CoreName(), Threads: gemm.Threads(), Batch: B, Classes: C,
-		Blocks: strconv.Itoa(o.Start) + "-" + strconv.Itoa(cfg.Vision.Layers), Dim: o.Dim,
-		ReferenceTrainPerS: refTrainPerS, ReferenceEvalPerS: refEvalPerS}
-	if res.TrainCachedPerS, err = timeIt("train cached", func(int) error { return step(prefix) }); err != nil {
+	inUse, best := gemm.KernelFamily()
+	res := &TrainResult{Backend: gemm.Backend(), Core: inUse, BestCore: best, Precision: o.Precision.String(),
+		Threads: gemm.Threads(), Steps: o.Steps, Batch: B, Classes: C,
+		Blocks: strconv.Itoa(o.Start) + "-" + strconv.Itoa(cfg.Vision.Layers), Dim: o.Dim}
+	if err := timeIt("train cached", &res.TrainCachedPerS, &res.TrainCachedSpread, func(int) error { return step(prefix) }); err != nil {
+		return nil, err
+	}
+	gemm.EnableStats(true)
+	err = step(prefix)
+	res.GemmGFLOPS = gemm.ReadStats().GFLOPS()
+	gemm.EnableStats(false)
+	if err != nil {
 		return nil, err
 	}
 	txt := append([]float32(nil), l.TextFeatures(false)...)
-	if res.EvalCachedPerS, err = timeIt("eval cached", func(int) error { l.Logits(prefix, B, txt); return nil }); err != nil {
+	if err := timeIt("eval cached", &res.EvalCachedPerS, &res.EvalCachedSpread, func(int) error { l.Logits(prefix, B, txt); return nil }); err != nil {
 		return nil, err
 	}
 	var buf []float32
-	if res.TrainOnlinePerS, err = timeIt("train online", func(i int) error {
+	if err := timeIt("train online", &res.TrainOnlinePerS, &res.TrainOnlineSpread, func(i int) error {
 		augment(true, uint64(i+2))
 		buf = clip.ImagePrefix(m, o.Start, pixels, B, buf)
 		return step(buf)
 	}); err != nil {
 		return nil, err
 	}
-	if res.EvalOnlinePerS, err = timeIt("eval online", func(int) error {
+	if err := timeIt("eval online", &res.EvalOnlinePerS, &res.EvalOnlineSpread, func(int) error {
 		augment(false, 0)
 		buf = clip.ImagePrefix(m, o.Start, pixels, B, buf)
 		l.Logits(buf, B, txt) // text features are computed once per evaluation, as in the cached mode
@@ -196,10 +204,13 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 		return nil, err
 	}
 	res.PeakRSSMiB = peakRSSMiB()
-	res.SpeedupTrainCached = res.TrainCachedPerS / refTrainPerS
-	res.SpeedupEvalCached = res.EvalCachedPerS / refEvalPerS
-	res.SpeedupTrainOnline = res.TrainOnlinePerS / refTrainPerS
-	res.SpeedupEvalOnline = res.EvalOnlinePerS / refEvalPerS
+	if r := o.Reference; r != nil {
+		res.ReferenceTrainPerS, res.ReferenceEvalPerS, res.ReferenceRSSMiB = r.TrainImagesPerS, r.EvalImagesPerS, r.PeakRSSMiB
+		res.SpeedupTrainCached = res.TrainCachedPerS / r.TrainImagesPerS
+		res.SpeedupEvalCached = res.EvalCachedPerS / r.EvalImagesPerS
+		res.SpeedupTrainOnline = res.TrainOnlinePerS / r.TrainImagesPerS
+		res.SpeedupEvalOnline = res.EvalOnlinePerS / r.EvalImagesPerS
+	}
 	return res, nil
 }
 

@@ -33,6 +33,7 @@ type Block struct {
 	Adapter Adapter       // optional parallel branch
 
 	saved blockActs // activations kept for Backward (train mode)
+	bf    blockBF16 // bfloat16 weights (SetPrecision); nil in float32 mode
 }
 
 // blockActs are the activations of one forward pass.
@@ -126,30 +127,28 @@ func (b *Block) Forward(out, x []float32, B, T int, pool []int, train bool, scra
 	nn.LayerNormForward(a.ln1, a.mean1, a.rstd1, x, w.Ln1W, w.Ln1B, N, D)
 	if pool == nil {
 		// q|k|v = h · in_projᵀ + b                    [B·T, 3D]
-		nn.LinearForward(a.qkv, a.ln1, w.InProjW, w.InProjB, N, D, 3*D)
+		b.linearForward(a.qkv, a.ln1, w.InProjW, b.bf.inProj, w.InProjB, N, D, 3*D)
 	} else {
 		// k|v for every token, q for the pooled token only
-		nn.LinearForward(a.qkv, a.ln1, w.InProjW[D*D:], w.InProjB[D:], N, D, 2*D)
+		b.linearForward(a.qkv, a.ln1, w.InProjW[D*D:], b.bf.inKV, w.InProjB[D:], N, D, 2*D)
 		for r, p := range pool {
 			copy(a.ln1p[r*D:r*D+D], a.ln1[(r*T+p)*D:(r*T+p)*D+D])
 		}
-		nn.LinearForward(a.q, a.ln1p, w.InProjW[:D*D], w.InProjB[:D], B, D, D)
+		b.linearForward(a.q, a.ln1p, w.InProjW[:D*D], b.bf.inQ, w.InProjB[:D], B, D, D)
 	}
 	s, q, k, v, mask := b.attnViews(a)
 	nn.AttentionForward(a.att, a.probs, q, k, v, s, mask)
 
 	// x' = x + att · out_projᵀ + b                    [rows, D]
-	nn.LinearForward(a.x2, a.att, w.OutProjW, w.OutProjB, a.rows, D, D)
+	b.linearForward(a.x2, a.att, w.OutProjW, b.bf.outProj, w.OutProjB, a.rows, D, D)
 	addResidual(a.x2, x, B, T, D, pool)
 
 	// y = x' + c_proj(QuickGELU(c_fc(ln_2(x'))))     [rows, D]
 	nn.LayerNormForward(a.ln2, a.mean2, a.rstd2, a.x2, w.Ln2W, w.Ln2B, a.rows, D)
-	nn.LinearForward(a.fc, a.ln2, w.FcW, w.FcB, a.rows, D, MLP)
+	b.linearForward(a.fc, a.ln2, w.FcW, b.bf.fc, w.FcB, a.rows, D, MLP)
 	nn.QuickGELUForward(a.gelu, a.fc, a.rows*MLP)
-	nn.LinearForward(out[:a.rows*D], a.gelu, w.ProjW, w.ProjB, a.rows, MLP, D)
-	for i, v := range a.x2[:a.rows*D] {
-		out[i] += v
-	}
+	b.linearForward(out[:a.rows*D], a.gelu, w.ProjW, b.bf.proj, w.ProjB, a.rows, MLP, D)
+	nn.AddInto(out[:a.rows*D], a.x2[:a.rows*D])
 
 	// y += adapter(ln_1(x))
 	if b.Adapter != nil {
@@ -165,17 +164,11 @@ func (b *Block) Forward(out, x []float32, B, T int, pool []int, train bool, scra
 // full block, only the pooled rows (dst [B, D]) when pruned.
 func addResidual(dst, x []float32, B, T, D int, pool []int) {
 	if pool == nil {
-		for i, v := range x[:B*T*D] {
-			dst[i] += v
-		}
+		nn.AddInto(dst[:B*T*D], x[:B*T*D])
 		return
 	}
 	for r, p := range pool {
-		src := x[(r*T+p)*D : (r*T+p)*D+D]
-		d := dst[r*D : r*D+D]
-		for j, v := range src {
-			d[j] += v
-		}
+		nn.AddInto(dst[r*D:r*D+D], x[(r*T+p)*D:(r*T+p)*D+D])
 	}
 }
 
@@ -227,19 +220,19 @@ func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 	// MLP: y = x' + gelu · c_projᵀ
 	sc.dgelu = grow(sc.dgelu, rows*MLP)
 	clear(sc.dgelu)
-	nn.LinearBackward(sc.dgelu, gw.projW(), gw.projB(), dout, a.gelu, w.ProjW, rows, MLP, D)
+	b.linearBackward(sc.dgelu, gw.projW(), gw.projB(), dout, a.gelu, w.ProjW, b.bf.proj, rows, MLP, D)
 	sc.dfc = grow(sc.dfc, rows*MLP)
 	clear(sc.dfc)
 	nn.QuickGELUBackward(sc.dfc, sc.dgelu, a.fc, rows*MLP)
 	sc.dln2 = grow(sc.dln2, rows*D)
 	clear(sc.dln2)
-	nn.LinearBackward(sc.dln2, gw.fcW(), gw.fcB(), sc.dfc, a.ln2, w.FcW, rows, D, MLP)
+	b.linearBackward(sc.dln2, gw.fcW(), gw.fcB(), sc.dfc, a.ln2, w.FcW, b.bf.fc, rows, D, MLP)
 	nn.LayerNormBackward(sc.dx2, gw.ln2W(), gw.ln2B(), sc.dln2, a.x2, a.mean2, a.rstd2, w.Ln2W, rows, D)
 
 	// attention: x' = x + att · out_projᵀ
 	sc.datt = grow(sc.datt, rows*D)
 	clear(sc.datt)
-	nn.LinearBackward(sc.datt, gw.outW(), gw.outB(), sc.dx2, a.att, w.OutProjW, rows, D, D)
+	b.linearBackward(sc.datt, gw.outW(), gw.outB(), sc.dx2, a.att, w.OutProjW, b.bf.outProj, rows, D, D)
 	s, q, k, v, _ := b.attnViews(a)
 	sc.dprob = grow(sc.dprob, B*b.H*s.Tq*T)
 	sc.dln1 = grow(sc.dln1, N*D)
@@ -248,7 +241,7 @@ func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 		sc.dqkv = grow(sc.dqkv, N*3*D)
 		clear(sc.dqkv)
 		nn.AttentionBackward(sc.dqkv, sc.dqkv[D:], sc.dqkv[2*D:], sc.datt, a.probs, q, k, v, sc.dprob, s)
-		nn.LinearBackward(sc.dln1, gw.inW(0, 3*D, D), gw.inB(0, 3*D), sc.dqkv, a.ln1, w.InProjW, N, D, 3*D)
+		b.linearBackward(sc.dln1, gw.inW(0, 3*D, D), gw.inB(0, 3*D), sc.dqkv, a.ln1, w.InProjW, b.bf.inProj, N, D, 3*D)
 		if b.Adapter != nil {
 			b.Adapter.Backward(sc.dln1, dout[:rows*D], rows)
 		}
@@ -258,10 +251,10 @@ func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 		sc.dq = grow(sc.dq, B*D)
 		clear(sc.dq)
 		nn.AttentionBackward(sc.dq, sc.dqkv, sc.dqkv[D:], sc.datt, a.probs, q, k, v, sc.dprob, s)
-		nn.LinearBackward(sc.dln1, gw.inW(D, 3*D, D), gw.inB(D, 3*D), sc.dqkv, a.ln1, w.InProjW[D*D:], N, D, 2*D)
+		b.linearBackward(sc.dln1, gw.inW(D, 3*D, D), gw.inB(D, 3*D), sc.dqkv, a.ln1, w.InProjW[D*D:], b.bf.inKV, N, D, 2*D)
 		sc.dln1p = grow(sc.dln1p, B*D)
 		clear(sc.dln1p)
-		nn.LinearBackward(sc.dln1p, gw.inW(0, D, D), gw.inB(0, D), sc.dq, a.ln1p, w.InProjW[:D*D], B, D, D)
+		b.linearBackward(sc.dln1p, gw.inW(0, D, D), gw.inB(0, D), sc.dq, a.ln1p, w.InProjW[:D*D], b.bf.inQ, B, D, D)
 		if b.Adapter != nil {
 			b.Adapter.Backward(sc.dln1p, dout[:rows*D], rows)
 		}
@@ -282,9 +275,7 @@ func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 	nn.LayerNormBackward(dx, gw.ln1W(), gw.ln1B(), sc.dln1, a.x, a.mean1, a.rstd1, w.Ln1W, N, D)
 	// residual into the block input
 	if a.pool == nil {
-		for i, v := range sc.dx2[:N*D] {
-			dx[i] += v
-		}
+		nn.AddInto(dx[:N*D], sc.dx2[:N*D])
 	} else {
 		for r, p := range a.pool {
 			dst := dx[(r*T+p)*D : (r*T+p)*D+D]

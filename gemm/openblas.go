@@ -12,8 +12,10 @@ char* openblas_get_corename(void);
 import "C"
 
 import (
+	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -67,6 +69,42 @@ func bestCore() string {
 	return ""
 }
 
+// coreRank orders the x86 OpenBLAS kernel families by GEMM speed (0:
+// unknown). Zen is OpenBLAS's name for Haswell-class kernels on AMD.
+func coreRank(name string) int {
+	switch strings.ToLower(name) {
+	case "prescott", "core2", "penryn", "dunnington", "nehalem", "atom", "barcelona", "bobcat", "bulldozer", "piledriver", "steamroller", "excavator":
+		return 1
+	case "sandybridge":
+		return 2
+	case "haswell", "zen":
+		return 3
+	case "skylakex", "cooperlake", "sapphirerapids":
+		return 4
+	}
+	return 0
+}
+
+// KernelFamily returns the OpenBLAS kernel family in use and the best one
+// this CPU supports ("" when unknown).
+func KernelFamily() (inUse, best string) { return CoreName(), bestCore() }
+
+// KernelWarning is a one-line warning when OpenBLAS runs a kernel family
+// weaker than the CPU supports (typically OPENBLAS_CORETYPE set by the user,
+// which TuneCPU respects), or "" when it does not.
+func KernelWarning() string {
+	inUse, best := KernelFamily()
+	r, rb := coreRank(inUse), coreRank(best)
+	if r == 0 || rb == 0 || r >= rb {
+		return ""
+	}
+	how := "OpenBLAS chose it"
+	if v := os.Getenv("OPENBLAS_CORETYPE"); v != "" {
+		how = "OPENBLAS_CORETYPE=" + v
+	}
+	return fmt.Sprintf("OpenBLAS runs %s kernels (%s) but this CPU supports %s: GEMMs run up to about 2× slower; unset OPENBLAS_CORETYPE or set it to %s", inUse, how, best, best)
+}
+
 // TuneCPU configures OpenBLAS, which reads its settings only when the
 // process starts, by re-executing the program once with them in the
 // environment (a user's own settings are kept):
@@ -78,6 +116,8 @@ func bestCore() string {
 //     about 2^28 cycles after each call, starving the Go goroutines that run
 //     the elementwise layers between GEMMs (measured: a ViT-B block forward
 //     2.4× slower).
+//   - OMP_WAIT_POLICY=PASSIVE: the same for oneDNN's OpenMP threads (the
+//     bf16 products), which otherwise spin after each product.
 //
 // It returns only when no re-execution was needed or it failed. Call it
 // first in main.
@@ -93,6 +133,9 @@ func TuneCPU() {
 	}
 	if os.Getenv("OPENBLAS_THREAD_TIMEOUT") == "" {
 		env = append(env, "OPENBLAS_THREAD_TIMEOUT=4")
+	}
+	if os.Getenv("OMP_WAIT_POLICY") == "" {
+		env = append(env, "OMP_WAIT_POLICY=PASSIVE")
 	}
 	if len(env) == 0 {
 		return

@@ -171,3 +171,9 @@ func CoreName() string { return "go" }
 
 // TuneCPU does nothing in the pure-Go build.
 func TuneCPU() {}
+
+// KernelFamily returns the kernel in use ("go") and no better one.
+func KernelFamily() (inUse, best string) { return "go", "" }
+
+// KernelWarning is always empty in the pure-Go build.
+func KernelWarning() string { return "" }

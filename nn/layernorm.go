@@ -1,7 +1,5 @@
 package nn
 
-import "math"
-
 // LayerNormEps is the epsilon of every LayerNorm in CLIP.
 const LayerNormEps = 1e-5
 
@@ -10,31 +8,15 @@ const LayerNormEps = 1e-5
 //	inp, out: [N, C]; w, b: [C]; mean, rstd: [N] (saved for the backward pass; may be nil)
 //
 // out = (inp - mean) * rstd * w + b with rstd = 1/sqrt(var + eps) and the
-// biased variance, as torch.nn.LayerNorm.
+// biased variance, as torch.nn.LayerNorm; float32 throughout (vectorised C,
+// or Go under purego), rows split over the CPUs.
 func LayerNormForward(out, mean, rstd, inp, w, b []float32, N, C int) {
 	ParallelFor(N, 64, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			x := inp[i*C : i*C+C]
-			var m float64
-			for _, v := range x {
-				m += float64(v)
-			}
-			m /= float64(C)
-			var s float64
-			for _, v := range x {
-				d := float64(v) - m
-				s += d * d
-			}
-			rs := 1 / math.Sqrt(s/float64(C)+LayerNormEps)
-			o := out[i*C : i*C+C]
-			mf, rf := float32(m), float32(rs)
-			for j, v := range x {
-				o[j] = (v-mf)*rf*w[j] + b[j]
-			}
-			if mean != nil {
-				mean[i], rstd[i] = mf, rf
-			}
+		var m, r []float32
+		if mean != nil {
+			m, r = mean[lo:hi], rstd[lo:hi]
 		}
+		layerNormForwardKernel(out[lo*C:hi*C], m, r, inp[lo*C:hi*C], w, b, hi-lo, C)
 	})
 }
 
@@ -45,41 +27,13 @@ func LayerNormForward(out, mean, rstd, inp, w, b []float32, N, C int) {
 func LayerNormBackward(dinp, dw, db, dout, inp, mean, rstd, w []float32, N, C int) {
 	if dinp != nil {
 		ParallelFor(N, 64, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				x := inp[i*C : i*C+C]
-				g := dout[i*C : i*C+C]
-				m, rs := mean[i], rstd[i]
-				// dnorm = g*w; dx = rs * (dnorm - mean(dnorm) - xhat*mean(dnorm*xhat))
-				var sumD, sumDX float32
-				for j := range x {
-					xhat := (x[j] - m) * rs
-					d := g[j] * w[j]
-					sumD += d
-					sumDX += d * xhat
-				}
-				sumD /= float32(C)
-				sumDX /= float32(C)
-				dx := dinp[i*C : i*C+C]
-				for j := range x {
-					xhat := (x[j] - m) * rs
-					dx[j] += rs * (g[j]*w[j] - sumD - xhat*sumDX)
-				}
-			}
+			layerNormBackwardDxKernel(dinp[lo*C:hi*C], dout[lo*C:hi*C], inp[lo*C:hi*C], mean[lo:hi], rstd[lo:hi], w, hi-lo, C)
 		})
 	}
 	if dw != nil || db != nil {
-		for i := 0; i < N; i++ {
-			x := inp[i*C : i*C+C]
-			g := dout[i*C : i*C+C]
-			m, rs := mean[i], rstd[i]
-			for j := range x {
-				if dw != nil {
-					dw[j] += g[j] * (x[j] - m) * rs
-				}
-				if db != nil {
-					db[j] += g[j]
-				}
-			}
-		}
+		// columns split over the CPUs in blocks of 8, every row each
+		ParallelFor((C+7)/8, 16, func(lo, hi int) {
+			layerNormBackwardDwKernel(dw, db, dout, inp, mean, rstd, N, C, lo*8, min(hi*8, C))
+		})
 	}
 }

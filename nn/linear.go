@@ -56,3 +56,21 @@ func MatMulBackward(dinp, dproj, dout, inp, proj []float32, N, IC, OC int) {
 		gemm.MatMul(true, false, IC, OC, N, inp, dout, dproj, true) // dproj += inpᵀ · dout
 	}
 }
+
+// LinearForwardBF16 is LinearForward with the weight pre-rounded to
+// bfloat16 (w [OC, IC]); inp is rounded on the fly and the products are
+// accumulated in float32, the bias added in float32.
+//
+//	inp: [N, IC]; w: [OC, IC] bf16; b: [OC] or nil; out: [N, OC]
+func LinearForwardBF16(out, inp []float32, w *gemm.BF16Weights, b []float32, N, IC, OC int) {
+	gemm.MatMulBF16(true, N, OC, IC, inp, w, b, out, false)
+}
+
+// LinearInputGradBF16 is the input gradient of LinearForwardBF16 (the only
+// one a frozen weight needs): dinp += dout · w in bfloat16 with float32
+// accumulation.
+//
+//	dout: [N, OC]; w: [OC, IC] bf16; dinp: [N, IC] (+=)
+func LinearInputGradBF16(dinp, dout []float32, w *gemm.BF16Weights, N, IC, OC int) {
+	gemm.MatMulBF16(false, N, IC, OC, dout, w, nil, dinp, true)
+}

@@ -46,3 +46,13 @@ func grow(buf []float32, n int) []float32 {
 
 // Grow is grow for other packages: buf resized to n, reusing storage.
 func Grow(buf []float32, n int) []float32 { return grow(buf, n) }
+
+// AddInto accumulates dst += src over len(src) values (vectorised, split
+// over the CPUs): residual connections and gradient sums.
+func AddInto(dst, src []float32) { AddScaledInto(dst, src, 1) }
+
+// AddScaledInto accumulates dst += a·src over len(src) values.
+func AddScaledInto(dst, src []float32, a float32) {
+	dst = dst[:len(src)]
+	ParallelFor(len(src), 1<<15, func(lo, hi int) { axpyKernel(dst[lo:hi], src[lo:hi], a) })
+}

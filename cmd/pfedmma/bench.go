@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pfedmma/pfedmma/bench"
+	"github.com/pfedmma/pfedmma/gemm"
 )
 
 var benchCmd = &cobra.Command{
@@ -16,16 +17,36 @@ var benchCmd = &cobra.Command{
 	Short: "Benchmark the engine (bench engine) and the training loop (bench train) at ViT-B/16 shapes",
 }
 
+// kernelLine names the GEMM library, the kernel family in use (and the
+// better one when the CPU supports it) and the precision of the frozen
+// weights' products.
+func kernelLine(backend, core, best string, threads int, precision, bf16 string) string {
+	k := core
+	if best != "" && best != core {
+		k += ", CPU supports " + best
+	}
+	line := fmt.Sprintf("%s (%s kernels, %d threads)", backend, k, threads)
+	if precision == "bf16" {
+		line += ", frozen weights in bf16 (" + bf16 + ")"
+	}
+	return line
+}
+
 func init() {
 	var asJSON bool
 	var batch, repeat int
+	var precision string
 	engine := &cobra.Command{
 		Use:   "engine",
 		Short: "GEMM GFLOP/s, one block forward/backward, full image-encoder forward (random ViT-B/16 weights)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			prec, err := gemm.ParsePrecision(precision)
+			if err != nil {
+				return fmt.Errorf("bench engine: --precision: %w", err)
+			}
 			logf := func(s string) { fmt.Fprintln(os.Stderr, "bench engine:", s) }
-			r, err := bench.Engine(cmd.Context(), bench.EngineOptions{Batch: batch, Repeat: repeat, Log: logf})
+			r, err := bench.Engine(cmd.Context(), bench.EngineOptions{Batch: batch, Repeat: repeat, Precision: prec, Log: logf})
 			if err != nil {
 				return fmt.Errorf("bench engine: %w", err)
 			}
@@ -35,29 +56,54 @@ func init() {
 				return enc.Encode(r)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "backend\t%s (%s, %d threads)\n", r.Backend, r.Core, r.Threads)
-			fmt.Fprintf(tw, "GEMM [%d×197×768]·[768×3072]\t%.1f GFLOP/s\n", r.Batch, r.GemmGFLOPS)
-			fmt.Fprintf(tw, "block forward\t%.1f ms (%.1f GFLOP/s overall, %.0f%% of GEMM peak)\n", r.BlockForwardMs, r.BlockForwardGFLOPS, 100*r.BlockGemmShareOfPeak)
+			fmt.Fprintf(tw, "GEMM library\t%s\n", kernelLine(r.Backend, r.Core, r.BestCore, r.Threads, r.Precision, r.BF16Backend))
+			fmt.Fprintf(tw, "timing\tmedian of %d after warm-up, ± interquartile range / median\n", r.Repeat)
+			fmt.Fprintf(tw, "GEMM [%d·197×768]·[768×3072]\t%.1f GFLOP/s fp32 (best of %d)\n", r.Batch, r.GemmGFLOPS, max(r.Repeat, 3))
+			if r.GemmBF16GFLOPS > 0 {
+				fmt.Fprintf(tw, "\t%.1f GFLOP/s bf16\n", r.GemmBF16GFLOPS)
+			}
+			fmt.Fprintf(tw, "block forward\t%.1f ms ±%.0f%% (%.1f GFLOP/s overall, %.0f%% of GEMM peak)\n", r.BlockForwardMs, 100*r.BlockForwardSpread, r.BlockForwardGFLOPS, 100*r.BlockGemmShareOfPeak)
 			fmt.Fprintf(tw, "GEMM inside the block\t%.1f GFLOP/s (%.0f%% of GEMM peak)\n", r.BlockLinearGFLOPS, 100*r.BlockLinearShareOfPeak)
-			fmt.Fprintf(tw, "block backward (input grads)\t%.1f ms (%.2f× forward)\n", r.BlockBackwardMs, r.BlockBackwardRatio)
-			fmt.Fprintf(tw, "image encoder forward\t%.2f images/s (%.2f s per batch of %d)\n", r.ImageForwardImagesPerS, r.ImageForwardSecPerBatch, r.Batch)
+			fmt.Fprintf(tw, "block backward (input grads)\t%.1f ms ±%.0f%% (%.2f× forward)\n", r.BlockBackwardMs, 100*r.BlockBackwardSpread, r.BlockBackwardRatio)
+			fmt.Fprintf(tw, "image encoder forward\t%.2f images/s ±%.0f%% (%.2f s per batch of %d)\n", r.ImageForwardImagesPerS, 100*r.ImageForwardSpread, r.ImageForwardSecPerBatch, r.Batch)
+			fmt.Fprintf(tw, "GEMM inside the encoder\t%.1f GFLOP/s, %.0f%% of its time\n", r.ImageForwardGemmGFLOPS, 100*r.ImageForwardGemmShare)
 			return tw.Flush()
 		},
 	}
 	engine.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	engine.Flags().IntVar(&batch, "batch", 32, "batch size")
-	engine.Flags().IntVar(&repeat, "repeat", 3, "timed repetitions")
+	engine.Flags().IntVar(&repeat, "repeat", bench.MinSteps, "timed repetitions (after one warm-up)")
+	engine.Flags().StringVar(&precision, "precision", "fp32", "frozen weights' products: fp32 or bf16")
 	benchCmd.AddCommand(engine)
 
 	var tJSON bool
 	var tBatch, tSteps, tClasses, tStart, tDim int
+	var tPrecision, tReference string
 	train := &cobra.Command{
 		Use:   "train",
 		Short: "pFedMMA training and evaluation images/s (ViT-B/16 shapes, random weights, blocks 10-12, r 32, 24 classes)",
-		Args:  cobra.NoArgs,
+		Long: `pFedMMA training and evaluation images/s at ViT-B/16 shapes with random weights.
+
+Each figure is the median of --steps timed steps after one warm-up step, with
+the interquartile range over the median as its spread. Speedups are printed
+only against a reference: --reference FILE.json reads the JSON a reference
+harness prints for the same settings on the same machine, for example
+{"train_images_per_s": …, "eval_images_per_s": …, "peak_rss_mib": …}.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			prec, err := gemm.ParsePrecision(tPrecision)
+			if err != nil {
+				return fmt.Errorf("bench train: --precision: %w", err)
+			}
+			var ref *bench.Reference
+			if tReference != "" {
+				if ref, err = bench.LoadReference(tReference); err != nil {
+					return fmt.Errorf("bench train: --reference: %w", err)
+				}
+			}
 			logf := func(s string) { fmt.Fprintln(os.Stderr, "bench train:", s) }
-			r, err := bench.Train(cmd.Context(), bench.TrainOptions{Batch: tBatch, Steps: tSteps, Classes: tClasses, Start: tStart, Dim: tDim, Log: logf})
+			r, err := bench.Train(cmd.Context(), bench.TrainOptions{Batch: tBatch, Steps: tSteps, Classes: tClasses, Start: tStart, Dim: tDim,
+				Precision: prec, Reference: ref, Log: logf})
 			if err != nil {
 				return fmt.Errorf("bench train: %w", err)
 			}
@@ -67,23 +113,47 @@ func init() {
 				return enc.Encode(r)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "backend\t%s (%s, %d threads)\n", r.Backend, r.Core, r.Threads)
+			fmt.Fprintf(tw, "GEMM library\t%s\n", kernelLine(r.Backend, r.Core, r.BestCore, r.Threads, r.Precision, gemm.BF16Backend()))
 			fmt.Fprintf(tw, "setting\tbatch %d, %d classes, adapters on blocks %s, r %d\n", r.Batch, r.Classes, r.Blocks, r.Dim)
-			fmt.Fprintf(tw, "\timages/s\tvs reference\n")
-			fmt.Fprintf(tw, "train, cached prefixes\t%.2f\t%.1f× (ref %.2f)\n", r.TrainCachedPerS, r.SpeedupTrainCached, r.ReferenceTrainPerS)
-			fmt.Fprintf(tw, "eval, cached prefixes\t%.2f\t%.1f× (ref %.2f)\n", r.EvalCachedPerS, r.SpeedupEvalCached, r.ReferenceEvalPerS)
-			fmt.Fprintf(tw, "train, online augmentation\t%.2f\t%.1f×\n", r.TrainOnlinePerS, r.SpeedupTrainOnline)
-			fmt.Fprintf(tw, "eval, online (no cache)\t%.2f\t%.1f×\n", r.EvalOnlinePerS, r.SpeedupEvalOnline)
-			fmt.Fprintf(tw, "peak RSS\t%.0f MiB\t(ref 3277 MiB)\n", r.PeakRSSMiB)
+			fmt.Fprintf(tw, "GEMM in a cached training step\t%.1f GFLOP/s\n", r.GemmGFLOPS)
+			rows := []struct {
+				name          string
+				rate, spread  float64
+				speedup, refv float64
+			}{
+				{"train, cached prefixes", r.TrainCachedPerS, r.TrainCachedSpread, r.SpeedupTrainCached, r.ReferenceTrainPerS},
+				{"eval, cached prefixes", r.EvalCachedPerS, r.EvalCachedSpread, r.SpeedupEvalCached, r.ReferenceEvalPerS},
+				{"train, online augmentation", r.TrainOnlinePerS, r.TrainOnlineSpread, r.SpeedupTrainOnline, r.ReferenceTrainPerS},
+				{"eval, online (no cache)", r.EvalOnlinePerS, r.EvalOnlineSpread, r.SpeedupEvalOnline, r.ReferenceEvalPerS},
+			}
+			if ref == nil {
+				fmt.Fprintf(tw, "\timages/s (median of %d ± IQR/median)\n", r.Steps)
+			} else {
+				fmt.Fprintf(tw, "\timages/s (median of %d ± IQR/median)\tvs reference\n", r.Steps)
+			}
+			for _, row := range rows {
+				if ref == nil {
+					fmt.Fprintf(tw, "%s\t%.2f ±%.0f%%\n", row.name, row.rate, 100*row.spread)
+				} else {
+					fmt.Fprintf(tw, "%s\t%.2f ±%.0f%%\t%.1f× (ref %.2f)\n", row.name, row.rate, 100*row.spread, row.speedup, row.refv)
+				}
+			}
+			if ref != nil && ref.PeakRSSMiB > 0 {
+				fmt.Fprintf(tw, "peak RSS\t%.0f MiB\t(ref %.0f MiB)\n", r.PeakRSSMiB, ref.PeakRSSMiB)
+			} else {
+				fmt.Fprintf(tw, "peak RSS\t%.0f MiB\n", r.PeakRSSMiB)
+			}
 			return tw.Flush()
 		},
 	}
 	train.Flags().BoolVar(&tJSON, "json", false, "print JSON")
 	train.Flags().IntVar(&tBatch, "batch", 32, "batch size")
-	train.Flags().IntVar(&tSteps, "steps", 3, "timed steps per measurement")
+	train.Flags().IntVar(&tSteps, "steps", bench.MinSteps, "timed steps per measurement (after one warm-up step)")
 	train.Flags().IntVar(&tClasses, "classes", 24, "classes")
 	train.Flags().IntVar(&tStart, "start", 10, "first adapted block")
 	train.Flags().IntVar(&tDim, "dim", 32, "adapter width r")
+	train.Flags().StringVar(&tPrecision, "precision", "fp32", "frozen weights' products: fp32 or bf16")
+	train.Flags().StringVar(&tReference, "reference", "", "reference figures (JSON: train_images_per_s, eval_images_per_s, peak_rss_mib) to compute speedups against")
 	benchCmd.AddCommand(train)
 	rootCmd.AddCommand(benchCmd)
 }

@@ -35,6 +35,9 @@ var rootCmd = &cobra.Command{
 		if threadsFlag > 0 {
 			setThreads(threadsFlag)
 		}
+		if w := gemm.KernelWarning(); w != "" {
+			slog.Warn(w) // the user's OPENBLAS_CORETYPE is respected, but said
+		}
 		if cpuProfile != "" {
 			f, err := os.Create(cpuProfile)
 			if err != nil {

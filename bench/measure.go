@@ -1,0 +1,114 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+)
+
+// MinSteps is the fewest timed repetitions a figure is the median of.
+const MinSteps = 10
+
+// Timing summarises repeated measurements of one step: its median and the
+// spread around it, in seconds per step.
+type Timing struct {
+	Steps  int     `json:"steps"`
+	Median float64 `json:"median_s"`
+	Min    float64 `json:"min_s"`
+	Max    float64 `json:"max_s"`
+	// Spread is the interquartile range over the median (0.05 = the middle
+	// half of the steps lie within 5% of the median's size).
+	Spread float64 `json:"spread"`
+}
+
+// PerS is the rate of n items per step at the median step time.
+func (t Timing) PerS(n int) float64 {
+	if t.Median <= 0 {
+		return 0
+	}
+	return float64(n) / t.Median
+}
+
+// Measure runs f warmup times untimed (buffers grow, primitives are made),
+// then steps times, timing each call, and summarises the step times. It
+// stops with ctx's error when ctx is cancelled.
+func Measure(ctx context.Context, warmup, steps int, f func(i int) error) (Timing, error) {
+	for i := 0; i < warmup; i++ {
+		if err := ctx.Err(); err != nil {
+			return Timing{}, err
+		}
+		if err := f(-1 - i); err != nil {
+			return Timing{}, err
+		}
+	}
+	times := make([]float64, 0, steps)
+	for i := 0; i < steps; i++ {
+		if err := ctx.Err(); err != nil {
+			return Timing{}, err
+		}
+		t0 := time.Now()
+		if err := f(i); err != nil {
+			return Timing{}, err
+		}
+		times = append(times, time.Since(t0).Seconds())
+	}
+	return summarise(times), nil
+}
+
+// summarise computes the median, extremes and interquartile spread.
+func summarise(times []float64) Timing {
+	n := len(times)
+	if n == 0 {
+		return Timing{}
+	}
+	s := slices.Sorted(slices.Values(times))
+	q := func(p float64) float64 { // linear interpolation between order statistics
+		x := p * float64(n-1)
+		i := int(x)
+		if i+1 >= n {
+			return s[n-1]
+		}
+		return s[i] + (x-float64(i))*(s[i+1]-s[i])
+	}
+	t := Timing{Steps: n, Median: q(0.5), Min: s[0], Max: s[n-1]}
+	if t.Median > 0 {
+		t.Spread = (q(0.75) - q(0.25)) / t.Median
+	}
+	return t
+}
+
+// Reference is the JSON a reference harness prints for the same benchmark
+// (for example the authors' PyTorch code at the same settings on the same
+// machine): images per second for a training step and an evaluation batch,
+// and its peak resident memory.
+type Reference struct {
+	TrainImagesPerS float64 `json:"train_images_per_s"`
+	EvalImagesPerS  float64 `json:"eval_images_per_s"`
+	PeakRSSMiB      float64 `json:"peak_rss_mib"`
+}
+
+// LoadReference reads a Reference from a JSON file; the two rates must be
+// positive.
+func LoadReference(path string) (*Reference, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: reference: %w", err)
+	}
+	var r Reference
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("bench: reference %s: %w", path, err)
+	}
+	if !(r.TrainImagesPerS > 0) {
+		return nil, fmt.Errorf("bench: reference %s: train_images_per_s = %v, want a positive rate", path, r.TrainImagesPerS)
+	}
+	if !(r.EvalImagesPerS > 0) {
+		return nil, fmt.Errorf("bench: reference %s: eval_images_per_s = %v, want a positive rate", path, r.EvalImagesPerS)
+	}
+	if r.PeakRSSMiB < 0 {
+		return nil, fmt.Errorf("bench: reference %s: peak_rss_mib = %v, want ≥ 0", path, r.PeakRSSMiB)
+	}
+	return &r, nil
+}
