@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"image/png"
 	"os"
@@ -36,29 +35,6 @@ type ExperimentOptions struct {
 	// Reference, when set, holds the authors' images/s (Reference JSON).
 	Reference *Reference
 	Log       func(string)
-}
-
-// Reference is the JSON a reference harness prints for the authors' code.
-type Reference struct {
-	TrainImagesPerS float64 `json:"train_images_per_s"`
-	EvalImagesPerS  float64 `json:"eval_images_per_s"`
-	PeakRSSMiB      float64 `json:"peak_rss_mib"`
-}
-
-// ReadReference reads a Reference JSON file; every rate must be positive.
-func ReadReference(path string) (*Reference, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reference: %w", err)
-	}
-	var r Reference
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("reference %s: %w", path, err)
-	}
-	if !(r.TrainImagesPerS > 0) || !(r.EvalImagesPerS > 0) {
-		return nil, fmt.Errorf("reference %s: train_images_per_s %v and eval_images_per_s %v must be positive", path, r.TrainImagesPerS, r.EvalImagesPerS)
-	}
-	return &r, nil
 }
 
 // RoundTiming is one round's seconds by phase.

@@ -39,7 +39,7 @@ func TestExperimentBenchmark(t *testing.T) {
 	if err := os.WriteFile(p, []byte(`{"train_images_per_s": 0, "eval_images_per_s": 3}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadReference(p); err == nil {
+	if _, err := LoadReference(p); err == nil {
 		t.Error("a reference with a zero rate was accepted")
 	}
 }

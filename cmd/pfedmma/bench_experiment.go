@@ -29,7 +29,7 @@ evaluation of its test sets, at their measured images/s - by ours: speedup_per_r
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ref != "" {
-				r, err := bench.ReadReference(ref)
+				r, err := bench.LoadReference(ref)
 				if err != nil {
 					return err
 				}
