@@ -69,6 +69,9 @@ type Experiment struct {
 	// not change results and is left out of the fingerprint.
 	Cache Cache `yaml:"cache"`
 
+	// Engine selects the arithmetic of the frozen weights' products.
+	Engine Engine `yaml:"engine"`
+
 	// Seed seeds everything random in a run: the few-shot draw, the client
 	// partition, client sampling, adapter initialisation, batch order and
 	// augmentation.
@@ -259,6 +262,16 @@ type Cache struct {
 	// DType is float32 (exact, the default) or bfloat16 (half the memory,
 	// about 3 significant digits).
 	DType string `yaml:"dtype"`
+}
+
+// Engine selects the compute engine's arithmetic.
+type Engine struct {
+	// Precision of the frozen weights' products: fp32 (exact, the default)
+	// or bf16 (bfloat16 inputs with float32 accumulation through oneDNN,
+	// about twice as fast; trainable parameters, adapters, LayerNorm,
+	// softmax and the loss stay float32). The README gives its measured
+	// accuracy effect.
+	Precision string `yaml:"precision"`
 }
 
 // Cache storage types.

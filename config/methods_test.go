@@ -7,7 +7,9 @@ func init() {
 	RegisterMethod("pfedmma", func() Section {
 		return &testMMA{Start: 10, Dim: 32, Scale: 0.005, Activation: "relu"}
 	})
-	RegisterMethod("promptfl", nil)
+	for _, m := range []string{"promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt"} {
+		RegisterMethod(m, nil)
+	}
 }
 
 type testMMA struct {

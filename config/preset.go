@@ -118,6 +118,7 @@ func common() *Experiment {
 		Sections:  defaultSections(), // the methods' defaults are the papers' settings
 		Augment:   Augment{Mode: AugmentOnline},
 		Cache:     Cache{DType: DTypeFloat32},
+		Engine:    Engine{Precision: "fp32"},
 		Seed:      1,
 		Eval:      Eval{Split: SplitTest, BatchSize: 100},
 		Output:    Output{Plots: true, SaveAdapters: true},

@@ -138,6 +138,7 @@ func (e *Experiment) check() []*FieldError {
 
 	c.atLeast("cache.memory_mib", e.Cache.MemoryMiB, 0)
 	c.oneOf("cache.dtype", e.Cache.DType, DTypeFloat32, DTypeBFloat16)
+	c.oneOf("engine.precision", e.Engine.Precision, "fp32", "bf16")
 
 	for i, s := range e.Seeds {
 		if j := slices.Index(e.Seeds, s); j < i {

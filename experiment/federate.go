@@ -102,6 +102,9 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 	if err != nil {
 		return nil, err
 	}
+	if err := m.SetPrecision(o.Precision); err != nil {
+		return nil, err
+	}
 	L := min(m.W.Config.Vision.Layers, m.W.Config.Text.Layers)
 	depth, err := meth.Depth(o.Sections[name], L)
 	if err != nil {

@@ -1,9 +1,12 @@
 package experiment
 
 import (
+	"fmt"
+
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -27,6 +30,10 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 		sched = optim.Cosine{Base: e.Optimizer.LR, Warmup: e.Optimizer.WarmupEpochs,
 			Total: e.Federation.Rounds * max(e.Federation.LocalEpochs, 1)}
 	}
+	prec, err := gemm.ParsePrecision(e.Engine.Precision)
+	if err != nil {
+		return Options{}, fmt.Errorf("engine.precision: %w", err)
+	}
 	resolved, err := e.Resolved()
 	if err != nil {
 		return Options{}, err
@@ -45,6 +52,6 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 		Rounds: e.Federation.Rounds, Fraction: e.Federation.Fraction, EvalEvery: e.Federation.EvalEvery,
 		Augment: e.Augment.String(), Template: e.Prompt, Seed: seed, EvalBatch: e.Eval.BatchSize,
 		OutDir: outDir, SaveAdapters: e.Output.SaveAdapters, Plots: e.Output.Plots, ConfigYAML: resolved,
-		CacheMiB: e.Cache.MemoryMiB, SpillDir: e.Cache.SpillDir, CacheBF16: e.Cache.DType == "bfloat16",
+		Precision: prec, CacheMiB: e.Cache.MemoryMiB, SpillDir: e.Cache.SpillDir, CacheBF16: e.Cache.DType == "bfloat16",
 	}, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/train"
@@ -61,6 +62,8 @@ type Options struct {
 	// (default: temp).
 	CacheMiB int
 	SpillDir string
+	// Precision of the frozen weights' products (gemm.FP32 or gemm.BF16).
+	Precision gemm.Precision
 	// CacheBF16 stores cached prefixes as bfloat16 (half the memory; the
 	// computation stays float32, the prefixes lose precision: relative
 	// error ≤ 2⁻⁸).
@@ -159,6 +162,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	m, tok, err := LoadModel(o.ModelPath, o.VocabPath)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.SetPrecision(o.Precision); err != nil {
 		return nil, err
 	}
 	L := min(m.W.Config.Vision.Layers, m.W.Config.Text.Layers)
