@@ -12,6 +12,7 @@ import (
 // TestReportCommand re-draws three runs and compares them: per-run figures
 // in PNG and SVG, the averaged table and the radar chart.
 func TestReportCommand(t *testing.T) {
+	t.Cleanup(func() { resetFlags(t, "run"); resetFlags(t, "report") })
 	model := tinyWorldModel(t)
 	var dirs []string
 	for seed := 1; seed <= 3; seed++ {

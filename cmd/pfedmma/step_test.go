@@ -32,6 +32,7 @@ var fixtureCases = []fixtureCase{
 // 1e-4·(1 + max|ref|) per tensor; the methods' own tests apply the fixtures'
 // finer tolerances).
 func TestStepRoundCommands(t *testing.T) {
+	t.Cleanup(func() { resetFlags(t, "step"); resetFlags(t, "round") })
 	const td = "../../testdata/"
 	for _, c := range fixtureCases {
 		t.Run(c.kind+"/"+c.want, func(t *testing.T) {
