@@ -78,7 +78,7 @@ func init() {
 
 	var tJSON bool
 	var tBatch, tSteps, tClasses, tStart, tDim int
-	var tPrecision, tReference string
+	var tPrecision, tReference, tMethod string
 	train := &cobra.Command{
 		Use:   "train",
 		Short: "pFedMMA training and evaluation images/s (ViT-B/16 shapes, random weights, blocks 10-12, r 32, 24 classes)",
@@ -102,6 +102,10 @@ harness prints for the same settings on the same machine, for example
 				}
 			}
 			logf := func(s string) { fmt.Fprintln(os.Stderr, "bench train:", s) }
+			if tMethod != "" {
+				return benchMethod(cmd, bench.MethodOptions{Method: tMethod, Batch: tBatch, Classes: tClasses, Steps: tSteps,
+					Precision: prec, Reference: ref, Log: logf}, tJSON)
+			}
 			r, err := bench.Train(cmd.Context(), bench.TrainOptions{Batch: tBatch, Steps: tSteps, Classes: tClasses, Start: tStart, Dim: tDim,
 				Precision: prec, Reference: ref, Log: logf})
 			if err != nil {
@@ -152,8 +156,35 @@ harness prints for the same settings on the same machine, for example
 	train.Flags().IntVar(&tClasses, "classes", 24, "classes")
 	train.Flags().IntVar(&tStart, "start", 10, "first adapted block")
 	train.Flags().IntVar(&tDim, "dim", 32, "adapter width r")
+	train.Flags().StringVar(&tMethod, "method", "", "benchmark this registered method through its client and the training loop (default: the pFedMMA engine benchmark)")
 	train.Flags().StringVar(&tPrecision, "precision", "fp32", "frozen weights' products: fp32 or bf16")
 	train.Flags().StringVar(&tReference, "reference", "", "reference figures (JSON: train_images_per_s, eval_images_per_s, peak_rss_mib) to compute speedups against")
 	benchCmd.AddCommand(train)
 	rootCmd.AddCommand(benchCmd)
+}
+
+// benchMethod prints bench.Method's result.
+func benchMethod(cmd *cobra.Command, o bench.MethodOptions, asJSON bool) error {
+	r, err := bench.Method(cmd.Context(), o)
+	if err != nil {
+		return fmt.Errorf("bench train --method %s: %w", o.Method, err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "GEMM library\t%s (%s, %d threads), %s\n", r.Backend, r.Core, r.Threads, r.Precision)
+	fmt.Fprintf(tw, "setting\t%s: batch %d, %d classes, cached %s\n", r.Method, r.Batch, r.Classes, r.Depth)
+	line := func(name string, rate, spread, speedup, ref float64) {
+		if ref > 0 {
+			fmt.Fprintf(tw, "%s\t%.2f images/s ±%.0f%%\t%.1f× (ref %.2f)\n", name, rate, 100*spread, speedup, ref)
+		} else {
+			fmt.Fprintf(tw, "%s\t%.2f images/s ±%.0f%%\n", name, rate, 100*spread)
+		}
+	}
+	line("train", r.TrainPerS, r.TrainSpread, r.SpeedupTrain, r.ReferenceTrn)
+	line("eval", r.EvalPerS, r.EvalSpread, r.SpeedupEval, r.ReferenceEval)
+	return tw.Flush()
 }

@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/gemm"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/pfedmoap"
+	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/protocol"
+)
+
+// MethodOptions configure the benchmark of one registered method's
+// training step and evaluation through the production path (its client,
+// the shared training loop, the cached records of its depth) at ViT-B/16
+// shapes with random weights.
+type MethodOptions struct {
+	Method  string
+	Batch   int // 32
+	Classes int // 24
+	Steps   int // timed epochs of one batch each (MinSteps when ≤ 0)
+	// Precision of the frozen weights' products.
+	Precision gemm.Precision
+	Reference *Reference
+	Log       func(string)
+	// Model, when set, replaces the random ViT-B/16 (tests).
+	Model *clip.Model
+}
+
+// MethodResult is what `pfedmma bench train --method NAME --json` prints.
+type MethodResult struct {
+	Method        string  `json:"method"`
+	Backend       string  `json:"backend"`
+	Core          string  `json:"kernel"`
+	Threads       int     `json:"threads"`
+	Precision     string  `json:"precision"`
+	Batch         int     `json:"batch"`
+	Classes       int     `json:"classes"`
+	Depth         string  `json:"cached"`
+	TrainPerS     float64 `json:"train_images_per_s"`
+	TrainSpread   float64 `json:"train_spread"`
+	EvalPerS      float64 `json:"eval_images_per_s"`
+	EvalSpread    float64 `json:"eval_spread"`
+	SpeedupTrain  float64 `json:"speedup_train,omitempty"`
+	SpeedupEval   float64 `json:"speedup_eval,omitempty"`
+	ReferenceTrn  float64 `json:"reference_train_images_per_s,omitempty"`
+	ReferenceEval float64 `json:"reference_eval_images_per_s,omitempty"`
+}
+
+// classRows makes C class prompts [C, ctx] as CoOp's learnable prompts
+// tokenise them: SOT, 16 placeholder tokens, two class tokens, ".", EOT
+// (the row maximum).
+func classRows(C, ctx, vocab int) []int {
+	rows := make([]int, C*ctx)
+	for c := 0; c < C; c++ {
+		r := rows[c*ctx : (c+1)*ctx]
+		r[0] = vocab - 2
+		i := 1
+		for ; i <= 16 && i < ctx-4; i++ {
+			r[i] = 343 % (vocab - 2)
+		}
+		r[i], r[i+1], r[i+2], r[i+3] = (400+2*c)%(vocab-2), (401+2*c)%(vocab-2), 269%(vocab-2), vocab-1
+	}
+	return rows
+}
+
+// Method benchmarks one method: the median time of one local epoch of one
+// batch (Fit through the training loop) and of one evaluation of a batch.
+func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
+	if o.Batch <= 0 {
+		o.Batch = 32
+	}
+	if o.Classes <= 0 {
+		o.Classes = 24
+	}
+	if o.Steps <= 0 {
+		o.Steps = MinSteps
+	}
+	logf := o.Log
+	if logf == nil {
+		logf = func(string) {}
+	}
+	meth, err := methods.Get(o.Method)
+	if err != nil {
+		return nil, err
+	}
+	var sec config.Section
+	if d := meth.DefaultConfig(); d != nil {
+		sec = d
+	}
+	if s, ok := sec.(*pfedmoap.Settings); ok {
+		s.NumExperts = 2 // client 1 is client 0's expert
+	}
+	m := o.Model
+	if m == nil {
+		m = clip.New(clip.Random(clip.ViTB16(), 1))
+	}
+	if err := m.SetPrecision(o.Precision); err != nil {
+		return nil, err
+	}
+	L := m.W.Config.Vision.Layers
+	if f, ok := sec.(config.ModelFitter); ok {
+		for _, c := range f.FitModel(L) {
+			logf(o.Method + "." + c)
+		}
+	}
+	depth, err := meth.Depth(sec, L)
+	if err != nil {
+		return nil, err
+	}
+	if depth == methods.AnyDepth {
+		return nil, fmt.Errorf("%s does not train", o.Method)
+	}
+	S := m.W.Config.Vision.ImageSize
+	r := rand.New(rand.NewPCG(3, 4))
+	px := make([]float32, o.Batch*3*S*S)
+	for i := range px {
+		px[i] = float32(r.NormFloat64())
+	}
+	labels := make([]int, o.Batch)
+	for i := range labels {
+		labels[i] = i % o.Classes
+	}
+	logf(fmt.Sprintf("computing the cached records of %d images at depth %d", o.Batch, depth))
+	opts := train.Options{Epochs: 1, Batch: o.Batch, Optimizer: "sgd", LR: 1e-3, Momentum: 0.9, WD: 5e-4}
+	// two clients with the same batch: client 1 only takes part in round 0
+	// (it gives client 0 a pool entry, an expert for pFedMoAP)
+	tc := methods.TensorClient{Pixels: px, Labels: labels}
+	env, err := methods.TensorEnv(m, depth, classRows(o.Classes, m.W.Config.Text.ContextLength, m.W.Config.Text.VocabSize),
+		o.Classes, []methods.TensorClient{tc, tc}, opts, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer env.TrainStore.Close()
+	// the batch is also the client's evaluation set
+	task := &env.Task.Clients[0]
+	env.Task.Test = env.Task.Train
+	set := &protocol.EvalSet{Name: "acc", Space: 0, Labels: labels}
+	for i, item := range task.Train {
+		env.TestRecs[item] = env.TrainRecs[item][0]
+		set.Images = append(set.Images, i)
+	}
+	task.Evals = []*protocol.EvalSet{set}
+	plan, err := meth.Build(env, sec)
+	if err != nil {
+		return nil, err
+	}
+	c := plan.Clients[0]
+	infos := []federation.ClientInfo{{ID: 0, NumExamples: o.Batch}, {ID: 1, NumExamples: o.Batch}}
+	if err := plan.Strategy.Init(infos); err != nil {
+		return nil, err
+	}
+	// round 0: both clients
+	in, err := plan.Strategy.Configure(0, []int{0, 1})
+	if err != nil {
+		return nil, err
+	}
+	var results []federation.FitResult
+	for id, cl := range plan.Clients {
+		res, err := cl.Fit(ctx, federation.FitIns{Round: 0, Params: in[id]})
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, federation.FitResult{ClientID: id, NumExamples: res.NumExamples, Params: res.Params})
+	}
+	if err := plan.Strategy.Aggregate(0, results, nil); err != nil {
+		return nil, err
+	}
+	round := 1
+	logf(fmt.Sprintf("timing %d training steps of batch %d", o.Steps, o.Batch))
+	tt, err := Measure(ctx, 1, o.Steps, func(int) error {
+		in, err := plan.Strategy.Configure(round, []int{0})
+		if err != nil {
+			return err
+		}
+		_, err = c.Fit(ctx, federation.FitIns{Round: round, Params: in[0]})
+		round++
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	logf(fmt.Sprintf("timing %d evaluations of batch %d", o.Steps, o.Batch))
+	te, err := Measure(ctx, 1, o.Steps, func(int) error {
+		_, err := c.Evaluate(ctx, federation.EvaluateIns{Round: round})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	depthName := fmt.Sprintf("prefix before block %d", depth)
+	switch depth {
+	case methods.Features:
+		depthName = "image features"
+	case methods.TokenFeatures:
+		depthName = "every token's features"
+	}
+	res := &MethodResult{Method: o.Method, Backend: gemm.Backend(), Core: gemm.CoreName(), Threads: gemm.Threads(),
+		Precision: o.Precision.String(), Batch: o.Batch, Classes: o.Classes, Depth: depthName,
+		TrainPerS: float64(o.Batch) / tt.Median, TrainSpread: tt.Spread, EvalPerS: float64(o.Batch) / te.Median, EvalSpread: te.Spread}
+	if ref := o.Reference; ref != nil {
+		res.ReferenceTrn, res.ReferenceEval = ref.TrainImagesPerS, ref.EvalImagesPerS
+		res.SpeedupTrain, res.SpeedupEval = res.TrainPerS/ref.TrainImagesPerS, res.EvalPerS/ref.EvalImagesPerS
+	}
+	return res, nil
+}
