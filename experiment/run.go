@@ -171,6 +171,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	depths := make([]int, len(ms))
 	for i, meth := range ms {
 		if depths[i], err = meth.Depth(o.Sections[o.Methods[i]], L); err != nil {
+			if m.ResNet != nil {
+				return nil, fmt.Errorf("method %s cannot run on a ResNet CLIP (it needs the ViT's blocks): %w", o.Methods[i], err)
+			}
 			return nil, err
 		}
 		if err := backboneFits(m, o.Methods[i], depths[i]); err != nil {
