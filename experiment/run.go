@@ -255,6 +255,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	defer log.Close()
 	sum := &report.Summary{Protocol: task.Protocol, Metrics: summaryMetrics(task)}
 	timings := map[string]float64{"prefix_s": prefixSeconds}
+	upBytes := map[string]float64{}
+	userRound := o.OnRound
+	o.OnRound = func(method string, r federation.RoundReport) {
+		if n := len(r.Selected); n > 0 {
+			upBytes[method] += float64(r.BytesUp) / float64(n) / float64(max(o.Rounds, 1))
+		}
+		if userRound != nil {
+			userRound(method, r)
+		}
+	}
 	for i, meth := range ms {
 		name := o.Methods[i]
 		t0 := time.Now()
@@ -269,6 +279,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	timings["total_s"] = time.Since(start).Seconds()
 	sum.Timings = timings
+	if len(upBytes) > 0 {
+		// what a site uploads per round: the shared tensors (bytes)
+		sum.Extra = map[string]any{"update_bytes_per_round_per_site": upBytes}
+	}
 	res := &Result{Summary: sum, Table: sum.Table(tableTitle(ds.Name, task)), Records: log.Records()}
 	if err := writeReports(o, res); err != nil {
 		return nil, err
