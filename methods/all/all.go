@@ -3,6 +3,7 @@
 package all
 
 import (
+	_ "github.com/pfedmma/pfedmma/methods/fedot"    // FedOT, FedOT(+B) and their ablations
 	_ "github.com/pfedmma/pfedmma/methods/fedotp"   // FedOTP
 	_ "github.com/pfedmma/pfedmma/methods/fedpgp"   // FedPGP
 	_ "github.com/pfedmma/pfedmma/methods/pfedmma"  // pFedMMA
