@@ -187,8 +187,26 @@ type Model struct {
 	Grads tensor.Named
 	head  clip.CosineLogits
 	z     *methods.FrozenScorer
+	text  map[int][]float32 // frozen text features per label space
 
 	fp, dfp, dtxt, dlogits []float32
+}
+
+// textFeatures returns (once computed) the frozen text features [C, d] of
+// a label space's class prompts.
+func (m *Model) textFeatures(space int) ([]float32, error) {
+	if f, ok := m.text[space]; ok {
+		return f, nil
+	}
+	f, err := m.z.TextFeatures(space)
+	if err != nil {
+		return nil, fmt.Errorf("clip_adapter: text features of label space %d: %w", space, err)
+	}
+	if m.text == nil {
+		m.text = map[int][]float32{}
+	}
+	m.text[space] = append([]float32(nil), f...)
+	return m.text[space], nil
 }
 
 // Logits scores features f [B, d] against text features txt [C, d] with
@@ -259,7 +277,7 @@ func (c *Client) Step(_ context.Context, b train.Batch) (float64, int, error) {
 	for _, k := range b.Items {
 		c.labels = append(c.labels, c.task.Labels[k])
 	}
-	txt, err := c.w.z.TextFeatures(c.task.TrainSpace)
+	txt, err := c.w.textFeatures(c.task.TrainSpace)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -308,7 +326,7 @@ type scorer struct {
 }
 
 func (s scorer) Logits(space int, f []float32, B int) ([]float32, error) {
-	txt, err := s.w.z.TextFeatures(space)
+	txt, err := s.w.textFeatures(space)
 	if err != nil {
 		return nil, err
 	}
