@@ -3,10 +3,12 @@
 package all
 
 import (
-	_ "github.com/pfedmma/pfedmma/methods/fedotp"   // FedOTP
-	_ "github.com/pfedmma/pfedmma/methods/fedpgp"   // FedPGP
-	_ "github.com/pfedmma/pfedmma/methods/pfedmma"  // pFedMMA
-	_ "github.com/pfedmma/pfedmma/methods/pfedmoap" // pFedMoAP
-	_ "github.com/pfedmma/pfedmma/methods/promptfl" // PromptFL
-	_ "github.com/pfedmma/pfedmma/methods/zeroshot" // zero-shot CLIP
+	_ "github.com/pfedmma/pfedmma/methods/clipadapter" // federated CLIP-Adapter
+	_ "github.com/pfedmma/pfedmma/methods/fedot"       // FedOT, FedOT(+B) and their ablations
+	_ "github.com/pfedmma/pfedmma/methods/fedotp"      // FedOTP
+	_ "github.com/pfedmma/pfedmma/methods/fedpgp"      // FedPGP
+	_ "github.com/pfedmma/pfedmma/methods/pfedmma"     // pFedMMA
+	_ "github.com/pfedmma/pfedmma/methods/pfedmoap"    // pFedMoAP
+	_ "github.com/pfedmma/pfedmma/methods/promptfl"    // PromptFL
+	_ "github.com/pfedmma/pfedmma/methods/zeroshot"    // zero-shot CLIP
 )

@@ -1,0 +1,272 @@
+package clipadapter
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/pfedmma/pfedmma/actcache"
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/eval"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+func normalize(x []float32, n, d int) {
+	for i := 0; i < n; i++ {
+		var s float64
+		for _, v := range x[i*d : (i+1)*d] {
+			s += float64(v) * float64(v)
+		}
+		for k := i * d; k < (i+1)*d; k++ {
+			x[k] /= float32(math.Sqrt(s))
+		}
+	}
+}
+
+// featureEnv is an Env over synthetic cached image features [d]: K classes
+// (unit class means plus noise), clients with n training and n test images
+// each, labelled over one space of all classes; w_g starts from the class
+// means perturbed, returned as the text features to install.
+func featureEnv(t testing.TB, d, K, clients, n int, opts train.Options) (*methods.Env, []float32) {
+	rng := rand.New(rand.NewPCG(42, uint64(d)))
+	w := &clip.Weights{Config: clip.Config{EmbedDim: d}, LogitScale: float32(math.Log(100))}
+	model := &clip.Model{W: w}
+	names := make([]string, K)
+	all := make([]int, K)
+	for c := range names {
+		names[c], all[c] = fmt.Sprintf("class%d", c), c
+	}
+	means := make([]float32, K*d)
+	for i := range means {
+		means[i] = float32(rng.NormFloat64())
+	}
+	normalize(means, K, d)
+	task := &protocol.Task{Protocol: protocol.Dirichlet, Dataset: &dataset.Dataset{Name: "features", Classes: names},
+		Spaces: []protocol.Space{{Name: "all", Classes: all}}, Metrics: []string{"acc"}}
+	store, err := actcache.New(actcache.Options{RecordLen: d, MemoryBudget: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	env := &methods.Env{Model: model, Task: task, Start: methods.Features, Seed: 7, Train: opts,
+		Prefixer: &methods.Prefixer{Model: model, Start: methods.Features}, TrainStore: store, TestStore: store,
+		TrainRecs: map[int][]int{}, TestRecs: map[int]int{},
+		Evaluator: &eval.Evaluator{Source: store, RecordLen: d, Batch: 100}}
+	rec := make([]float32, d)
+	feature := func(key string, c int, shift []float32) int {
+		for k := range rec {
+			rec[k] = means[c*d+k] + shift[k] + float32(rng.NormFloat64()*1.5/math.Sqrt(float64(d)))
+		}
+		r, err := store.Put(key, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for id := 0; id < clients; id++ {
+		shift := make([]float32, d) // the client's domain shift
+		for k := range shift {
+			shift[k] = float32(rng.NormFloat64() * 0.5 / math.Sqrt(float64(d)))
+		}
+		ct := protocol.ClientTask{ID: id}
+		ev := &protocol.EvalSet{Name: "acc"}
+		for k := 0; k < n; k++ {
+			c := rng.IntN(K)
+			item := len(task.Train)
+			task.Train = append(task.Train, dataset.Item{Key: fmt.Sprintf("train/%d/%d", id, k), Label: c})
+			env.TrainRecs[item] = []int{feature(task.Train[item].Key, c, shift)}
+			ct.Train, ct.Labels = append(ct.Train, item), append(ct.Labels, c)
+			c = rng.IntN(K)
+			item = len(task.Test)
+			task.Test = append(task.Test, dataset.Item{Key: fmt.Sprintf("test/%d/%d", id, k), Label: c})
+			env.TestRecs[item] = feature(task.Test[item].Key, c, shift)
+			ev.Images, ev.Labels = append(ev.Images, item), append(ev.Labels, c)
+		}
+		ct.Evals = []*protocol.EvalSet{ev}
+		task.Clients = append(task.Clients, ct)
+	}
+	txt := make([]float32, K*d) // the frozen "text features": perturbed class means
+	for i := range txt {
+		txt[i] = means[i] + float32(rng.NormFloat64()*0.5/math.Sqrt(float64(d)))
+	}
+	return env, txt
+}
+
+// coordinator runs plan's clients in Sites whose state lives under dir.
+func coordinator(plan *methods.Plan, dir string, rounds int) *federation.Coordinator {
+	proxies := make([]federation.ClientProxy, len(plan.Clients))
+	for i, c := range plan.Clients {
+		proxies[i] = federation.NewSite(c, filepath.Join(dir, fmt.Sprintf("site-%d", c.ID())))
+	}
+	return &federation.Coordinator{Strategy: plan.Strategy, Proxies: proxies, Rounds: rounds, Fraction: 0.6, Seed: 3,
+		EvalEvery: 1, Store: federation.FileStore{Path: filepath.Join(dir, federation.CheckpointFile)},
+		Logger: slog.New(slog.DiscardHandler)}
+}
+
+func bitsEqual(a, b tensor.Named) string {
+	if len(a) != len(b) {
+		return fmt.Sprintf("%d names vs %d", len(a), len(b))
+	}
+	for k, x := range a {
+		y, ok := b[k]
+		if !ok || !tensor.SameShape(x.Shape, y.Shape) {
+			return k + ": missing or shape"
+		}
+		for i := range x.Data {
+			if math.Float32bits(x.Data[i]) != math.Float32bits(y.Data[i]) {
+				return k
+			}
+		}
+	}
+	return ""
+}
+
+func testOpts() train.Options {
+	return train.Options{Epochs: 1, Batch: 16, Optimizer: "sgd", LR: 0.05, Momentum: 0.9, WD: 5e-4}
+}
+
+// build makes the method on a feature env whose text features are
+// installed in the shared frozen scorer's place.
+func build(t testing.TB, s *Settings, d, K, clients, n int, opts train.Options) *methods.Plan {
+	env, txt := featureEnv(t, d, K, clients, n, opts)
+	plan, err := Method{}.Build(env, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan.Clients[0].(*Client).w.text = map[int][]float32{0: txt}
+	return plan
+}
+
+// TestAdapterGrad: finite differences of L = Σ Forward(f) ⊙ g with respect
+// to both matrices.
+func TestAdapterGrad(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const B, d, k = 5, 12, 3
+	ad := Adapter{Alpha: 0.2}
+	f := gradcheck.Rand(rng, B*d, 1)
+	w1, w2 := gradcheck.Rand(rng, k*d, 0.5), gradcheck.Rand(rng, d*k, 0.5)
+	g := gradcheck.Rand(rng, B*d, 1)
+	out := make([]float32, B*d)
+	loss := func() float64 {
+		ad.Forward(out, f, w1, w2, B, d, k)
+		return gradcheck.Dot(out, g)
+	}
+	loss()
+	dw1, dw2 := make([]float32, k*d), make([]float32, d*k)
+	ad.Backward(dw1, dw2, g, f, w2, d, k)
+	if err := gradcheck.Check("w1", w1, dw1, loss, 1e-3, 1e-2, k*d, rng); err != nil {
+		t.Error(err)
+	}
+	if err := gradcheck.Check("w2", w2, dw2, loss, 1e-3, 1e-2, d*k, rng); err != nil {
+		t.Error(err)
+	}
+	// f' = α·A(f) + (1 − α)·f exactly.
+	loss()
+	for i := 0; i < B*d; i++ {
+		want := 0.2*ad.a[i] + 0.8*f[i]
+		if math.Abs(float64(out[i]-want)) > 1e-6 {
+			t.Fatalf("f'[%d] = %g, want %g", i, out[i], want)
+		}
+	}
+}
+
+// TestStepGrad: the whole loss (adapter, cosine head, cross entropy).
+func TestStepGrad(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const B, C, d = 6, 4, 16
+	s := &Settings{Ratio: 0.2, Reduction: 4}
+	p := s.Init(d, rng)
+	m := &Model{Adapter: Adapter{Alpha: 0.2}, D: d, K: d / 4, Scale: float32(math.Log(20)), Grads: tensor.Named{}}
+	for name, tt := range p {
+		m.Grads[name] = tensor.New(tt.Shape...)
+	}
+	f, txt := gradcheck.Rand(rng, B*d, 1), gradcheck.Rand(rng, C*d, 1)
+	labels := []int{0, 1, 2, 3, 1, 0}
+	loss := func() float64 { l, _ := m.Step(p, f, labels, txt); return l }
+	loss()
+	grads := m.Grads.Clone()
+	for name, tt := range p {
+		if err := gradcheck.Check(name, tt.Data, grads[name].Data, loss, 1e-2, 2e-2, 48, rng); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestResumeBitIdentical: 2 rounds, a checkpoint, fresh clients and
+// strategy, 1 more round equals 3 straight rounds bit for bit.
+func TestResumeBitIdentical(t *testing.T) {
+	s := &Settings{Ratio: 0.2, Reduction: 4}
+	mk := func() *methods.Plan { return build(t, s, 16, 5, 4, 24, testOpts()) }
+	ref := mk()
+	refHist, err := coordinator(ref, t.TempDir(), 3).Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := coordinator(mk(), dir, 2).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	resumed := mk()
+	hist, err := coordinator(resumed, dir, 3).Resume(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, want := hist.Rounds[len(hist.Rounds)-1], refHist.Rounds[2]
+	if fmt.Sprint(last.Eval) != fmt.Sprint(want.Eval) || fmt.Sprint(last.Fit) != fmt.Sprint(want.Fit) {
+		t.Errorf("round 2 metrics differ:\n got %v %v\nwant %v %v", last.Fit, last.Eval, want.Fit, want.Eval)
+	}
+	for i := range ref.Clients {
+		a, _ := resumed.Clients[i].State()
+		b, _ := ref.Clients[i].State()
+		if d := bitsEqual(a, b); d != "" {
+			t.Errorf("client %d state differs at %s", i, d)
+		}
+	}
+	if d := bitsEqual(resumed.Strategy.State(), ref.Strategy.State()); d != "" {
+		t.Errorf("strategy state differs at %s", d)
+	}
+}
+
+// TestGlobalModel: every client uploads the whole adapter, and after a
+// round every client scores the same (global) adapter: on a shared
+// evaluation set all clients report the same accuracy.
+func TestGlobalModel(t *testing.T) {
+	s := &Settings{Ratio: 0.2, Reduction: 4}
+	plan := build(t, s, 16, 5, 3, 24, testOpts())
+	shared := plan.Clients[0].(*Client).task.Evals[0]
+	for _, c := range plan.Clients {
+		c.(*Client).task.Evals = []*protocol.EvalSet{shared}
+	}
+	co := coordinator(plan, t.TempDir(), 2)
+	co.Fraction = 1
+	hist, err := co.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := hist.Rounds[1]
+	if rep.BytesUp != int64(3*4*2*16*4) {
+		t.Errorf("uploaded %d bytes, want both matrices from 3 clients", rep.BytesUp)
+	}
+	for id, m := range rep.Eval {
+		if m["acc"] != rep.Eval[0]["acc"] {
+			t.Errorf("client %d scores %v, client 0 %v: not one global model", id, m["acc"], rep.Eval[0]["acc"])
+		}
+	}
+	g := plan.Global()
+	for i := range plan.Clients {
+		site, _ := plan.Site(i)
+		if d := bitsEqual(site, g); d != "" {
+			t.Errorf("site %d keeps something else than the global adapter (%s)", i, d)
+		}
+	}
+}
