@@ -13,11 +13,13 @@ package preprocess
 
 #define PJ_STR2(x) #x
 #define PJ_STR(x) PJ_STR2(x)
+static const char *pj_version(void) {
 #ifdef LIBJPEG_TURBO_VERSION
-static const char *pj_version = "libjpeg-turbo " PJ_STR(LIBJPEG_TURBO_VERSION);
+	return "libjpeg-turbo " PJ_STR(LIBJPEG_TURBO_VERSION);
 #else
-static const char *pj_version = "libjpeg " PJ_STR(JPEG_LIB_VERSION);
+	return "libjpeg " PJ_STR(JPEG_LIB_VERSION);
 #endif
+}
 
 // A progressive JPEG can hold any number of scans, each rereading the whole
 // coefficient buffer; cap them as libjpeg-turbo's own fuzzers do (djpeg
@@ -155,7 +157,7 @@ const JPEGExact = true
 
 // JPEGDecoder names the JPEG decoder this build uses, e.g.
 // "libjpeg-turbo 2.1.5" (the version of the headers it was built against).
-func JPEGDecoder() string { return C.GoString(C.pj_version) }
+func JPEGDecoder() string { return C.GoString(C.pj_version()) }
 
 // decodeJPEG decodes a JPEG file's bytes with libjpeg-turbo exactly as PIL
 // opens and loads it: 1 component → *image.Gray (mode "L"); Y'CbCr or RGB →
