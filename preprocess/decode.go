@@ -31,7 +31,9 @@ import (
 //   - PNG: palette → *image.Paletted ("P"); 1-bit gray without transparency
 //     → *image.Paletted with the palette {black, white} (PIL mode "1"),
 //     other gray depths → *image.Gray ("L"); others as image/png decodes them.
-//   - GIF: the first frame, *image.Paletted ("P").
+//   - GIF: the first frame, *image.Paletted ("P") on the logical screen
+//     (filled with the transparent index, else 0, around a smaller frame),
+//     the transparent entry keeping its colour from the colour table.
 //   - Lossy WebP is converted to RGB with libwebp's own upsampling and BT.601
 //     limited-range conversion, the colours PIL gets from libwebp, since the
 //     x/image decoder leaves the raw (video-range) Y'CbCr planes that Go would
@@ -109,6 +111,9 @@ func decodeBytes(data []byte) (img image.Image, err error) {
 	}
 	if b := m.Bounds(); b.Dx() <= 0 || b.Dy() <= 0 {
 		return nil, fmt.Errorf("%s: empty image %dx%d", format, b.Dx(), b.Dy())
+	}
+	if p, ok := m.(*image.Paletted); ok && format == "gif" {
+		return gifAsPIL(p, data, cfg.Width, cfg.Height), nil
 	}
 	if g, ok := m.(*image.Gray); ok && format == "png" && pngBilevel(data) {
 		return bilevel(g), nil

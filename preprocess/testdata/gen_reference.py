@@ -80,6 +80,19 @@ if sys.argv[1] == "make":
     save("cmyk.jpg", Image.fromarray(scene(83, 57)).convert("CMYK"), quality=90)
     save("bilevel_odd.png", Image.fromarray(scene(61, 43)).convert("L").convert("1"))
     save("palette_tiny.png", Image.fromarray(scene(13, 9)).quantize(16))
+    # GIF with a transparent index (PIL keeps that entry's palette colour) and
+    # one whose first frame is smaller than the screen, at an offset (PIL fills
+    # the rest of the screen with the transparent index, else 0): the same
+    # pixel data with the logical screen and the descriptor's offset patched.
+    tg = Image.fromarray(scene(45, 33)).quantize(32)
+    tg.save(os.path.join(out, "trans.gif"))  # reopened: Pillow 9.4 drops transparency= on a fresh quantize()
+    save("trans.gif", Image.open(os.path.join(out, "trans.gif")), transparency=3)
+    b = bytearray(open(os.path.join(out, "trans.gif"), "rb").read())
+    struct.pack_into("<HH", b, 6, 60, 50)
+    d = b.index(b"\x2c", 13 + 3 * 32 + 8)  # image descriptor after the colour table and the 8-byte GCE
+    assert struct.unpack_from("<HHHH", b, d + 1) == (0, 0, 45, 33), struct.unpack_from("<HHHH", b, d + 1)
+    struct.pack_into("<HH", b, d + 1, 7, 9)
+    open(os.path.join(out, "offset.gif"), "wb").write(bytes(b)); cases["offset.gif"] = False
     tensors = {}
     for name, rgb_first in cases.items():
         tensors[name] = clip_transform(Image.open(os.path.join(out, name)), S, rgb_first)
