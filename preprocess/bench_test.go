@@ -1,6 +1,8 @@
 package preprocess
 
 import (
+	"bytes"
+	"image/jpeg"
 	"math/rand/v2"
 	"testing"
 )
@@ -26,5 +28,32 @@ func BenchmarkAugmentVGA(b *testing.B) {
 		if _, err := tr.AugmentRGB(img, rng, dst); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkDecodeJPEG decodes a 1200×900 4:2:0 JPEG to RGB with this build's
+// decoder; BenchmarkDecodeJPEGStdlib does the same with image/jpeg for
+// comparison.
+func BenchmarkDecodeJPEG(b *testing.B) {
+	data := readFixture(b, "big_q75.jpg")
+	for b.Loop() {
+		img, err := decodeBytes(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if m, ok := img.(*rgbImage); !ok || len(m.Pix) == 0 {
+			_ = ToRGB(img)
+		}
+	}
+}
+
+func BenchmarkDecodeJPEGStdlib(b *testing.B) {
+	data := readFixture(b, "big_q75.jpg")
+	for b.Loop() {
+		img, err := jpeg.Decode(bytes.NewReader(data))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = ToRGB(img)
 	}
 }

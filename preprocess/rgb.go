@@ -112,6 +112,8 @@ func ToRGB(img image.Image) *RGB {
 	}
 	out := NewRGB(w, h)
 	switch src := img.(type) {
+	case *rgbImage:
+		copy(out.Pix, src.Pix)
 	case *image.RGBA:
 		for y := 0; y < h; y++ {
 			row := src.Pix[(y+b.Min.Y-src.Rect.Min.Y)*src.Stride+(b.Min.X-src.Rect.Min.X)*4:]

@@ -108,7 +108,10 @@ func (t Transform) Len() int { return 3 * t.Size * t.Size }
 // Eval applies the evaluation transform to img and returns [3,Size,Size]
 // float32 data. It follows clip.load's preprocess order (resize, crop, then
 // convert("RGB")): an image with transparency is resized premultiplied, as
-// PIL resizes mode RGBA/LA, and its alpha dropped afterwards. It returns nil
+// PIL resizes mode RGBA/LA, and its alpha dropped afterwards; a paletted image
+// (PIL mode "P", or "1" from Decode) has its indices resized with NEAREST, the
+// filter PIL forces for those modes, before its palette is applied; a CMYK
+// image is resized in CMYK and then converted. It returns nil
 // for a nil or empty image or a Size ≤ 0.
 func (t Transform) Eval(img image.Image) []float32 {
 	out, err := t.EvalInto(img, nil)
@@ -129,6 +132,15 @@ func (t Transform) EvalInto(img image.Image, dst []float32) ([]float32, error) {
 	}
 	if b := img.Bounds(); b.Dx() <= 0 || b.Dy() <= 0 {
 		return nil, fmt.Errorf("preprocess: empty image %dx%d", b.Dx(), b.Dy())
+	}
+	switch m := img.(type) {
+	case *rgbImage:
+		return t.EvalRGB(&m.RGB, dst)
+	case *image.Paletted:
+		// PIL modes "P" and "1": NEAREST on the indices, then the palette.
+		return t.evalPaletted(m, dst), nil
+	case *image.CMYK:
+		return t.evalCMYK(m, dst), nil
 	}
 	if m := straightAlpha(img); m != nil {
 		// CLIP's transform resizes before convert("RGB"): PIL resizes RGBA

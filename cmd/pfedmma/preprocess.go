@@ -15,6 +15,13 @@ import (
 
 func init() { rootCmd.AddCommand(newPreprocessCmd()) }
 
+// Bounds of preprocess --size: CLIP models take 224–448; 4096 already makes
+// 200 MB per image (--size 30000 once wrote 10.8 GB).
+const (
+	minPreprocessSize = 16
+	maxPreprocessSize = 4096
+)
+
 // newPreprocessCmd builds the preprocess subcommand (fresh flags each call).
 func newPreprocessCmd() *cobra.Command {
 	var (
@@ -39,8 +46,9 @@ func newPreprocessCmd() *cobra.Command {
 			if out == "" {
 				return fmt.Errorf("preprocess: --out is required")
 			}
-			if size <= 0 {
-				return fmt.Errorf("preprocess: --size %d must be positive", size)
+			if size < minPreprocessSize || size > maxPreprocessSize {
+				return fmt.Errorf("preprocess: --size %d out of range [%d, %d] (each image is written as 3·size² float32)",
+					size, minPreprocessSize, maxPreprocessSize)
 			}
 			var tr preprocess.Transform
 			switch stats {
@@ -95,7 +103,7 @@ func newPreprocessCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringArrayVar(&images, "image", nil, "image file (repeatable; positional arguments are added too)")
-	cmd.Flags().IntVar(&size, "size", 224, "output side length")
+	cmd.Flags().IntVar(&size, "size", 224, fmt.Sprintf("output side length (%d..%d)", minPreprocessSize, maxPreprocessSize))
 	cmd.Flags().StringVar(&out, "out", "", "output safetensors file")
 	cmd.Flags().StringVar(&interp, "interp", "", "resampling filter: bicubic or bilinear (default: bicubic for clip, bilinear for cifar)")
 	cmd.Flags().StringVar(&stats, "stats", "clip", "normalisation statistics: clip or cifar")

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/preprocess"
@@ -50,14 +52,19 @@ func TestPreprocessCommandWritesTensors(t *testing.T) {
 		{"--out", out}, // no images
 		{images[0]},    // no --out
 		{images[0], "--out", out, "--size", "0"},
+		{images[0], "--out", out, "--size", "30000"},
+		{images[0], "--out", out, "--size", "8"},
 		{images[0], "--out", out, "--interp", "lanczos"},
 		{filepath.Join(dir, "missing.png"), "--out", out},
 	} {
 		cmd := newPreprocessCmd()
 		cmd.SetArgs(args)
 		cmd.SilenceErrors, cmd.SilenceUsage = true, true
-		if err := cmd.ExecuteContext(context.Background()); err == nil {
+		err := cmd.ExecuteContext(context.Background())
+		if err == nil {
 			t.Errorf("%v: no error", args)
+		} else if slices.Contains(args, "--size") && !strings.Contains(err.Error(), "--size") {
+			t.Errorf("%v: error %q does not name --size", args, err)
 		}
 	}
 }

@@ -64,8 +64,8 @@ if sys.argv[1] == "make":
     save("jpeg420_odd.jpg", Image.fromarray(scene(77, 51)), quality=85, subsampling=2)
     save("gray.jpg", rgb.convert("L"), quality=90)
     save("rgb.bmp", Image.fromarray(scene(45, 60)))
-    save("palette.png", rgb.quantize(200), rgb_first=True)
-    save("anim.gif", Image.fromarray(scene(50, 37)).quantize(64), rgb_first=True)
+    save("palette.png", rgb.quantize(200))
+    save("anim.gif", Image.fromarray(scene(50, 37)).quantize(64))
     ga = Image.fromarray(scene(63, 80)).convert("L")
     alpha = Image.fromarray(np.tile(np.linspace(0, 255, 63).astype(np.uint8), (80, 1)))
     save("gray_alpha.png", Image.merge("LA", (ga, alpha)))
@@ -76,6 +76,23 @@ if sys.argv[1] == "make":
     save("lossless.webp", Image.fromarray(scene(33, 47)), lossless=True)
     save("tiny_upscale.png", Image.fromarray(scene(13, 9)))
     save("extreme_wide.png", Image.fromarray(scene(300, 20)))
+    # Added later (after the draws above, so the earlier images are unchanged):
+    save("cmyk.jpg", Image.fromarray(scene(83, 57)).convert("CMYK"), quality=90)
+    save("bilevel_odd.png", Image.fromarray(scene(61, 43)).convert("L").convert("1"))
+    save("palette_tiny.png", Image.fromarray(scene(13, 9)).quantize(16))
+    # GIF with a transparent index (PIL keeps that entry's palette colour) and
+    # one whose first frame is smaller than the screen, at an offset (PIL fills
+    # the rest of the screen with the transparent index, else 0): the same
+    # pixel data with the logical screen and the descriptor's offset patched.
+    tg = Image.fromarray(scene(45, 33)).quantize(32)
+    tg.save(os.path.join(out, "trans.gif"))  # reopened: Pillow 9.4 drops transparency= on a fresh quantize()
+    save("trans.gif", Image.open(os.path.join(out, "trans.gif")), transparency=3)
+    b = bytearray(open(os.path.join(out, "trans.gif"), "rb").read())
+    struct.pack_into("<HH", b, 6, 60, 50)
+    d = b.index(b"\x2c", 13 + 3 * 32 + 8)  # image descriptor after the colour table and the 8-byte GCE
+    assert struct.unpack_from("<HHHH", b, d + 1) == (0, 0, 45, 33), struct.unpack_from("<HHHH", b, d + 1)
+    struct.pack_into("<HH", b, d + 1, 7, 9)
+    open(os.path.join(out, "offset.gif"), "wb").write(bytes(b)); cases["offset.gif"] = False
     tensors = {}
     for name, rgb_first in cases.items():
         tensors[name] = clip_transform(Image.open(os.path.join(out, name)), S, rgb_first)
@@ -88,4 +105,4 @@ if sys.argv[1] == "make":
     write_st(os.path.join(out, "expected.safetensors"), tensors, {
         "generator": "Pillow 9.4.0 (Debian 12 python3-pil, libjpeg-turbo 2.1.5, libwebp 1.2.4) + numpy; torchvision 0.14 Resize/CenterCrop rules",
         "size": str(S),
-        "note": "palette.png and anim.gif converted to RGB before resizing; others in CLIP order (resize, crop, convert RGB)"})
+        "note": "CLIP order (resize, crop, convert RGB); P and 1 images resized with NEAREST as PIL forces"})
