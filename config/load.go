@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"gopkg.in/yaml.v3"
 )
 
@@ -97,7 +97,7 @@ func Compose(s Sources) (*Experiment, error) {
 	if s.File != "" || s.Data != nil {
 		data := s.Data
 		if data == nil {
-			if data, err = os.ReadFile(s.File); err != nil {
+			if data, err = inputfile.ReadFile(s.File); err != nil {
 				return nil, fmt.Errorf("config: %w", err)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 )
 
 // coopSpec describes one of CoOp's seven "CLIP datasets".
@@ -104,7 +105,7 @@ func (s *SplitFile) MarshalJSON() ([]byte, error) {
 
 // ReadSplitFile reads and checks a CoOp split file.
 func ReadSplitFile(file string) (*SplitFile, error) {
-	b, err := os.ReadFile(file)
+	b, err := inputfile.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("split file %s: %w", file, err)
 	}
@@ -463,7 +464,7 @@ func petsSplit(dsDir, _ string, seed uint64) (*SplitFile, error) {
 }
 
 func readPetsList(file string) ([]SplitEntry, error) {
-	f, err := os.Open(file)
+	f, err := inputfile.Open(file)
 	if err != nil {
 		return nil, fmt.Errorf("pets list %s: %w", file, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/nlpodyssey/gopickle/types"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 )
 
 // DomainNetClasses is FedBN's DomainNet 10-class subset, in label order.
@@ -132,7 +133,7 @@ func readSiteList(base string) (string, []pathClass, error) {
 // whitespace with the class last for .txt. Blank lines and lines starting
 // with '#' are skipped.
 func readListFile(file, ext string) ([]pathClass, error) {
-	f, err := os.Open(file)
+	f, err := inputfile.Open(file)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", file, err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/preprocess"
@@ -70,6 +71,9 @@ type Options struct {
 	EvalBatch int
 	OutDir    string
 	Resume    bool
+	// Force lets Resume start a method from round 0 when its checkpoint is
+	// missing (without it, that is an error naming the file).
+	Force bool
 	// Progress receives progress bars (nil: none).
 	Progress     io.Writer
 	ProgressMode progress.Mode
@@ -89,9 +93,15 @@ type Result struct {
 // LoadModel loads CLIP weights from a checkpoint file or folder and the
 // tokenizer (vocab, or the vocabulary shipped with the model when empty).
 func LoadModel(path, vocab string) (*clip.Model, *tokenizer.Tokenizer, error) {
+	if err := inputfile.CheckAny(path); err != nil {
+		return nil, nil, fmt.Errorf("model: %w", err)
+	}
 	w, info, err := checkpoint.Load(path)
 	if err != nil {
 		return nil, nil, err
+	}
+	if err := checkpoint.CheckFinite(w); err != nil {
+		return nil, nil, fmt.Errorf("model %s: %w", path, err)
 	}
 	if info.Activation != "" && info.Activation != "quick_gelu" {
 		return nil, nil, fmt.Errorf("model %s: MLP activation %q is not supported (CLIP uses quick_gelu)", path, info.Activation)
@@ -100,6 +110,9 @@ func LoadModel(path, vocab string) (*clip.Model, *tokenizer.Tokenizer, error) {
 		if vocab, err = tokenizer.FindVocab(path); err != nil {
 			return nil, nil, err
 		}
+	}
+	if err := inputfile.Check(vocab); err != nil {
+		return nil, nil, fmt.Errorf("vocabulary: %w", err)
 	}
 	tok, err := tokenizer.Load(vocab)
 	if err != nil {
@@ -154,11 +167,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, fmt.Errorf("experiment: %w", err)
 		}
 	}
-	m, tok, err := LoadModel(o.ModelPath, o.VocabPath)
+	// The header gives the architecture; the weights are loaded once the
+	// memory estimate says they fit with the rest.
+	if err := inputfile.CheckAny(o.ModelPath); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	info, err := checkpoint.Inspect(o.ModelPath)
 	if err != nil {
 		return nil, err
 	}
-	L := min(m.W.Config.Vision.Layers, m.W.Config.Text.Layers)
+	L := min(info.Config.Vision.Layers, info.Config.Text.Layers)
 	depths := make([]int, len(ms))
 	for i, meth := range ms {
 		if depths[i], err = meth.Depth(o.Sections[o.Methods[i]], L); err != nil {
@@ -203,6 +221,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	budget := cacheBudget(o.CacheMiB) / int64(2*len(distinct)) // train and test store per depth
+	if err := checkMemory(estimateMemory(o, info.Config, info.Params, task, distinct, views, online, budget), availableMiB()); err != nil {
+		return nil, fmt.Errorf("experiment: %w", err)
+	}
+	m, tok, err := LoadModel(o.ModelPath, o.VocabPath)
+	if err != nil {
+		return nil, err
+	}
 	nViews := len(task.UsedTest())
 	if !online {
 		nViews += len(task.UsedTrain()) * max(views, 1)
@@ -341,6 +366,9 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		return evaluateOnce(ctx, plan, name, log)
 	}
 	ckdir := filepath.Join(o.OutDir, "checkpoints", name)
+	// A method whose folder exists had started before the run stopped.
+	_, serr := os.Stat(ckdir)
+	started := serr == nil
 	if err := os.MkdirAll(ckdir, 0o755); err != nil {
 		return nil, err
 	}
@@ -385,9 +413,15 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		// earlier rounds come from the checkpoint's history
 		ck, lerr := store.Load()
 		switch {
-		case errors.Is(lerr, federation.ErrNoCheckpoint):
-			slog.Warn("no checkpoint to resume: starting from round 0", "method", name, "checkpoint", store.Path)
+		case errors.Is(lerr, federation.ErrNoCheckpoint) && (o.Force || !started):
+			if started {
+				slog.Warn("no checkpoint to resume (--force): starting from round 0", "method", name, "checkpoint", store.Path)
+			} else {
+				slog.Info("method had not started: running it from round 0", "method", name)
+			}
 			_, err = coord.Run(ctx)
+		case errors.Is(lerr, federation.ErrNoCheckpoint):
+			return nil, fmt.Errorf("resume: checkpoint %s is missing (deleted, or the run stopped before its first round ended); --force starts %s again from round 0", store.Path, name)
 		case lerr != nil:
 			err = lerr
 		default:
@@ -537,7 +571,7 @@ func writeRunInfo(o Options, task *protocol.Task, tmpl string) error {
 // ReadRunInfo reads run.json from a run's output folder.
 func ReadRunInfo(dir string) (*RunInfo, error) {
 	path := filepath.Join(dir, RunInfoFile)
-	data, err := os.ReadFile(path)
+	data, err := inputfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", dir, err)
 	}
