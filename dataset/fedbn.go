@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -71,6 +70,7 @@ func loadFedBN(spec fedbnSpec, root string, opts Options) (*Dataset, error) {
 		d.Classes = append(d.Classes, PromptName(c))
 	}
 	dir := filepath.Join(root, spec.dir)
+	realRoot := resolvedRoot(root)
 	for dom, site := range sites {
 		for _, split := range []string{"train", "test"} {
 			file, pairs, err := readSiteList(filepath.Join(dir, site+"_"+split))
@@ -83,14 +83,15 @@ func loadFedBN(spec fedbnSpec, root string, opts Options) (*Dataset, error) {
 				if !ok {
 					return nil, fmt.Errorf("dataset %s: %s: entry %d: class %q not in %v", spec.name, file, i+1, p.class, spec.classes)
 				}
-				if path.IsAbs(p.path) || filepath.IsAbs(p.path) {
-					return nil, fmt.Errorf("dataset %s: %s: entry %d: path %q must be relative to %s", spec.name, file, i+1, p.path, root)
+				rel, err := localPath(p.path)
+				if err != nil {
+					return nil, fmt.Errorf("dataset %s: %s: entry %d: %w (relative to %s)", spec.name, file, i+1, err, root)
 				}
 				items = append(items, Item{
 					Key:    p.path,
 					Label:  label,
 					Domain: dom,
-					Source: FileSource{Path: filepath.Join(root, filepath.FromSlash(p.path)), Decode: opts.Decode},
+					Source: FileSource{Path: filepath.Join(root, rel), Root: realRoot, Decode: opts.Decode},
 				})
 			}
 			if len(items) == 0 {
