@@ -262,6 +262,12 @@ func TestPredictCommand(t *testing.T) {
 			t.Errorf("predict %v: error %v, want one naming %s", tc.args, err, tc.want)
 		}
 	}
+	fifo := filepath.Join(t.TempDir(), "pipe.png")
+	if err := syscall.Mkfifo(fifo, 0o600); err == nil {
+		if _, err := execute(t, "predict", "--run", out, "--image", fifo); err == nil || !strings.Contains(err.Error(), "FIFO") {
+			t.Errorf("predict on a FIFO: error %v", err)
+		}
+	}
 	if _, err := execute(t, "predict", "--run", out); err == nil || !strings.Contains(err.Error(), "--image") {
 		t.Errorf("predict without images: error %v", err)
 	}

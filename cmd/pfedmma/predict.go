@@ -13,6 +13,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -43,6 +44,11 @@ further arguments.`,
 			}
 			if top < 1 {
 				return fmt.Errorf("predict: --top %d: want at least 1", top)
+			}
+			for _, img := range images {
+				if err := inputfile.Check(img); err != nil {
+					return fmt.Errorf("predict: --image %w", err)
+				}
 			}
 			info, err := experiment.ReadRunInfo(runDir)
 			if err != nil {
@@ -95,6 +101,9 @@ further arguments.`,
 			saved := tensor.Named{}
 			path := filepath.Join(runDir, info.Sites[method], fmt.Sprintf("client_%03d.safetensors", client))
 			if _, err := os.Stat(path); err == nil {
+				if err := inputfile.Check(path); err != nil {
+					return fmt.Errorf("predict: %w", err)
+				}
 				f, err := safetensors.Open(path)
 				if err != nil {
 					return fmt.Errorf("predict: %w", err)
