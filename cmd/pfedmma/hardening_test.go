@@ -24,28 +24,35 @@ import (
 	"github.com/pfedmma/pfedmma/world"
 )
 
-// execute runs the command line args in this process with every flag back
-// at its default first (cobra keeps flag values between Execute calls) and
-// returns what it printed.
+// resetFlags puts every flag of every command back at its default (cobra
+// keeps flag values between Execute calls in one process).
+func resetFlags(c *cobra.Command) {
+	for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
+		fs.VisitAll(func(f *pflag.Flag) {
+			if sv, ok := f.Value.(pflag.SliceValue); ok {
+				_ = sv.Replace(nil)
+			} else {
+				_ = f.Value.Set(f.DefValue)
+			}
+			f.Changed = false
+		})
+	}
+	for _, sub := range c.Commands() {
+		resetFlags(sub)
+	}
+}
+
+// execute runs the command line args in this process with every flag at
+// its default (before and after) and returns what it printed.
 func execute(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	var reset func(c *cobra.Command)
-	reset = func(c *cobra.Command) {
-		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
-			fs.VisitAll(func(f *pflag.Flag) {
-				if sv, ok := f.Value.(pflag.SliceValue); ok {
-					_ = sv.Replace(nil)
-				} else {
-					_ = f.Value.Set(f.DefValue)
-				}
-				f.Changed = false
-			})
-		}
-		for _, sub := range c.Commands() {
-			reset(sub)
-		}
-	}
-	reset(rootCmd)
+	resetFlags(rootCmd)
+	t.Cleanup(func() {
+		resetFlags(rootCmd)
+		rootCmd.SetOut(nil)
+		rootCmd.SetErr(nil)
+		rootCmd.SetArgs(nil)
+	})
 	var buf bytes.Buffer
 	rootCmd.SetOut(&buf)
 	rootCmd.SetErr(&buf)
