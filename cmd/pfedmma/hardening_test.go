@@ -275,6 +275,9 @@ func TestPredictCommand(t *testing.T) {
 			t.Errorf("predict on a FIFO: error %v", err)
 		}
 	}
+	if _, err := execute(t, "predict", "--image", a); err == nil || !strings.Contains(err.Error(), "--run") {
+		t.Errorf("predict without --run: error %v", err)
+	}
 	if _, err := execute(t, "predict", "--run", out); err == nil || !strings.Contains(err.Error(), "--image") {
 		t.Errorf("predict without images: error %v", err)
 	}
@@ -283,7 +286,7 @@ func TestPredictCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"--image FILE [FILE...]", "--space", "all", "--top", "--client"} {
+	for _, want := range []string{"--image FILE [FILE...]", "--run DIR ", "--space", "all", "--top", "--client"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("predict --help lacks %q:\n%s", want, help)
 		}

@@ -39,6 +39,9 @@ further arguments.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			images = append(images, args...)
+			if runDir == "" {
+				return fmt.Errorf("predict: no --run DIR given (the output folder of a finished pfedmma run)")
+			}
 			if len(images) == 0 {
 				return fmt.Errorf("predict: no --image given")
 			}
@@ -167,9 +170,9 @@ further arguments.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&runDir, "run", "", "output folder of a finished `pfedmma run`")
+	f.StringVar(&runDir, "run", "", "output folder (`DIR`) of a finished pfedmma run")
 	f.StringVar(&method, "method", "", "method whose site model to use (default: pfedmma, or the run's first method)")
-	f.IntVar(&client, "client", 0, "client (site) ID")
+	f.IntVar(&client, "client", 0, "client (site) ID, from 0 (see run.json)")
 	f.StringArrayVar(&images, "image", nil, "image file (repeatable; more files may follow as arguments)")
 	f.StringVar(&space, "space", "", "label space to classify over (default: the site's training space; e.g. base, novel, all)")
 	f.IntVar(&top, "top", 5, "classes to print per image (≥ 1)")
