@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"gopkg.in/yaml.v3"
 )
 
@@ -93,11 +93,12 @@ func Compose(s Sources) (*Experiment, error) {
 	if err != nil {
 		return nil, err
 	}
+	presetDataset := e.Dataset.Name
 	var lines map[string]int
 	if s.File != "" || s.Data != nil {
 		data := s.Data
 		if data == nil {
-			if data, err = os.ReadFile(s.File); err != nil {
+			if data, err = inputfile.ReadFile(s.File); err != nil {
 				return nil, fmt.Errorf("config: %w", err)
 			}
 		}
@@ -120,6 +121,7 @@ func Compose(s Sources) (*Experiment, error) {
 		}
 		setFrom[path] = "--set " + kv
 	}
+	e.dropPresetDomains(presetDataset, lines, setFrom)
 	fes := e.check()
 	if len(fes) == 0 {
 		return e, nil
@@ -143,6 +145,27 @@ func Compose(s Sources) (*Experiment, error) {
 		errs[i] = fe
 	}
 	return nil, errors.Join(errs...)
+}
+
+// dropPresetDomains forgets the preset's dataset.domains when a later layer
+// chose another dataset without naming domains: the preset's domains are
+// those of its own dataset (paper-domainnet's six DomainNet domains mean
+// nothing to office_caltech10), so the new dataset gets all of its own.
+func (e *Experiment) dropPresetDomains(presetDataset string, lines map[string]int, sets map[string]string) {
+	if e.Dataset.Name == presetDataset {
+		return
+	}
+	for p := range lines {
+		if p == "dataset.domains" || strings.HasPrefix(p, "dataset.domains[") {
+			return
+		}
+	}
+	for p := range sets {
+		if p == "dataset" || p == "dataset.domains" || strings.HasPrefix(p, "dataset.domains[") {
+			return
+		}
+	}
+	e.Dataset.Domains = nil
 }
 
 // setOrigin finds the --set override that last wrote path (or a section

@@ -170,7 +170,7 @@ func referenceCode() *Experiment {
 }
 
 // world presets: the embedded tiny model (4 blocks, width 128) on data that
-// needs no download. Sized for a couple of minutes on 2 cores.
+// needs no download. Sized for about ten seconds on 2 cores.
 
 // Tuned on the shipped model (see README, "The default job"): adapting the
 // last of its 4 blocks (the last quarter, like blocks 10-12 of ViT-B/16)

@@ -40,6 +40,49 @@ func (c *checker) atLeast(path string, v, lo int) {
 	}
 }
 
+// between rejects v outside [lo, hi]; hi is a bound no real run reaches,
+// there so that a typo fails here instead of exhausting memory later.
+func (c *checker) between(path string, v, lo, hi int) {
+	switch {
+	case v < lo:
+		c.fail(path, "%d is below %d", v, lo)
+	case v > hi:
+		c.fail(path, "%d is above %d (the largest value accepted; real runs stay far below it)", v, hi)
+	}
+}
+
+// Upper bounds of the sizes: far above any real run, low enough that a
+// typo (an extra digit or three) is refused before anything is allocated.
+const (
+	MaxBatchSize   = 4096    // batch_size, eval.batch_size
+	MaxShots       = 100000  // dataset.shots (images per class)
+	MaxImageSize   = 2048    // dataset.image_size (pixels per side)
+	MaxNumClasses  = 10000   // dataset.num_classes
+	MaxClients     = 10000   // federation.clients
+	MaxRounds      = 100000  // federation.rounds, eval_every
+	MaxLocalEpochs = 10000   // federation.local_epochs
+	MaxPerDomain   = 1000    // protocol.clients_per_domain
+	MaxMinSamples  = 1000000 // protocol.min_samples
+	MaxThreads     = 4096    // threads
+	MaxCacheMiB    = 1 << 24 // cache.memory_mib (16 TiB)
+	maxNameLen     = 200     // name
+)
+
+// checkName accepts a plain file name: the run's default output folder is
+// runs/<name>-<time>, so a name must not climb out of runs/ or into a
+// sub-folder.
+func (c *checker) checkName(name string) {
+	switch {
+	case name == "":
+	case len(name) > maxNameLen:
+		c.fail("name", "%d bytes; at most %d", len(name), maxNameLen)
+	case name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00"):
+		c.fail("name", "%q: want a plain file name (no /, \\ or ..), it names the folder runs/<name>-<time>", name)
+	case strings.HasPrefix(name, "-") || strings.TrimSpace(name) != name:
+		c.fail("name", "%q: want a plain file name not starting with - or a space", name)
+	}
+}
+
 // finite reports (and rejects) NaN and ±Inf.
 func (c *checker) finite(path string, v float64) bool {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -77,6 +120,7 @@ var rootOptional = []string{"world", "fashion_mnist"}
 func (e *Experiment) check() []*FieldError {
 	c := &checker{}
 
+	c.checkName(e.Name)
 	known := Methods()
 	if len(e.Methods) == 0 {
 		c.fail("methods", "empty; list at least one of %s", strings.Join(known, ", "))
@@ -99,14 +143,16 @@ func (e *Experiment) check() []*FieldError {
 
 	f := e.Federation
 	if e.Protocol.Name != ProtocolDomains || f.Clients != 0 {
-		c.atLeast("federation.clients", f.Clients, 1)
+		c.between("federation.clients", f.Clients, 1, MaxClients)
+	} else {
+		c.between("federation.clients", f.Clients, 0, MaxClients)
 	}
 	if c.finite("federation.fraction", f.Fraction) && (f.Fraction <= 0 || f.Fraction > 1) {
 		c.fail("federation.fraction", "%v not in (0, 1]", f.Fraction)
 	}
-	c.atLeast("federation.rounds", f.Rounds, 1)
-	c.atLeast("federation.local_epochs", f.LocalEpochs, 1)
-	c.atLeast("federation.eval_every", f.EvalEvery, 0)
+	c.between("federation.rounds", f.Rounds, 1, MaxRounds)
+	c.between("federation.local_epochs", f.LocalEpochs, 1, MaxLocalEpochs)
+	c.between("federation.eval_every", f.EvalEvery, 0, MaxRounds)
 
 	o := e.Optimizer
 	c.oneOf("optimizer.name", o.Name, OptimizerSGD, OptimizerAdamW)
@@ -128,7 +174,7 @@ func (e *Experiment) check() []*FieldError {
 			c.fail("optimizer.warmup_epochs", "%d is not below the %d training epochs (rounds × local_epochs)", o.WarmupEpochs, total)
 		}
 	}
-	c.atLeast("batch_size", e.BatchSize, 1)
+	c.between("batch_size", e.BatchSize, 1, MaxBatchSize)
 
 	e.checkSections(c)
 
@@ -136,7 +182,7 @@ func (e *Experiment) check() []*FieldError {
 		c.fail("augment", "%v", err)
 	}
 
-	c.atLeast("cache.memory_mib", e.Cache.MemoryMiB, 0)
+	c.between("cache.memory_mib", e.Cache.MemoryMiB, 0, MaxCacheMiB)
 	c.oneOf("cache.dtype", e.Cache.DType, DTypeFloat32, DTypeBFloat16)
 	c.oneOf("engine.precision", e.Engine.Precision, "fp32", "bf16")
 
@@ -145,9 +191,9 @@ func (e *Experiment) check() []*FieldError {
 			c.fail(fmt.Sprintf("seeds[%d]", i), "seed %d repeats seeds[%d]", s, j)
 		}
 	}
-	c.atLeast("threads", e.Threads, 0)
+	c.between("threads", e.Threads, 0, MaxThreads)
 	c.oneOf("eval.split", e.Eval.Split, SplitTest, SplitVal)
-	c.atLeast("eval.batch_size", e.Eval.BatchSize, 1)
+	c.between("eval.batch_size", e.Eval.BatchSize, 1, MaxBatchSize)
 	return c.errs
 }
 
@@ -161,10 +207,10 @@ func (e *Experiment) checkDataset(c *checker) {
 	case d.Root == "" && !slices.Contains(rootOptional, d.Name):
 		c.fail("dataset.root", "missing: dataset %s needs the DATA folder it lives under", d.Name)
 	}
-	c.atLeast("dataset.shots", d.Shots, 0)
-	c.atLeast("dataset.image_size", d.ImageSize, 0)
+	c.between("dataset.shots", d.Shots, 0, MaxShots)
+	c.between("dataset.image_size", d.ImageSize, 0, MaxImageSize)
 	if d.NumClasses != 0 {
-		c.atLeast("dataset.num_classes", d.NumClasses, 2)
+		c.between("dataset.num_classes", d.NumClasses, 2, MaxNumClasses)
 	}
 	for i, dom := range d.Domains {
 		p := fmt.Sprintf("dataset.domains[%d]", i)
@@ -183,7 +229,7 @@ func (e *Experiment) checkDataset(c *checker) {
 func (e *Experiment) checkProtocol(c *checker) {
 	p := e.Protocol
 	c.oneOf("protocol.name", p.Name, ProtocolBaseToNovel, ProtocolDirichlet, ProtocolDomains)
-	c.atLeast("protocol.min_samples", p.MinSamples, 0)
+	c.between("protocol.min_samples", p.MinSamples, 0, MaxMinSamples)
 	if p.BaseSet != "" {
 		c.oneOf("protocol.base_set", p.BaseSet, "all", "others")
 	}
@@ -199,7 +245,7 @@ func (e *Experiment) checkProtocol(c *checker) {
 		c.positive("protocol.beta", p.Beta)
 	case ProtocolDomains:
 		c.positive("protocol.beta", p.Beta)
-		c.atLeast("protocol.clients_per_domain", p.ClientsPerDomain, 1)
+		c.between("protocol.clients_per_domain", p.ClientsPerDomain, 1, MaxPerDomain)
 		if k := p.ClientsPerDomain; k >= 1 && e.Federation.Clients > 0 {
 			if nd := len(e.Dataset.Domains); nd > 0 && e.Federation.Clients != nd*k {
 				c.fail("federation.clients", "%d, but %d domains × clients_per_domain %d = %d (or set 0 to derive it)", e.Federation.Clients, nd, k, nd*k)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 )
 
 // CIFAR image geometry: 32×32, three 1024-byte planes (R, G, B).
@@ -89,7 +91,7 @@ func isDir(p string) bool {
 
 func loadCIFARBin(spec cifarSpec, dir string) (classes []string, train, test []Item, err error) {
 	namesFile := filepath.Join(dir, spec.binNames)
-	b, err := os.ReadFile(namesFile)
+	b, err := inputfile.ReadFile(namesFile)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("class names %s: %w", namesFile, err)
 	}
@@ -122,7 +124,7 @@ func loadCIFARBin(spec cifarSpec, dir string) (classes []string, train, test []I
 
 // readCIFARBin appends the records of one binary batch file to items.
 func readCIFARBin(spec cifarSpec, file, split string, items []Item) ([]Item, error) {
-	b, err := os.ReadFile(file)
+	b, err := inputfile.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("cifar batch %s: %w", file, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 )
 
 // coopSpec describes one of CoOp's seven "CLIP datasets".
@@ -104,7 +105,7 @@ func (s *SplitFile) MarshalJSON() ([]byte, error) {
 
 // ReadSplitFile reads and checks a CoOp split file.
 func ReadSplitFile(file string) (*SplitFile, error) {
-	b, err := os.ReadFile(file)
+	b, err := inputfile.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("split file %s: %w", file, err)
 	}
@@ -280,25 +281,33 @@ func loadCoOp(spec coopSpec, root string, opts Options) (*Dataset, error) {
 	if !isDir(imagesDir) {
 		return nil, fmt.Errorf("dataset %s: images folder %s: missing", spec.name, imagesDir)
 	}
-	items := func(es []SplitEntry) []Item {
+	realRoot := resolvedRoot(imagesDir)
+	items := func(what string, es []SplitEntry) ([]Item, error) {
 		out := make([]Item, len(es))
 		for i, e := range es {
+			rel, err := localPath(e.Path)
+			if err != nil {
+				return nil, fmt.Errorf("dataset %s: split file %s: %s entry %d: %w", spec.name, splitPath, what, i+1, err)
+			}
 			out[i] = Item{
 				Key:    e.Path,
 				Label:  e.Label,
-				Source: FileSource{Path: filepath.Join(imagesDir, filepath.FromSlash(e.Path)), Decode: opts.Decode},
+				Source: FileSource{Path: filepath.Join(imagesDir, rel), Root: realRoot, Decode: opts.Decode},
 			}
 		}
-		return out
+		return out, nil
 	}
-	return &Dataset{
-		Name:    spec.name,
-		Classes: classes,
-		Domains: []string{spec.name},
-		Train:   items(split.Train),
-		Val:     items(split.Val),
-		Test:    items(split.Test),
-	}, nil
+	d := &Dataset{Name: spec.name, Classes: classes, Domains: []string{spec.name}}
+	for _, sp := range []struct {
+		what string
+		es   []SplitEntry
+		dst  *[]Item
+	}{{"train", split.Train, &d.Train}, {"val", split.Val, &d.Val}, {"test", split.Test, &d.Test}} {
+		if *sp.dst, err = items(sp.what, sp.es); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // folderClass is a class folder: its path relative to the images folder and
@@ -463,7 +472,7 @@ func petsSplit(dsDir, _ string, seed uint64) (*SplitFile, error) {
 }
 
 func readPetsList(file string) ([]SplitEntry, error) {
-	f, err := os.Open(file)
+	f, err := inputfile.Open(file)
 	if err != nil {
 		return nil, fmt.Errorf("pets list %s: %w", file, err)
 	}

@@ -12,10 +12,13 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
-	"os"
+	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/internal/inputfile"
+	"github.com/pfedmma/pfedmma/preprocess"
 	_ "golang.org/x/image/bmp"  // register BMP for FileSource
 	_ "golang.org/x/image/webp" // register WebP for FileSource
 )
@@ -60,27 +63,72 @@ type DecodeFunc func(r io.Reader) (image.Image, string, error)
 type FileSource struct {
 	// Path is the file path.
 	Path string
-	// Decode decodes the file; nil means [image.Decode] (JPEG, PNG, GIF,
-	// BMP and WebP are registered by this package).
+	// Root, when set, is the folder (symlinks resolved) the file must lie
+	// in once its own symlinks are resolved: a split-file entry cannot
+	// reach outside the dataset through a link.
+	Root string
+	// Decode decodes the file; nil means [preprocess.DecodeReader] (JPEG,
+	// PNG, GIF, BMP and WebP), which refuses images whose header announces
+	// more than [preprocess.MaxPixels] pixels before allocating them.
 	Decode DecodeFunc
 }
 
-// Load opens and decodes the file.
+// Load opens and decodes the file; non-regular files (FIFOs, devices) are
+// refused before they are opened.
 func (s FileSource) Load() (image.Image, error) {
-	f, err := os.Open(s.Path)
+	if s.Root != "" {
+		real, err := filepath.EvalSymlinks(s.Path)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", s.Path, err)
+		}
+		if !within(s.Root, real) {
+			return nil, fmt.Errorf("image %s: resolves to %s, outside the dataset folder %s", s.Path, real, s.Root)
+		}
+	}
+	f, err := inputfile.Open(s.Path)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", s.Path, err)
 	}
 	defer f.Close()
-	dec := s.Decode
-	if dec == nil {
-		dec = image.Decode
+	var img image.Image
+	if s.Decode != nil {
+		img, _, err = s.Decode(f)
+	} else {
+		img, err = preprocess.DecodeReader(f)
 	}
-	img, _, err := dec(f)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: decode: %w", s.Path, err)
 	}
 	return img, nil
+}
+
+// within reports whether path lies in folder dir (both cleaned, absolute
+// or both relative to the same folder).
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && filepath.IsLocal(rel)
+}
+
+// resolvedRoot returns dir with its symlinks resolved (dir itself when that
+// fails: the files' own checks report the problem).
+func resolvedRoot(dir string) string {
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		if abs, err := filepath.Abs(r); err == nil {
+			return abs
+		}
+		return r
+	}
+	return dir
+}
+
+// localPath checks a dataset entry's relative path: slash-separated, not
+// absolute, and not climbing out of its folder with "..".
+func localPath(p string) (string, error) {
+	rel := filepath.FromSlash(p)
+	if p == "" || path.IsAbs(p) || filepath.IsAbs(rel) || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("path %q must be relative and stay inside the dataset folder", p)
+	}
+	return rel, nil
 }
 
 // Pixels is an image held in memory as 8-bit samples (CIFAR, Fashion-MNIST).

@@ -8,12 +8,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/nlpodyssey/gopickle/types"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 )
 
 // DomainNetClasses is FedBN's DomainNet 10-class subset, in label order.
@@ -70,6 +70,7 @@ func loadFedBN(spec fedbnSpec, root string, opts Options) (*Dataset, error) {
 		d.Classes = append(d.Classes, PromptName(c))
 	}
 	dir := filepath.Join(root, spec.dir)
+	realRoot := resolvedRoot(root)
 	for dom, site := range sites {
 		for _, split := range []string{"train", "test"} {
 			file, pairs, err := readSiteList(filepath.Join(dir, site+"_"+split))
@@ -82,14 +83,15 @@ func loadFedBN(spec fedbnSpec, root string, opts Options) (*Dataset, error) {
 				if !ok {
 					return nil, fmt.Errorf("dataset %s: %s: entry %d: class %q not in %v", spec.name, file, i+1, p.class, spec.classes)
 				}
-				if path.IsAbs(p.path) || filepath.IsAbs(p.path) {
-					return nil, fmt.Errorf("dataset %s: %s: entry %d: path %q must be relative to %s", spec.name, file, i+1, p.path, root)
+				rel, err := localPath(p.path)
+				if err != nil {
+					return nil, fmt.Errorf("dataset %s: %s: entry %d: %w (relative to %s)", spec.name, file, i+1, err, root)
 				}
 				items = append(items, Item{
 					Key:    p.path,
 					Label:  label,
 					Domain: dom,
-					Source: FileSource{Path: filepath.Join(root, filepath.FromSlash(p.path)), Decode: opts.Decode},
+					Source: FileSource{Path: filepath.Join(root, rel), Root: realRoot, Decode: opts.Decode},
 				})
 			}
 			if len(items) == 0 {
@@ -132,7 +134,7 @@ func readSiteList(base string) (string, []pathClass, error) {
 // whitespace with the class last for .txt. Blank lines and lines starting
 // with '#' are skipped.
 func readListFile(file, ext string) ([]pathClass, error) {
-	f, err := os.Open(file)
+	f, err := inputfile.Open(file)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", file, err)
 	}

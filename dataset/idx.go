@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 )
 
 // FashionMNISTDir is where Debian's dataset-fashion-mnist package installs
@@ -105,7 +107,7 @@ func findIDX(dir, base string) (string, error) {
 // a big-endian magic number equal to magic, one big-endian uint32 size per
 // dimension, then the elements. It returns the sizes and the data.
 func ReadIDX(file string, magic uint32) (dims []int, data []byte, err error) {
-	f, err := os.Open(file)
+	f, err := inputfile.Open(file)
 	if err != nil {
 		return nil, nil, fmt.Errorf("idx %s: %w", file, err)
 	}

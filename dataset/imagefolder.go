@@ -19,8 +19,9 @@ func LoadImageFolder(root string, opts Options) (*Dataset, error) {
 	if !isDir(root) {
 		return nil, fmt.Errorf("dataset %s: root %s: not a folder", name, root)
 	}
+	realRoot := resolvedRoot(root)
 	src := func(rel string) ImageSource {
-		return FileSource{Path: filepath.Join(root, filepath.FromSlash(rel)), Decode: opts.Decode}
+		return FileSource{Path: filepath.Join(root, filepath.FromSlash(rel)), Root: realRoot, Decode: opts.Decode}
 	}
 	if isDir(filepath.Join(root, "train")) {
 		splits := map[string]map[string][]string{} // split -> class -> rel paths

@@ -5,13 +5,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/big"
-	"os"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/nlpodyssey/gopickle/pickle"
 	"github.com/nlpodyssey/gopickle/types"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 )
 
 // This file reads the Python pickles the datasets ship with: plain dicts,
@@ -291,7 +291,7 @@ func findClass(module, name string) (any, error) {
 
 // loadPickle reads a pickle file with [decodePickle].
 func loadPickle(file string) (any, error) {
-	b, err := os.ReadFile(file)
+	b, err := inputfile.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("pickle %s: %w", file, err)
 	}

@@ -113,7 +113,7 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 	if depth == methods.AnyDepth {
 		return nil, fmt.Errorf("%s does not train: nothing to federate", name)
 	}
-	if err := backboneFits(m, name, depth); err != nil {
+	if err := backboneFits(m.ResNet != nil, name, depth); err != nil {
 		return nil, err
 	}
 	dsOpts := o.DatasetOptions

@@ -7,6 +7,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/gemm"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -17,6 +18,9 @@ import (
 // embedded default); its header is read to resolve relative adapter blocks
 // and the image size of generated data.
 func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) (Options, error) {
+	if err := inputfile.CheckAny(model); err != nil {
+		return Options{}, fmt.Errorf("model: %w", err)
+	}
 	info, err := checkpoint.Inspect(model)
 	if err != nil {
 		return Options{}, err
@@ -34,6 +38,19 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 	if err != nil {
 		return Options{}, fmt.Errorf("engine.precision: %w", err)
 	}
+	// Zero means what the config documents, never a hidden default:
+	// protocol.min_samples 0 is no minimum (partition reads 0 as its
+	// default of 10 and a negative value as none), federation.eval_every 0
+	// evaluates after the last round only (the coordinator reads ≤ 1 as
+	// every round).
+	minSamples := e.Protocol.MinSamples
+	if minSamples == 0 {
+		minSamples = -1
+	}
+	evalEvery := e.Federation.EvalEvery
+	if evalEvery == 0 {
+		evalEvery = e.Federation.Rounds
+	}
 	resolved, err := e.Resolved()
 	if err != nil {
 		return Options{}, err
@@ -43,13 +60,13 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 		DatasetOptions: dataset.Options{Seed: seed, Domains: e.Dataset.Domains, ValFraction: e.Dataset.ValFraction,
 			NumClasses: e.Dataset.NumClasses, ImageSize: imageSize},
 		Protocol: protocol.Options{Name: e.Protocol.Name, Clients: e.Federation.Clients, Shots: e.Dataset.Shots,
-			Beta: e.Protocol.Beta, PerDomain: e.Protocol.ClientsPerDomain, MinSamples: e.Protocol.MinSamples,
+			Beta: e.Protocol.Beta, PerDomain: e.Protocol.ClientsPerDomain, MinSamples: minSamples,
 			UseVal: e.Eval.Split == "val", OthersBase: e.Protocol.BaseSet == "others"},
 		Methods: e.Methods, Sections: e.Sections,
 		Train: train.Options{Epochs: e.Federation.LocalEpochs, Batch: e.BatchSize, Optimizer: e.Optimizer.Name,
 			LR: e.Optimizer.LR, Momentum: e.Optimizer.Momentum, WD: e.Optimizer.WeightDecay, Schedule: sched,
 			ResetOptimizer: e.Optimizer.ResetEachRound},
-		Rounds: e.Federation.Rounds, Fraction: e.Federation.Fraction, EvalEvery: e.Federation.EvalEvery,
+		Rounds: e.Federation.Rounds, Fraction: e.Federation.Fraction, EvalEvery: evalEvery,
 		Augment: e.Augment.String(), Template: e.Prompt, Seed: seed, EvalBatch: e.Eval.BatchSize,
 		OutDir: outDir, SaveAdapters: e.Output.SaveAdapters, Plots: e.Output.Plots, ConfigYAML: resolved,
 		Precision: prec, CacheMiB: e.Cache.MemoryMiB, SpillDir: e.Cache.SpillDir, CacheBF16: e.Cache.DType == "bfloat16",

@@ -23,6 +23,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/preprocess"
@@ -73,6 +74,9 @@ type Options struct {
 	EvalBatch int
 	OutDir    string
 	Resume    bool
+	// Force lets Resume start a method from round 0 when its checkpoint is
+	// missing (without it, that is an error naming the file).
+	Force bool
 	// Progress receives progress bars (nil: none).
 	Progress     io.Writer
 	ProgressMode progress.Mode
@@ -95,9 +99,15 @@ type Result struct {
 // LoadModel loads CLIP weights from a checkpoint file or folder and the
 // tokenizer (vocab, or the vocabulary shipped with the model when empty).
 func LoadModel(path, vocab string) (*clip.Model, *tokenizer.Tokenizer, error) {
+	if err := inputfile.CheckAny(path); err != nil {
+		return nil, nil, fmt.Errorf("model: %w", err)
+	}
 	w, info, err := checkpoint.Load(path)
 	if err != nil {
 		return nil, nil, err
+	}
+	if err := checkpoint.CheckFinite(w); err != nil {
+		return nil, nil, fmt.Errorf("model %s: %w", path, err)
 	}
 	if info.Activation != "" && info.Activation != "quick_gelu" {
 		return nil, nil, fmt.Errorf("model %s: MLP activation %q is not supported (CLIP uses quick_gelu)", path, info.Activation)
@@ -106,6 +116,9 @@ func LoadModel(path, vocab string) (*clip.Model, *tokenizer.Tokenizer, error) {
 		if vocab, err = tokenizer.FindVocab(path); err != nil {
 			return nil, nil, err
 		}
+	}
+	if err := inputfile.Check(vocab); err != nil {
+		return nil, nil, fmt.Errorf("vocabulary: %w", err)
 	}
 	tok, err := tokenizer.Load(vocab)
 	if err != nil {
@@ -160,23 +173,26 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, fmt.Errorf("experiment: %w", err)
 		}
 	}
-	m, tok, err := LoadModel(o.ModelPath, o.VocabPath)
+	// The header gives the architecture; the weights are loaded once the
+	// memory estimate says they fit with the rest.
+	if err := inputfile.CheckAny(o.ModelPath); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	info, err := checkpoint.Inspect(o.ModelPath)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.SetPrecision(o.Precision); err != nil {
-		return nil, err
-	}
-	L := min(m.W.Config.Vision.Layers, m.W.Config.Text.Layers)
+	L := min(info.Config.Vision.Layers, info.Config.Text.Layers)
+	resNet := info.Config.Vision.ResNet
 	depths := make([]int, len(ms))
 	for i, meth := range ms {
 		if depths[i], err = meth.Depth(o.Sections[o.Methods[i]], L); err != nil {
-			if m.ResNet != nil {
+			if resNet {
 				return nil, fmt.Errorf("method %s cannot run on a ResNet CLIP (it needs the ViT's blocks): %w", o.Methods[i], err)
 			}
 			return nil, err
 		}
-		if err := backboneFits(m, o.Methods[i], depths[i]); err != nil {
+		if err := backboneFits(resNet, o.Methods[i], depths[i]); err != nil {
 			return nil, err
 		}
 	}
@@ -218,7 +234,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	if len(distinct) == 0 {
 		distinct = []int{L}
-		if m.ResNet != nil {
+		if resNet {
 			distinct = []int{methods.Features}
 		}
 	}
@@ -228,6 +244,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	budget := cacheBudget(o.CacheMiB) / int64(2*len(distinct)) // train and test store per depth
+	if err := checkMemory(estimateMemory(o, info.Config, info.Params, task, distinct, views, online, budget), availableMiB()); err != nil {
+		return nil, fmt.Errorf("experiment: %w", err)
+	}
+	m, tok, err := LoadModel(o.ModelPath, o.VocabPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.SetPrecision(o.Precision); err != nil {
+		return nil, err
+	}
 	nViews := len(task.UsedTest())
 	if !online {
 		nViews += len(task.UsedTrain()) * max(views, 1)
@@ -292,8 +318,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 // backboneFits rejects a method whose depth needs the ViT's blocks or
 // tokens on a ResNet CLIP.
-func backboneFits(m *clip.Model, method string, depth int) error {
-	if m.ResNet != nil && depth != methods.Features && depth != methods.AnyDepth {
+func backboneFits(resNet bool, method string, depth int) error {
+	if resNet && depth != methods.Features && depth != methods.AnyDepth {
 		what := fmt.Sprintf("runs blocks %d.. of a ViT image encoder", depth)
 		if depth == methods.TokenFeatures {
 			what = "needs the image encoder's patch tokens"
@@ -393,6 +419,9 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		return evaluateOnce(ctx, plan, name, log)
 	}
 	ckdir := filepath.Join(o.OutDir, "checkpoints", name)
+	// A method whose folder exists had started before the run stopped.
+	_, serr := os.Stat(ckdir)
+	started := serr == nil
 	if err := os.MkdirAll(ckdir, 0o755); err != nil {
 		return nil, err
 	}
@@ -429,9 +458,15 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		// earlier rounds come from the checkpoint's history
 		ck, lerr := store.Load()
 		switch {
-		case errors.Is(lerr, federation.ErrNoCheckpoint):
-			slog.Warn("no checkpoint to resume: starting from round 0", "method", name, "checkpoint", store.Path)
+		case errors.Is(lerr, federation.ErrNoCheckpoint) && (o.Force || !started):
+			if started {
+				slog.Warn("no checkpoint to resume (--force): starting from round 0", "method", name, "checkpoint", store.Path)
+			} else {
+				slog.Info("method had not started: running it from round 0", "method", name)
+			}
 			_, err = coord.Run(ctx)
+		case errors.Is(lerr, federation.ErrNoCheckpoint):
+			return nil, fmt.Errorf("resume: checkpoint %s is missing (deleted, or the run stopped before its first round ended); --force starts %s again from round 0", store.Path, name)
 		case lerr != nil:
 			err = lerr
 		default:
@@ -596,7 +631,7 @@ func writeRunInfo(o Options, task *protocol.Task, tmpl string) error {
 // ReadRunInfo reads run.json from a run's output folder.
 func ReadRunInfo(dir string) (*RunInfo, error) {
 	path := filepath.Join(dir, RunInfoFile)
-	data, err := os.ReadFile(path)
+	data, err := inputfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", dir, err)
 	}

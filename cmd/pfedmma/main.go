@@ -68,6 +68,12 @@ func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// The first signal cancels ctx and every long command stops at its
+		// next check; a second one kills the process the default way.
+		<-ctx.Done()
+		stop()
+	}()
 	err := rootCmd.ExecuteContext(ctx)
 	stopProfile()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/tokenizer"
 )
 
@@ -31,9 +32,15 @@ func loadModel(path, vocab string, needVocab bool) (*clip.Model, *tokenizer.Toke
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := inputfile.CheckAny(path); err != nil {
+		return nil, nil, fmt.Errorf("model: %w", err)
+	}
 	w, info, err := checkpoint.Load(path)
 	if err != nil {
 		return nil, nil, err
+	}
+	if err := checkpoint.CheckFinite(w); err != nil {
+		return nil, nil, fmt.Errorf("model %s: %w", path, err)
 	}
 	if info.Activation != "" && info.Activation != "quick_gelu" {
 		return nil, nil, fmt.Errorf("model %s: MLP activation %q is not supported (CLIP uses quick_gelu)", path, info.Activation)
@@ -48,6 +55,9 @@ func loadModel(path, vocab string, needVocab bool) (*clip.Model, *tokenizer.Toke
 		if err != nil {
 			return nil, nil, fmt.Errorf("no --vocab given: %w", err)
 		}
+	}
+	if err := inputfile.Check(vocab); err != nil {
+		return nil, nil, fmt.Errorf("vocabulary: %w", err)
 	}
 	tok, err := tokenizer.Load(vocab)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -38,11 +39,19 @@ further arguments.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			images = append(images, args...)
+			if runDir == "" {
+				return fmt.Errorf("predict: no --run DIR given (the output folder of a finished pfedmma run)")
+			}
 			if len(images) == 0 {
 				return fmt.Errorf("predict: no --image given")
 			}
 			if top < 1 {
 				return fmt.Errorf("predict: --top %d: want at least 1", top)
+			}
+			for _, img := range images {
+				if err := inputfile.Check(img); err != nil {
+					return fmt.Errorf("predict: --image %w", err)
+				}
 			}
 			info, err := experiment.ReadRunInfo(runDir)
 			if err != nil {
@@ -95,6 +104,9 @@ further arguments.`,
 			saved := tensor.Named{}
 			path := filepath.Join(runDir, info.Sites[method], fmt.Sprintf("client_%03d.safetensors", client))
 			if _, err := os.Stat(path); err == nil {
+				if err := inputfile.Check(path); err != nil {
+					return fmt.Errorf("predict: %w", err)
+				}
 				f, err := safetensors.Open(path)
 				if err != nil {
 					return fmt.Errorf("predict: %w", err)
@@ -151,9 +163,9 @@ further arguments.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&runDir, "run", "", "output folder of a finished `pfedmma run`")
+	f.StringVar(&runDir, "run", "", "output folder (`DIR`) of a finished pfedmma run")
 	f.StringVar(&method, "method", "", "method whose site model to use (default: pfedmma, or the run's first method)")
-	f.IntVar(&client, "client", 0, "client (site) ID")
+	f.IntVar(&client, "client", 0, "client (site) ID, from 0 (see run.json)")
 	f.StringArrayVar(&images, "image", nil, "image file (repeatable; more files may follow as arguments)")
 	f.StringVar(&space, "space", "", "label space to classify over (default: the site's training space; e.g. base, novel, all)")
 	f.IntVar(&top, "top", 5, "classes to print per image (≥ 1)")

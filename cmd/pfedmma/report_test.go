@@ -12,12 +12,12 @@ import (
 // TestReportCommand re-draws three runs and compares them: per-run figures
 // in PNG and SVG, the averaged table and the radar chart.
 func TestReportCommand(t *testing.T) {
-	t.Cleanup(func() { resetFlags(t, "run"); resetFlags(t, "report") })
+	t.Cleanup(func() { resetCommand(t, "run"); resetCommand(t, "report") })
 	model := tinyWorldModel(t)
 	var dirs []string
 	for seed := 1; seed <= 3; seed++ {
 		out := filepath.Join(t.TempDir(), fmt.Sprintf("run%d", seed))
-		resetFlags(t, "run")
+		resetCommand(t, "run")
 		rootCmd.SetArgs([]string{"run", "--quiet", "--out", out, "--set", "model=" + model,
 			"--set", "dataset.num_classes=8", "--set", "federation.clients=2", "--set", "federation.rounds=1",
 			"--set", "pfedmma.dim=8", "--set", fmt.Sprintf("seed=%d", seed), "--set", "methods=[zeroshot,promptfl]",
@@ -36,7 +36,7 @@ func TestReportCommand(t *testing.T) {
 	cmp := filepath.Join(t.TempDir(), "cmp")
 	var buf bytes.Buffer
 	rootCmd.SetOut(&buf)
-	resetFlags(t, "report")
+	resetCommand(t, "report")
 	rootCmd.SetArgs(append(append([]string{"report"}, dirs...), "--out", cmp))
 	if err := rootCmd.Execute(); err != nil {
 		t.Fatal(err)
@@ -56,7 +56,7 @@ func TestReportCommand(t *testing.T) {
 	if !strings.Contains(buf.String(), "Average on 3 datasets") || !strings.Contains(buf.String(), "promptfl") {
 		t.Errorf("report output:\n%s", buf.String())
 	}
-	resetFlags(t, "report")
+	resetCommand(t, "report")
 	rootCmd.SetArgs(append([]string{"report"}, dirs...))
 	if err := rootCmd.Execute(); err == nil || !strings.Contains(err.Error(), "--out") {
 		t.Errorf("several runs without --out: %v", err)

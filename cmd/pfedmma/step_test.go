@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/safetensors"
-	"github.com/spf13/pflag"
 )
 
 // fixtureCase is one `pfedmma step` or `round` invocation on a reference
@@ -32,7 +31,7 @@ var fixtureCases = []fixtureCase{
 // 1e-4·(1 + max|ref|) per tensor; the methods' own tests apply the fixtures'
 // finer tolerances).
 func TestStepRoundCommands(t *testing.T) {
-	t.Cleanup(func() { resetFlags(t, "step"); resetFlags(t, "round") })
+	t.Cleanup(func() { resetCommand(t, "step"); resetCommand(t, "round") })
 	const td = "../../testdata/"
 	for _, c := range fixtureCases {
 		t.Run(c.kind+"/"+c.want, func(t *testing.T) {
@@ -52,7 +51,7 @@ func TestStepRoundCommands(t *testing.T) {
 			var buf bytes.Buffer
 			rootCmd.SetOut(&buf)
 			rootCmd.SetArgs(args)
-			resetFlags(t, c.kind)
+			resetCommand(t, c.kind)
 			if err := rootCmd.Execute(); err != nil {
 				t.Fatal(err)
 			}
@@ -103,20 +102,13 @@ func TestStepRoundCommands(t *testing.T) {
 	}
 }
 
-// resetFlags clears the flags a previous Execute of the same command set
-// (pflag appends to repeated flags across parses).
-func resetFlags(t *testing.T, name string) {
+// resetCommand clears the flags a previous Execute of the named command
+// set (pflag appends to repeated flags across parses).
+func resetCommand(t *testing.T, name string) {
 	t.Helper()
 	cmd, _, err := rootCmd.Find([]string{name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if sv, ok := f.Value.(pflag.SliceValue); ok {
-			_ = sv.Replace(nil)
-		} else {
-			_ = f.Value.Set(f.DefValue)
-		}
-		f.Changed = false
-	})
+	resetFlags(cmd)
 }
