@@ -68,12 +68,36 @@ func checkSize(format string, w, h int) error {
 
 // DecodeReader decodes an image from r as Decode does; its errors do not name
 // a file (Decode adds the path).
-func DecodeReader(r io.Reader) (img image.Image, err error) {
+func DecodeReader(r io.Reader) (image.Image, error) {
+	img, _, err := DecodeFormat(r)
+	return img, err
+}
+
+// DecodeFormat is DecodeReader returning the format name too ("jpeg", "png",
+// "gif", "bmp", "webp"): it has image.Decode's signature, so it can replace
+// image.Decode wherever a decoder function is configured.
+func DecodeFormat(r io.Reader) (image.Image, string, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
-		return nil, fmt.Errorf("read: %w", err)
+		return nil, "", fmt.Errorf("read: %w", err)
 	}
-	return decodeBytes(data)
+	img, err := decodeBytes(data)
+	if err != nil {
+		return nil, "", err
+	}
+	return img, sniffFormat(data), nil
+}
+
+// sniffFormat names the format of a file that decoded.
+func sniffFormat(data []byte) string {
+	if len(data) >= 2 && data[0] == 0xff && data[1] == 0xd8 {
+		return "jpeg"
+	}
+	_, format, err := image.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		return ""
+	}
+	return format
 }
 
 // decodeBytes decodes a whole image file held in data.

@@ -270,3 +270,17 @@ func FuzzDecodeJPEG(f *testing.F) { f.Fuzz(fuzzDecode) }
 // FuzzDecodePNG fuzzes PNG decoding with the P/1 handling; seeds are in
 // testdata/fuzz/FuzzDecodePNG.
 func FuzzDecodePNG(f *testing.F) { f.Fuzz(fuzzDecode) }
+
+// TestDecodeFormat: the image.Decode-shaped entry point names the format and
+// applies the same checks.
+func TestDecodeFormat(t *testing.T) {
+	for name, want := range map[string]string{"tiny_q90.jpg": "jpeg", "pal32.gif": "gif", "bilevel.png": "png"} {
+		img, format, err := DecodeFormat(bytes.NewReader(readFixture(t, name)))
+		if err != nil || format != want || img == nil {
+			t.Errorf("%s: format %q, err %v", name, format, err)
+		}
+	}
+	if _, _, err := DecodeFormat(bytes.NewReader(pngWithSize(60000, 60000))); err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Errorf("bomb: err %v", err)
+	}
+}

@@ -2,7 +2,16 @@
 // CLIP's vision encoder takes, reproducing torchvision 0.14 on PIL images
 // (Pillow 9.x) pixel for pixel: PIL's 8-bit fixed-point bicubic resampling,
 // torchvision's resize, center crop and random resized crop, and PIL's
-// conversions of gray, palette, alpha and CMYK images to RGB.
+// conversions of gray, palette, alpha and CMYK images to RGB, in PIL's order
+// (palette and bi-level images resized with NEAREST before their palette is
+// applied, CMYK resized in CMYK).
+//
+// Images are opened with Decode (or DecodeReader, DecodeFormat), which checks
+// the header's size against MaxPixels before decoding. JPEG is decoded by
+// libjpeg-turbo through cgo with PIL's settings (islow IDCT, fancy
+// upsampling), bit-exact with PIL; the purego build (-tags purego or
+// CGO_ENABLED=0) uses Go's image/jpeg instead, a level or more off on many
+// pixels. JPEGDecoder names the decoder in use.
 //
 // The pipeline works on RGB, a compact interleaved 8-bit image; float32 data
 // only appears in the last step (Normalize), which writes the [3,H,W] layout

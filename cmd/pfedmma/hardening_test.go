@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/report"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/world"
@@ -407,5 +408,23 @@ func TestSIGTERMStopsAndResumes(t *testing.T) {
 				t.Errorf("%s %s: resumed %v, uninterrupted %v", m, k, mb[k], v)
 			}
 		}
+	}
+}
+
+// TestLoadModelRefusesNaN: the CLI's model loader (embed, zeroshot, …)
+// refuses NaN weights naming the tensor.
+func TestLoadModelRefusesNaN(t *testing.T) {
+	dir := tinyWorldModel(t)
+	file := filepath.Join(dir, "model.safetensors")
+	w, _, err := checkpoint.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Text.Proj[5] = float32(math.NaN())
+	if err := checkpoint.Save(file, w, checkpoint.OpenAI); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := loadModel(dir, "", true); err == nil || !strings.Contains(err.Error(), "text_projection") {
+		t.Fatalf("NaN model: error %v, want one naming text_projection", err)
 	}
 }
