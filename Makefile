@@ -11,11 +11,14 @@ export OPENBLAS_THREAD_TIMEOUT ?= 4
 
 .PHONY: run test deps build bench fuzz proto clean
 
-# Debian packages: a C compiler and OpenBLAS for cgo, Fashion-MNIST (the fashion-mnist
+# Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
+# path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
 # preset and its test read /usr/share/datasets/fashion-mnist) and Chromium (the dashboard's
 # browser test).
 PKGS_NEEDED = $(if $(shell command -v gcc),,gcc libc6-dev) \
               $(if $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h /usr/include/openblas/cblas.h),,libopenblas-dev) \
+              $(if $(wildcard /usr/include/jpeglib.h /usr/include/x86_64-linux-gnu/jpeglib.h),,libjpeg62-turbo-dev) \
+              $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),,libdnnl-dev) \
               $(if $(wildcard /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz),,dataset-fashion-mnist) \
               $(if $(shell command -v chromium),,chromium)
 
