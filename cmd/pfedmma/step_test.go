@@ -112,3 +112,17 @@ func resetCommand(t *testing.T, name string) {
 	}
 	resetFlags(cmd)
 }
+
+func TestVersionCommand(t *testing.T) {
+	var buf bytes.Buffer
+	rootCmd.SetOut(&buf)
+	rootCmd.SetArgs([]string{"version"})
+	if err := rootCmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"float32 GEMM", "bfloat16 GEMM", "JPEG decoder"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("version lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
