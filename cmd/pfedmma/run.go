@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/internal/inputfile"
@@ -21,7 +22,7 @@ import (
 )
 
 func init() {
-	var cfgPath, preset, out string
+	var cfgPath, preset, out, modelFlag string
 	var sets []string
 	var resume, force, quiet, listPresets bool
 	cmd := &cobra.Command{
@@ -46,6 +47,11 @@ func init() {
 			if err != nil {
 				return err
 			}
+			if modelFlag != "" {
+				if err := useModel(e, modelFlag); err != nil {
+					return fmt.Errorf("run: --model: %w", err)
+				}
+			}
 			return runExperiment(cmd, e, out, resume, force, quiet)
 		},
 	}
@@ -57,11 +63,33 @@ func init() {
 	f.BoolVar(&resume, "resume", false, "continue a killed run in --out from its last checkpoint")
 	f.BoolVar(&force, "force", false, "clear a non-empty --out holding an earlier run first; with --resume, start a method whose checkpoint is missing from round 0")
 	f.BoolVar(&quiet, "quiet", false, "no progress bars")
+	f.StringVar(&modelFlag, "model", "", "run on this checkpoint instead of the configuration's model; \"embedded\" is the tiny model in the binary. Method settings a shallower model lacks (pFedMMA's start block) are adjusted, and each change is logged")
 	f.BoolVar(&listPresets, "list-presets", false, "list the presets and exit")
 	rootCmd.AddCommand(cmd)
 }
 
 const fingerprintFile = "fingerprint.txt"
+
+// useModel points e at a model ("embedded": the one in the binary) and
+// adjusts the method sections to its depth, logging each change.
+func useModel(e *config.Experiment, model string) error {
+	if model == "embedded" {
+		model = ""
+	}
+	path, err := resolveModelPath(model)
+	if err != nil {
+		return err
+	}
+	info, err := checkpoint.Inspect(path)
+	if err != nil {
+		return err
+	}
+	e.Model = model
+	for _, c := range e.FitModel(min(info.Config.Vision.Layers, info.Config.Text.Layers)) {
+		slog.Info("adjusted for the model", "model", path, "change", c)
+	}
+	return e.Validate()
+}
 
 func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume, force, quiet bool) error {
 	if e.Threads > 0 {

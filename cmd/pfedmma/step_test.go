@@ -126,3 +126,21 @@ func TestVersionCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestRunModelEmbedded runs a paper preset on the embedded model with one
+// flag: pFedMMA's start block 10 becomes the model's last block.
+func TestRunModelEmbedded(t *testing.T) {
+	t.Cleanup(func() { resetCommand(t, "run") })
+	resetCommand(t, "run")
+	var buf bytes.Buffer
+	rootCmd.SetOut(&buf)
+	rootCmd.SetArgs([]string{"run", "--quiet", "--preset", "paper-base2novel", "--model", "embedded", "--out", filepath.Join(t.TempDir(), "r"),
+		"--set", "dataset.name=world", "--set", "federation.rounds=1", "--set", "federation.clients=2", "--set", "seeds=[]",
+		"--set", "dataset.num_classes=8", "--set", "methods=[pfedmma]"})
+	if err := rootCmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "pfedmma") {
+		t.Fatalf("output:\n%s", buf.String())
+	}
+}
