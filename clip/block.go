@@ -17,6 +17,19 @@ type Adapter interface {
 	Backward(dh, dout []float32, N int)
 }
 
+// QKVAdapter adds a trainable delta to the attention's projections, such
+// as LoRA's scale·B·A on q, k and v. part is 0 for q, 1 for k, 2 for v.
+type QKVAdapter interface {
+	// Forward reads h = ln_1(x) [N, D] and adds the part's delta into the
+	// D columns of each row of out (rows stride apart); train selects
+	// training behaviour (dropout) and keeps what Backward needs.
+	Forward(part int, out []float32, stride int, h []float32, N int, train bool)
+	// Backward reads the gradient at those columns (dout, rows stride
+	// apart), accumulates the part's parameter gradients and adds the
+	// gradient with respect to h into dh [N, D].
+	Backward(part int, dh, dout []float32, stride, N int)
+}
+
 // Block is one pre-LN residual attention block:
 //
 //	x' = x + out_proj(attn(ln_1(x)))
@@ -31,6 +44,7 @@ type Block struct {
 	MLP     int           // MLP hidden width
 	Causal  bool          // text blocks use a causal mask
 	Adapter Adapter       // optional parallel branch
+	QKV     QKVAdapter    // optional trainable delta of q, k and v (LoRA)
 
 	saved blockActs // activations kept for Backward (train mode)
 	bf    blockBF16 // bfloat16 weights (SetPrecision); nil in float32 mode
@@ -128,6 +142,11 @@ func (b *Block) Forward(out, x []float32, B, T int, pool []int, train bool, scra
 	if pool == nil {
 		// q|k|v = h · in_projᵀ + b                    [B·T, 3D]
 		b.linearForward(a.qkv, a.ln1, w.InProjW, b.bf.inProj, w.InProjB, N, D, 3*D)
+		if b.QKV != nil {
+			for part := 0; part < 3; part++ {
+				b.QKV.Forward(part, a.qkv[part*D:], 3*D, a.ln1, N, train)
+			}
+		}
 	} else {
 		// k|v for every token, q for the pooled token only
 		b.linearForward(a.qkv, a.ln1, w.InProjW[D*D:], b.bf.inKV, w.InProjB[D:], N, D, 2*D)
@@ -135,6 +154,11 @@ func (b *Block) Forward(out, x []float32, B, T int, pool []int, train bool, scra
 			copy(a.ln1p[r*D:r*D+D], a.ln1[(r*T+p)*D:(r*T+p)*D+D])
 		}
 		b.linearForward(a.q, a.ln1p, w.InProjW[:D*D], b.bf.inQ, w.InProjB[:D], B, D, D)
+		if b.QKV != nil {
+			b.QKV.Forward(1, a.qkv, 2*D, a.ln1, N, train)
+			b.QKV.Forward(2, a.qkv[D:], 2*D, a.ln1, N, train)
+			b.QKV.Forward(0, a.q, D, a.ln1p, B, train)
+		}
 	}
 	s, q, k, v, mask := b.attnViews(a)
 	nn.AttentionForward(a.att, a.probs, q, k, v, s, mask)
@@ -196,7 +220,7 @@ type BlockScratch struct {
 //	      when G is set, the block's own) parameter gradients are computed
 func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 	a := &b.saved
-	if dx == nil && b.G == nil {
+	if dx == nil && b.G == nil && b.QKV == nil {
 		// The frozen path needs no backward at all: only the adapter learns.
 		if b.Adapter != nil {
 			b.Adapter.Backward(nil, dout[:a.rows*b.D], a.rows)
@@ -242,6 +266,11 @@ func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 		clear(sc.dqkv)
 		nn.AttentionBackward(sc.dqkv, sc.dqkv[D:], sc.dqkv[2*D:], sc.datt, a.probs, q, k, v, sc.dprob, s)
 		b.linearBackward(sc.dln1, gw.inW(0, 3*D, D), gw.inB(0, 3*D), sc.dqkv, a.ln1, w.InProjW, b.bf.inProj, N, D, 3*D)
+		if b.QKV != nil {
+			for part := 0; part < 3; part++ {
+				b.QKV.Backward(part, sc.dln1, sc.dqkv[part*D:], 3*D, N)
+			}
+		}
 		if b.Adapter != nil {
 			b.Adapter.Backward(sc.dln1, dout[:rows*D], rows)
 		}
@@ -255,6 +284,11 @@ func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 		sc.dln1p = grow(sc.dln1p, B*D)
 		clear(sc.dln1p)
 		b.linearBackward(sc.dln1p, gw.inW(0, D, D), gw.inB(0, D), sc.dq, a.ln1p, w.InProjW[:D*D], b.bf.inQ, B, D, D)
+		if b.QKV != nil {
+			b.QKV.Backward(1, sc.dln1, sc.dqkv, 2*D, N)
+			b.QKV.Backward(2, sc.dln1, sc.dqkv[D:], 2*D, N)
+			b.QKV.Backward(0, sc.dln1p, sc.dq, D, B)
+		}
 		if b.Adapter != nil {
 			b.Adapter.Backward(sc.dln1p, dout[:rows*D], rows)
 		}

@@ -236,14 +236,14 @@ func (e *Env) onlinePrefixes(c *protocol.ClientTask, batch []int, round, epoch i
 	return nil
 }
 
-// DetachAll removes every adapter from the model.
+// DetachAll removes every adapter (and LoRA) from the model.
 func DetachAll(m *clip.Model) {
 	m.Vision.EmbedAdapter, m.Text.EmbedAdapter = nil, nil
 	for _, b := range m.Vision.Stack.Blocks {
-		b.Adapter = nil
+		b.Adapter, b.QKV = nil, nil
 	}
 	for _, b := range m.Text.Stack.Blocks {
-		b.Adapter = nil
+		b.Adapter, b.QKV = nil, nil
 	}
 }
 

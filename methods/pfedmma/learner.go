@@ -59,10 +59,10 @@ func (l *Learner) Attach() {
 	v, t := l.Model.Vision, l.Model.Text
 	v.EmbedAdapter, t.EmbedAdapter = nil, nil
 	for _, b := range v.Stack.Blocks {
-		b.Adapter = nil
+		b.Adapter, b.QKV = nil, nil
 	}
 	for _, b := range t.Stack.Blocks {
-		b.Adapter = nil
+		b.Adapter, b.QKV = nil, nil
 	}
 	for j, br := range l.vis {
 		if j == 0 {

@@ -1,0 +1,372 @@
+package cliplora
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/eval"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/federation/strategy"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/nn"
+	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+func init() { methods.Register(Method{}) }
+
+// Settings is the clip_lora config section (baselines.md §6).
+type Settings struct {
+	Rank    int     `yaml:"rank"`    // r (2)
+	Alpha   float64 `yaml:"alpha"`   // α (1)
+	Dropout float64 `yaml:"dropout"` // on the LoRA input, training only (0.25)
+	// Scale is sqrt (α/√r, the spec) or linear (α/r, standard LoRA).
+	Scale string `yaml:"scale"`
+}
+
+// Check implements config.Section.
+func (s *Settings) Check(c *config.Checker) {
+	c.AtLeast("rank", s.Rank, 1)
+	c.AtMost("rank", s.Rank, 256)
+	c.Positive("alpha", s.Alpha)
+	if c.Finite("dropout", s.Dropout) && (s.Dropout < 0 || s.Dropout >= 1) {
+		c.Fail("dropout", "%v not in [0, 1)", s.Dropout)
+	}
+	c.OneOf("scale", s.Scale, "sqrt", "linear")
+}
+
+func (s *Settings) scale() float32 {
+	if s.Scale == "linear" {
+		return float32(s.Alpha / float64(s.Rank))
+	}
+	return float32(s.Alpha / math.Sqrt(float64(s.Rank)))
+}
+
+// Method is federated CLIP-LoRA for the methods registry.
+type Method struct{}
+
+// Info implements methods.Method.
+func (Method) Info() methods.Info {
+	return methods.Info{Name: "clip_lora", Trains: "LoRA (rank r) on q, k, v of every block of both encoders",
+		Shares: "A and B of every LoRA (FedAvg, weights n_i): one global model",
+		Paper:  "Zanella & Ben Ayed, Low-Rank Few-Shot Adaptation of Vision-Language Models (2024), federated as in the pFedMMA paper"}
+}
+
+// DefaultConfig implements methods.Method.
+func (Method) DefaultConfig() config.Section {
+	return &Settings{Rank: 2, Alpha: 1, Dropout: 0.25, Scale: "sqrt"}
+}
+
+// Depth implements methods.Method: the prefix is the input of block 1.
+func (Method) Depth(config.Section, int) (int, error) { return 1, nil }
+
+func settings(sec config.Section) (*Settings, error) {
+	s, ok := sec.(*Settings)
+	if !ok || s == nil {
+		return nil, fmt.Errorf("clip_lora: config section is %T, want *cliplora.Settings", sec)
+	}
+	return s, nil
+}
+
+// LoRA is one client's LoRA on a model: its parameters, gradients and the
+// per-block adapters that Attach installs.
+type LoRA struct {
+	Params, Grads tensor.Named
+	vis, txt      []*blockLoRA
+}
+
+// New makes LoRA factors for model m (A drawn from rng, B zero).
+func New(m *clip.Model, s *Settings, rng *rand.Rand) *LoRA {
+	c := m.W.Config
+	p := tensor.Named{}
+	initParams(p, map[string][2]int{"visual": {c.Vision.Layers, c.Vision.Width}, "text": {c.Text.Layers, c.Text.Width}}, s.Rank, rng)
+	return bind(p, c, s)
+}
+
+// bind builds the block adapters over parameters p.
+func bind(p tensor.Named, c clip.Config, s *Settings) *LoRA {
+	l := &LoRA{Params: p, Grads: tensor.Named{}}
+	for name, t := range p {
+		l.Grads[name] = tensor.New(t.Shape...)
+	}
+	mk := func(tower string, L, D int) []*blockLoRA {
+		var out []*blockLoRA
+		for j := 0; j < L; j++ {
+			b := &blockLoRA{D: D, R: s.Rank, scale: s.scale(), dropout: s.Dropout}
+			for k, part := range Parts {
+				b.A[k], b.B[k] = p[Name(tower, j, part, "A")].Data, p[Name(tower, j, part, "B")].Data
+				b.dA[k], b.dB[k] = l.Grads[Name(tower, j, part, "A")].Data, l.Grads[Name(tower, j, part, "B")].Data
+			}
+			out = append(out, b)
+		}
+		return out
+	}
+	l.vis = mk("visual", c.Vision.Layers, c.Vision.Width)
+	l.txt = mk("text", c.Text.Layers, c.Text.Width)
+	return l
+}
+
+// Attach installs this LoRA in every block of both encoders (and removes
+// other adapters).
+func (l *LoRA) Attach(m *clip.Model, rng *rand.Rand) {
+	methods.DetachAll(m)
+	for j, b := range m.Vision.Stack.Blocks {
+		l.vis[j].rng = rng
+		b.QKV = l.vis[j]
+	}
+	for j, b := range m.Text.Stack.Blocks {
+		l.txt[j].rng = rng
+		b.QKV = l.txt[j]
+	}
+}
+
+// ZeroGrads clears the gradients.
+func (l *LoRA) ZeroGrads() {
+	for _, g := range l.Grads {
+		clear(g.Data)
+	}
+}
+
+// Features runs both encoders from their block-1 prefixes: image features
+// [B, E] of prefix [B, T, Dv] and text features [C, E] of the class-prompt
+// prefix textPrefix [C, ctx, Dt] (cut after the last EOT). With train set
+// the activations are kept for Backward.
+func Features(m *clip.Model, prefix []float32, B int, textPrefix []float32, eot []int, train bool, img, txt []float32) ([]float32, []float32) {
+	v, t := m.Vision, m.Text
+	E := m.W.Config.EmbedDim
+	pooled := v.Stack.Forward(prefix, B, v.Cfg.Tokens(), 0, len(v.Stack.Blocks), clip.ClassPool(B), train)
+	img = nn.Grow(img, B*E)
+	v.HeadForward(img, pooled, B)
+	C := len(eot)
+	x, T := clip.TruncatePrefix(textPrefix, eot, C, t.Cfg.ContextLength, t.Cfg.Width)
+	pt := t.Stack.Forward(x, C, T, 0, len(t.Stack.Blocks), eot, train)
+	txt = nn.Grow(txt, C*E)
+	t.HeadForward(txt, pt, C)
+	return img, txt
+}
+
+// Backward propagates the gradients of the features of the last train
+// Features call through both encoders into the LoRA factors.
+func Backward(m *clip.Model, dImg, dTxt []float32) {
+	m.Vision.Stack.Backward(nil, m.Vision.HeadBackward(dImg))
+	m.Text.Stack.Backward(nil, m.Text.HeadBackward(dTxt))
+}
+
+// Build implements methods.Method: every client starts from the same
+// seeded LoRA; the server averages A and B.
+func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	if env.Start != 1 {
+		return nil, fmt.Errorf("clip_lora: needs the prefixes of block 1, the run caches depth %d", env.Start)
+	}
+	init := New(env.Model, s, rand.New(rand.NewPCG(env.Seed, 0x10a)))
+	if env.Init != nil {
+		for name, t := range init.Params {
+			src, ok := env.Init[name]
+			if !ok || !tensor.SameShape(src.Shape, t.Shape) {
+				return nil, fmt.Errorf("clip_lora initial parameters: no %q of shape %v", name, t.Shape)
+			}
+			copy(t.Data, src.Data)
+		}
+	}
+	plan := &methods.Plan{}
+	var clients []*client
+	for i := range env.Task.Clients {
+		t := &env.Task.Clients[i]
+		loop, err := train.NewLoop(env.Train, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("clip_lora client %d", t.ID))
+		if err != nil {
+			return nil, err
+		}
+		c := &client{env: env, task: t, lora: bind(init.Params.Clone(), env.Model.W.Config, s), loop: loop}
+		clients = append(clients, c)
+		plan.Clients = append(plan.Clients, c)
+	}
+	fa := &strategy.FedAvg{Shared: func(name string) bool { return strings.HasPrefix(name, "lora.") }, Initial: init.Params.Clone()}
+	plan.Strategy, plan.Global = fa, fa.Global
+	plan.Site = func(i int) (tensor.Named, error) { return clients[i].lora.Params.Clone(), nil }
+	return plan, nil
+}
+
+type client struct {
+	env      *methods.Env
+	task     *protocol.ClientTask
+	lora     *LoRA
+	loop     *train.Loop
+	img, txt []float32
+	head     clip.CosineLogits
+	labels   []int
+}
+
+func (c *client) ID() int          { return c.task.ID }
+func (c *client) NumExamples() int { return len(c.task.Train) }
+
+// Params implements train.Learner.
+func (c *client) Params() []optim.Param {
+	var ps []optim.Param
+	for _, n := range slices.Sorted(maps.Keys(c.lora.Params)) {
+		ps = append(ps, optim.Param{Name: n, Value: c.lora.Params[n].Data, Grad: c.lora.Grads[n].Data})
+	}
+	return ps
+}
+
+// Step implements train.Learner: both encoders forward and backward.
+func (c *client) Step(ctx context.Context, b train.Batch) (float64, int, error) {
+	env := c.env
+	if err := env.TrainBatch(c.task, b.Items, b.RNG, b.Round, b.Epoch); err != nil {
+		return 0, 0, err
+	}
+	c.labels = c.labels[:0]
+	for _, k := range b.Items {
+		c.labels = append(c.labels, c.task.Labels[k])
+	}
+	prefix, eot, err := env.SpacePrompts(c.task.TrainSpace)
+	if err != nil {
+		return 0, 0, err
+	}
+	c.lora.Attach(env.Model, b.RNG)
+	c.lora.ZeroGrads()
+	B, C, E := len(b.Items), len(eot), env.Model.W.Config.EmbedDim
+	c.img, c.txt = Features(env.Model, env.TrainBuf, B, prefix, eot, true, c.img, c.txt)
+	logits := append([]float32(nil), c.head.Forward(c.img, c.txt, B, C, E, env.Model.W.LogitScale)...)
+	dl := make([]float32, B*C)
+	loss := clip.CrossEntropy(logits, c.labels, B, C, dl)
+	dImg, dTxt := make([]float32, B*E), make([]float32, C*E)
+	c.head.Backward(dl, dImg, dTxt)
+	Backward(env.Model, dImg, dTxt)
+	methods.DetachAll(env.Model)
+	correct := 0
+	for k, y := range c.labels {
+		if eval.Argmax(logits[k*C:(k+1)*C]) == y {
+			correct++
+		}
+	}
+	return loss, correct, nil
+}
+
+// Fit installs the global factors, trains every one of them and uploads them.
+func (c *client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
+	for name, t := range ins.Params {
+		p, ok := c.lora.Params[name]
+		if !ok || !tensor.SameShape(p.Shape, t.Shape) {
+			return federation.FitRes{}, fmt.Errorf("clip_lora client %d: received unexpected tensor %q", c.task.ID, name)
+		}
+		copy(p.Data, t.Data)
+	}
+	bar := c.env.StepBar(c.loop.Batches(), fmt.Sprintf("client %d batch", c.task.ID))
+	defer bar.Finish()
+	c.loop.Progress = func(n int) { bar.AddItems(1, n) }
+	m, err := c.loop.Run(ctx, ins.Round, c)
+	if err != nil {
+		return federation.FitRes{}, err
+	}
+	return federation.FitRes{Params: c.lora.Params.Clone(), NumExamples: len(c.task.Train), Metrics: m}, nil
+}
+
+// Evaluate scores the client's LoRA on its evaluation sets.
+func (c *client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
+	c.lora.Attach(c.env.Model, nil)
+	defer methods.DetachAll(c.env.Model)
+	txt := map[int][]float32{}
+	E := c.env.Model.W.Config.EmbedDim
+	sc := methods.CosineScorer{Model: c.env.Model,
+		Text: func(space int) ([]float32, error) {
+			if f, ok := txt[space]; ok {
+				return f, nil
+			}
+			p, eot, err := c.env.SpacePrompts(space)
+			if err != nil {
+				return nil, err
+			}
+			t := c.env.Model.Text
+			x, T := clip.TruncatePrefix(p, eot, len(eot), t.Cfg.ContextLength, t.Cfg.Width)
+			pt := t.Stack.Forward(x, len(eot), T, 0, len(t.Stack.Blocks), eot, false)
+			f := make([]float32, len(eot)*E)
+			t.HeadForward(f, pt, len(eot))
+			txt[space] = f
+			return f, nil
+		},
+		Image: func(prefix []float32, B int) []float32 {
+			v := c.env.Model.Vision
+			pooled := v.Stack.Forward(prefix, B, v.Cfg.Tokens(), 0, len(v.Stack.Blocks), clip.ClassPool(B), false)
+			c.img = nn.Grow(c.img, B*E)
+			v.HeadForward(c.img, pooled, B)
+			return c.img
+		}}
+	m, err := c.env.Evaluate(ctx, sc, c.task)
+	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.task.Train)}, err
+}
+
+// State holds the factors, the optimizer state and the random generator
+// (which also draws the dropout masks).
+func (c *client) State() (tensor.Named, error) {
+	st, err := c.loop.State()
+	if err != nil {
+		return nil, err
+	}
+	for name, t := range c.lora.Params {
+		st["param/"+name] = t.Clone()
+	}
+	return st, nil
+}
+
+// LoadState restores a State.
+func (c *client) LoadState(st tensor.Named) error {
+	for name, p := range c.lora.Params {
+		t, ok := st["param/"+name]
+		if !ok || !tensor.SameShape(t.Shape, p.Shape) {
+			return fmt.Errorf("clip_lora client %d state: no %s of shape %v", c.task.ID, name, p.Shape)
+		}
+		copy(p.Data, t.Data)
+	}
+	return c.loop.LoadState(st)
+}
+
+// Predictor implements methods.Method: the site's LoRA on the full model.
+func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.Named) (methods.Predictor, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	l := New(pe.Model, s, rand.New(rand.NewPCG(0, 0)))
+	for name, t := range l.Params {
+		src, ok := saved[name]
+		if !ok || !tensor.SameShape(src.Shape, t.Shape) {
+			return nil, fmt.Errorf("clip_lora: saved site lacks %q of shape %v", name, t.Shape)
+		}
+		copy(t.Data, src.Data)
+	}
+	return predictor{pe: pe, l: l}, nil
+}
+
+type predictor struct {
+	pe methods.PredictEnv
+	l  *LoRA
+}
+
+func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
+	m := p.pe.Model
+	tokens, err := p.pe.Tokens(classes)
+	if err != nil {
+		return nil, err
+	}
+	p.l.Attach(m, nil)
+	defer methods.DetachAll(m)
+	img := append([]float32(nil), m.EncodeImage(pixels, B)...)
+	txt, err := m.EncodeText(tokens, len(classes))
+	if err != nil {
+		return nil, err
+	}
+	return clip.Logits(img, txt, B, len(classes), m.W.Config.EmbedDim, m.W.LogitScale), nil
+}
