@@ -29,7 +29,7 @@ func init() {
 		"ucf101":           coopLoader(coopUCF101),
 		"cifar10":          LoadCIFAR10,
 		"cifar100":         LoadCIFAR100,
-		"domainnet":        LoadDomainNet,
+		"domainnet":        loadDomainNetAny,
 		"office_caltech10": LoadOfficeCaltech10,
 		"imagefolder":      LoadImageFolder,
 		"fashion_mnist":    LoadFashionMNIST,

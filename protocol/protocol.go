@@ -1,7 +1,10 @@
 // Package protocol cuts a dataset into federated clients and evaluation
-// sets: base-to-novel, Dirichlet label shift and domains (baselines.md §7).
-// A Task says which images each client trains on, over which label space,
-// and on which sets it is scored.
+// sets: base-to-novel, Dirichlet label shift and domains (baselines.md §7),
+// the pathological class split (pFedMoAP), one client per domain or writer
+// ("natural"), leave-one-domain-out (FedOT's G/P/C matrix) and federated
+// domain generalisation (ADAPT). A Task says which images each client trains
+// on, over which label space, on which sets it is scored, and on which sets
+// the server's global model is scored.
 package protocol
 
 import (
@@ -19,6 +22,33 @@ const (
 	BaseToNovel = "base2novel"
 	Dirichlet   = "dirichlet"
 	Domains     = "domains"
+	// Pathological deals the classes to the clients without overlap; each
+	// client is scored on its own classes' test images over all classes.
+	Pathological = "pathological"
+	// Natural makes every domain (every FEMNIST writer) with training
+	// images one client, scored on its own test images; domains with test
+	// images only are scored with the global model ("unseen").
+	Natural = "natural"
+	// LeaveOneDomainOut trains on every domain but Options.HeldOut, one
+	// client per domain; clients are scored on their own domain with their
+	// personalised models, the global model on the held-out domain.
+	LeaveOneDomainOut = "leave_one_domain_out"
+	// DomainGeneralization is LeaveOneDomainOut reported as federated
+	// domain generalisation: the global model's accuracy on the unseen
+	// domain.
+	DomainGeneralization = "domain_generalization"
+)
+
+// Names lists the protocol names Build accepts.
+var Names = []string{BaseToNovel, Dirichlet, Domains, Pathological, Natural, LeaveOneDomainOut, DomainGeneralization}
+
+// Metric names of the global model's evaluation sets.
+const (
+	// GlobalMetric scores the global model on the held-out domain.
+	GlobalMetric = "global"
+	// UnseenMetric scores the global model on a domain (writer) no client
+	// trains on, under the natural protocol.
+	UnseenMetric = "unseen"
 )
 
 // Space is a label space: the classes whose prompts form a classifier.
@@ -54,8 +84,16 @@ type Task struct {
 	Test     []dataset.Item // the evaluation images in use
 	Spaces   []Space
 	Clients  []ClientTask
-	// Metrics are the per-client metric names, in report order.
+	// Metrics are the metric names, in report order: the clients'
+	// (from their Evals) and the global model's (from GlobalEvals).
 	Metrics []string
+	// GlobalEvals are scored with the method's global model (the server's
+	// aggregate, with no client's personal parts), not a client's; see
+	// [Task.GlobalMetrics]. Empty for protocols without one.
+	GlobalEvals []*EvalSet
+	// HeldOut names the held-out domain of leave-one-domain-out and
+	// domain generalisation; empty otherwise.
+	HeldOut string
 }
 
 // Options configure how a dataset is cut into clients.
@@ -71,7 +109,11 @@ type Options struct {
 	// other clients (the pFedMMA paper's wording) instead of every base
 	// class (the reference code's and the default).
 	OthersBase bool
-	Seed       uint64
+	// HeldOut names the domain left out by leave_one_domain_out and
+	// domain_generalization (see [ResolveDomain]); empty means every
+	// domain in turn ([BuildAll]).
+	HeldOut string
+	Seed    uint64
 }
 
 // Build applies a protocol to a dataset.
@@ -84,7 +126,11 @@ func Build(ds *dataset.Dataset, o Options) (*Task, error) {
 		test = ds.Val
 	}
 	train := ds.Train
-	if o.Shots > 0 {
+	perDomain := o.Name == Natural || o.Name == LeaveOneDomainOut || o.Name == DomainGeneralization
+	switch {
+	case o.Shots > 0 && perDomain:
+		train = fewShotPerDomain(ds.Train, o.Shots, o.Seed)
+	case o.Shots > 0:
 		train = partition.FewShot(ds.Train, o.Shots, o.Seed)
 	}
 	if len(train) == 0 || len(test) == 0 {
@@ -95,8 +141,14 @@ func Build(ds *dataset.Dataset, o Options) (*Task, error) {
 		return baseToNovel(ds, train, test, o)
 	case Dirichlet, Domains:
 		return labelShift(ds, train, test, o)
+	case Pathological:
+		return pathological(ds, train, test, o)
+	case Natural:
+		return natural(ds, train, test, o)
+	case LeaveOneDomainOut, DomainGeneralization:
+		return leaveOneDomainOut(ds, train, test, o)
 	}
-	return nil, fmt.Errorf("experiment: unknown protocol %q (want %s, %s or %s)", o.Name, BaseToNovel, Dirichlet, Domains)
+	return nil, fmt.Errorf("experiment: unknown protocol %q (want one of %v)", o.Name, Names)
 }
 
 // baseToNovel: base classes dealt to clients without overlap; each client
@@ -200,7 +252,8 @@ func (t *Task) UsedTrain() []int {
 	return slices.Sorted(maps.Keys(seen))
 }
 
-// UsedTest returns the sorted test indices any evaluation set uses.
+// UsedTest returns the sorted test indices any evaluation set uses, the
+// global model's included.
 func (t *Task) UsedTest() []int {
 	seen := map[int]bool{}
 	for _, c := range t.Clients {
@@ -208,6 +261,11 @@ func (t *Task) UsedTest() []int {
 			for _, i := range e.Images {
 				seen[i] = true
 			}
+		}
+	}
+	for _, e := range t.GlobalEvals {
+		for _, i := range e.Images {
+			seen[i] = true
 		}
 	}
 	return slices.Sorted(maps.Keys(seen))
