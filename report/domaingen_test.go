@@ -107,8 +107,8 @@ func TestLODOMatrixErrors(t *testing.T) {
 }
 
 func TestDatasetTable(t *testing.T) {
-	a := &Summary{Methods: []MethodResult{{"pfedmoap", Metrics{"acc": 90}}, {"promptfl", Metrics{"acc": 70}}}}
-	b := &Summary{Methods: []MethodResult{{"pfedmoap", Metrics{"acc": 80}}}}
+	a := &Summary{Methods: []MethodResult{{Method: "pfedmoap", Metrics: Metrics{"acc": 90}}, {Method: "promptfl", Metrics: Metrics{"acc": 70}}}}
+	b := &Summary{Methods: []MethodResult{{Method: "pfedmoap", Metrics: Metrics{"acc": 80}}}}
 	tab := DatasetTable("pathological", "acc", []string{"dtd", "oxford_pets", "food101"}, map[string]*Summary{"dtd": a, "oxford_pets": b})
 	if len(tab.Rows) != 2 || tab.Rows[0].Metrics["avg"] != 85 || tab.Rows[1].Metrics["avg"] != 70 {
 		t.Fatalf("rows %+v", tab.Rows)
