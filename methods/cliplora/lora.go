@@ -43,18 +43,17 @@ func Name(tower string, j int, part, factor string) string {
 // blockLoRA is the LoRA of one block: it implements clip.QKVAdapter on
 // parameter and gradient slices owned by a Params set.
 type blockLoRA struct {
-	D, R     int
-	scale    float32
-	dropout  float64
-	rng      *rand.Rand
-	A, B     [3][]float32 // [r, D], [D, r]
-	dA, dB   [3][]float32
-	h        [3][]float32 // the (dropped-out) input of the last train forward [N, D]
-	mask     [3][]float32 // its dropout factors: 0 or 1/(1−p) [N, D]
-	z        [3][]float32 // h · Aᵀ [N, r]
-	n        [3]int
-	tmp, dz  []float32
-	training bool
+	D, R    int
+	scale   float32
+	dropout float64
+	rng     *rand.Rand
+	A, B    [3][]float32 // [r, D], [D, r]
+	dA, dB  [3][]float32
+	h       [3][]float32 // the (dropped-out) input of the last train forward [N, D]
+	mask    [3][]float32 // its dropout factors: 0 or 1/(1−p) [N, D]
+	z       [3][]float32 // h · Aᵀ [N, r]
+	n       [3]int
+	tmp, dz []float32
 }
 
 // Forward implements clip.QKVAdapter: out[:, part] += scale · drop(h) Aᵀ Bᵀ.
