@@ -170,7 +170,7 @@ func TestLoadErrors(t *testing.T) {
 		{"two documents", "seed: 1\n---\nseed: 2\n", []string{"exp.yaml: line 2: a second YAML document"}},
 		{"merge key", "federation:\n  <<: {rounds: 3}\n", []string{"line 2: federation.<<: unknown field"}},
 		{"dirichlet beta", "protocol:\n  name: dirichlet\n  beta: 0\n", []string{"line 3: protocol.beta: 0 must be > 0"}},
-		{"bad protocol", "protocol: {name: iid}\n", []string{`line 1: protocol.name: "iid": want base2novel, dirichlet or domains`}},
+		{"bad protocol", "protocol: {name: iid}\n", []string{`line 1: protocol.name: "iid": want base2novel, dirichlet, domains, pathological, natural, leave_one_domain_out or domain_generalization`}},
 		{"domains mismatch", "dataset: {name: world, domains: [photo, sketch]}\nprotocol: {name: domains, clients_per_domain: 2}\nfederation: {clients: 5}\n",
 			[]string{"line 3: federation.clients: 5, but 2 domains × clients_per_domain 2 = 4"}},
 		{"preset value clashes", "protocol: {name: domains, clients_per_domain: 3}\n",

@@ -148,12 +148,24 @@ const (
 	// ProtocolDomains: feature + label shift; every domain is split into
 	// clients_per_domain clients by Dir(β); scored per domain and overall.
 	ProtocolDomains = "domains"
+	// ProtocolPathological: classes dealt to clients without overlap, each
+	// scored on its own classes (pFedMoAP).
+	ProtocolPathological = "pathological"
+	// ProtocolNatural: each writer (FEMNIST) or domain is a client.
+	ProtocolNatural = "natural"
+	// ProtocolLODO: one client per source domain, the held-out domain
+	// scores the global model (FedOT's G/P/C).
+	ProtocolLODO = "leave_one_domain_out"
+	// ProtocolDG: federated domain generalisation: train on the source
+	// domains, score the global model on the unseen one (ADAPT).
+	ProtocolDG = "domain_generalization"
 )
 
 // Protocol says how the dataset is cut into clients and how they are scored
 // (baselines.md §7).
 type Protocol struct {
-	// Name is base2novel, dirichlet or domains.
+	// Name is base2novel, dirichlet, domains, pathological, natural,
+	// leave_one_domain_out or domain_generalization.
 	Name string `yaml:"name"`
 
 	// Beta is the Dirichlet concentration β > 0 of the dirichlet and domains
@@ -176,6 +188,11 @@ type Protocol struct {
 	// baselines.md) or "others" (only the base classes held by other
 	// clients, the pFedMMA paper's wording).
 	BaseSet string `yaml:"base_set"`
+
+	// HeldOut is the domain leave_one_domain_out and domain_generalization
+	// keep out of training (its test images score the global model); empty
+	// runs every domain in turn, one fold each.
+	HeldOut string `yaml:"held_out"`
 }
 
 // Federation sets the clients and the round structure (Algorithm 1).

@@ -228,7 +228,10 @@ func (e *Experiment) checkDataset(c *checker) {
 
 func (e *Experiment) checkProtocol(c *checker) {
 	p := e.Protocol
-	c.oneOf("protocol.name", p.Name, ProtocolBaseToNovel, ProtocolDirichlet, ProtocolDomains)
+	c.oneOf("protocol.name", p.Name, ProtocolBaseToNovel, ProtocolDirichlet, ProtocolDomains, ProtocolPathological, ProtocolNatural, ProtocolLODO, ProtocolDG)
+	if p.HeldOut != "" && p.Name != ProtocolLODO && p.Name != ProtocolDG {
+		c.fail("protocol.held_out", "%q: only %s and %s hold a domain out", p.HeldOut, ProtocolLODO, ProtocolDG)
+	}
 	c.between("protocol.min_samples", p.MinSamples, 0, MaxMinSamples)
 	if p.BaseSet != "" {
 		c.oneOf("protocol.base_set", p.BaseSet, "all", "others")
@@ -243,6 +246,10 @@ func (e *Experiment) checkProtocol(c *checker) {
 		}
 	case ProtocolDirichlet:
 		c.positive("protocol.beta", p.Beta)
+	case ProtocolLODO, ProtocolDG:
+		if p.ClientsPerDomain > 1 {
+			c.positive("protocol.beta", p.Beta)
+		}
 	case ProtocolDomains:
 		c.positive("protocol.beta", p.Beta)
 		c.between("protocol.clients_per_domain", p.ClientsPerDomain, 1, MaxPerDomain)

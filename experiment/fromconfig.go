@@ -61,7 +61,7 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 			NumClasses: e.Dataset.NumClasses, ImageSize: imageSize},
 		Protocol: protocol.Options{Name: e.Protocol.Name, Clients: e.Federation.Clients, Shots: e.Dataset.Shots,
 			Beta: e.Protocol.Beta, PerDomain: e.Protocol.ClientsPerDomain, MinSamples: minSamples,
-			UseVal: e.Eval.Split == "val", OthersBase: e.Protocol.BaseSet == "others"},
+			UseVal: e.Eval.Split == "val", OthersBase: e.Protocol.BaseSet == "others", HeldOut: e.Protocol.HeldOut},
 		Methods: e.Methods, Sections: e.Sections,
 		Train: train.Options{Epochs: e.Federation.LocalEpochs, Batch: e.BatchSize, Optimizer: e.Optimizer.Name,
 			LR: e.Optimizer.LR, Momentum: e.Optimizer.Momentum, WD: e.Optimizer.WeightDecay, Schedule: sched,

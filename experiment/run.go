@@ -94,6 +94,9 @@ type Result struct {
 	Summary *report.Summary
 	Table   report.Table
 	Records []report.RoundRecord
+	// Task is the clients and evaluation sets the run used (nil for a
+	// run over several leave-one-domain-out folds).
+	Task *protocol.Task
 }
 
 // LoadModel loads CLIP weights from a checkpoint file or folder and the
@@ -164,6 +167,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if ms[i], err = methods.Get(name); err != nil {
 			return nil, fmt.Errorf("experiment: %w", err)
 		}
+	}
+	if (o.Protocol.Name == protocol.LeaveOneDomainOut || o.Protocol.Name == protocol.DomainGeneralization) && o.Protocol.HeldOut == "" {
+		return runFolds(ctx, o)
 	}
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("experiment: %w", err)
@@ -309,7 +315,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		// what a site uploads per round: the shared tensors (bytes)
 		sum.Extra = map[string]any{"update_bytes_per_round_per_site": upBytes}
 	}
-	res := &Result{Summary: sum, Table: sum.Table(tableTitle(ds.Name, task)), Records: log.Records()}
+	res := &Result{Summary: sum, Table: sum.Table(tableTitle(ds.Name, task)), Records: log.Records(), Task: task}
 	if err := writeReports(o, res); err != nil {
 		return nil, err
 	}
@@ -403,7 +409,11 @@ func finalMetrics(t *protocol.Task, r report.RoundRecord) report.Metrics {
 		}
 		out["avg"] = avg / float64(max(len(counts), 1))
 	default:
-		out["acc"] = r.Mean["acc"]
+		for _, k := range t.Metrics {
+			if v, ok := r.Mean[k]; ok {
+				out[k] = v
+			}
+		}
 	}
 	return out
 }
@@ -416,7 +426,7 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		return nil, err
 	}
 	if plan.Strategy == nil {
-		return evaluateOnce(ctx, plan, name, log)
+		return evaluateOnce(ctx, env, plan, name, log)
 	}
 	ckdir := filepath.Join(o.OutDir, "checkpoints", name)
 	// A method whose folder exists had started before the run stopped.
@@ -434,6 +444,10 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 	defer func() { env.RoundBar = nil }()
 	var records []report.RoundRecord
 	toRecord := func(r federation.RoundReport) report.RoundRecord { return RoundRecord(name, r) }
+	global := len(env.Task.GlobalEvals) > 0 && plan.GlobalScorer != nil
+	if len(env.Task.GlobalEvals) > 0 && !global {
+		slog.Warn("method has no global model: the held-out / unseen sets are not scored", "method", name)
+	}
 	store := federation.FileStore{Path: filepath.Join(ckdir, federation.CheckpointFile)}
 	coord := &federation.Coordinator{
 		Strategy: plan.Strategy, Proxies: proxies, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed,
@@ -449,6 +463,17 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 				return nil
 			}
 			rec := toRecord(r)
+			if global {
+				// the global model (held-out domain, unseen writers) at
+				// every evaluated round
+				sc, err := plan.GlobalScorer()
+				if err != nil {
+					return fmt.Errorf("global model: %w", err)
+				}
+				if err := scoreGlobal(ctx, env, sc, &rec); err != nil {
+					return err
+				}
+			}
 			records = append(records, rec)
 			slog.Info("round", "method", name, "round", r.Round, "metrics", fmtMetrics(rec.Mean))
 			return log.Append(rec)
@@ -512,9 +537,35 @@ func RoundRecord(method string, r federation.RoundReport) report.RoundRecord {
 	return rec
 }
 
-// evaluateOnce scores every client of a method that does not train and
-// records it as round 0.
-func evaluateOnce(ctx context.Context, plan *methods.Plan, name string, log *report.MetricsLog) ([]report.RoundRecord, error) {
+// scoreGlobal scores a method's global model on the task's GlobalEvals (the
+// held-out domain, unseen writers) and adds the metrics to rec's mean.
+func scoreGlobal(ctx context.Context, env *methods.Env, sc eval.Scorer, rec *report.RoundRecord) error {
+	acc := make([]float64, len(env.Task.GlobalEvals))
+	for i, e := range env.Task.GlobalEvals {
+		recs := make([]int, len(e.Images))
+		for k, img := range e.Images {
+			recs[k] = env.TestRecs[img]
+		}
+		m, err := env.Evaluator.Accuracy(ctx, sc, []eval.Set{{Name: e.Name, Space: e.Space, Records: recs, Labels: e.Labels}})
+		if err != nil {
+			return fmt.Errorf("global model: %w", err)
+		}
+		acc[i] = m[e.Name]
+	}
+	g, err := env.Task.GlobalMetrics(acc)
+	if err != nil {
+		return err
+	}
+	if rec.Mean == nil {
+		rec.Mean = report.Metrics{}
+	}
+	maps.Copy(rec.Mean, g)
+	return nil
+}
+
+// evaluateOnce scores every client of a method that does not train (and
+// frozen CLIP on the global sets) and records it as round 0.
+func evaluateOnce(ctx context.Context, env *methods.Env, plan *methods.Plan, name string, log *report.MetricsLog) ([]report.RoundRecord, error) {
 	rec := report.RoundRecord{Round: 0, Method: name}
 	for _, c := range plan.Clients {
 		res, err := c.Evaluate(ctx, federation.EvaluateIns{Round: 0})
@@ -524,6 +575,11 @@ func evaluateOnce(ctx context.Context, plan *methods.Plan, name string, log *rep
 		rec.Clients = append(rec.Clients, report.ClientMetrics{ID: c.ID(), Metrics: res.Metrics})
 	}
 	rec.Mean = clientMean(rec.Clients)
+	if len(env.Task.GlobalEvals) > 0 {
+		if err := scoreGlobal(ctx, env, &methods.FrozenScorer{Env: env}, &rec); err != nil {
+			return nil, err
+		}
+	}
 	if err := log.Append(rec); err != nil {
 		return nil, err
 	}

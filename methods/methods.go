@@ -80,6 +80,10 @@ type Plan struct {
 	// Global returns the server's shared tensors after training; nil:
 	// nothing.
 	Global func() tensor.Named
+	// GlobalScorer, when set, is the global model (what a new site would
+	// start from: the server's tensors on the initial private part), scored
+	// on the task's GlobalEvals (held-out domains, unseen writers).
+	GlobalScorer func() (eval.Scorer, error)
 }
 
 // PredictEnv is what a Predictor is built on: the frozen model, its

@@ -173,6 +173,14 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		}
 		return clients[i].P.Clone(), nil
 	}
+	// the whole adapter is shared: the global model is the averaged one
+	plan.GlobalScorer = func() (eval.Scorer, error) {
+		g := st.Global()
+		if g == nil {
+			g = init.Clone()
+		}
+		return scorer{w, g}, nil
+	}
 	return plan, nil
 }
 

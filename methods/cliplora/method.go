@@ -196,6 +196,10 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	fa := &strategy.FedAvg{Shared: func(name string) bool { return strings.HasPrefix(name, "lora.") }, Initial: init.Params.Clone()}
 	plan.Strategy, plan.Global = fa, fa.Global
 	plan.Site = func(i int) (tensor.Named, error) { return clients[i].lora.Params.Clone(), nil }
+	// every factor is shared: the global model is the averaged LoRA
+	plan.GlobalScorer = func() (eval.Scorer, error) {
+		return newScorer(env, bind(fa.Global().Clone(), env.Model.W.Config, s)), nil
+	}
 	return plan, nil
 }
 
@@ -276,36 +280,53 @@ func (c *client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 
 // Evaluate scores the client's LoRA on its evaluation sets.
 func (c *client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
-	c.lora.Attach(c.env.Model, nil)
-	defer methods.DetachAll(c.env.Model)
-	txt := map[int][]float32{}
-	E := c.env.Model.W.Config.EmbedDim
-	sc := methods.CosineScorer{Model: c.env.Model,
+	m, err := c.env.Evaluate(ctx, newScorer(c.env, c.lora), c.task)
+	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.task.Train)}, err
+}
+
+// scorer is CLIP with a LoRA attached while it scores a batch.
+type scorer struct {
+	env  *methods.Env
+	lora *LoRA
+	txt  map[int][]float32
+	img  []float32
+}
+
+func newScorer(env *methods.Env, l *LoRA) *scorer {
+	return &scorer{env: env, lora: l, txt: map[int][]float32{}}
+}
+
+// Logits implements eval.Scorer.
+func (s *scorer) Logits(space int, prefix []float32, B int) ([]float32, error) {
+	m := s.env.Model
+	s.lora.Attach(m, nil)
+	defer methods.DetachAll(m)
+	E := m.W.Config.EmbedDim
+	sc := methods.CosineScorer{Model: m,
 		Text: func(space int) ([]float32, error) {
-			if f, ok := txt[space]; ok {
+			if f, ok := s.txt[space]; ok {
 				return f, nil
 			}
-			p, eot, err := c.env.SpacePrompts(space)
+			p, eot, err := s.env.SpacePrompts(space)
 			if err != nil {
 				return nil, err
 			}
-			t := c.env.Model.Text
+			t := m.Text
 			x, T := clip.TruncatePrefix(p, eot, len(eot), t.Cfg.ContextLength, t.Cfg.Width)
 			pt := t.Stack.Forward(x, len(eot), T, 0, len(t.Stack.Blocks), eot, false)
 			f := make([]float32, len(eot)*E)
 			t.HeadForward(f, pt, len(eot))
-			txt[space] = f
+			s.txt[space] = f
 			return f, nil
 		},
 		Image: func(prefix []float32, B int) []float32 {
-			v := c.env.Model.Vision
+			v := m.Vision
 			pooled := v.Stack.Forward(prefix, B, v.Cfg.Tokens(), 0, len(v.Stack.Blocks), clip.ClassPool(B), false)
-			c.img = nn.Grow(c.img, B*E)
-			v.HeadForward(c.img, pooled, B)
-			return c.img
+			s.img = nn.Grow(s.img, B*E)
+			v.HeadForward(s.img, pooled, B)
+			return s.img
 		}}
-	m, err := c.env.Evaluate(ctx, sc, c.task)
-	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.task.Train)}, err
+	return sc.Logits(space, prefix, B)
 }
 
 // State holds the factors, the optimizer state and the random generator

@@ -65,11 +65,13 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -286,6 +288,22 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		c := &Client{env: env, task: t, w: w, shared: filter, P: init.Clone(), loop: loop}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
+	}
+	// the global model: the server's shared tensors with the initial
+	// (identity) local transforms, what a new site starts from
+	plan.GlobalScorer = func() (eval.Scorer, error) {
+		c := &Client{env: env, task: &protocol.ClientTask{ID: -1}, w: w, shared: filter, P: init.Clone()}
+		for name, t := range st.Global() {
+			p, ok := c.P[name]
+			if !ok || !tensor.SameShape(p.Shape, t.Shape) {
+				return nil, fmt.Errorf("fedot global model: unexpected tensor %q", name)
+			}
+			copy(p.Data, t.Data)
+		}
+		if err := w.Prepare(c.P); err != nil {
+			return nil, err
+		}
+		return scorer{c}, nil
 	}
 	names := federation.BytesTensor([]byte(strings.Join(env.Task.Dataset.Classes, "\n")))
 	plan.Site = func(i int) (tensor.Named, error) {

@@ -127,6 +127,23 @@ func (c *client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (fede
 	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.task.Train)}, err
 }
 
+// attachedScorer scores with a client's adapters, attaching them for every
+// batch (the model's blocks are shared with other clients).
+type attachedScorer struct{ c *client }
+
+// Logits implements eval.Scorer.
+func (s attachedScorer) Logits(space int, prefix []float32, B int) ([]float32, error) {
+	c := s.c
+	txt, err := c.textFeatures(space)
+	if err != nil {
+		return nil, err
+	}
+	c.learner.Attach()
+	sc := methods.CosineScorer{Model: c.env.Model, Text: func(int) ([]float32, error) { return txt, nil },
+		Image: func(prefix []float32, B int) []float32 { return c.learner.ImageFeatures(prefix, B, false) }}
+	return sc.Logits(space, prefix, B)
+}
+
 func (c *client) textFeatures(space int) ([]float32, error) {
 	if f, ok := c.txt[space]; ok {
 		return f, nil

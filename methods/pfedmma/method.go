@@ -7,9 +7,11 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -172,6 +174,26 @@ func (m Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, erro
 	plan.Strategy = fa
 	plan.Site = func(i int) (tensor.Named, error) { return clients[i].learner.Adapters.Params.Clone(), nil }
 	plan.Global = fa.Global
+	// the global model: what a new site starts from, the server's shared
+	// projections with the initial (seeded) private down/up layers
+	plan.GlobalScorer = func() (eval.Scorer, error) {
+		a := New(init.Cfg, init.Dv, init.Dt, nil)
+		if err := a.Load(init.Params); err != nil {
+			return nil, err
+		}
+		for name, t := range fa.Global() {
+			p, ok := a.Params[name]
+			if !ok || !tensor.SameShape(p.Shape, t.Shape) {
+				return nil, fmt.Errorf("pfedmma global model: unexpected tensor %q", name)
+			}
+			copy(p.Data, t.Data)
+		}
+		l, err := NewLearner(env.Model, a, ws)
+		if err != nil {
+			return nil, err
+		}
+		return attachedScorer{&client{env: env, task: &protocol.ClientTask{ID: -1}, learner: l, txt: map[int][]float32{}}}, nil
+	}
 	return plan, nil
 }
 

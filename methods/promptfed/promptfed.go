@@ -151,6 +151,15 @@ func Build(env *methods.Env, spec *Spec) (*methods.Plan, error) {
 	plan.Site = func(i int) (tensor.Named, error) { return clients[i].P.Clone(), nil }
 	if g, ok := st.(interface{ Global() tensor.Named }); ok {
 		plan.Global = g.Global
+		// the global model: a new site's parameters after the server's
+		// broadcast, scored without training
+		plan.GlobalScorer = func() (eval.Scorer, error) {
+			c := &Client{Env: env, Task: &protocol.ClientTask{ID: -1}, Spaces: sp, Spec: spec, P: init.Clone(), loop: clients[0].loop}
+			if err := c.installGlobal(g.Global()); err != nil {
+				return nil, err
+			}
+			return &scorer{c: c, ready: map[int]bool{}}, nil
+		}
 	}
 	return plan, nil
 }
@@ -272,6 +281,20 @@ func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 		}
 	}
 	return federation.FitRes{Params: up, NumExamples: len(c.Task.Train), Metrics: m}, nil
+}
+
+// installGlobal puts the server's tensors into a fresh client's parameters
+// as its Fit would (Receive, or the shared tensors).
+func (c *Client) installGlobal(global tensor.Named) error {
+	l, err := c.Learner()
+	if err != nil {
+		return err
+	}
+	c.l = l
+	if c.Spec.Receive != nil {
+		return c.Spec.Receive(c, global)
+	}
+	return c.ReceiveShared(global)
 }
 
 // ReceiveShared copies the received shared tensors into the client's
