@@ -3,6 +3,7 @@
 package all
 
 import (
+	_ "github.com/pfedmma/pfedmma/methods/adapt"    // ADAPT
 	_ "github.com/pfedmma/pfedmma/methods/fedotp"   // FedOTP
 	_ "github.com/pfedmma/pfedmma/methods/fedpgp"   // FedPGP
 	_ "github.com/pfedmma/pfedmma/methods/pfedmma"  // pFedMMA
