@@ -169,7 +169,6 @@ type Scorer struct {
 	Learner func(space int) (*Learner, error)
 	P       tensor.Named
 	ready   map[int]bool
-	last    int
 }
 
 // Logits implements eval.Scorer.
@@ -181,12 +180,12 @@ func (s *Scorer) Logits(space int, prefix []float32, B int) ([]float32, error) {
 	if s.ready == nil {
 		s.ready = map[int]bool{}
 	}
-	// the learner keeps one space's text features: recompute on a switch
-	if !s.ready[space] || s.last != space {
+	// each label space has its own learner, which keeps its text features
+	if !s.ready[space] {
 		if _, err := l.TextFeatures(s.P); err != nil {
 			return nil, err
 		}
-		s.ready[space], s.last = true, space
+		s.ready[space] = true
 	}
 	lg, _, err := l.Logits(s.P, prefix, B)
 	return lg, err
