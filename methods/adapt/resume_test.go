@@ -1,0 +1,189 @@
+package adapt
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+// tensorPlan builds ADAPT on a random tiny CLIP over in-memory clients of
+// domains doms (several clients may share a domain).
+func tensorPlan(t *testing.T, doms []int, s *Settings) (*methods.Env, *methods.Plan) {
+	t.Helper()
+	c := clip.Config{EmbedDim: 6,
+		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16},
+		Text:   clip.TextConfig{ContextLength: 10, VocabSize: 20, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16}}
+	m := clip.New(clip.Random(c, 9))
+	const C = 3
+	var tokens []int
+	for cl := 0; cl < C; cl++ {
+		row := make([]int, c.Text.ContextLength)
+		row[0] = 17
+		for j := 1; j <= s.NCtx; j++ {
+			row[j] = 3
+		}
+		row[s.NCtx+1], row[s.NCtx+2] = 4+cl, 19
+		tokens = append(tokens, row...)
+	}
+	rng := rand.New(rand.NewPCG(8, 1))
+	var clients []methods.TensorClient
+	for range doms {
+		const N = 10
+		tc := methods.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
+		for k := 0; k < N; k++ {
+			tc.Labels = append(tc.Labels, rng.IntN(C))
+		}
+		clients = append(clients, tc)
+	}
+	env, err := methods.TensorEnv(m, 1, tokens, C, clients, train.Options{Epochs: 1, Batch: 4}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.TrainStore.Close() })
+	for i, d := range doms {
+		env.Task.Clients[i].Domain = d
+	}
+	plan, err := Method{}.Build(env, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var infos []federation.ClientInfo
+	for _, cl := range plan.Clients {
+		infos = append(infos, federation.ClientInfo{ID: cl.ID(), NumExamples: cl.NumExamples()})
+	}
+	if err := plan.Strategy.Init(infos); err != nil {
+		t.Fatal(err)
+	}
+	return env, plan
+}
+
+// round runs one full-participation round of a plan by hand.
+func round(t *testing.T, plan *methods.Plan, r int) {
+	t.Helper()
+	var ids []int
+	for _, c := range plan.Clients {
+		ids = append(ids, c.ID())
+	}
+	ins, err := plan.Strategy.Configure(r, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res []federation.FitResult
+	for _, c := range plan.Clients {
+		fr, err := c.Fit(context.Background(), federation.FitIns{Round: r, Params: ins[c.ID()]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res = append(res, federation.FitResult{ClientID: c.ID(), NumExamples: fr.NumExamples, Params: fr.Params})
+	}
+	if err := plan.Strategy.Aggregate(r, res, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sameNamed(t *testing.T, what string, got, want tensor.Named) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d tensors, want %d", what, len(got), len(want))
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok || !tensor.SameShape(g.Shape, w.Shape) {
+			t.Fatalf("%s: %q missing or reshaped", what, k)
+		}
+		for i := range w.Data {
+			if g.Data[i] != w.Data[i] {
+				t.Fatalf("%s: %s[%d] = %g, want %g (not bit-identical)", what, k, i, g.Data[i], w.Data[i])
+			}
+		}
+	}
+}
+
+// TestResumeBitIdentical: three rounds straight equal two rounds, a save of
+// every client and the server, a fresh plan restored from it, and the third
+// round — parameters, external prompt copies and their EMA targets, and the
+// global model, bit for bit. Two clients share domain 1.
+func TestResumeBitIdentical(t *testing.T) {
+	for _, ada := range []bool{false, true} {
+		s := DefaultSettings()
+		s.NCtx, s.AdaLN, s.AdaLNLayers, s.LR = 2, ada, 2, 0.01
+		doms := []int{0, 1, 1}
+		_, straight := tensorPlan(t, doms, s)
+		for r := 0; r < 3; r++ {
+			round(t, straight, r)
+		}
+
+		_, first := tensorPlan(t, doms, s)
+		round(t, first, 0)
+		round(t, first, 1)
+		var saved []tensor.Named
+		for _, c := range first.Clients {
+			st, err := c.State()
+			if err != nil {
+				t.Fatal(err)
+			}
+			saved = append(saved, st)
+		}
+		server := first.Strategy.State()
+
+		_, resumed := tensorPlan(t, doms, s)
+		for i, c := range resumed.Clients {
+			if err := c.LoadState(saved[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := resumed.Strategy.LoadState(server); err != nil {
+			t.Fatal(err)
+		}
+		round(t, resumed, 2)
+		for i := range straight.Clients {
+			a, b := straight.Clients[i].(*Client), resumed.Clients[i].(*Client)
+			sameNamed(t, "params", b.P, a.P)
+			sameNamed(t, "received", b.Recv, a.Recv)
+			if len(a.Recv) == 0 {
+				t.Fatalf("client %d received no prompts in three rounds", i)
+			}
+		}
+		sameNamed(t, "global", resumed.Global(), straight.Global())
+	}
+}
+
+// TestRelayAndEMA: after a round each client holds the other domains'
+// prompts as EMA targets (the mean over the domain's clients), its external
+// copies move toward them during training, and its own domain's prompt is
+// never overwritten by another domain's.
+func TestRelayAndEMA(t *testing.T) {
+	s := DefaultSettings()
+	s.NCtx, s.LR = 2, 0.05
+	doms := []int{0, 1, 1}
+	_, plan := tensorPlan(t, doms, s)
+	round(t, plan, 0)
+	c0 := plan.Clients[0].(*Client)
+	c1, c2 := plan.Clients[1].(*Client), plan.Clients[2].(*Client)
+	ext := c0.P[TextName(1)].Clone() // client 0's copy of domain 1, still the initial value
+	up1, up2 := c1.P[TextName(1)].Clone(), c2.P[TextName(1)].Clone()
+	round(t, plan, 1)
+	want := meanOf([]*tensor.Tensor{up1, up2})
+	sameNamed(t, "client 0's target for domain 1", tensor.Named{"x": c0.Recv[TextName(1)]}, tensor.Named{"x": want})
+	if _, ok := c0.Recv[TextName(0)]; ok {
+		t.Error("client 0 keeps an EMA target for its own domain")
+	}
+	// 3 steps of EMA α = 0.99 toward the target: t = target + 0.99³(t₀ − target)
+	got := c0.P[TextName(1)].Data
+	for i, v := range want.Data {
+		e := v + 0.970299*(ext.Data[i]-v)
+		if d := got[i] - e; d > 1e-6 || d < -1e-6 {
+			t.Fatalf("client 0's domain-1 copy [%d] = %g, want %g after three EMA steps", i, got[i], e)
+		}
+	}
+	if c1.Domain != c2.Domain || c0.Domain == c1.Domain {
+		t.Fatalf("domains %d %d %d, want 0 1 1", c0.Domain, c1.Domain, c2.Domain)
+	}
+}
