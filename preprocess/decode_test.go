@@ -35,13 +35,13 @@ func writeTemp(t *testing.T, name string, data []byte) string {
 
 // decodeAllocs decodes path and returns the error and the bytes allocated
 // meanwhile.
-func decodeAllocs(path string) (error, uint64) {
+func decodeAllocs(path string) (uint64, error) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	_, err := Decode(path)
 	runtime.ReadMemStats(&after)
-	return err, after.TotalAlloc - before.TotalAlloc
+	return after.TotalAlloc - before.TotalAlloc, err
 }
 
 func TestJPEGDecoderNamed(t *testing.T) {
@@ -186,7 +186,7 @@ func TestDecompressionBombRefused(t *testing.T) {
 	}
 	for name, data := range bombs {
 		path := writeTemp(t, name, data)
-		err, alloc := decodeAllocs(path)
+		alloc, err := decodeAllocs(path)
 		if err == nil || !strings.Contains(err.Error(), "out of range") || !strings.Contains(err.Error(), path) {
 			t.Errorf("%s: err %v, want a size error naming the file", name, err)
 		}

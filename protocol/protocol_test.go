@@ -1,8 +1,9 @@
 package protocol
 
 import (
-	_ "github.com/pfedmma/pfedmma/world" // registers the world dataset
 	"testing"
+
+	_ "github.com/pfedmma/pfedmma/world" // registers the world dataset
 
 	"github.com/pfedmma/pfedmma/dataset"
 )

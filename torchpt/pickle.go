@@ -440,16 +440,3 @@ func scan(b []byte) error {
 	}
 	return fmt.Errorf("no STOP opcode: truncated")
 }
-
-// describe names a pickled value's type in messages.
-func describe(v any) string {
-	switch x := v.(type) {
-	case *object:
-		return x.class
-	case nil:
-		return "None"
-	case string:
-		return "str " + strconv.Quote(x)
-	}
-	return fmt.Sprintf("%T", v)
-}

@@ -91,23 +91,22 @@ type Learner struct {
 	Cfg        Config
 	LogitScale float32 // log of the logit multiplier (the model's, by default)
 
-	model            *clip.Model
-	tokens           []int           // [N·C, Ctx]: the class prompts once per prompt
-	enc              *prompt.Encoder // training: f_P and f_G rows
-	evalEnc          *prompt.Encoder // inference: f_P rows only
-	C, E, D, R       int             // classes, feature dim, width, rows N·C
-	U, V, Sigma      *tensor.Tensor
-	gU, gV, gSigma   *tensor.Tensor
-	f0               []float32 // [R, E] anchor features
-	ctx              []float32 // [2N, n_ctx, D]
-	uv               []float32 // [N, n_ctx, D]
-	dFeat            []float32 // [2R, E]
-	pos, neg, dPos   []float32 // [R]
-	dNeg             []float32
-	ce               prompt.CosineCE
-	fP, fG           []float32 // views of the last Step's features
-	lossCE, lossCon  float64
-	lastPos, lastNeg []float32
+	model           *clip.Model
+	tokens          []int           // [N·C, Ctx]: the class prompts once per prompt
+	enc             *prompt.Encoder // training: f_P and f_G rows
+	evalEnc         *prompt.Encoder // inference: f_P rows only
+	C, E, D, R      int             // classes, feature dim, width, rows N·C
+	U, V, Sigma     *tensor.Tensor
+	gU, gV, gSigma  *tensor.Tensor
+	f0              []float32 // [R, E] anchor features
+	ctx             []float32 // [2N, n_ctx, D]
+	uv              []float32 // [N, n_ctx, D]
+	dFeat           []float32 // [2R, E]
+	pos, neg, dPos  []float32 // [R]
+	dNeg            []float32
+	ce              prompt.CosineCE
+	fP, fG          []float32 // views of the last Step's features
+	lossCE, lossCon float64
 }
 
 // New builds a learner for the class prompts tokens [C, Ctx] (each row the
