@@ -69,6 +69,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
@@ -274,6 +275,11 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	}
 	plan.Site = func(i int) (tensor.Named, error) { return clients[i].P.Clone(), nil }
 	plan.Global = func() tensor.Named { return GlobalModel(relay.State(), init) }
+	// the global model mixes every domain's prompt by the image's domain
+	// weights: how ADAPT scores an unseen domain
+	plan.GlobalScorer = func() (eval.Scorer, error) {
+		return &Scorer{Learner: sh.learner, P: GlobalModel(relay.State(), init)}, nil
+	}
 	return plan, nil
 }
 
