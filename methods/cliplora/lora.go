@@ -130,10 +130,17 @@ func (l *blockLoRA) Backward(part int, dh, dout []float32, stride, N int) {
 	nn.AddInto(dh[:N*D], dhin)
 }
 
+// tower is one encoder's LoRA extent.
+type tower struct {
+	name          string
+	layers, width int
+}
+
 // initParams draws A Kaiming-uniform (bound 1/√D) and sets B to zero.
-func initParams(p tensor.Named, towers map[string][2]int, r int, rng *rand.Rand) {
-	for tower, dims := range towers {
-		L, D := dims[0], dims[1]
+// towers lists each encoder's name, layers and width, in draw order.
+func initParams(p tensor.Named, towers []tower, r int, rng *rand.Rand) {
+	for _, tw := range towers {
+		tower, L, D := tw.name, tw.layers, tw.width
 		bound := 1 / math.Sqrt(float64(D))
 		for j := 0; j < L; j++ {
 			for _, part := range Parts {

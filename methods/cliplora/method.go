@@ -88,7 +88,7 @@ type LoRA struct {
 func New(m *clip.Model, s *Settings, rng *rand.Rand) *LoRA {
 	c := m.W.Config
 	p := tensor.Named{}
-	initParams(p, map[string][2]int{"visual": {c.Vision.Layers, c.Vision.Width}, "text": {c.Text.Layers, c.Text.Width}}, s.Rank, rng)
+	initParams(p, []tower{{"visual", c.Vision.Layers, c.Vision.Width}, {"text", c.Text.Layers, c.Text.Width}}, s.Rank, rng)
 	return bind(p, c, s)
 }
 
