@@ -50,6 +50,21 @@ var presets = []preset{
 		"n_ctx 16, 2 prompts (1 averaged), Dirichlet β 0.5, 10 clients, 16 shots, T=10, 3 seeds"}, paperFedOTP},
 	{PresetInfo{"paper-pfedmoap", "pFedMoAP's CIFAR-10 setting: 100 clients, 10% participation, Dir(0.5), T=120, prompt " +
 		"SGD lr 0.002 cosine, gate lr 0.01, 10 experts, λ 0.5 (the paper uses RN50: --set model=RN50.pt)"}, paperPFedMoAP},
+	{PresetInfo{"paper-clip-adapter", "federated CLIP-Adapter in the pFedMMA paper's base-to-novel comparison (caltech101 under DATA): " +
+		"ratio 0.2, d/4 bottleneck, SGD lr 0.001, 10 clients, E=2, T=50, 3 seeds"}, paperCLIPAdapter},
+	{PresetInfo{"paper-clip-lora", "federated CLIP-LoRA in the base-to-novel comparison: rank 2, α 1, dropout 0.25 on q/k/v of " +
+		"both encoders, AdamW lr 2e-4 wd 0.01 cosine (CLIP-LoRA's recipe), 10 clients, E=2, T=50, 3 seeds"}, paperCLIPLoRA},
+	{PresetInfo{"paper-fedot", "FedOT's leave-one-domain-out G/P/C on PACS (DomainBed layout under DATA) with ViT-B/32: one " +
+		"client per source domain, every domain held out in turn, SGD lr 5e-5 wd 5e-4, E=1, T=200, seeds 50 77 98 " +
+		"(--set fedot.blocks=r for FedOT(+B))"}, paperFedOT},
+	{PresetInfo{"paper-adapt", "ADAPT's federated domain generalisation on DomainNet (6 domains under DATA): one client per " +
+		"source domain, every domain held out in turn, ViT-B/16, AdamW lr 5e-4 wd 0.01, E=1, T=200, full data"}, paperADAPT},
+	{PresetInfo{"paper-pfedmoap-domainnet", "pFedMoAP's DomainNet setting: 6 domains × 5 clients by Dir(0.3), 25% " +
+		"participation, T=25, E=5, prompt SGD lr 0.002 cosine, 10 experts"}, paperPFedMoAPDomainNet},
+	{PresetInfo{"world-lodo", "leave-one-domain-out G/P/C on the world's 4 styles (one client per source style, every " +
+		"style held out in turn) for zero-shot, PromptFL, FedOT and pFedMMA with the embedded model: about a minute"}, worldLODO},
+	{PresetInfo{"world-dg", "federated domain generalisation on the world: train on photo, clipart and sketch, score the " +
+		"global model on painting, zero-shot vs PromptFL vs ADAPT (adapt.lr 5e-3 for 5 rounds)"}, worldDG},
 	{PresetInfo{"world-compare", "every prompt and adapter method against zero-shot on the generated world " +
 		"(base-to-novel, 10 clients, 5 rounds) with the embedded model: a few minutes"}, worldCompare},
 	{PresetInfo{"fashion-mnist", "Fashion-MNIST from Debian's dataset-fashion-mnist with the tiny model: 10 clients by " +
@@ -248,6 +263,91 @@ func paperPFedMoAP() *Experiment {
 	return e
 }
 
+// paperCLIPAdapter and paperCLIPLoRA: the pFedMMA paper's PEFT baselines
+// (its Table 1) on the base-to-novel setting.
+func paperCLIPAdapter() *Experiment {
+	e := paperBaseToNovel()
+	e.Methods = []string{"zeroshot", "clip_adapter"}
+	return e
+}
+
+func paperCLIPLoRA() *Experiment {
+	e := paperBaseToNovel()
+	e.Methods = []string{"zeroshot", "clip_lora"}
+	e.Optimizer = Optimizer{Name: OptimizerAdamW, LR: 2e-4, WeightDecay: 0.01, Schedule: ScheduleCosine, ResetEachRound: true}
+	return e
+}
+
+// paperFedOT: fedot.md — PACS, 4 domains, one client per source domain,
+// ViT-B/32 features, plain SGD (momentum is not given: none), E=1, T=200,
+// the three seeds of the paper. Features are cached (no augmentation).
+func paperFedOT() *Experiment {
+	e := common()
+	e.Model = "ViT-B-32.safetensors"
+	e.Methods = []string{"zeroshot", "fedot"}
+	e.Dataset = Dataset{Name: "pacs", Root: "DATA"}
+	e.Protocol.Name = ProtocolLODO
+	e.Federation = Federation{Clients: 3, Fraction: 1, Rounds: 200, LocalEpochs: 1, EvalEvery: 20}
+	e.Optimizer = Optimizer{Name: OptimizerSGD, LR: 5e-5, WeightDecay: 5e-4, Schedule: ScheduleConstant, ResetEachRound: false}
+	e.Augment = Augment{Mode: AugmentNone}
+	e.Seeds = []uint64{50, 77, 98}
+	return e
+}
+
+// paperADAPT: adapt.md — DomainNet's 6 domains, one client per source
+// domain, each domain held out in turn (the paper's leave-one-out average).
+func paperADAPT() *Experiment {
+	e := common()
+	e.Model = PaperModel
+	e.Methods = []string{"zeroshot", "promptfl", "adapt"}
+	e.Dataset = Dataset{Name: "domainnet", Root: "DATA",
+		Domains: []string{"clipart", "infograph", "painting", "quickdraw", "real", "sketch"}}
+	e.Protocol.Name = ProtocolDG
+	e.Federation = Federation{Clients: 5, Fraction: 1, Rounds: 200, LocalEpochs: 1, EvalEvery: 20}
+	return e
+}
+
+// paperPFedMoAPDomainNet: pfedmoap.md's DomainNet setting (30 clients).
+func paperPFedMoAPDomainNet() *Experiment {
+	e := paperDomainNet()
+	e.Methods = []string{"zeroshot", "pfedmoap"}
+	e.Protocol.ClientsPerDomain = 5
+	e.Protocol.Beta = 0.3
+	e.Federation = Federation{Clients: 30, Fraction: 0.25, Rounds: 25, LocalEpochs: 5, EvalEvery: 5}
+	e.Optimizer.LR = 0.002
+	e.Optimizer.Schedule = ScheduleCosine
+	return e
+}
+
+// worldLODO: FedOT's leave-one-domain-out on the world's styles.
+func worldLODO() *Experiment {
+	e := worldDomains()
+	e.Name = "world-lodo"
+	e.Methods = []string{"zeroshot", "promptfl", "fedot", "pfedmma"}
+	e.Protocol.Name = ProtocolLODO
+	e.Protocol.ClientsPerDomain = 1
+	e.Federation.Clients = 3
+	e.Federation.Rounds = 3
+	e.setSection("promptfl.n_ctx", "8")
+	return e
+}
+
+// worldDG: ADAPT's unseen-style test on the world. ADAPT's paper lr
+// (5e-4) needs its 200 rounds; 5e-3 learns within 5.
+func worldDG() *Experiment {
+	e := worldDomains()
+	e.Name = "world-dg"
+	e.Methods = []string{"zeroshot", "promptfl", "adapt"}
+	e.Protocol.Name = ProtocolDG
+	e.Protocol.ClientsPerDomain = 1
+	e.Protocol.HeldOut = "painting"
+	e.Federation.Clients = 3
+	e.setSection("promptfl.n_ctx", "8")
+	e.setSection("adapt.n_ctx", "8")
+	e.setSection("adapt.lr", "0.005")
+	return e
+}
+
 // worldCompare runs every registered prompt or adapter method on the
 // default world job.
 func worldCompare() *Experiment {
@@ -265,6 +365,7 @@ func worldCompare() *Experiment {
 	e.setSection("fedpgp.n_ctx", "8")
 	e.setSection("fedotp.n_ctx", "8")
 	e.setSection("pfedmoap.n_ctx", "8")
+	e.setSection("adapt.n_ctx", "8")
 	return e
 }
 
