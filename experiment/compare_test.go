@@ -35,3 +35,26 @@ func TestWorldCompareQualities(t *testing.T) {
 		t.Fatalf("%d trained methods ran", trained)
 	}
 }
+
+// TestEveryMethodInOneRun: all ten methods run in one experiment on the
+// same clients (four cache depths: features, patch tokens, block 1 and the
+// last block), one round each, and each gets a row with finite metrics.
+func TestEveryMethodInOneRun(t *testing.T) {
+	all := []string{"zeroshot", "pfedmma", "promptfl", "fedpgp", "fedotp", "clip_adapter", "clip_lora", "pfedmoap", "fedot", "adapt"}
+	res := runPreset(t, "world-compare", "methods=[zeroshot,pfedmma,promptfl,fedpgp,fedotp,clip_adapter,clip_lora,pfedmoap,fedot,adapt]",
+		"dataset.num_classes=8", "dataset.shots=4", "federation.clients=2", "federation.rounds=1", "federation.local_epochs=1",
+		"pfedmoap.num_experts=2")
+	if len(res.Summary.Methods) != len(all) {
+		t.Fatalf("%d methods in the summary, want %d", len(res.Summary.Methods), len(all))
+	}
+	for i, r := range res.Summary.Methods {
+		if r.Method != all[i] {
+			t.Errorf("row %d is %s, want %s", i, r.Method, all[i])
+		}
+		for _, k := range []string{"local", "base", "novel", "hm"} {
+			if v, ok := r.Metrics[k]; !ok || v != v || v < 0 || v > 100 {
+				t.Errorf("%s %s = %v (present %v)", r.Method, k, v, ok)
+			}
+		}
+	}
+}
