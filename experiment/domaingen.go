@@ -77,27 +77,27 @@ func runFolds(ctx context.Context, o Options) (*Result, error) {
 		records = append(records, res.Records...)
 	}
 	sum := &report.Summary{Protocol: o.Protocol.Name, Metrics: []string{"G", "P", "C"}}
-	var mats []report.LODOMatrix
-	var text strings.Builder
-	fmt.Fprintf(&text, "Dataset `%s`, protocol `%s`, held out in turn: %s; methods %v, %d rounds, seed %d. "+
-		"Row i is the run holding out domain i: the diagonal (italics) is the global model on the held-out domain, "+
-		"the other entries each source domain's personalised models on their own domain. Every fold's own report is in fold-<domain>/.\n\n",
-		o.Dataset, o.Protocol.Name, strings.Join(held, ", "), o.Methods, o.Rounds, o.Seed)
+	run := report.LODORun{Dataset: ds.Name, Protocol: o.Protocol.Name, Domains: ds.Domains}
 	for _, name := range o.Methods {
 		m, err := report.NewLODOMatrix(name, ds.Domains, folds[name])
 		if err != nil {
 			return nil, err
 		}
-		mats = append(mats, m)
+		run.Matrices = append(run.Matrices, m)
 		sum.Set(name, m.GPC())
-		fmt.Fprintf(&text, "## %s\n\n%s\n", name, m.Markdown())
 	}
-	title := fmt.Sprintf("%s — %s, G/P/C over %d held-out domains", ds.Name, o.Protocol.Name, len(held))
-	res := &Result{Summary: sum, Table: report.GPCTable(title, mats), Records: records}
+	intro := fmt.Sprintf("Dataset `%s`, protocol `%s`, held out in turn: %s; methods %v, %d rounds, seed %d. "+
+		"Row i is the run holding out domain i: the diagonal (italics) is the global model on the held-out domain, "+
+		"the other entries each source domain's personalised models on their own domain. Every fold's own report is in fold-<domain>/.\n\n",
+		o.Dataset, o.Protocol.Name, strings.Join(held, ", "), o.Methods, o.Rounds, o.Seed)
+	doc := run.Document(intro)
+	res := &Result{Summary: sum, Table: doc.Tables[0], Records: records}
 	if err := report.WriteSummary(filepath.Join(o.OutDir, "summary.json"), sum); err != nil {
 		return nil, err
 	}
-	doc := report.Document{Title: "pfedmma leave-one-domain-out", Text: text.String(), Tables: []report.Table{res.Table}}
+	if err := report.WriteLODO(filepath.Join(o.OutDir, report.LODOFile), run); err != nil {
+		return nil, err
+	}
 	if err := report.WriteMarkdown(filepath.Join(o.OutDir, "report.md"), doc); err != nil {
 		return nil, err
 	}

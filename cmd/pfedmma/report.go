@@ -21,9 +21,15 @@ final bars) and report.md of each finished run folder from its metrics.jsonl and
 summary.json. With several run folders (one per dataset, same methods) it also
 writes into --out the table averaged over the datasets (summary.json, report.md)
 and, for three datasets or more, a radar chart of the headline metric
-(radar.png/svg: HM for base-to-novel, else accuracy).`,
+(radar.png/svg: HM for base-to-novel, else accuracy), and the headline metric per
+dataset and method (pFedMoAP's Table 1 layout). A leave-one-domain-out run over
+every held-out domain (lodo.json) is re-drawn as its accuracy matrices, G/P/C and
+generalisation tables; several of them (datasets) give FedOT's Table 1.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := os.Stat(filepath.Join(args[0], report.LODOFile)); err == nil {
+				return reportLODO(cmd, args, out)
+			}
 			var names []string
 			var sums []*report.Summary
 			for _, dir := range args {
@@ -79,6 +85,15 @@ and, for three datasets or more, a radar chart of the headline metric
 			avg.Methods = dropStd(avg.Methods) // spread over datasets is not a seed spread
 			title := fmt.Sprintf("Average on %d datasets", len(sums))
 			doc := report.Document{Title: "pfedmma comparison", Tables: []report.Table{avg.Table(title)}}
+			if cols := avg.Columns(); len(cols) > 0 {
+				// one headline metric per dataset (pFedMoAP's Table 1 layout)
+				metric := cols[len(cols)-1]
+				byName := map[string]*report.Summary{}
+				for i, s := range sums {
+					byName[names[i]] = s
+				}
+				doc.Tables = append(doc.Tables, report.DatasetTable(fmt.Sprintf("%s per dataset", metric), metric, names, byName))
+			}
 			for i, s := range sums {
 				doc.Tables = append(doc.Tables, s.Table(names[i]))
 			}
@@ -104,6 +119,48 @@ and, for three datasets or more, a radar chart of the headline metric
 	}
 	cmd.Flags().StringVar(&out, "out", "", "folder for the comparison of several runs")
 	rootCmd.AddCommand(cmd)
+}
+
+// reportLODO re-draws runs over every held-out domain from their lodo.json:
+// each run's matrices and tables, and with several runs (datasets) FedOT's
+// Table 1 over them in --out.
+func reportLODO(cmd *cobra.Command, args []string, out string) error {
+	var names []string
+	byDataset := map[string][]report.LODOMatrix{}
+	for _, dir := range args {
+		r, err := report.ReadLODO(filepath.Join(dir, report.LODOFile))
+		if err != nil {
+			return fmt.Errorf("report: %s is not a leave-one-domain-out run (compare runs of one protocol): %w", dir, err)
+		}
+		doc := r.Document("")
+		if err := report.WriteMarkdown(filepath.Join(dir, "report.md"), doc); err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
+		for _, t := range doc.Tables {
+			fmt.Fprintln(cmd.OutOrStdout(), t.Text())
+		}
+		name := r.Dataset
+		if _, dup := byDataset[name]; dup || name == "" {
+			name += " (" + filepath.Base(dir) + ")"
+		}
+		names = append(names, name)
+		byDataset[name] = r.Matrices
+	}
+	if len(args) == 1 {
+		return nil
+	}
+	if out == "" {
+		return fmt.Errorf("report: several runs need --out for their comparison")
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	t := report.GPCTableMulti(fmt.Sprintf("G/P/C on %d datasets", len(names)), names, byDataset)
+	if err := report.WriteMarkdown(filepath.Join(out, "report.md"), report.Document{Title: "pfedmma comparison", Tables: []report.Table{t}}); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), t.Text())
+	return nil
 }
 
 func dropStd(rs []report.MethodResult) []report.MethodResult {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pfedmma/pfedmma/report"
 )
 
 // TestReportCommand re-draws three runs and compares them: per-run figures
@@ -60,5 +62,46 @@ func TestReportCommand(t *testing.T) {
 	rootCmd.SetArgs(append([]string{"report"}, dirs...))
 	if err := rootCmd.Execute(); err == nil || !strings.Contains(err.Error(), "--out") {
 		t.Errorf("several runs without --out: %v", err)
+	}
+}
+
+// TestReportLODO: runs over every held-out domain are re-drawn from their
+// lodo.json (matrices, G/P/C, generalisation table), and two of them give
+// FedOT's Table 1 over datasets; a mix with an ordinary run is refused.
+func TestReportLODO(t *testing.T) {
+	doms := []string{"photo", "sketch"}
+	var dirs []string
+	for k, ds := range []string{"pacs", "vlcs"} {
+		m, err := report.NewLODOMatrix("fedot", doms, []report.Fold{
+			{HeldOut: "photo", Global: 60 + float64(k), Personal: map[string]float64{"sketch": 80}},
+			{HeldOut: "sketch", Global: 50, Personal: map[string]float64{"photo": 90}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := report.WriteLODO(filepath.Join(dir, report.LODOFile), report.LODORun{Dataset: ds, Protocol: "leave_one_domain_out",
+			Domains: doms, Matrices: []report.LODOMatrix{m}}); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
+	}
+	cmp := filepath.Join(t.TempDir(), "cmp")
+	out, err := execute(t, append(append([]string{"report"}, dirs...), "--out", cmp)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pacs: G = (60+50)/2 = 55, P = (80+90)/2 = 85; vlcs: G 55.5
+	for _, want := range []string{"Pacs G", "Vlcs C", "Average G", "55.25", "85.00"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, f := range []string{filepath.Join(dirs[0], "report.md"), filepath.Join(cmp, "report.md")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := execute(t, "report", dirs[0], t.TempDir(), "--out", cmp); err == nil || !strings.Contains(err.Error(), "not a leave-one-domain-out run") {
+		t.Errorf("mixed runs: %v", err)
 	}
 }
