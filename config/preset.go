@@ -370,6 +370,7 @@ func worldCompare() *Experiment {
 	e.setSection("fedotp.n_ctx", "8")
 	e.setSection("pfedmoap.n_ctx", "8")
 	e.setSection("adapt.n_ctx", "8")
+	e.setSection("adapt.lr", "0.005") // as world-dg: 5e-4 is for ADAPT's 200 rounds
 	return e
 }
 
