@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/internal/testmodel"
 	"github.com/pfedmma/pfedmma/methods/train"
@@ -37,5 +38,17 @@ func TestRunOnResNetCLIP(t *testing.T) {
 	o.Methods, o.Sections, o.OutDir = []string{PFedMMA}, mmaSections(2, 4, 0.1), t.TempDir()
 	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "ResNet") {
 		t.Errorf("pFedMMA on a ResNet: %v", err)
+	}
+	// visual prompts (ADAPT), LoRA in the ViT blocks, patch-token OT: refused
+	// before any work, naming the method and the backbone
+	for _, m := range []string{"adapt", "clip_lora", "fedotp"} {
+		e, err := config.Preset("world-compare")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Methods, o.Sections, o.OutDir = []string{m}, e.Sections, t.TempDir()
+		if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "ResNet") || !strings.Contains(err.Error(), m) {
+			t.Errorf("%s on a ResNet: %v", m, err)
+		}
 	}
 }

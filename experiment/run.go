@@ -330,7 +330,7 @@ func backboneFits(resNet bool, method string, depth int) error {
 		if depth == methods.TokenFeatures {
 			what = "needs the image encoder's patch tokens"
 		}
-		return fmt.Errorf("method %s %s; the model is a ResNet CLIP (use a ViT checkpoint, or a method on image features: zeroshot, promptfl, fedpgp, pfedmoap)", method, what)
+		return fmt.Errorf("method %s %s; the model is a ResNet CLIP (use a ViT checkpoint, or a method on image features: zeroshot, promptfl, fedpgp, pfedmoap, fedot, clip_adapter)", method, what)
 	}
 	return nil
 }
