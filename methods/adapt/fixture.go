@@ -12,7 +12,7 @@ package adapt
 //   - parameters under the package's names: text_prompt.<i> [n_ctx, Dt]
 //     for i = 0..n−1 (n domains), visual_prompt [n, Dv], and with AdaLN
 //     adaln.<l>.weight [2E, E], adaln.<l>.bias [2E] for l = 0..L−1;
-//   - step only, optional EMA targets ema_target.text_prompt.<j> (the last
+//   - step only (a round rejects them), optional EMA targets ema_target.text_prompt.<j> (the last
 //     relayed copy of another domain j; in the parameters or the batch
 //     file): before the step the client's copy moves toward it,
 //     t ← ema·t + (1−ema)·target, as Client.Step does;
@@ -422,6 +422,13 @@ func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Name
 	}
 	if len(clients) == 0 {
 		return nil, fmt.Errorf("tensor %q missing from the round file", "client0.images")
+	}
+	for _, src := range []tensor.Named{f.Params, f.Batch} {
+		for _, k := range slices.Sorted(maps.Keys(src)) {
+			if strings.HasPrefix(k, EMATargetPrefix) {
+				return nil, fmt.Errorf("adapt fixture: tensor %q: EMA targets belong to a step; a round starts before any prompt is relayed", k)
+			}
+		}
 	}
 	for i, d := range doms {
 		if d < 0 || d >= sh.domains {

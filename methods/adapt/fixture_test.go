@@ -449,6 +449,9 @@ func TestFixtureRejects(t *testing.T) {
 			f.Meta["client2.domain"] = "0"
 			f.Ints["client1.domain"] = []int{0}
 		}, true},
+		{"EMA target in a round", "belong to a step", func(f *methods.Fixture) {
+			f.Batch[EMATargetPrefix+TextName(0)] = f.Params[TextName(0)].Clone()
+		}, true},
 		{"client domain out of range", "domain 5 outside", func(f *methods.Fixture) {
 			f.Meta["client2.domain"] = "5"
 		}, true},
