@@ -122,22 +122,27 @@ func settingsFrom(f *methods.Fixture) (*Settings, fixtureShape, error) {
 	if s.AdaLN {
 		s.AdaLNLayers = sh.adaLNLayers
 	}
-	for key, dst := range map[string]*float64{"lr": &s.LR, "weight_decay": &s.WeightDecay, "tau": &s.Tau,
-		"lambda": &s.Lambda, "ema": &s.EMA} {
-		if *dst, err = f.FloatOr(key, *dst); err != nil {
+	for _, h := range []struct {
+		key string
+		dst *float64
+	}{{"lr", &s.LR}, {"weight_decay", &s.WeightDecay}, {"tau", &s.Tau}, {"lambda", &s.Lambda}, {"ema", &s.EMA}} {
+		if *h.dst, err = f.FloatOr(h.key, *h.dst); err != nil {
 			return nil, sh, err
 		}
 	}
-	for key, want := range map[string]int{"n_ctx": sh.nCtx, "adaln_layers": sh.adaLNLayers} {
-		if _, ok := f.Meta[key]; !ok || (key == "adaln_layers" && want == 0) {
+	for _, h := range []struct {
+		key  string
+		want int
+	}{{"n_ctx", sh.nCtx}, {"adaln_layers", sh.adaLNLayers}} {
+		if _, ok := f.Meta[h.key]; !ok || (h.key == "adaln_layers" && h.want == 0) {
 			continue
 		}
-		v, err := f.Float(key)
+		v, err := f.Float(h.key)
 		if err != nil {
 			return nil, sh, err
 		}
-		if int(v) != want || float64(int(v)) != v {
-			return nil, sh, fmt.Errorf("adapt fixture: hyper-parameter %s=%v, but the parameters give %d", key, v, want)
+		if v != float64(h.want) {
+			return nil, sh, fmt.Errorf("adapt fixture: hyper-parameter %s=%v, but the parameters give %d", h.key, v, h.want)
 		}
 	}
 	if o, ok := f.Meta["optimizer"]; ok {
