@@ -99,36 +99,48 @@ func TestAdaLNZeroIsIdentity(t *testing.T) {
 // with class prompts of C classes, and cached prefixes of B images.
 func tinyLearner(t *testing.T, cfg Config, C, B int) (*Learner, []float32) {
 	t.Helper()
-	c := clip.Config{EmbedDim: 6,
-		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16},
-		Text:   clip.TextConfig{ContextLength: 10, VocabSize: 20, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16}}
-	w := clip.Random(c, 9)
-	// tiny random embeddings make finite differences noisy: scale them up
-	for _, x := range [][]float32{w.Text.TokenEmb, w.Text.PosEmb} {
-		for j := range x {
-			x[j] *= 30
-		}
-	}
-	w.LogitScale = 1
-	m := clip.New(w)
-	var tokens []int
-	for cl := 0; cl < C; cl++ {
-		row := make([]int, c.Text.ContextLength)
-		row[0] = 17
-		for j := 1; j <= cfg.NCtx; j++ {
-			row[j] = 3
-		}
-		row[cfg.NCtx+1] = 4 + cl
-		row[cfg.NCtx+2] = 19 // EOT: the largest id
-		tokens = append(tokens, row...)
-	}
-	l, err := NewLearner(m, tokens, cfg)
+	m := tinyModel()
+	m.W.LogitScale = 1
+	l, err := NewLearner(m, tinyTokens(m, cfg.NCtx, C), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(2, 2))
 	px := gradcheck.Rand(rng, B*3*8*8, 1)
 	return l, clip.ImagePrefix(m, 1, px, B, nil)
+}
+
+// tinyModel is a random tiny CLIP (vision and text 2 blocks, 8×8 images)
+// with its token and position embeddings scaled up: tiny random embeddings
+// make finite differences noisy.
+func tinyModel() *clip.Model {
+	c := clip.Config{EmbedDim: 6,
+		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16},
+		Text:   clip.TextConfig{ContextLength: 10, VocabSize: 20, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16}}
+	w := clip.Random(c, 9)
+	for _, x := range [][]float32{w.Text.TokenEmb, w.Text.PosEmb} {
+		for j := range x {
+			x[j] *= 30
+		}
+	}
+	return clip.New(w)
+}
+
+// tinyTokens are the class prompts [C, ctx] of tinyModel: SOT, nCtx
+// placeholders, the class token, EOT.
+func tinyTokens(m *clip.Model, nCtx, C int) []int {
+	var tokens []int
+	for cl := 0; cl < C; cl++ {
+		row := make([]int, m.W.Config.Text.ContextLength)
+		row[0] = 17
+		for j := 1; j <= nCtx; j++ {
+			row[j] = 3
+		}
+		row[nCtx+1] = 4 + cl
+		row[nCtx+2] = 19 // EOT: the largest id
+		tokens = append(tokens, row...)
+	}
+	return tokens
 }
 
 // TestStepGradients checks the whole step — the visual prompts through the

@@ -60,6 +60,20 @@
 //     external copies, its visual prompts after local training. The global
 //     model (Plan.Global, unseen domains) is the averaged visual prompts and
 //     AdaLN with every domain's relayed prompt (mean over its clients).
+//
+// # Reference-fixture contract
+//
+// `pfedmma step --method adapt` and `pfedmma round --method adapt` work
+// through Method.Step, Method.SettingsFrom and Method.FixtureRound
+// (fixture.go documents the inputs and outputs): the step is one local
+// step of the production Client and Learner for the client's own domain
+// ("domain" from the metadata, `--set domain=i`, or a one-value tensor),
+// with optional EMA targets ema_target.text_prompt.<j>, and step1 after
+// one step of the section's optimizer (AdamW); the round is one round of
+// the production plan (Relay, Coordinator, Sites) over client<i>.images,
+// client<i>.labels and client<i>.domain. No reference fixtures exist for
+// ADAPT: the tests check finite differences, optim's AdamW and the plan
+// driven by hand.
 package adapt
 
 import (
