@@ -24,12 +24,16 @@ const fixtureHelp = `Inputs are safetensors files in the reference fixtures' lay
 
 Hyper-parameters come from the files' __metadata__ (n_ctx, lr, momentum,
 weight_decay, logit_scale, bottleneck, num_prompt, mu, temp, batch_size,
-local_epochs, ot, eps, top_percent, adapter_scale, ...); --set key=value
-overrides or adds one. Nothing is fixed to the fixtures' values.
+local_epochs, ot, eps, top_percent, adapter_scale, tau, lambda, ema,
+optimizer, domain, seed, ...); --set key=value overrides or adds one. Nothing
+is fixed to the fixtures' values. ADAPT reads the client's domain from
+metadata 'domain' or a tensor 'domain' (round: client<i>.domain), and the
+other domains' EMA targets from ema_target.text_prompt.<j>.
 
 The output file holds, under the reference's names:
   step:  logits, loss (and each loss term), the features the method computes,
-         grad.<param> and step1.<param> (after one SGD step, fresh optimizer)
+         grad.<param> and step1.<param> (after one step of the method's
+         optimizer from a fresh state: SGD; ADAPT: AdamW)
   round: client<i>.trained.<param> (what each client holds after local
          training) and global.<param> (what the server holds after aggregating)`
 
