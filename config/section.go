@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -218,4 +219,17 @@ func (e *Experiment) FitModel(layers int) []string {
 		}
 	}
 	return out
+}
+
+// CheckSection validates one method's settings outside a configuration
+// file (settings read from a fixture's metadata, say): nil, or every
+// problem, each naming its field path under name.
+func CheckSection(name string, s Section) error {
+	c := &checker{}
+	s.Check(&Checker{prefix: name, c: c})
+	errs := make([]error, len(c.errs))
+	for i, e := range c.errs {
+		errs[i] = e
+	}
+	return errors.Join(errs...)
 }

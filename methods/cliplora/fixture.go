@@ -1,0 +1,66 @@
+package cliplora
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/eval"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+// The reference-fixture contract (`pfedmma step` / `pfedmma round`): the
+// fixtures hold no CLIP-LoRA run, so the contract runs the production
+// client (methods.LearnerStep, methods.Round) and is tested against finite
+// differences and the optimizer.
+
+// SettingsFrom implements methods.FixtureSettings: the rank from the A
+// factors' shape ([r, D]), "alpha" (1), "scale" (sqrt) and "dropout" from
+// the metadata — 0 when absent, so that a step is deterministic without a
+// seed (with dropout the masks come from PCG(seed, 0)).
+func (m Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+	s := m.DefaultConfig().(*Settings)
+	s.Dropout = 0
+	rank := 0
+	for name, t := range f.Params {
+		if strings.HasPrefix(name, "lora.") && strings.HasSuffix(name, ".A") {
+			if len(t.Shape) != 2 || (rank != 0 && t.Shape[0] != rank) {
+				return nil, fmt.Errorf("clip_lora: parameter %q has shape %v, want [r, D] with one r", name, t.Shape)
+			}
+			rank = t.Shape[0]
+		}
+	}
+	if rank == 0 {
+		return nil, fmt.Errorf("clip_lora: no LoRA factor (lora.<tower>.<block>.<q|k|v>.A) in the parameters")
+	}
+	s.Rank = rank
+	var err error
+	if s.Alpha, err = f.FloatOr("alpha", s.Alpha); err != nil {
+		return nil, err
+	}
+	if s.Dropout, err = f.FloatOr("dropout", 0); err != nil {
+		return nil, err
+	}
+	if v, ok := f.Meta["scale"]; ok {
+		s.Scale = v
+	}
+	if err := config.CheckSection("clip_lora", s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Step implements methods.Stepper: one step of the production client
+// through both encoders.
+func (m Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+	sec, err := m.SettingsFrom(f)
+	if err != nil {
+		return nil, err
+	}
+	return methods.LearnerStep(ctx, m, sec, f)
+}
+
+// Scorer implements methods.BatchScorer: the client's current LoRA.
+func (c *client) Scorer() (eval.Scorer, error) { return newScorer(c.env, c.lora), nil }
