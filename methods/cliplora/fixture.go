@@ -24,6 +24,11 @@ func (m Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	s := m.DefaultConfig().(*Settings)
 	s.Dropout = 0
 	rank := 0
+	for name := range f.Params {
+		if IsDelta(name) {
+			s.Aggregate = AggregateProduct
+		}
+	}
 	for name, t := range f.Params {
 		if strings.HasPrefix(name, "lora.") && strings.HasSuffix(name, ".A") {
 			if len(t.Shape) != 2 || (rank != 0 && t.Shape[0] != rank) {

@@ -10,9 +10,20 @@
 //     Kaiming-uniform (PyTorch's default for a Linear: bound 1/√fan_in), B
 //     zero, as the spec says. The scale is α/√r as the spec writes
 //     (rsLoRA's form; standard LoRA uses α/r): `scale: sqrt|linear`.
-//   - Aggregation: A and B averaged separately (avg(B)·avg(A) ≠ avg(B·A),
-//     the choice of the federated baselines). Averaging the product is
-//     not implemented: it would need a rank > r factorisation per round.
+//   - Aggregation (`aggregate:`): ab (default) averages A and B separately
+//     (FedAvg, weights n_i; avg(B)·avg(A) ≠ avg(B·A): the server's model is
+//     not the average of the sites' models — the federated baselines'
+//     choice). product averages each projection's whole change exactly:
+//     a site uploads Δ + s·B·A [D, D] per projection (Δ: the frozen dense
+//     change it last installed, zero at first; DeltaName), the server
+//     takes their FedAvg, and a site receiving it installs it as its Δ
+//     (out += h Δᵀ, no dropout, no gradient) and restarts its LoRA from
+//     the common initial factors (A seeded, B zero), so its model is
+//     exactly the average and the change accumulates over rounds. Cost: a
+//     dense D×D tensor per projection on the wire and in each site's state
+//     (≈ 27 M floats for ViT-B/16's 72 projections), one extra GEMM per
+//     projection per step; optimizer moments restart with the LoRA when
+//     optimizer.reset_each_round is set (the default).
 //   - It is the one method that backpropagates through every block of
 //     both encoders: the cached prefix is the input of block 1 (patch
 //     embeddings after ln_pre; token embeddings plus positions), class
@@ -25,6 +36,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/nn"
@@ -33,6 +45,17 @@ import (
 
 // Parts are the projections LoRA adapts, in in_proj order.
 var Parts = [3]string{"q", "k", "v"}
+
+// DeltaName is the name of the frozen dense change of one projection
+// [D, D] under aggregate: product ("lora.visual.3.q.delta").
+func DeltaName(tower string, j int, part string) string {
+	return fmt.Sprintf("lora.%s.%d.%s.delta", tower, j, part)
+}
+
+// IsDelta reports whether name is a DeltaName.
+func IsDelta(name string) bool {
+	return strings.HasPrefix(name, "lora.") && strings.HasSuffix(name, ".delta")
+}
 
 // Name is the parameter name of a LoRA factor: tower "visual" or "text",
 // block j (0-based), part q|k|v, factor "A" [r, D] or "B" [D, r].
@@ -49,6 +72,10 @@ type blockLoRA struct {
 	rng     *rand.Rand
 	A, B    [3][]float32 // [r, D], [D, r]
 	dA, dB  [3][]float32
+	// delta is the frozen dense change of each projection [D, D] that
+	// aggregate: product installs (out += h Δᵀ, no dropout, no gradient);
+	// nil under aggregate: ab.
+	delta   [3][]float32
 	h       [3][]float32 // the (dropped-out) input of the last train forward [N, D]
 	mask    [3][]float32 // its dropout factors: 0 or 1/(1−p) [N, D]
 	z       [3][]float32 // h · Aᵀ [N, r]
@@ -56,12 +83,16 @@ type blockLoRA struct {
 	tmp, dz []float32
 }
 
-// Forward implements clip.QKVAdapter: out[:, part] += scale · drop(h) Aᵀ Bᵀ.
+// Forward implements clip.QKVAdapter: out[:, part] += scale · drop(h) Aᵀ Bᵀ
+// (+ h Δᵀ under aggregate: product).
 //
 //	h: [N, D]; A: [r, D]; B: [D, r]; z = drop(h) Aᵀ [N, r]; out rows of width D, stride apart
 func (l *blockLoRA) Forward(part int, out []float32, stride int, h []float32, N int, train bool) {
 	D, R := l.D, l.R
 	in := h[:N*D]
+	if d := l.delta[part]; d != nil {
+		gemm.Sgemm(false, true, N, D, D, 1, in, D, d, D, 1, out, stride) // out += h Δᵀ
+	}
 	if train && l.dropout > 0 {
 		l.h[part] = nn.Grow(l.h[part], N*D)
 		l.mask[part] = nn.Grow(l.mask[part], N*D)
@@ -102,6 +133,9 @@ func (l *blockLoRA) Forward(part int, out []float32, stride int, h []float32, N 
 //	dA += dzᵀ drop(h); dh += drop'(dz A)
 func (l *blockLoRA) Backward(part int, dh, dout []float32, stride, N int) {
 	D, R := l.D, l.R
+	if d := l.delta[part]; d != nil {
+		gemm.Sgemm(false, false, N, D, D, 1, dout, stride, d, D, 1, dh, D) // dh += dout Δ
+	}
 	l.tmp = nn.Grow(l.tmp, N*D)
 	g := l.tmp[:N*D]
 	for n := 0; n < N; n++ {

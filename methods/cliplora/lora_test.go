@@ -3,6 +3,7 @@ package cliplora
 import (
 	"context"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -93,7 +94,8 @@ func TestGradients(t *testing.T) {
 }
 
 // TestBlockGradients checks one block with LoRA on q, k and v — full and
-// pruned, causal and not, with and without dropout — against central
+// pruned, causal and not, with and without dropout, with and without
+// aggregate: product's frozen delta — against central
 // finite differences of L = Σ out ⊙ r: the A and B gradients and the
 // block's input gradient (which LoRA's dh adds to).
 func TestBlockGradients(t *testing.T) {
@@ -102,8 +104,11 @@ func TestBlockGradients(t *testing.T) {
 		causal  bool
 		pool    []int
 		dropout float64
-	}{{"vision-full", false, nil, 0}, {"text-full", true, nil, 0}, {"vision-pruned", false, []int{0, 0}, 0},
-		{"text-pruned", true, []int{4, 2}, 0}, {"vision-dropout", false, nil, 0.25}, {"text-pruned-dropout", true, []int{3, 1}, 0.25}} {
+		delta   bool
+	}{{"vision-full", false, nil, 0, false}, {"text-full", true, nil, 0, false}, {"vision-pruned", false, []int{0, 0}, 0, false},
+		{"text-pruned", true, []int{4, 2}, 0, false}, {"vision-dropout", false, nil, 0.25, false},
+		{"text-pruned-dropout", true, []int{3, 1}, 0.25, false},
+		{"vision-delta-dropout", false, nil, 0.25, true}, {"text-pruned-delta", true, []int{4, 1}, 0, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, 1))
 			m := tinyModel(3)
@@ -114,6 +119,9 @@ func TestBlockGradients(t *testing.T) {
 			for k := range Parts {
 				lb.A[k], lb.B[k] = gradcheck.Rand(rng, R*D, 0.5), gradcheck.Rand(rng, D*R, 0.5)
 				lb.dA[k], lb.dB[k] = make([]float32, R*D), make([]float32, D*R)
+				if tc.delta { // aggregate: product's frozen change
+					lb.delta[k] = gradcheck.Rand(rng, D*D, 0.3)
+				}
 			}
 			blk.QKV = lb
 			defer func() { blk.QKV = nil }()
@@ -151,6 +159,12 @@ func TestBlockGradients(t *testing.T) {
 // TestResumeBitIdentical: two rounds, a restart with fresh clients, one more
 // round equals three straight rounds (dropout draws included).
 func TestResumeBitIdentical(t *testing.T) {
+	for _, agg := range []string{AggregateAB, AggregateProduct} {
+		t.Run(agg, func(t *testing.T) { testResume(t, agg) })
+	}
+}
+
+func testResume(t *testing.T, agg string) {
 	run := func(dir string, rounds int, resume bool) tensor.Named {
 		m := tinyModel(4)
 		r := rand.New(rand.NewPCG(1, 2))
@@ -163,7 +177,9 @@ func TestResumeBitIdentical(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan, err := Method{}.Build(env, Method{}.DefaultConfig())
+		sec := Method{}.DefaultConfig().(*Settings)
+		sec.Aggregate = agg
+		plan, err := Method{}.Build(env, sec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,6 +208,91 @@ func TestResumeBitIdentical(t *testing.T) {
 		for i := range a.Data {
 			if a.Data[i] != b.Data[i] {
 				t.Fatalf("%s differs after resuming", name)
+			}
+		}
+	}
+}
+
+// TestProductAggregation: under aggregate: product the server's tensors
+// are the FedAvg (weights n_i) of every client's Δ + s·B·A — not
+// s·avg(B)·avg(A) — and a client that installs them holds exactly the
+// averaged model: its own Δ + s·B·A equals the average bit for bit.
+func TestProductAggregation(t *testing.T) {
+	m := tinyModel(4)
+	r := rand.New(rand.NewPCG(1, 2))
+	px := func(n int) []float32 {
+		v := make([]float32, n*3*8*8)
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+		return v
+	}
+	clients := []methods.TensorClient{{Pixels: px(4), Labels: []int{0, 1, 2, 1}}, {Pixels: px(2), Labels: []int{2, 0}}}
+	env, err := methods.TensorEnv(m, 1, rows(3), 3, clients, train.Options{Epochs: 2, Batch: 2, LR: 0.5, Momentum: 0.9}, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.TrainStore.Close()
+	sec := Method{}.DefaultConfig().(*Settings)
+	sec.Aggregate, sec.Dropout = AggregateProduct, 0
+	plan, err := Method{}.Build(env, sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord := &federation.Coordinator{Strategy: plan.Strategy, Proxies: []federation.ClientProxy{
+		federation.NewSite(plan.Clients[0], ""), federation.NewSite(plan.Clients[1], "")}, Rounds: 1, Fraction: 1, Seed: 1, EvalEvery: 100}
+	if _, err := coord.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := m.W.Config
+	var prods []tensor.Named
+	avgA := tensor.Named{}
+	w := []float32{4.0 / 6, 2.0 / 6}
+	for i := range plan.Clients {
+		site, err := plan.Site(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := tensor.Named{}
+		for name, v := range site {
+			if !IsDelta(name) {
+				p[name] = v
+				if avgA[name] == nil {
+					avgA[name] = tensor.New(v.Shape...)
+				}
+				for k, x := range v.Data {
+					avgA[name].Data[k] += w[i] * x
+				}
+			}
+		}
+		l := bind(p, cfg, sec).withDeltas(cfg) // Δ was zero in round 0
+		prods = append(prods, l.Product(cfg))
+	}
+	global := plan.Global()
+	differs := false
+	naive := bind(avgA, cfg, sec).Product(cfg) // s·avg(B)·avg(A)
+	for name, g := range global {
+		for k := range g.Data {
+			want := w[0]*prods[0][name].Data[k] + w[1]*prods[1][name].Data[k]
+			if math.Abs(float64(g.Data[k]-want)) > 1e-5*(1+math.Abs(float64(want))) {
+				t.Fatalf("global %s[%d] = %v, want the weighted mean %v", name, k, g.Data[k], want)
+			}
+			if math.Abs(float64(g.Data[k]-naive[name].Data[k])) > 1e-4 {
+				differs = true
+			}
+		}
+	}
+	if !differs {
+		t.Error("the averaged products equal the product of the averaged factors: the test cannot tell them apart")
+	}
+	c := plan.Clients[0].(*client)
+	if err := c.receive(global); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range c.lora.Product(cfg) {
+		for k := range v.Data {
+			if v.Data[k] != global[name].Data[k] {
+				t.Fatalf("after installing, %s[%d] = %v, want the average %v", name, k, v.Data[k], global[name].Data[k])
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
+	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/nn"
@@ -31,7 +32,19 @@ type Settings struct {
 	Dropout float64 `yaml:"dropout"` // on the LoRA input, training only (0.25)
 	// Scale is sqrt (α/√r, the spec) or linear (α/r, standard LoRA).
 	Scale string `yaml:"scale"`
+	// Aggregate is ab (FedAvg of A and B separately, the federated
+	// baselines' choice) or product (FedAvg of each projection's whole
+	// change Δ + s·B·A; see the package doc).
+	Aggregate string `yaml:"aggregate"`
 }
+
+// Aggregation choices.
+const (
+	AggregateAB      = "ab"
+	AggregateProduct = "product"
+)
+
+func (s *Settings) product() bool { return s.Aggregate == AggregateProduct }
 
 // Check implements config.Section.
 func (s *Settings) Check(c *config.Checker) {
@@ -42,6 +55,9 @@ func (s *Settings) Check(c *config.Checker) {
 		c.Fail("dropout", "%v not in [0, 1)", s.Dropout)
 	}
 	c.OneOf("scale", s.Scale, "sqrt", "linear")
+	if s.Aggregate != "" { // sections saved before the option read as ab
+		c.OneOf("aggregate", s.Aggregate, AggregateAB, AggregateProduct)
+	}
 }
 
 func (s *Settings) scale() float32 {
@@ -57,13 +73,13 @@ type Method struct{}
 // Info implements methods.Method.
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "clip_lora", Trains: "LoRA (rank r) on q, k, v of every block of both encoders",
-		Shares: "A and B of every LoRA (FedAvg, weights n_i): one global model",
+		Shares: "A and B of every LoRA (FedAvg, weights n_i; aggregate: product averages Δ + s·B·A exactly): one global model",
 		Paper:  "Zanella & Ben Ayed, Low-Rank Few-Shot Adaptation of Vision-Language Models (2024), federated as in the pFedMMA paper"}
 }
 
 // DefaultConfig implements methods.Method.
 func (Method) DefaultConfig() config.Section {
-	return &Settings{Rank: 2, Alpha: 1, Dropout: 0.25, Scale: "sqrt"}
+	return &Settings{Rank: 2, Alpha: 1, Dropout: 0.25, Scale: "sqrt", Aggregate: AggregateAB}
 }
 
 // Depth implements methods.Method: the prefix is the input of block 1.
@@ -81,20 +97,72 @@ func settings(sec config.Section) (*Settings, error) {
 // per-block adapters that Attach installs.
 type LoRA struct {
 	Params, Grads tensor.Named
-	vis, txt      []*blockLoRA
+	// Deltas are the frozen dense changes [D, D] of every projection under
+	// aggregate: product (DeltaName); nil under aggregate: ab.
+	Deltas   tensor.Named
+	scale    float32
+	vis, txt []*blockLoRA
+}
+
+// towersOf lists the encoders LoRA adapts, in draw order.
+func towersOf(c clip.Config) []tower {
+	return []tower{{"visual", c.Vision.Layers, c.Vision.Width}, {"text", c.Text.Layers, c.Text.Width}}
+}
+
+func (l *LoRA) blocks(tw string) []*blockLoRA {
+	if tw == "text" {
+		return l.txt
+	}
+	return l.vis
+}
+
+// withDeltas gives l zero deltas bound to its blocks (aggregate: product).
+func (l *LoRA) withDeltas(c clip.Config) *LoRA {
+	l.Deltas = tensor.Named{}
+	for _, tw := range towersOf(c) {
+		for j, b := range l.blocks(tw.name) {
+			for k, part := range Parts {
+				t := tensor.New(tw.width, tw.width)
+				l.Deltas[DeltaName(tw.name, j, part)] = t
+				b.delta[k] = t.Data
+			}
+		}
+	}
+	return l
+}
+
+// Product returns every projection's whole change Δ + s·B·A [D, D] (Δ
+// zero without deltas), under the DeltaName names: what a site uploads
+// under aggregate: product.
+func (l *LoRA) Product(c clip.Config) tensor.Named {
+	out := tensor.Named{}
+	for _, tw := range towersOf(c) {
+		D := tw.width
+		for j, b := range l.blocks(tw.name) {
+			for k, part := range Parts {
+				t := tensor.New(D, D)
+				if b.delta[k] != nil {
+					copy(t.Data, b.delta[k])
+				}
+				gemm.Sgemm(false, false, D, D, b.R, l.scale, b.B[k], b.R, b.A[k], D, 1, t.Data, D) // += s·B·A
+				out[DeltaName(tw.name, j, part)] = t
+			}
+		}
+	}
+	return out
 }
 
 // New makes LoRA factors for model m (A drawn from rng, B zero).
 func New(m *clip.Model, s *Settings, rng *rand.Rand) *LoRA {
 	c := m.W.Config
 	p := tensor.Named{}
-	initParams(p, []tower{{"visual", c.Vision.Layers, c.Vision.Width}, {"text", c.Text.Layers, c.Text.Width}}, s.Rank, rng)
+	initParams(p, towersOf(c), s.Rank, rng)
 	return bind(p, c, s)
 }
 
 // bind builds the block adapters over parameters p.
 func bind(p tensor.Named, c clip.Config, s *Settings) *LoRA {
-	l := &LoRA{Params: p, Grads: tensor.Named{}}
+	l := &LoRA{Params: p, Grads: tensor.Named{}, scale: s.scale()}
 	for name, t := range p {
 		l.Grads[name] = tensor.New(t.Shape...)
 	}
@@ -171,7 +239,11 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	if env.Start != 1 {
 		return nil, fmt.Errorf("clip_lora: needs the prefixes of block 1, the run caches depth %d", env.Start)
 	}
+	cfg := env.Model.W.Config
 	init := New(env.Model, s, rand.New(rand.NewPCG(env.Seed, 0x10a)))
+	if s.product() {
+		init.withDeltas(cfg)
+	}
 	if env.Init != nil {
 		for name, t := range init.Params {
 			src, ok := env.Init[name]
@@ -180,6 +252,25 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			}
 			copy(t.Data, src.Data)
 		}
+		for name, t := range init.Deltas { // optional: zero when not given
+			if src, ok := env.Init[name]; ok {
+				if !tensor.SameShape(src.Shape, t.Shape) {
+					return nil, fmt.Errorf("clip_lora initial parameters: %q has shape %v, want %v", name, src.Shape, t.Shape)
+				}
+				copy(t.Data, src.Data)
+			}
+		}
+	}
+	// a fresh LoRA on deltas d (nil: none): the initial A, B, and d
+	fresh := func(d tensor.Named) *LoRA {
+		l := bind(init.Params.Clone(), cfg, s)
+		if s.product() {
+			l.withDeltas(cfg)
+			for name, t := range d {
+				copy(l.Deltas[name].Data, t.Data)
+			}
+		}
+		return l
 	}
 	plan := &methods.Plan{}
 	var clients []*client
@@ -189,23 +280,40 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		if err != nil {
 			return nil, err
 		}
-		c := &client{env: env, task: t, lora: bind(init.Params.Clone(), env.Model.W.Config, s), loop: loop}
+		c := &client{env: env, task: t, s: s, init: init.Params, lora: fresh(init.Deltas), loop: loop}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}
 	fa := &strategy.FedAvg{Shared: func(name string) bool { return strings.HasPrefix(name, "lora.") }, Initial: init.Params.Clone()}
+	if s.product() {
+		fa = &strategy.FedAvg{Shared: IsDelta, Initial: init.Deltas.Clone()}
+	}
 	plan.Strategy, plan.Global = fa, fa.Global
-	plan.Site = func(i int) (tensor.Named, error) { return clients[i].lora.Params.Clone(), nil }
-	// every factor is shared: the global model is the averaged LoRA
+	plan.Site = func(i int) (tensor.Named, error) {
+		out := clients[i].lora.Params.Clone()
+		for name, t := range clients[i].lora.Deltas {
+			out[name] = t.Clone()
+		}
+		return out, nil
+	}
+	// the global model: the averaged LoRA (ab), or the averaged change
+	// under a fresh LoRA (product)
 	plan.GlobalScorer = func() (eval.Scorer, error) {
-		return newScorer(env, bind(fa.Global().Clone(), env.Model.W.Config, s)), nil
+		if s.product() {
+			return newScorer(env, fresh(fa.Global())), nil
+		}
+		return newScorer(env, bind(fa.Global().Clone(), cfg, s)), nil
 	}
 	return plan, nil
 }
 
 type client struct {
-	env      *methods.Env
-	task     *protocol.ClientTask
+	env  *methods.Env
+	task *protocol.ClientTask
+	s    *Settings
+	// init holds the common initial factors (read-only): under aggregate:
+	// product a site restarts from them after installing the average.
+	init     tensor.Named
 	lora     *LoRA
 	loop     *train.Loop
 	img, txt []float32
@@ -259,14 +367,12 @@ func (c *client) Step(ctx context.Context, b train.Batch) (float64, int, error) 
 	return loss, correct, nil
 }
 
-// Fit installs the global factors, trains every one of them and uploads them.
+// Fit installs the global factors (ab) or the global change with a fresh
+// LoRA (product), trains every factor and uploads the factors (ab) or each
+// projection's whole change Δ + s·B·A (product).
 func (c *client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	for name, t := range ins.Params {
-		p, ok := c.lora.Params[name]
-		if !ok || !tensor.SameShape(p.Shape, t.Shape) {
-			return federation.FitRes{}, fmt.Errorf("clip_lora client %d: received unexpected tensor %q", c.task.ID, name)
-		}
-		copy(p.Data, t.Data)
+	if err := c.receive(ins.Params); err != nil {
+		return federation.FitRes{}, err
 	}
 	bar := c.env.StepBar(c.loop.Batches(), fmt.Sprintf("client %d batch", c.task.ID))
 	defer bar.Finish()
@@ -275,7 +381,35 @@ func (c *client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 	if err != nil {
 		return federation.FitRes{}, err
 	}
-	return federation.FitRes{Params: c.lora.Params.Clone(), NumExamples: len(c.task.Train), Metrics: m}, nil
+	up := c.lora.Params.Clone()
+	if c.s.product() {
+		up = c.lora.Product(c.env.Model.W.Config)
+	}
+	return federation.FitRes{Params: up, NumExamples: len(c.task.Train), Metrics: m}, nil
+}
+
+// receive installs the server's tensors: the factors (ab), or the averaged
+// change as the frozen deltas with the LoRA restarted from the common
+// initial factors (product), after which the site's model is exactly the
+// average.
+func (c *client) receive(in tensor.Named) error {
+	into := c.lora.Params
+	if c.s.product() {
+		into = c.lora.Deltas
+	}
+	for name, t := range in {
+		p, ok := into[name]
+		if !ok || !tensor.SameShape(p.Shape, t.Shape) {
+			return fmt.Errorf("clip_lora client %d: received unexpected tensor %q", c.task.ID, name)
+		}
+		copy(p.Data, t.Data)
+	}
+	if c.s.product() && len(in) > 0 {
+		for name, p := range c.lora.Params {
+			copy(p.Data, c.init[name].Data)
+		}
+	}
+	return nil
 }
 
 // Evaluate scores the client's LoRA on its evaluation sets.
@@ -339,6 +473,9 @@ func (c *client) State() (tensor.Named, error) {
 	for name, t := range c.lora.Params {
 		st["param/"+name] = t.Clone()
 	}
+	for name, t := range c.lora.Deltas {
+		st["delta/"+name] = t.Clone()
+	}
 	return st, nil
 }
 
@@ -346,6 +483,13 @@ func (c *client) State() (tensor.Named, error) {
 func (c *client) LoadState(st tensor.Named) error {
 	for name, p := range c.lora.Params {
 		t, ok := st["param/"+name]
+		if !ok || !tensor.SameShape(t.Shape, p.Shape) {
+			return fmt.Errorf("clip_lora client %d state: no %s of shape %v", c.task.ID, name, p.Shape)
+		}
+		copy(p.Data, t.Data)
+	}
+	for name, p := range c.lora.Deltas {
+		t, ok := st["delta/"+name]
 		if !ok || !tensor.SameShape(t.Shape, p.Shape) {
 			return fmt.Errorf("clip_lora client %d state: no %s of shape %v", c.task.ID, name, p.Shape)
 		}
@@ -361,12 +505,20 @@ func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.
 		return nil, err
 	}
 	l := New(pe.Model, s, rand.New(rand.NewPCG(0, 0)))
-	for name, t := range l.Params {
-		src, ok := saved[name]
-		if !ok || !tensor.SameShape(src.Shape, t.Shape) {
-			return nil, fmt.Errorf("clip_lora: saved site lacks %q of shape %v", name, t.Shape)
+	for name := range saved {
+		if IsDelta(name) {
+			l.withDeltas(pe.Model.W.Config) // a site of aggregate: product
+			break
 		}
-		copy(t.Data, src.Data)
+	}
+	for _, ps := range []tensor.Named{l.Params, l.Deltas} {
+		for name, t := range ps {
+			src, ok := saved[name]
+			if !ok || !tensor.SameShape(src.Shape, t.Shape) {
+				return nil, fmt.Errorf("clip_lora: saved site lacks %q of shape %v", name, t.Shape)
+			}
+			copy(t.Data, src.Data)
+		}
 	}
 	return predictor{pe: pe, l: l}, nil
 }
