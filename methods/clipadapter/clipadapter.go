@@ -142,7 +142,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			copy(t.Data, src.Data)
 		}
 	}
-	st := &strategy.FedAvg{Shared: federation.Names(ParamW1, ParamW2), Initial: init.Clone()}
+	st := &server{FedAvg: &strategy.FedAvg{Shared: federation.Names(ParamW1, ParamW2), Initial: init.Clone()}}
 	opts := env.Train
 	if s.LR > 0 {
 		if opts.Schedule != nil && opts.LR > 0 {
@@ -163,16 +163,11 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		if err != nil {
 			return nil, err
 		}
-		c := &Client{env: env, task: t, w: w, P: init.Clone(), loop: loop, global: st.Global}
+		c := &Client{env: env, task: t, w: w, P: init.Clone(), loop: loop, global: st.served}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}
-	plan.Site = func(i int) (tensor.Named, error) {
-		if g := st.Global(); g != nil {
-			return g, nil
-		}
-		return clients[i].P.Clone(), nil
-	}
+	plan.Site = func(i int) (tensor.Named, error) { return clients[i].model().Clone(), nil }
 	// the whole adapter is shared: the global model is the averaged one
 	plan.GlobalScorer = func() (eval.Scorer, error) {
 		g := st.Global()
@@ -258,7 +253,39 @@ type Client struct {
 	P      tensor.Named
 	loop   *train.Loop
 	labels []int
+	// global is the server's adapter when the server runs in this process
+	// and has aggregated (simulation), else nil.
 	global func() tensor.Named
+	// recv is the adapter of the last download.
+	recv tensor.Named
+}
+
+// server is the method's FedAvg, noting whether it has aggregated in this
+// process: in a simulation the clients then score the new global adapter;
+// a site of a networked federation (whose strategy never aggregates)
+// scores the adapter of its last download instead.
+type server struct {
+	*strategy.FedAvg
+	aggregated bool
+}
+
+// Aggregate implements federation.Strategy.
+func (s *server) Aggregate(round int, results []federation.FitResult, failures []federation.Failure) error {
+	s.aggregated = true
+	return s.FedAvg.Aggregate(round, results, failures)
+}
+
+// LoadState implements federation.Strategy (a resumed server).
+func (s *server) LoadState(st tensor.Named) error {
+	s.aggregated = true
+	return s.FedAvg.LoadState(st)
+}
+
+func (s *server) served() tensor.Named {
+	if !s.aggregated {
+		return nil
+	}
+	return s.Global()
 }
 
 // ID implements federation.Client.
@@ -305,6 +332,9 @@ func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 		}
 		copy(p.Data, t.Data)
 	}
+	if len(ins.Params) > 0 {
+		c.recv = ins.Params.Clone()
+	}
 	bar := c.env.StepBar(c.loop.Batches(), fmt.Sprintf("client %d batch", c.task.ID))
 	defer bar.Finish()
 	c.loop.Progress = func(n int) { bar.AddItems(1, n) }
@@ -315,17 +345,26 @@ func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 	return federation.FitRes{Params: c.P.Clone(), NumExamples: len(c.task.Train), Metrics: m}, nil
 }
 
-// Evaluate scores the global adapter (the client's own copy before the
-// first aggregation) on the client's evaluation sets.
+// Evaluate scores the global adapter on the client's evaluation sets: the
+// server's current one when it runs in this process (simulation), else
+// the adapter of the last download (a networked site: the global model of
+// the round's start), else the client's own.
 func (c *Client) Evaluate(ctx context.Context, _ federation.EvaluateIns) (federation.EvaluateRes, error) {
-	p := c.P
+	m, err := c.env.Evaluate(ctx, scorer{c.w, c.model()}, c.task)
+	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.task.Train)}, err
+}
+
+// model is the adapter the site uses (see Evaluate).
+func (c *Client) model() tensor.Named {
 	if c.global != nil {
 		if g := c.global(); g != nil {
-			p = g
+			return g
 		}
 	}
-	m, err := c.env.Evaluate(ctx, scorer{c.w, p}, c.task)
-	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.task.Train)}, err
+	if c.recv != nil {
+		return c.recv
+	}
+	return c.P
 }
 
 type scorer struct {

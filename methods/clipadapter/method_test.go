@@ -270,3 +270,40 @@ func TestGlobalModel(t *testing.T) {
 		}
 	}
 }
+
+// TestSiteWithoutServer: a site whose strategy never aggregates in its
+// process (a networked site) uses the adapter of its last download, not
+// the strategy's initial one nor its own trained copy; once the strategy
+// aggregates in-process (simulation) it uses the new global adapter.
+func TestSiteWithoutServer(t *testing.T) {
+	s := &Settings{Ratio: 0.2, Reduction: 4}
+	plan := build(t, s, 16, 5, 2, 24, testOpts())
+	c := plan.Clients[0].(*Client)
+	down := tensor.Named{}
+	for name, v := range c.P {
+		d := v.Clone()
+		for i := range d.Data {
+			d.Data[i] = float32(i%7) * 0.01
+		}
+		down[name] = d
+	}
+	res, err := c.Fit(context.Background(), federation.FitIns{Round: 0, Params: down})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := bitsEqual(c.model(), down); d != "" {
+		t.Fatalf("a site without an in-process server does not use its download (%s)", d)
+	}
+	if d := bitsEqual(res.Params, down); d == "" {
+		t.Fatal("training did not move the adapter: the test cannot tell the two apart")
+	}
+	if err := plan.Strategy.Init([]federation.ClientInfo{{ID: 0, NumExamples: 1}, {ID: 1, NumExamples: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := plan.Strategy.Aggregate(0, []federation.FitResult{{ClientID: 0, NumExamples: 1, Params: res.Params}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := bitsEqual(c.model(), plan.Global()); d != "" {
+		t.Fatalf("after an in-process aggregation the site does not use the global adapter (%s)", d)
+	}
+}
