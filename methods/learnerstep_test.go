@@ -2,7 +2,6 @@ package methods_test
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -168,7 +167,7 @@ func TestLearnerStepContract(t *testing.T) {
 				}
 			}
 			if globals == 0 {
-				t.Fatal(fmt.Sprintf("round output has no global tensor: %v", slices.Sorted(maps.Keys(ro))))
+				t.Fatalf("round output has no global tensor: %v", slices.Sorted(maps.Keys(ro)))
 			}
 		})
 	}
