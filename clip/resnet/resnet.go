@@ -61,6 +61,10 @@ type Encoder struct {
 	bufs                [6][]float32
 	col                 []float32
 	tok, q, kk, vv, att []float32
+	// the last AttnPool's shape and softmax weights [B, heads, HW+1], for
+	// AttnPoolBackward
+	pb, pc, ph, pw int
+	probs          []float32
 }
 
 // FromTensors builds the encoder from OpenAI-named tensors (prefix
@@ -425,6 +429,8 @@ func (e *Encoder) AttnPool(feat, x []float32, B, C, H, W int) {
 	e.vv = nn.Grow(e.vv, B*T*C)
 	nn.LinearForward(e.vv, e.tok, e.vW, e.vB, B*T, C, C)
 	e.att = nn.Grow(e.att, B*C)
+	e.probs = nn.Grow(e.probs, B*heads*T)
+	e.pb, e.pc, e.ph, e.pw = B, C, H, W
 	scale := 1 / math.Sqrt(float64(dh))
 	scores := make([]float64, T)
 	for b := 0; b < B; b++ {
@@ -445,6 +451,9 @@ func (e *Encoder) AttnPool(feat, x []float32, B, C, H, W int) {
 				scores[t] = math.Exp(scores[t] - mx)
 				z += scores[t]
 			}
+			for t := range scores {
+				e.probs[(b*heads+h)*T+t] = float32(scores[t] / z)
+			}
 			out := e.att[b*C+h*dh : b*C+(h+1)*dh]
 			for i := range out {
 				var s float64
@@ -456,4 +465,66 @@ func (e *Encoder) AttnPool(feat, x []float32, B, C, H, W int) {
 		}
 	}
 	nn.LinearForward(feat, e.att, e.cW, e.cB, B, C, e.Cfg.EmbedDim)
+}
+
+// AttnPoolBackward adds to dx [B, C, H, W] the gradient of the last
+// AttnPool's output given dfeat [B, EmbedDim] (the pooled weights are
+// frozen: no weight gradients).
+//
+//	att = Σ_t p_t v_t per head; p = softmax(scale·q·k_t); q from the mean
+//	token, k and v from every token; tokens = [mean(x); x] + pos
+func (e *Encoder) AttnPoolBackward(dx, dfeat []float32) {
+	B, C, H, W := e.pb, e.pc, e.ph, e.pw
+	T, heads := H*W+1, e.Cfg.Heads
+	dh := C / heads
+	scale := float32(1 / math.Sqrt(float64(dh)))
+	datt := make([]float32, B*C)
+	nn.LinearBackward(datt, nil, nil, dfeat, e.att, e.cW, B, C, e.Cfg.EmbedDim) // datt = dfeat · c_proj
+	dq := make([]float32, B*C)
+	dk := make([]float32, B*T*C)
+	dv := make([]float32, B*T*C)
+	dp := make([]float32, T)
+	for b := 0; b < B; b++ {
+		for h := 0; h < heads; h++ {
+			p := e.probs[(b*heads+h)*T : (b*heads+h+1)*T]
+			da := datt[b*C+h*dh : b*C+(h+1)*dh]
+			q := e.q[b*C+h*dh : b*C+(h+1)*dh]
+			var dot float32
+			for t := 0; t < T; t++ {
+				v := e.vv[(b*T+t)*C+h*dh : (b*T+t)*C+(h+1)*dh]
+				dvt := dv[(b*T+t)*C+h*dh : (b*T+t)*C+(h+1)*dh]
+				var s float32
+				for i := range da {
+					dvt[i] += p[t] * da[i] // dv_t = p_t · datt
+					s += da[i] * v[i]
+				}
+				dp[t] = s
+				dot += p[t] * s
+			}
+			dqh := dq[b*C+h*dh : b*C+(h+1)*dh]
+			for t := 0; t < T; t++ {
+				ds := p[t] * (dp[t] - dot) * scale // softmax backward, through the scale
+				k := e.kk[(b*T+t)*C+h*dh : (b*T+t)*C+(h+1)*dh]
+				dkt := dk[(b*T+t)*C+h*dh : (b*T+t)*C+(h+1)*dh]
+				for i := range dqh {
+					dqh[i] += ds * k[i]
+					dkt[i] += ds * q[i]
+				}
+			}
+		}
+	}
+	dtok := make([]float32, B*T*C)
+	nn.LinearBackward(dtok, nil, nil, dk, e.tok, e.kW, B*T, C, C)
+	nn.LinearBackward(dtok, nil, nil, dv, e.tok, e.vW, B*T, C, C)
+	dq0 := make([]float32, B*C)
+	nn.LinearBackward(dq0, nil, nil, dq, nil, e.qW, B, C, C)
+	inv := 1 / float32(H*W)
+	for b := 0; b < B; b++ {
+		for c := 0; c < C; c++ {
+			mean := dtok[(b*T)*C+c] + dq0[b*C+c] // the mean token: key/value and query
+			for pp := 0; pp < H*W; pp++ {
+				dx[(b*C+c)*H*W+pp] += dtok[(b*T+1+pp)*C+c] + mean*inv
+			}
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -147,5 +148,29 @@ func TestBadTensors(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "layer3.0.conv2.weight") {
 		t.Errorf("mis-shaped tensor: %v", err)
+	}
+}
+
+// TestAttnPoolBackward checks the attention pool's input gradient against
+// central finite differences of L = Σ feat ⊙ r on random weights.
+func TestAttnPoolBackward(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 2))
+	const B, C, H, W, E, heads = 2, 8, 2, 3, 6, 2
+	T := H*W + 1
+	e := &Encoder{Cfg: Config{Heads: heads, EmbedDim: E},
+		pos: gradcheck.Rand(rng, T*C, 0.5),
+		qW:  gradcheck.Rand(rng, C*C, 0.5), qB: gradcheck.Rand(rng, C, 0.2),
+		kW: gradcheck.Rand(rng, C*C, 0.5), kB: gradcheck.Rand(rng, C, 0.2),
+		vW: gradcheck.Rand(rng, C*C, 0.5), vB: gradcheck.Rand(rng, C, 0.2),
+		cW: gradcheck.Rand(rng, E*C, 0.5), cB: gradcheck.Rand(rng, E, 0.2)}
+	x := gradcheck.Rand(rng, B*C*H*W, 1)
+	r := gradcheck.Rand(rng, B*E, 1)
+	feat := make([]float32, B*E)
+	loss := func() float64 { e.AttnPool(feat, x, B, C, H, W); return gradcheck.Dot(feat, r) }
+	loss()
+	dx := make([]float32, len(x))
+	e.AttnPoolBackward(dx, r)
+	if err := gradcheck.Check("x", x, dx, loss, 1e-2, 2e-2, len(x), rng); err != nil {
+		t.Fatal(err)
 	}
 }
