@@ -40,7 +40,7 @@ test: deps
 	$(GO) test -count=1 -timeout 20m ./...
 	@echo "pure-Go fallback (-tags purego, no cgo): the engine's packages"
 	CGO_ENABLED=0 $(GO) vet -tags purego ./...
-	CGO_ENABLED=0 $(GO) test -count=1 -tags purego ./gemm ./nn ./clip/... ./methods/... ./prompt ./ot
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout 20m -tags purego ./gemm ./nn ./clip/... ./methods/... ./prompt ./ot
 
 bench: build
 	./$(BIN) bench engine
