@@ -121,8 +121,9 @@ var stepCases = []struct {
 // awayFromKinks sets FedAdapter's down [2, d] to ±½ the mean direction of
 // the batch's image features plus small noise: one hidden unit on for every
 // image, one off, their pre-activations far from 0, so no ±1e-2 step of a
-// finite difference crosses the ReLU's kink.
-func awayFromKinks(m *clip.Model, f *methods.Fixture, down *tensor.Tensor) {
+// finite difference crosses the ReLU's kink (it fails the test when the
+// features share no direction to build this on).
+func awayFromKinks(t *testing.T, m *clip.Model, f *methods.Fixture, down *tensor.Tensor) {
 	d := m.W.Config.EmbedDim
 	B := len(f.Ints["labels"])
 	img := m.EncodeImage(f.Batch["images"].Data, B)
@@ -133,6 +134,16 @@ func awayFromKinks(m *clip.Model, f *methods.Fixture, down *tensor.Tensor) {
 		}
 	}
 	normalizeRows(nil, u, 1, d)
+	for b := 0; b < B; b++ {
+		var dot, mx float64
+		for k := range u {
+			dot += float64(u[k]) * float64(img[b*d+k])
+			mx = math.Max(mx, math.Abs(float64(img[b*d+k])))
+		}
+		if dot < 50*1e-2*mx {
+			t.Fatalf("image %d: f·u = %.3g, too close to a kink for finite differences", b, dot)
+		}
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for j := 0; j < down.Shape[0]; j++ {
 		sign := float32(1 - 2*(j%2))
@@ -156,7 +167,7 @@ func TestStepGradients(t *testing.T) {
 		}
 		f := stepFixture(t, m, tc.s, 6, 5, meta)
 		if down, ok := f.Params[ParamDown]; ok {
-			awayFromKinks(m, f, down)
+			awayFromKinks(t, m, f, down)
 		}
 		out, err := Method{}.Step(context.Background(), f)
 		if err != nil {
