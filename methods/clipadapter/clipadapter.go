@@ -21,6 +21,12 @@
 //     federation; before the first aggregation, the client's own copy).
 //   - Names follow CLIP-Adapter's module: adapter.fc.0.weight (W1),
 //     adapter.fc.2.weight (W2).
+//
+// The reference-fixture contract (`pfedmma step` / `pfedmma round`,
+// fixture.go) reads the adapter under these names. There are no reference
+// fixtures of federated CLIP-Adapter in testdata/: its tests write fixtures
+// from a tiny random CLIP and check the step against finite differences
+// and optim.SGD, and the round against the production Plan.
 package clipadapter
 
 import (

@@ -1,48 +1,204 @@
 package clipadapter
 
+// The reference-fixture contract (`pfedmma step` / `pfedmma round`, README
+// "The reference-fixture contract") for CLIP-Adapter. There are no
+// reference fixtures of federated CLIP-Adapter in testdata/: the tests
+// build fixtures from a tiny random CLIP and check the step against finite
+// differences and optim.SGD, and the round against the production Plan run
+// by methods.Round.
+
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// The reference-fixture contract (`pfedmma step` / `pfedmma round`): the
-// fixtures hold no CLIP-Adapter run, so the contract runs the production
-// client (methods.LearnerStep, methods.Round) and is tested against finite
-// differences and the optimizer.
-
 // SettingsFrom implements methods.FixtureSettings: the reduction from the
-// first matrix's shape ([d/r, d]), the residual ratio from the metadata
-// "ratio" (0.2 when absent).
-func (m Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	s := m.DefaultConfig().(*Settings)
-	w1 := f.Params[ParamW1]
-	if w1 == nil || len(w1.Shape) != 2 || w1.Shape[0] == 0 || w1.Shape[1]%w1.Shape[0] != 0 {
-		return nil, fmt.Errorf("clip_adapter: parameter %q missing or not [d/r, d]", ParamW1)
+// shape of adapter.fc.0.weight [d/reduction, d] (a metadata reduction must
+// agree), the residual ratio α from ratio (default 0.2, CLIP-Adapter's).
+// The logits use the model's logit_scale; a metadata logit_scale that
+// differs from it is an error (the method has no setting for it).
+func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+	s := Method{}.DefaultConfig().(*Settings)
+	d := f.Model.W.Config.EmbedDim
+	w1, ok := f.Params[ParamW1]
+	if !ok || len(w1.Shape) != 2 || w1.Shape[1] != d || w1.Shape[0] < 1 || d%w1.Shape[0] != 0 {
+		return nil, fmt.Errorf("clip_adapter: parameters lack %q [d/reduction, %d]", ParamW1, d)
 	}
-	s.Reduction = w1.Shape[1] / w1.Shape[0]
-	ratio, err := f.FloatOr("ratio", s.Ratio)
-	if err != nil {
-		return nil, err
+	s.Reduction = d / w1.Shape[0]
+	if _, ok := f.Meta["reduction"]; ok {
+		r, err := f.Float("reduction")
+		if err != nil {
+			return nil, fmt.Errorf("clip_adapter: %w", err)
+		}
+		if int(r) != s.Reduction {
+			return nil, fmt.Errorf("clip_adapter: metadata reduction %v, but parameter %q has shape %v (reduction %d)", r, ParamW1, w1.Shape, s.Reduction)
+		}
 	}
-	s.Ratio = ratio
-	if err := config.CheckSection("clip_adapter", s); err != nil {
-		return nil, err
+	var err error
+	if s.Ratio, err = f.FloatOr("ratio", s.Ratio); err != nil {
+		return nil, fmt.Errorf("clip_adapter: %w", err)
+	}
+	if !(s.Ratio >= 0 && s.Ratio <= 1) {
+		return nil, fmt.Errorf("clip_adapter: metadata ratio %v outside [0, 1]", s.Ratio)
+	}
+	if _, ok := f.Meta["logit_scale"]; ok {
+		ls, err := f.Float("logit_scale")
+		if err != nil {
+			return nil, fmt.Errorf("clip_adapter: %w", err)
+		}
+		if m := float64(f.Model.W.LogitScale); math.Abs(ls-m) > 1e-6*(1+math.Abs(m)) {
+			return nil, fmt.Errorf("clip_adapter: metadata logit_scale %v differs from the model's %v (the method scores with the model's)", ls, m)
+		}
 	}
 	return s, nil
 }
 
-// Step implements methods.Stepper: one step of the production client.
-func (m Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	sec, err := m.SettingsFrom(f)
+// Step implements methods.Stepper: one CLIP-Adapter step on the fixture's
+// images. params holds adapter.fc.0.weight [k, d] and adapter.fc.2.weight
+// [d, k]; the batch images [B, 3, S, S] (or image_features [B, d]),
+// labels [B] and tokens [C, ctx] (the class prompts, encoded by the frozen
+// text tower). The result holds image_features, adapted_features (f'
+// [B, d]), text_features [C, d], logits [B, C], loss, grad.<p> and
+// step1.<p> after one SGD step (lr, momentum, weight_decay of the
+// metadata) from a fresh optimizer.
+func (Method) Step(_ context.Context, f *methods.Fixture) (tensor.Named, error) {
+	out, _, err := step(f)
+	return out, err
+}
+
+// step is Step, also returning the loss in float64.
+func step(f *methods.Fixture) (tensor.Named, float64, error) {
+	sec, err := Method{}.SettingsFrom(f)
+	if err != nil {
+		return nil, 0, err
+	}
+	s := sec.(*Settings)
+	model := f.Model
+	d, ctxLen := model.W.Config.EmbedDim, model.W.Config.Text.ContextLength
+	p := tensor.Named{}
+	shapes := s.Shapes(d)
+	for _, name := range []string{ParamW1, ParamW2} {
+		t, ok := f.Params[name]
+		if !ok || !tensor.SameShape(t.Shape, shapes[name]) {
+			return nil, 0, fmt.Errorf("clip_adapter: parameters lack %q of shape %v", name, shapes[name])
+		}
+		p[name] = t.Clone()
+	}
+	tokens, err := f.IntsOf("tokens")
+	if err != nil {
+		return nil, 0, fmt.Errorf("clip_adapter: %w", err)
+	}
+	C := len(tokens) / ctxLen
+	if C == 0 || len(tokens) != C*ctxLen {
+		return nil, 0, fmt.Errorf("clip_adapter: tensor \"tokens\": %d ids, want [C, %d]", len(tokens), ctxLen)
+	}
+	labels, err := f.IntsOf("labels")
+	if err != nil {
+		return nil, 0, fmt.Errorf("clip_adapter: %w", err)
+	}
+	for i, y := range labels {
+		if y < 0 || y >= C {
+			return nil, 0, fmt.Errorf("clip_adapter: tensor \"labels\": label %d of image %d outside 0..%d", y, i, C-1)
+		}
+	}
+	B := len(labels)
+	methods.DetachAll(model)
+	var img []float32
+	if t, ok := f.Batch["image_features"]; ok {
+		if B == 0 || len(t.Data) != B*d {
+			return nil, 0, fmt.Errorf("clip_adapter: tensor \"image_features\": shape %v for %d labels, want [%d, %d]", t.Shape, B, B, d)
+		}
+		img = slices.Clone(t.Data)
+	} else {
+		images, err := f.Tensor("images")
+		if err != nil {
+			return nil, 0, fmt.Errorf("clip_adapter: %w", err)
+		}
+		S := model.W.Config.Vision.ImageSize
+		if B == 0 || len(images.Data) != B*3*S*S {
+			return nil, 0, fmt.Errorf("clip_adapter: tensor \"images\": shape %v for %d labels, want [%d, 3, %d, %d]", images.Shape, B, B, S, S)
+		}
+		img = methods.ImageRecords(model, methods.Features, images.Data, B, nil)
+	}
+	txt, err := model.EncodeText(tokens, C)
+	if err != nil {
+		return nil, 0, fmt.Errorf("clip_adapter: text features: %w", err)
+	}
+	w := &Model{Adapter: Adapter{Alpha: float32(s.Ratio)}, D: d, K: shapes[ParamW1][0],
+		Scale: model.W.LogitScale, Grads: tensor.Named{}}
+	for name, t := range p {
+		w.Grads[name] = tensor.New(t.Shape...)
+	}
+	loss, _ := w.Step(p, img, labels, txt)
+	out := tensor.Named{
+		"image_features": {Shape: []int{B, d}, Data: img},
+		"text_features":  {Shape: []int{C, d}, Data: txt},
+		"loss":           {Shape: []int{1}, Data: []float32{float32(loss)}},
+	}
+	var ps []optim.Param
+	for _, n := range []string{ParamW1, ParamW2} {
+		out["grad."+n] = w.Grads[n].Clone()
+		ps = append(ps, optim.Param{Name: n, Value: p[n].Data, Grad: w.Grads[n].Data})
+	}
+	// the logits and f' of the step (recomputed: the same arithmetic)
+	out["logits"] = &tensor.Tensor{Shape: []int{B, C}, Data: slices.Clone(w.Logits(p, img, B, txt))}
+	out["adapted_features"] = &tensor.Tensor{Shape: []int{B, d}, Data: slices.Clone(w.fp[:B*d])}
+	opts, err := f.TrainOptions()
+	if err != nil {
+		return nil, 0, fmt.Errorf("clip_adapter: %w", err)
+	}
+	opt, err := opts.NewOptimizer()
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := opt.Step(opts.LR, ps); err != nil {
+		return nil, 0, fmt.Errorf("clip_adapter: %w", err)
+	}
+	for _, n := range []string{ParamW1, ParamW2} {
+		out["step1."+n] = p[n]
+	}
+	return out, loss, nil
+}
+
+// FixtureRound implements methods.Rounder: the plain round of
+// methods.FixtureRound (the production Plan in federation Sites, FedAvg,
+// the Coordinator), reporting as client<i>.trained.<p> the adapter each
+// client holds after its local training — the production Plan.Site gives
+// the server's average instead, the model a site keeps and is scored with.
+func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+	return methods.FixtureRound(ctx, trainedSites{Method{}}, f)
+}
+
+// trainedSites is the method with Plan.Site giving each client's own
+// adapter; it is no Rounder, so methods.FixtureRound runs the plain round
+// on it.
+type trainedSites struct{ methods.Method }
+
+func (trainedSites) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+	return Method{}.SettingsFrom(f)
+}
+
+func (w trainedSites) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	plan, err := w.Method.Build(env, sec)
 	if err != nil {
 		return nil, err
 	}
-	return methods.LearnerStep(ctx, m, sec, f)
+	plan.Site = func(i int) (tensor.Named, error) {
+		c, ok := plan.Clients[i].(*Client)
+		if !ok {
+			return nil, fmt.Errorf("clip_adapter: client %d is a %T", i, plan.Clients[i])
+		}
+		return c.P.Clone(), nil
+	}
+	return plan, nil
 }
 
 // Scorer implements methods.BatchScorer: the client's own adapter.

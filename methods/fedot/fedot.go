@@ -54,6 +54,13 @@
 //     Up = 0 (so h' = h at the start); all_global, X averaged with w_g
 //     (uniform mean of the unconstrained X; its Cayley transform is still
 //     orthogonal); all_local, nothing shared (every client trains alone).
+//
+// The reference-fixture contract (`pfedmma step` / `pfedmma round`,
+// fixture.go) reads w_g and the local map (x, w_1 or adapter.down/up) under
+// these names. There are no reference fixtures of FedOT in testdata/ (no
+// reference code): its tests write fixtures from a tiny random CLIP and
+// check the step against finite differences and optim.SGD, and the round
+// against the production Plan.
 package fedot
 
 import (
