@@ -1,0 +1,529 @@
+// Package fedtpg is FedTPG (Qiu et al., "Federated Text-driven Prompt
+// Generation for Vision-Language Models", ICLR 2024): instead of a prompt,
+// the clients learn and the server averages a prompt *generator* — learnable
+// queries that cross-attend to the CLIP text features of the class names,
+// then a GEGLU feed-forward (and optional self-attention layers). A client's
+// prompt is generated from the names of its own classes, and the cross
+// entropy is over those classes only; at test time the prompt of any class
+// list, unseen classes included, is generated from their names. Its point is
+// base-to-novel generalisation.
+//
+// What is computed follows the authors' code (boschresearch/FedTPG:
+// model/FedTPG.py, model/prompt_net.py, federated/{client,server}.py; spec
+// fedtpg.md), reproduced exactly by the fixtures in testdata/fedtpg:
+//   - The generator's input is the L2-normalised CLIP text features of the
+//     bare class names ("{name}", underscores as spaces; no template, no
+//     period), without gradient. No residual around the cross-attention;
+//     the feed-forward and each self-attention have one. GEGLU's value half
+//     is the first half of the 8E outputs, the gate (exact erf GELU) the
+//     second.
+//   - The n_ctx generated vectors replace the "X" placeholders of every
+//     class's prompt "X X … X {name}." at the embedding (one shared prompt).
+//   - The whole generator is shared and averaged; nothing is private. The
+//     server's mean is uniform over the round's clients, as the code does
+//     (weighted_mean: true weights by n_i instead).
+//   - Each client keeps its optimizer (momentum) across rounds in the
+//     authors' code; paper-fedtpg sets optimizer.reset_each_round false.
+//     Their cosine schedule is stepped once per round the client takes part
+//     in (a partially participating client's lr lags); here the schedule
+//     follows the global round.
+//
+// Where this differs from the code, on purpose:
+//   - Widths come from the model: E = the text width, D = the embedding dim
+//     (the code hard-codes 512 = ViT-B/16's and crashes on other backbones).
+//     As in torch, the cross-attention stores one in_proj_weight when D = E
+//     and separate q/k/v projections otherwise.
+//   - Prompt depth d_ctx is 1 only. The code's deeper prompts are broken:
+//     its text transformer replaces positions 1..n_ctx with ctx[1] before
+//     block 0, so ctx[0] (inserted at the embedding) is overwritten before
+//     any block sees it and gets no gradient, and the image encoder is never
+//     given its prompts. d_ctx > 1 is refused with that reason.
+//   - The generator is float32 (the code runs it in float16 after
+//     meta_net.half()); the initial values are not rounded to float16.
+//   - `w`/`score` (KgCoOp vestiges that add 0 to the loss) are left out.
+package fedtpg
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/federation/strategy"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/prompt"
+	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+func init() { methods.Register(Method{}) }
+
+// Settings is the fedtpg config section.
+type Settings struct {
+	// NCtx is the number of generated prompt vectors (the authors' 4).
+	NCtx int `yaml:"n_ctx"`
+	// DCtx is the prompt depth; only 1 (see the package doc).
+	DCtx int `yaml:"d_ctx"`
+	// Depth is the number of self-attention layers after the
+	// cross-attention (the released run's 0).
+	Depth int `yaml:"depth"`
+	// CrossHeads and SelfHeads are the attention heads (4; they must divide
+	// the text width).
+	CrossHeads int `yaml:"cross_heads"`
+	SelfHeads  int `yaml:"self_heads"`
+	// FFMult is the feed-forward hidden width in text widths (4).
+	FFMult int `yaml:"ff_mult"`
+	// InitStd is σ of soft_prompt's N(0, σ²) init (0.02).
+	InitStd float64 `yaml:"init_std"`
+	// WeightedMean weights the server's mean by the clients' sizes; false
+	// (the code): the uniform mean over the round's clients.
+	WeightedMean bool `yaml:"weighted_mean"`
+}
+
+// Check implements config.Section.
+func (s *Settings) Check(c *config.Checker) {
+	c.AtLeast("n_ctx", s.NCtx, 1)
+	c.AtMost("n_ctx", s.NCtx, 64)
+	if s.DCtx != 1 {
+		c.Fail("d_ctx", "%d: only 1 is supported (the authors' deeper prompts overwrite the embedding-level vectors "+
+			"before block 0, so they get no gradient, and never prompt the image encoder)", s.DCtx)
+	}
+	c.AtLeast("depth", s.Depth, 0)
+	c.AtMost("depth", s.Depth, 12)
+	c.AtLeast("cross_heads", s.CrossHeads, 1)
+	c.AtMost("cross_heads", s.CrossHeads, 64)
+	c.AtLeast("self_heads", s.SelfHeads, 1)
+	c.AtMost("self_heads", s.SelfHeads, 64)
+	c.AtLeast("ff_mult", s.FFMult, 1)
+	c.AtMost("ff_mult", s.FFMult, 16)
+	c.NonNegative("init_std", s.InitStd)
+}
+
+func (s *Settings) config(seed uint64) Config {
+	return Config{NCtx: s.NCtx, DCtx: s.DCtx, Depth: s.Depth, CrossHeads: s.CrossHeads, SelfHeads: s.SelfHeads,
+		FFMult: s.FFMult, InitStd: s.InitStd, Seed: seed}
+}
+
+func fromConfig(c Config) *Settings {
+	return &Settings{NCtx: c.NCtx, DCtx: c.DCtx, Depth: c.Depth, CrossHeads: c.CrossHeads, SelfHeads: c.SelfHeads,
+		FFMult: c.FFMult, InitStd: c.InitStd}
+}
+
+// Method is FedTPG for the methods registry.
+type Method struct{}
+
+// Info implements methods.Method.
+func (Method) Info() methods.Info {
+	return methods.Info{Name: "fedtpg",
+		Trains: "a prompt generator: learnable queries cross-attending to the class names' CLIP text features, GEGLU feed-forward (n_ctx vectors at the embedding)",
+		Shares: "the whole generator (uniform mean as the authors' code; weighted_mean: n_i weights)",
+		Paper:  "Qiu et al., Federated Text-driven Prompt Generation for Vision-Language Models (ICLR 2024)"}
+}
+
+// DefaultConfig implements methods.Method.
+func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()) }
+
+// Depth implements methods.Method: the image encoder is frozen whole.
+func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
+
+func settings(sec config.Section) (*Settings, error) {
+	s, ok := sec.(*Settings)
+	if !ok || s == nil {
+		return nil, fmt.Errorf("fedtpg: config section is %T, want *fedtpg.Settings", sec)
+	}
+	return s, s.config(0).Validate()
+}
+
+// Shared selects the tensors the server receives: the whole generator.
+var Shared = federation.Prefix(Prefix)
+
+// Build implements methods.Method.
+func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	return build(env, s, nil)
+}
+
+// build makes the plan; names, when set, gives the bare-name rows [C, ctx]
+// of some label spaces (the fixtures' name_tokens) instead of the
+// tokenizer.
+func build(env *methods.Env, s *Settings, names map[int][]int) (*methods.Plan, error) {
+	cfg := s.config(env.Seed)
+	ctxLen := env.Model.W.Config.Text.ContextLength
+	// Each label space's prompt rows and name rows; a learner is built from
+	// its prompt rows, and finds each row's name by it.
+	byPrompt := map[string][]int{}
+	for space := range env.Task.Spaces {
+		rows, err := env.ClassPromptTokens(space, promptfed.Placeholder(cfg.NCtx))
+		if err != nil {
+			return nil, fmt.Errorf("fedtpg: %w", err)
+		}
+		nr, err := nameRows(env, space, rows, names, cfg.NCtx)
+		if err != nil {
+			return nil, err
+		}
+		for k := 0; k < len(rows)/ctxLen; k++ {
+			byPrompt[rowKey(rows[k*ctxLen:(k+1)*ctxLen])] = nr[k*ctxLen : (k+1)*ctxLen]
+		}
+	}
+	spec := &promptfed.Spec{Name: "fedtpg", Placeholder: cfg.NCtx, Shared: Shared,
+		NewLearner: func(tokens []int) (promptfed.Learner, error) {
+			nr := make([]int, 0, len(tokens))
+			for k := 0; k < len(tokens)/ctxLen; k++ {
+				r, ok := byPrompt[rowKey(tokens[k*ctxLen:(k+1)*ctxLen])]
+				if !ok {
+					return nil, fmt.Errorf("fedtpg: prompt row %d belongs to no label space", k)
+				}
+				nr = append(nr, r...)
+			}
+			return New(env.Model, tokens, nr, cfg)
+		},
+		Strategy: func(init tensor.Named) federation.Strategy {
+			shared := tensor.Named{}
+			for name, t := range init {
+				if Shared(name) {
+					shared[name] = t.Clone()
+				}
+			}
+			return &strategy.FedAvg{Shared: Shared, Uniform: !s.WeightedMean, Initial: shared}
+		}}
+	return promptfed.Build(env, spec)
+}
+
+func rowKey(row []int) string { return fmt.Sprint(row) }
+
+// nameRows returns the bare-name rows [C, ctx] of a label space: given, or
+// tokenised ("{name}", underscores as spaces), or — in-memory tasks without
+// a tokenizer — derived from the prompt rows (NameRows).
+func nameRows(env *methods.Env, space int, prompts []int, given map[int][]int, nCtx int) ([]int, error) {
+	if r, ok := given[space]; ok {
+		if len(r) != len(prompts) {
+			return nil, fmt.Errorf("fedtpg: label space %d: %d name token ids for %d prompt token ids", space, len(r), len(prompts))
+		}
+		return r, nil
+	}
+	ctxLen := env.Model.W.Config.Text.ContextLength
+	if env.Tok == nil {
+		return NameRows(prompts, ctxLen, nCtx)
+	}
+	var out []int
+	for _, c := range env.Task.Spaces[space].Classes {
+		ids, err := env.Tok.Tokenize(strings.ReplaceAll(env.Task.Dataset.Classes[c], "_", " "), ctxLen, false)
+		if err != nil {
+			return nil, fmt.Errorf("fedtpg: class name: %w", err)
+		}
+		out = append(out, ids...)
+	}
+	return out, nil
+}
+
+// Predictor implements methods.Method: the site's generator, prompting
+// whatever classes it is given from their names.
+func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.Named) (methods.Predictor, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := saved[Prefix+nameSoftPrompt]; !ok {
+		return nil, fmt.Errorf("fedtpg: saved site lacks %q", Prefix+nameSoftPrompt)
+	}
+	return predictor{pe: pe, cfg: s.config(0), saved: saved}, nil
+}
+
+type predictor struct {
+	pe    methods.PredictEnv
+	cfg   Config
+	saved tensor.Named
+}
+
+func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
+	m := p.pe.Model
+	ctxLen := m.W.Config.Text.ContextLength
+	var tokens, names []int
+	for _, c := range classes {
+		name := strings.ReplaceAll(c, "_", " ")
+		ids, err := p.pe.Tok.Tokenize(promptfed.Placeholder(p.cfg.NCtx)+" "+name+".", ctxLen, false)
+		if err != nil {
+			return nil, err
+		}
+		tokens = append(tokens, ids...)
+		if ids, err = p.pe.Tok.Tokenize(name, ctxLen, false); err != nil {
+			return nil, err
+		}
+		names = append(names, ids...)
+	}
+	l, err := New(m, tokens, names, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := prompt.Load(l.Params(), p.saved); err != nil {
+		return nil, fmt.Errorf("fedtpg: saved site: %w", err)
+	}
+	if err := l.Prepare(); err != nil {
+		return nil, err
+	}
+	return l.Logits(m.EncodeImage(pixels, B), B)
+}
+
+// SettingsFrom implements methods.FixtureSettings: n_ctx, d_ctx, depth,
+// cross_heads, self_heads, ff_mult from the metadata (the defaults where
+// absent); prompt_dim and textemb_dim, when given, must be the model's
+// widths.
+func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+	s := fromConfig(DefaultConfig())
+	for key, dst := range map[string]*int{"n_ctx": &s.NCtx, "d_ctx": &s.DCtx, "depth": &s.Depth,
+		"cross_heads": &s.CrossHeads, "self_heads": &s.SelfHeads, "ff_mult": &s.FFMult} {
+		v, err := f.FloatOr(key, float64(*dst))
+		if err != nil {
+			return nil, err
+		}
+		if v != float64(int(v)) {
+			return nil, fmt.Errorf("hyper-parameter %s=%v: must be an integer", key, v)
+		}
+		*dst = int(v)
+	}
+	m := f.Model
+	for key, want := range map[string]int{"prompt_dim": m.Text.Cfg.Width, "textemb_dim": m.W.Config.EmbedDim} {
+		v, err := f.FloatOr(key, float64(want))
+		if err != nil {
+			return nil, err
+		}
+		if int(v) != want {
+			return nil, fmt.Errorf("hyper-parameter %s=%v: the model's is %d (FedTPG's widths are the model's)", key, v, want)
+		}
+	}
+	agg := f.Meta["aggregation"]
+	s.WeightedMean = agg != "" && !strings.HasPrefix(agg, "uniform")
+	if err := s.config(0).Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// fixtureLearner builds a learner on the fixture's "tokens" and
+// "name_tokens" (derived from tokens when absent) with its parameters.
+func fixtureLearner(f *methods.Fixture, s *Settings, tokens, names []int) (*Learner, error) {
+	l, err := New(f.Model, tokens, names, s.config(0))
+	if err != nil {
+		return nil, err
+	}
+	ls, err := f.FloatOr("logit_scale", float64(f.Model.W.LogitScale))
+	if err != nil {
+		return nil, err
+	}
+	l.LogitScale = float32(ls)
+	if err := prompt.Load(l.Params(), f.Params); err != nil {
+		return nil, fmt.Errorf("fedtpg parameters file: %w", err)
+	}
+	return l, nil
+}
+
+// fixtureRows returns the fixture's prompt rows "tokens" and name rows
+// "name_tokens" (derived from the prompt rows when absent).
+func fixtureRows(f *methods.Fixture, nCtx int) (tokens, names []int, err error) {
+	if tokens, err = f.IntsOf("tokens"); err != nil {
+		return nil, nil, err
+	}
+	if names, ok := f.Ints["name_tokens"]; ok {
+		if len(names) != len(tokens) {
+			return nil, nil, fmt.Errorf("integer tensor %q: %d ids, %q has %d", "name_tokens", len(names), "tokens", len(tokens))
+		}
+		return tokens, names, nil
+	}
+	names, err = NameRows(tokens, f.Model.W.Config.Text.ContextLength, nCtx)
+	return tokens, names, err
+}
+
+// Step implements methods.Stepper: one step of the generator on the batch
+// "images" (encoded here by the frozen image encoder), "labels", "tokens"
+// and "name_tokens", then one step of a fresh SGD (lr, momentum,
+// weight_decay). It writes the generator's intermediate tensors under the
+// fixture's names (name_features, generator_input,
+// generator_cross_attention, generator_cross_out, generated_ctx), the
+// features, logits, loss, grad.<param> and step1.<param>.
+func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+	sec, err := Method{}.SettingsFrom(f)
+	if err != nil {
+		return nil, err
+	}
+	s := sec.(*Settings)
+	tokens, names, err := fixtureRows(f, s.NCtx)
+	if err != nil {
+		return nil, err
+	}
+	l, err := fixtureLearner(f, s, tokens, names)
+	if err != nil {
+		return nil, err
+	}
+	images, err := f.Tensor("images")
+	if err != nil {
+		return nil, err
+	}
+	S := f.Model.W.Config.Vision.ImageSize
+	if len(images.Shape) != 4 || images.Shape[1] != 3 || images.Shape[2] != S || images.Shape[3] != S {
+		return nil, fmt.Errorf("tensor %q: shape %v, want [B, 3, %d, %d]", "images", images.Shape, S, S)
+	}
+	labels, err := f.IntsOf("labels")
+	if err != nil {
+		return nil, err
+	}
+	B := images.Shape[0]
+	if len(labels) != B {
+		return nil, fmt.Errorf("integer tensor %q: %d labels for %d images", "labels", len(labels), B)
+	}
+	img := f.Model.EncodeImage(images.Data, B)
+	loss, _, logits, err := l.Step(img, labels)
+	if err != nil {
+		return nil, err
+	}
+	K, Emb, Q, W := l.K, l.Emb, l.gen.Cfg.Queries(), l.gen.Cfg.E
+	raw, norm := l.NameInputs()
+	mk := func(data []float32, shape ...int) *tensor.Tensor {
+		return &tensor.Tensor{Shape: shape, Data: slices.Clone(data)}
+	}
+	out := tensor.Named{
+		"name_features":             mk(raw, K, Emb),
+		"generator_input":           mk(norm, K, Emb),
+		"generator_cross_attention": mk(l.gen.CrossAttention(), s.DCtx, Q/s.DCtx, K),
+		"generator_cross_out":       mk(l.gen.CrossOut(), s.DCtx, Q/s.DCtx, W),
+		"generated_ctx":             mk(l.gen.Output(), s.DCtx, Q/s.DCtx, W),
+		"image_features":            mk(img, B, Emb),
+		"text_features":             mk(l.txt, K, Emb),
+		"logits":                    mk(logits, B, K),
+		"loss":                      prompt.Scalar(loss),
+	}
+	for name, g := range l.Grads() {
+		out["grad."+name] = g.Clone()
+	}
+	var h [3]float64
+	for i, key := range []string{"lr", "momentum", "weight_decay"} {
+		if h[i], err = f.Float(key); err != nil {
+			return nil, err
+		}
+	}
+	if err := optim.NewSGD(h[1], h[2], false).Step(h[0], prompt.OptimParams(l.Params(), l.Grads())); err != nil {
+		return nil, err
+	}
+	for name, p := range l.Params() {
+		out["step1."+name] = p.Clone()
+	}
+	return out, nil
+}
+
+// FixtureRound implements methods.Rounder: one round through methods.Round
+// (the production clients in federation Sites, the server's mean, the
+// Coordinator) on the clients client<i>.images / client<i>.labels, each over
+// its own classes client<i>.classes (indices into "tokens"; labels local,
+// 0..K−1; all classes when absent), as the authors' cross-class clients.
+// Besides client<i>.trained.<param> and global.<param> it writes
+// client<i>.momentum.<param>, the SGD momentum each client keeps for its
+// next round.
+func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+	sec, err := Method{}.SettingsFrom(f)
+	if err != nil {
+		return nil, err
+	}
+	s := sec.(*Settings)
+	opts, err := f.TrainOptions()
+	if err != nil {
+		return nil, err
+	}
+	seed, err := f.FloatOr("seed", 0)
+	if err != nil {
+		return nil, err
+	}
+	tokens, names, err := fixtureRows(f, s.NCtx)
+	if err != nil {
+		return nil, err
+	}
+	ctxLen := f.Model.W.Config.Text.ContextLength
+	C := len(tokens) / ctxLen
+	in := methods.RoundInputs{Model: f.Model, Init: f.Params, Tokens: tokens, Classes: C, Train: opts, Seed: uint64(seed)}
+	var classes [][]int
+	for i := 0; ; i++ {
+		px, ok := f.Batch[fmt.Sprintf("client%d.images", i)]
+		if !ok {
+			break
+		}
+		labels, err := f.IntsOf(fmt.Sprintf("client%d.labels", i))
+		if err != nil {
+			return nil, err
+		}
+		cl := f.Ints[fmt.Sprintf("client%d.classes", i)]
+		for _, c := range cl {
+			if c < 0 || c >= C {
+				return nil, fmt.Errorf("integer tensor %q: class %d outside 0..%d", fmt.Sprintf("client%d.classes", i), c, C-1)
+			}
+		}
+		for k, y := range labels {
+			if cl != nil && (y < 0 || y >= len(cl)) {
+				return nil, fmt.Errorf("integer tensor %q: label %d of image %d outside the client's %d classes", fmt.Sprintf("client%d.labels", i), y, k, len(cl))
+			}
+		}
+		in.Clients = append(in.Clients, methods.TensorClient{Pixels: px.Data, Labels: labels})
+		classes = append(classes, cl)
+	}
+	if len(in.Clients) == 0 {
+		return nil, fmt.Errorf("tensor %q missing from the round file", "client0.images")
+	}
+	rm := &roundMethod{s: s, tokens: tokens, names: names, classes: classes}
+	out, err := methods.Round(ctx, rm, sec, in)
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range rm.plan.Clients {
+		st, err := c.State()
+		if err != nil {
+			return nil, err
+		}
+		for name, t := range st {
+			if p, ok := strings.CutPrefix(name, "opt/momentum_buffer/"); ok {
+				m := t.Clone()
+				if init, ok := f.Params[p]; ok && len(init.Data) == len(m.Data) {
+					m.Shape = slices.Clone(init.Shape)
+				}
+				out[fmt.Sprintf("client%d.momentum.%s", i, p)] = m
+			}
+		}
+	}
+	return out, nil
+}
+
+// roundMethod is FedTPG as methods.Round builds it for a fixture: each
+// client gets a label space of its own classes, with the fixture's prompt
+// and name rows; the plan is kept for the clients' momentum.
+type roundMethod struct {
+	Method
+	s             *Settings
+	tokens, names []int
+	classes       [][]int
+	plan          *methods.Plan
+}
+
+func (r *roundMethod) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	ctxLen := env.Model.W.Config.Text.ContextLength
+	given := map[int][]int{0: r.names}
+	for i, cl := range r.classes {
+		if cl == nil {
+			continue
+		}
+		space := len(env.Task.Spaces)
+		env.Task.Spaces = append(env.Task.Spaces, protocol.Space{Name: fmt.Sprintf("client%d", i), Classes: slices.Clone(cl)})
+		var rows, nr []int
+		for _, c := range cl {
+			rows = append(rows, r.tokens[c*ctxLen:(c+1)*ctxLen]...)
+			nr = append(nr, r.names[c*ctxLen:(c+1)*ctxLen]...)
+		}
+		env.SpaceTokenRows[space], given[space] = rows, nr
+		env.Task.Clients[i].TrainSpace = space
+	}
+	plan, err := build(env, r.s, given)
+	r.plan = plan
+	return plan, err
+}
