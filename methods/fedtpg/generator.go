@@ -486,7 +486,7 @@ type feedForward struct {
 	ln     layerNorm
 	l1, l3 linear
 	F, n   int
-	g, dg  []float32 // [n, F] GEGLU output, its gradient
+	g      []float32 // [n, F] GEGLU output
 	du     []float32 // [n, 2F]
 	dx     []float32 // [n, E]
 }
