@@ -159,6 +159,17 @@ func TestResumeBitIdentical(t *testing.T) {
 		}
 	}
 	sameNamed(t, "global", resumed.Global(), straight.Global())
+	moved := false
+	for name, g := range straight.Global() {
+		for i, v := range g.Data {
+			if v != saved[0]["param/"+name].Data[i] {
+				moved = true
+			}
+		}
+	}
+	if !moved {
+		t.Error("the third round did not move the global generator")
+	}
 }
 
 // TestSharedAndMean: every upload is exactly the whole generator (nothing
