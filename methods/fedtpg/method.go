@@ -46,6 +46,7 @@ package fedtpg
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -82,6 +83,11 @@ type Settings struct {
 	// WeightedMean weights the server's mean by the clients' sizes; false
 	// (the code): the uniform mean over the round's clients.
 	WeightedMean bool `yaml:"weighted_mean"`
+	// OwnClasses trains each client over the classes of its own training
+	// images only — the generator conditioned on their names, the cross
+	// entropy over them — as the authors' cross-class clients (true); false
+	// trains over the client's whole label space.
+	OwnClasses bool `yaml:"own_classes"`
 }
 
 // Check implements config.Section.
@@ -110,7 +116,7 @@ func (s *Settings) config(seed uint64) Config {
 
 func fromConfig(c Config) *Settings {
 	return &Settings{NCtx: c.NCtx, DCtx: c.DCtx, Depth: c.Depth, CrossHeads: c.CrossHeads, SelfHeads: c.SelfHeads,
-		FFMult: c.FFMult, InitStd: c.InitStd}
+		FFMult: c.FFMult, InitStd: c.InitStd, OwnClasses: true}
 }
 
 // Method is FedTPG for the methods registry.
@@ -155,6 +161,10 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 // tokenizer.
 func build(env *methods.Env, s *Settings, names map[int][]int) (*methods.Plan, error) {
 	cfg := s.config(env.Seed)
+	orig := env
+	if s.OwnClasses {
+		env = ownClassEnv(env)
+	}
 	ctxLen := env.Model.W.Config.Text.ContextLength
 	// Each label space's prompt rows and name rows; a learner is built from
 	// its prompt rows, and finds each row's name by it.
@@ -193,7 +203,83 @@ func build(env *methods.Env, s *Settings, names map[int][]int) (*methods.Plan, e
 			}
 			return &strategy.FedAvg{Shared: Shared, Uniform: !s.WeightedMean, Initial: shared}
 		}}
-	return promptfed.Build(env, spec)
+	plan, err := promptfed.Build(env, spec)
+	if err != nil || env == orig {
+		return plan, err
+	}
+	for i, c := range plan.Clients {
+		plan.Clients[i] = &ownClient{Client: c.(*promptfed.Client), orig: orig}
+	}
+	return plan, nil
+}
+
+// ownClassEnv returns env, or — when some client's training images do not
+// cover its whole label space — a copy whose task gives each such client a
+// label space of its own classes (appended after the task's spaces, which
+// keep their indices for evaluation) with its labels renumbered into it.
+// The shared task is not touched.
+func ownClassEnv(env *methods.Env) *methods.Env {
+	var task *protocol.Task
+	var rows map[int][]int
+	L := env.Model.W.Config.Text.ContextLength
+	for i, ct := range env.Task.Clients {
+		sp := env.Task.Spaces[ct.TrainSpace]
+		present := slices.Sorted(maps.Keys(setOf(ct.Labels)))
+		if len(present) == len(sp.Classes) {
+			continue
+		}
+		if task == nil {
+			t := *env.Task
+			t.Spaces, t.Clients = slices.Clone(t.Spaces), slices.Clone(t.Clients)
+			task, rows = &t, maps.Clone(env.SpaceTokenRows)
+		}
+		own := protocol.Space{Name: fmt.Sprintf("%s of client %d", sp.Name, ct.ID)}
+		local := map[int]int{}
+		for k, y := range present {
+			own.Classes, local[y] = append(own.Classes, sp.Classes[y]), k
+		}
+		c := &task.Clients[i]
+		c.Labels = make([]int, len(ct.Labels))
+		for k, y := range ct.Labels {
+			c.Labels[k] = local[y]
+		}
+		if r, ok := env.SpaceTokenRows[ct.TrainSpace]; ok { // in-memory tasks: the rows of its classes
+			var sub []int
+			for _, y := range present {
+				sub = append(sub, r[y*L:(y+1)*L]...)
+			}
+			rows[len(task.Spaces)] = sub
+		}
+		c.TrainSpace = len(task.Spaces)
+		task.Spaces = append(task.Spaces, own)
+	}
+	if task == nil {
+		return env
+	}
+	e := *env
+	e.Task, e.SpaceTokenRows = task, rows
+	return &e
+}
+
+func setOf(x []int) map[int]bool {
+	s := map[int]bool{}
+	for _, v := range x {
+		s[v] = true
+	}
+	return s
+}
+
+// ownClient is a client of an own-class copy of the run's Env: it hands the
+// run's round bar to the copy before training.
+type ownClient struct {
+	*promptfed.Client
+	orig *methods.Env
+}
+
+// Fit implements federation.Client.
+func (c *ownClient) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
+	c.Env.RoundBar = c.orig.RoundBar
+	return c.Client.Fit(ctx, ins)
 }
 
 func rowKey(row []int) string { return fmt.Sprint(row) }
@@ -472,7 +558,10 @@ func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Name
 	if len(in.Clients) == 0 {
 		return nil, fmt.Errorf("tensor %q missing from the round file", "client0.images")
 	}
-	rm := &roundMethod{s: s, tokens: tokens, names: names, classes: classes}
+	// the clients' classes are given: each trains over exactly those
+	own := *s
+	own.OwnClasses = false
+	rm := &roundMethod{s: &own, tokens: tokens, names: names, classes: classes}
 	out, err := methods.Round(ctx, rm, sec, in)
 	if err != nil {
 		return nil, err

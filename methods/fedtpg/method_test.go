@@ -179,6 +179,7 @@ func TestSharedAndMean(t *testing.T) {
 	for _, weighted := range []bool{false, true} {
 		s := testSettings()
 		s.WeightedMean = weighted
+		s.OwnClasses = false // the test doubles client 1's images in the task after Build
 		classes := [][]int{{0, 1}, {2, 3, 4}}
 		opts := testOpts()
 		env, plan := tensorPlan(t, s, classes, opts)
@@ -370,5 +371,59 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	}
 	if _, err := (Method{}).Predictor(methods.PredictEnv{Model: m, Tok: tok}, s, tensor.Named{}); err == nil {
 		t.Error("predictor without a generator accepted")
+	}
+}
+
+// TestOwnClasses: with own_classes (the default) a client whose images hold
+// classes 1 and 4 of a 6-class space trains a 2-class classifier over them,
+// with its labels renumbered, and the run's task is not touched; without it
+// the client trains over the whole space.
+func TestOwnClasses(t *testing.T) {
+	for _, own := range []bool{true, false} {
+		s := testSettings()
+		s.OwnClasses = own
+		m, tokens, _ := randomModel(t, 6, s.NCtx, 3)
+		S := m.W.Config.Vision.ImageSize
+		rng := rand.New(rand.NewPCG(2, 5))
+		labels := []int{4, 1, 1, 4, 4}
+		env, err := methods.TensorEnv(m, methods.Features, tokens, 6,
+			[]methods.TensorClient{{Pixels: gradcheck.Rand(rng, 5*3*S*S, 1), Labels: labels}}, testOpts(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { env.TrainStore.Close() })
+		plan, err := Method{}.Build(env, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(env.Task.Spaces) != 1 || env.Task.Clients[0].TrainSpace != 0 || !slices.Equal(env.Task.Clients[0].Labels, labels) {
+			t.Fatal("Build changed the run's task")
+		}
+		var c *promptfed.Client
+		switch x := plan.Clients[0].(type) {
+		case *ownClient:
+			c = x.Client
+		case *promptfed.Client:
+			c = x
+		}
+		l, err := c.Learner()
+		if err != nil {
+			t.Fatal(err)
+		}
+		K, wantLabels := l.(*Learner).K, labels
+		if own {
+			wantLabels = []int{1, 0, 0, 1, 1}
+			if K != 2 || !slices.Equal(c.Env.Task.Spaces[c.Task.TrainSpace].Classes, []int{1, 4}) {
+				t.Errorf("own classes: %d classes %v", K, c.Env.Task.Spaces[c.Task.TrainSpace].Classes)
+			}
+		} else if K != 6 {
+			t.Errorf("whole space: %d classes", K)
+		}
+		if !slices.Equal(c.Task.Labels, wantLabels) {
+			t.Errorf("own %v: labels %v, want %v", own, c.Task.Labels, wantLabels)
+		}
+		if _, err := plan.Clients[0].Fit(context.Background(), federation.FitIns{Round: 0}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
