@@ -61,6 +61,9 @@ var presets = []preset{
 		"source domain, every domain held out in turn, ViT-B/16, AdamW lr 5e-4 wd 0.01, E=1, T=200, full data"}, paperADAPT},
 	{PresetInfo{"paper-pfedmoap-domainnet", "pFedMoAP's DomainNet setting: 6 domains × 5 clients by Dir(0.3), 25% " +
 		"participation, T=25, E=5, prompt SGD lr 0.002 cosine, 10 experts"}, paperPFedMoAPDomainNet},
+	{PresetInfo{"paper-fedtpg", "FedTPG's cross-class (base-to-novel) setting on a CLIP dataset (caltech101 under DATA): " +
+		"20 clients each over its own base classes, 8 shots, T=500, E=1, batch 200, SGD lr 0.003 momentum 0.9 wd 1e-5 " +
+		"cosine, each client keeping its optimizer, n_ctx 4, seed 43 (the authors' released run)"}, paperFedTPG},
 	{PresetInfo{"world-lodo", "leave-one-domain-out G/P/C on the world's 4 styles (one client per source style, every " +
 		"style held out in turn) for zero-shot, PromptFL, FedOT and pFedMMA with the embedded model: about a minute"}, worldLODO},
 	{PresetInfo{"world-dg", "federated domain generalisation on the world: train on photo, clipart and sketch, score the " +
@@ -316,6 +319,23 @@ func paperPFedMoAPDomainNet() *Experiment {
 	e.Federation = Federation{Clients: 30, Fraction: 0.25, Rounds: 25, LocalEpochs: 5, EvalEvery: 5}
 	e.Optimizer.LR = 0.002
 	e.Optimizer.Schedule = ScheduleCosine
+	return e
+}
+
+// paperFedTPG: fedtpg.md — the authors' cross-class run (Launch_FL.py,
+// config/defaults.py, output/cross_cls/fedtpg/20_8/43): 8 shots, 500
+// rounds of one local epoch, batch 200, SGD lr 0.003 momentum 0.9 wd 1e-5
+// with a cosine schedule, each client's optimizer kept across rounds. Their
+// run splits the base classes of 9 datasets into clients of 20 classes; on
+// one dataset this preset deals its base classes to 20 clients.
+func paperFedTPG() *Experiment {
+	e := paperBaseToNovel()
+	e.Methods = []string{"zeroshot", "fedtpg"}
+	e.Dataset.Shots = 8
+	e.Federation = Federation{Clients: 20, Fraction: 1, Rounds: 500, LocalEpochs: 1, EvalEvery: 50}
+	e.Optimizer = Optimizer{Name: OptimizerSGD, LR: 0.003, Momentum: 0.9, WeightDecay: 1e-5, Schedule: ScheduleCosine, ResetEachRound: false}
+	e.BatchSize = 200
+	e.Seeds = []uint64{43}
 	return e
 }
 
