@@ -155,3 +155,36 @@ func TestRoundFixture(t *testing.T) {
 		}
 	}
 }
+
+// TestFixtureSettings: the metadata's settings, and bad ones refused naming
+// the key.
+func TestFixtureSettings(t *testing.T) {
+	f := load(t, "init.safetensors", "round.safetensors")
+	sec, err := Method{}.SettingsFrom(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := sec.(*Settings); s.NCtx != 4 || s.Depth != 0 || s.WeightedMean {
+		t.Errorf("settings %+v", s)
+	}
+	for _, c := range []struct{ set, want string }{
+		{"d_ctx=2", "d_ctx"}, {"prompt_dim=512", "prompt_dim"}, {"textemb_dim=128", "textemb_dim"},
+		{"n_ctx=1.5", "n_ctx"}, {"weighted_mean=maybe", "weighted_mean"}, {"cross_heads=3", "cross_heads"},
+	} {
+		g, err := methods.LoadFixture(f.Model, td+"init.safetensors", []string{td + "step.safetensors"}, []string{c.set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Method{}.Step(context.Background(), g)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--set %s: error %v, want one naming %s", c.set, err, c.want)
+		}
+	}
+	g, err := methods.LoadFixture(f.Model, td+"init.safetensors", []string{td + "step.safetensors"}, []string{"weighted_mean=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sec, err := (Method{}).SettingsFrom(g); err != nil || !sec.(*Settings).WeightedMean {
+		t.Errorf("weighted_mean=true: %v", err)
+	}
+}

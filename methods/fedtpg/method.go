@@ -48,6 +48,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/config"
@@ -258,6 +259,7 @@ func ownClassEnv(env *methods.Env) *methods.Env {
 	}
 	e := *env
 	e.Task, e.SpaceTokenRows = task, rows
+	e.TrainBuf, e.TrainPx = nil, nil // its own batch buffers
 	return &e
 }
 
@@ -359,8 +361,8 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 
 // SettingsFrom implements methods.FixtureSettings: n_ctx, d_ctx, depth,
 // cross_heads, self_heads, ff_mult from the metadata (the defaults where
-// absent); prompt_dim and textemb_dim, when given, must be the model's
-// widths.
+// absent), the server's mean from aggregation or weighted_mean; prompt_dim
+// and textemb_dim, when given, must be the model's widths.
 func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	s := fromConfig(DefaultConfig())
 	for key, dst := range map[string]*int{"n_ctx": &s.NCtx, "d_ctx": &s.DCtx, "depth": &s.Depth,
@@ -384,8 +386,16 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 			return nil, fmt.Errorf("hyper-parameter %s=%v: the model's is %d (FedTPG's widths are the model's)", key, v, want)
 		}
 	}
+	// the fixtures' "aggregation" ("uniform mean …"), or weighted_mean
 	agg := f.Meta["aggregation"]
 	s.WeightedMean = agg != "" && !strings.HasPrefix(agg, "uniform")
+	if v, ok := f.Meta["weighted_mean"]; ok {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return nil, fmt.Errorf("hyper-parameter weighted_mean=%q: %w", v, err)
+		}
+		s.WeightedMean = b
+	}
 	if err := s.config(0).Validate(); err != nil {
 		return nil, err
 	}
