@@ -8,6 +8,8 @@ import (
 
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -186,5 +188,42 @@ func TestFixtureSettings(t *testing.T) {
 	}
 	if sec, err := (Method{}).SettingsFrom(g); err != nil || !sec.(*Settings).WeightedMean {
 		t.Errorf("weighted_mean=true: %v", err)
+	}
+}
+
+// TestRoundBatchLosses replays each client of the round fixture with the
+// learner (its classes' prompt and name rows, batches of 4 in order, a
+// fresh SGD) and compares every batch's loss with clientN.batch_losses.
+func TestRoundBatchLosses(t *testing.T) {
+	f := load(t, "init.safetensors", "round.safetensors")
+	s := fromConfig(DefaultConfig())
+	const L = 77
+	for i := 0; i < 2; i++ {
+		pre := "client" + string(rune('0'+i)) + "."
+		var tokens, names []int
+		for _, c := range f.Ints[pre+"classes"] {
+			tokens = append(tokens, f.Ints["tokens"][c*L:(c+1)*L]...)
+			names = append(names, f.Ints["name_tokens"][c*L:(c+1)*L]...)
+		}
+		l, err := fixtureLearner(f, s, tokens, names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		px, labels := f.Batch[pre+"images"], f.Ints[pre+"labels"]
+		img := f.Model.EncodeImage(px.Data, len(labels))
+		opt := optim.NewSGD(0.9, 1e-5, false)
+		want := f.Batch[pre+"batch_losses"].Data
+		got := make([]float32, len(want))
+		for b := range want {
+			loss, _, _, err := l.Step(img[b*4*l.Emb:(b+1)*4*l.Emb], labels[b*4:(b+1)*4])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[b] = float32(loss)
+			if err := opt.Step(0.003, prompt.OptimParams(l.Params(), l.Grads())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fixturetest.Close(t, pre+"batch_losses", got, want, 1e-5)
 	}
 }
