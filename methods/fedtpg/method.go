@@ -19,6 +19,12 @@
 //     second.
 //   - The n_ctx generated vectors replace the "X" placeholders of every
 //     class's prompt "X X … X {name}." at the embedding (one shared prompt).
+//   - Each client trains over the classes of its own images (own_classes,
+//     the code's per-client available_cls): its generator is conditioned on
+//     their names and its cross entropy is over them, whatever label space
+//     the protocol gives it (in base-to-novel here every client's space is
+//     all base classes). Scoring (local, base, novel) generates the prompt
+//     of the scored space's classes.
 //   - The whole generator is shared and averaged; nothing is private. The
 //     server's mean is uniform over the round's clients, as the code does
 //     (weighted_mean: true weights by n_i instead).
