@@ -3,6 +3,7 @@ package fedpha
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/config"
@@ -82,9 +83,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	if err != nil {
 		return nil, err
 	}
-	cfg := s.config(env.Seed)
-	plan, err := promptfed.Build(env, &promptfed.Spec{Name: "fedpha", Placeholder: cfg.NCtx, Shared: federation.Names(ParamGlobal),
-		NewLearner: func(tokens []int) (promptfed.Learner, error) { return New(env.Model, tokens, cfg) }})
+	plan, err := promptfed.Build(env, spec(env, s.config(env.Seed)))
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +95,11 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		}
 	}
 	return plan, nil
+}
+
+func spec(env *methods.Env, cfg Config) *promptfed.Spec {
+	return &promptfed.Spec{Name: "fedpha", Placeholder: cfg.NCtx, Shared: federation.Names(ParamGlobal),
+		NewLearner: func(tokens []int) (promptfed.Learner, error) { return New(env.Model, tokens, cfg) }}
 }
 
 // globalScorer scores with the server's global context alone.
@@ -188,7 +192,8 @@ func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error
 
 // FixtureRound implements methods.Rounder: the plain round (methods.Round:
 // the clients in federation Sites, FedAvg of the global context, the
-// Coordinator), then "client<i>.next.<param>", where each client starts
+// Coordinator) with each client's "client<i>.batch_losses" (before each
+// step), then "client<i>.next.<param>", where each client starts
 // the next round: the server's global context installed by the client's
 // own receive step, its local context as trained.
 func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
@@ -213,6 +218,7 @@ func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Name
 			out[fmt.Sprintf("client%d.next.%s", i, name)] = t.Clone()
 		}
 	}
+	maps.Copy(out, w.losses.Named())
 	return out, nil
 }
 
@@ -221,7 +227,8 @@ func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Name
 // built.
 type withNext struct {
 	methods.Method
-	plan *methods.Plan
+	plan   *methods.Plan
+	losses *promptfed.BatchLosses
 }
 
 func (w *withNext) SettingsFrom(f *methods.Fixture) (config.Section, error) {
@@ -229,7 +236,12 @@ func (w *withNext) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 }
 
 func (w *withNext) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
-	plan, err := w.Method.Build(env, sec)
-	w.plan = plan
-	return plan, err
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	sp := spec(env, s.config(env.Seed))
+	w.losses = promptfed.RecordLosses(sp)
+	w.plan, err = promptfed.Build(env, sp)
+	return w.plan, err
 }

@@ -28,6 +28,13 @@ func TestRoundProductionPath(t *testing.T) {
 	}
 	ref, _ := read(t, td+"round.safetensors")
 	init, _ := read(t, td+"init.safetensors")
+	for _, name := range []string{"client0.batch_losses", "client1.batch_losses"} {
+		got, ok := out[name]
+		if !ok {
+			t.Fatalf("round produced no %s", name)
+		}
+		rel(t, name, got.Data, ref[name].Data, 1e-4)
+	}
 	for i := range 2 {
 		for _, p := range []string{ParamGlobal, ParamLocal} {
 			name := "client" + string(rune('0'+i)) + ".next." + p

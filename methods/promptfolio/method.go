@@ -3,6 +3,7 @@ package promptfolio
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/config"
@@ -170,10 +171,11 @@ func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error
 }
 
 // FixtureRound implements methods.Rounder: the plain round (methods.Round:
-// the clients in federation Sites, FedAvg of prompt 0, the Coordinator),
-// then "client<i>.next.prompt_learner.ctx", where each client starts the
-// next round: the server's global prompt installed by the client's own
-// receive step into its trained parameters.
+// the clients in federation Sites, FedAvg of prompt 0, the Coordinator)
+// with each client's "client<i>.batch_losses" (before each step), then
+// "client<i>.next.prompt_learner.ctx", where each client starts the next
+// round: the server's global prompt installed by the client's own receive
+// step into its trained parameters.
 func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
 	w := &withNext{Method: Method{}}
 	out, err := methods.FixtureRound(ctx, w, f)
@@ -194,6 +196,7 @@ func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Name
 		}
 		out[fmt.Sprintf("client%d.next.%s", i, ParamCtx)] = c.P[ParamCtx].Clone()
 	}
+	maps.Copy(out, w.losses.Named())
 	return out, nil
 }
 
@@ -202,7 +205,8 @@ func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Name
 // built.
 type withNext struct {
 	methods.Method
-	plan *methods.Plan
+	plan   *methods.Plan
+	losses *promptfed.BatchLosses
 }
 
 func (w *withNext) SettingsFrom(f *methods.Fixture) (config.Section, error) {
@@ -210,7 +214,12 @@ func (w *withNext) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 }
 
 func (w *withNext) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
-	plan, err := w.Method.Build(env, sec)
-	w.plan = plan
-	return plan, err
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	sp := spec(env, s.config(env.Seed))
+	w.losses = promptfed.RecordLosses(sp)
+	w.plan, err = promptfed.Build(env, sp)
+	return w.plan, err
 }

@@ -28,6 +28,13 @@ func TestRoundProductionPath(t *testing.T) {
 	if g := out["global."+ParamCtx]; g == nil || !tensor.SameShape(g.Shape, []int{1, 8, 128}) {
 		t.Fatalf("global context %v, want prompt 0 only", g)
 	}
+	for _, name := range []string{"client0.batch_losses", "client1.batch_losses"} {
+		got, ok := out[name]
+		if !ok {
+			t.Fatalf("round produced no %s", name)
+		}
+		rel(t, name, got.Data, ref[name].Data, 1e-4)
+	}
 	for i := range 2 {
 		name := "client" + string(rune('0'+i)) + ".next." + ParamCtx
 		got, ok := out[name]
