@@ -81,6 +81,7 @@ type Learner struct {
 	ctx, grad *tensor.Tensor // [2, n_ctx, D]
 	head      mixHead
 	txt       []float32 // raw text features of the last Step or Prepare [2·C, E]
+	dl        []float32 // [B, C] gradient of the loss with respect to the logits
 }
 
 // New builds a learner for the class prompts tokens [C, Ctx] (each row the
@@ -140,13 +141,12 @@ func (l *Learner) Step(img []float32, labels []int) (float64, map[string]float64
 	}
 	l.txt = txt
 	logits := l.head.Forward(img, txt, B, l.C, l.E, l.Cfg.Theta, l.LogitScale)
-	dl := nn.Grow(l.head.dl, B*l.C)
-	l.head.dl = dl
-	loss := clip.CrossEntropy(logits, labels, B, l.C, dl)
+	l.dl = nn.Grow(l.dl, B*l.C)
+	loss := clip.CrossEntropy(logits, labels, B, l.C, l.dl)
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
 		return 0, nil, nil, fmt.Errorf("promptfolio: loss is %v", loss)
 	}
-	copy(l.grad.Data, l.enc.Backward(l.head.Backward(dl)))
+	copy(l.grad.Data, l.enc.Backward(l.head.Backward(l.dl)))
 	return loss, nil, logits, nil
 }
 
@@ -168,6 +168,9 @@ func (l *Learner) Logits(img []float32, B int) ([]float32, error) {
 	if B < 1 || len(img) != B*l.E {
 		return nil, fmt.Errorf("promptfolio: image features have %d values, not [%d, %d]", len(img), B, l.E)
 	}
+	if len(l.head.t) != l.C*l.E {
+		return nil, errors.New("promptfolio: Logits before Prepare")
+	}
 	return l.head.Scores(img, B, l.LogitScale), nil
 }
 
@@ -188,7 +191,7 @@ type mixHead struct {
 	that, norms []float32 // [2C, E] normalised text features, [2C] their norms
 	t           []float32 // [C, E] the mix
 	ximg, normI []float32 // [B, E] normalised image features, [B] norms
-	logits, dl  []float32 // [B, C]
+	logits      []float32 // [B, C]
 	dt, dthat   []float32 // [C, E], [2C, E]
 	dtxt        []float32 // [2C, E]
 }
