@@ -2,6 +2,7 @@ package promptfolio
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/promptfl"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -280,5 +282,41 @@ func TestSettingsCheck(t *testing.T) {
 	}
 	if _, err := settings(testSettings()); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRoundsReduceToPromptFLAndCoOp: through the production round, θ = 0
+// trains and averages prompt 0 exactly as PromptFL trains and averages its
+// context, and θ = 1 trains each client's prompt 1 as CoOp (PromptFL's
+// learner, trained locally) does.
+func TestRoundsReduceToPromptFLAndCoOp(t *testing.T) {
+	const fx = fixturetest.Testdata + "promptfolio/"
+	m := fixturetest.Model(t)
+	for p, theta := range []string{"0", "1"} {
+		f, err := methods.LoadFixture(m, fx+"init.safetensors", []string{fx + "round.safetensors"}, []string{"theta=" + theta})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := methods.FixtureRound(context.Background(), Method{}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := f.Params[ParamCtx]
+		n := len(ctx.Data) / 2
+		pf := *f
+		pf.Params = tensor.Named{promptfl.ParamCtx: {Shape: []int{ctx.Shape[1], ctx.Shape[2]}, Data: ctx.Data[p*n : (p+1)*n]}}
+		ref, err := methods.FixtureRound(context.Background(), promptfl.Method{}, &pf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			name := fmt.Sprintf("client%d.trained.", i)
+			got := out[name+ParamCtx].Data[p*n : (p+1)*n]
+			rel(t, "θ="+theta+" "+name, got, ref[name+promptfl.ParamCtx].Data, 1e-5)
+			rel(t, "θ="+theta+" "+name+" (update)", update(got, ctx.Data[p*n:(p+1)*n]), update(ref[name+promptfl.ParamCtx].Data, ctx.Data[p*n:(p+1)*n]), 1e-4)
+		}
+		if p == 0 {
+			rel(t, "θ=0 global", out["global."+ParamCtx].Data, ref["global."+promptfl.ParamCtx].Data, 1e-5)
+		}
 	}
 }
