@@ -252,3 +252,34 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestWeightDecay checks the decay on its own (the fixtures barely see it):
+// a step with weight decay wd differs from the step without by exactly
+// −lr·wd·p in both contexts.
+func TestWeightDecay(t *testing.T) {
+	m := tinyModel(t)
+	init, _ := read(t, td+"init.safetensors")
+	ref, meta := read(t, td+"step.safetensors")
+	lr, _ := prompt.MetaFloat(meta, "lr")
+	with := func(wd string) tensor.Named {
+		mm := map[string]string{}
+		for k, v := range meta {
+			mm[k] = v
+		}
+		mm["weight_decay"] = wd
+		o, err := StepFromFile(m, init, ref, mm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	a, b := with("0"), with("0.5")
+	for _, name := range []string{ParamGlobal, ParamLocal} {
+		p := init[name].Data
+		want := make([]float32, len(p))
+		for i := range want {
+			want[i] = float32(-lr * 0.5 * float64(p[i]))
+		}
+		rel(t, name+" weight decay", update(b["step1."+name].Data, a["step1."+name].Data), want, 1e-3)
+	}
+}

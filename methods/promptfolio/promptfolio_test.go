@@ -212,3 +212,49 @@ func TestConfigFromMeta(t *testing.T) {
 		}
 	}
 }
+
+// TestWeightDecay checks the decay on its own (the fixtures barely see it):
+// at θ = 0 the local prompt has no gradient, so one step of a fresh SGD
+// moves it by exactly −lr·wd·p; and a step with weight decay wd differs from
+// the step without by −lr·wd·p in both prompts.
+func TestWeightDecay(t *testing.T) {
+	m := tinyModel(t)
+	init, _ := read(t, td+"init.safetensors")
+	ref, meta := read(t, td+"step_theta0.safetensors")
+	lr, _ := prompt.MetaFloat(meta, "lr")
+	wd, _ := prompt.MetaFloat(meta, "weight_decay")
+	out, err := StepFromFile(m, init, ref, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := init[ParamCtx].Data
+	half := len(p) / 2
+	// per entry, within 2 float32 ulps of p (the decay itself is lr·wd·|p| =
+	// 1e-6·|p|, about 8 ulps)
+	for i, got := range out["step1."+ParamCtx].Data[half:] {
+		x := float64(p[half+i])
+		if d := math.Abs(float64(got) - x*(1-lr*wd)); d > 0x1p-22*math.Abs(x) {
+			t.Fatalf("θ=0: local prompt [%d] steps to %g, want p·(1 − lr·wd) = %g", i, got, x*(1-lr*wd))
+		}
+	}
+
+	ref, meta = read(t, td+"step.safetensors")
+	with := func(wd string) []float32 {
+		mm := map[string]string{}
+		for k, v := range meta {
+			mm[k] = v
+		}
+		mm["weight_decay"] = wd
+		o, err := StepFromFile(m, init, ref, mm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o["step1."+ParamCtx].Data
+	}
+	diff := update(with("0.5"), with("0"))
+	want := make([]float32, len(p))
+	for i := range want {
+		want[i] = float32(-lr * 0.5 * float64(p[i]))
+	}
+	rel(t, "weight decay", diff, want, 1e-3)
+}
