@@ -20,6 +20,10 @@
 // whole row-space projector. The personal model scores with f_L, the global
 // model (the server's general evaluation) with f_G.
 //
+// The paper's local prompts may differ in length from client to client;
+// PMFLT's port (the reference here) gives both prompts the same n_ctx, and
+// so does this package.
+//
 // Defaults: PMFLT's fedpha.yaml (n_ctx 16, one prompt, ratio 0.8, α 1,
 // λ_pull = λ_push = 1 as hard-coded, init N(0, 0.02²)). See specs/fedpha.md.
 package fedpha

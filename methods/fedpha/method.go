@@ -87,8 +87,10 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	if err != nil {
 		return nil, err
 	}
-	c0, ok := plan.Clients[0].(*promptfed.Client)
-	if plan.Global != nil && ok {
+	if len(plan.Clients) == 0 || plan.Global == nil {
+		return plan, nil
+	}
+	if c0, ok := plan.Clients[0].(*promptfed.Client); ok {
 		spaces := c0.Spaces
 		plan.GlobalScorer = func() (eval.Scorer, error) {
 			return &globalScorer{spaces: spaces, global: plan.Global(), ready: map[int]bool{}}, nil
