@@ -1,0 +1,249 @@
+package fedpha
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/eval"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/prompt"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+func init() { methods.Register(Method{}) }
+
+// Settings is the fedpha config section (defaults: PMFLT's fedpha.yaml; see
+// the package doc).
+type Settings struct {
+	NCtx       int     `yaml:"n_ctx"`       // context tokens of each prompt (16)
+	Ratio      float64 `yaml:"ratio"`       // kept fraction of the global prompt's singular directions (0.8)
+	Alpha      float64 `yaml:"alpha"`       // push margin α (1)
+	LambdaPull float64 `yaml:"lambda_pull"` // weight of the pull term (1)
+	LambdaPush float64 `yaml:"lambda_push"` // weight of the push term (1)
+	InitStd    float64 `yaml:"init_std"`    // σ of the contexts' N(0, σ²) init (0.02)
+}
+
+// Check implements config.Section.
+func (s *Settings) Check(c *config.Checker) {
+	c.AtLeast("n_ctx", s.NCtx, 1)
+	c.AtMost("n_ctx", s.NCtx, 64)
+	c.Range("ratio", s.Ratio, 0, 1)
+	c.NonNegative("alpha", s.Alpha)
+	c.NonNegative("lambda_pull", s.LambdaPull)
+	c.NonNegative("lambda_push", s.LambdaPush)
+	c.NonNegative("init_std", s.InitStd)
+}
+
+func (s *Settings) config(seed uint64) Config {
+	return Config{NCtx: s.NCtx, Ratio: s.Ratio, Alpha: s.Alpha, LambdaPull: s.LambdaPull, LambdaPush: s.LambdaPush,
+		InitStd: s.InitStd, Seed: seed}
+}
+
+func fromConfig(c Config) *Settings {
+	return &Settings{NCtx: c.NCtx, Ratio: c.Ratio, Alpha: c.Alpha, LambdaPull: c.LambdaPull, LambdaPush: c.LambdaPush,
+		InitStd: c.InitStd}
+}
+
+// Method is FedPHA for the methods registry.
+type Method struct{}
+
+// Info implements methods.Method.
+func (Method) Info() methods.Info {
+	return methods.Info{Name: "fedpha", Trains: "a global and a private local CoOp prompt, the local one also projected by the SVD of the global one",
+		Shares: "the global prompt only (FedAvg, weights n_i)",
+		Paper:  "Fang et al., Federated Prompt Learning for Heterogeneous Client Adaptation (ICML 2025)"}
+}
+
+// DefaultConfig implements methods.Method.
+func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()) }
+
+// Depth implements methods.Method: the image encoder is frozen whole.
+func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
+
+func settings(sec config.Section) (*Settings, error) {
+	s, ok := sec.(*Settings)
+	if !ok || s == nil {
+		return nil, fmt.Errorf("fedpha: config section is %T, want *fedpha.Settings", sec)
+	}
+	return s, s.config(0).Validate()
+}
+
+// Build implements methods.Method: clients upload the global context, the
+// server averages it (weights n_i over the round's clients), and each
+// client continues from [global, its own local context]; the local context
+// never leaves the site. The global model scores with the global prompt
+// alone (the reference's forward_global).
+func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := promptfed.Build(env, spec(env, s.config(env.Seed)))
+	if err != nil {
+		return nil, err
+	}
+	if len(plan.Clients) == 0 || plan.Global == nil {
+		return plan, nil
+	}
+	if c0, ok := plan.Clients[0].(*promptfed.Client); ok {
+		spaces := c0.Spaces
+		plan.GlobalScorer = func() (eval.Scorer, error) {
+			return &globalScorer{spaces: spaces, global: plan.Global(), ready: map[int]bool{}}, nil
+		}
+	}
+	return plan, nil
+}
+
+func spec(env *methods.Env, cfg Config) *promptfed.Spec {
+	return &promptfed.Spec{Name: "fedpha", Placeholder: cfg.NCtx, Shared: federation.Names(ParamGlobal),
+		NewLearner: func(tokens []int) (promptfed.Learner, error) { return New(env.Model, tokens, cfg) }}
+}
+
+// globalScorer scores with the server's global context alone.
+type globalScorer struct {
+	spaces *promptfed.Spaces
+	global tensor.Named
+	ready  map[int]bool
+}
+
+func (g *globalScorer) Logits(space int, img []float32, B int) ([]float32, error) {
+	pl, err := g.spaces.Get(space)
+	if err != nil {
+		return nil, err
+	}
+	l, ok := pl.(*Learner)
+	if !ok {
+		return nil, fmt.Errorf("fedpha: learner is a %T", pl)
+	}
+	if !g.ready[space] {
+		src, ok := g.global[ParamGlobal]
+		if !ok || len(src.Data) != len(l.global.Data) {
+			return nil, fmt.Errorf("fedpha: the server holds no %q of %d values", ParamGlobal, len(l.global.Data))
+		}
+		copy(l.global.Data, src.Data)
+		if err := l.PrepareGlobal(); err != nil {
+			return nil, err
+		}
+		g.ready[space] = true
+	}
+	return l.Logits(img, B)
+}
+
+// Predictor implements methods.Method: the site's personal model, its
+// local prompt on the frozen model.
+func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.Named) (methods.Predictor, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range []string{ParamGlobal, ParamLocal} {
+		if _, ok := saved[name]; !ok {
+			return nil, fmt.Errorf("fedpha: saved site lacks %q", name)
+		}
+	}
+	return predictor{pe: pe, cfg: s.config(0), saved: saved}, nil
+}
+
+type predictor struct {
+	pe    methods.PredictEnv
+	cfg   Config
+	saved tensor.Named
+}
+
+func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
+	m := p.pe.Model
+	var tokens []int
+	for _, c := range classes {
+		ids, err := p.pe.Tok.Tokenize(promptfed.Placeholder(p.cfg.NCtx)+" "+strings.ReplaceAll(c, "_", " ")+".", m.W.Config.Text.ContextLength, false)
+		if err != nil {
+			return nil, err
+		}
+		tokens = append(tokens, ids...)
+	}
+	l, err := New(m, tokens, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := prompt.Load(l.Params(), p.saved); err != nil {
+		return nil, fmt.Errorf("fedpha: %w", err)
+	}
+	if err := l.Prepare(); err != nil {
+		return nil, err
+	}
+	return l.Logits(m.EncodeImage(pixels, B), B)
+}
+
+// SettingsFrom implements methods.FixtureSettings.
+func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+	cfg, err := ConfigFromMeta(f.Meta)
+	if err != nil {
+		return nil, err
+	}
+	return fromConfig(cfg), nil
+}
+
+// Step implements methods.Stepper.
+func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
+}
+
+// FixtureRound implements methods.Rounder: the plain round (methods.Round:
+// the clients in federation Sites, FedAvg of the global context, the
+// Coordinator) with each client's "client<i>.batch_losses" (before each
+// step), then "client<i>.next.<param>", where each client starts
+// the next round: the server's global context installed by the client's
+// own receive step, its local context as trained.
+func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+	w := &withNext{Method: Method{}}
+	out, err := methods.FixtureRound(ctx, w, f)
+	if err != nil {
+		return nil, err
+	}
+	g, ok := out["global."+ParamGlobal]
+	if !ok || w.plan == nil {
+		return nil, fmt.Errorf("fedpha round: the server holds no %q", ParamGlobal)
+	}
+	for i, cl := range w.plan.Clients {
+		c, ok := cl.(*promptfed.Client)
+		if !ok {
+			return nil, fmt.Errorf("fedpha round: client %d is a %T", i, cl)
+		}
+		if err := c.ReceiveShared(tensor.Named{ParamGlobal: g.Clone()}); err != nil {
+			return nil, err
+		}
+		for name, t := range c.P {
+			out[fmt.Sprintf("client%d.next.%s", i, name)] = t.Clone()
+		}
+	}
+	maps.Copy(out, w.losses.Named())
+	return out, nil
+}
+
+// withNext is the method as a plain methods.Method (no Rounder, so
+// methods.FixtureRound runs the plain round on it), keeping the plan it
+// built.
+type withNext struct {
+	methods.Method
+	plan   *methods.Plan
+	losses *promptfed.BatchLosses
+}
+
+func (w *withNext) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+	return Method{}.SettingsFrom(f)
+}
+
+func (w *withNext) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	sp := spec(env, s.config(env.Seed))
+	w.losses = promptfed.RecordLosses(sp)
+	w.plan, err = promptfed.Build(env, sp)
+	return w.plan, err
+}

@@ -1,0 +1,225 @@
+package promptfolio
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/federation/strategy"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/prompt"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+func init() { methods.Register(Method{}) }
+
+// Settings is the promptfolio config section (defaults: the code's
+// argparse; see the package doc).
+type Settings struct {
+	// NCtx is the number of context tokens of each prompt (8).
+	NCtx int `yaml:"n_ctx"`
+	// Theta is the portfolio weight θ of the local prompt's text features
+	// in [0, 1] (the code's --frac_p, 0.4): 0 is PromptFL, 1 is local CoOp.
+	Theta float64 `yaml:"theta"`
+	// InitStd is the standard deviation of the contexts' N(0, σ²) init (0.02).
+	InitStd float64 `yaml:"init_std"`
+}
+
+// Check implements config.Section.
+func (s *Settings) Check(c *config.Checker) {
+	c.AtLeast("n_ctx", s.NCtx, 1)
+	c.AtMost("n_ctx", s.NCtx, 64)
+	c.Range("theta", s.Theta, 0, 1)
+	c.NonNegative("init_std", s.InitStd)
+}
+
+func (s *Settings) config(seed uint64) Config {
+	return Config{NCtx: s.NCtx, Theta: s.Theta, InitStd: s.InitStd, Seed: seed}
+}
+
+func fromConfig(c Config) *Settings {
+	return &Settings{NCtx: c.NCtx, Theta: c.Theta, InitStd: c.InitStd}
+}
+
+// Method is PromptFolio for the methods registry.
+type Method struct{}
+
+// Info implements methods.Method.
+func (Method) Info() methods.Info {
+	return methods.Info{Name: "promptfolio", Trains: "a global and a local CoOp prompt whose text features are mixed by θ",
+		Shares: "the global prompt only (FedAvg over the round's clients, weights n_i)",
+		Paper:  "Pan et al., Federated Learning from Vision-Language Foundation Models: Theoretical Analysis and Method (NeurIPS 2024)"}
+}
+
+// DefaultConfig implements methods.Method.
+func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()) }
+
+// Depth implements methods.Method: the image encoder is frozen whole.
+func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
+
+func settings(sec config.Section) (*Settings, error) {
+	s, ok := sec.(*Settings)
+	if !ok || s == nil {
+		return nil, fmt.Errorf("promptfolio: config section is %T, want *promptfolio.Settings", sec)
+	}
+	return s, s.config(0).Validate()
+}
+
+// Build implements methods.Method: clients upload prompt 0, the server
+// averages it (weights n_i over the clients of the round), and each client
+// continues from [global; its own prompt 1]. Prompt 1 never leaves the
+// site.
+func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	return promptfed.Build(env, spec(env, s.config(env.Seed)))
+}
+
+func spec(env *methods.Env, cfg Config) *promptfed.Spec {
+	return &promptfed.Spec{Name: "promptfolio", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
+		NewLearner: func(tokens []int) (promptfed.Learner, error) { return New(env.Model, tokens, cfg) },
+		Strategy: func(init tensor.Named) federation.Strategy {
+			g, _ := GlobalPart(init) // shapes checked by New
+			return &strategy.FedAvg{Shared: federation.Names(ParamCtx), Initial: g}
+		},
+		Upload: func(c *promptfed.Client) tensor.Named {
+			g, _ := GlobalPart(c.P)
+			return g
+		},
+		Receive: receive}
+}
+
+// receive installs the server's global prompt as the client's prompt 0; its
+// prompt 1 stays as trained.
+func receive(c *promptfed.Client, in tensor.Named) error {
+	for name := range in {
+		if name != ParamCtx {
+			return fmt.Errorf("promptfolio client %d: received unexpected tensor %q", c.Task.ID, name)
+		}
+	}
+	if len(in) == 0 {
+		return nil
+	}
+	next, err := WithGlobal(c.P, in)
+	if err != nil {
+		return fmt.Errorf("promptfolio client %d: %w", c.Task.ID, err)
+	}
+	copy(c.P[ParamCtx].Data, next[ParamCtx].Data)
+	return nil
+}
+
+// Predictor implements methods.Method: the site's two prompts, mixed by θ,
+// on the frozen model.
+func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.Named) (methods.Predictor, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := saved[ParamCtx]; !ok {
+		return nil, fmt.Errorf("promptfolio: saved site lacks %q", ParamCtx)
+	}
+	return predictor{pe: pe, cfg: s.config(0), saved: saved}, nil
+}
+
+type predictor struct {
+	pe    methods.PredictEnv
+	cfg   Config
+	saved tensor.Named
+}
+
+func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
+	m := p.pe.Model
+	var tokens []int
+	for _, c := range classes {
+		ids, err := p.pe.Tok.Tokenize(promptfed.Placeholder(p.cfg.NCtx)+" "+strings.ReplaceAll(c, "_", " ")+".", m.W.Config.Text.ContextLength, false)
+		if err != nil {
+			return nil, err
+		}
+		tokens = append(tokens, ids...)
+	}
+	l, err := New(m, tokens, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := prompt.Load(l.Params(), p.saved); err != nil {
+		return nil, fmt.Errorf("promptfolio: %w", err)
+	}
+	if err := l.Prepare(); err != nil {
+		return nil, err
+	}
+	return l.Logits(m.EncodeImage(pixels, B), B)
+}
+
+// SettingsFrom implements methods.FixtureSettings.
+func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+	cfg, err := ConfigFromMeta(f.Meta)
+	if err != nil {
+		return nil, err
+	}
+	return fromConfig(cfg), nil
+}
+
+// Step implements methods.Stepper.
+func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
+}
+
+// FixtureRound implements methods.Rounder: the plain round (methods.Round:
+// the clients in federation Sites, FedAvg of prompt 0, the Coordinator)
+// with each client's "client<i>.batch_losses" (before each step), then
+// "client<i>.next.prompt_learner.ctx", where each client starts the next
+// round: the server's global prompt installed by the client's own receive
+// step into its trained parameters.
+func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+	w := &withNext{Method: Method{}}
+	out, err := methods.FixtureRound(ctx, w, f)
+	if err != nil {
+		return nil, err
+	}
+	g, ok := out["global."+ParamCtx]
+	if !ok || w.plan == nil {
+		return nil, fmt.Errorf("promptfolio round: the server holds no %q", ParamCtx)
+	}
+	for i, cl := range w.plan.Clients {
+		c, ok := cl.(*promptfed.Client)
+		if !ok {
+			return nil, fmt.Errorf("promptfolio round: client %d is a %T", i, cl)
+		}
+		if err := receive(c, tensor.Named{ParamCtx: g.Clone()}); err != nil {
+			return nil, err
+		}
+		out[fmt.Sprintf("client%d.next.%s", i, ParamCtx)] = c.P[ParamCtx].Clone()
+	}
+	maps.Copy(out, w.losses.Named())
+	return out, nil
+}
+
+// withNext is the method as a plain methods.Method (no Rounder, so
+// methods.FixtureRound runs the plain round on it), keeping the plan it
+// built.
+type withNext struct {
+	methods.Method
+	plan   *methods.Plan
+	losses *promptfed.BatchLosses
+}
+
+func (w *withNext) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+	return Method{}.SettingsFrom(f)
+}
+
+func (w *withNext) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	sp := spec(env, s.config(env.Seed))
+	w.losses = promptfed.RecordLosses(sp)
+	w.plan, err = promptfed.Build(env, sp)
+	return w.plan, err
+}

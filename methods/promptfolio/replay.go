@@ -1,0 +1,93 @@
+package promptfolio
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/prompt"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+// ConfigFromMeta reads n_ctx, θ ("theta", or the code's "frac") and, when
+// present, init_std and num_prompt (which must be 2) from fixture metadata.
+func ConfigFromMeta(meta map[string]string) (Config, error) {
+	c := DefaultConfig()
+	var err error
+	if c.NCtx, err = prompt.MetaInt(meta, "n_ctx"); err != nil {
+		return c, fmt.Errorf("promptfolio: %w", err)
+	}
+	key := "theta"
+	if _, ok := meta[key]; !ok {
+		key = "frac"
+	}
+	if c.Theta, err = prompt.MetaFloat(meta, key); err != nil {
+		return c, fmt.Errorf("promptfolio: %w (give θ with --set theta=…)", err)
+	}
+	if _, ok := meta["init_std"]; ok {
+		if c.InitStd, err = prompt.MetaFloat(meta, "init_std"); err != nil {
+			return c, fmt.Errorf("promptfolio: %w", err)
+		}
+	}
+	if _, ok := meta["num_prompt"]; ok {
+		n, err := prompt.MetaInt(meta, "num_prompt")
+		if err != nil {
+			return c, fmt.Errorf("promptfolio: %w", err)
+		}
+		if n != numPrompt {
+			return c, fmt.Errorf("promptfolio: metadata num_prompt %d: the method has a global and a local prompt (2); the reference code uses only the first two of more", n)
+		}
+	}
+	return c, c.Validate()
+}
+
+// StepFromFile replays one training step in the fixture layout of
+// testdata/promptfolio/step*.safetensors. params holds "prompt_learner.ctx"
+// [2, n_ctx, D]; batch holds "tokens" [C, Ctx], "labels" [B] (integers as
+// float32, see prompt.ReadFile) and "images" [B, 3, S, S] or
+// "image_features" [B, E]; meta gives n_ctx, theta (or frac), lr, momentum,
+// weight_decay and logit_scale. The result holds "image_features",
+// "text_features" [2, C, E] (before normalisation), "text_features_mixed"
+// [C, E], "logits", "loss", "grad.prompt_learner.ctx" and
+// "step1.prompt_learner.ctx" (after one step of a fresh SGD).
+func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
+	h, err := prompt.ReadHyper(meta, false)
+	if err != nil {
+		return nil, fmt.Errorf("promptfolio: %w", err)
+	}
+	cfg, err := ConfigFromMeta(meta)
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := prompt.Ints(batch, "tokens")
+	if err != nil {
+		return nil, fmt.Errorf("promptfolio: %w", err)
+	}
+	l, err := New(m, tokens, cfg)
+	if err != nil {
+		return nil, err
+	}
+	l.LogitScale = float32(h.LogitScale)
+	if err := prompt.Load(l.Params(), params); err != nil {
+		return nil, fmt.Errorf("promptfolio: %w", err)
+	}
+	img, B, err := prompt.ImageFeatures(m, batch, "")
+	if err != nil {
+		return nil, fmt.Errorf("promptfolio: %w", err)
+	}
+	labels, err := prompt.Ints(batch, "labels")
+	if err != nil {
+		return nil, fmt.Errorf("promptfolio: %w", err)
+	}
+	if len(labels) != B {
+		return nil, fmt.Errorf("promptfolio: %d labels for %d images", len(labels), B)
+	}
+	out, err := prompt.StepOnce(l, img, labels, h)
+	if err != nil {
+		return nil, fmt.Errorf("promptfolio: %w", err)
+	}
+	out["image_features"] = &tensor.Tensor{Shape: []int{B, l.E}, Data: slices.Clone(img)}
+	out["text_features"] = &tensor.Tensor{Shape: []int{numPrompt, l.C, l.E}, Data: slices.Clone(l.txt)}
+	out["text_features_mixed"] = &tensor.Tensor{Shape: []int{l.C, l.E}, Data: slices.Clone(l.Mixed())}
+	return out, nil
+}
