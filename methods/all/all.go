@@ -9,8 +9,8 @@ import (
 	_ "github.com/pfedmma/pfedmma/methods/fedot"       // FedOT, FedOT(+B) and their ablations
 	_ "github.com/pfedmma/pfedmma/methods/fedotp"      // FedOTP
 	_ "github.com/pfedmma/pfedmma/methods/fedpgp"      // FedPGP
-	_ "github.com/pfedmma/pfedmma/methods/fedtpg"      // FedTPG
 	_ "github.com/pfedmma/pfedmma/methods/fedpha"      // FedPHA
+	_ "github.com/pfedmma/pfedmma/methods/fedtpg"      // FedTPG
 	_ "github.com/pfedmma/pfedmma/methods/pfedmma"     // pFedMMA
 	_ "github.com/pfedmma/pfedmma/methods/pfedmoap"    // pFedMoAP
 	_ "github.com/pfedmma/pfedmma/methods/promptfl"    // PromptFL
