@@ -1,0 +1,294 @@
+package main
+
+// Tests of issue 18's data-loss, crash and hang families (and issue 17's
+// ResNet and FEMNIST defects) that need a real process: each bad input runs
+// `pfedmma` as a child process (this test binary re-executed) whose stderr
+// must hold neither "panic:" nor "fatal error:".
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// cliHelperEnv carries the child's command line (JSON) to
+// TestCLIHelperProcess.
+const cliHelperEnv = "PFEDMMA_CLI_HELPER_ARGS"
+
+// cliMemoryLimit bounds the child's address space, so that an unbounded
+// allocation ends as "fatal error: out of memory" in the child (which the
+// harness reports) instead of swapping a shared machine.
+const cliMemoryLimit = 6 << 30
+
+// TestCLIHelperProcess is not a test: it is the child process of cli (the
+// os/exec tests' pattern). Run directly, it returns at once.
+func TestCLIHelperProcess(t *testing.T) {
+	spec := os.Getenv(cliHelperEnv)
+	if spec == "" {
+		return
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(spec), &args); err != nil {
+		fmt.Fprintln(os.Stderr, "cli helper:", err)
+		os.Exit(2)
+	}
+	_ = unix.Setrlimit(unix.RLIMIT_AS, &unix.Rlimit{Cur: cliMemoryLimit, Max: cliMemoryLimit})
+	rootCmd.SetArgs(args)
+	main()
+	os.Exit(0)
+}
+
+// cliResult is what a pfedmma child process did.
+type cliResult struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// cliOptions are cli's optional settings.
+type cliOptions struct {
+	Dir     string        // working folder (default: the test's)
+	Timeout time.Duration // default 60 s
+	// Signal, when set, is sent to the child after SignalAfter.
+	Signal      os.Signal
+	SignalAfter time.Duration
+	Env         []string
+}
+
+// cli runs `pfedmma args...` in a child process and fails the test when it
+// prints "panic:" or "fatal error:" on stderr, is killed by a signal other
+// than opts.Signal, or outlives opts.Timeout (a hang).
+func cli(t *testing.T, opts cliOptions, args ...string) cliResult {
+	t.Helper()
+	if opts.Timeout == 0 {
+		opts.Timeout = 60 * time.Second
+	}
+	spec, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCLIHelperProcess$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), cliHelperEnv+"="+string(spec)), opts.Env...)
+	cmd.Dir = opts.Dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if opts.Signal != nil {
+		timer := time.AfterFunc(opts.SignalAfter, func() { _ = cmd.Process.Signal(opts.Signal) })
+		defer timer.Stop()
+	}
+	err = cmd.Wait()
+	res := cliResult{Stdout: stdout.String(), Stderr: stderr.String()}
+	line := "pfedmma " + strings.Join(args, " ")
+	if ctx.Err() != nil {
+		t.Fatalf("%s: still running after %v (hang)\nstderr: %s", line, opts.Timeout, tail(res.Stderr))
+	}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.Code = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			t.Errorf("%s: killed by %v\nstderr: %s", line, ws.Signal(), tail(res.Stderr))
+		}
+	default:
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"panic:", "fatal error:"} {
+		if strings.Contains(res.Stderr, bad) {
+			t.Errorf("%s: %q on stderr:\n%s", line, bad, tail(res.Stderr))
+		}
+	}
+	return res
+}
+
+// tail is the end of a long output.
+func tail(s string) string {
+	if len(s) > 3000 {
+		return "…" + s[len(s)-3000:]
+	}
+	return s
+}
+
+// refused runs a bad input and asserts a non-zero exit whose stderr names
+// every one of wants.
+func refused(t *testing.T, opts cliOptions, wants []string, args ...string) cliResult {
+	t.Helper()
+	r := cli(t, opts, args...)
+	if r.Code == 0 {
+		t.Errorf("pfedmma %s: exit 0, want a refusal\nstdout: %s\nstderr: %s", strings.Join(args, " "), tail(r.Stdout), tail(r.Stderr))
+		return r
+	}
+	for _, w := range wants {
+		if !strings.Contains(r.Stderr, w) {
+			t.Errorf("pfedmma %s: stderr does not name %q:\n%s", strings.Join(args, " "), w, tail(r.Stderr))
+		}
+	}
+	return r
+}
+
+// snapshot maps every file under dir to its content hash and mode.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			m[rel] = "dir"
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		m[rel] = fmt.Sprintf("%x %v %d", sha256.Sum256(b), fi.Mode(), fi.ModTime().UnixNano())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// diffSnapshots lists what changed between two snapshots.
+func diffSnapshots(a, b map[string]string) []string {
+	var d []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok {
+			d = append(d, "removed "+k)
+		} else if w != v {
+			d = append(d, "changed "+k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			d = append(d, "added "+k)
+		}
+	}
+	return d
+}
+
+// userFolder makes a folder of a user's own files (notes.txt, src/, and a
+// config.yaml, the name that once made any folder count as a run).
+func userFolder(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, data := range map[string]string{
+		"notes.txt":   "my notes",
+		"src/main.go": "package main",
+		"config.yaml": "name: mine\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestForceKeepsUserFiles: `cd DIR && pfedmma run --out . --force` in a
+// folder of the user's files (a config.yaml among them) is refused naming
+// them, and deletes nothing (before: notes.txt and src/ were deleted).
+func TestForceKeepsUserFiles(t *testing.T) {
+	model := tinyWorldModel(t)
+	dir := userFolder(t)
+	before := snapshot(t, dir)
+	refused(t, cliOptions{Dir: dir}, []string{"notes.txt", "src", "no " + runMarkerFile},
+		append(tinyRunArgs(model, ".", 1), "--force")...)
+	if d := diffSnapshots(before, snapshot(t, dir)); len(d) > 0 {
+		t.Errorf("--force changed the user's folder: %v", d)
+	}
+}
+
+// TestForceRefusesForeignFilesInRun: a run folder (with its marker) into
+// which the user put files of their own is not cleared: --force names the
+// foreign files and keeps everything; without them it clears and reruns.
+func TestForceRefusesForeignFilesInRun(t *testing.T) {
+	model := tinyWorldModel(t)
+	out := filepath.Join(t.TempDir(), "run")
+	if r := cli(t, cliOptions{}, tinyRunArgs(model, out, 1)...); r.Code != 0 {
+		t.Fatalf("run: %s", r.Stderr)
+	}
+	var m runMarker
+	b, err := os.ReadFile(filepath.Join(out, runMarkerFile))
+	if err != nil {
+		t.Fatalf("the run wrote no marker: %v", err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil || m.Fingerprint == "" || m.Finished == "" {
+		t.Fatalf("marker %s: %+v, %v", b, m, err)
+	}
+	notes := filepath.Join(out, "notes.txt")
+	if err := os.WriteFile(notes, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, out)
+	refused(t, cliOptions{}, []string{"notes.txt", "did not write"}, append(tinyRunArgs(model, out, 1), "--force")...)
+	if d := diffSnapshots(before, snapshot(t, out)); len(d) > 0 {
+		t.Errorf("refused --force changed the run folder: %v", d)
+	}
+	if err := os.Remove(notes); err != nil {
+		t.Fatal(err)
+	}
+	if r := cli(t, cliOptions{}, append(tinyRunArgs(model, out, 1), "--force")...); r.Code != 0 {
+		t.Fatalf("--force of a run folder: %s", r.Stderr)
+	}
+}
+
+// TestResumeFinishedRunChangesNothing: --resume of a finished run says so
+// and changes no file, also when a site checkpoint is garbage (before: it
+// exited 0 and rewrote the trained adapters).
+func TestResumeFinishedRunChangesNothing(t *testing.T) {
+	model := tinyWorldModel(t)
+	out := filepath.Join(t.TempDir(), "run")
+	if r := cli(t, cliOptions{}, tinyRunArgs(model, out, 2)...); r.Code != 0 {
+		t.Fatalf("run: %s", r.Stderr)
+	}
+	sites, _ := filepath.Glob(filepath.Join(out, "checkpoints", "pfedmma", "site-*", "*"))
+	if len(sites) == 0 {
+		t.Fatal("no site checkpoint written")
+	}
+	for _, corrupt := range []bool{false, true} {
+		if corrupt {
+			if err := os.WriteFile(sites[0], []byte("garbage"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := snapshot(t, out)
+		r := cli(t, cliOptions{}, append(tinyRunArgs(model, out, 2), "--resume")...)
+		if r.Code != 0 || !strings.Contains(r.Stderr, "finished") || !strings.Contains(r.Stderr, "changed nothing") {
+			t.Errorf("--resume of a finished run (garbage site checkpoint %v): exit %d\n%s", corrupt, r.Code, tail(r.Stderr))
+		}
+		after := snapshot(t, out)
+		delete(before, lockFile)
+		delete(after, lockFile)
+		if d := diffSnapshots(before, after); len(d) > 0 {
+			t.Errorf("--resume of a finished run (garbage site checkpoint %v) changed %v", corrupt, d)
+		}
+	}
+}
