@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
@@ -61,7 +62,10 @@ func init() {
 				n = len(images)
 			}
 			if n > 0 {
-				feat := encodeImagesBatched(m, px, n, 32)
+				feat, err := encodeImagesBatched(cmd.Context(), m, px, n, 32)
+				if err != nil {
+					return fmt.Errorf("embed: %w", err)
+				}
 				out.Image = rows(feat, n, E, normalize)
 			}
 			if len(texts) > 0 {
@@ -88,17 +92,25 @@ func init() {
 	rootCmd.AddCommand(cmd)
 }
 
-// encodeImagesBatched runs the image encoder over n images in batches.
-func encodeImagesBatched(m *clip.Model, px []float32, n, batch int) []float32 {
+// encodeImagesBatched runs the image encoder (ViT or ResNet) over n images
+// in batches, stopping between batches when ctx is cancelled.
+func encodeImagesBatched(ctx context.Context, m *clip.Model, px []float32, n, batch int) ([]float32, error) {
 	S := m.W.Config.Vision.ImageSize
 	E := m.W.Config.EmbedDim
 	per := 3 * S * S
 	feat := make([]float32, n*E)
 	for s := 0; s < n; s += batch {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("stopped after %d of %d images: %w", s, n, err)
+		}
 		e := min(s+batch, n)
-		m.Vision.Encode(feat[s*E:e*E], px[s*per:e*per], e-s)
+		if m.ResNet != nil {
+			m.ResNet.Encode(feat[s*E:e*E], px[s*per:e*per], e-s)
+		} else {
+			m.Vision.Encode(feat[s*E:e*E], px[s*per:e*per], e-s)
+		}
 	}
-	return feat
+	return feat, nil
 }
 
 // rows splits a flat [n, d] slice into rows, optionally L2-normalised.

@@ -62,7 +62,10 @@ func init() {
 			for _, v := range vals {
 				px = append(px, v...)
 			}
-			img := encodeImagesBatched(m, px, len(images), 32)
+			img, err := encodeImagesBatched(cmd.Context(), m, px, len(images), 32)
+			if err != nil {
+				return fmt.Errorf("zeroshot: %w", err)
+			}
 			logits := clip.Logits(img, txt, len(images), len(names), E, m.W.LogitScale)
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			for i, path := range images {
