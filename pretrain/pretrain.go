@@ -15,6 +15,7 @@ import (
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
+	"github.com/pfedmma/pfedmma/internal/memlimit"
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tokenizer"
@@ -63,6 +64,9 @@ const historyEvery = 10
 // error returned.
 func Run(ctx context.Context, opts Options, out io.Writer) (*Result, error) {
 	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := opts.checkMemory(memlimit.AvailableMiB()); err != nil {
 		return nil, err
 	}
 	start := time.Now()

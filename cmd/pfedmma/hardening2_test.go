@@ -292,3 +292,49 @@ func TestResumeFinishedRunChangesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestUnboundedSizesRefused: sizes that once crashed ("fatal error: out of
+// memory") or hung are refused at once naming the flag or file.
+func TestUnboundedSizesRefused(t *testing.T) {
+	vocab := filepath.Join(tinyWorldModel(t), "bpe_simple_vocab_16e6.txt.gz")
+	out := filepath.Join(t.TempDir(), "x.safetensors")
+	cases := []struct {
+		args  []string
+		wants []string
+	}{
+		{[]string{"tokenize", "--vocab", vocab, "--context", "2000000000", "a cat"}, []string{"--context 2000000000"}},
+		{[]string{"--threads", "100000", "tokenize", "--vocab", vocab, "a cat"}, []string{"--threads 100000"}},
+		{[]string{"pretrain", "--vision-width", "1000000", "--out", filepath.Join(t.TempDir(), "p")}, []string{"--vision-width 1000000"}},
+		{[]string{"pretrain", "--batch", "60000", "--vision-width", "8192", "--vision-heads", "64", "--vision-layers", "256", "--out", filepath.Join(t.TempDir(), "p")}, []string{"needs about", "--batch"}},
+		{[]string{"preprocess", "--image", "/dev/zero", "--out", out}, []string{"/dev/zero", "character device"}},
+	}
+	for _, c := range cases {
+		refused(t, cliOptions{Timeout: 30 * time.Second}, c.wants, c.args...)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("refused preprocess wrote %s", out)
+	}
+}
+
+// TestFIFOImagesRefused: a FIFO given as --image to zeroshot, embed,
+// preprocess or predict is refused at once naming it (before: blocked
+// forever, deaf to Ctrl-C).
+func TestFIFOImagesRefused(t *testing.T) {
+	model := tinyWorldModel(t)
+	fifo := filepath.Join(t.TempDir(), "photo.png")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	run := filepath.Join(t.TempDir(), "run")
+	if r := cli(t, cliOptions{}, tinyRunArgs(model, run, 1)...); r.Code != 0 {
+		t.Fatalf("run: %s", r.Stderr)
+	}
+	for _, args := range [][]string{
+		{"zeroshot", "--model", model, "--classes", "a,b", "--image", fifo},
+		{"embed", "--model", model, "--image", fifo},
+		{"preprocess", "--image", fifo, "--out", filepath.Join(t.TempDir(), "x.safetensors")},
+		{"predict", "--run", run, "--image", fifo},
+	} {
+		refused(t, cliOptions{Timeout: 30 * time.Second}, []string{fifo, "FIFO"}, args...)
+	}
+}
