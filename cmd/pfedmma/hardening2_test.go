@@ -307,6 +307,7 @@ func TestUnboundedSizesRefused(t *testing.T) {
 		{[]string{"pretrain", "--vision-width", "1000000", "--out", filepath.Join(t.TempDir(), "p")}, []string{"--vision-width 1000000"}},
 		{[]string{"pretrain", "--batch", "60000", "--vision-width", "8192", "--vision-heads", "64", "--vision-layers", "256", "--out", filepath.Join(t.TempDir(), "p")}, []string{"needs about", "--batch"}},
 		{[]string{"preprocess", "--image", "/dev/zero", "--out", out}, []string{"/dev/zero", "character device"}},
+		{[]string{"run", "--out", filepath.Join(t.TempDir(), "r"), "--set", "methods=[adapt]", "--set", "adapt.adaln=true", "--set", "adapt.adaln_layers=1000000"}, []string{"adapt.adaln_layers"}},
 	}
 	for _, c := range cases {
 		refused(t, cliOptions{Timeout: 30 * time.Second}, c.wants, c.args...)
