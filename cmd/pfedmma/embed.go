@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 
 	"github.com/spf13/cobra"
 
@@ -62,6 +63,7 @@ func init() {
 				n = len(images)
 			}
 			if n > 0 {
+				slog.Info("embed: encoding images", "images", n)
 				feat, err := encodeImagesBatched(cmd.Context(), m, px, n, 32)
 				if err != nil {
 					return fmt.Errorf("embed: %w", err)
@@ -73,7 +75,7 @@ func init() {
 				if err != nil {
 					return fmt.Errorf("embed: %w", err)
 				}
-				feat, err := m.EncodeText(ids, len(texts))
+				feat, err := encodeTextsBatched(cmd.Context(), m, ids, len(texts), 256)
 				if err != nil {
 					return fmt.Errorf("embed: %w", err)
 				}
@@ -109,6 +111,25 @@ func encodeImagesBatched(ctx context.Context, m *clip.Model, px []float32, n, ba
 		} else {
 			m.Vision.Encode(feat[s*E:e*E], px[s*per:e*per], e-s)
 		}
+	}
+	return feat, nil
+}
+
+// encodeTextsBatched runs the text encoder over n tokenized texts in
+// batches, stopping between batches when ctx is cancelled.
+func encodeTextsBatched(ctx context.Context, m *clip.Model, ids []int, n, batch int) ([]float32, error) {
+	L, E := m.W.Config.Text.ContextLength, m.W.Config.EmbedDim
+	feat := make([]float32, 0, n*E)
+	for s := 0; s < n; s += batch {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("stopped after %d of %d texts: %w", s, n, err)
+		}
+		e := min(s+batch, n)
+		f, err := m.EncodeText(ids[s*L:e*L], e-s)
+		if err != nil {
+			return nil, err
+		}
+		feat = append(feat, f...)
 	}
 	return feat, nil
 }

@@ -6,6 +6,7 @@ package main
 // must hold neither "panic:" nor "fatal error:".
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -22,6 +23,11 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/safetensors"
+	"github.com/pfedmma/pfedmma/tensor"
 )
 
 // cliHelperEnv carries the child's command line (JSON) to
@@ -338,4 +344,83 @@ func TestFIFOImagesRefused(t *testing.T) {
 	} {
 		refused(t, cliOptions{Timeout: 30 * time.Second}, []string{fifo, "FIFO"}, args...)
 	}
+}
+
+// TestEmbedStopsOnSIGTERM: embed sent SIGTERM while it encodes images stops
+// at the next batch with a non-zero exit saying so (before: it ignored the
+// signal and encoded every image). Also SIGINT.
+func TestEmbedStopsOnSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	cfg := clip.Config{EmbedDim: 128,
+		Vision: clip.VisionConfig{ImageSize: 224, PatchSize: 16, Width: 384, Layers: 8, Heads: 6, MLPWidth: 1536},
+		Text:   clip.TextConfig{ContextLength: 16, VocabSize: 500, Width: 64, Layers: 1, Heads: 1, MLPWidth: 256}}
+	model := filepath.Join(dir, "model.safetensors")
+	if err := checkpoint.Save(model, clip.Random(cfg, 1), checkpoint.OpenAI); err != nil {
+		t.Fatal(err)
+	}
+	const n = 96 // three batches, each of seconds
+	px := tensor.New(n, 3, 224, 224)
+	for i := range px.Data {
+		px.Data[i] = float32(i%17) / 17
+	}
+	pixels := filepath.Join(dir, "pixels.safetensors")
+	if err := safetensors.Write(pixels, tensor.Named{"pixels": px}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, sig := range []os.Signal{syscall.SIGTERM, os.Interrupt} {
+		r := cliUntil(t, "embed: encoding images", sig, "embed", "--model", model, "--pixels", pixels)
+		if r.Code == 0 || !strings.Contains(r.Stderr, "stopped after") {
+			t.Errorf("embed after %v: exit %d\n%s", sig, r.Code, tail(r.Stderr))
+		}
+	}
+}
+
+// cliUntil runs pfedmma args in a child process and sends sig as soon as
+// its stderr shows marker; the child must then end within 20 s.
+func cliUntil(t *testing.T, marker string, sig os.Signal, args ...string) cliResult {
+	t.Helper()
+	spec, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCLIHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), cliHelperEnv+"="+string(spec))
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	var signalled time.Time
+	sc := bufio.NewScanner(pipe)
+	for sc.Scan() {
+		stderr.WriteString(sc.Text() + "\n")
+		if signalled.IsZero() && strings.Contains(sc.Text(), marker) {
+			signalled = time.Now()
+			_ = cmd.Process.Signal(sig)
+			time.AfterFunc(20*time.Second, func() { _ = cmd.Process.Kill() })
+		}
+	}
+	err = cmd.Wait()
+	res := cliResult{Stdout: stdout.String(), Stderr: stderr.String()}
+	if signalled.IsZero() {
+		t.Fatalf("pfedmma %s never printed %q:\n%s", strings.Join(args, " "), marker, tail(res.Stderr))
+	}
+	if d := time.Since(signalled); d > 15*time.Second {
+		t.Errorf("pfedmma %s: ended %v after %v", strings.Join(args, " "), d, sig)
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		res.Code = ee.ExitCode()
+	}
+	for _, bad := range []string{"panic:", "fatal error:"} {
+		if strings.Contains(res.Stderr, bad) {
+			t.Errorf("%q on stderr:\n%s", bad, tail(res.Stderr))
+		}
+	}
+	return res
 }
