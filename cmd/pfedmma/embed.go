@@ -53,6 +53,9 @@ func init() {
 				}
 				px, n = t.Data, t.Shape[0]
 			case len(images) > 0:
+				if err := checkImageMemory("embed", len(images), S); err != nil {
+					return err
+				}
 				vals, err := preprocess.CLIPTransform(S).EvalFiles(cmd.Context(), images, 0)
 				if err != nil {
 					return fmt.Errorf("embed: %w", err)

@@ -315,6 +315,22 @@ func TestUnboundedSizesRefused(t *testing.T) {
 		{[]string{"preprocess", "--image", "/dev/zero", "--out", out}, []string{"/dev/zero", "character device"}},
 		{[]string{"run", "--out", filepath.Join(t.TempDir(), "r"), "--set", "methods=[adapt]", "--set", "adapt.adaln=true", "--set", "adapt.adaln_layers=1000000"}, []string{"adapt.adaln_layers"}},
 	}
+	// 400 images at --size 4096 (2 × 200 MB each, 160 GB): refused by the
+	// memory estimate before any is decoded
+	img := writeWorldImage(t, 0)
+	many := []string{"preprocess", "--size", "4096", "--out", out}
+	linkDir := t.TempDir()
+	for i := range 400 {
+		p := filepath.Join(linkDir, fmt.Sprintf("i%03d.png", i))
+		if err := os.Symlink(img, p); err != nil {
+			t.Fatal(err)
+		}
+		many = append(many, p)
+	}
+	cases = append(cases, struct {
+		args  []string
+		wants []string
+	}{many, []string{"400 images at --size 4096", "needs about"}})
 	for _, c := range cases {
 		refused(t, cliOptions{Timeout: 30 * time.Second}, c.wants, c.args...)
 	}

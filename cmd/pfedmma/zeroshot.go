@@ -54,6 +54,9 @@ func init() {
 				return fmt.Errorf("zeroshot: %w", err)
 			}
 			S, E := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
+			if err := checkImageMemory("zeroshot", len(images), S); err != nil {
+				return err
+			}
 			vals, err := preprocess.CLIPTransform(S).EvalFiles(cmd.Context(), images, 0)
 			if err != nil {
 				return fmt.Errorf("zeroshot: %w", err)
