@@ -26,12 +26,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/nlpodyssey/gopickle/types"
 
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/safetensors"
 )
 
@@ -64,7 +64,7 @@ type File struct {
 // Open reads the structure of the checkpoint at path (data.pkl and the
 // archive directory, not the tensor data).
 func Open(path string) (*File, error) {
-	fh, err := os.Open(path)
+	fh, err := inputfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("torchpt: %w", err)
 	}

@@ -357,6 +357,11 @@ func TestFIFOImagesRefused(t *testing.T) {
 		{"embed", "--model", model, "--image", fifo},
 		{"preprocess", "--image", fifo, "--out", filepath.Join(t.TempDir(), "x.safetensors")},
 		{"predict", "--run", run, "--image", fifo},
+		// other inputs, through the same check
+		{"embed", "--model", model, "--pixels", fifo},
+		{"tokenize", "--vocab", fifo, "a cat"},
+		{"embed", "--model", model, "--vocab", fifo, "--text", "a cat"},
+		{"run", "--config", fifo, "--out", filepath.Join(t.TempDir(), "r")},
 	} {
 		refused(t, cliOptions{Timeout: 30 * time.Second}, []string{fifo, "FIFO"}, args...)
 	}
