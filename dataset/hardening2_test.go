@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pfedmma/pfedmma/preprocess"
 )
 
 // TestCoOpHugeLabel: a split file whose label is 1e9 is refused naming the
@@ -102,5 +104,33 @@ func TestLEAFManyUsersLinear(t *testing.T) {
 	write("test/a.json", []string{"f0000000", "f0000000"}, "f0000000")
 	if _, err := Load("femnist", root, Options{}); err == nil || !strings.Contains(err.Error(), "listed twice") || !strings.Contains(err.Error(), "test/a.json") {
 		t.Errorf("a user listed twice: %v", err)
+	}
+}
+
+// TestHugeImageFileRefused: a dataset image file over
+// preprocess.MaxFileBytes is refused naming it before it is read (a sparse
+// file: no disk is used).
+func TestHugeImageFileRefused(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "huge.png")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(preprocess.MaxFileBytes + 1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = FileSource{Path: p}.Load()
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "over the limit") {
+		t.Errorf("huge image: %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Errorf("refusing it allocated %d bytes", got)
+	}
+	if _, err := preprocess.Decode(p); err == nil || !strings.Contains(err.Error(), "over the limit") {
+		t.Errorf("preprocess.Decode of a huge file: %v", err)
 	}
 }
