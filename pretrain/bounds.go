@@ -2,6 +2,9 @@ package pretrain
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/pfedmma/pfedmma/internal/memlimit"
 	"github.com/pfedmma/pfedmma/tokenizer"
@@ -74,4 +77,31 @@ func (o Options) checkMemory(availMiB int64) error {
 		return fmt.Errorf("pretrain: %w: %w", err, ErrOptions)
 	}
 	return nil
+}
+
+// MarkerFile marks a folder pretrain writes into: a fresh pretraining
+// overwrites its own earlier outputs there, never files of the same names
+// that it did not write.
+const MarkerFile = ".pfedmma-pretrain"
+
+// checkOutDir refuses a run into a folder that holds files of the names
+// pretrain writes but no MarkerFile (files pretrain did not write, which it
+// would overwrite) unless it resumes the state there, then marks the
+// folder.
+func (o Options) checkOutDir() error {
+	_, markErr := os.Stat(filepath.Join(o.OutDir, MarkerFile))
+	resuming := o.Resume && fileExists(filepath.Join(o.OutDir, StateFile))
+	if markErr != nil && !resuming {
+		var clash []string
+		for _, n := range []string{ModelFile, ReportFile, StateFile, tokenizer.SimpleVocabGz, tokenizer.HFVocab, tokenizer.HFMerges} {
+			if _, err := os.Lstat(filepath.Join(o.OutDir, n)); err == nil {
+				clash = append(clash, n)
+			}
+		}
+		if len(clash) > 0 {
+			return fmt.Errorf("pretrain: --out %s holds %s, which pretrain did not write (no %s marker) and would overwrite: choose another --out",
+				o.OutDir, strings.Join(clash, ", "), MarkerFile)
+		}
+	}
+	return os.WriteFile(filepath.Join(o.OutDir, MarkerFile), []byte("pfedmma pretrain\n"), 0o644)
 }

@@ -1,7 +1,10 @@
 package pretrain
 
 import (
+	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -44,5 +47,32 @@ func TestSizeBounds(t *testing.T) {
 	err := o.checkMemory(16 << 10)
 	if !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "--batch") || !strings.Contains(err.Error(), "16.0 GiB available") {
 		t.Errorf("batch 60000 of width 4096 in 16 GiB: %v", err)
+	}
+}
+
+// TestOutDirKeepsForeignFiles: pretrain into a folder holding a
+// model.safetensors it did not write is refused naming it, and the file is
+// kept (before: overwritten).
+func TestOutDirKeepsForeignFiles(t *testing.T) {
+	dir := t.TempDir()
+	mine := filepath.Join(dir, ModelFile)
+	if err := os.WriteFile(mine, []byte("my model"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOptions()
+	o.OutDir = dir
+	_, err := Run(context.Background(), o, nil)
+	if err == nil || !strings.Contains(err.Error(), ModelFile) || !strings.Contains(err.Error(), "did not write") {
+		t.Fatalf("pretrain into a folder with a foreign %s: %v", ModelFile, err)
+	}
+	if b, err := os.ReadFile(mine); err != nil || string(b) != "my model" {
+		t.Errorf("%s changed: %q, %v", mine, b, err)
+	}
+	// a marked folder (an earlier pretraining) is written again
+	if err := os.WriteFile(filepath.Join(dir, MarkerFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.checkOutDir(); err != nil {
+		t.Errorf("marked folder: %v", err)
 	}
 }

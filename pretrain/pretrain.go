@@ -73,6 +73,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Result, error) {
 	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("pretrain: %w", err)
 	}
+	if err := opts.checkOutDir(); err != nil {
+		return nil, err
+	}
 	w, err := world.New(opts.WorldConfig())
 	if err != nil {
 		return nil, fmt.Errorf("pretrain: %w", err)
