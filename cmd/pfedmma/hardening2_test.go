@@ -498,3 +498,41 @@ func TestRandomBadFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeKeepsFinishedSeeds: --resume of a run over several seeds that
+// stopped in its last seed leaves the seeds that had ended untouched (even
+// with a garbage site checkpoint there) and writes the mean over seeds.
+func TestResumeKeepsFinishedSeeds(t *testing.T) {
+	model := tinyWorldModel(t)
+	out := filepath.Join(t.TempDir(), "run")
+	args := append(tinyRunArgs(model, out, 1), "--set", "seeds=[1, 2]")
+	if r := cli(t, cliOptions{}, args...); r.Code != 0 {
+		t.Fatalf("run: %s", tail(r.Stderr))
+	}
+	// as if stopped during seed 2: no mean summary, the marker not finished
+	if err := os.Remove(filepath.Join(out, "summary.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeRunMarker(out, runMarker{Fingerprint: "stopped"}); err != nil {
+		t.Fatal(err)
+	}
+	seed1 := filepath.Join(out, "seed_1")
+	sites, _ := filepath.Glob(filepath.Join(seed1, "checkpoints", "pfedmma", "site-*", "*"))
+	if len(sites) == 0 {
+		t.Fatal("no site checkpoint in seed_1")
+	}
+	if err := os.WriteFile(sites[0], []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, seed1)
+	r := cli(t, cliOptions{}, append(args, "--resume")...)
+	if r.Code != 0 {
+		t.Fatalf("resume: %s", tail(r.Stderr))
+	}
+	if d := diffSnapshots(before, snapshot(t, seed1)); len(d) > 0 {
+		t.Errorf("resume changed the finished seed: %v", d)
+	}
+	if _, err := os.Stat(filepath.Join(out, "summary.json")); err != nil {
+		t.Errorf("no mean summary after resume: %v", err)
+	}
+}

@@ -190,6 +190,15 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 		if len(seeds) > 1 {
 			dir = filepath.Join(out, fmt.Sprintf("seed_%d", seed))
 		}
+		if resume && len(seeds) > 1 {
+			// a seed whose run ended (its summary.json is written last)
+			// is kept as it is, not run again
+			if s, err := report.ReadSummary(filepath.Join(dir, report.SummaryFile)); err == nil {
+				slog.Info("seed finished earlier: kept as it is", "seed", seed, "out", dir)
+				summaries = append(summaries, s)
+				continue
+			}
+		}
 		o, err := experiment.FromConfig(e, model, seed, dir)
 		if err != nil {
 			return fmt.Errorf("run: %w", err)
