@@ -49,7 +49,7 @@ func init() {
 			if err != nil {
 				return fmt.Errorf("zeroshot: %w", err)
 			}
-			txt, err := m.EncodeText(ids, len(names))
+			txt, err := encodeTextsBatched(cmd.Context(), m, ids, len(names), 256)
 			if err != nil {
 				return fmt.Errorf("zeroshot: %w", err)
 			}
