@@ -3,10 +3,10 @@ package checkpoint
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 )
 
 // hfConfig is the part of a transformers CLIPConfig (config.json) that the
@@ -84,7 +84,7 @@ func (s *source) applyConfig(scheme Scheme, cfg *clip.Config, info *Info) error 
 		return nil
 	}
 	info.ConfigFile = path
-	b, err := os.ReadFile(path)
+	b, err := inputfile.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/clip/resnet"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/torchpt"
@@ -321,7 +322,7 @@ func folderFiles(dir string) ([]string, error) {
 // shardFiles reads a sharded checkpoint's index (weight_map: tensor name →
 // shard file in dir) and returns the shard files, sorted.
 func shardFiles(dir, idx string) ([]string, error) {
-	b, err := os.ReadFile(idx)
+	b, err := inputfile.ReadFile(idx)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}

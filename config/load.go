@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -73,6 +74,9 @@ type Sources struct {
 	Sets []string
 }
 
+// MaxFileBytes bounds the size of a configuration file.
+const MaxFileBytes = 1 << 20
+
 // Load reads a config file onto the [DefaultPreset] and validates it. It is
 // Compose(Sources{File: path}).
 func Load(path string) (*Experiment, error) {
@@ -101,6 +105,10 @@ func Compose(s Sources) (*Experiment, error) {
 			if data, err = inputfile.ReadFile(s.File); err != nil {
 				return nil, fmt.Errorf("config: %w", err)
 			}
+		}
+		if len(data) > MaxFileBytes {
+			// a 47 MB list of seeds once took minutes and GiBs to parse
+			return nil, fmt.Errorf("config %s: %d bytes; a configuration is at most %d bytes (real ones are a few KB)", cmp.Or(s.File, "data"), len(data), MaxFileBytes)
 		}
 		name := s.File
 		if name == "" {

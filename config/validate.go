@@ -64,6 +64,7 @@ const (
 	MaxPerDomain   = 1000    // protocol.clients_per_domain
 	MaxMinSamples  = 1000000 // protocol.min_samples
 	MaxThreads     = 4096    // threads
+	MaxSeeds       = 1000    // seeds (runs repeated)
 	MaxCacheMiB    = 1 << 24 // cache.memory_mib (16 TiB)
 	maxNameLen     = 200     // name
 )
@@ -186,10 +187,17 @@ func (e *Experiment) check() []*FieldError {
 	c.oneOf("cache.dtype", e.Cache.DType, DTypeFloat32, DTypeBFloat16)
 	c.oneOf("engine.precision", e.Engine.Precision, "fp32", "bf16")
 
+	if len(e.Seeds) > MaxSeeds {
+		c.fail("seeds", "%d seeds; at most %d (each seed repeats the whole run)", len(e.Seeds), MaxSeeds)
+	}
+	// linear: six million seeds once took hours here
+	firstSeed := make(map[uint64]int, len(e.Seeds))
 	for i, s := range e.Seeds {
-		if j := slices.Index(e.Seeds, s); j < i {
+		if j, dup := firstSeed[s]; dup {
 			c.fail(fmt.Sprintf("seeds[%d]", i), "seed %d repeats seeds[%d]", s, j)
+			continue
 		}
+		firstSeed[s] = i
 	}
 	c.between("threads", e.Threads, 0, MaxThreads)
 	c.oneOf("eval.split", e.Eval.Split, SplitTest, SplitVal)
@@ -212,14 +220,16 @@ func (e *Experiment) checkDataset(c *checker) {
 	if d.NumClasses != 0 {
 		c.between("dataset.num_classes", d.NumClasses, 2, MaxNumClasses)
 	}
+	seenDomain := make(map[string]bool, len(d.Domains))
 	for i, dom := range d.Domains {
 		p := fmt.Sprintf("dataset.domains[%d]", i)
 		switch {
 		case strings.TrimSpace(dom) == "":
 			c.fail(p, "empty domain name")
-		case slices.Index(d.Domains, dom) < i:
+		case seenDomain[dom]:
 			c.fail(p, "%q listed twice", dom)
 		}
+		seenDomain[dom] = true
 	}
 	if c.finite("dataset.val_fraction", d.ValFraction) && (d.ValFraction < 0 || d.ValFraction >= 1) {
 		c.fail("dataset.val_fraction", "%v not in [0, 1)", d.ValFraction)

@@ -213,6 +213,15 @@ func (s *SplitFile) classList(file string) ([]string, error) {
 	if maxLabel < 0 {
 		return nil, fmt.Errorf("split file %s: no entries", file)
 	}
+	if maxLabel >= len(names) {
+		// labels are not 0..n-1: name the first gap before allocating
+		// anything by the largest label (1e9 once ran out of memory)
+		for l := range len(names) {
+			if _, ok := names[l]; !ok {
+				return nil, fmt.Errorf("split file %s: label %d has no images (labels must be 0..%d, one per class; the largest is %d for %d classes)", file, l, len(names)-1, maxLabel, len(names))
+			}
+		}
+	}
 	classes := make([]string, maxLabel+1)
 	for l := range classes {
 		n, ok := names[l]

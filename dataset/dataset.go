@@ -90,6 +90,9 @@ func (s FileSource) Load() (image.Image, error) {
 		return nil, fmt.Errorf("image %s: %w", s.Path, err)
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > preprocess.MaxFileBytes {
+		return nil, fmt.Errorf("image %s: %d bytes, over the limit of %d for an image file", s.Path, st.Size(), preprocess.MaxFileBytes)
+	}
 	var img image.Image
 	if s.Decode != nil {
 		img, _, err = s.Decode(f)

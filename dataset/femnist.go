@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 )
 
 // FEMNIST (LEAF)
@@ -200,7 +201,7 @@ func femnistSelection(name string, files, sel []string) ([]string, error) {
 		scanned = true
 		seen := map[string]bool{}
 		for _, f := range files {
-			b, err := os.ReadFile(f)
+			b, err := inputfile.ReadFile(f)
 			if err != nil {
 				return err
 			}
@@ -220,6 +221,8 @@ func femnistSelection(name string, files, sel []string) ([]string, error) {
 		return nil
 	}
 	var out []string
+	var known map[string]bool // the writers in order, as a set
+	chosen := map[string]bool{}
 	for _, s := range sel {
 		id := s
 		if i, err := strconv.Atoi(s); err == nil {
@@ -227,17 +230,22 @@ func femnistSelection(name string, files, sel []string) ([]string, error) {
 				if err := scan(); err != nil {
 					return nil, fmt.Errorf("dataset %s: %w", name, err)
 				}
+				known = make(map[string]bool, len(order))
+				for _, u := range order {
+					known[u] = true
+				}
 			}
-			if !slices.Contains(order, s) {
+			if !known[s] {
 				if i < 0 || i >= len(order) {
 					return nil, fmt.Errorf("dataset %s: writer %q: neither a writer id nor a position in [0,%d)", name, s, len(order))
 				}
 				id = order[i]
 			}
 		}
-		if slices.Contains(out, id) {
+		if chosen[id] {
 			return nil, fmt.Errorf("dataset %s: writer %q selected twice", name, id)
 		}
+		chosen[id] = true
 		out = append(out, id)
 	}
 	return out, nil
@@ -247,7 +255,7 @@ func femnistSelection(name string, files, sel []string) ([]string, error) {
 // order of "users" (users not in want, when want is non-nil, are checked
 // for structure only). Errors name the file and line.
 func readLEAFFile(file string, fn func(user string, u *leafUser) error, want map[string]bool) error {
-	b, err := os.ReadFile(file)
+	b, err := inputfile.ReadFile(file)
 	if err != nil {
 		return err
 	}
@@ -267,8 +275,16 @@ func readLEAFFile(file string, fn func(user string, u *leafUser) error, want map
 	case len(top.NumSamples) != len(top.Users):
 		return fmt.Errorf("%s: %d users but %d num_samples", at("num_samples"), len(top.Users), len(top.NumSamples))
 	}
+	// linear in the users (a file of 400k users once took hours here)
+	listed := make(map[string]bool, len(top.Users))
+	for _, user := range top.Users {
+		if listed[user] {
+			return fmt.Errorf("%s: user %q listed twice in \"users\"", at("users"), user)
+		}
+		listed[user] = true
+	}
 	for user := range top.UserData {
-		if !slices.Contains(top.Users, user) {
+		if !listed[user] {
 			return fmt.Errorf("%s: user_data has user %q, not in \"users\"", at("user_data", user), user)
 		}
 	}

@@ -2,6 +2,7 @@ package dataset
 
 import (
 	"bufio"
+	"cmp"
 	"compress/gzip"
 	"encoding/binary"
 	"fmt"
@@ -140,9 +141,11 @@ func ReadIDX(file string, magic uint32) (dims []int, data []byte, err error) {
 			return nil, nil, fmt.Errorf("idx %s: dimension %d: size %d out of range", file, i, dims[i])
 		}
 	}
-	data = make([]byte, n)
-	if _, err := io.ReadFull(r, data); err != nil {
-		return nil, nil, fmt.Errorf("idx %s: data: want %d bytes: %w", file, n, err)
+	// read what the file holds rather than allocating what its header
+	// declares (a small file may declare 2^31 elements)
+	data, err = io.ReadAll(io.LimitReader(r, int64(n)))
+	if err != nil || len(data) != n {
+		return nil, nil, fmt.Errorf("idx %s: data: want %d bytes (the header's sizes), the file holds %d: %w", file, n, len(data), cmp.Or(err, io.ErrUnexpectedEOF))
 	}
 	if m, _ := io.CopyN(io.Discard, r, 1); m != 0 {
 		return nil, nil, fmt.Errorf("idx %s: data: trailing bytes after %d elements", file, n)

@@ -149,6 +149,12 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 		env = &methods.Env{Model: m, Tok: tok, Task: task, Start: depth, Template: tmpl, Seed: o.Seed, Train: o.Train,
 			Views: views, Online: online, Prefixer: px}
 	} else {
+		// the memory estimate of `pfedmma run` (the weights, loaded
+		// already, are out of what is available)
+		need := estimateMemory(o, m.W.Config, 0, task, []int{depth}, views, online, cacheBudget(o.CacheMiB)/2)
+		if err := checkMemory(need, availableMiB()); err != nil {
+			return nil, fmt.Errorf("site %d: %w", site, err)
+		}
 		bar := progress.New(o.Progress, 0, "frozen prefixes", "img", progress.WithMode(o.ProgressMode))
 		env, err = newEnv(ctx, o, m, tok, task, tmpl, depth, views, online, cacheBudget(o.CacheMiB)/2, bar)
 		bar.Finish()

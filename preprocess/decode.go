@@ -10,10 +10,11 @@ import (
 	_ "image/gif" // GIF decoder for image.Decode
 	_ "image/png" // PNG decoder for image.Decode
 	"io"
-	"os"
 
 	_ "golang.org/x/image/bmp" // BMP decoder for image.Decode
 	"golang.org/x/image/webp"
+
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 )
 
 // Decode reads and decodes the image file at path (JPEG, PNG, GIF — first
@@ -41,18 +42,28 @@ import (
 //
 // Transform.EvalInto resizes *image.Paletted images (modes "P" and "1") with
 // PIL's NEAREST filter before converting them to RGB, as PIL does.
+//
+// Only regular files are read (a FIFO, a device such as /dev/zero or a
+// folder is refused before it is opened), of at most MaxFileBytes.
 func Decode(path string) (image.Image, error) {
-	f, err := os.Open(path)
+	f, err := inputfile.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("preprocess: %w", err)
+		return nil, fmt.Errorf("preprocess: image %w", err)
 	}
 	defer f.Close()
-	img, err := DecodeReader(f)
+	if st, err := f.Stat(); err == nil && st.Size() > MaxFileBytes {
+		return nil, fmt.Errorf("preprocess %s: %d bytes, over the limit of %d for an image file", path, st.Size(), MaxFileBytes)
+	}
+	img, err := DecodeReader(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("preprocess %s: %w", path, err)
 	}
 	return img, nil
 }
+
+// MaxFileBytes bounds the size of an image file Decode reads (a BMP of
+// MaxPixels 32-bit pixels is 512 MiB).
+const MaxFileBytes = 1 << 30
 
 // MaxPixels bounds the width·height an image header may announce; larger
 // images are refused before their pixels are allocated.

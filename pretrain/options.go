@@ -139,7 +139,7 @@ func (o Options) Validate() error {
 	case o.CheckpointEvery < 0 || o.Workers < 0:
 		return bad("checkpoint every %d, workers %d", o.CheckpointEvery, o.Workers)
 	}
-	return nil
+	return o.checkBounds()
 }
 
 // WorldConfig returns the configuration of the generated world.

@@ -15,6 +15,7 @@ import (
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
+	"github.com/pfedmma/pfedmma/internal/memlimit"
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tokenizer"
@@ -65,9 +66,15 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Result, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	if err := opts.checkMemory(memlimit.AvailableMiB()); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("pretrain: %w", err)
+	}
+	if err := opts.checkOutDir(); err != nil {
+		return nil, err
 	}
 	w, err := world.New(opts.WorldConfig())
 	if err != nil {

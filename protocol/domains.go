@@ -92,22 +92,26 @@ func pathological(ds *dataset.Dataset, train, test []dataset.Item, o Options) (*
 	return t, nil
 }
 
-// natural makes each domain with training images a client scored on its own
-// test images; domains with test images only become global evaluation
-// sets named [UnseenMetric].
+// natural makes each domain with training images a client, scored on its
+// own test images when it has some (a writer with training data only, as
+// in LEAF's user split, trains and has no local score); domains with test
+// images only become global evaluation sets named [UnseenMetric].
 func natural(ds *dataset.Dataset, train, test []dataset.Item, o Options) (*Task, error) {
 	t := &Task{Protocol: Natural, Dataset: ds, Train: train, Test: test,
-		Spaces: []Space{allClasses(ds)}, Metrics: []string{"acc"}}
+		Spaces: []Space{allClasses(ds)}}
 	trainBy, testBy := byDomain(train), byDomain(test)
-	for d, name := range ds.Domains {
+	scored := false
+	for d := range ds.Domains {
 		tr, te := trainBy[d], testBy[d]
 		switch {
-		case len(tr) > 0 && len(te) == 0:
-			return nil, fmt.Errorf("protocol %s: domain %q has %d training images but no test images", Natural, name, len(tr))
 		case len(tr) == 0 && len(te) > 0:
 			t.GlobalEvals = append(t.GlobalEvals, evalOf(UnseenMetric, test, te))
 		case len(tr) > 0:
-			ct := ClientTask{ID: len(t.Clients), Domain: d, Train: tr, Evals: []*EvalSet{evalOf("acc", test, te)}}
+			ct := ClientTask{ID: len(t.Clients), Domain: d, Train: tr}
+			if len(te) > 0 {
+				ct.Evals = []*EvalSet{evalOf("acc", test, te)}
+				scored = true
+			}
 			for _, i := range tr {
 				ct.Labels = append(ct.Labels, train[i].Label)
 			}
@@ -117,8 +121,14 @@ func natural(ds *dataset.Dataset, train, test []dataset.Item, o Options) (*Task,
 	if len(t.Clients) == 0 {
 		return nil, fmt.Errorf("protocol %s: dataset %s: no domain has training images", Natural, ds.Name)
 	}
+	if scored {
+		t.Metrics = append(t.Metrics, "acc")
+	}
 	if len(t.GlobalEvals) > 0 {
 		t.Metrics = append(t.Metrics, UnseenMetric)
+	}
+	if len(t.Metrics) == 0 {
+		return nil, fmt.Errorf("protocol %s: dataset %s: no test images: nothing to score", Natural, ds.Name)
 	}
 	return t, nil
 }

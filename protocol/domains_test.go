@@ -278,9 +278,25 @@ func TestNatural(t *testing.T) {
 	if _, err := task.GlobalMetrics(nil); err == nil {
 		t.Fatal("GlobalMetrics with no accuracies: no error")
 	}
+	// A writer with training images only (LEAF's user split) is a client
+	// that trains and has no local score (issue 17: it was refused).
 	ds.Test = slices.DeleteFunc(ds.Test, func(it dataset.Item) bool { return it.Domain == 1 })
-	if _, err := Build(ds, Options{Name: Natural}); err == nil || !strings.Contains(err.Error(), `"f_b"`) {
+	task, err = Build(ds, Options{Name: Natural})
+	if err != nil {
 		t.Fatalf("writer without test images: %v", err)
+	}
+	if len(task.Clients) != 3 || task.Clients[1].Domain != 1 || len(task.Clients[1].Train) == 0 || len(task.Clients[1].Evals) != 0 || len(task.Clients[0].Evals) != 1 {
+		t.Fatalf("clients %+v", task.Clients)
+	}
+	// No writer with both: only the unseen writers are scored.
+	ds.Test = slices.DeleteFunc(ds.Test, func(it dataset.Item) bool { return it.Domain != 2 })
+	task, err = Build(ds, Options{Name: Natural})
+	if err != nil || !slices.Equal(task.Metrics, []string{UnseenMetric}) || len(task.Clients) != 3 {
+		t.Fatalf("user split: %v, %+v", err, task)
+	}
+	ds.Test = nil
+	if _, err := Build(ds, Options{Name: Natural}); err == nil || !strings.Contains(err.Error(), "0 test images") {
+		t.Fatalf("no test images at all: %v", err)
 	}
 }
 

@@ -17,11 +17,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -69,7 +69,7 @@ type headerEntry struct {
 
 // Open reads the whole safetensors file at path into memory and parses it.
 func Open(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := inputfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
@@ -80,7 +80,7 @@ func Open(path string) (*File, error) {
 // tensor bytes only when a tensor is requested, so memory holds one tensor's
 // bytes at a time. The caller must Close the File.
 func OpenLazy(path string) (*File, error) {
-	fd, err := os.Open(path)
+	fd, err := inputfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}

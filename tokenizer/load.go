@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 )
 
 // File names of the vocabularies Load and FindVocab recognise.
@@ -84,7 +86,7 @@ func isFile(p string) bool {
 // readMaybeGzip reads a file, decompressing it when its name ends in .gz or
 // it starts with the gzip magic bytes.
 func readMaybeGzip(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+	data, err := inputfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: vocabulary %s: %w", path, err)
 	}
@@ -148,7 +150,7 @@ func parseMerges(path string, lines []string, firstLine int) ([][2]string, error
 // and merges.txt (an optional "#version" line, then one merge per line, of
 // which at most 48894 are used, as CLIPTokenizer does).
 func loadHF(vocabPath, mergesPath string) (*Tokenizer, error) {
-	vdata, err := os.ReadFile(vocabPath)
+	vdata, err := inputfile.ReadFile(vocabPath)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: vocabulary %s: %w", vocabPath, err)
 	}
@@ -176,7 +178,7 @@ func loadHF(vocabPath, mergesPath string) (*Tokenizer, error) {
 		decoder[id] = tok
 	}
 
-	mdata, err := os.ReadFile(mergesPath)
+	mdata, err := inputfile.ReadFile(mergesPath)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: vocabulary %s: %w", mergesPath, err)
 	}

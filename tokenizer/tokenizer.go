@@ -26,6 +26,11 @@ import (
 // EOT, zero padded).
 const ContextLength = 77
 
+// MaxContextLength bounds the context length Tokenize pads to: far above
+// any CLIP's (77; long-context variants use a few hundred), low enough that
+// a typo is refused rather than allocated.
+const MaxContextLength = 1 << 16
+
 // maxMerges is how many merges simple_tokenizer.py reads from its vocabulary
 // file: merges[1:49152-256-2+1].
 const maxMerges = 49152 - 256 - 2
@@ -170,8 +175,8 @@ func (t *Tokenizer) Encode(text string) []int {
 // error wrapping ErrTooLong, unless truncate is set: then it is cut to
 // contextLength ids and the last one is replaced by <|endoftext|>.
 func (t *Tokenizer) Tokenize(text string, contextLength int, truncate bool) ([]int, error) {
-	if contextLength < 1 {
-		return nil, fmt.Errorf("tokenizer: context length %d, want at least 1", contextLength)
+	if contextLength < 1 || contextLength > MaxContextLength {
+		return nil, fmt.Errorf("tokenizer: context length %d, want 1 to %d", contextLength, MaxContextLength)
 	}
 	ids := make([]int, 0, contextLength+2)
 	ids = append(ids, t.sot)

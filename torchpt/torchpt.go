@@ -26,12 +26,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/nlpodyssey/gopickle/types"
 
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/safetensors"
 )
 
@@ -64,7 +64,7 @@ type File struct {
 // Open reads the structure of the checkpoint at path (data.pkl and the
 // archive directory, not the tensor data).
 func Open(path string) (*File, error) {
-	fh, err := os.Open(path)
+	fh, err := inputfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("torchpt: %w", err)
 	}
@@ -186,6 +186,9 @@ func (f *File) bind(t *Tensor, records map[string]*zip.File, prefix string) erro
 		return fmt.Errorf("torchpt %s: tensor %q: storage record %s holds %d bytes, want %d (%d %s elements)",
 			f.name, t.Name, rec.Name, rec.UncompressedSize64, st.numel*size, st.numel, st.dtype)
 	}
+	if err := checkDeclaredSize(rec); err != nil {
+		return fmt.Errorf("torchpt %s: tensor %q: storage record %s: %w", f.name, t.Name, rec.Name, err)
+	}
 	numel := int64(1)
 	last := r.offset // index of the view's last element
 	for i, d := range r.shape {
@@ -209,6 +212,31 @@ func (f *File) bind(t *Tensor, records map[string]*zip.File, prefix string) erro
 			f.name, t.Name, r.shape, r.stride, r.offset, last+1, st.key, st.numel)
 	}
 	t.record = rec
+	return nil
+}
+
+// maxInflateRatio bounds how much larger than its compressed bytes a
+// compressed storage record may declare itself (beyond inflateSlack):
+// torch.save stores records uncompressed, and float weights deflate by a
+// few percent, so a larger ratio is a decompression bomb.
+const (
+	maxInflateRatio = 64
+	inflateSlack    = 64 << 20
+)
+
+// checkDeclaredSize compares a record's declared size with the bytes the
+// archive holds for it: a stored record must hold exactly what it
+// declares; a compressed one may not declare more than maxInflateRatio
+// times its compressed size (plus inflateSlack).
+func checkDeclaredSize(rec *zip.File) error {
+	declared, actual := rec.UncompressedSize64, rec.CompressedSize64
+	switch {
+	case rec.Method == zip.Store && declared != actual:
+		return fmt.Errorf("declares %d bytes but holds %d", declared, actual)
+	case rec.Method != zip.Store && declared > inflateSlack && declared/maxInflateRatio > actual:
+		return fmt.Errorf("declares %d bytes (%.1f GiB) from %d compressed bytes: a decompression bomb, refused (a real checkpoint stores its tensors uncompressed)",
+			declared, float64(declared)/(1<<30), actual)
+	}
 	return nil
 }
 
@@ -365,16 +393,35 @@ func (f *File) Float32Into(name string, dst []float32) ([]int, error) {
 	if numel == 0 {
 		return slices.Clone(t.Shape), nil
 	}
-	data, err := readRecord(t.record, t.record.UncompressedSize64)
+	size := t.DType.Size()
+	// Only the span of the storage the view covers is read (a small
+	// tensor viewing a huge storage reads a little), all of it when the
+	// view covers the record (then its CRC is checked too).
+	lo, hi := r.offset, r.offset
+	for i, d := range r.shape {
+		hi += int64(d-1) * r.stride[i] // bounded by bind
+	}
+	span := (hi - lo + 1) * int64(size)
+	var data []byte
+	var err error
+	if lo == 0 && uint64(span) == t.record.UncompressedSize64 {
+		data, err = readRecord(t.record, t.record.UncompressedSize64)
+	} else if span <= 4*int64(numel)*int64(size)+1<<20 {
+		data, err = readSpan(t.record, lo*int64(size), span)
+	} else {
+		err = f.readSparse(t, dst)
+		if err == nil {
+			return slices.Clone(t.Shape), nil
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("torchpt %s: tensor %q: %s: %w", f.name, name, t.record.Name, err)
 	}
-	size := t.DType.Size()
 	// Walk the strided view in C order.
 	idx := make([]int, len(r.shape))
 	off := r.offset
 	for i := range dst {
-		dst[i] = decode(t.DType, data[off*int64(size):])
+		dst[i] = decode(t.DType, data[(off-lo)*int64(size):])
 		for k := len(idx) - 1; k >= 0; k-- {
 			idx[k]++
 			off += r.stride[k]
@@ -386,6 +433,72 @@ func (f *File) Float32Into(name string, dst []float32) ([]int, error) {
 		}
 	}
 	return slices.Clone(t.Shape), nil
+}
+
+// readSpan reads n bytes at offset start of a record, streaming past the
+// bytes before them.
+func readSpan(zf *zip.File, start, n int64) ([]byte, error) {
+	rc, err := zf.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	if _, err := io.CopyN(io.Discard, rc, start); err != nil {
+		return nil, fmt.Errorf("reading to byte %d: %w", start, err)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(rc, b); err != nil {
+		return nil, fmt.Errorf("reading bytes %d..%d: %w", start, start+n, err)
+	}
+	return b, nil
+}
+
+// readSparse fills dst with a view whose elements lie far apart in its
+// storage: the elements' offsets are sorted and the record is streamed
+// once, keeping one element at a time.
+func (f *File) readSparse(t *Tensor, dst []float32) error {
+	r := t.ref
+	size := int64(t.DType.Size())
+	offs := make([]int64, len(dst))
+	order := make([]int, len(dst))
+	idx := make([]int, len(r.shape))
+	off := r.offset
+	for i := range dst {
+		offs[i], order[i] = off, i
+		for k := len(idx) - 1; k >= 0; k-- {
+			idx[k]++
+			off += r.stride[k]
+			if idx[k] < r.shape[k] {
+				break
+			}
+			off -= int64(idx[k]) * r.stride[k]
+			idx[k] = 0
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return int(offs[a] - offs[b]) })
+	rc, err := t.record.Open()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	var pos int64 // bytes read so far
+	el := make([]byte, size)
+	for k, i := range order {
+		at := offs[i] * size
+		if k > 0 && offs[i] == offs[order[k-1]] {
+			dst[i] = dst[order[k-1]] // a zero stride repeats an element
+			continue
+		}
+		if _, err := io.CopyN(io.Discard, rc, at-pos); err != nil {
+			return fmt.Errorf("reading to byte %d: %w", at, err)
+		}
+		if _, err := io.ReadFull(rc, el); err != nil {
+			return fmt.Errorf("reading byte %d: %w", at, err)
+		}
+		pos = at + size
+		dst[i] = decode(t.DType, el)
+	}
+	return nil
 }
 
 // decode converts the little-endian element at the start of b.

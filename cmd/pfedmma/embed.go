@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 
 	"github.com/spf13/cobra"
 
@@ -51,6 +53,9 @@ func init() {
 				}
 				px, n = t.Data, t.Shape[0]
 			case len(images) > 0:
+				if err := checkImageMemory("embed", len(images), S); err != nil {
+					return err
+				}
 				vals, err := preprocess.CLIPTransform(S).EvalFiles(cmd.Context(), images, 0)
 				if err != nil {
 					return fmt.Errorf("embed: %w", err)
@@ -61,7 +66,11 @@ func init() {
 				n = len(images)
 			}
 			if n > 0 {
-				feat := encodeImagesBatched(m, px, n, 32)
+				slog.Info("embed: encoding images", "images", n)
+				feat, err := encodeImagesBatched(cmd.Context(), m, px, n, 32)
+				if err != nil {
+					return fmt.Errorf("embed: %w", err)
+				}
 				out.Image = rows(feat, n, E, normalize)
 			}
 			if len(texts) > 0 {
@@ -69,7 +78,7 @@ func init() {
 				if err != nil {
 					return fmt.Errorf("embed: %w", err)
 				}
-				feat, err := m.EncodeText(ids, len(texts))
+				feat, err := encodeTextsBatched(cmd.Context(), m, ids, len(texts), 256)
 				if err != nil {
 					return fmt.Errorf("embed: %w", err)
 				}
@@ -88,17 +97,44 @@ func init() {
 	rootCmd.AddCommand(cmd)
 }
 
-// encodeImagesBatched runs the image encoder over n images in batches.
-func encodeImagesBatched(m *clip.Model, px []float32, n, batch int) []float32 {
+// encodeImagesBatched runs the image encoder (ViT or ResNet) over n images
+// in batches, stopping between batches when ctx is cancelled.
+func encodeImagesBatched(ctx context.Context, m *clip.Model, px []float32, n, batch int) ([]float32, error) {
 	S := m.W.Config.Vision.ImageSize
 	E := m.W.Config.EmbedDim
 	per := 3 * S * S
 	feat := make([]float32, n*E)
 	for s := 0; s < n; s += batch {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("stopped after %d of %d images: %w", s, n, err)
+		}
 		e := min(s+batch, n)
-		m.Vision.Encode(feat[s*E:e*E], px[s*per:e*per], e-s)
+		if m.ResNet != nil {
+			m.ResNet.Encode(feat[s*E:e*E], px[s*per:e*per], e-s)
+		} else {
+			m.Vision.Encode(feat[s*E:e*E], px[s*per:e*per], e-s)
+		}
 	}
-	return feat
+	return feat, nil
+}
+
+// encodeTextsBatched runs the text encoder over n tokenized texts in
+// batches, stopping between batches when ctx is cancelled.
+func encodeTextsBatched(ctx context.Context, m *clip.Model, ids []int, n, batch int) ([]float32, error) {
+	L, E := m.W.Config.Text.ContextLength, m.W.Config.EmbedDim
+	feat := make([]float32, 0, n*E)
+	for s := 0; s < n; s += batch {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("stopped after %d of %d texts: %w", s, n, err)
+		}
+		e := min(s+batch, n)
+		f, err := m.EncodeText(ids[s*L:e*L], e-s)
+		if err != nil {
+			return nil, err
+		}
+		feat = append(feat, f...)
+	}
+	return feat, nil
 }
 
 // rows splits a flat [n, d] slice into rows, optionally L2-normalised.

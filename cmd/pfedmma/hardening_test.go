@@ -194,6 +194,10 @@ func TestRunResumeMissingCheckpoint(t *testing.T) {
 	if err := os.Remove(ck); err != nil {
 		t.Fatal(err)
 	}
+	// as a run stopped before it ended (a finished run has nothing to resume)
+	if err := writeRunMarker(out, runMarker{Fingerprint: "stopped"}); err != nil {
+		t.Fatal(err)
+	}
 	_, err := execute(t, append(tinyRunArgs(model, out, 2), "--resume")...)
 	if err == nil || !strings.Contains(err.Error(), ck) {
 		t.Fatalf("resume without checkpoint: error %v, want one naming %s", err, ck)

@@ -56,7 +56,7 @@ var schemeNames = map[checkpoint.Scheme]string{
 
 func writeInspectText(w io.Writer, path string, info *checkpoint.Info) error {
 	c := info.Config
-	vp, tp := checkpoint.TowerParams(c)
+	vp, tp := towerParams(info)
 	var sb strings.Builder
 	row := func(k, format string, args ...any) {
 		fmt.Fprintf(&sb, "%-12s %s\n", k, fmt.Sprintf(format, args...))
@@ -78,11 +78,16 @@ func writeInspectText(w io.Writer, path string, info *checkpoint.Info) error {
 	row("logit scale", "%.4g (logits = %.4g · cosine)", info.LogitScale, math.Exp(float64(info.LogitScale)))
 	row("activation", "%s", info.Activation)
 	v, t := c.Vision, c.Text
-	row("vision", "ViT %d×%d px, patch %d (%d×%d grid, %d tokens), %s params", v.ImageSize, v.ImageSize,
-		v.PatchSize, v.Grid(), v.Grid(), v.Tokens(), humanCount(vp))
-	row("", "width %d, %d layers, %d heads (head dim %d), MLP %d", v.Width, v.Layers, v.Heads, v.Width/v.Heads, v.MLPWidth)
+	if v.ResNet {
+		// CLIP's ModifiedResNet: no patches, blocks or heads of a ViT
+		row("vision", "ResNet (CLIP's modified ResNet with attention pooling) %d×%d px, %s params", v.ImageSize, v.ImageSize, humanCount(vp))
+	} else {
+		row("vision", "ViT %d×%d px, patch %d (%d×%d grid, %d tokens), %s params", v.ImageSize, v.ImageSize,
+			v.PatchSize, v.Grid(), v.Grid(), v.Tokens(), humanCount(vp))
+		row("", "width %d, %d layers, %d heads (head dim %d), MLP %d", v.Width, v.Layers, v.Heads, headDim(v.Width, v.Heads), v.MLPWidth)
+	}
 	row("text", "context %d, vocab %d, %s params", t.ContextLength, t.VocabSize, humanCount(tp))
-	row("", "width %d, %d layers, %d heads (head dim %d), MLP %d", t.Width, t.Layers, t.Heads, t.Width/t.Heads, t.MLPWidth)
+	row("", "width %d, %d layers, %d heads (head dim %d), MLP %d", t.Width, t.Layers, t.Heads, headDim(t.Width, t.Heads), t.MLPWidth)
 	if len(info.Metadata) > 0 {
 		row("metadata", "%d keys", len(info.Metadata))
 	}
@@ -105,13 +110,14 @@ type inspectJSON struct {
 	Activation   string            `json:"activation"`
 	EmbedDim     int               `json:"embed_dim"`
 	Vision       struct {
-		ImageSize int `json:"image_size"`
-		PatchSize int `json:"patch_size"`
-		Tokens    int `json:"tokens"`
-		Width     int `json:"width"`
-		Layers    int `json:"layers"`
-		Heads     int `json:"heads"`
-		MLPWidth  int `json:"mlp_width"`
+		ResNet    bool `json:"resnet,omitempty"`
+		ImageSize int  `json:"image_size"`
+		PatchSize int  `json:"patch_size"`
+		Tokens    int  `json:"tokens"`
+		Width     int  `json:"width"`
+		Layers    int  `json:"layers"`
+		Heads     int  `json:"heads"`
+		MLPWidth  int  `json:"mlp_width"`
 	} `json:"vision"`
 	Text struct {
 		ContextLength int `json:"context_length"`
@@ -131,14 +137,36 @@ func writeInspectJSON(w io.Writer, path string, info *checkpoint.Info) error {
 		DTypes: info.DTypes, Tensors: info.Tensors, Params: info.Params, LogitScale: info.LogitScale,
 		Activation: info.Activation, EmbedDim: c.EmbedDim, Metadata: info.Metadata,
 	}
-	out.VisionParams, out.TextParams = checkpoint.TowerParams(c)
-	out.Vision.ImageSize, out.Vision.PatchSize, out.Vision.Tokens = c.Vision.ImageSize, c.Vision.PatchSize, c.Vision.Tokens()
+	out.VisionParams, out.TextParams = towerParams(info)
+	out.Vision.ResNet = c.Vision.ResNet
+	out.Vision.ImageSize, out.Vision.PatchSize = c.Vision.ImageSize, c.Vision.PatchSize
+	if !c.Vision.ResNet {
+		out.Vision.Tokens = c.Vision.Tokens()
+	}
 	out.Vision.Width, out.Vision.Layers, out.Vision.Heads, out.Vision.MLPWidth = c.Vision.Width, c.Vision.Layers, c.Vision.Heads, c.Vision.MLPWidth
 	out.Text.ContextLength, out.Text.VocabSize = c.Text.ContextLength, c.Text.VocabSize
 	out.Text.Width, out.Text.Layers, out.Text.Heads, out.Text.MLPWidth = c.Text.Width, c.Text.Layers, c.Text.Heads, c.Text.MLPWidth
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// towerParams counts the parameters of each tower; a ResNet image tower
+// (which the ViT layout does not describe) has what the text tower leaves.
+func towerParams(info *checkpoint.Info) (vision, text int64) {
+	vision, text = checkpoint.TowerParams(info.Config)
+	if info.Config.Vision.ResNet {
+		vision = info.Params - text
+	}
+	return vision, text
+}
+
+// headDim is width/heads, 0 when heads is 0.
+func headDim(width, heads int) int {
+	if heads <= 0 {
+		return 0
+	}
+	return width / heads
 }
 
 // groupDigits writes n with thousands separators (1,768,065).

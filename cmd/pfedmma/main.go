@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/gemm"
 	_ "github.com/pfedmma/pfedmma/methods/all" // every method
 )
@@ -32,6 +33,10 @@ var rootCmd = &cobra.Command{
 	SilenceUsage:  true,
 	SilenceErrors: true,
 	PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+		if threadsFlag < 0 || threadsFlag > config.MaxThreads {
+			// GOMAXPROCS and OpenBLAS of 100000 threads exhaust memory
+			return fmt.Errorf("--threads %d: want 0 (every CPU) to %d; this machine has %d CPUs", threadsFlag, config.MaxThreads, runtime.NumCPU())
+		}
 		if threadsFlag > 0 {
 			setThreads(threadsFlag)
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/inputfile"
+	"github.com/pfedmma/pfedmma/internal/memlimit"
 	"github.com/pfedmma/pfedmma/tokenizer"
 )
 
@@ -81,4 +82,16 @@ func tokenizeAll(tok *tokenizer.Tokenizer, texts []string, ctx int) ([]int, erro
 		out = append(out, ids...)
 	}
 	return out, nil
+}
+
+// checkImageMemory refuses holding n preprocessed images of side S when
+// the estimate exceeds the memory the machine has available (after the
+// model was loaded), naming what to lower (what: the command).
+func checkImageMemory(what string, n, S int) error {
+	need := memlimit.Mul(int64(n), 3, int64(S), int64(S), 4, 2)
+	if err := memlimit.Check(fmt.Sprintf("%s of %d images of %d×%d pixels", what, n, S, S), need, memlimit.AvailableMiB(),
+		"give fewer --image files per call"); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }

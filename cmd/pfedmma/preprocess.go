@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pfedmma/pfedmma/internal/memlimit"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -76,6 +77,12 @@ func newPreprocessCmd() *cobra.Command {
 					return fmt.Errorf("preprocess: %s and %s have the same base name %q", prev, p, k)
 				}
 				seen[k], keys[i] = p, k
+			}
+			// every image is held, then written: 2 copies of 3·size² float32
+			need := memlimit.Mul(int64(len(paths)), 3, int64(size), int64(size), 4, 2)
+			if err := memlimit.Check(fmt.Sprintf("preprocess of %d images at --size %d", len(paths), size), need, memlimit.AvailableMiB(),
+				"lower --size or give fewer images per call"); err != nil {
+				return fmt.Errorf("preprocess: %w", err)
 			}
 			data, err := tr.EvalFiles(cmd.Context(), paths, workers)
 			if err != nil {

@@ -117,14 +117,35 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 		}
 		return nil
 	}
+	// finishedRun says whether --resume has nothing to do: the run ended,
+	// and resuming would only rewrite its outputs.
+	finishedRun := func() (bool, error) {
+		when, done, err := runFinished(out)
+		if err != nil {
+			return false, fmt.Errorf("run: --resume %s: %w", out, err)
+		}
+		if done {
+			fmt.Fprintf(cmd.ErrOrStderr(), "the run in %s finished (%s); --resume has nothing to do and changed nothing. To run it again: --force (or a new --out)\n", out, when)
+		}
+		return done, nil
+	}
 	if resume {
 		if err := checkResume(); err != nil {
+			return err
+		}
+		if done, err := finishedRun(); done || err != nil {
 			return err
 		}
 	}
 	model, err := resolveModelPath(e.Model)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
+	}
+	if !resume {
+		// before the lock file is written into a folder that is not a run
+		if _, err := checkRunDir(out, force); err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("run: %w", err)
@@ -139,8 +160,21 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 		if err := checkResume(); err != nil {
 			return err
 		}
+		if done, err := finishedRun(); done || err != nil {
+			return err
+		}
 	} else if err := prepareRunDir(out, force); err != nil {
 		return fmt.Errorf("run: %w", err)
+	}
+	marker, hasMarker, err := readRunMarker(out)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	if !hasMarker || !resume {
+		marker = runMarker{Fingerprint: fp, Started: time.Now().UTC().Format(time.RFC3339)}
+		if err := writeRunMarker(out, marker); err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
 	}
 	if err := os.WriteFile(filepath.Join(out, fingerprintFile), []byte(fp+"\n"), 0o644); err != nil {
 		return fmt.Errorf("run: %w", err)
@@ -155,6 +189,15 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 		dir := out
 		if len(seeds) > 1 {
 			dir = filepath.Join(out, fmt.Sprintf("seed_%d", seed))
+		}
+		if resume && len(seeds) > 1 {
+			// a seed whose run ended (its summary.json is written last)
+			// is kept as it is, not run again
+			if s, err := report.ReadSummary(filepath.Join(dir, report.SummaryFile)); err == nil {
+				slog.Info("seed finished earlier: kept as it is", "seed", seed, "out", dir)
+				summaries = append(summaries, s)
+				continue
+			}
 		}
 		o, err := experiment.FromConfig(e, model, seed, dir)
 		if err != nil {
@@ -181,6 +224,10 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 			return err
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), avg.Table(fmt.Sprintf("mean over %d seeds", len(summaries))).Text())
+	}
+	marker.Finished = time.Now().UTC().Format(time.RFC3339)
+	if err := writeRunMarker(out, marker); err != nil {
+		return fmt.Errorf("run: %w", err)
 	}
 	files := "summary.json, report.md, curves.png"
 	if len(summaries) > 0 && summaries[0].Metrics != nil && slices.Equal(summaries[0].Metrics, []string{"G", "P", "C"}) {

@@ -28,6 +28,9 @@ A text that does not fit is an error unless --truncate is given.
 (with merges.txt beside it), or a folder holding either.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if context < 1 || context > tokenizer.MaxContextLength {
+				return fmt.Errorf("tokenize: --context %d: want 1 to %d tokens (CLIP uses %d)", context, tokenizer.MaxContextLength, tokenizer.ContextLength)
+			}
 			tok, err := tokenizer.Load(vocab)
 			if err != nil {
 				return err

@@ -49,11 +49,14 @@ func init() {
 			if err != nil {
 				return fmt.Errorf("zeroshot: %w", err)
 			}
-			txt, err := m.EncodeText(ids, len(names))
+			txt, err := encodeTextsBatched(cmd.Context(), m, ids, len(names), 256)
 			if err != nil {
 				return fmt.Errorf("zeroshot: %w", err)
 			}
 			S, E := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
+			if err := checkImageMemory("zeroshot", len(images), S); err != nil {
+				return err
+			}
 			vals, err := preprocess.CLIPTransform(S).EvalFiles(cmd.Context(), images, 0)
 			if err != nil {
 				return fmt.Errorf("zeroshot: %w", err)
@@ -62,7 +65,10 @@ func init() {
 			for _, v := range vals {
 				px = append(px, v...)
 			}
-			img := encodeImagesBatched(m, px, len(images), 32)
+			img, err := encodeImagesBatched(cmd.Context(), m, px, len(images), 32)
+			if err != nil {
+				return fmt.Errorf("zeroshot: %w", err)
+			}
 			logits := clip.Logits(img, txt, len(images), len(names), E, m.W.LogitScale)
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			for i, path := range images {

@@ -136,6 +136,7 @@ func (s *Settings) Check(c *config.Checker) {
 	c.NonNegative("lambda", s.Lambda)
 	c.Range("ema", s.EMA, 0, 1)
 	c.AtLeast("adaln_layers", s.AdaLNLayers, 1)
+	c.AtMost("adaln_layers", s.AdaLNLayers, 64)
 	c.OneOf("optimizer", s.Optimizer, "adamw", "sgd", OptimizerRun)
 	if s.Optimizer != OptimizerRun {
 		c.Positive("lr", s.LR)
