@@ -379,7 +379,7 @@ func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 		copy(p.Data, t.Data)
 	}
 	if len(ins.Params) > 0 {
-		c.recv = ins.Params.Clone()
+		c.keep(ins.Params)
 	}
 	bar := c.env.StepBar(c.loop.Batches(), fmt.Sprintf("client %d batch", c.task.ID))
 	defer bar.Finish()
@@ -389,6 +389,22 @@ func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 		return federation.FitRes{}, err
 	}
 	return federation.FitRes{Params: c.P.Clone(), NumExamples: len(c.task.Train), Metrics: m}, nil
+}
+
+// keep records the downloaded adapter in c.recv, reusing its buffers.
+func (c *Client) keep(p tensor.Named) {
+	if len(c.recv) == len(p) {
+		for name, t := range p {
+			r, ok := c.recv[name]
+			if !ok || len(r.Data) != len(t.Data) {
+				c.recv = p.Clone()
+				return
+			}
+			copy(r.Data, t.Data)
+		}
+		return
+	}
+	c.recv = p.Clone()
 }
 
 // Evaluate scores the global adapter on the client's evaluation sets (see
