@@ -44,7 +44,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
@@ -211,7 +210,7 @@ type Model struct {
 	Scale float32
 	// Grads has the adapter's shapes.
 	Grads tensor.Named
-	cls   clip.CosineLogits // classification head
+	cls   Cosine // classification head
 	z     *methods.FrozenScorer
 	text  map[int][]float32 // frozen text features per label space
 

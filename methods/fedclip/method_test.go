@@ -116,6 +116,25 @@ func TestAdapterGrad(t *testing.T) {
 	}
 }
 
+// TestCosine: the head's logits are clip.Logits' (exp(logit_scale)·cos)
+// and its gradient to g is the finite difference of Σ L ⊙ r.
+func TestCosine(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 1))
+	const B, N, d = 4, 3, 10
+	g, txt := gradcheck.Rand(rng, B*d, 1), gradcheck.Rand(rng, N*d, 1)
+	scale := float32(math.Log(7))
+	var c Cosine
+	got := append([]float32(nil), c.Forward(g, txt, B, N, d, scale)...)
+	fixtureClose(t, "cosine logits", got, clip.Logits(g, txt, B, N, d, scale), 1e-6)
+	r := gradcheck.Rand(rng, B*N, 1)
+	dg := make([]float32, B*d)
+	c.Backward(dg, r)
+	loss := func() float64 { return gradcheck.Dot(c.Forward(g, txt, B, N, d, scale), r) }
+	if err := gradcheck.Check("g", g, dg, loss, 1e-2, 1e-2, B*d, rng); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestContrastiveLossGrad: the loss's gradient with respect to g, with a
 // repeated label (equal text rows), and its value against a float64
 // restatement of (CE(L) + CE(Lᵀ))/2.
