@@ -48,7 +48,7 @@ func layerCheck(t *testing.T, name string, x []float32, forward func() []float32
 	t.Helper()
 	r := gradcheck.Rand(rand.New(rand.NewPCG(7, 7)), len(forward()), 1)
 	loss := func() float64 { return gradcheck.Dot(forward(), r) }
-	if err := gradcheck.Check(name, x, din, loss, 1e-3, 1e-2, len(x), rng); err != nil {
+	if err := gradcheck.Check(name, x, din, loss, 1e-2, 1e-2, len(x), rng); err != nil {
 		t.Error(err)
 	}
 }
@@ -110,7 +110,7 @@ func TestAdapterGrad(t *testing.T) {
 	}
 	ad.Backward(weights(grads), r, f, weights(p))
 	for _, n := range Names {
-		if err := gradcheck.Check(n, p[n].Data, grads[n].Data, loss, 1e-3, 1e-2, len(p[n].Data), rng); err != nil {
+		if err := gradcheck.Check(n, p[n].Data, grads[n].Data, loss, 1e-2, 2e-2, len(p[n].Data), rng); err != nil {
 			t.Error(err)
 		}
 	}
@@ -147,14 +147,14 @@ func TestContrastiveLossGrad(t *testing.T) {
 	scale := float32(math.Log(10))
 	var c ContrastiveLoss
 	loss := func() float64 { _, l := c.Forward(g, txt, B, d, scale); return l }
-	l := loss()
+	loss()
 	dg := make([]float32, B*d)
 	c.Backward(dg)
 	if err := gradcheck.Check("g", g, dg, loss, 1e-2, 1e-2, B*d, rng); err != nil {
 		t.Error(err)
 	}
 	// float64 restatement (at g itself: the check left the loss at a perturbed g)
-	l = loss()
+	l := loss()
 	gn, tn := norm64(g, B, d), norm64(txt, B, d)
 	L := make([]float64, B*B)
 	for i := 0; i < B; i++ {
