@@ -1,0 +1,575 @@
+package fedclip
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pfedmma/pfedmma/actcache"
+	"github.com/pfedmma/pfedmma/assets"
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/eval"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+func bitsEqual(a, b tensor.Named) string {
+	if len(a) != len(b) {
+		return fmt.Sprintf("%d names vs %d", len(a), len(b))
+	}
+	for k, x := range a {
+		y, ok := b[k]
+		if x == nil || !ok || y == nil || !tensor.SameShape(x.Shape, y.Shape) {
+			return k + ": missing or shape"
+		}
+		for i := range x.Data {
+			if math.Float32bits(x.Data[i]) != math.Float32bits(y.Data[i]) {
+				return k
+			}
+		}
+	}
+	return ""
+}
+
+// layerCheck compares the input gradient din of a layer with finite
+// differences of L = Σ forward(x) ⊙ r.
+func layerCheck(t *testing.T, name string, x []float32, forward func() []float32, din []float32, rng *rand.Rand) {
+	t.Helper()
+	r := gradcheck.Rand(rand.New(rand.NewPCG(7, 7)), len(forward()), 1)
+	loss := func() float64 { return gradcheck.Dot(forward(), r) }
+	if err := gradcheck.Check(name, x, din, loss, 1e-2, 1e-2, len(x), rng); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestLayerGrads: each layer's backward against finite differences.
+func TestLayerGrads(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const B, d = 3, 7
+	r := gradcheck.Rand(rand.New(rand.NewPCG(7, 7)), B*d, 1)
+	x := gradcheck.Rand(rng, B*d, 2)
+	out := make([]float32, B*d)
+	din := make([]float32, B*d)
+
+	tanh := func() []float32 { TanhForward(out, x, B*d); return out }
+	tanh()
+	TanhBackward(din, r, out, B*d)
+	layerCheck(t, "tanh", x, tanh, din, rng)
+
+	softmax := func() []float32 { SoftmaxForward(out, x, B, d); return out }
+	softmax()
+	SoftmaxBackward(din, r, out, B, d)
+	layerCheck(t, "softmax", x, softmax, din, rng)
+	for b := 0; b < B; b++ { // rows sum to one
+		var s float64
+		for _, v := range out[b*d : (b+1)*d] {
+			s += float64(v)
+		}
+		if math.Abs(s-1) > 1e-6 {
+			t.Errorf("softmax row %d sums to %v", b, s)
+		}
+	}
+
+	f := gradcheck.Rand(rng, B*d, 1)
+	gate := func() []float32 { GateForward(out, x, f, B*d); return out }
+	gate()
+	GateBackward(din, r, f, B*d)
+	layerCheck(t, "gate", x, gate, din, rng)
+}
+
+// TestAdapterGrad: the whole adapter's weight gradients, L = Σ g ⊙ r.
+func TestAdapterGrad(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const B, d = 4, 6
+	p := Init(d, rng)
+	for _, n := range []string{ParamW1, ParamW2} { // far from uniform attention
+		for i := range p[n].Data {
+			p[n].Data[i] *= 4
+		}
+	}
+	f := gradcheck.Rand(rng, B*d, 1)
+	r := gradcheck.Rand(rng, B*d, 1)
+	var ad Adapter
+	g := make([]float32, B*d)
+	loss := func() float64 { ad.Forward(g, f, weights(p), B, d); return gradcheck.Dot(g, r) }
+	loss()
+	grads := tensor.Named{}
+	for name, shape := range Shapes(d) {
+		grads[name] = tensor.New(shape...)
+	}
+	ad.Backward(weights(grads), r, f, weights(p))
+	for _, n := range Names {
+		if err := gradcheck.Check(n, p[n].Data, grads[n].Data, loss, 1e-2, 2e-2, len(p[n].Data), rng); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestCosine: the head's logits are clip.Logits' (exp(logit_scale)·cos)
+// and its gradient to g is the finite difference of Σ L ⊙ r.
+func TestCosine(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 1))
+	const B, N, d = 4, 3, 10
+	g, txt := gradcheck.Rand(rng, B*d, 1), gradcheck.Rand(rng, N*d, 1)
+	scale := float32(math.Log(7))
+	var c Cosine
+	got := append([]float32(nil), c.Forward(g, txt, B, N, d, scale)...)
+	fixtureClose(t, "cosine logits", got, clip.Logits(g, txt, B, N, d, scale), 1e-6)
+	r := gradcheck.Rand(rng, B*N, 1)
+	dg := make([]float32, B*d)
+	c.Backward(dg, r)
+	loss := func() float64 { return gradcheck.Dot(c.Forward(g, txt, B, N, d, scale), r) }
+	if err := gradcheck.Check("g", g, dg, loss, 1e-2, 1e-2, B*d, rng); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestContrastiveLossGrad: the loss's gradient with respect to g, with a
+// repeated label (equal text rows), and its value against a float64
+// restatement of (CE(L) + CE(Lᵀ))/2.
+func TestContrastiveLossGrad(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const B, d = 5, 8
+	g := gradcheck.Rand(rng, B*d, 1)
+	txt := gradcheck.Rand(rng, B*d, 1)
+	copy(txt[4*d:], txt[1*d:2*d]) // images 1 and 4 share a class
+	scale := float32(math.Log(10))
+	var c ContrastiveLoss
+	loss := func() float64 { _, l := c.Forward(g, txt, B, d, scale); return l }
+	loss()
+	dg := make([]float32, B*d)
+	c.Backward(dg)
+	if err := gradcheck.Check("g", g, dg, loss, 1e-2, 1e-2, B*d, rng); err != nil {
+		t.Error(err)
+	}
+	// float64 restatement (at g itself: the check left the loss at a perturbed g)
+	l := loss()
+	gn, tn := norm64(g, B, d), norm64(txt, B, d)
+	L := make([]float64, B*B)
+	for i := 0; i < B; i++ {
+		for j := 0; j < B; j++ {
+			for k := 0; k < d; k++ {
+				L[i*B+j] += 10 * gn[i*d+k] * tn[j*d+k]
+			}
+		}
+	}
+	var li, lt float64
+	for i := 0; i < B; i++ {
+		var zi, zt float64
+		for j := 0; j < B; j++ {
+			zi += math.Exp(L[i*B+j])
+			zt += math.Exp(L[j*B+i])
+		}
+		li += math.Log(zi) - L[i*B+i]
+		lt += math.Log(zt) - L[i*B+i]
+	}
+	want := (li + lt) / (2 * B)
+	if math.Abs(l-want) > 1e-5*(1+want) {
+		t.Errorf("loss %v, want %v", l, want)
+	}
+	if math.Abs(c.LossImg-li/B) > 1e-5*(1+li) || math.Abs(c.LossTxt-lt/B) > 1e-5*(1+lt) {
+		t.Errorf("terms %v %v, want %v %v", c.LossImg, c.LossTxt, li/B, lt/B)
+	}
+}
+
+func norm64(x []float32, n, d int) []float64 {
+	out := make([]float64, n*d)
+	for i := 0; i < n; i++ {
+		var s float64
+		for _, v := range x[i*d : (i+1)*d] {
+			s += float64(v) * float64(v)
+		}
+		for k := 0; k < d; k++ {
+			out[i*d+k] = float64(x[i*d+k]) / math.Sqrt(s)
+		}
+	}
+	return out
+}
+
+// TestStepGrad: the whole step (adapter, contrastive loss) against finite
+// differences.
+func TestStepGrad(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	const B, C, d = 6, 4, 12
+	p := Init(d, rng)
+	for _, n := range []string{ParamW1, ParamW2} {
+		for i := range p[n].Data {
+			p[n].Data[i] *= 4
+		}
+	}
+	m := newModel(d, float32(math.Log(20)))
+	f, txt := gradcheck.Rand(rng, B*d, 1), gradcheck.Rand(rng, C*d, 1)
+	labels := []int{0, 1, 2, 3, 1, 0}
+	loss := func() float64 { l, _ := m.Step(p, f, labels, txt); return l }
+	loss()
+	grads := m.Grads.Clone()
+	for _, n := range Names {
+		if err := gradcheck.Check(n, p[n].Data, grads[n].Data, loss, 1e-2, 2e-2, 48, rng); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func normalize(x []float32, n, d int) {
+	for i := 0; i < n; i++ {
+		var s float64
+		for _, v := range x[i*d : (i+1)*d] {
+			s += float64(v) * float64(v)
+		}
+		for k := i * d; k < (i+1)*d; k++ {
+			x[k] /= float32(math.Sqrt(s))
+		}
+	}
+}
+
+// featureEnv is an Env over synthetic cached image features [d]: K classes
+// (unit class means plus noise), clients with n training and n test images
+// each over one label space of all classes; it returns the "text
+// features" to install (the class means perturbed).
+func featureEnv(t testing.TB, d, K, clients, n int, opts train.Options) (*methods.Env, []float32) {
+	rng := rand.New(rand.NewPCG(42, uint64(d)))
+	w := &clip.Weights{Config: clip.Config{EmbedDim: d}, LogitScale: float32(math.Log(100))}
+	model := &clip.Model{W: w}
+	names := make([]string, K)
+	all := make([]int, K)
+	for c := range names {
+		names[c], all[c] = fmt.Sprintf("class%d", c), c
+	}
+	means := make([]float32, K*d)
+	for i := range means {
+		means[i] = float32(rng.NormFloat64())
+	}
+	normalize(means, K, d)
+	task := &protocol.Task{Protocol: protocol.Dirichlet, Dataset: &dataset.Dataset{Name: "features", Classes: names},
+		Spaces: []protocol.Space{{Name: "all", Classes: all}}, Metrics: []string{"acc"}}
+	store, err := actcache.New(actcache.Options{RecordLen: d, MemoryBudget: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	env := &methods.Env{Model: model, Task: task, Start: methods.Features, Seed: 7, Train: opts,
+		Prefixer: &methods.Prefixer{Model: model, Start: methods.Features}, TrainStore: store, TestStore: store,
+		TrainRecs: map[int][]int{}, TestRecs: map[int]int{},
+		Evaluator: &eval.Evaluator{Source: store, RecordLen: d, Batch: 100}}
+	rec := make([]float32, d)
+	feature := func(key string, c int) int {
+		for k := range rec {
+			rec[k] = means[c*d+k] + float32(rng.NormFloat64()*1.5/math.Sqrt(float64(d)))
+		}
+		r, err := store.Put(key, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for id := 0; id < clients; id++ {
+		ct := protocol.ClientTask{ID: id}
+		ev := &protocol.EvalSet{Name: "acc"}
+		for k := 0; k < n; k++ {
+			c := rng.IntN(K)
+			item := len(task.Train)
+			task.Train = append(task.Train, dataset.Item{Key: fmt.Sprintf("train/%d/%d", id, k), Label: c})
+			env.TrainRecs[item] = []int{feature(task.Train[item].Key, c)}
+			ct.Train, ct.Labels = append(ct.Train, item), append(ct.Labels, c)
+			c = rng.IntN(K)
+			item = len(task.Test)
+			task.Test = append(task.Test, dataset.Item{Key: fmt.Sprintf("test/%d/%d", id, k), Label: c})
+			env.TestRecs[item] = feature(task.Test[item].Key, c)
+			ev.Images, ev.Labels = append(ev.Images, item), append(ev.Labels, c)
+		}
+		ct.Evals = []*protocol.EvalSet{ev}
+		task.Clients = append(task.Clients, ct)
+	}
+	txt := make([]float32, K*d)
+	for i := range txt {
+		txt[i] = means[i] + float32(rng.NormFloat64()*0.5/math.Sqrt(float64(d)))
+	}
+	return env, txt
+}
+
+// coordinator runs plan's clients in Sites whose state lives under dir.
+func coordinator(plan *methods.Plan, dir string, rounds int) *federation.Coordinator {
+	proxies := make([]federation.ClientProxy, len(plan.Clients))
+	for i, c := range plan.Clients {
+		proxies[i] = federation.NewSite(c, filepath.Join(dir, fmt.Sprintf("site-%d", c.ID())))
+	}
+	return &federation.Coordinator{Strategy: plan.Strategy, Proxies: proxies, Rounds: rounds, Fraction: 0.6, Seed: 3,
+		EvalEvery: 1, Store: federation.FileStore{Path: filepath.Join(dir, federation.CheckpointFile)},
+		Logger: slog.New(slog.DiscardHandler)}
+}
+
+func testOpts() train.Options {
+	return train.Options{Epochs: 1, Batch: 16, Optimizer: "sgd", LR: 0.05, Momentum: 0.9, WD: 5e-4}
+}
+
+// build makes the method on a feature env whose text features are
+// installed in the frozen scorer's place.
+func build(t testing.TB, s *Settings, d, K, clients, n int, opts train.Options) *methods.Plan {
+	env, txt := featureEnv(t, d, K, clients, n, opts)
+	plan, err := Method{}.Build(env, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan.Clients[0].(*Client).w.text = map[int][]float32{0: txt}
+	return plan
+}
+
+// TestResumeBitIdentical: 2 rounds, a checkpoint, fresh clients and
+// strategy, 1 more round equals 3 straight rounds bit for bit.
+func TestResumeBitIdentical(t *testing.T) {
+	s := &Settings{LR: 0.2}
+	mk := func() *methods.Plan { return build(t, s, 16, 5, 4, 24, testOpts()) }
+	ref := mk()
+	refHist, err := coordinator(ref, t.TempDir(), 3).Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := coordinator(mk(), dir, 2).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	resumed := mk()
+	hist, err := coordinator(resumed, dir, 3).Resume(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, want := hist.Rounds[len(hist.Rounds)-1], refHist.Rounds[2]
+	if fmt.Sprint(last.Eval) != fmt.Sprint(want.Eval) || fmt.Sprint(last.Fit) != fmt.Sprint(want.Fit) {
+		t.Errorf("round 2 metrics differ:\n got %v %v\nwant %v %v", last.Fit, last.Eval, want.Fit, want.Eval)
+	}
+	for i := range ref.Clients {
+		a, _ := resumed.Clients[i].State()
+		b, _ := ref.Clients[i].State()
+		if d := bitsEqual(a, b); d != "" {
+			t.Errorf("client %d state differs at %s", i, d)
+		}
+	}
+	if d := bitsEqual(resumed.Strategy.State(), ref.Strategy.State()); d != "" {
+		t.Errorf("strategy state differs at %s", d)
+	}
+	if d := bitsEqual(resumed.Global(), ref.Global()); d != "" || bitsEqual(ref.Global(), mk().Global()) == "" {
+		t.Errorf("global adapter differs after resuming (%q), or training did not move it", d)
+	}
+}
+
+// TestGlobalModel: every client uploads the whole adapter (4 tensors),
+// and after a round every client scores the same global adapter: on a
+// shared evaluation set all report the same accuracy, and every Site is
+// the global adapter.
+func TestGlobalModel(t *testing.T) {
+	plan := build(t, &Settings{}, 16, 5, 3, 24, testOpts())
+	shared := plan.Clients[0].(*Client).task.Evals[0]
+	for _, c := range plan.Clients {
+		c.(*Client).task.Evals = []*protocol.EvalSet{shared}
+	}
+	co := coordinator(plan, t.TempDir(), 2)
+	co.Fraction = 1
+	hist, err := co.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := hist.Rounds[1]
+	if want := int64(3 * (2*16*16 + 2*16) * 4); rep.BytesUp != want {
+		t.Errorf("uploaded %d bytes, want %d (the whole adapter from 3 clients)", rep.BytesUp, want)
+	}
+	for id, m := range rep.Eval {
+		if m["acc"] != rep.Eval[0]["acc"] {
+			t.Errorf("client %d scores %v, client 0 %v: not one global model", id, m["acc"], rep.Eval[0]["acc"])
+		}
+	}
+	g := plan.Global()
+	for i := range plan.Clients {
+		site, _ := plan.Site(i)
+		if d := bitsEqual(site, g); d != "" {
+			t.Errorf("site %d keeps something else than the global adapter (%s)", i, d)
+		}
+	}
+	sc, err := plan.GlobalScorer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bitsEqual(sc.(scorer).p, g) != "" {
+		t.Error("the global scorer does not use the averaged adapter")
+	}
+}
+
+// TestTrainingLearns: on synthetic features of 20 classes the adapter's
+// contrastive training lowers the loss and raises the global model's
+// accuracy above the untrained adapter's (logits ×100: lr 0.01).
+func TestTrainingLearns(t *testing.T) {
+	opts := testOpts()
+	opts.Epochs = 3
+	plan := build(t, &Settings{LR: 0.01}, 16, 20, 3, 48, opts)
+	before, err := plan.Clients[0].Evaluate(context.Background(), federation.EvaluateIns{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	co := coordinator(plan, t.TempDir(), 4)
+	co.Fraction = 1
+	hist, err := co.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := hist.Rounds[len(hist.Rounds)-1].Eval[0]["acc"]
+	if !(after > before.Metrics["acc"]) {
+		t.Errorf("accuracy %v after 4 rounds, %v before", after, before.Metrics["acc"])
+	}
+	if l0, l3 := hist.Rounds[0].Fit[0]["loss"], hist.Rounds[3].Fit[0]["loss"]; !(l3 < l0) {
+		t.Errorf("training loss %v in round 3, %v in round 0", l3, l0)
+	}
+}
+
+// TestSiteWithoutServer: a site whose strategy never aggregates in its
+// process (a networked site) uses the adapter of its last download, also
+// after a restart from its state; once the strategy aggregates in-process
+// it uses the new global adapter.
+func TestSiteWithoutServer(t *testing.T) {
+	plan := build(t, &Settings{}, 16, 5, 2, 24, testOpts())
+	c := plan.Clients[0].(*Client)
+	down := tensor.Named{}
+	for name, v := range c.P {
+		d := v.Clone()
+		for i := range d.Data {
+			d.Data[i] = float32(i%7) * 0.01
+		}
+		down[name] = d
+	}
+	res, err := c.Fit(context.Background(), federation.FitIns{Round: 0, Params: down})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := bitsEqual(c.model(), down); d != "" {
+		t.Fatalf("a site without an in-process server does not use its download (%s)", d)
+	}
+	if d := bitsEqual(res.Params, down); d == "" {
+		t.Fatal("training did not move the adapter: the test cannot tell the two apart")
+	}
+	st, err := c.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := build(t, &Settings{}, 16, 5, 2, 24, testOpts()).Clients[0].(*Client)
+	if err := fresh.LoadState(st); err != nil {
+		t.Fatal(err)
+	}
+	if d := bitsEqual(fresh.model(), down); d != "" {
+		t.Fatalf("a restarted site does not use its last download (%s)", d)
+	}
+	if err := plan.Strategy.Init([]federation.ClientInfo{{ID: 0, NumExamples: 1}, {ID: 1, NumExamples: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := plan.Strategy.Aggregate(0, []federation.FitResult{{ClientID: 0, NumExamples: 1, Params: res.Params}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := bitsEqual(c.model(), plan.Global()); d != "" {
+		t.Fatalf("after an in-process aggregation the site does not use the global adapter (%s)", d)
+	}
+}
+
+// TestPredictorMatchesEvaluation: `pfedmma predict` with a trained site's
+// saved adapter scores pixels as the site's evaluation scores their cached
+// features, on the embedded model and tokenizer with the run's template.
+func TestPredictorMatchesEvaluation(t *testing.T) {
+	w, tok, err := assets.LoadDefault()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := clip.New(w)
+	pe := methods.PredictEnv{Model: m, Tok: tok, Template: "a photo of a {}."}
+	classes := []string{"red_circle", "blue square", "green triangle"}
+	tokens, err := pe.Tokens(classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	S := m.W.Config.Vision.ImageSize
+	const B = 6
+	rng := rand.New(rand.NewPCG(1, 3))
+	px := gradcheck.Rand(rng, B*3*S*S, 1)
+	labels := []int{0, 1, 2, 0, 1, 2}
+	opts := train.Options{Epochs: 2, Batch: 3, Optimizer: "sgd", LR: 0.5, Momentum: 0.9, InOrder: true}
+	env, err := methods.TensorEnv(m, methods.Features, tokens, len(classes), []methods.TensorClient{{Pixels: px, Labels: labels}}, opts, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.TrainStore.Close()
+	plan, err := Method{}.Build(env, &Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coordinator(plan, t.TempDir(), 1).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	saved, err := plan.Site(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bitsEqual(saved, Init(m.W.Config.EmbedDim, rand.New(rand.NewPCG(5, 0xfedc11)))) == "" {
+		t.Fatal("the site's adapter did not train")
+	}
+	c := plan.Clients[0].(*Client)
+	recs := make([]float32, B*env.Prefixer.RecordLen())
+	for k := 0; k < B; k++ {
+		if err := env.TrainStore.GetBatch([]int{env.TrainRecs[c.task.Train[k]][0]}, recs[k*env.Prefixer.RecordLen():(k+1)*env.Prefixer.RecordLen()]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := scorer{c.w, c.model()}.Logits(0, recs, B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append([]float32(nil), want...)
+	pr, err := Method{}.Predictor(pe, &Settings{}, saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pr.Logits(px, B, classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixtureClose(t, "predict logits", got, want, 1e-5)
+	delete(saved, ParamB1)
+	if _, err := (Method{}).Predictor(pe, &Settings{}, saved); err == nil {
+		t.Error("a saved site without img_adap.0.bias accepted")
+	}
+}
+
+func fixtureClose(t *testing.T, name string, got, want []float32, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", name, len(got), len(want))
+	}
+	for i := range want {
+		if d := math.Abs(float64(got[i] - want[i])); d > tol*(1+math.Abs(float64(want[i]))) {
+			t.Fatalf("%s[%d] = %v, want %v", name, i, got[i], want[i])
+		}
+	}
+}
+
+// TestSettings: the config section rejects a negative lr, naming it, and
+// the default has no lr of its own (the run's).
+func TestSettings(t *testing.T) {
+	e := config.Default()
+	if s, ok := e.Section("fedclip").(*Settings); !ok || s.LR != 0 {
+		t.Fatalf("default fedclip section %#v", e.Section("fedclip"))
+	}
+	if err := e.Set("fedclip.lr", "-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Validate(); err == nil || !strings.Contains(err.Error(), "fedclip.lr") {
+		t.Errorf("fedclip.lr=-1: %v, want an error naming fedclip.lr", err)
+	}
+	if err := e.Set("fedclip.rate", "1"); err == nil || !strings.Contains(err.Error(), "rate") {
+		t.Errorf("unknown key fedclip.rate: %v", err)
+	}
+}
