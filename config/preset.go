@@ -433,7 +433,7 @@ func worldCompare() *Experiment {
 	e := world()
 	e.Name = "world-compare"
 	e.Methods = nil
-	for _, m := range []string{"zeroshot", "promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt", "pfedmma"} {
+	for _, m := range []string{"zeroshot", "promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "pfedmma"} {
 		if e.Sections[m] != nil || m == "zeroshot" || slices.Contains(Methods(), m) {
 			e.Methods = append(e.Methods, m)
 		}
@@ -445,6 +445,9 @@ func worldCompare() *Experiment {
 	e.setSection("fedotp.n_ctx", "8")
 	e.setSection("pfedmoap.n_ctx", "8")
 	e.setSection("adapt.n_ctx", "8")
+	e.setSection("fedtpg.n_ctx", "8")
+	e.setSection("promptfolio.n_ctx", "8")
+	e.setSection("fedpha.n_ctx", "8")
 	e.setSection("adapt.lr", "0.005") // as world-dg: 5e-4 is for ADAPT's 200 rounds
 	return e
 }

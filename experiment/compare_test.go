@@ -15,7 +15,7 @@ import (
 // (its pretraining contrasts the class token only), so on this model FedOTP
 // stays near chance; the README's table shows it.
 func TestWorldCompareQualities(t *testing.T) {
-	res := runPreset(t, "world-compare", "methods=[zeroshot,promptfl,fedpgp,pfedmoap,pfedmma]")
+	res := runPreset(t, "world-compare", "methods=[zeroshot,promptfl,fedpgp,pfedmoap,pfedmma,fedtpg,promptfolio,fedpha]")
 	zs, ok := res.Summary.Get(ZeroShot)
 	if !ok {
 		t.Fatal("no zero-shot row")
@@ -31,17 +31,17 @@ func TestWorldCompareQualities(t *testing.T) {
 			t.Errorf("%s local %.2f%% is not 3 points above zero-shot's %.2f%%", r.Method, r.Metrics["local"], zs["local"])
 		}
 	}
-	if trained != 4 || !slices.ContainsFunc(res.Summary.Methods, func(m report.MethodResult) bool { return m.Method == "pfedmoap" }) {
+	if trained != 7 || !slices.ContainsFunc(res.Summary.Methods, func(m report.MethodResult) bool { return m.Method == "pfedmoap" }) {
 		t.Fatalf("%d trained methods ran", trained)
 	}
 }
 
-// TestEveryMethodInOneRun: all ten methods run in one experiment on the
+// TestEveryMethodInOneRun: all fourteen methods run in one experiment on the
 // same clients (four cache depths: features, patch tokens, block 1 and the
 // last block), one round each, and each gets a row with finite metrics.
 func TestEveryMethodInOneRun(t *testing.T) {
-	all := []string{"zeroshot", "pfedmma", "promptfl", "fedpgp", "fedotp", "clip_adapter", "clip_lora", "pfedmoap", "fedot", "adapt"}
-	res := runPreset(t, "world-compare", "methods=[zeroshot,pfedmma,promptfl,fedpgp,fedotp,clip_adapter,clip_lora,pfedmoap,fedot,adapt]",
+	all := []string{"zeroshot", "pfedmma", "promptfl", "fedpgp", "fedotp", "clip_adapter", "clip_lora", "pfedmoap", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip"}
+	res := runPreset(t, "world-compare", "methods=[zeroshot,pfedmma,promptfl,fedpgp,fedotp,clip_adapter,clip_lora,pfedmoap,fedot,adapt,fedtpg,promptfolio,fedpha,fedclip]",
 		"dataset.num_classes=8", "dataset.shots=4", "federation.clients=2", "federation.rounds=1", "federation.local_epochs=1",
 		"pfedmoap.num_experts=2")
 	if len(res.Summary.Methods) != len(all) {
