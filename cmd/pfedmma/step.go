@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -71,6 +74,9 @@ func init() {
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", kind, method, err)
 				}
+				if err := checkFiniteOutputs(res); err != nil {
+					return fmt.Errorf("%s %s: %w; nothing written to %s", kind, method, err, out)
+				}
 				meta := map[string]string{"method": method, "command": kind}
 				if err := safetensors.Write(out, res, nil, meta); err != nil {
 					return fmt.Errorf("%s: %w", kind, err)
@@ -101,4 +107,17 @@ func loadFixture(model, params string, batches, sets []string) (*methods.Fixture
 		return nil, err
 	}
 	return methods.LoadFixture(m, params, batches, sets)
+}
+
+// checkFiniteOutputs refuses a result holding NaN or ±Inf (a diverged step:
+// too large a learning rate or scale), naming the first such tensor.
+func checkFiniteOutputs(res tensor.Named) error {
+	for _, name := range slices.Sorted(maps.Keys(res)) {
+		for i, x := range res[name].Data {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("output %q holds %v at index %d: the hyper-parameters make the computation diverge", name, x, i)
+			}
+		}
+	}
+	return nil
 }

@@ -98,8 +98,8 @@ func Wrap(inner federation.Strategy, opts Options) (*Strategy, error) {
 	if opts.Rule < Mean || opts.Rule > TrimmedMean {
 		return nil, fmt.Errorf("robust: unknown rule %d", opts.Rule)
 	}
-	if opts.Trim < 0 || opts.Trim >= 0.5 || (opts.Trim > 0 && opts.Rule != TrimmedMean) {
-		return nil, fmt.Errorf("robust: trim %g must be in [0, 0.5) and only with TrimmedMean", opts.Trim)
+	if !(opts.Trim >= 0 && opts.Trim < 0.5) || (opts.Trim > 0 && opts.Rule != TrimmedMean) {
+		return nil, fmt.Errorf("robust: trim %g must be in [0, 0.5) and only with the trimmed mean", opts.Trim)
 	}
 	if opts.ClipNorm < 0 || math.IsNaN(opts.ClipNorm) {
 		return nil, fmt.Errorf("robust: clip norm %g", opts.ClipNorm)

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/pfedmma/pfedmma/safetensors"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+// stFile is a safetensors file's tensors and metadata, to edit in tests.
+type stFile struct {
+	f32  tensor.Named
+	ints map[string]safetensors.Int64Tensor
+	meta map[string]string
+}
+
+// readST reads every tensor of a safetensors file.
+func readST(t *testing.T, path string) stFile {
+	t.Helper()
+	f, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := stFile{f32: tensor.Named{}, ints: map[string]safetensors.Int64Tensor{}, meta: f.Metadata()}
+	if out.meta == nil {
+		out.meta = map[string]string{}
+	}
+	for _, name := range f.Names() {
+		dt, _, _ := f.Info(name)
+		if dt == "I64" || dt == "I32" {
+			v, shape, err := f.Int64(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out.ints[name] = safetensors.Int64Tensor{Shape: shape, Data: v}
+			continue
+		}
+		v, err := f.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.f32[name] = v
+	}
+	return out
+}
+
+// write writes s to dir/name and returns the path.
+func (s stFile) write(t *testing.T, dir, name string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := safetensors.Write(p, s.f32, s.ints, s.meta); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// assertRefused checks that err is an error holding every want (and no
+// Go panic text), and that out was not written.
+func assertRefused(t *testing.T, what string, err error, out string, want ...string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: accepted, want an error naming %q", what, want)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: error %q does not name %q", what, err, w)
+		}
+	}
+	if out != "" {
+		if _, statErr := os.Stat(out); statErr == nil {
+			t.Errorf("%s: %s was written although the command failed", what, out)
+		}
+	}
+}
+
+// TestStepRoundRefuseSilentResults: step and round refuse non-finite
+// parameters, images and hyper-parameters, outputs that diverge, unknown
+// --set keys, empty batches, float labels and client indices with a gap —
+// each naming the tensor, key or file — and write nothing (before: NaN
+// outputs and exit 0, an ignored key, a dropped client, a slice-bounds
+// panic, "labels missing").
+func TestStepRoundRefuseSilentResults(t *testing.T) {
+	t.Cleanup(func() { resetCommand(t, "step"); resetCommand(t, "round") })
+	const td = "../../testdata/"
+	dir := t.TempDir()
+	model := td + "clip-tiny/openai.safetensors"
+	initP, stepP, roundP := td+"mma-l2/adapters_init.safetensors", td+"mma-l2/step.safetensors", td+"mma-l2/round.safetensors"
+
+	nanParams := readST(t, initP)
+	const pname = "adapter_learner.shared_adapter.2.0.bias"
+	nanParams.f32[pname].Data[3] = float32(math.NaN())
+	nanParamsP := nanParams.write(t, dir, "nan_params.safetensors")
+
+	nanImages := readST(t, stepP)
+	nanImages.f32["images"].Data[7] = float32(math.Inf(1))
+	nanImagesP := nanImages.write(t, dir, "nan_images.safetensors")
+
+	empty := readST(t, stepP)
+	empty.f32["images"] = tensor.New(0, 3, 32, 32)
+	empty.ints["labels"] = safetensors.Int64Tensor{Shape: []int{0}, Data: []int64{}}
+	emptyP := empty.write(t, dir, "empty.safetensors")
+
+	floatLabels := readST(t, stepP)
+	lab := floatLabels.ints["labels"]
+	fl := tensor.New(len(lab.Data))
+	for i, v := range lab.Data {
+		fl.Data[i] = float32(v)
+	}
+	delete(floatLabels.ints, "labels")
+	floatLabels.f32["labels"] = fl
+	floatLabelsP := floatLabels.write(t, dir, "float_labels.safetensors")
+
+	gap := readST(t, roundP)
+	for _, m := range []map[string]*tensor.Tensor{gap.f32} {
+		for name, v := range m {
+			if strings.HasPrefix(name, "client1.") {
+				delete(m, name)
+				m["client2."+strings.TrimPrefix(name, "client1.")] = v
+			}
+		}
+	}
+	for name, v := range gap.ints {
+		if strings.HasPrefix(name, "client1.") {
+			delete(gap.ints, name)
+			gap.ints["client2."+strings.TrimPrefix(name, "client1.")] = v
+		}
+	}
+	gapP := gap.write(t, dir, "gap.safetensors")
+
+	for _, c := range []struct {
+		name, kind, params string
+		batches, sets      []string
+		want               []string
+	}{
+		{"nan parameter", "step", nanParamsP, []string{stepP}, nil, []string{"nan_params.safetensors", pname, "NaN"}},
+		{"inf image", "step", initP, []string{nanImagesP}, nil, []string{"nan_images.safetensors", `"images"`, "+Inf"}},
+		{"lr=nan", "step", initP, []string{stepP}, []string{"lr=nan"}, []string{"lr=nan", "finite"}},
+		{"adapter_scale=inf", "step", initP, []string{stepP}, []string{"adapter_scale=inf"}, []string{"adapter_scale=inf", "finite"}},
+		{"round momentum=NaN", "round", initP, []string{roundP, stepP}, []string{"momentum=NaN"}, []string{"momentum=NaN"}},
+		{"diverging output", "step", initP, []string{stepP}, []string{"adapter_scale=1e38"}, []string{"output", "grad.", "diverge"}},
+		{"unknown --set key", "step", initP, []string{stepP}, []string{"unknown_key=3"}, []string{`"unknown_key"`, "adapter_scale", "lr"}},
+		{"empty batch", "step", initP, []string{emptyP}, nil, []string{`"images"`, "empty"}},
+		{"float labels", "step", initP, []string{floatLabelsP}, nil, []string{`"labels"`, "float", "I64"}},
+		{"client gap", "round", initP, []string{gapP, stepP}, nil, []string{"client2", "client1", "gap"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out.safetensors")
+			args := []string{c.kind, "--method", "pfedmma", "--model", model, "--params", c.params, "--out", out}
+			for _, b := range c.batches {
+				args = append(args, "--batch", b)
+			}
+			for _, s := range c.sets {
+				args = append(args, "--set", s)
+			}
+			_, err := execute(t, args...)
+			assertRefused(t, c.name, err, out, c.want...)
+		})
+	}
+	// the same inputs, unedited, still work, and a --set of a key the file
+	// already holds is accepted
+	out := filepath.Join(dir, "ok.safetensors")
+	if _, err := execute(t, "step", "--method", "pfedmma", "--model", model, "--params", initP, "--batch", stepP,
+		"--set", "adapter_scale=0.01", "--out", out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// goIdentInError matches an error string naming a Go field (Options.X,
+// Config.X) or a CamelCase identifier followed by its value ("Size 7 not
+// in", "RecordLen = 3", "PretrainDomains[2] = 9").
+var goIdentInError = regexp.MustCompile(`(Errorf|errors\.New)\("[^"]*(\b(Options|Config|Settings|Opts)\.[A-Z]|\b[A-Z][a-z0-9]+[A-Z][A-Za-z0-9]*(\[%d\])? ?(=|%|not in)|\bSize %d)`)
+
+// TestErrorsSpeakUserVocabulary: no error message of the program names a
+// Go field where the user wrote a config key, a flag or a file (before:
+// "Size 7 not in [8, 1024]", "Options.SpillDir", gating_embed_dim for
+// pfedmoap.gate_width).
+func TestErrorsSpeakUserVocabulary(t *testing.T) {
+	root := "../.."
+	n := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || d.Name() == "shared" || strings.HasPrefix(d.Name(), ".")) && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		n++
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := goIdentInError.FindString(line); m != "" {
+				t.Errorf("%s:%d: error message names a Go identifier: %s", path, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 50 {
+		t.Fatalf("only %d Go files scanned under %s", n, root)
+	}
+	for _, msg := range []string{`fmt.Errorf("world: Size %d not in [8, 1024]: %w"`, `fmt.Errorf("actcache: Options.SpillDir %q: %w"`} {
+		if !goIdentInError.MatchString(msg) {
+			t.Errorf("the check misses %s", msg)
+		}
+	}
+}
