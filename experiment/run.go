@@ -691,12 +691,9 @@ func ReadRunInfo(dir string) (*RunInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", dir, err)
 	}
-	var info RunInfo
-	if err := json.Unmarshal(data, &info); err != nil {
+	info, err := decodeRunInfo(data)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if len(info.Classes) == 0 || len(info.Spaces) == 0 {
-		return nil, fmt.Errorf("%s: no classes or label spaces", path)
-	}
-	return &info, nil
+	return info, nil
 }

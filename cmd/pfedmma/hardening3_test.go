@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io/fs"
 	"math"
 	"os"
@@ -217,5 +218,85 @@ func TestErrorsSpeakUserVocabulary(t *testing.T) {
 		if !goIdentInError.MatchString(msg) {
 			t.Errorf("the check misses %s", msg)
 		}
+	}
+}
+
+// editRunJSON rewrites dir/run.json through edit (on its generic JSON form).
+func editRunJSON(t *testing.T, dir string, orig []byte, edit func(m map[string]any)) {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(orig, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "run.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPredictValidatesRunJSON: predict refuses a hand-edited or damaged
+// run.json naming the file and the field (before: an index out of range
+// panic for a class index beyond the classes, uniform 5% predictions for a
+// missing template, a site folder outside the run read as it was).
+func TestPredictValidatesRunJSON(t *testing.T) {
+	model := tinyWorldModel(t)
+	out := filepath.Join(t.TempDir(), "run")
+	if _, err := execute(t, tinyRunArgs(model, out, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	orig, err := os.ReadFile(filepath.Join(out, "run.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := writeWorldImage(t, 0)
+	for _, c := range []struct {
+		name string
+		edit func(m map[string]any)
+		raw  string
+		want []string
+	}{
+		{"class index out of range", func(m map[string]any) {
+			m["spaces"].([]any)[0].(map[string]any)["classes"] = []any{0, 1, 2, 99}
+		}, "", []string{`"spaces"`, "99"}},
+		{"negative class index", func(m map[string]any) {
+			m["spaces"].([]any)[0].(map[string]any)["classes"] = []any{-1}
+		}, "", []string{`"spaces"`, "-1"}},
+		{"template missing", func(m map[string]any) { delete(m, "template") }, "", []string{`"template"`, "{}"}},
+		{"template without slot", func(m map[string]any) { m["template"] = "a photo." }, "", []string{`"template"`}},
+		{"client space out of range", func(m map[string]any) { m["client_space"] = map[string]any{"0": 0, "1": 7} }, "", []string{`"client_space"`, "client 1"}},
+		{"client gap", func(m map[string]any) { m["client_space"] = map[string]any{"0": 0, "2": 0} }, "", []string{`"client_space"`, "client 1"}},
+		{"no classes", func(m map[string]any) { m["classes"] = []any{} }, "", []string{`"classes"`}},
+		{"duplicate class", func(m map[string]any) { c := m["classes"].([]any); c[1] = c[0] }, "", []string{`"classes"`, "twice"}},
+		{"site escapes the run", func(m map[string]any) { m["sites"].(map[string]any)["pfedmma"] = "../../etc" }, "", []string{`"sites"`, "../../etc"}},
+		{"unknown field", func(m map[string]any) { m["clases"] = []any{"x"} }, "", []string{"clases"}},
+		{"wrong type", func(m map[string]any) { m["classes"] = "cat" }, "", []string{`"classes"`, "string"}},
+		{"bad section value", func(m map[string]any) {
+			m["sections"].(map[string]any)["pfedmma"] = "dim: -5\n"
+		}, "", []string{"sections", "pfedmma.dim"}},
+		{"unknown section key", func(m map[string]any) {
+			m["sections"].(map[string]any)["pfedmma"] = "dimm: 8\n"
+		}, "", []string{"sections", "dimm"}},
+		{"truncated", nil, string(orig[:len(orig)/2]), []string{"truncated"}},
+		{"not JSON", nil, "model: x\n", []string{"JSON"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.edit != nil {
+				editRunJSON(t, out, orig, c.edit)
+			} else if err := os.WriteFile(filepath.Join(out, "run.json"), []byte(c.raw), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := execute(t, "predict", "--run", out, "--image", img)
+			assertRefused(t, c.name, err, "", append(c.want, "run.json")...)
+		})
+	}
+	if err := os.WriteFile(filepath.Join(out, "run.json"), orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, "predict", "--run", out, "--image", img); err != nil {
+		t.Fatalf("the unedited run.json: %v", err)
 	}
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -97,8 +99,13 @@ further arguments.`,
 			var sec config.Section
 			if src, ok := info.Sections[method]; ok && meth.DefaultConfig() != nil {
 				sec = meth.DefaultConfig()
-				if err := yaml.Unmarshal([]byte(src), sec); err != nil {
-					return fmt.Errorf("predict: run.json: section %s: %w", method, err)
+				dec := yaml.NewDecoder(strings.NewReader(src))
+				dec.KnownFields(true)
+				if err := dec.Decode(sec); err != nil && err != io.EOF {
+					return fmt.Errorf("predict: %s: field \"sections\": %s: %w", filepath.Join(runDir, experiment.RunInfoFile), method, err)
+				}
+				if err := config.CheckSection(method, sec); err != nil {
+					return fmt.Errorf("predict: %s: field \"sections\": %w", filepath.Join(runDir, experiment.RunInfoFile), err)
 				}
 			}
 			saved := tensor.Named{}
