@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -298,5 +299,50 @@ func TestPredictValidatesRunJSON(t *testing.T) {
 	}
 	if _, err := execute(t, "predict", "--run", out, "--image", img); err != nil {
 		t.Fatalf("the unedited run.json: %v", err)
+	}
+}
+
+// TestZeroshotTopZero: zeroshot --top 0 (or negative) is refused naming
+// the flag (before: it printed nothing and exited 0).
+func TestZeroshotTopZero(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	img := writeWorldImage(t, 0)
+	for _, top := range []string{"0", "-3"} {
+		_, err := execute(t, "zeroshot", "--classes", "cat,dog", "--top", top, "--image", img)
+		assertRefused(t, "--top "+top, err, "", "--top", top)
+	}
+	out, err := execute(t, "zeroshot", "--classes", "cat,dog", "--top", "1", "--image", img)
+	if err != nil || strings.Count(out, "%") != 1 {
+		t.Errorf("--top 1: %v\n%s", err, out)
+	}
+}
+
+// TestSiteDataChecked: site --data is checked whatever the dataset: a
+// missing folder, a file, and a folder given for the generated world are
+// refused naming --data, before any connection is tried (before: under
+// the world dataset a missing folder was ignored and the site trained on
+// generated data).
+func TestSiteDataChecked(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "data.txt")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ data, want string }{
+		{"/nonexistent/pfedmma-data", "no such file"},
+		{file, "not a folder"},
+		{t.TempDir(), "world"},
+	} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := execute(t, "site", "--server", "127.0.0.1:1", "--name", "a", "--insecure-dev", "--data", c.data,
+				"--state", filepath.Join(t.TempDir(), "state"))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			assertRefused(t, "--data "+c.data, err, "", "--data", c.data, c.want)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("site --data %s was not refused (it went on to connect)", c.data)
+		}
 	}
 }
