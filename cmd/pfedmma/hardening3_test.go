@@ -405,3 +405,30 @@ func TestReportRefusesCorruptMetrics(t *testing.T) {
 		t.Errorf("intact files: no curves drawn: %v", err)
 	}
 }
+
+// TestPredictBlamesSiteFile: a site file lacking a tensor its method loads
+// only when it scores (FedPGP's prompt_learner.U) is named as the culprit,
+// not the image (before: "predict: IMAGE.png: parameter ... is missing").
+func TestPredictBlamesSiteFile(t *testing.T) {
+	model := tinyWorldModel(t)
+	out := filepath.Join(t.TempDir(), "run")
+	if _, err := execute(t, append(tinyRunArgs(model, out, 1), "--set", "methods=[fedpgp]")...); err != nil {
+		t.Fatal(err)
+	}
+	site := filepath.Join(out, "sites", "fedpgp", "client_000.safetensors")
+	f := readST(t, site)
+	if _, ok := f.f32["prompt_learner.U"]; !ok {
+		t.Fatalf("%s holds no prompt_learner.U: %v", site, f.f32)
+	}
+	delete(f.f32, "prompt_learner.U")
+	if err := os.Remove(site); err != nil {
+		t.Fatal(err)
+	}
+	f.write(t, filepath.Dir(site), filepath.Base(site))
+	img := writeWorldImage(t, 0)
+	_, err := execute(t, "predict", "--run", out, "--image", img)
+	assertRefused(t, "site file without prompt_learner.U", err, "", site, "prompt_learner.U")
+	if err != nil && strings.Contains(err.Error(), img) {
+		t.Errorf("the error blames the image: %v", err)
+	}
+}

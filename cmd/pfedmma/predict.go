@@ -143,6 +143,13 @@ further arguments.`,
 			if err != nil {
 				return fmt.Errorf("predict: %w", err)
 			}
+			if len(vals) > 0 {
+				// one blank image first: an error here comes from the run's
+				// files (a site file lacking a tensor), not from the images
+				if _, err := p.Logits(make([]float32, len(vals[0])), 1, names); err != nil {
+					return fmt.Errorf("predict: site %d of %s (%s): %w", client, method, path, err)
+				}
+			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "%s, site %d, label space %s (%d classes)\n", method, client, spaceName, len(names))
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
