@@ -432,3 +432,21 @@ func TestPredictBlamesSiteFile(t *testing.T) {
 		t.Errorf("the error blames the image: %v", err)
 	}
 }
+
+// TestOutFolderRefused: preprocess and step given a folder as --out are
+// refused naming --out and the folder, before any work (before: "rename
+// …: file exists").
+func TestOutFolderRefused(t *testing.T) {
+	t.Cleanup(func() { resetCommand(t, "step") })
+	dir := t.TempDir()
+	img := writeWorldImage(t, 0)
+	_, err := execute(t, "preprocess", "--image", img, "--out", dir)
+	assertRefused(t, "preprocess --out FOLDER", err, "", "--out", dir, "folder")
+	const td = "../../testdata/"
+	_, err = execute(t, "step", "--method", "pfedmma", "--model", td+"clip-tiny/openai.safetensors",
+		"--params", td+"mma-l2/adapters_init.safetensors", "--batch", td+"mma-l2/step.safetensors", "--out", dir)
+	assertRefused(t, "step --out FOLDER", err, "", "--out", dir, "folder")
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("%s: %d entries left behind", dir, len(entries))
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -56,6 +57,9 @@ func init() {
 				}
 				if out == "" || params == "" || len(batches) == 0 {
 					return fmt.Errorf("%s: --params, --batch and --out are required", kind)
+				}
+				if err := atomicfile.CheckTarget(out); err != nil {
+					return fmt.Errorf("%s: --out %w", kind, err)
 				}
 				f, err := loadFixture(model, params, batches, sets)
 				if err != nil {
