@@ -450,3 +450,38 @@ func TestOutFolderRefused(t *testing.T) {
 		t.Errorf("%s: %d entries left behind", dir, len(entries))
 	}
 }
+
+// TestDefaultRunFolder: without --out, two runs started in the same second
+// get two folders, and a run failing before it wrote anything resumable
+// leaves no folder behind (before: the second run failed asking for
+// --resume although no --out was given).
+func TestDefaultRunFolder(t *testing.T) {
+	t.Chdir(t.TempDir())
+	model := tinyWorldModel(t)
+	for range 2 {
+		_, err := execute(t, "run", "--quiet", "--set", "model="+model, "--set", "dataset.image_size=7")
+		assertRefused(t, "dataset.image_size=7", err, "", "dataset.image_size")
+		if err != nil && strings.Contains(err.Error(), "--resume") {
+			t.Errorf("a run without --out asks for --resume: %v", err)
+		}
+	}
+	if entries, _ := os.ReadDir("runs"); len(entries) != 0 {
+		t.Errorf("failed runs left %d folders in runs/", len(entries))
+	}
+	a, err := newDefaultRunDir("same")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newDefaultRunDir("same")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b {
+		t.Errorf("two runs of one name got one folder %s", a)
+	}
+	for _, d := range []string{a, b} {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			t.Errorf("folder %s not created: %v", d, err)
+		}
+	}
+}
