@@ -1,13 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"math"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -482,6 +488,150 @@ func TestDefaultRunFolder(t *testing.T) {
 	for _, d := range []string{a, b} {
 		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
 			t.Errorf("folder %s not created: %v", d, err)
+		}
+	}
+}
+
+// badFiles writes the kinds of bad input file the property test feeds to
+// every command: random bytes, an empty file, a truncated safetensors file,
+// a safetensors header announcing 1 TiB, a tensor pointing beyond its
+// file, JSON of the wrong shape, a PNG signature followed by junk, and a
+// folder where a file is expected.
+func badFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(18, 3))
+	random := make([]byte, 777)
+	for i := range random {
+		random[i] = byte(rng.Uint32())
+	}
+	valid, err := os.ReadFile("../../testdata/mma-l2/step.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := binary.LittleEndian.AppendUint64(nil, 1<<40)
+	hdr := `{"a":{"dtype":"F32","shape":[1000000000],"data_offsets":[0,4000000000]}}`
+	beyond := append(binary.LittleEndian.AppendUint64(nil, uint64(len(hdr))), hdr...)
+	files := map[string][]byte{
+		"random": random, "empty": {}, "truncated": valid[:len(valid)/3], "huge-header": append(huge, '{'),
+		"beyond": append(beyond, 1, 2, 3, 4), "json": []byte(`{"x": [1, 2, {"y": null}], "round": "five"}`),
+		"png-junk": append([]byte("\x89PNG\r\n\x1a\n"), random[:200]...),
+	}
+	out := map[string]string{}
+	for name, b := range files {
+		p := filepath.Join(dir, name+".bad")
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = p
+	}
+	out["folder"] = t.TempDir()
+	return out
+}
+
+// TestEveryCommandRefusesBadFiles is the property test of issue 18: every
+// command given a bad file wherever it reads one exits non-zero, within a
+// minute, and without a Go panic or fatal error (no "panic:", "fatal
+// error:" or goroutine dump on stderr).
+func TestEveryCommandRefusesBadFiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs it about a hundred times")
+	}
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "pfedmma")
+	if b, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	td, err := filepath.Abs("../../testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := writeWorldImage(t, 0)
+	model := filepath.Join(td, "clip-tiny", "openai.safetensors")
+	goodSummary := `{"protocol": "base2novel", "metrics": ["local"], "methods": {"pfedmma": {"local": 50}}}`
+	goodMetrics := `{"round":0,"method":"pfedmma","mean":{"local":50}}` + "\n"
+	// each command line, with F where the bad file goes; a command whose
+	// file sits in a folder gets the folder from its setup
+	type command struct {
+		name  string
+		args  []string
+		setup func(t *testing.T, bad string) []string
+	}
+	inDir := func(file, companion, content string) func(t *testing.T, bad string) []string {
+		return func(t *testing.T, bad string) []string {
+			dir := t.TempDir()
+			b, err := os.ReadFile(bad)
+			if err != nil { // the folder case: the file is a folder
+				if err := os.Mkdir(filepath.Join(dir, file), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(filepath.Join(dir, file), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if companion != "" {
+				if err := os.WriteFile(filepath.Join(dir, companion), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return []string{dir}
+		}
+	}
+	commands := []command{
+		{"inspect --model", []string{"inspect", "--model", "F"}, nil},
+		{"embed --model", []string{"embed", "--model", "F", "--text", "a cat"}, nil},
+		{"embed --image", []string{"embed", "--image", "F"}, nil},
+		{"embed --pixels", []string{"embed", "--pixels", "F"}, nil},
+		{"zeroshot --image", []string{"zeroshot", "--classes", "a,b", "--image", "F"}, nil},
+		{"zeroshot --model", []string{"zeroshot", "--model", "F", "--classes", "a,b", "--image", img}, nil},
+		{"preprocess --image", []string{"preprocess", "--image", "F", "--out", filepath.Join(tmp, "pre.safetensors")}, nil},
+		{"tokenize --vocab", []string{"tokenize", "--vocab", "F", "a cat"}, nil},
+		{"step --params", []string{"step", "--method", "pfedmma", "--model", model, "--params", "F",
+			"--batch", filepath.Join(td, "mma-l2/step.safetensors"), "--out", filepath.Join(tmp, "s.safetensors")}, nil},
+		{"step --batch", []string{"step", "--method", "pfedmma", "--model", model, "--params",
+			filepath.Join(td, "mma-l2/adapters_init.safetensors"), "--batch", "F", "--out", filepath.Join(tmp, "s.safetensors")}, nil},
+		{"round --batch", []string{"round", "--method", "pfedmma", "--model", model, "--params",
+			filepath.Join(td, "mma-l2/adapters_init.safetensors"), "--batch", "F", "--out", filepath.Join(tmp, "r.safetensors")}, nil},
+		{"run --config", []string{"run", "--quiet", "--config", "F", "--out", filepath.Join(tmp, "run")}, nil},
+		{"predict run.json", []string{"predict", "--image", img, "--run"}, inDir("run.json", "", "")},
+		{"report summary.json", []string{"report"}, inDir("summary.json", "metrics.jsonl", goodMetrics)},
+		{"report metrics.jsonl", []string{"report"}, inDir("metrics.jsonl", "summary.json", goodSummary)},
+	}
+	bad := badFiles(t, tmp)
+	for _, c := range commands {
+		for kind, path := range bad {
+			if c.name == "run --config" && kind == "empty" {
+				continue // an empty config file means the defaults, by design (config.Compose)
+			}
+			t.Run(c.name+"/"+kind, func(t *testing.T) {
+				args := slices.Clone(c.args)
+				if c.setup != nil {
+					args = append(args, c.setup(t, path)...)
+				} else {
+					for i, a := range args {
+						if a == "F" {
+							args[i] = path
+						}
+					}
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, bin, args...)
+				cmd.Dir = t.TempDir()
+				cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+filepath.Join(tmp, "cache"))
+				var stderr bytes.Buffer
+				cmd.Stderr = &stderr
+				err := cmd.Run()
+				switch {
+				case ctx.Err() != nil:
+					t.Fatalf("pfedmma %s: still running after a minute", strings.Join(args, " "))
+				case err == nil:
+					t.Errorf("pfedmma %s: exit 0 on a bad file", strings.Join(args, " "))
+				}
+				for _, bad := range []string{"panic:", "fatal error:", "goroutine "} {
+					if strings.Contains(stderr.String(), bad) {
+						t.Errorf("pfedmma %s: %q on stderr:\n%s", strings.Join(args, " "), bad, stderr.String())
+					}
+				}
+			})
 		}
 	}
 }
