@@ -52,6 +52,7 @@ func TestRangeChecksRefuseNonFinite(t *testing.T) {
 		add("pretrain holdout", func() error { o := pretrain.DefaultOptions(); o.HoldoutFraction = bad; return o.Validate() })
 		add("pretrain min lr", func() error { o := pretrain.DefaultOptions(); o.MinLR = bad; return o.Validate() })
 		add("pretrain weight decay", func() error { o := pretrain.DefaultOptions(); o.WeightDecay = bad; return o.Validate() })
+		add("pretrain fashion fraction", func() error { o := pretrain.DefaultOptions(); o.FashionFraction = bad; return o.Validate() })
 	}
 	for i, c := range checks {
 		if err := c.validate(); err == nil {

@@ -128,7 +128,7 @@ func (o Options) Validate() error {
 		return bad("weight decay %g, clip norm %g", o.WeightDecay, o.ClipNorm)
 	case o.Warmup < 0 || o.Warmup > o.Steps:
 		return bad("warmup %d not in [0, steps %d]", o.Warmup, o.Steps)
-	case o.FashionFraction < 0 || o.FashionFraction > 1:
+	case !(o.FashionFraction >= 0 && o.FashionFraction <= 1):
 		return bad("fashion fraction %g not in [0, 1]", o.FashionFraction)
 	case o.EvalPerClass < 0:
 		return bad("eval per class %d", o.EvalPerClass)

@@ -105,7 +105,7 @@ func Wrap(inner federation.Strategy, opts Options) (*Strategy, error) {
 		return nil, fmt.Errorf("robust: clip norm %g", opts.ClipNorm)
 	}
 	if d := opts.DP; d != nil {
-		if !(d.Clip > 0) || !(d.NoiseMultiplier > 0) || !(d.Delta > 0 && d.Delta < 1) {
+		if !(d.Clip > 0) || !(d.NoiseMultiplier > 0) || math.IsInf(d.Clip, 0) || math.IsInf(d.NoiseMultiplier, 0) || !(d.Delta > 0 && d.Delta < 1) {
 			return nil, fmt.Errorf("robust: DP needs clip > 0, noise multiplier > 0 and δ in (0, 1); got %g, %g, %g", d.Clip, d.NoiseMultiplier, d.Delta)
 		}
 		if opts.Rule != Mean {
