@@ -117,3 +117,29 @@ func FuzzSummaryCheck(f *testing.F) {
 		}
 	})
 }
+
+// TestReadLODORefusesOutOfRange: a lodo.json accuracy outside [0, 100] is
+// refused naming the file, the method and the cell.
+func TestReadLODORefusesOutOfRange(t *testing.T) {
+	p := filepath.Join(t.TempDir(), LODOFile)
+	doms := []string{"photo", "sketch"}
+	good := LODORun{Dataset: "world", Protocol: "lodo", Domains: doms,
+		Matrices: []LODOMatrix{{Method: "fedot", Domains: doms, A: [][]float64{{80, 70}, {60, 90}}}}}
+	if err := WriteLODO(p, good); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadLODO(p); err != nil {
+		t.Fatalf("intact file: %v", err)
+	}
+	for _, v := range []float64{1e308, -1e9} {
+		bad := good
+		bad.Matrices = []LODOMatrix{{Method: "fedot", Domains: doms, A: [][]float64{{80, 70}, {v, 90}}}}
+		if err := WriteLODO(p, bad); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ReadLODO(p)
+		if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "fedot") || !strings.Contains(err.Error(), "sketch") {
+			t.Errorf("accuracy %v: error %v, want one naming the file, method and domain", v, err)
+		}
+	}
+}
