@@ -368,7 +368,7 @@ func nonFiniteAt(v []float32) int {
 func (f *Fixture) checkSizes() error {
 	seen := map[int]string{}
 	check := func(name string, n int, shape []int) error {
-		if n == 0 && (name == "images" || name == "labels" || name == "image_features" || clientKey.MatchString(name)) {
+		if n == 0 && (name == "images" || name == "labels" || name == "tokens" || name == "image_features" || clientKey.MatchString(name)) {
 			return fmt.Errorf("tensor %q in the batch file is empty (shape %v): a step or round needs at least one example", name, shape)
 		}
 		if m := clientKey.FindStringSubmatch(name); m != nil {
@@ -387,6 +387,11 @@ func (f *Fixture) checkSizes() error {
 	for _, name := range slices.Sorted(maps.Keys(f.Ints)) {
 		if err := check(name, len(f.Ints[name]), []int{len(f.Ints[name])}); err != nil {
 			return err
+		}
+	}
+	if tok, ok := f.Ints["tokens"]; ok && f.Model != nil && f.Model.W != nil {
+		if ctx := f.Model.W.Config.Text.ContextLength; ctx > 0 && len(tok)%ctx != 0 {
+			return fmt.Errorf("tensor \"tokens\" holds %d ids, not whole rows of the model's context length %d", len(tok), ctx)
 		}
 	}
 	for i := range len(seen) {

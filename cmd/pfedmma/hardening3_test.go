@@ -117,6 +117,13 @@ func TestStepRoundRefuseSilentResults(t *testing.T) {
 	empty.ints["labels"] = safetensors.Int64Tensor{Shape: []int{0}, Data: []int64{}}
 	emptyP := empty.write(t, dir, "empty.safetensors")
 
+	noTokens := readST(t, stepP)
+	noTokens.ints["tokens"] = safetensors.Int64Tensor{Shape: []int{0, 77}, Data: []int64{}}
+	noTokensP := noTokens.write(t, dir, "no_tokens.safetensors")
+	cutTokens := readST(t, stepP)
+	cutTokens.ints["tokens"] = safetensors.Int64Tensor{Shape: []int{5, 76}, Data: cutTokens.ints["tokens"].Data[:5*76]}
+	cutTokensP := cutTokens.write(t, dir, "cut_tokens.safetensors")
+
 	floatLabels := readST(t, stepP)
 	lab := floatLabels.ints["labels"]
 	fl := tensor.New(len(lab.Data))
@@ -157,6 +164,8 @@ func TestStepRoundRefuseSilentResults(t *testing.T) {
 		{"diverging output", "step", initP, []string{stepP}, []string{"adapter_scale=1e38"}, []string{"output", "grad.", "diverge"}},
 		{"unknown --set key", "step", initP, []string{stepP}, []string{"unknown_key=3"}, []string{`"unknown_key"`, "adapter_scale", "lr"}},
 		{"empty batch", "step", initP, []string{emptyP}, nil, []string{`"images"`, "empty"}},
+		{"empty tokens", "step", initP, []string{noTokensP}, nil, []string{`"tokens"`, "empty"}},
+		{"tokens not whole rows", "step", initP, []string{cutTokensP}, nil, []string{`"tokens"`, "380", "77"}},
 		{"float labels", "step", initP, []string{floatLabelsP}, nil, []string{`"labels"`, "float", "I64"}},
 		{"client gap", "round", initP, []string{gapP, stepP}, nil, []string{"client2", "client1", "gap"}},
 	} {
