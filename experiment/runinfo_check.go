@@ -8,10 +8,17 @@ import (
 	"io"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/config"
+	methodspkg "github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/protocol"
 )
+
+// runInfoProtocols are the protocol names a run.json may hold.
+var runInfoProtocols = []string{protocol.BaseToNovel, protocol.Dirichlet, protocol.Domains, protocol.Pathological,
+	protocol.Natural, protocol.LeaveOneDomainOut, protocol.DomainGeneralization}
 
 // maxRunInfoSpaces bounds the label spaces a run.json may list (a run has
 // a handful: local, base, novel, one per domain).
@@ -73,8 +80,8 @@ func (info *RunInfo) check() error {
 		return fmt.Errorf(`field "template": %q has no {} for the class name (every class would get the same prompt)`, info.Template)
 	case strings.TrimSpace(info.Dataset) == "":
 		return errors.New(`field "dataset": empty`)
-	case strings.TrimSpace(info.Protocol) == "":
-		return errors.New(`field "protocol": empty`)
+	case !slices.Contains(runInfoProtocols, info.Protocol):
+		return fmt.Errorf(`field "protocol": %q; want one of %s`, info.Protocol, strings.Join(runInfoProtocols, ", "))
 	case len(info.Classes) == 0:
 		return errors.New(`field "classes": no classes`)
 	case len(info.Classes) > config.MaxNumClasses:
@@ -133,6 +140,9 @@ func (info *RunInfo) check() error {
 	for _, m := range info.Methods {
 		if strings.TrimSpace(m) == "" || methods[m] {
 			return fmt.Errorf(`field "methods": %q is empty or listed twice`, m)
+		}
+		if _, err := methodspkg.Get(m); err != nil {
+			return fmt.Errorf(`field "methods": %w`, err)
 		}
 		methods[m] = true
 		dir, ok := info.Sites[m]

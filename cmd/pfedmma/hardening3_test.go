@@ -287,6 +287,11 @@ func TestPredictValidatesRunJSON(t *testing.T) {
 		{"client space out of range", func(m map[string]any) { m["client_space"] = map[string]any{"0": 0, "1": 7} }, "", []string{`"client_space"`, "client 1"}},
 		{"client gap", func(m map[string]any) { m["client_space"] = map[string]any{"0": 0, "2": 0} }, "", []string{`"client_space"`, "client 1"}},
 		{"no classes", func(m map[string]any) { m["classes"] = []any{} }, "", []string{`"classes"`}},
+		{"unknown protocol", func(m map[string]any) { m["protocol"] = "base2nvel" }, "", []string{`"protocol"`, "base2nvel"}},
+		{"unknown method", func(m map[string]any) {
+			m["methods"] = []any{"zeroshot", "pfedmma", "pfedmmx"}
+			m["sites"].(map[string]any)["pfedmmx"] = "sites/x"
+		}, "", []string{`"methods"`, "pfedmmx"}},
 		{"duplicate class", func(m map[string]any) { c := m["classes"].([]any); c[1] = c[0] }, "", []string{`"classes"`, "twice"}},
 		{"site escapes the run", func(m map[string]any) { m["sites"].(map[string]any)["pfedmma"] = "../../etc" }, "", []string{`"sites"`, "../../etc"}},
 		{"unknown field", func(m map[string]any) { m["clases"] = []any{"x"} }, "", []string{"clases"}},
