@@ -37,6 +37,10 @@ import (
 
 // Options is a fully resolved experiment.
 type Options struct {
+	// countRound is told of every round of the run, also those a resumed
+	// run replays from its checkpoints (the summary's bytes per round).
+	countRound func(method string, r federation.RoundReport)
+
 	ModelPath, VocabPath string
 	Dataset, Root        string
 	DatasetOptions       dataset.Options
@@ -87,9 +91,6 @@ type Options struct {
 	// OnRound, when set, is told of every finished federated round
 	// (benchmarks read its phase timings).
 	OnRound func(method string, r federation.RoundReport)
-	// countRound is told of every round of the run, also those a resumed
-	// run replays from its checkpoints (the summary's bytes per round).
-	countRound func(method string, r federation.RoundReport)
 }
 
 // Result is what Run produced.
