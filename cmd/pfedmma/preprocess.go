@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -47,8 +46,8 @@ func newPreprocessCmd() *cobra.Command {
 			if out == "" {
 				return fmt.Errorf("preprocess: --out is required")
 			}
-			if err := atomicfile.CheckTarget(out); err != nil {
-				return fmt.Errorf("preprocess: --out %w", err)
+			if err := checkOutFile(out); err != nil {
+				return fmt.Errorf("preprocess: %w", err)
 			}
 			if size < minPreprocessSize || size > maxPreprocessSize {
 				return fmt.Errorf("preprocess: --size %d out of range [%d, %d] (each image is written as 3·size² float32)",

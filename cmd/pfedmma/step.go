@@ -58,8 +58,8 @@ func init() {
 				if out == "" || params == "" || len(batches) == 0 {
 					return fmt.Errorf("%s: --params, --batch and --out are required", kind)
 				}
-				if err := atomicfile.CheckTarget(out); err != nil {
-					return fmt.Errorf("%s: --out %w", kind, err)
+				if err := checkOutFile(out); err != nil {
+					return fmt.Errorf("%s: %w", kind, err)
 				}
 				f, err := loadFixture(model, params, batches, sets)
 				if err != nil {
@@ -122,6 +122,15 @@ func checkFiniteOutputs(res tensor.Named) error {
 				return fmt.Errorf("output %q holds %v at index %d: the hyper-parameters make the computation diverge", name, x, i)
 			}
 		}
+	}
+	return nil
+}
+
+// checkOutFile refuses an --out that names an existing folder, before any
+// work is done.
+func checkOutFile(out string) error {
+	if err := atomicfile.CheckTarget(out); err != nil {
+		return fmt.Errorf("--out %w", err)
 	}
 	return nil
 }
