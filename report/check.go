@@ -8,9 +8,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strings"
+
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 )
 
 // MaxRound bounds the round numbers a metrics file may hold (far above
@@ -88,7 +89,7 @@ func (r *RoundRecord) check() error {
 // out of order for a method, and metrics out of range ([CheckMetric]).
 // Errors name the file and the line.
 func ReadMetricsChecked(path string) ([]RoundRecord, error) {
-	f, err := os.Open(path)
+	f, err := inputfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("metrics %s: %w", path, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -659,4 +660,29 @@ func TestPFedMoAPGateWidthMessage(t *testing.T) {
 	_, err := execute(t, append(tinyRunArgs(model, out, 1), "--set", "methods=[pfedmoap]", "--set", "pfedmoap.gate_width=23",
 		"--set", "pfedmoap.gate_heads=1", "--set", "pfedmoap.num_experts=2")...)
 	assertRefused(t, "pfedmoap.gate_width=23", err, "", "pfedmoap.gate_width", "23")
+}
+
+// TestReportRefusesFIFO: report on a run folder whose summary.json or
+// metrics.jsonl is a FIFO fails at once naming it (before: it blocked).
+func TestReportRefusesFIFO(t *testing.T) {
+	const summary = `{"protocol": "base2novel", "metrics": ["local"], "methods": {"pfedmma": {"local": 50}}}`
+	const metrics = `{"round":0,"method":"pfedmma","mean":{"local":50}}` + "\n"
+	for _, name := range []string{"summary.json", "metrics.jsonl"} {
+		dir := writeRunResults(t, summary, metrics)
+		p := filepath.Join(dir, name)
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Skipf("mkfifo: %v", err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := execute(t, "report", dir); done <- err }()
+		select {
+		case err := <-done:
+			assertRefused(t, name+" FIFO", err, "", p, "FIFO")
+		case <-time.After(10 * time.Second):
+			t.Fatalf("report blocked on the FIFO %s", p)
+		}
+	}
 }
