@@ -562,6 +562,10 @@ func TestEveryCommandRefusesBadFiles(t *testing.T) {
 	}
 	img := writeWorldImage(t, 0)
 	model := filepath.Join(td, "clip-tiny", "openai.safetensors")
+	goodRun := filepath.Join(tmp, "good-run")
+	if b, err := exec.Command(bin, tinyRunArgs(tinyWorldModel(t), goodRun, 1)...).CombinedOutput(); err != nil {
+		t.Fatalf("a good run for predict: %v\n%s", err, b)
+	}
 	goodSummary := `{"protocol": "base2novel", "metrics": ["local"], "methods": {"pfedmma": {"local": 50}}}`
 	goodMetrics := `{"round":0,"method":"pfedmma","mean":{"local":50}}` + "\n"
 	// each command line, with F where the bad file goes; a command whose
@@ -607,6 +611,10 @@ func TestEveryCommandRefusesBadFiles(t *testing.T) {
 			filepath.Join(td, "mma-l2/adapters_init.safetensors"), "--batch", "F", "--out", filepath.Join(tmp, "r.safetensors")}, nil},
 		{"run --config", []string{"run", "--quiet", "--config", "F", "--out", filepath.Join(tmp, "run")}, nil},
 		{"predict run.json", []string{"predict", "--image", img, "--run"}, inDir("run.json", "", "")},
+		{"predict --image", []string{"predict", "--run", goodRun, "--image", "F"}, nil},
+		{"embed --vocab", []string{"embed", "--vocab", "F", "--text", "a cat"}, nil},
+		{"zeroshot --vocab", []string{"zeroshot", "--vocab", "F", "--classes", "a,b", "--image", img}, nil},
+		{"run --model", []string{"run", "--quiet", "--model", "F", "--out", filepath.Join(tmp, "run-model")}, nil},
 		{"report summary.json", []string{"report"}, inDir("summary.json", "metrics.jsonl", goodMetrics)},
 		{"report metrics.jsonl", []string{"report"}, inDir("metrics.jsonl", "summary.json", goodSummary)},
 	}
