@@ -29,8 +29,11 @@ const fixtureHelp = `Inputs are safetensors files in the reference fixtures' lay
 Hyper-parameters come from the files' __metadata__ (n_ctx, lr, momentum,
 weight_decay, logit_scale, bottleneck, num_prompt, mu, temp, batch_size,
 local_epochs, ot, eps, top_percent, adapter_scale, tau, lambda, ema,
-optimizer, domain, seed, ...); --set key=value overrides or adds one. Nothing
-is fixed to the fixtures' values. ADAPT reads the client's domain from
+optimizer, domain, seed, ...); --set key=value overrides or adds one (a key
+no method reads is refused, listing the known ones). Nothing is fixed to the
+fixtures' values. Non-finite inputs (NaN, Inf in a tensor or a
+hyper-parameter), empty batches, float labels and client indices with a gap
+are refused, and so are non-finite outputs (nothing is written). ADAPT reads the client's domain from
 metadata 'domain' or a tensor 'domain' (round: client<i>.domain), and the
 other domains' EMA targets from ema_target.text_prompt.<j>.
 
