@@ -660,14 +660,15 @@ func TestEveryCommandRefusesBadFiles(t *testing.T) {
 }
 
 // TestPFedMoAPGateWidthMessage: a gate width that does not divide the
-// model's feature dimension is reported under its config key (before:
+// model's feature dimension is reported under its config key, gate_width of
+// the pfedmoap section (before:
 // "gating_embed_dim 24: must divide the feature dim", the fixture's name).
 func TestPFedMoAPGateWidthMessage(t *testing.T) {
 	model := tinyWorldModel(t)
 	out := filepath.Join(t.TempDir(), "run")
 	_, err := execute(t, append(tinyRunArgs(model, out, 1), "--set", "methods=[pfedmoap]", "--set", "pfedmoap.gate_width=23",
 		"--set", "pfedmoap.gate_heads=1", "--set", "pfedmoap.num_experts=2")...)
-	assertRefused(t, "pfedmoap.gate_width=23", err, "", "pfedmoap.gate_width", "23")
+	assertRefused(t, "pfedmoap.gate_width=23", err, "", "pfedmoap: gate_width", "23")
 }
 
 // TestReportRefusesFIFO: report on a run folder whose summary.json or
