@@ -127,23 +127,23 @@ type Cache struct {
 // New returns an empty cache configured by opts.
 func New(opts Options) (*Cache, error) {
 	if opts.RecordLen <= 0 {
-		return nil, fmt.Errorf("actcache: Options.RecordLen = %d: must be positive", opts.RecordLen)
+		return nil, fmt.Errorf("actcache: record length %d: must be positive", opts.RecordLen)
 	}
 	if opts.MemoryBudget < 0 {
-		return nil, fmt.Errorf("actcache: Options.MemoryBudget = %d: must not be negative", opts.MemoryBudget)
+		return nil, fmt.Errorf("actcache: memory budget %d bytes (cache.memory_mib): must not be negative", opts.MemoryBudget)
 	}
 	if opts.DType != Float32 && opts.DType != BFloat16 {
-		return nil, fmt.Errorf("actcache: Options.DType = %v: want Float32 or BFloat16", opts.DType)
+		return nil, fmt.Errorf("actcache: cache type %v (cache.dtype): want float32 or bfloat16", opts.DType)
 	}
 	if opts.SpillChunk < 0 {
-		return nil, fmt.Errorf("actcache: Options.SpillChunk = %d: must not be negative", opts.SpillChunk)
+		return nil, fmt.Errorf("actcache: spill chunk %d: must not be negative", opts.SpillChunk)
 	}
 	if opts.Workers < 0 {
-		return nil, fmt.Errorf("actcache: Options.Workers = %d: must not be negative", opts.Workers)
+		return nil, fmt.Errorf("actcache: %d workers: must not be negative", opts.Workers)
 	}
 	recBytes := opts.RecordLen * opts.DType.size()
 	if recBytes/opts.DType.size() != opts.RecordLen {
-		return nil, fmt.Errorf("actcache: Options.RecordLen = %d: too large", opts.RecordLen)
+		return nil, fmt.Errorf("actcache: record length %d: too large", opts.RecordLen)
 	}
 	dir := opts.SpillDir
 	if dir == "" {
@@ -151,10 +151,10 @@ func New(opts Options) (*Cache, error) {
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return nil, fmt.Errorf("actcache: Options.SpillDir %q: %w", dir, err)
+		return nil, fmt.Errorf("actcache: spill folder %q (cache.spill_dir): %w", dir, err)
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("actcache: Options.SpillDir %q: not a directory", dir)
+		return nil, fmt.Errorf("actcache: spill folder %q (cache.spill_dir): not a directory", dir)
 	}
 	chunk := opts.SpillChunk
 	if chunk == 0 {
@@ -193,7 +193,7 @@ func (c *Cache) DType() DType { return c.dtype }
 // and its record is overwritten. rec must hold exactly RecordLen values.
 func (c *Cache) Put(key string, rec []float32) (int, error) {
 	if len(rec) != c.recLen {
-		return 0, fmt.Errorf("actcache: Put %q: record has %d values, want RecordLen %d: %w", key, len(rec), c.recLen, ErrRecordLen)
+		return 0, fmt.Errorf("actcache: Put %q: record has %d values, want the record length %d: %w", key, len(rec), c.recLen, ErrRecordLen)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -306,7 +306,7 @@ func (c *Cache) Bytes() (ram, disk int64) {
 // Get copies record idx into dst, which must hold exactly RecordLen values.
 func (c *Cache) Get(idx int, dst []float32) error {
 	if len(dst) != c.recLen {
-		return fmt.Errorf("actcache: Get(%d): dst has %d values, want RecordLen %d: %w", idx, len(dst), c.recLen, ErrRecordLen)
+		return fmt.Errorf("actcache: Get(%d): dst has %d values, want the record length %d: %w", idx, len(dst), c.recLen, ErrRecordLen)
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -333,7 +333,7 @@ const parallelBytes = 4 << 20
 // checked before anything is copied.
 func (c *Cache) GetBatch(idxs []int, dst []float32) error {
 	if len(dst) != len(idxs)*c.recLen {
-		return fmt.Errorf("actcache: GetBatch: dst has %d values, want %d records × RecordLen %d = %d: %w",
+		return fmt.Errorf("actcache: GetBatch: dst has %d values, want %d records × record length %d = %d: %w",
 			len(dst), len(idxs), c.recLen, len(idxs)*c.recLen, ErrRecordLen)
 	}
 	c.mu.RLock()

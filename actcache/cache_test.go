@@ -262,12 +262,12 @@ func TestNewErrors(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{"zero record", Options{RecordLen: 0}, "RecordLen"},
-		{"negative budget", Options{RecordLen: 4, MemoryBudget: -1}, "MemoryBudget"},
-		{"bad dtype", Options{RecordLen: 4, DType: 7}, "DType"},
-		{"negative chunk", Options{RecordLen: 4, SpillChunk: -1}, "SpillChunk"},
-		{"negative workers", Options{RecordLen: 4, Workers: -1}, "Workers"},
-		{"missing dir", Options{RecordLen: 4, SpillDir: filepath.Join(dir, "nope")}, filepath.Join(dir, "nope")},
+		{"zero record", Options{RecordLen: 0}, "record length"},
+		{"negative budget", Options{RecordLen: 4, MemoryBudget: -1}, "cache.memory_mib"},
+		{"bad dtype", Options{RecordLen: 4, DType: 7}, "cache.dtype"},
+		{"negative chunk", Options{RecordLen: 4, SpillChunk: -1}, "spill chunk"},
+		{"negative workers", Options{RecordLen: 4, Workers: -1}, "workers"},
+		{"missing dir", Options{RecordLen: 4, SpillDir: filepath.Join(dir, "nope")}, "cache.spill_dir"},
 		{"dir is a file", Options{RecordLen: 4, SpillDir: file}, "not a directory"},
 	}
 	for _, tt := range tests {

@@ -89,7 +89,7 @@ func Load(name, root string, opts Options) (*Dataset, error) {
 	}
 	if len(d.Val) == 0 && opts.ValFraction > 0 {
 		if opts.ValFraction >= 1 {
-			return nil, fmt.Errorf("dataset %q: ValFraction %g outside (0,1)", name, opts.ValFraction)
+			return nil, fmt.Errorf("dataset %q: dataset.val_fraction %g outside (0, 1)", name, opts.ValFraction)
 		}
 		d.Train, d.Val = carveVal(d.Train, opts.ValFraction, opts.Seed)
 	}

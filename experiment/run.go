@@ -37,6 +37,10 @@ import (
 
 // Options is a fully resolved experiment.
 type Options struct {
+	// countRound is told of every round of the run, also those a resumed
+	// run replays from its checkpoints (the summary's bytes per round).
+	countRound func(method string, r federation.RoundReport)
+
 	ModelPath, VocabPath string
 	Dataset, Root        string
 	DatasetOptions       dataset.Options
@@ -287,14 +291,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	defer log.Close()
 	sum := &report.Summary{Protocol: task.Protocol, Metrics: summaryMetrics(task)}
 	timings := map[string]float64{"prefix_s": prefixSeconds}
-	upBytes := map[string]float64{}
-	userRound := o.OnRound
-	o.OnRound = func(method string, r federation.RoundReport) {
+	// bytes each site uploads per round, averaged over every round of the
+	// run — those a resumed run replays from its checkpoints too
+	upSum, upRounds := map[string]float64{}, map[string]int{}
+	o.countRound = func(method string, r federation.RoundReport) {
 		if n := len(r.Selected); n > 0 {
-			upBytes[method] += float64(r.BytesUp) / float64(n) / float64(max(o.Rounds, 1))
-		}
-		if userRound != nil {
-			userRound(method, r)
+			upSum[method] += float64(r.BytesUp) / float64(n)
+			upRounds[method]++
 		}
 	}
 	for i, meth := range ms {
@@ -311,6 +314,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	timings["total_s"] = time.Since(start).Seconds()
 	sum.Timings = timings
+	upBytes := map[string]float64{}
+	for method, sum := range upSum {
+		upBytes[method] = sum / float64(upRounds[method])
+	}
 	if len(upBytes) > 0 {
 		// what a site uploads per round: the shared tensors (bytes)
 		sum.Extra = map[string]any{"update_bytes_per_round_per_site": upBytes}
@@ -456,6 +463,9 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		Logger: slog.New(slog.DiscardHandler),
 		OnRound: func(r federation.RoundReport) error {
 			bar.Add(1)
+			if o.countRound != nil {
+				o.countRound(name, r)
+			}
 			if o.OnRound != nil {
 				o.OnRound(name, r)
 			}
@@ -496,6 +506,9 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 			err = lerr
 		default:
 			for _, r := range ck.History.Rounds {
+				if o.countRound != nil {
+					o.countRound(name, r)
+				}
 				if r.Eval != nil {
 					rec := toRecord(r)
 					records = append(records, rec)
@@ -691,12 +704,9 @@ func ReadRunInfo(dir string) (*RunInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", dir, err)
 	}
-	var info RunInfo
-	if err := json.Unmarshal(data, &info); err != nil {
+	info, err := decodeRunInfo(data)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if len(info.Classes) == 0 || len(info.Spaces) == 0 {
-		return nil, fmt.Errorf("%s: no classes or label spaces", path)
-	}
-	return &info, nil
+	return info, nil
 }

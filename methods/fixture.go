@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -124,6 +126,9 @@ func (f *Fixture) FloatOr(key string, def float64) (float64, error) {
 func (f *Fixture) Tensor(name string) (*tensor.Tensor, error) {
 	t, ok := f.Batch[name]
 	if !ok {
+		if _, isInt := f.Ints[name]; isInt {
+			return nil, fmt.Errorf("tensor %q in the batch file is an integer tensor; want a float one (F32, F16, BF16 or F64)", name)
+		}
 		return nil, fmt.Errorf("tensor %q missing from the batch file", name)
 	}
 	return t, nil
@@ -134,6 +139,9 @@ func (f *Fixture) Tensor(name string) (*tensor.Tensor, error) {
 func (f *Fixture) IntsOf(name string) ([]int, error) {
 	v, ok := f.Ints[name]
 	if !ok {
+		if t, isFloat := f.Batch[name]; isFloat {
+			return nil, fmt.Errorf("tensor %q in the batch file is a float tensor (shape %v); want an integer one (I64 or I32)", name, t.Shape)
+		}
 		return nil, fmt.Errorf("integer tensor %q missing from the batch file", name)
 	}
 	return v, nil
@@ -153,7 +161,7 @@ func (f *Fixture) TrainOptions() (train.Options, error) {
 	}
 	o.LR, o.Momentum, o.WD = get("lr", 0), get("momentum", 0), get("weight_decay", 0)
 	o.Batch, o.Epochs = int(get("batch_size", 32)), int(get("local_epochs", 1))
-	if err == nil && (o.LR <= 0 || o.Batch < 1 || o.Epochs < 1 || o.Momentum < 0 || o.WD < 0) {
+	if err == nil && (!(o.LR > 0) || math.IsInf(o.LR, 0) || o.Batch < 1 || o.Epochs < 1 || !(o.Momentum >= 0) || !(o.WD >= 0)) {
 		err = fmt.Errorf("hyper-parameters: lr %v, batch_size %d, local_epochs %d, momentum %v, weight_decay %v out of range", o.LR, o.Batch, o.Epochs, o.Momentum, o.WD)
 	}
 	return o, err
@@ -275,6 +283,9 @@ func LoadFixture(m *clip.Model, params string, batches, sets []string) (*Fixture
 			if err != nil {
 				return err
 			}
+			if i := nonFiniteAt(t.Data); i >= 0 {
+				return fmt.Errorf("%s: tensor %q holds %v at index %d: inputs must be finite", file, name, t.Data[i], i)
+			}
 			into[name] = t
 		}
 		metas = append(metas, sf.Metadata())
@@ -299,7 +310,95 @@ func LoadFixture(m *clip.Model, params string, batches, sets []string) (*Fixture
 		if err != nil {
 			return nil, err
 		}
+		if _, inFile := f.Meta[k]; !inFile && !IsFixtureKey(k) {
+			return nil, fmt.Errorf("--set %s: unknown hyper-parameter %q; the step and round inputs read %s (or client<i>.domain)", kv, k, strings.Join(FixtureKeys, ", "))
+		}
 		f.Meta[k] = v
 	}
+	for _, k := range slices.Sorted(maps.Keys(f.Meta)) {
+		if x, err := strconv.ParseFloat(strings.TrimSpace(f.Meta[k]), 64); err == nil && (math.IsNaN(x) || math.IsInf(x, 0)) {
+			return nil, fmt.Errorf("hyper-parameter %s=%s: not a finite number", k, f.Meta[k])
+		}
+	}
+	if err := f.checkSizes(); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// FixtureKeys are the hyper-parameters (metadata keys) that some method's
+// step or round reads; --set accepts these and the keys the input files'
+// metadata already hold.
+var FixtureKeys = []string{
+	"adapter_dim", "adapter_end", "adapter_scale", "adapter_start", "adaln_layers", "alpha", "avg_prompt",
+	"batch_size", "blocks", "bottleneck", "client", "client_sizes", "csc", "domain", "dropout", "ema", "eps",
+	"gating_embed_dim", "gating_heads", "gating_lr", "gating_momentum", "gating_weight_decay", "init_std",
+	"lambda", "local_epochs", "logit_scale", "lr", "max_iter", "momentum", "mu", "n_ctx", "normalize_classifier",
+	"num_experts", "num_prompt", "optimizer", "ot", "prox_mu", "ratio", "reduction", "scale", "scaling", "seed",
+	"selection", "tau", "temp", "thresh", "top_percent", "variant", "weight_decay",
+}
+
+// clientKey matches the per-client names of a round file: client<i>.<rest>.
+var clientKey = regexp.MustCompile(`^client(0|[1-9][0-9]{0,8})\.`)
+
+// IsFixtureKey reports whether key is a hyper-parameter some method's step
+// or round reads ([FixtureKeys], or client<i>.domain).
+func IsFixtureKey(key string) bool {
+	if slices.Contains(FixtureKeys, key) {
+		return true
+	}
+	m := clientKey.FindString(key)
+	return m != "" && key[len(m):] == "domain"
+}
+
+// nonFiniteAt returns the index of the first NaN or ±Inf in v, or -1.
+func nonFiniteAt(v []float32) int {
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return i
+		}
+	}
+	return -1
+}
+
+// checkSizes refuses empty batch tensors (a step or round on no example
+// has nothing to compute) and per-client tensors whose client indices do
+// not run 0, 1, 2, … without a gap (a gap would silently drop the clients
+// after it).
+func (f *Fixture) checkSizes() error {
+	seen := map[int]string{}
+	check := func(name string, n int, shape []int) error {
+		if n == 0 && (name == "images" || name == "labels" || name == "tokens" || name == "image_features" || clientKey.MatchString(name)) {
+			return fmt.Errorf("tensor %q in the batch file is empty (shape %v): a step or round needs at least one example", name, shape)
+		}
+		if m := clientKey.FindStringSubmatch(name); m != nil {
+			i, _ := strconv.Atoi(m[1])
+			if _, ok := seen[i]; !ok {
+				seen[i] = name
+			}
+		}
+		return nil
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.Batch)) {
+		if err := check(name, len(f.Batch[name].Data), f.Batch[name].Shape); err != nil {
+			return err
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.Ints)) {
+		if err := check(name, len(f.Ints[name]), []int{len(f.Ints[name])}); err != nil {
+			return err
+		}
+	}
+	if tok, ok := f.Ints["tokens"]; ok && f.Model != nil && f.Model.W != nil {
+		if ctx := f.Model.W.Config.Text.ContextLength; ctx > 0 && len(tok)%ctx != 0 {
+			return fmt.Errorf("tensor \"tokens\" holds %d ids, not whole rows of the model's context length %d", len(tok), ctx)
+		}
+	}
+	for i := range len(seen) {
+		if _, ok := seen[i]; !ok {
+			last := slices.Max(slices.Collect(maps.Keys(seen)))
+			return fmt.Errorf("the batch files hold %q but no tensor of client%d: client indices must run 0, 1, 2, … without a gap", seen[last], i)
+		}
+	}
+	return nil
 }

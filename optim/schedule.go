@@ -62,7 +62,7 @@ func (c Cosine) Validate() error {
 		return fmt.Errorf("cosine schedule: negative warmup %d", c.Warmup)
 	case c.Total < c.Warmup:
 		return fmt.Errorf("cosine schedule: total %d shorter than warmup %d", c.Total, c.Warmup)
-	case c.Base < 0 || c.Min < 0 || c.WarmupStart < 0:
+	case !(c.Base >= 0) || !(c.Min >= 0) || !(c.WarmupStart >= 0) || math.IsInf(c.Base, 0) || math.IsInf(c.Min, 0) || math.IsInf(c.WarmupStart, 0):
 		return fmt.Errorf("cosine schedule: negative learning rate (base %g, min %g, warmup start %g)", c.Base, c.Min, c.WarmupStart)
 	}
 	return nil

@@ -55,7 +55,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ot: %q is %q, want %q or %q", "ot", c.Method, COT, Sinkhorn)
 	case !(c.Eps > 0) || math.IsInf(c.Eps, 0):
 		return fmt.Errorf("ot: %q is %v, want > 0", "eps", c.Eps)
-	case !(c.Thresh >= 0):
+	case !(c.Thresh >= 0) || math.IsInf(c.Thresh, 0):
 		return fmt.Errorf("ot: %q is %v, want ≥ 0", "thresh", c.Thresh)
 	case c.MaxIter < 1:
 		return fmt.Errorf("ot: %q is %d, want ≥ 1", "max_iter", c.MaxIter)

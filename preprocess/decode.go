@@ -72,7 +72,7 @@ var MaxPixels = 1 << 27
 // checkSize refuses a header size of zero or beyond MaxPixels.
 func checkSize(format string, w, h int) error {
 	if w <= 0 || h <= 0 || w > MaxPixels/h {
-		return fmt.Errorf("%s: image size %dx%d out of range (MaxPixels %d)", format, w, h, MaxPixels)
+		return fmt.Errorf("%s: image size %dx%d out of range (at most %d pixels)", format, w, h, MaxPixels)
 	}
 	return nil
 }

@@ -102,7 +102,7 @@ func (o Options) Validate() error {
 		return fmt.Errorf("pretrain: "+format+": %w", append(a, ErrOptions)...)
 	}
 	switch {
-	case o.HoldoutFraction < 0 || o.HoldoutFraction > 0.5:
+	case !(o.HoldoutFraction >= 0 && o.HoldoutFraction <= 0.5):
 		return bad("holdout fraction %g not in [0, 0.5]", o.HoldoutFraction)
 	case o.ImageSize < 8 || o.ImageSize > 1024:
 		return bad("image size %d not in [8, 1024]", o.ImageSize)
@@ -122,13 +122,13 @@ func (o Options) Validate() error {
 		return bad("merges %d, vocab captions %d", o.Merges, o.VocabCaptions)
 	case o.Steps < 1 || o.Batch < 2:
 		return bad("steps %d, batch %d: want ≥1 steps of ≥2 pairs", o.Steps, o.Batch)
-	case !(o.LR > 0) || o.MinLR < 0 || o.MinLR > o.LR:
+	case !(o.LR > 0) || math.IsInf(o.LR, 0) || !(o.MinLR >= 0) || o.MinLR > o.LR:
 		return bad("learning rates %g → %g", o.LR, o.MinLR)
-	case o.WeightDecay < 0 || o.ClipNorm < 0:
+	case !(o.WeightDecay >= 0) || !(o.ClipNorm >= 0) || math.IsInf(o.WeightDecay, 0):
 		return bad("weight decay %g, clip norm %g", o.WeightDecay, o.ClipNorm)
 	case o.Warmup < 0 || o.Warmup > o.Steps:
 		return bad("warmup %d not in [0, steps %d]", o.Warmup, o.Steps)
-	case o.FashionFraction < 0 || o.FashionFraction > 1:
+	case !(o.FashionFraction >= 0 && o.FashionFraction <= 1):
 		return bad("fashion fraction %g not in [0, 1]", o.FashionFraction)
 	case o.EvalPerClass < 0:
 		return bad("eval per class %d", o.EvalPerClass)

@@ -84,6 +84,9 @@ func ReadLODO(path string) (LODORun, error) {
 			for k, v := range row {
 				m.A[i][k] = math.NaN()
 				if v != nil {
+					if err := CheckMetric("acc", *v); err != nil {
+						return LODORun{}, fmt.Errorf("%s: method %q: train without %s, score on %s: %w", path, lm.Method, j.Domains[i], j.Domains[k], err)
+					}
 					m.A[i][k] = *v
 				}
 			}

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"sort"
 
 	"github.com/pfedmma/pfedmma/eval"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
 )
 
 // SummaryFile is the conventional name of the summary written by WriteSummary.
@@ -279,7 +279,7 @@ func WriteSummary(path string, s *Summary) error {
 
 // ReadSummary reads a summary written by WriteSummary.
 func ReadSummary(path string) (*Summary, error) {
-	b, err := os.ReadFile(path)
+	b, err := inputfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("summary %s: %w", path, err)
 	}

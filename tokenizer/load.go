@@ -126,6 +126,9 @@ func loadSimple(path string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(merges) == 0 {
+		return nil, fmt.Errorf("tokenizer: vocabulary %s: no merge after the first (version) line: not a BPE vocabulary", path)
+	}
 	return FromMerges(merges), nil
 }
 

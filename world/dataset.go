@@ -126,7 +126,7 @@ func (w *World) Dataset(opts DatasetOptions) (*dataset.Dataset, error) {
 			opts.Name, opts.TrainPerClass, opts.ValPerClass, opts.TestPerClass, ErrConfig)
 	}
 	if opts.Size < 8 || opts.Size > 1024 {
-		return nil, fmt.Errorf("world: dataset %s: Size %d not in [8, 1024]: %w", opts.Name, opts.Size, ErrConfig)
+		return nil, fmt.Errorf("world: dataset %s: image size %d (dataset.image_size) not in [8, 1024]: %w", opts.Name, opts.Size, ErrConfig)
 	}
 	classes := opts.Classes
 	if classes == nil {

@@ -54,14 +54,14 @@ var ErrConfig = errors.New("invalid world config")
 
 // New builds a world from cfg, choosing the held-out compositions.
 func New(cfg Config) (*World, error) {
-	if cfg.HoldoutFraction < 0 || cfg.HoldoutFraction > 0.5 {
-		return nil, fmt.Errorf("world: HoldoutFraction %g not in [0, 0.5]: %w", cfg.HoldoutFraction, ErrConfig)
+	if !(cfg.HoldoutFraction >= 0 && cfg.HoldoutFraction <= 0.5) {
+		return nil, fmt.Errorf("world: holdout fraction %g not in [0, 0.5]: %w", cfg.HoldoutFraction, ErrConfig)
 	}
 	if cfg.Size < 8 || cfg.Size > 1024 {
-		return nil, fmt.Errorf("world: Size %d not in [8, 1024]: %w", cfg.Size, ErrConfig)
+		return nil, fmt.Errorf("world: image size %d (dataset.image_size) not in [8, 1024]: %w", cfg.Size, ErrConfig)
 	}
 	if cfg.MaxClutter < 0 || cfg.MaxClutter > 16 {
-		return nil, fmt.Errorf("world: MaxClutter %d not in [0, 16]: %w", cfg.MaxClutter, ErrConfig)
+		return nil, fmt.Errorf("world: clutter %d not in [0, 16]: %w", cfg.MaxClutter, ErrConfig)
 	}
 	w := &World{cfg: cfg, held: make([]bool, NumCompositions)}
 	if cfg.PretrainDomains == nil {
@@ -70,11 +70,11 @@ func New(cfg Config) (*World, error) {
 		}
 	} else {
 		if len(cfg.PretrainDomains) == 0 {
-			return nil, fmt.Errorf("world: PretrainDomains is empty: %w", ErrConfig)
+			return nil, fmt.Errorf("world: the list of pretraining styles is empty: %w", ErrConfig)
 		}
 		for i, d := range cfg.PretrainDomains {
 			if d < 0 || int(d) >= NumDomains {
-				return nil, fmt.Errorf("world: PretrainDomains[%d] = %d out of range: %w", i, int(d), ErrConfig)
+				return nil, fmt.Errorf("world: pretraining style %d (number %d in the list) out of range: %w", int(d), i+1, ErrConfig)
 			}
 		}
 		w.domains = append([]Domain(nil), cfg.PretrainDomains...)
@@ -83,7 +83,7 @@ func New(cfg Config) (*World, error) {
 	if cfg.HeldOut != nil {
 		for i, c := range cfg.HeldOut {
 			if !c.valid() {
-				return nil, fmt.Errorf("world: HeldOut[%d] = %+v out of range: %w", i, c, ErrConfig)
+				return nil, fmt.Errorf("world: held-out composition %+v (number %d in the list) out of range: %w", c, i+1, ErrConfig)
 			}
 			w.held[c.ID()] = true
 		}
@@ -155,17 +155,17 @@ func (w *World) checkCoverage() error {
 	}
 	for i, ok := range col {
 		if !ok {
-			return fmt.Errorf("world: HeldOut leaves colour %q out of pretraining: %w", Colours[i], ErrConfig)
+			return fmt.Errorf("world: the held-out compositions leave colour %q out of pretraining: %w", Colours[i], ErrConfig)
 		}
 	}
 	for i, ok := range pat {
 		if !ok {
-			return fmt.Errorf("world: HeldOut leaves pattern %q out of pretraining: %w", Patterns[i], ErrConfig)
+			return fmt.Errorf("world: the held-out compositions leave pattern %q out of pretraining: %w", Patterns[i], ErrConfig)
 		}
 	}
 	for i, ok := range shp {
 		if !ok {
-			return fmt.Errorf("world: HeldOut leaves shape %q out of pretraining: %w", Shapes[i], ErrConfig)
+			return fmt.Errorf("world: the held-out compositions leave shape %q out of pretraining: %w", Shapes[i], ErrConfig)
 		}
 	}
 	return nil

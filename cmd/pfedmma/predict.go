@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -97,8 +99,13 @@ further arguments.`,
 			var sec config.Section
 			if src, ok := info.Sections[method]; ok && meth.DefaultConfig() != nil {
 				sec = meth.DefaultConfig()
-				if err := yaml.Unmarshal([]byte(src), sec); err != nil {
-					return fmt.Errorf("predict: run.json: section %s: %w", method, err)
+				dec := yaml.NewDecoder(strings.NewReader(src))
+				dec.KnownFields(true)
+				if err := dec.Decode(sec); err != nil && err != io.EOF {
+					return fmt.Errorf("predict: %s: field \"sections\": %s: %w", filepath.Join(runDir, experiment.RunInfoFile), method, err)
+				}
+				if err := config.CheckSection(method, sec); err != nil {
+					return fmt.Errorf("predict: %s: field \"sections\": %w", filepath.Join(runDir, experiment.RunInfoFile), err)
 				}
 			}
 			saved := tensor.Named{}
@@ -135,6 +142,13 @@ further arguments.`,
 			vals, err := preprocess.CLIPTransform(c.Vision.ImageSize).EvalFiles(cmd.Context(), images, 0)
 			if err != nil {
 				return fmt.Errorf("predict: %w", err)
+			}
+			if len(vals) > 0 {
+				// one blank image first: an error here comes from the run's
+				// files (a site file lacking a tensor), not from the images
+				if _, err := p.Logits(make([]float32, len(vals[0])), 1, names); err != nil {
+					return fmt.Errorf("predict: site %d of %s (%s): %w", client, method, path, err)
+				}
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "%s, site %d, label space %s (%d classes)\n", method, client, spaceName, len(names))

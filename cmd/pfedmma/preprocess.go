@@ -47,6 +47,9 @@ func newPreprocessCmd() *cobra.Command {
 			if out == "" {
 				return fmt.Errorf("preprocess: --out is required")
 			}
+			if err := checkOutFile(out); err != nil {
+				return fmt.Errorf("preprocess: %w", err)
+			}
 			if size < minPreprocessSize || size > maxPreprocessSize {
 				return fmt.Errorf("preprocess: --size %d out of range [%d, %d] (each image is written as 3·size² float32)",
 					size, minPreprocessSize, maxPreprocessSize)

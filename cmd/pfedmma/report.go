@@ -33,11 +33,7 @@ generalisation tables; several of them (datasets) give FedOT's Table 1.`,
 			var names []string
 			var sums []*report.Summary
 			for _, dir := range args {
-				s, err := report.ReadSummary(filepath.Join(dir, "summary.json"))
-				if err != nil {
-					return fmt.Errorf("report: %w", err)
-				}
-				recs, err := report.ReadMetricsJSONL(filepath.Join(dir, "metrics.jsonl"))
+				s, recs, err := readRunResults(dir)
 				if err != nil {
 					return fmt.Errorf("report: %w", err)
 				}
@@ -48,11 +44,11 @@ generalisation tables; several of them (datasets) give FedOT's Table 1.`,
 				title := name + " — " + s.Protocol
 				imgs, err := report.RunFigures(dir, title, recs, s)
 				if err != nil {
-					return fmt.Errorf("report %s: %w", dir, err)
+					return fmt.Errorf("report: figures of %s: %w", dir, err)
 				}
 				t := s.Table(title)
 				if err := report.WriteMarkdown(filepath.Join(dir, "report.md"), report.Document{Title: "pfedmma run", Tables: []report.Table{t}, Images: imgs}); err != nil {
-					return fmt.Errorf("report: %w", err)
+					return fmt.Errorf("report: %s: %w", filepath.Join(dir, "report.md"), err)
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), t.Text())
 				names, sums = append(names, name), append(sums, s)
@@ -168,4 +164,34 @@ func dropStd(rs []report.MethodResult) []report.MethodResult {
 		rs[i].Std = nil
 	}
 	return rs
+}
+
+// readRunResults reads and checks a run folder's summary.json and
+// metrics.jsonl for drawing: both files' values in range
+// (report.ReadMetricsChecked, Summary.Check), and every method of the
+// summary present in the metrics (else its table row would stand without
+// its curve). Errors name the file.
+func readRunResults(dir string) (*report.Summary, []report.RoundRecord, error) {
+	sumPath, metPath := filepath.Join(dir, report.SummaryFile), filepath.Join(dir, report.MetricsJSONL)
+	s, err := report.ReadSummary(sumPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.Check(); err != nil {
+		return nil, nil, fmt.Errorf("summary %s: %w", sumPath, err)
+	}
+	recs, err := report.ReadMetricsChecked(metPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	has := map[string]bool{}
+	for _, r := range recs {
+		has[r.Method] = true
+	}
+	for _, m := range s.Methods {
+		if !has[m.Method] && !(len(s.Methods) == 1 && has[""]) {
+			return nil, nil, fmt.Errorf("%s lists method %s but %s holds no round of it (lines lost or the files belong to different runs)", sumPath, m.Method, metPath)
+		}
+	}
+	return s, recs, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -92,7 +93,7 @@ func useModel(e *config.Experiment, model string) error {
 	return e.Validate()
 }
 
-func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume, force, quiet bool) error {
+func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume, force, quiet bool) (err error) {
 	if e.Threads > 0 {
 		setThreads(e.Threads)
 	}
@@ -104,7 +105,14 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 		if name == "" {
 			name = "run"
 		}
-		out = filepath.Join("runs", name+"-"+time.Now().Format("20060102-150405"))
+		if out, err = newDefaultRunDir(name); err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
+		defer func() {
+			if err != nil && !errors.Is(err, context.Canceled) { // an interrupted run is resumed
+				removeIfNotResumable(out)
+			}
+		}()
 	}
 	fp := e.Fingerprint()
 	checkResume := func() error {
@@ -235,4 +243,41 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "results in %s (%s)\n", out, files)
 	return nil
+}
+
+// newDefaultRunDir creates and returns a new folder runs/<name>-<time>,
+// with a suffix -2, -3, … when a run of the same name started in the same
+// second (the folder is created exclusively, so two runs never share it).
+func newDefaultRunDir(name string) (string, error) {
+	if err := os.MkdirAll("runs", 0o755); err != nil {
+		return "", err
+	}
+	base := filepath.Join("runs", name+"-"+time.Now().Format("20060102-150405"))
+	for i := 1; i <= 1000; i++ {
+		dir := base
+		if i > 1 {
+			dir = fmt.Sprintf("%s-%d", base, i)
+		}
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
+			return dir, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("%s: a thousand runs of this name started this second; give --out", base)
+}
+
+// removeIfNotResumable removes a default run folder (one this invocation
+// created) after a failure that left nothing to resume: no run.json, so
+// the run stopped before its first method started. An interrupted run
+// keeps its folder for --resume.
+func removeIfNotResumable(dir string) {
+	if _, err := os.Stat(filepath.Join(dir, experiment.RunInfoFile)); err == nil {
+		return
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		slog.Warn("could not remove the failed run's folder", "folder", dir, "err", err)
+	}
 }

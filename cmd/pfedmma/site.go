@@ -44,6 +44,16 @@ while the coordinator is away and exits 0 when the federation ends.`,
 			if state == "" {
 				state = "site-" + name
 			}
+			if data != "world" {
+				if fi, err := os.Stat(data); err != nil {
+					return fmt.Errorf("site: --data %s: %w", data, err)
+				} else if !fi.IsDir() {
+					return fmt.Errorf("site: --data %s: not a folder (give the dataset's folder, or world)", data)
+				}
+				if e.Dataset.Name == "world" {
+					return fmt.Errorf("site: --data %s but the configuration's dataset is world, which is generated and reads no folder: pass --data world, or choose the dataset with --set dataset.name=NAME", data)
+				}
+			}
 			id, err := certs.SiteID(certsDir, name)
 			if err != nil {
 				return fmt.Errorf("site: %w", err)

@@ -2,9 +2,13 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 
 	"github.com/spf13/cobra"
 
+	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -25,8 +29,11 @@ const fixtureHelp = `Inputs are safetensors files in the reference fixtures' lay
 Hyper-parameters come from the files' __metadata__ (n_ctx, lr, momentum,
 weight_decay, logit_scale, bottleneck, num_prompt, mu, temp, batch_size,
 local_epochs, ot, eps, top_percent, adapter_scale, tau, lambda, ema,
-optimizer, domain, seed, ...); --set key=value overrides or adds one. Nothing
-is fixed to the fixtures' values. ADAPT reads the client's domain from
+optimizer, domain, seed, ...); --set key=value overrides or adds one (a key
+no method reads is refused, listing the known ones). Nothing is fixed to the
+fixtures' values. Non-finite inputs (NaN, Inf in a tensor or a
+hyper-parameter), empty batches, float labels and client indices with a gap
+are refused, and so are non-finite outputs (nothing is written). ADAPT reads the client's domain from
 metadata 'domain' or a tensor 'domain' (round: client<i>.domain), and the
 other domains' EMA targets from ema_target.text_prompt.<j>.
 
@@ -54,6 +61,9 @@ func init() {
 				if out == "" || params == "" || len(batches) == 0 {
 					return fmt.Errorf("%s: --params, --batch and --out are required", kind)
 				}
+				if err := checkOutFile(out); err != nil {
+					return fmt.Errorf("%s: %w", kind, err)
+				}
 				f, err := loadFixture(model, params, batches, sets)
 				if err != nil {
 					return fmt.Errorf("%s: %w", kind, err)
@@ -70,6 +80,9 @@ func init() {
 				}
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", kind, method, err)
+				}
+				if err := checkFiniteOutputs(res); err != nil {
+					return fmt.Errorf("%s %s: %w; nothing written to %s", kind, method, err, out)
 				}
 				meta := map[string]string{"method": method, "command": kind}
 				if err := safetensors.Write(out, res, nil, meta); err != nil {
@@ -101,4 +114,26 @@ func loadFixture(model, params string, batches, sets []string) (*methods.Fixture
 		return nil, err
 	}
 	return methods.LoadFixture(m, params, batches, sets)
+}
+
+// checkFiniteOutputs refuses a result holding NaN or ±Inf (a diverged step:
+// too large a learning rate or scale), naming the first such tensor.
+func checkFiniteOutputs(res tensor.Named) error {
+	for _, name := range slices.Sorted(maps.Keys(res)) {
+		for i, x := range res[name].Data {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("output %q holds %v at index %d: the hyper-parameters make the computation diverge", name, x, i)
+			}
+		}
+	}
+	return nil
+}
+
+// checkOutFile refuses an --out that names an existing folder, before any
+// work is done.
+func checkOutFile(out string) error {
+	if err := atomicfile.CheckTarget(out); err != nil {
+		return fmt.Errorf("--out %w", err)
+	}
+	return nil
 }

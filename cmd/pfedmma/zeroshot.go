@@ -34,6 +34,9 @@ func init() {
 			if len(images) == 0 {
 				return fmt.Errorf("zeroshot: no --image given")
 			}
+			if top < 1 {
+				return fmt.Errorf("zeroshot: --top %d: want at least 1 (the number of classes printed per image)", top)
+			}
 			if !strings.Contains(template, "{}") {
 				return fmt.Errorf("zeroshot: --template %q has no {} placeholder", template)
 			}
@@ -92,7 +95,7 @@ func init() {
 	f.StringVar(&classes, "classes", "", "comma-separated class names")
 	f.StringVar(&template, "template", "a photo of a {}.", "prompt template; {} is replaced by the class name")
 	f.StringArrayVar(&images, "image", nil, "image file (repeatable)")
-	f.IntVar(&top, "top", 5, "classes to print per image")
+	f.IntVar(&top, "top", 5, "classes to print per image (≥ 1)")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -98,14 +98,14 @@ func Wrap(inner federation.Strategy, opts Options) (*Strategy, error) {
 	if opts.Rule < Mean || opts.Rule > TrimmedMean {
 		return nil, fmt.Errorf("robust: unknown rule %d", opts.Rule)
 	}
-	if opts.Trim < 0 || opts.Trim >= 0.5 || (opts.Trim > 0 && opts.Rule != TrimmedMean) {
-		return nil, fmt.Errorf("robust: trim %g must be in [0, 0.5) and only with TrimmedMean", opts.Trim)
+	if !(opts.Trim >= 0 && opts.Trim < 0.5) || (opts.Trim > 0 && opts.Rule != TrimmedMean) {
+		return nil, fmt.Errorf("robust: trim %g must be in [0, 0.5) and only with the trimmed mean", opts.Trim)
 	}
 	if opts.ClipNorm < 0 || math.IsNaN(opts.ClipNorm) {
 		return nil, fmt.Errorf("robust: clip norm %g", opts.ClipNorm)
 	}
 	if d := opts.DP; d != nil {
-		if !(d.Clip > 0) || !(d.NoiseMultiplier > 0) || !(d.Delta > 0 && d.Delta < 1) {
+		if !(d.Clip > 0) || !(d.NoiseMultiplier > 0) || math.IsInf(d.Clip, 0) || math.IsInf(d.NoiseMultiplier, 0) || !(d.Delta > 0 && d.Delta < 1) {
 			return nil, fmt.Errorf("robust: DP needs clip > 0, noise multiplier > 0 and δ in (0, 1); got %g, %g, %g", d.Clip, d.NoiseMultiplier, d.Delta)
 		}
 		if opts.Rule != Mean {

@@ -5,6 +5,7 @@ package atomicfile
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,6 +15,9 @@ import (
 // fill or any step fails, the temporary file is removed and path is left
 // untouched.
 func Write(path string, fill func(io.Writer) error) (err error) {
+	if err := CheckTarget(path); err != nil {
+		return err
+	}
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -55,4 +59,14 @@ func WriteBytes(path string, data []byte) error {
 		_, err := io.Copy(w, bytes.NewReader(data))
 		return err
 	})
+}
+
+// CheckTarget refuses an output path that names an existing folder (the
+// final rename could only fail, with "file exists"), before anything is
+// computed or written.
+func CheckTarget(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a folder; give the path of a file to write (inside it or elsewhere)", path)
+	}
+	return nil
 }

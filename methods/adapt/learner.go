@@ -52,12 +52,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("adapt: %d domains: want at least 1", c.Domains)
 	case c.NCtx < 1:
 		return fmt.Errorf("adapt: n_ctx %d: want at least 1", c.NCtx)
-	case c.Tau <= 0:
+	case !(c.Tau > 0) || math.IsInf(c.Tau, 0):
 		return fmt.Errorf("adapt: tau %g: must be positive", c.Tau)
-	case c.InitStd < 0 || c.VisualStd < 0 || c.Lambda < 0:
+	case !(c.InitStd >= 0) || !(c.VisualStd >= 0) || !(c.Lambda >= 0) || math.IsInf(c.InitStd+c.VisualStd+c.Lambda, 0):
 		return fmt.Errorf("adapt: init_std %g, visual_init_std %g, lambda %g: must not be negative", c.InitStd, c.VisualStd, c.Lambda)
 	case c.AdaLN && c.AdaLNLayers < 1:
-		return fmt.Errorf("adapt: %d AdaLN layers: want at least 1", c.AdaLNLayers)
+		return fmt.Errorf("adapt: adapt.adaln_layers %d: want at least 1", c.AdaLNLayers)
 	}
 	return nil
 }

@@ -65,7 +65,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fedotp: num_prompt %d: must be at least 1", c.NumPrompt)
 	case c.AvgPrompt < 0 || c.AvgPrompt > c.NumPrompt:
 		return fmt.Errorf("fedotp: avg_prompt %d: must lie in 0..num_prompt (%d)", c.AvgPrompt, c.NumPrompt)
-	case !(c.InitStd >= 0):
+	case !(c.InitStd >= 0) || math.IsInf(c.InitStd, 0):
 		return fmt.Errorf("fedotp: init_std %g: must not be negative", c.InitStd)
 	}
 	if err := c.OT.Validate(); err != nil {

@@ -72,11 +72,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fedpgp: bottleneck %d: must be at least 1", c.Bottleneck)
 	case c.NumPrompt < 1:
 		return fmt.Errorf("fedpgp: num_prompt %d: must be at least 1", c.NumPrompt)
-	case c.Mu < 0 || math.IsNaN(c.Mu):
+	case !(c.Mu >= 0) || math.IsInf(c.Mu, 0):
 		return fmt.Errorf("fedpgp: mu %g: must not be negative", c.Mu)
-	case !(c.Temp > 0):
+	case !(c.Temp > 0) || math.IsInf(c.Temp, 0):
 		return fmt.Errorf("fedpgp: temp %g: must be positive", c.Temp)
-	case c.InitStd < 0:
+	case !(c.InitStd >= 0) || math.IsInf(c.InitStd, 0):
 		return fmt.Errorf("fedpgp: init_std %g: must not be negative", c.InitStd)
 	}
 	return nil

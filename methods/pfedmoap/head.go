@@ -56,7 +56,7 @@ type Head struct {
 func (h *Head) Forward(img, txt []float32, B, C, E int, experts []float32, logitScale float32) ([]float32, error) {
 	D := h.Gate.D
 	if E%D != 0 {
-		return nil, fmt.Errorf("pfedmoap: feature dim %d is not a multiple of gating_embed_dim %d", E, D)
+		return nil, fmt.Errorf("pfedmoap: feature dimension %d is not a multiple of the gate width %d (pfedmoap.gate_width)", E, D)
 	}
 	if len(img) != B*E || len(txt) != C*E || len(experts)%(C*D) != 0 {
 		return nil, fmt.Errorf("pfedmoap: head inputs of %d, %d, %d values do not fit B %d, C %d, E %d, D %d", len(img), len(txt), len(experts), B, C, E, D)

@@ -72,24 +72,24 @@ func (c Config) Validate() error {
 	case c.NCtx < 1:
 		return fmt.Errorf("pfedmoap: n_ctx %d: must be at least 1", c.NCtx)
 	case c.GateWidth < 1:
-		return fmt.Errorf("pfedmoap: gating_embed_dim %d: must be at least 1", c.GateWidth)
+		return fmt.Errorf("pfedmoap: gate width %d (pfedmoap.gate_width; fixture metadata gating_embed_dim): must be at least 1", c.GateWidth)
 	case c.GateHeads < 1 || c.GateWidth%c.GateHeads != 0:
-		return fmt.Errorf("pfedmoap: gating_heads %d: must divide gating_embed_dim %d", c.GateHeads, c.GateWidth)
+		return fmt.Errorf("pfedmoap: gate heads %d (pfedmoap.gate_heads; fixture metadata gating_heads): must divide the gate width %d", c.GateHeads, c.GateWidth)
 	case !(c.Scaling > 0) || math.IsInf(c.Scaling, 0):
 		return fmt.Errorf("pfedmoap: scaling %g: must be positive", c.Scaling)
 	case !(c.Lambda >= 0) || math.IsInf(c.Lambda, 0):
 		return fmt.Errorf("pfedmoap: lambda %g: must not be negative", c.Lambda)
 	case c.NumExperts < 1:
 		return fmt.Errorf("pfedmoap: num_experts %d: must be at least 1 (it counts the local prompt)", c.NumExperts)
-	case !(c.InitStd >= 0):
+	case !(c.InitStd >= 0) || math.IsInf(c.InitStd, 0):
 		return fmt.Errorf("pfedmoap: init_std %g: must not be negative", c.InitStd)
-	case !(c.LR > 0):
+	case !(c.LR > 0) || math.IsInf(c.LR, 0):
 		return fmt.Errorf("pfedmoap: lr %g: must be positive", c.LR)
-	case !(c.GateLR > 0):
+	case !(c.GateLR > 0) || math.IsInf(c.GateLR, 0):
 		return fmt.Errorf("pfedmoap: gating_lr %g: must be positive", c.GateLR)
-	case c.Momentum < 0 || c.GateMomentum < 0:
+	case !(c.Momentum >= 0) || !(c.GateMomentum >= 0) || math.IsInf(c.Momentum, 0) || math.IsInf(c.GateMomentum, 0):
 		return fmt.Errorf("pfedmoap: momentum %g / gating_momentum %g: must not be negative", c.Momentum, c.GateMomentum)
-	case c.WeightDecay < 0 || c.GateWeightDecay < 0:
+	case !(c.WeightDecay >= 0) || !(c.GateWeightDecay >= 0) || math.IsInf(c.WeightDecay, 0) || math.IsInf(c.GateWeightDecay, 0):
 		return fmt.Errorf("pfedmoap: weight_decay %g / gating_weight_decay %g: must not be negative", c.WeightDecay, c.GateWeightDecay)
 	}
 	return nil
@@ -144,7 +144,7 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	}
 	E := m.W.Config.EmbedDim
 	if E%cfg.GateWidth != 0 {
-		return nil, fmt.Errorf("pfedmoap: gating_embed_dim %d: must divide the feature dim %d", cfg.GateWidth, E)
+		return nil, fmt.Errorf("pfedmoap: gate_width (gating_embed_dim) %d: must divide the model's feature dim %d", cfg.GateWidth, E)
 	}
 	enc, err := prompt.NewEncoder(m, tokens, cfg.NCtx)
 	if err != nil {

@@ -20,6 +20,7 @@ package promptfl
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 
 	"github.com/pfedmma/pfedmma/clip"
@@ -47,9 +48,9 @@ func (c Config) Validate() error {
 	switch {
 	case c.NCtx < 1:
 		return fmt.Errorf("promptfl: n_ctx %d: must be at least 1", c.NCtx)
-	case c.InitStd < 0:
+	case !(c.InitStd >= 0) || math.IsInf(c.InitStd, 0):
 		return fmt.Errorf("promptfl: init_std %g: must not be negative", c.InitStd)
-	case c.ProxMu < 0:
+	case !(c.ProxMu >= 0) || math.IsInf(c.ProxMu, 0):
 		return fmt.Errorf("promptfl: prox_mu %g: must not be negative", c.ProxMu)
 	}
 	return nil
