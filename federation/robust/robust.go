@@ -157,6 +157,13 @@ func (s *Strategy) Configure(round int, selected []int) (map[int]tensor.Named, e
 	return out, nil
 }
 
+// ConfigureEvaluate implements federation.EvaluateConfigurer: the inner
+// strategy's evaluation instructions (its global after this round's robust
+// aggregate).
+func (s *Strategy) ConfigureEvaluate(round int, clients []int) (map[int]tensor.Named, error) {
+	return federation.ConfigureEvaluate(s.inner, round, clients)
+}
+
 // Epsilon returns the ε spent after the DP rounds so far at DP.Delta (0
 // without DP).
 func (s *Strategy) Epsilon() float64 { return s.epsilon }

@@ -103,7 +103,9 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		},
 		Strategy: func(init tensor.Named) federation.Strategy {
 			g, _ := GlobalPart(init, cfg.AvgPrompt) // shapes checked by New
-			return &strategy.FedAvg{Shared: federation.Names(ParamCtx), Initial: g}
+			// every client, selected or not, evaluates [new global; its
+			// own local prompts] (baselines.md §4)
+			return &strategy.FedAvg{Shared: federation.Names(ParamCtx), Initial: g, EvaluateGlobal: true}
 		},
 		Upload: func(c *promptfed.Client) tensor.Named {
 			g, _ := GlobalPart(c.P, cfg.AvgPrompt)

@@ -313,8 +313,15 @@ func (c *Client) ReceiveShared(in tensor.Named) error {
 	return nil
 }
 
-// Evaluate scores the client's parameters on its evaluation sets.
+// Evaluate installs what the strategy sent for the evaluation (the round's
+// new global part, as Fit's Receive installs it; nothing when it sends
+// nothing) and scores the client's parameters on its evaluation sets.
 func (c *Client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
+	if len(ins.Params) > 0 {
+		if err := c.installGlobal(ins.Params); err != nil {
+			return federation.EvaluateRes{}, err
+		}
+	}
 	m, err := c.Env.Evaluate(ctx, &scorer{c: c, ready: map[int]bool{}}, c.Task)
 	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.Task.Train)}, err
 }
