@@ -317,9 +317,3 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
-
-// FixtureRound implements methods.Rounder: the fixture's round is the
-// server's expert selection for client 0 and its local epoch.
-func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return RoundFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
-}
