@@ -157,6 +157,9 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 		}
 		f.close = func() { env.TrainStore.Close(); env.TestStore.Close() }
 	}
+	if o.OnEvaluate != nil {
+		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
+	}
 	plan, err := meth.Build(env, o.Sections[name])
 	if err != nil {
 		f.Close()
