@@ -70,6 +70,16 @@ type TaskChecker interface {
 	CheckTask(sec config.Section, clients int) error
 }
 
+// SmallRun is a method whose default settings do not fit a small run —
+// the conformance suite's tiny world (the embedded CLIP, whose prompts are
+// 24 tokens long, a few clients and classes): SmallSettings returns the
+// overrides for a run with that many clients, keyed by setting name within
+// the method's section ({"n_ctx": "8"}). A method whose defaults fit needs
+// none.
+type SmallRun interface {
+	SmallSettings(clients int) map[string]string
+}
+
 // Plan is a method's federation on one Env.
 type Plan struct {
 	Clients  []federation.Client

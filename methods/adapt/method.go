@@ -395,3 +395,7 @@ func (p *predictor) Logits(pixels []float32, B int, classes []string) ([]float32
 	}
 	return append([]float32(nil), lg...), nil
 }
+
+// SmallSettings implements methods.SmallRun: 8 context tokens leave room
+// for the class names in a small CLIP's 24-token prompts.
+func (Method) SmallSettings(int) map[string]string { return map[string]string{"n_ctx": "8"} }

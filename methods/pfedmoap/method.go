@@ -342,3 +342,10 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
+
+// SmallSettings implements methods.SmallRun: 8 context tokens (a small
+// CLIP's prompts are 24 tokens long) and at most as many experts as there
+// are clients.
+func (Method) SmallSettings(clients int) map[string]string {
+	return map[string]string{"n_ctx": "8", "num_experts": strconv.Itoa(min(DefaultConfig().NumExperts, clients))}
+}
