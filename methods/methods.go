@@ -90,6 +90,12 @@ type Plan struct {
 	// Global returns the server's shared tensors after training; nil:
 	// nothing.
 	Global func() tensor.Named
+	// Uploads declares the tensors a client may upload beyond the
+	// strategy's global ones (name → shape): the per-client tensors a
+	// strategy relays (ADAPT's text prompts). The network's upload check
+	// and the conformance suite's privacy check read the global tensors
+	// and these.
+	Uploads map[string][]int
 	// GlobalScorer, when set, is the global model (what a new site would
 	// start from: the server's tensors on the initial private part), scored
 	// on the task's GlobalEvals (held-out domains, unseen writers).

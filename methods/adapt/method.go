@@ -274,7 +274,13 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	}
 	relay := &strategy.Relay{Averaged: Averaged, Relayed: Relayed, Initial: avg}
 	opts := s.trainOptions(env.Train)
-	plan := &methods.Plan{Strategy: relay}
+	plan := &methods.Plan{Strategy: relay, Uploads: map[string][]int{}}
+	for name, t := range init {
+		if Relayed(name) {
+			// a site uploads its domain's text prompt, relayed to the others
+			plan.Uploads[name] = slices.Clone(t.Shape)
+		}
+	}
 	var clients []*Client
 	for i := range env.Task.Clients {
 		t := &env.Task.Clients[i]
