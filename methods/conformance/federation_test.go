@@ -27,9 +27,9 @@ type privacy struct {
 	// spec is every tensor a client may upload (experiment.Federated's
 	// Spec), global the strategy's global ones, which every upload holds
 	spec, global map[string][]int
-	mu   sync.Mutex
-	errs []string
-	n    int
+	mu           sync.Mutex
+	errs         []string
+	n            int
 }
 
 func (p *privacy) fail(format string, args ...any) {
