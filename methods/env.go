@@ -131,7 +131,9 @@ func (e *Env) ClassPromptTokens(space int, prefix string) ([]int, error) {
 		name := strings.ReplaceAll(e.Task.Dataset.Classes[c], "_", " ")
 		ids, err := e.Tok.Tokenize(prefix+" "+name+".", ctx, false)
 		if err != nil {
-			return nil, fmt.Errorf("class prompt: %w", err)
+			// the prefix is the method's n_ctx placeholder words
+			return nil, fmt.Errorf("n_ctx %d: the class prompt of %q does not fit the model's %d-token context (lower n_ctx): %w",
+				len(strings.Fields(prefix)), name, ctx, err)
 		}
 		tokens = append(tokens, ids...)
 	}

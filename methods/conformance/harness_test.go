@@ -78,6 +78,16 @@ func model(t *testing.T) string {
 // predict` scores), the method's SmallRun overrides, then sets.
 func worldConfig(t *testing.T, name string, sets ...string) *config.Experiment {
 	t.Helper()
+	e, err := worldConfigErr(t, name, sets...)
+	if err != nil {
+		t.Fatalf("%s: the tiny world run is not a valid configuration (declare overrides with methods.SmallRun): %v", name, err)
+	}
+	return e
+}
+
+// worldConfigErr is worldConfig, returning the configuration's error.
+func worldConfigErr(t *testing.T, name string, sets ...string) (*config.Experiment, error) {
+	t.Helper()
 	e, err := config.Preset("world-compare")
 	if err != nil {
 		t.Fatal(err)
@@ -102,13 +112,10 @@ func worldConfig(t *testing.T, name string, sets ...string) *config.Experiment {
 			t.Fatal(err)
 		}
 		if err := e.Set(path, value); err != nil {
-			t.Fatalf("--set %s: %v", kv, err)
+			return nil, fmt.Errorf("--set %s: %w", kv, err)
 		}
 	}
-	if err := e.Validate(); err != nil {
-		t.Fatalf("%s: the tiny world run is not a valid configuration (declare overrides with methods.SmallRun): %v", name, err)
-	}
-	return e
+	return e, e.Validate()
 }
 
 // options resolves e into a run's options writing to out.

@@ -46,6 +46,7 @@ func (s *Settings) Check(c *config.Checker) {
 	c.Positive("thresh", s.Thresh)
 	c.AtLeast("max_iter", s.MaxIter, 1)
 	c.AtMost("max_iter", s.MaxIter, 100000)
+	c.Positive("top_percent", s.TopPercent) // COT transports a positive mass
 	c.Range("top_percent", s.TopPercent, 0, 1)
 	c.NonNegative("init_std", s.InitStd)
 }

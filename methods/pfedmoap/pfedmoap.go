@@ -144,7 +144,7 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	}
 	E := m.W.Config.EmbedDim
 	if E%cfg.GateWidth != 0 {
-		return nil, fmt.Errorf("pfedmoap: gating_embed_dim %d: must divide the feature dim %d", cfg.GateWidth, E)
+		return nil, fmt.Errorf("pfedmoap: gate_width (gating_embed_dim) %d: must divide the model's feature dim %d", cfg.GateWidth, E)
 	}
 	enc, err := prompt.NewEncoder(m, tokens, cfg.NCtx)
 	if err != nil {
