@@ -80,6 +80,15 @@ type SmallRun interface {
 	SmallSettings(clients int) map[string]string
 }
 
+// SurrogateGradient is a Stepper whose gradient is, by its reference's
+// design, not the gradient of the loss it reports (FedOTP holds the
+// optimal-transport plan constant in the backward pass): the conformance
+// suite checks its step without finite differences, which the method's own
+// tests run with the held part fixed. The string says what is held.
+type SurrogateGradient interface {
+	SurrogateGradient() string
+}
+
 // Plan is a method's federation on one Env.
 type Plan struct {
 	Clients  []federation.Client

@@ -205,3 +205,11 @@ func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error
 // SmallSettings implements methods.SmallRun: 8 context tokens leave room
 // for the class names in a small CLIP's 24-token prompts.
 func (Method) SmallSettings(int) map[string]string { return map[string]string{"n_ctx": "8"} }
+
+// SurrogateGradient implements methods.SurrogateGradient: as the authors'
+// code, the transport plan is computed without gradient (a constant of the
+// backward pass), so the prompt's gradient is not that of the loss; the
+// head's gradient with the plan held is checked by TestHeadGradient.
+func (Method) SurrogateGradient() string {
+	return "the optimal-transport plan is held constant in the backward pass"
+}
