@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -328,12 +327,11 @@ func compare(t *testing.T, what string, want, got outcome) {
 // reference is a method's uninterrupted simulation, run once per method
 // and shared by the checks.
 type reference struct {
-	name    string
-	o       experiment.Options
-	res     *experiment.Result
-	oc      outcome
-	logits  *evalLogits
-	trained bool
+	name   string
+	o      experiment.Options
+	res    *experiment.Result
+	oc     outcome
+	logits *evalLogits
 }
 
 var (
@@ -389,8 +387,6 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
-
-var errStopped = errors.New("stopped")
 
 // quiet is a logger that drops everything.
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
