@@ -69,10 +69,11 @@ func TestSettingEdges(t *testing.T) {
 	})
 }
 
-// runEdge runs one round of the tiny world with key=value.
+// runEdge runs one round of a tinier world (two clients, four classes)
+// with key=value.
 func runEdge(t *testing.T, name, key, value string) {
 	set := key + "=" + value
-	e, err := worldConfigErr(t, name, set)
+	e, err := worldConfigN(t, name, 2, "dataset.num_classes=4", set)
 	if err != nil {
 		if !strings.Contains(err.Error(), strings.TrimPrefix(key, name+".")) {
 			t.Fatalf("%s refused at configuration time without naming %s: %v", set, key, err)

@@ -87,12 +87,18 @@ func worldConfig(t *testing.T, name string, sets ...string) *config.Experiment {
 // worldConfigErr is worldConfig, returning the configuration's error.
 func worldConfigErr(t *testing.T, name string, sets ...string) (*config.Experiment, error) {
 	t.Helper()
+	return worldConfigN(t, name, numClients, sets...)
+}
+
+// worldConfigN is worldConfigErr with another number of clients.
+func worldConfigN(t *testing.T, name string, clients int, sets ...string) (*config.Experiment, error) {
+	t.Helper()
 	e, err := config.Preset("world-compare")
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := []string{"methods=[" + name + "]", "dataset.num_classes=6", "dataset.shots=2",
-		fmt.Sprintf("federation.clients=%d", numClients), fmt.Sprintf("federation.rounds=%d", numRounds),
+		fmt.Sprintf("federation.clients=%d", clients), fmt.Sprintf("federation.rounds=%d", numRounds),
 		"federation.local_epochs=1", "federation.fraction=0.5", "federation.eval_every=1", "batch_size=4",
 		"eval.batch_size=1", "output.plots=false", "output.save_adapters=true"}
 	m, err := methods.Get(name)
@@ -100,7 +106,7 @@ func worldConfigErr(t *testing.T, name string, sets ...string) (*config.Experime
 		t.Fatal(err)
 	}
 	if sr, ok := m.(methods.SmallRun); ok {
-		over := sr.SmallSettings(numClients)
+		over := sr.SmallSettings(clients)
 		for _, k := range slices.Sorted(maps.Keys(over)) {
 			base = append(base, name+"."+k+"="+over[k])
 		}
