@@ -53,6 +53,7 @@ func globals(st tensor.Named) tensor.Named {
 // median, the trimmed mean, or the clipped mean plus Gaussian noise of the
 // configured scale.
 func TestAggregationRules(t *testing.T) {
+	skipPureGo(t)
 	rules := []struct {
 		name, word string
 		opts       robust.Options

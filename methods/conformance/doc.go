@@ -31,4 +31,8 @@
 //
 // A method's settings for the tiny run come from its defaults, with the
 // overrides it declares by implementing methods.SmallRun.
+//
+// make test's pure-Go pass (-tags purego) re-runs predict = evaluation and
+// the step contract under the fallback GEMM; the federation-level checks,
+// which do not depend on it, run in the main pass.
 package conformance

@@ -45,6 +45,7 @@ func edgeValues(b config.Bound) []string {
 // finite metrics, or is refused — at configuration time, or before any
 // round — by an error naming the setting.
 func TestSettingEdges(t *testing.T) {
+	skipPureGo(t)
 	forEach(t, func(t *testing.T, name string) {
 		m, err := methods.Get(name)
 		if err != nil {

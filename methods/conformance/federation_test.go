@@ -286,6 +286,7 @@ func (p *swapProxy) Evaluate(ctx context.Context, ins federation.EvaluateIns) (f
 // bit-identical to the uninterrupted simulation; every upload holds
 // exactly the declared shared tensors and nothing private.
 func TestResumeSite(t *testing.T) {
+	skipPureGo(t)
 	forEach(t, func(t *testing.T, name string) {
 		r := ref(t, name)
 		for _, after := range []int{0, 1} {
@@ -322,6 +323,7 @@ func TestResumeSite(t *testing.T) {
 // from its state folder, give the simulation's results bit for bit; every
 // upload holds exactly the declared shared tensors and nothing private.
 func TestNetworkEqualsSimulation(t *testing.T) {
+	skipPureGo(t)
 	forEach(t, func(t *testing.T, name string) {
 		r := ref(t, name)
 		idle := false

@@ -13,6 +13,7 @@ import (
 // round 2, then resumed (--resume, every process state lost: strategy,
 // clients, caches) ends bit-identical to the uninterrupted run.
 func TestResumeCoordinator(t *testing.T) {
+	skipPureGo(t)
 	forEach(t, func(t *testing.T, name string) {
 		r := ref(t, name)
 		for _, stop := range []int{0, 1} {
