@@ -104,6 +104,53 @@ func cloneSections(in map[string]Section) map[string]Section {
 type Checker struct {
 	prefix string
 	c      *checker
+	// bounds, when set, records the documented range of every numeric
+	// setting checked (Bounds).
+	bounds map[string]*Bound
+}
+
+// Bound is the documented range of one numeric setting, as its section's
+// Check enforces it: Min (Max) is set when there is a lower (upper) bound;
+// MinOpen when the bound itself is excluded (Positive: > 0). Int is set
+// for integer settings.
+type Bound struct {
+	Path     string
+	Min, Max *float64
+	MinOpen  bool
+	Int      bool
+}
+
+func (k *Checker) record(path string, int bool, lo, hi *float64, open bool) {
+	if k.bounds == nil {
+		return
+	}
+	b := k.bounds[path]
+	if b == nil {
+		b = &Bound{Path: path}
+		k.bounds[path] = b
+	}
+	b.Int = b.Int || int
+	if lo != nil && (b.Min == nil || *lo > *b.Min || (*lo == *b.Min && open)) {
+		b.Min, b.MinOpen = lo, open
+	}
+	if hi != nil && (b.Max == nil || *hi < *b.Max) {
+		b.Max = hi
+	}
+}
+
+func fp(v float64) *float64 { return &v }
+
+// Bounds runs sec's Check on its current values and returns the documented
+// range of every numeric setting it checks (paths relative to the section),
+// sorted by path; the conformance suite runs each setting at both ends.
+func Bounds(sec Section) []Bound {
+	k := &Checker{c: &checker{}, bounds: map[string]*Bound{}}
+	sec.Check(k)
+	out := make([]Bound, 0, len(k.bounds))
+	for _, p := range slices.Sorted(maps.Keys(k.bounds)) {
+		out = append(out, *k.bounds[p])
+	}
+	return out
 }
 
 // Fail reports a problem with field path.
@@ -112,20 +159,28 @@ func (k *Checker) Fail(path, format string, args ...any) {
 }
 
 // AtLeast rejects v < lo.
-func (k *Checker) AtLeast(path string, v, lo int) { k.c.atLeast(joinPath(k.prefix, path), v, lo) }
+func (k *Checker) AtLeast(path string, v, lo int) {
+	k.record(path, true, fp(float64(lo)), nil, false)
+	k.c.atLeast(joinPath(k.prefix, path), v, lo)
+}
 
 // AtMost rejects v > hi.
 func (k *Checker) AtMost(path string, v, hi int) {
+	k.record(path, true, nil, fp(float64(hi)), false)
 	if v > hi {
 		k.Fail(path, "%d is above %d", v, hi)
 	}
 }
 
 // Positive rejects v ≤ 0, NaN and ±Inf.
-func (k *Checker) Positive(path string, v float64) { k.c.positive(joinPath(k.prefix, path), v) }
+func (k *Checker) Positive(path string, v float64) {
+	k.record(path, false, fp(0), nil, true)
+	k.c.positive(joinPath(k.prefix, path), v)
+}
 
 // NonNegative rejects v < 0, NaN and ±Inf.
 func (k *Checker) NonNegative(path string, v float64) {
+	k.record(path, false, fp(0), nil, false)
 	if k.Finite(path, v) && v < 0 {
 		k.Fail(path, "%v is negative", v)
 	}
@@ -142,6 +197,7 @@ func (k *Checker) Finite(path string, v float64) bool {
 
 // Range rejects v outside [lo, hi].
 func (k *Checker) Range(path string, v, lo, hi float64) {
+	k.record(path, false, fp(lo), fp(hi), false)
 	if k.Finite(path, v) && (v < lo || v > hi) {
 		k.Fail(path, "%v not in [%v, %v]", v, lo, hi)
 	}

@@ -42,7 +42,8 @@ func (f *Federated) Close() {
 
 // Spec maps every tensor a client may upload to its shape: the strategy's
 // global tensors ("global/<name>" of its initial state; the coordinator
-// initialises the strategy again before the first round).
+// initialises the strategy again before the first round) and the per-client
+// tensors the plan declares (Plan.Uploads).
 func (f *Federated) Spec() (map[string][]int, error) {
 	infos := make([]federation.ClientInfo, len(f.Plan.Clients))
 	for i, c := range f.Plan.Clients {
@@ -56,6 +57,9 @@ func (f *Federated) Spec() (map[string][]int, error) {
 		if name, ok := strings.CutPrefix(k, "global/"); ok {
 			out[name] = slices.Clone(t.Shape)
 		}
+	}
+	for name, shape := range f.Plan.Uploads {
+		out[name] = slices.Clone(shape)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: the strategy holds no global tensors to validate uploads against", f.Name)
@@ -162,6 +166,9 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 			return nil, err
 		}
 		f.close = func() { env.TrainStore.Close(); env.TestStore.Close() }
+	}
+	if o.OnEvaluate != nil {
+		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 	}
 	plan, err := meth.Build(env, o.Sections[name])
 	if err != nil {

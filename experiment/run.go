@@ -91,6 +91,10 @@ type Options struct {
 	// OnRound, when set, is told of every finished federated round
 	// (benchmarks read its phase timings).
 	OnRound func(method string, r federation.RoundReport)
+	// OnEvaluate, when set, is told of every client evaluation with the
+	// logits of each of the client's evaluation sets (methods.Env's
+	// OnEvaluate): conformance tests compare them with `pfedmma predict`.
+	OnEvaluate func(method string, c *protocol.ClientTask, logits [][]float32)
 }
 
 // Result is what Run produced.
@@ -428,6 +432,10 @@ func finalMetrics(t *protocol.Task, r report.RoundRecord) report.Metrics {
 // runMethod runs one method's federation (or, for a method that does not
 // train, one evaluation of every client) and logs its rounds.
 func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Method, name string, log *report.MetricsLog) ([]report.RoundRecord, error) {
+	if o.OnEvaluate != nil {
+		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
+		defer func() { env.OnEvaluate = nil }()
+	}
 	plan, err := meth.Build(env, o.Sections[name])
 	if err != nil {
 		return nil, err

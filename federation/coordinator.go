@@ -35,6 +35,9 @@ type Coordinator struct {
 	// EvalEvery evaluates every client after rounds k-1, 2k-1, … and after
 	// the last round; values ≤ 1 evaluate after every round.
 	EvalEvery int
+	// NoEvaluate skips every evaluation (a reference round: fit and
+	// aggregate only).
+	NoEvaluate bool
 	// Store, when set, receives the coordinator's Checkpoint after every
 	// round, and Resume reads it back.
 	Store CheckpointStore
@@ -159,7 +162,7 @@ func (c *Coordinator) setup() (map[int]ClientProxy, []ClientInfo, error) {
 }
 
 func (c *Coordinator) evalRound(r int) bool {
-	return c.EvalEvery <= 1 || (r+1)%c.EvalEvery == 0 || r == c.Rounds-1
+	return !c.NoEvaluate && (c.EvalEvery <= 1 || (r+1)%c.EvalEvery == 0 || r == c.Rounds-1)
 }
 
 func (c *Coordinator) loop(ctx context.Context, start int, smp *Sampler, hist *History, byID map[int]ClientProxy) (*History, error) {
@@ -303,11 +306,15 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 		return rep, nil
 	}
 	t2 := time.Now()
+	eins, err := ConfigureEvaluate(c.Strategy, r, all)
+	if err != nil {
+		return rep, fmt.Errorf("configure evaluate: %w", err)
+	}
 	evals := make([]EvaluateRes, len(all))
 	done = 0
 	ectx, cancel := c.phase(ctx)
 	errs = c.call(ectx, all, func(ctx context.Context, i, id int) error {
-		out, err := byID[id].Evaluate(ctx, EvaluateIns{Round: r, Config: cfg})
+		out, err := byID[id].Evaluate(ctx, EvaluateIns{Round: r, Params: eins[id].Clone(), Config: cfg})
 		if err != nil {
 			return err
 		}
@@ -332,6 +339,7 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 			continue
 		}
 		rep.Eval[id] = cloneMetrics(evals[i].Metrics)
+		rep.BytesDown += PayloadBytes(eins[id])
 	}
 	rep.EvalMean = meanMetrics(rep.Eval)
 	rep.EvalSeconds = time.Since(t2).Seconds()

@@ -41,10 +41,14 @@ type FitRes struct {
 	Metrics     map[string]float64
 }
 
-// EvaluateIns asks a client to score its current personalised model after
-// a round.
+// EvaluateIns asks a client to score its personalised model after a round.
+// Params is what the strategy sends the client for its evaluation (see
+// EvaluateConfigurer): the round's new global part, which the client
+// installs as its Fit would before scoring; empty for methods that evaluate
+// what the client already holds.
 type EvaluateIns struct {
 	Round  int
+	Params tensor.Named
 	Config map[string]string
 }
 
@@ -78,8 +82,10 @@ type Client interface {
 	// sent, and returns the tensors to upload. It must upload only shared
 	// names and should return promptly with ctx.Err() when ctx is cancelled.
 	Fit(ctx context.Context, ins FitIns) (FitRes, error)
-	// Evaluate scores the client's current personalised model on its own
-	// test data. It must not change the client's state.
+	// Evaluate scores the client's personalised model on its own test data
+	// after installing ins.Params (the new global part, when its strategy
+	// sends one) as Fit would. It changes nothing else of the client's
+	// state; the installed tensors are what the site then keeps.
 	Evaluate(ctx context.Context, ins EvaluateIns) (EvaluateRes, error)
 	// State returns everything the client must restore to continue exactly:
 	// private and shared local parameters, optimizer state, random state.
@@ -129,6 +135,28 @@ type Strategy interface {
 	State() tensor.Named
 	// LoadState restores a State (after Init).
 	LoadState(st tensor.Named) error
+}
+
+// EvaluateConfigurer is a Strategy that sends clients tensors for their
+// evaluation after a round (Flower's configure_evaluate): typically the new
+// global part, so that every client — selected in the round or not —
+// scores [new global; its own private part], in simulation as over the
+// network. A Strategy without it sends nothing: each client evaluates what
+// it holds.
+type EvaluateConfigurer interface {
+	// ConfigureEvaluate returns what each client of clients receives for
+	// the evaluation after round (called after Aggregate); a client missing
+	// from the map receives nothing.
+	ConfigureEvaluate(round int, clients []int) (map[int]tensor.Named, error)
+}
+
+// ConfigureEvaluate asks s for its evaluation instructions: nothing when s
+// is not an EvaluateConfigurer.
+func ConfigureEvaluate(s Strategy, round int, clients []int) (map[int]tensor.Named, error) {
+	if ec, ok := s.(EvaluateConfigurer); ok {
+		return ec.ConfigureEvaluate(round, clients)
+	}
+	return nil, nil
 }
 
 // Filter selects tensor names. A nil Filter matches every name.

@@ -28,7 +28,8 @@ type RoundReport struct {
 	// coordinator tolerates failures), with the reason.
 	Failures map[int]string `json:"failures,omitempty"`
 	// BytesDown and BytesUp are the tensor payloads sent to and received
-	// from the participants (PayloadBytes).
+	// from the clients (PayloadBytes; BytesDown counts the evaluation
+	// instructions too).
 	// FitSeconds, AggregateSeconds and EvalSeconds split Seconds into the
 	// round's phases.
 	FitSeconds       float64 `json:"fit_seconds,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -209,9 +210,39 @@ func (s *Site) Fit(ctx context.Context, ins FitIns) (FitRes, error) {
 }
 
 // Evaluate implements ClientProxy on the state after round ins.Round.
+// When the evaluation instruction carries tensors (which the client
+// installs), the state is saved again after round ins.Round: a site
+// restarted later continues from what it evaluated, and keeps it.
 func (s *Site) Evaluate(ctx context.Context, ins EvaluateIns) (EvaluateRes, error) {
 	if err := s.sync(ins.Round + 1); err != nil {
 		return EvaluateRes{}, err
 	}
-	return s.Client.Evaluate(ctx, ins)
+	res, err := s.Client.Evaluate(ctx, ins)
+	if err != nil {
+		if len(ins.Params) > 0 {
+			s.synced = false // a partial install: reload next time
+		}
+		return res, err
+	}
+	if len(ins.Params) > 0 {
+		st, err := s.Client.State()
+		if err != nil {
+			return EvaluateRes{}, fmt.Errorf("client %d state: %w", s.ID(), err)
+		}
+		if err := s.Store.Save(ins.Round, st); err != nil {
+			return EvaluateRes{}, err
+		}
+		s.at = ins.Round
+	}
+	return res, nil
+}
+
+// Restore loads the newest state the site saved (after any round) into
+// its client, when there is one: what a site process restarted after the
+// federation's last task keeps.
+func (s *Site) Restore() error {
+	if err := s.sync(math.MaxInt); err != nil {
+		return err
+	}
+	return nil
 }

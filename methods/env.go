@@ -55,6 +55,12 @@ type Env struct {
 	spacePrefix map[int][]float32 // class-prompt prefix per label space
 	spaceEOT    map[int][]int
 
+	// OnEvaluate, when set, is told of every client evaluation (Evaluate):
+	// the client's task and, per evaluation set of c.Evals, the logits it
+	// scored [len(Images), C] — the window a test has onto what a site's
+	// evaluation computed (predict = evaluation).
+	OnEvaluate func(c *protocol.ClientTask, logits [][]float32)
+
 	// RoundBar is the running method's round bar, if any.
 	RoundBar *progress.Bar
 	// TrainBuf and TrainPx are the training batch's prefixes and pixels,
@@ -125,7 +131,9 @@ func (e *Env) ClassPromptTokens(space int, prefix string) ([]int, error) {
 		name := strings.ReplaceAll(e.Task.Dataset.Classes[c], "_", " ")
 		ids, err := e.Tok.Tokenize(prefix+" "+name+".", ctx, false)
 		if err != nil {
-			return nil, fmt.Errorf("class prompt: %w", err)
+			// the prefix is the method's n_ctx placeholder words
+			return nil, fmt.Errorf("n_ctx %d: the class prompt of %q does not fit the model's %d-token context (lower n_ctx): %w",
+				len(strings.Fields(prefix)), name, ctx, err)
 		}
 		tokens = append(tokens, ids...)
 	}
@@ -182,14 +190,51 @@ func (e *Env) EvalSets(c *protocol.ClientTask) []eval.Set {
 // Evaluate scores sc on a client's evaluation sets (accuracies in percent,
 // with hm under base-to-novel).
 func (e *Env) Evaluate(ctx context.Context, sc eval.Scorer, c *protocol.ClientTask) (eval.Metrics, error) {
-	m, err := e.Evaluator.Accuracy(ctx, sc, e.EvalSets(c))
+	sets := e.EvalSets(c)
+	var rec *recordLogits
+	if e.OnEvaluate != nil {
+		rec = &recordLogits{Scorer: sc, sets: sets, out: make([][]float32, len(sets))}
+		rec.skipEmpty()
+		sc = rec
+	}
+	m, err := e.Evaluator.Accuracy(ctx, sc, sets)
 	if err != nil {
 		return nil, err
+	}
+	if rec != nil {
+		e.OnEvaluate(c, rec.out)
 	}
 	if e.Task.Protocol == protocol.BaseToNovel {
 		eval.WithHM(m)
 	}
 	return m, nil
+}
+
+// recordLogits is a Scorer that keeps the logits of each evaluation set:
+// the Evaluator visits the sets in order, each in order of its records.
+type recordLogits struct {
+	eval.Scorer
+	sets []eval.Set
+	out  [][]float32
+	cur  int // set being scored
+	rows int // rows of it scored so far
+}
+
+func (r *recordLogits) skipEmpty() {
+	for r.cur < len(r.sets) && r.rows == len(r.sets[r.cur].Records) {
+		r.cur, r.rows = r.cur+1, 0
+	}
+}
+
+func (r *recordLogits) Logits(space int, prefix []float32, B int) ([]float32, error) {
+	l, err := r.Scorer.Logits(space, prefix, B)
+	if err != nil || r.cur >= len(r.sets) {
+		return l, err
+	}
+	r.out[r.cur] = append(r.out[r.cur], l...)
+	r.rows += B
+	r.skipEmpty()
+	return l, nil
 }
 
 // TrainBatch loads the prefixes of a client's training examples batch

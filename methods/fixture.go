@@ -64,7 +64,7 @@ func Round(ctx context.Context, meth Method, sec config.Section, in RoundInputs)
 		proxies[i] = federation.NewSite(c, "")
 	}
 	coord := &federation.Coordinator{Strategy: plan.Strategy, Proxies: proxies, Rounds: 1, Fraction: 1,
-		Seed: in.Seed, EvalEvery: 2, Logger: slog.New(slog.DiscardHandler)}
+		Seed: in.Seed, NoEvaluate: true, Logger: slog.New(slog.DiscardHandler)}
 	if _, err := coord.Run(ctx); err != nil {
 		return nil, err
 	}

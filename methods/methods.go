@@ -70,6 +70,25 @@ type TaskChecker interface {
 	CheckTask(sec config.Section, clients int) error
 }
 
+// SmallRun is a method whose default settings do not fit a small run —
+// the conformance suite's tiny world (the embedded CLIP, whose prompts are
+// 24 tokens long, a few clients and classes): SmallSettings returns the
+// overrides for a run with that many clients, keyed by setting name within
+// the method's section ({"n_ctx": "8"}). A method whose defaults fit needs
+// none.
+type SmallRun interface {
+	SmallSettings(clients int) map[string]string
+}
+
+// SurrogateGradient is a Stepper whose gradient is, by its reference's
+// design, not the gradient of the loss it reports (FedOTP holds the
+// optimal-transport plan constant in the backward pass): the conformance
+// suite checks its step without finite differences, which the method's own
+// tests run with the held part fixed. The string says what is held.
+type SurrogateGradient interface {
+	SurrogateGradient() string
+}
+
 // Plan is a method's federation on one Env.
 type Plan struct {
 	Clients  []federation.Client
@@ -80,6 +99,12 @@ type Plan struct {
 	// Global returns the server's shared tensors after training; nil:
 	// nothing.
 	Global func() tensor.Named
+	// Uploads declares the tensors a client may upload beyond the
+	// strategy's global ones (name → shape): the per-client tensors a
+	// strategy relays (ADAPT's text prompts). The network's upload check
+	// and the conformance suite's privacy check read the global tensors
+	// and these.
+	Uploads map[string][]int
 	// GlobalScorer, when set, is the global model (what a new site would
 	// start from: the server's tensors on the initial private part), scored
 	// on the task's GlobalEvals (held-out domains, unseen writers).

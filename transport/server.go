@@ -495,7 +495,7 @@ func (s *Server) sendTask(stream grpc.ServerStreamingServer[pb.TaskChunk], t *ta
 	if err := stream.Send(&pb.TaskChunk{Part: &pb.TaskChunk_Header{Header: h}}); err != nil {
 		return err
 	}
-	if t.kind == pb.TaskKind_TASK_KIND_FIT {
+	if t.kind == pb.TaskKind_TASK_KIND_FIT || t.kind == pb.TaskKind_TASK_KIND_EVALUATE {
 		for _, c := range chunks(t.data) {
 			if err := stream.Send(&pb.TaskChunk{Part: &pb.TaskChunk_Data{Data: c}}); err != nil {
 				return err
@@ -707,10 +707,16 @@ func (p *RemoteProxy) Fit(ctx context.Context, ins federation.FitIns) (federatio
 	return res.fit, err
 }
 
-// Evaluate implements federation.ClientProxy.
+// Evaluate implements federation.ClientProxy: the evaluation task carries
+// the strategy's evaluation tensors (ins.Params) as a fit task carries its
+// download.
 func (p *RemoteProxy) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
+	data, blob, err := encodeBlob(ins.Params)
+	if err != nil {
+		return federation.EvaluateRes{}, fmt.Errorf("site %q round %d: %w", p.st.name, ins.Round, err)
+	}
 	t := &task{id: newTaskID(), site: p.st, round: ins.Round, kind: pb.TaskKind_TASK_KIND_EVALUATE, config: ins.Config,
-		done: make(chan taskResult, 1)}
+		data: data, blob: blob, done: make(chan taskResult, 1)}
 	res, err := p.run(ctx, t)
 	return res.eval, err
 }

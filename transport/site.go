@@ -222,7 +222,12 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 		log.Info("fit done", "seconds", time.Since(t0).Seconds())
 		return false, r.upload(ctx, cli, h, res, log)
 	case pb.TaskKind_TASK_KIND_EVALUATE:
-		res, err := r.Site.Evaluate(ctx, federation.EvaluateIns{Round: int(h.Round), Config: h.Config})
+		params, rf := decodeBlob(data, h.Params, nil, Limits{MaxTensorBytes: 1 << 40}.withDefaults())
+		if rf != nil {
+			log.Error("task refused", "reason", rf.code, "detail", rf.msg)
+			return false, fmt.Errorf("task %s: %s", h.TaskId, rf.msg)
+		}
+		res, err := r.Site.Evaluate(ctx, federation.EvaluateIns{Round: int(h.Round), Params: params, Config: h.Config})
 		if err != nil {
 			if ctx.Err() != nil {
 				return false, ctx.Err()

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,6 +75,10 @@ type fedOpts struct {
 	spec           Spec
 	limits         Limits
 	alreadyCertDir string
+	// evalGlobal makes the strategy send the global for evaluations;
+	// wrap, when set, wraps each site's client.
+	evalGlobal bool
+	wrap       func(i int, c federation.Client) federation.Client
 }
 
 // startFed runs RunCoordinator and one RunSite per site in goroutines over
@@ -103,6 +108,7 @@ func startFed(t *testing.T, o fedOpts) *fed {
 		o.spec = toy.Spec()
 	}
 	strat := toy.Strategy()
+	strat.EvaluateGlobal = o.evalGlobal
 	f.strat = strat
 	coord := &federation.Coordinator{Strategy: strat, Rounds: o.rounds, Fraction: o.fraction, Seed: o.seed, Parallel: o.n,
 		TolerateFailures: o.timeout > 0, MinFit: o.minFit, RoundTimeout: o.timeout, Logger: quietLogger()}
@@ -127,10 +133,14 @@ func startFed(t *testing.T, o fedOpts) *fed {
 		if o.clients != nil {
 			c = o.clients(i)
 		}
+		var fc federation.Client = c
+		if o.wrap != nil {
+			fc = o.wrap(i, c)
+		}
 		go func() {
 			err := RunSite(o.ctx, SiteConfig{Addr: f.grpcAddr, CertsDir: f.dir, Name: f.sites[i], Insecure: o.insecure,
 				StateDir: filepath.Join(f.dir, "state", f.sites[i]), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-				Logger: quietLogger()}, c)
+				Logger: quietLogger()}, fc)
 			if o.siteErrs != nil {
 				o.siteErrs <- err
 			}
@@ -183,6 +193,69 @@ func TestNetworkedRunMatchesInProcess(t *testing.T) {
 
 // TestDashboardEndpoints checks /healthz, /metrics and /api/status over
 // TLS while the coordinator lingers.
+// evalRecorder keeps the tensors of each evaluation instruction a client
+// receives, by round.
+type evalRecorder struct {
+	federation.Client
+	mu  *sync.Mutex
+	got map[int]tensor.Named
+}
+
+func (e evalRecorder) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
+	e.mu.Lock()
+	e.got[ins.Round] = ins.Params.Clone()
+	e.mu.Unlock()
+	return e.Client.Evaluate(ctx, ins)
+}
+
+// TestEvaluationCarriesTensors (issue 17): the strategy's evaluation
+// instructions (ConfigureEvaluate: here the new global, to every site,
+// selected in the round or not) reach the sites over gRPC bit for bit, as
+// in simulation.
+func TestEvaluationCarriesTensors(t *testing.T) {
+	const n, rounds, seed = 3, 3, 7
+	var mu sync.Mutex
+	got := make([]map[int]tensor.Named, n)
+	globals := map[int]tensor.Named{}
+	f := startFed(t, fedOpts{n: n, rounds: rounds, fraction: 0.4, seed: seed, evalGlobal: true,
+		wrap: func(i int, c federation.Client) federation.Client {
+			got[i] = map[int]tensor.Named{}
+			return evalRecorder{Client: c, mu: &mu, got: got[i]}
+		}})
+	f.wait(t)
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	// the in-process reference: the global after each round
+	dir := t.TempDir()
+	var proxies []federation.ClientProxy
+	for i := range n {
+		proxies = append(proxies, federation.NewSite(toy.New(i), filepath.Join(dir, fmt.Sprint(i))))
+	}
+	strat := toy.Strategy()
+	strat.EvaluateGlobal = true
+	c := &federation.Coordinator{Strategy: strat, Proxies: proxies, Rounds: rounds, Fraction: 0.4, Seed: seed, Logger: quietLogger(),
+		OnRound: func(r federation.RoundReport) error { globals[r.Round] = strat.Global(); return nil }}
+	if _, err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	idle := false
+	for r := range rounds {
+		if len(f.hist.Rounds[r].Selected) < n {
+			idle = true
+		}
+		for i := range n {
+			mu.Lock()
+			g := got[i][r]
+			mu.Unlock()
+			sameNamed(t, g, globals[r])
+		}
+	}
+	if !idle {
+		t.Error("every site was selected in every round: the test does not cover idle sites")
+	}
+}
+
 func TestDashboardEndpoints(t *testing.T) {
 	f := startFed(t, fedOpts{n: 2, rounds: 4, fraction: 1, seed: 1, clients: func(i int) *toy.Client {
 		c := toy.New(i)

@@ -18,8 +18,10 @@ import (
 // TestServeSitesEqualRun runs the default world job as a real federation —
 // a coordinator and three site processes over mTLS on 127.0.0.1 — kills the
 // coordinator with SIGKILL after its second round, restarts it with the
-// same flags, and checks that the global tensors and the table equal those
-// of `pfedmma run` with the same configuration, bit for bit.
+// same flags, then kills a site with SIGKILL after the third and restarts
+// it, and checks that the global tensors, the table and what every site
+// keeps equal those of `pfedmma run` with the same configuration, bit for
+// bit.
 func TestServeSitesEqualRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the multi-process federation test")
@@ -78,6 +80,20 @@ func TestServeSitesEqualRun(t *testing.T) {
 	}
 	_ = coord.Wait()
 	coord, coordLog = start("serve", serveArgs...)
+	// then SIGKILL site-b once the restarted coordinator is past round 2,
+	// and start it again from its state folder
+	deadline = time.Now().Add(90 * time.Second)
+	for !strings.Contains(coordLog.String(), "round=2 clients=") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted coordinator did not finish round 2:\n%s", coordLog.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := sites[1].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = sites[1].Wait()
+	sites[1], _ = start("site-b", "site", "--server", addr, "--certs", "certs", "--name", "site-b", "--data", "world")
 	done := make(chan error, 1)
 	go func() { done <- coord.Wait() }()
 	select {
@@ -109,9 +125,21 @@ func TestServeSitesEqualRun(t *testing.T) {
 	if table(sim) != table(coordLog.String()[strings.LastIndex(coordLog.String(), "world —"):]) {
 		t.Errorf("tables differ:\nrun:\n%s\nserve:\n%s", sim, coordLog.String())
 	}
-	for _, s := range []string{"site-a", "site-b", "site-c"} {
-		if _, err := os.Stat(filepath.Join(dir, "site-"+s, "site.safetensors")); err != nil {
+	for i, s := range []string{"site-a", "site-b", "site-c"} {
+		path := filepath.Join(dir, "site-"+s, "site.safetensors")
+		if _, err := os.Stat(path); err != nil {
 			t.Errorf("site %s kept no parameters: %v", s, err)
+			continue
+		}
+		// what each site keeps (for predict) is the simulation's
+		want, got := readTensors(t, filepath.Join(dir, fmt.Sprintf("sim/adapters/client_%03d.safetensors", i))), readTensors(t, path)
+		if len(want) == 0 || len(want) != len(got) {
+			t.Errorf("site %s keeps %d tensors, the simulation %d", s, len(got), len(want))
+		}
+		for k, w := range want {
+			if !bytes.Equal(w, got[k]) {
+				t.Errorf("site %s keeps another %s than the simulation's site", s, k)
+			}
 		}
 	}
 }

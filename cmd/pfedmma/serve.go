@@ -108,10 +108,7 @@ outputs (summary.json, report.md, figures, metrics, global.safetensors) to --out
 					return fmt.Errorf("serve: %w", err)
 				}
 			}
-			fp := e.Fingerprint()
-			coord := &federation.Coordinator{Strategy: strat, Rounds: e.Federation.Rounds, Fraction: e.Federation.Fraction,
-				Seed: e.Seed, EvalEvery: e.Federation.EvalEvery, Parallel: len(f.Task.Clients), TolerateFailures: true,
-				MinFit: minFit, RoundTimeout: timeout, FitConfig: func(int) map[string]string { return map[string]string{fingerprintKey: fp} }}
+			coord := serveCoordinator(o, strat, len(f.Task.Clients), minFit, timeout, e.Fingerprint())
 			if err := os.MkdirAll(state, 0o755); err != nil {
 				return fmt.Errorf("serve: %w", err)
 			}
@@ -148,4 +145,14 @@ outputs (summary.json, report.md, figures, metrics, global.safetensors) to --out
 	fl.Float64Var(&dpClip, "dp-clip", 1, "differential privacy: per-site L2 clip C")
 	fl.Float64Var(&dpDelta, "dp-delta", 1e-5, "differential privacy: δ of the reported ε")
 	rootCmd.AddCommand(cmd)
+}
+
+// serveCoordinator is the coordinator of `serve`: the rounds, sampling and
+// evaluation schedule of `pfedmma run` (o, as experiment.FromConfig
+// resolves them: federation.eval_every 0 evaluates after the last round
+// only), every site asked at once, failures tolerated.
+func serveCoordinator(o experiment.Options, strat federation.Strategy, clients, minFit int, timeout time.Duration, fingerprint string) *federation.Coordinator {
+	return &federation.Coordinator{Strategy: strat, Rounds: o.Rounds, Fraction: o.Fraction,
+		Seed: o.Seed, EvalEvery: o.EvalEvery, Parallel: clients, TolerateFailures: true,
+		MinFit: minFit, RoundTimeout: timeout, FitConfig: func(int) map[string]string { return map[string]string{fingerprintKey: fingerprint} }}
 }

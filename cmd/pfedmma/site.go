@@ -85,6 +85,11 @@ while the coordinator is away and exits 0 when the federation ends.`,
 			if err != nil {
 				return fmt.Errorf("site %s: %w", name, err)
 			}
+			// a site restarted after its last task holds its initial state
+			// in memory: keep what it saved
+			if err := federation.NewSite(f.Client(id), filepath.Join(state, "state")).Restore(); err != nil {
+				return fmt.Errorf("site %s: %w", name, err)
+			}
 			params, err := f.SiteParams(id)
 			if err != nil {
 				return fmt.Errorf("site %s: %w", name, err)

@@ -24,8 +24,10 @@
 // single synthetic result holding them, with the participants' total
 // example count and the ID of the first participant; every participant must
 // have received the same shared tensors. This is exact for FedAvg and
-// UniformMean (the mean of one result is that result); strategies that keep
-// per-client tensors (Relay, KNNPool) should use ClipNorm alone.
+// UniformMean (the mean of one result is that result). Strategies that keep
+// per-client tensors (Relay, KNNPool: they implement PerClient) would see
+// one synthetic participant: Wrap refuses them with Median, TrimmedMean or
+// DP; ClipNorm alone composes with them.
 package robust
 
 import (
@@ -81,6 +83,15 @@ type DP struct {
 	Seed uint64
 }
 
+// PerClient is a strategy that keeps tensors per client (a pool of every
+// client's prompt, relayed tensors). Robust aggregation and DP hand the
+// inner strategy one synthetic result, which would collapse its per-client
+// tensors to one entry: Wrap refuses such a strategy unless only ClipNorm
+// is asked for.
+type PerClient interface {
+	PerClient() bool
+}
+
 // Strategy is a wrapped strategy. Make it with Wrap.
 type Strategy struct {
 	inner    federation.Strategy
@@ -111,6 +122,10 @@ func Wrap(inner federation.Strategy, opts Options) (*Strategy, error) {
 		if opts.Rule != Mean {
 			return nil, errors.New("robust: DP's accounting holds for the clipped mean only; use Rule Mean with DP")
 		}
+	}
+	if pc, ok := inner.(PerClient); ok && pc.PerClient() && (opts.Rule != Mean || opts.DP != nil) {
+		what := map[Rule]string{Median: "a median", TrimmedMean: "a trimmed mean", Mean: "differential privacy's noisy mean"}[opts.Rule]
+		return nil, fmt.Errorf("robust: strategy %q keeps each client's own tensors (a pool of prompts, relayed tensors) and cannot take %s of the uploads, which would collapse them to one entry; use the method's own aggregation (--aggregate mean), with --clip-norm if wanted", inner.Name(), what)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -155,6 +170,13 @@ func (s *Strategy) Configure(round int, selected []int) (map[int]tensor.Named, e
 		s.sent[id] = n.Clone()
 	}
 	return out, nil
+}
+
+// ConfigureEvaluate implements federation.EvaluateConfigurer: the inner
+// strategy's evaluation instructions (its global after this round's robust
+// aggregate).
+func (s *Strategy) ConfigureEvaluate(round int, clients []int) (map[int]tensor.Named, error) {
+	return federation.ConfigureEvaluate(s.inner, round, clients)
 }
 
 // Epsilon returns the ε spent after the DP rounds so far at DP.Delta (0

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/federation"
@@ -157,5 +158,35 @@ func TestWrapRejectsBadOptions(t *testing.T) {
 		if _, err := Wrap(fedavg([]float32{0}), o); err == nil {
 			t.Errorf("Wrap(%+v) succeeded", o)
 		}
+	}
+}
+
+// TestPerClientStrategiesRefused (issue 17, defect 4): a strategy that
+// keeps each client's tensors (pFedMoAP's pool, ADAPT's relay) cannot take
+// a median, a trimmed mean or DP's noisy mean — the wrapper would hand it
+// one synthetic result and the pool would collapse to one entry — so Wrap
+// refuses it before any round, with the reason; clipping alone composes.
+func TestPerClientStrategiesRefused(t *testing.T) {
+	per := map[string]func() federation.Strategy{
+		"knn-pool": func() federation.Strategy { return &strategy.KNNPool{Shared: federation.Names("ctx"), K: 1} },
+		"relay":    func() federation.Strategy { return &strategy.Relay{} },
+	}
+	bad := map[string]Options{
+		"median":       {Rule: Median},
+		"trimmed-mean": {Rule: TrimmedMean, Trim: 0.1},
+		"dp":           {DP: &DP{Clip: 1, NoiseMultiplier: 1, Delta: 1e-5}},
+	}
+	for sn, mk := range per {
+		for rn, o := range bad {
+			if _, err := Wrap(mk(), o); err == nil || !strings.Contains(err.Error(), "keeps each client's own tensors") {
+				t.Errorf("%s with %s: error %v, want a refusal naming the per-client tensors", sn, rn, err)
+			}
+		}
+		if _, err := Wrap(mk(), Options{ClipNorm: 1}); err != nil {
+			t.Errorf("%s with clip-norm alone: %v", sn, err)
+		}
+	}
+	if _, err := Wrap(&strategy.FedAvg{}, Options{Rule: Median}); err != nil {
+		t.Errorf("FedAvg with median: %v", err)
 	}
 }

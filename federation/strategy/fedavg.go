@@ -23,6 +23,11 @@ type FedAvg struct {
 	Shared  federation.Filter
 	Uniform bool
 	Initial tensor.Named
+	// EvaluateGlobal sends every client the new global tensors for its
+	// evaluation after each round (ConfigureEvaluate), where the method's
+	// clients score [global; their own private part] (FedOTP,
+	// CLIP-Adapter); otherwise clients evaluate what they hold.
+	EvaluateGlobal bool
 
 	clients clientSet
 	global  tensor.Named
@@ -79,6 +84,23 @@ func (s *FedAvg) Global() tensor.Named {
 func (s *FedAvg) Configure(round int, selected []int) (map[int]tensor.Named, error) {
 	out := make(map[int]tensor.Named, len(selected))
 	for _, id := range selected {
+		if !s.clients[id] {
+			return nil, fmt.Errorf("%s round %d: unknown client %d", s.Name(), round, id)
+		}
+		out[id] = s.global.Clone()
+	}
+	return out, nil
+}
+
+// ConfigureEvaluate implements federation.EvaluateConfigurer: with
+// EvaluateGlobal, every client receives a copy of the global tensors;
+// otherwise nothing.
+func (s *FedAvg) ConfigureEvaluate(round int, clients []int) (map[int]tensor.Named, error) {
+	if !s.EvaluateGlobal || s.global == nil {
+		return nil, nil
+	}
+	out := make(map[int]tensor.Named, len(clients))
+	for _, id := range clients {
 		if !s.clients[id] {
 			return nil, fmt.Errorf("%s round %d: unknown client %d", s.Name(), round, id)
 		}

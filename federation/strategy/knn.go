@@ -21,7 +21,9 @@ import (
 // Distance: Euclidean (L2) distance between the flattened concatenation, in
 // sorted name order, of the client's own pool entry and another's; ties go to
 // the lower client ID. Neighbour r (0 = nearest) arrives under the names
-// ExpertName(r, name). K ≤ 0 sends every other pool entry.
+// ExpertName(r, name). K is the number of neighbours sent: 0 sends none
+// (a client then trains on the global tensors alone), a negative K every
+// other pool entry.
 //
 // The global is the average of the participants' uploads, weighted by n_i
 // (uniform when Uniform); participants then overwrite their pool entries.
@@ -80,6 +82,11 @@ func SplitExperts(in tensor.Named) (global tensor.Named, experts []tensor.Named,
 	return global, experts, nil
 }
 
+// PerClient reports that the strategy keeps each client's tensors (its
+// pool): robust aggregation, which hands the strategy one synthetic result,
+// cannot serve it.
+func (s *KNNPool) PerClient() bool { return true }
+
 // Name is "knn-pool".
 func (s *KNNPool) Name() string { return "knn-pool" }
 
@@ -108,7 +115,7 @@ func (s *KNNPool) Neighbours(id int) ([]int, error) {
 		var out []int
 		for _, j := range rand.New(rand.NewPCG(s.Seed, 0x5e1ec7)).Perm(len(ids)) {
 			other := ids[j]
-			if _, has := s.pool[other]; has && other != id && (s.K <= 0 || len(out) < s.K) {
+			if _, has := s.pool[other]; has && other != id && (s.K < 0 || len(out) < s.K) {
 				out = append(out, other)
 			}
 		}
@@ -146,7 +153,7 @@ func (s *KNNPool) Neighbours(id int) ([]int, error) {
 		}
 		return cands[i].id < cands[j].id
 	})
-	if s.K > 0 && len(cands) > s.K {
+	if s.K >= 0 && len(cands) > s.K {
 		cands = cands[:s.K]
 	}
 	ids := make([]int, len(cands))

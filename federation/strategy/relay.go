@@ -63,6 +63,11 @@ func SplitRelayed(in tensor.Named) (global tensor.Named, relayed map[int]tensor.
 // Name is "relay".
 func (s *Relay) Name() string { return "relay" }
 
+// PerClient reports that the strategy keeps each client's relayed tensors:
+// robust aggregation, which hands the strategy one synthetic result, cannot
+// serve it.
+func (s *Relay) PerClient() bool { return true }
+
 func (s *Relay) isAveraged(name string) bool {
 	return !s.Relayed.Match(name) && s.Averaged.Match(name)
 }

@@ -149,11 +149,27 @@ func TestKNNPoolNeighbours(t *testing.T) {
 	if len(in[5]) != 1 {
 		t.Errorf("first-time client 5 got %d tensors, want the global only", len(in[5]))
 	}
-	// K ≤ 0 sends every other pool entry.
-	s.K = 0
+	// K < 0 sends every other pool entry; K = 0 none (pFedMoAP's
+	// num_experts 1: the local prompt alone, issue 17 defect 3).
+	s.K = -1
 	if nb, _ := s.Neighbours(0); len(nb) != 4 {
-		t.Errorf("K=0 neighbours = %v, want all 4 others", nb)
+		t.Errorf("K=-1 neighbours = %v, want all 4 others", nb)
 	}
+	s.K = 0
+	if nb, _ := s.Neighbours(0); len(nb) != 0 {
+		t.Errorf("K=0 neighbours = %v, want none", nb)
+	}
+	for _, random := range []bool{false, true} {
+		s.Random = random
+		in0, err := s.Configure(1, []int{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, experts, _ := SplitExperts(in0[0]); len(experts) != 0 {
+			t.Errorf("K=0 (random %v): client 0 received %d other clients' prompts", random, len(experts))
+		}
+	}
+	s.Random = false
 	// A later upload overwrites the pool entry: client 3 moves next to 0.
 	if err := s.Aggregate(1, []FitResult{{ClientID: 3, NumExamples: 1, Params: tensor.Named{"ctx": vec(0.1, -0.1)}}}, nil); err != nil {
 		t.Fatal(err)

@@ -275,7 +275,13 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	}
 	relay := &strategy.Relay{Averaged: Averaged, Relayed: Relayed, Initial: avg}
 	opts := s.trainOptions(env.Train)
-	plan := &methods.Plan{Strategy: relay}
+	plan := &methods.Plan{Strategy: relay, Uploads: map[string][]int{}}
+	for name, t := range init {
+		if Relayed(name) {
+			// a site uploads its domain's text prompt, relayed to the others
+			plan.Uploads[name] = slices.Clone(t.Shape)
+		}
+	}
 	var clients []*Client
 	for i := range env.Task.Clients {
 		t := &env.Task.Clients[i]
@@ -396,3 +402,7 @@ func (p *predictor) Logits(pixels []float32, B int, classes []string) ([]float32
 	}
 	return append([]float32(nil), lg...), nil
 }
+
+// SmallSettings implements methods.SmallRun: 8 context tokens leave room
+// for the class names in a small CLIP's 24-token prompts.
+func (Method) SmallSettings(int) map[string]string { return map[string]string{"n_ctx": "8"} }

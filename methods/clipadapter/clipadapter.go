@@ -17,8 +17,9 @@
 //   - Initialisation: PyTorch nn.Linear's default, U(−1/√in, 1/√in) per
 //     matrix, drawn from the run seed.
 //   - Evaluation: every client scores the global adapter, the server's
-//     latest average (read from the strategy in this in-process
-//     federation; before the first aggregation, the client's own copy).
+//     latest average, which the strategy sends every client for its
+//     evaluation (FedAvg.EvaluateGlobal), in simulation as over the
+//     network; the site then keeps it (predict uses it).
 //   - Names follow CLIP-Adapter's module: adapter.fc.0.weight (W1),
 //     adapter.fc.2.weight (W2).
 //
@@ -148,7 +149,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			copy(t.Data, src.Data)
 		}
 	}
-	st := &server{FedAvg: &strategy.FedAvg{Shared: federation.Names(ParamW1, ParamW2), Initial: init.Clone()}}
+	st := &strategy.FedAvg{Shared: federation.Names(ParamW1, ParamW2), Initial: init.Clone(), EvaluateGlobal: true}
 	opts := env.Train
 	if s.LR > 0 {
 		if opts.Schedule != nil && opts.LR > 0 {
@@ -169,11 +170,11 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		if err != nil {
 			return nil, err
 		}
-		c := &Client{env: env, task: t, w: w, P: init.Clone(), loop: loop, global: st.served}
+		c := &Client{env: env, task: t, w: w, P: init.Clone(), loop: loop}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}
-	plan.Site = func(i int) (tensor.Named, error) { return clients[i].model().Clone(), nil }
+	plan.Site = func(i int) (tensor.Named, error) { return clients[i].P.Clone(), nil }
 	// the whole adapter is shared: the global model is the averaged one
 	plan.GlobalScorer = func() (eval.Scorer, error) {
 		g := st.Global()
@@ -259,39 +260,6 @@ type Client struct {
 	P      tensor.Named
 	loop   *train.Loop
 	labels []int
-	// global is the server's adapter when the server runs in this process
-	// and has aggregated (simulation), else nil.
-	global func() tensor.Named
-	// recv is the adapter of the last download.
-	recv tensor.Named
-}
-
-// server is the method's FedAvg, noting whether it has aggregated in this
-// process: in a simulation the clients then score the new global adapter;
-// a site of a networked federation (whose strategy never aggregates)
-// scores the adapter of its last download instead.
-type server struct {
-	*strategy.FedAvg
-	aggregated bool
-}
-
-// Aggregate implements federation.Strategy.
-func (s *server) Aggregate(round int, results []federation.FitResult, failures []federation.Failure) error {
-	s.aggregated = true
-	return s.FedAvg.Aggregate(round, results, failures)
-}
-
-// LoadState implements federation.Strategy (a resumed server).
-func (s *server) LoadState(st tensor.Named) error {
-	s.aggregated = true
-	return s.FedAvg.LoadState(st)
-}
-
-func (s *server) served() tensor.Named {
-	if !s.aggregated {
-		return nil
-	}
-	return s.Global()
 }
 
 // ID implements federation.Client.
@@ -326,20 +294,25 @@ func (c *Client) Step(_ context.Context, b train.Batch) (float64, int, error) {
 	return loss, correct, nil
 }
 
-// Fit installs the global adapter, trains locally and uploads the adapter.
-func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	for name, t := range ins.Params {
+// install copies a received global adapter into the client's.
+func (c *Client) install(in tensor.Named) error {
+	for name, t := range in {
 		p, ok := c.P[name]
 		if !ok {
-			return federation.FitRes{}, fmt.Errorf("clip_adapter client %d: received unexpected tensor %q", c.task.ID, name)
+			return fmt.Errorf("clip_adapter client %d: received unexpected tensor %q", c.task.ID, name)
 		}
 		if !tensor.SameShape(p.Shape, t.Shape) {
-			return federation.FitRes{}, fmt.Errorf("clip_adapter client %d: received %q with shape %v, want %v", c.task.ID, name, t.Shape, p.Shape)
+			return fmt.Errorf("clip_adapter client %d: received %q with shape %v, want %v", c.task.ID, name, t.Shape, p.Shape)
 		}
 		copy(p.Data, t.Data)
 	}
-	if len(ins.Params) > 0 {
-		c.recv = ins.Params.Clone()
+	return nil
+}
+
+// Fit installs the global adapter, trains locally and uploads the adapter.
+func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
+	if err := c.install(ins.Params); err != nil {
+		return federation.FitRes{}, err
 	}
 	bar := c.env.StepBar(c.loop.Batches(), fmt.Sprintf("client %d batch", c.task.ID))
 	defer bar.Finish()
@@ -351,26 +324,15 @@ func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 	return federation.FitRes{Params: c.P.Clone(), NumExamples: len(c.task.Train), Metrics: m}, nil
 }
 
-// Evaluate scores the global adapter on the client's evaluation sets: the
-// server's current one when it runs in this process (simulation), else
-// the adapter of the last download (a networked site: the global model of
-// the round's start), else the client's own.
-func (c *Client) Evaluate(ctx context.Context, _ federation.EvaluateIns) (federation.EvaluateRes, error) {
-	m, err := c.env.Evaluate(ctx, scorer{c.w, c.model()}, c.task)
+// Evaluate installs the global adapter the server sent for the evaluation
+// (the round's new average) and scores it on the client's evaluation sets;
+// the site keeps it (predict). Without one it scores the adapter it holds.
+func (c *Client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
+	if err := c.install(ins.Params); err != nil {
+		return federation.EvaluateRes{}, err
+	}
+	m, err := c.env.Evaluate(ctx, scorer{c.w, c.P}, c.task)
 	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.task.Train)}, err
-}
-
-// model is the adapter the site uses (see Evaluate).
-func (c *Client) model() tensor.Named {
-	if c.global != nil {
-		if g := c.global(); g != nil {
-			return g
-		}
-	}
-	if c.recv != nil {
-		return c.recv
-	}
-	return c.P
 }
 
 type scorer struct {

@@ -172,7 +172,8 @@ func step(f *methods.Fixture) (tensor.Named, float64, error) {
 // methods.FixtureRound (the production Plan in federation Sites, FedAvg,
 // the Coordinator), reporting as client<i>.trained.<p> the adapter each
 // client holds after its local training — the production Plan.Site gives
-// the server's average instead, the model a site keeps and is scored with.
+// what the site keeps, which after the round's evaluation is the server's
+// average it is scored with.
 func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
 	return methods.FixtureRound(ctx, trainedSites{Method{}}, f)
 }

@@ -271,11 +271,13 @@ func TestGlobalModel(t *testing.T) {
 	}
 }
 
-// TestSiteWithoutServer: a site whose strategy never aggregates in its
-// process (a networked site) uses the adapter of its last download, not
-// the strategy's initial one nor its own trained copy; once the strategy
-// aggregates in-process (simulation) it uses the new global adapter.
-func TestSiteWithoutServer(t *testing.T) {
+// TestEvaluateReceivesGlobal (issue 17, defect 2): a client scores the
+// adapter its evaluation instruction carries — the strategy's new average,
+// sent by ConfigureEvaluate to every client — and nothing the strategy
+// holds in this process reaches the client by another way: after an
+// in-process aggregation the client still holds its own trained adapter
+// until the evaluation instruction arrives, exactly as a networked site.
+func TestEvaluateReceivesGlobal(t *testing.T) {
 	s := &Settings{Ratio: 0.2, Reduction: 4}
 	plan := build(t, s, 16, 5, 2, 24, testOpts())
 	c := plan.Clients[0].(*Client)
@@ -291,20 +293,43 @@ func TestSiteWithoutServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(c.model(), down); d != "" {
-		t.Fatalf("a site without an in-process server does not use its download (%s)", d)
-	}
 	if d := bitsEqual(res.Params, down); d == "" {
 		t.Fatal("training did not move the adapter: the test cannot tell the two apart")
 	}
-	if err := plan.Strategy.Init([]federation.ClientInfo{{ID: 0, NumExamples: 1}, {ID: 1, NumExamples: 1}}); err != nil {
+	if err := plan.Strategy.Init([]federation.ClientInfo{{ID: 0, NumExamples: 1}, {ID: 1, NumExamples: 3}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := plan.Strategy.Aggregate(0, []federation.FitResult{{ClientID: 0, NumExamples: 1, Params: res.Params}}, nil); err != nil {
+	other := res.Params.Clone()
+	for _, v := range other {
+		for i := range v.Data {
+			v.Data[i] *= 0.5
+		}
+	}
+	if err := plan.Strategy.Aggregate(0, []federation.FitResult{{ClientID: 0, NumExamples: 1, Params: res.Params}, {ClientID: 1, NumExamples: 3, Params: other}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(c.model(), plan.Global()); d != "" {
-		t.Fatalf("after an in-process aggregation the site does not use the global adapter (%s)", d)
+	if d := bitsEqual(c.P, res.Params); d != "" {
+		t.Fatalf("the in-process aggregation reached the client without an instruction (%s)", d)
+	}
+	ins, err := federation.ConfigureEvaluate(plan.Strategy, 0, []int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := bitsEqual(ins[0], plan.Global()); d != "" || len(ins) != 2 {
+		t.Fatalf("ConfigureEvaluate does not send every client the new global adapter (%d clients, %s)", len(ins), d)
+	}
+	if _, err := c.Evaluate(context.Background(), federation.EvaluateIns{Round: 0, Params: ins[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if d := bitsEqual(c.P, plan.Global()); d != "" {
+		t.Fatalf("the client does not score and keep the global adapter it was sent (%s)", d)
+	}
+	if d := bitsEqual(c.P, res.Params); d == "" {
+		t.Fatal("the global adapter equals the client's own: the test cannot tell them apart")
+	}
+	site, _ := plan.Site(0)
+	if d := bitsEqual(site, plan.Global()); d != "" {
+		t.Errorf("the site keeps something else than the adapter it scored (%s)", d)
 	}
 }
 

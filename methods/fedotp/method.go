@@ -46,6 +46,7 @@ func (s *Settings) Check(c *config.Checker) {
 	c.Positive("thresh", s.Thresh)
 	c.AtLeast("max_iter", s.MaxIter, 1)
 	c.AtMost("max_iter", s.MaxIter, 100000)
+	c.Positive("top_percent", s.TopPercent) // COT transports a positive mass
 	c.Range("top_percent", s.TopPercent, 0, 1)
 	c.NonNegative("init_std", s.InitStd)
 }
@@ -103,7 +104,9 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		},
 		Strategy: func(init tensor.Named) federation.Strategy {
 			g, _ := GlobalPart(init, cfg.AvgPrompt) // shapes checked by New
-			return &strategy.FedAvg{Shared: federation.Names(ParamCtx), Initial: g}
+			// every client, selected or not, evaluates [new global; its
+			// own local prompts] (baselines.md §4)
+			return &strategy.FedAvg{Shared: federation.Names(ParamCtx), Initial: g, EvaluateGlobal: true}
 		},
 		Upload: func(c *promptfed.Client) tensor.Named {
 			g, _ := GlobalPart(c.P, cfg.AvgPrompt)
@@ -197,4 +200,16 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 // Step implements methods.Stepper.
 func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
+}
+
+// SmallSettings implements methods.SmallRun: 8 context tokens leave room
+// for the class names in a small CLIP's 24-token prompts.
+func (Method) SmallSettings(int) map[string]string { return map[string]string{"n_ctx": "8"} }
+
+// SurrogateGradient implements methods.SurrogateGradient: as the authors'
+// code, the transport plan is computed without gradient (a constant of the
+// backward pass), so the prompt's gradient is not that of the loss; the
+// head's gradient with the plan held is checked by TestHeadGradient.
+func (Method) SurrogateGradient() string {
+	return "the optimal-transport plan is held constant in the backward pass"
 }

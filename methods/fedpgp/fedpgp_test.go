@@ -72,7 +72,9 @@ func checkStep(t *testing.T, initPath, stepPath string) {
 	m := tinyModel(t)
 	init, _ := read(t, initPath)
 	ref, meta := read(t, stepPath)
-	out, err := StepFromFile(m, init, ref, meta)
+	// the batch is the step's inputs alone: the image features come from
+	// the images, not from the reference's outputs (issue 17, defect 9)
+	out, err := StepFromFile(m, init, stepInputs(ref), meta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,4 +154,16 @@ func TestWeightDecay(t *testing.T) {
 		}
 		rel(t, p+" weight decay", update(b["step1."+p], a["step1."+p]), want, 1e-3)
 	}
+}
+
+// stepInputs keeps a step fixture's inputs (tokens, labels, images) and
+// drops its outputs, image features included.
+func stepInputs(ref tensor.Named) tensor.Named {
+	in := tensor.Named{}
+	for _, k := range []string{"tokens", "labels", "images"} {
+		if v, ok := ref[k]; ok {
+			in[k] = v
+		}
+	}
+	return in
 }

@@ -93,4 +93,7 @@ func Close(t testing.TB, name string, got, want []float32, tol float64) {
 	if !(maxD <= tol*maxRef) {
 		t.Fatalf("%s: rel error %.3g > %.3g (max|Δ| %.3g, max|ref| %.3g)", name, maxD/maxRef, tol, maxD, maxRef)
 	}
+	if testing.Verbose() {
+		t.Logf("%s: rel error %.3g ≤ %.3g", name, maxD/maxRef, tol)
+	}
 }

@@ -203,6 +203,15 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			}
 			return st.opt.Step(cfg.GateLR, ps)
 		},
+		Kept: func(c *promptfed.Client) (tensor.Named, error) {
+			// the experts of the last download, which the site's
+			// evaluation mixes in: predict mixes them in too
+			out := tensor.Named{}
+			for i, e := range state(c).experts {
+				out[strategy.ExpertName(i, ParamCtx)] = &tensor.Tensor{Shape: c.P[ParamCtx].Shape, Data: append([]float32(nil), e...)}
+			}
+			return out, nil
+		},
 		SaveExtra: func(c *promptfed.Client) (tensor.Named, error) {
 			st := state(c)
 			out := tensor.Named{"moap/round": {Shape: []int{1}, Data: []float32{float32(st.round)}}}
@@ -267,21 +276,34 @@ func (s *spaceLearner) Logits(img []float32, B int) ([]float32, error) {
 	return s.head.Forward(img, s.txt, B, s.C, s.E, s.experts, s.LogitScale)
 }
 
-// Predictor implements methods.Method: the site's prompt and gate. The
-// experts a site downloaded are not part of what it keeps, so predict runs
-// the local prompt alone (plain CoOp logits, λ-weighted).
+// Predictor implements methods.Method: the site's prompt, its gate and the
+// experts it downloaded last ("expert/<rank>/prompt_learner.ctx", which
+// Plan.Site keeps), mixed as the site's evaluation mixes them.
 func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.Named) (methods.Predictor, error) {
 	s, err := settings(sec)
 	if err != nil {
 		return nil, err
 	}
-	return predictor{pe: pe, cfg: s.config(0), saved: saved}, nil
+	own, experts, err := strategy.SplitExperts(saved)
+	if err != nil {
+		return nil, fmt.Errorf("pfedmoap: saved site: %w", err)
+	}
+	var ctxs [][]float32
+	for i, e := range experts {
+		t, ok := e[ParamCtx]
+		if !ok || len(e) != 1 {
+			return nil, fmt.Errorf("pfedmoap: saved site: expert %d holds %d tensors, want %q alone", i, len(e), ParamCtx)
+		}
+		ctxs = append(ctxs, t.Data)
+	}
+	return predictor{pe: pe, cfg: s.config(0), saved: own, experts: ctxs}, nil
 }
 
 type predictor struct {
-	pe    methods.PredictEnv
-	cfg   Config
-	saved tensor.Named
+	pe      methods.PredictEnv
+	cfg     Config
+	saved   tensor.Named
+	experts [][]float32
 }
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
@@ -301,6 +323,9 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	if err := prompt.Load(l.Params(), p.saved); err != nil {
 		return nil, err
 	}
+	if err := l.SetExperts(p.experts); err != nil {
+		return nil, err
+	}
 	return l.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
 }
 
@@ -318,8 +343,9 @@ func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
-// FixtureRound implements methods.Rounder: the fixture's round is the
-// server's expert selection for client 0 and its local epoch.
-func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return RoundFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
+// SmallSettings implements methods.SmallRun: 8 context tokens (a small
+// CLIP's prompts are 24 tokens long) and at most as many experts as there
+// are clients.
+func (Method) SmallSettings(clients int) map[string]string {
+	return map[string]string{"n_ctx": "8", "num_experts": strconv.Itoa(min(DefaultConfig().NumExperts, clients))}
 }

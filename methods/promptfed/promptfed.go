@@ -75,6 +75,10 @@ type Spec struct {
 	// State (names must not start with "param/", "opt/" or "rng").
 	SaveExtra func(c *Client) (tensor.Named, error)
 	LoadExtra func(c *Client, st tensor.Named) error
+	// Kept, when set, adds to what a site keeps for `pfedmma predict`
+	// (Plan.Site: its parameters P) what its scoring uses beyond them
+	// (pFedMoAP's downloaded experts), so that predict equals evaluation.
+	Kept func(c *Client) (tensor.Named, error)
 }
 
 // Spaces keeps one learner per label space.
@@ -148,7 +152,22 @@ func Build(env *methods.Env, spec *Spec) (*methods.Plan, error) {
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}
-	plan.Site = func(i int) (tensor.Named, error) { return clients[i].P.Clone(), nil }
+	plan.Site = func(i int) (tensor.Named, error) {
+		out := clients[i].P.Clone()
+		if spec.Kept != nil {
+			extra, err := spec.Kept(clients[i])
+			if err != nil {
+				return nil, err
+			}
+			for k, v := range extra {
+				if _, dup := out[k]; dup {
+					return nil, fmt.Errorf("%s client %d: kept tensor %q is also a parameter", spec.Name, clients[i].Task.ID, k)
+				}
+				out[k] = v
+			}
+		}
+		return out, nil
+	}
 	if g, ok := st.(interface{ Global() tensor.Named }); ok {
 		plan.Global = g.Global
 		// the global model: a new site's parameters after the server's
@@ -313,8 +332,15 @@ func (c *Client) ReceiveShared(in tensor.Named) error {
 	return nil
 }
 
-// Evaluate scores the client's parameters on its evaluation sets.
+// Evaluate installs what the strategy sent for the evaluation (the round's
+// new global part, as Fit's Receive installs it; nothing when it sends
+// nothing) and scores the client's parameters on its evaluation sets.
 func (c *Client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
+	if len(ins.Params) > 0 {
+		if err := c.installGlobal(ins.Params); err != nil {
+			return federation.EvaluateRes{}, err
+		}
+	}
 	m, err := c.Env.Evaluate(ctx, &scorer{c: c, ready: map[int]bool{}}, c.Task)
 	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.Task.Train)}, err
 }

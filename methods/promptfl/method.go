@@ -179,3 +179,7 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
+
+// SmallSettings implements methods.SmallRun: 8 context tokens leave room
+// for the class names in a small CLIP's 24-token prompts.
+func (Method) SmallSettings(int) map[string]string { return map[string]string{"n_ctx": "8"} }

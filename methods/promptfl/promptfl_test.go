@@ -70,7 +70,9 @@ func TestStepFixture(t *testing.T) {
 	m := tinyModel(t)
 	init, _ := read(t, "../../testdata/promptfl/init.safetensors")
 	ref, meta := read(t, "../../testdata/promptfl/step.safetensors")
-	out, err := StepFromFile(m, init, ref, meta)
+	// the batch is the step's inputs alone: the image features come from
+	// the images, not from the reference's outputs (issue 17, defect 9)
+	out, err := StepFromFile(m, init, stepInputs(ref), meta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,4 +158,16 @@ func TestStepFromFileInputs(t *testing.T) {
 	if _, err := StepFromFile(m, tensor.Named{}, batch, meta); err == nil || !strings.Contains(err.Error(), ParamCtx) {
 		t.Errorf("without parameters: error %v", err)
 	}
+}
+
+// stepInputs keeps a step fixture's inputs (tokens, labels, images) and
+// drops its outputs, image features included.
+func stepInputs(ref tensor.Named) tensor.Named {
+	in := tensor.Named{}
+	for _, k := range []string{"tokens", "labels", "images"} {
+		if v, ok := ref[k]; ok {
+			in[k] = v
+		}
+	}
+	return in
 }

@@ -2,8 +2,11 @@
 //
 // Server-driven over client pull (as in Flower): a site registers, then
 // long-polls GetTask; the coordinator answers with the next task for that
-// site (fit or evaluate for a round). A fit task's answer is uploaded with
-// the client-streaming UploadUpdate, an evaluation's with ReportEval.
+// site (fit or evaluate for a round). Both kinds carry tensors: a fit task
+// what the strategy sends for training, an evaluation task what it sends for
+// the evaluation (ConfigureEvaluate: the round's new global part, or none).
+// A fit task's answer is uploaded with the client-streaming UploadUpdate, an
+// evaluation's with ReportEval.
 // Tensors travel as safetensors bytes cut into chunks of at most 1 MiB; the
 // first message of a stream is a header that declares every tensor's name,
 // dtype and shape, the total size and the SHA-256 of the bytes, all checked
@@ -401,9 +404,11 @@ type TaskHeader struct {
 	Round           int64                  `protobuf:"varint,3,opt,name=round,proto3" json:"round,omitempty"`
 	Kind            TaskKind               `protobuf:"varint,4,opt,name=kind,proto3,enum=pfedmma.transport.v1.TaskKind" json:"kind,omitempty"`
 	Config          map[string]string      `protobuf:"bytes,5,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Params          *Blob                  `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The task's tensors: for a fit, the strategy's download; for an
+	// evaluation, the tensors to install before scoring (may be empty).
+	Params        *Blob `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskHeader) Reset() {

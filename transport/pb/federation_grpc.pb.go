@@ -2,8 +2,11 @@
 //
 // Server-driven over client pull (as in Flower): a site registers, then
 // long-polls GetTask; the coordinator answers with the next task for that
-// site (fit or evaluate for a round). A fit task's answer is uploaded with
-// the client-streaming UploadUpdate, an evaluation's with ReportEval.
+// site (fit or evaluate for a round). Both kinds carry tensors: a fit task
+// what the strategy sends for training, an evaluation task what it sends for
+// the evaluation (ConfigureEvaluate: the round's new global part, or none).
+// A fit task's answer is uploaded with the client-streaming UploadUpdate, an
+// evaluation's with ReportEval.
 // Tensors travel as safetensors bytes cut into chunks of at most 1 MiB; the
 // first message of a stream is a header that declares every tensor's name,
 // dtype and shape, the total size and the SHA-256 of the bytes, all checked

@@ -1,0 +1,38 @@
+// Package conformance is the suite every registered trainable method must
+// pass (its tests, table-driven over methods.All(): a method added later is
+// checked without editing them). On a tiny world run — the embedded CLIP,
+// three clients, a few classes and shots, three rounds with
+// federation.fraction < 1 — it checks:
+//
+//   - Resume: the run interrupted after round 1 and after round 2 — the
+//     coordinator (`pfedmma run --resume`), and separately one site
+//     restarted from its state folder — ends bit-identical to the
+//     uninterrupted run: the global tensors, every site's kept tensors and
+//     client state, every round's metrics and the summary.
+//   - Network = simulation: the coordinator and the sites over real gRPC
+//     with mTLS on loopback (transport.RunCoordinator, transport.RunSite),
+//     one site killed mid-run and restarted from its state folder, give
+//     the simulation's results bit for bit.
+//   - Predict = evaluation: the Predictor rebuilt from each site's saved
+//     tensors gives, on every image of the site's evaluation sets, the
+//     logits its last evaluation computed, bit for bit.
+//   - Privacy: every upload holds exactly the strategy's declared shared
+//     tensors; a private tensor's name or value in an upload fails.
+//   - Aggregation rules: each --aggregate rule (median, trimmed mean) and
+//     DP either runs and keeps the strategy's contract or is refused by
+//     robust.Wrap before any round, with the reason.
+//   - Setting edges: every numeric setting at the minimum and the maximum
+//     its section's Check documents either runs a round or is refused
+//     before any round, naming the setting.
+//   - Step contract (methods with a reference step fixture in testdata/):
+//     `pfedmma step`'s gradient agrees with finite differences of the loss
+//     it reports, step1 is SGD applied to that gradient, and the image
+//     features come from the images, not from the file.
+//
+// A method's settings for the tiny run come from its defaults, with the
+// overrides it declares by implementing methods.SmallRun.
+//
+// make test's pure-Go pass (-tags purego) re-runs predict = evaluation and
+// the step contract under the fallback GEMM; the federation-level checks,
+// which do not depend on it, run in the main pass.
+package conformance
