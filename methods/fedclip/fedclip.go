@@ -27,9 +27,10 @@
 //     Adam lr 5e-5); `fedclip.lr` replaces the run's lr for this method.
 //   - Initialisation: PyTorch nn.Linear's default, U(−1/√d, 1/√d) for
 //     weights and biases, drawn from the run seed (W1, b1, W2, b2).
-//   - Every client scores the global adapter: the server's latest average
-//     in this in-process federation, the last download on a networked site,
-//     its own copy before the first aggregation.
+//   - Every client scores the global adapter: the server's latest average,
+//     which the strategy sends every client for its evaluation
+//     (FedAvg.EvaluateGlobal), in simulation as over the network; the site
+//     then keeps it (predict uses it).
 //
 // Behaviour to expect: the attention is not uniform at initialisation, so
 // the untrained adapter already reweights the features (round 0 scores a
@@ -52,7 +53,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strings"
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/eval"
@@ -176,7 +176,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			return nil, err
 		}
 	}
-	st := &server{FedAvg: &strategy.FedAvg{Shared: federation.Names(Names...), Initial: init.Clone()}}
+	st := &strategy.FedAvg{Shared: federation.Names(Names...), Initial: init.Clone(), EvaluateGlobal: true}
 	opts := env.Train
 	if s.LR > 0 {
 		if opts.Schedule != nil && opts.LR > 0 {
@@ -194,11 +194,11 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		if err != nil {
 			return nil, err
 		}
-		c := &Client{env: env, task: t, w: w, P: init.Clone(), loop: loop, global: st.served}
+		c := &Client{env: env, task: t, w: w, P: init.Clone(), loop: loop}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}
-	plan.Site = func(i int) (tensor.Named, error) { return clients[i].model().Clone(), nil }
+	plan.Site = func(i int) (tensor.Named, error) { return clients[i].P.Clone(), nil }
 	// the whole adapter is shared: the global model is the averaged one
 	plan.GlobalScorer = func() (eval.Scorer, error) {
 		g := st.Global()
@@ -303,41 +303,8 @@ type Client struct {
 	P      tensor.Named
 	loop   *train.Loop
 	labels []int
-	// global is the server's adapter when the server runs in this process
-	// and has aggregated (simulation), else nil.
-	global func() tensor.Named
-	// recv is the adapter of the last download.
-	recv tensor.Named
 	// losses, when not nil, records every batch loss (fixture rounds).
 	losses *[]float32
-}
-
-// server is the method's FedAvg, noting whether it has aggregated in this
-// process: in a simulation the clients then score the new global adapter;
-// a site of a networked federation (whose strategy never aggregates)
-// scores the adapter of its last download instead.
-type server struct {
-	*strategy.FedAvg
-	aggregated bool
-}
-
-// Aggregate implements federation.Strategy.
-func (s *server) Aggregate(round int, results []federation.FitResult, failures []federation.Failure) error {
-	s.aggregated = true
-	return s.FedAvg.Aggregate(round, results, failures)
-}
-
-// LoadState implements federation.Strategy (a resumed server).
-func (s *server) LoadState(st tensor.Named) error {
-	s.aggregated = true
-	return s.FedAvg.LoadState(st)
-}
-
-func (s *server) served() tensor.Named {
-	if !s.aggregated {
-		return nil
-	}
-	return s.Global()
 }
 
 // ID implements federation.Client.
@@ -375,20 +342,25 @@ func (c *Client) Step(_ context.Context, b train.Batch) (float64, int, error) {
 	return loss, correct, nil
 }
 
-// Fit installs the global adapter, trains locally and uploads the adapter.
-func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	for name, t := range ins.Params {
+// install copies a received global adapter into the client's.
+func (c *Client) install(in tensor.Named) error {
+	for name, t := range in {
 		p, ok := c.P[name]
 		if !ok {
-			return federation.FitRes{}, fmt.Errorf("fedclip client %d: received unexpected tensor %q", c.task.ID, name)
+			return fmt.Errorf("fedclip client %d: received unexpected tensor %q", c.task.ID, name)
 		}
 		if !tensor.SameShape(p.Shape, t.Shape) {
-			return federation.FitRes{}, fmt.Errorf("fedclip client %d: received %q with shape %v, want %v", c.task.ID, name, t.Shape, p.Shape)
+			return fmt.Errorf("fedclip client %d: received %q with shape %v, want %v", c.task.ID, name, t.Shape, p.Shape)
 		}
 		copy(p.Data, t.Data)
 	}
-	if len(ins.Params) > 0 {
-		c.keep(ins.Params)
+	return nil
+}
+
+// Fit installs the global adapter, trains locally and uploads the adapter.
+func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
+	if err := c.install(ins.Params); err != nil {
+		return federation.FitRes{}, err
 	}
 	bar := c.env.StepBar(c.loop.Batches(), fmt.Sprintf("client %d batch", c.task.ID))
 	defer bar.Finish()
@@ -400,43 +372,16 @@ func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 	return federation.FitRes{Params: c.P.Clone(), NumExamples: len(c.task.Train), Metrics: m}, nil
 }
 
-// keep records the downloaded adapter in c.recv, reusing its buffers.
-func (c *Client) keep(p tensor.Named) {
-	if len(c.recv) == len(p) {
-		for name, t := range p {
-			r, ok := c.recv[name]
-			if !ok || len(r.Data) != len(t.Data) {
-				c.recv = p.Clone()
-				return
-			}
-			copy(r.Data, t.Data)
-		}
-		return
+// Evaluate installs the global adapter the server sent for the evaluation
+// (the round's new average: FedAvg.EvaluateGlobal, in simulation as over
+// the network) and scores it on the client's evaluation sets; the site
+// keeps it (predict). Without one it scores the adapter it holds.
+func (c *Client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
+	if err := c.install(ins.Params); err != nil {
+		return federation.EvaluateRes{}, err
 	}
-	c.recv = p.Clone()
-}
-
-// Evaluate scores the global adapter on the client's evaluation sets (see
-// model).
-func (c *Client) Evaluate(ctx context.Context, _ federation.EvaluateIns) (federation.EvaluateRes, error) {
-	m, err := c.env.Evaluate(ctx, scorer{c.w, c.model()}, c.task)
+	m, err := c.env.Evaluate(ctx, scorer{c.w, c.P}, c.task)
 	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.task.Train)}, err
-}
-
-// model is the adapter the site uses: the server's current one when it
-// runs in this process and has aggregated (simulation), else the adapter
-// of the last download (a networked site: the global model of the round's
-// start), else the client's own.
-func (c *Client) model() tensor.Named {
-	if c.global != nil {
-		if g := c.global(); g != nil {
-			return g
-		}
-	}
-	if c.recv != nil {
-		return c.recv
-	}
-	return c.P
 }
 
 // Scorer implements methods.BatchScorer: the client's own adapter.
@@ -465,11 +410,6 @@ func (c *Client) State() (tensor.Named, error) {
 	for name, t := range c.P {
 		st["param/"+name] = t.Clone()
 	}
-	if c.recv != nil {
-		for name, t := range c.recv {
-			st["recv/"+name] = t.Clone()
-		}
-	}
 	return st, nil
 }
 
@@ -482,25 +422,7 @@ func (c *Client) LoadState(st tensor.Named) error {
 		}
 		copy(p.Data, t.Data)
 	}
-	if _, ok := st["recv/"+ParamW1]; ok {
-		recv, err := checked(trimPrefix(st, "recv/"), c.w.D, fmt.Sprintf("client %d state", c.task.ID))
-		if err != nil {
-			return err
-		}
-		c.recv = recv
-	}
 	return c.loop.LoadState(st)
-}
-
-// trimPrefix returns the tensors of st under prefix, without it.
-func trimPrefix(st tensor.Named, prefix string) tensor.Named {
-	out := tensor.Named{}
-	for k, v := range st {
-		if name, ok := strings.CutPrefix(k, prefix); ok {
-			out[name] = v
-		}
-	}
-	return out
 }
 
 // Predictor implements methods.Method: the saved adapter on the frozen

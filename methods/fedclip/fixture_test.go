@@ -116,7 +116,9 @@ func TestFixtureRound(t *testing.T) {
 }
 
 // TestFixtureRoundIsFedAvg: global = Σ n_i/n · trained_i for every tensor,
-// and methods.Round's production sites keep that global adapter.
+// and methods.Round's production sites hold the adapter they trained (the
+// global one reaches them with the round's evaluation instruction:
+// TestEvaluateReceivesGlobal).
 func TestFixtureRoundIsFedAvg(t *testing.T) {
 	td := fixturetest.Testdata + "fedclip/"
 	f, err := methods.LoadFixture(fixturetest.Model(t), td+"init.safetensors", []string{td + "round.safetensors"}, nil)
@@ -162,8 +164,9 @@ func TestFixtureRoundIsFedAvg(t *testing.T) {
 			t.Errorf("global.%s: methods.Round differs from the fixture round", name)
 		}
 		for i := range sizes {
-			if d := bitsEqual(tensor.Named{name: prod[fmt.Sprintf("client%d.trained.%s", i, name)]}, tensor.Named{name: out["global."+name]}); d != "" {
-				t.Errorf("methods.Round: site %d keeps something else than the global %s", i, name)
+			key := fmt.Sprintf("client%d.trained.%s", i, name)
+			if d := bitsEqual(tensor.Named{name: prod[key]}, tensor.Named{name: out[key]}); d != "" {
+				t.Errorf("methods.Round: site %d holds another %s than the one it trained", i, name)
 			}
 		}
 	}

@@ -430,11 +430,10 @@ func TestTrainingLearns(t *testing.T) {
 	}
 }
 
-// TestSiteWithoutServer: a site whose strategy never aggregates in its
-// process (a networked site) uses the adapter of its last download, also
-// after a restart from its state; once the strategy aggregates in-process
-// it uses the new global adapter.
-func TestSiteWithoutServer(t *testing.T) {
+// TestEvaluateReceivesGlobal: the strategy sends every client the new
+// global adapter for its evaluation (ConfigureEvaluate); the client scores
+// and keeps it, and nothing reaches it without an instruction.
+func TestEvaluateReceivesGlobal(t *testing.T) {
 	plan := build(t, &Settings{}, 16, 5, 2, 24, testOpts())
 	c := plan.Clients[0].(*Client)
 	down := tensor.Named{}
@@ -449,11 +448,39 @@ func TestSiteWithoutServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(c.model(), down); d != "" {
-		t.Fatalf("a site without an in-process server does not use its download (%s)", d)
-	}
 	if d := bitsEqual(res.Params, down); d == "" {
 		t.Fatal("training did not move the adapter: the test cannot tell the two apart")
+	}
+	if err := plan.Strategy.Init([]federation.ClientInfo{{ID: 0, NumExamples: 1}, {ID: 1, NumExamples: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	other := res.Params.Clone()
+	for _, v := range other {
+		for i := range v.Data {
+			v.Data[i] *= 0.5
+		}
+	}
+	if err := plan.Strategy.Aggregate(0, []federation.FitResult{{ClientID: 0, NumExamples: 1, Params: res.Params}, {ClientID: 1, NumExamples: 3, Params: other}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := bitsEqual(c.P, res.Params); d != "" {
+		t.Fatalf("the in-process aggregation reached the client without an instruction (%s)", d)
+	}
+	ins, err := federation.ConfigureEvaluate(plan.Strategy, 0, []int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := bitsEqual(ins[0], plan.Global()); d != "" || len(ins) != 2 {
+		t.Fatalf("ConfigureEvaluate does not send every client the new global adapter (%d clients, %s)", len(ins), d)
+	}
+	if _, err := c.Evaluate(context.Background(), federation.EvaluateIns{Round: 0, Params: ins[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if d := bitsEqual(c.P, plan.Global()); d != "" {
+		t.Fatalf("the client does not score and keep the global adapter it was sent (%s)", d)
+	}
+	if d := bitsEqual(c.P, res.Params); d == "" {
+		t.Fatal("the global adapter equals the client's own: the test cannot tell them apart")
 	}
 	st, err := c.State()
 	if err != nil {
@@ -463,17 +490,12 @@ func TestSiteWithoutServer(t *testing.T) {
 	if err := fresh.LoadState(st); err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(fresh.model(), down); d != "" {
-		t.Fatalf("a restarted site does not use its last download (%s)", d)
+	if d := bitsEqual(fresh.P, plan.Global()); d != "" {
+		t.Fatalf("a restarted site does not hold the adapter it scored (%s)", d)
 	}
-	if err := plan.Strategy.Init([]federation.ClientInfo{{ID: 0, NumExamples: 1}, {ID: 1, NumExamples: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := plan.Strategy.Aggregate(0, []federation.FitResult{{ClientID: 0, NumExamples: 1, Params: res.Params}}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if d := bitsEqual(c.model(), plan.Global()); d != "" {
-		t.Fatalf("after an in-process aggregation the site does not use the global adapter (%s)", d)
+	site, _ := plan.Site(0)
+	if d := bitsEqual(site, plan.Global()); d != "" {
+		t.Errorf("the site keeps something else than the adapter it scored (%s)", d)
 	}
 }
 
@@ -524,7 +546,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want, err := scorer{c.w, c.model()}.Logits(0, recs, B)
+	want, err := scorer{c.w, c.P}.Logits(0, recs, B)
 	if err != nil {
 		t.Fatal(err)
 	}

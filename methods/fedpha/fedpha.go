@@ -75,8 +75,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fedpha: lambda_pull %g: must be a non-negative number", c.LambdaPull)
 	case !(c.LambdaPush >= 0) || math.IsInf(c.LambdaPush, 0):
 		return fmt.Errorf("fedpha: lambda_push %g: must be a non-negative number", c.LambdaPush)
-	case !(c.InitStd >= 0):
-		return fmt.Errorf("fedpha: init_std %g: must not be negative", c.InitStd)
+	case !(c.InitStd > 0) || math.IsInf(c.InitStd, 0):
+		return fmt.Errorf("fedpha: init_std %g: must be positive (a zero global prompt has no SVD derivative)", c.InitStd)
 	}
 	return nil
 }

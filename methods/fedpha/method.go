@@ -36,7 +36,9 @@ func (s *Settings) Check(c *config.Checker) {
 	c.NonNegative("alpha", s.Alpha)
 	c.NonNegative("lambda_pull", s.LambdaPull)
 	c.NonNegative("lambda_push", s.LambdaPush)
-	c.NonNegative("init_std", s.InitStd)
+	// a zero global prompt has no SVD derivative (the projection needs its
+	// singular directions): the contexts start from a nonzero draw
+	c.Positive("init_std", s.InitStd)
 }
 
 func (s *Settings) config(seed uint64) Config {
