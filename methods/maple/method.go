@@ -3,6 +3,7 @@ package maple
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
@@ -41,6 +42,18 @@ func (s *Settings) Check(c *config.Checker) {
 	c.AtLeast("prompt_depth", s.PromptDepth, 1)
 	c.AtMost("prompt_depth", s.PromptDepth, 48)
 	c.NonNegative("init_std", s.InitStd)
+}
+
+// FitModel implements config.ModelFitter: on a model with fewer blocks
+// than prompt_depth the depth keeps its share of ViT-B/16's 12 blocks
+// (the authors' 9 of 12 → 3 of 4).
+func (s *Settings) FitModel(layers int) []string {
+	if s.PromptDepth <= layers {
+		return nil
+	}
+	old := s.PromptDepth
+	s.PromptDepth = min(layers, max(1, int(math.Round(float64(old)/12*float64(layers)))))
+	return []string{fmt.Sprintf("prompt_depth %d → %d (of the model's %d blocks)", old, s.PromptDepth, layers)}
 }
 
 func (s *Settings) config(seed uint64) Config {

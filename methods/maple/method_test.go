@@ -286,3 +286,15 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 		t.Error("predictor without a prompt learner accepted")
 	}
 }
+
+// TestFitModel: the authors' depth 9 of 12 becomes 3 on a 4-block model;
+// a depth that fits is kept.
+func TestFitModel(t *testing.T) {
+	s := Method{}.DefaultConfig().(*Settings)
+	if c := s.FitModel(4); len(c) != 1 || s.PromptDepth != 3 || !strings.Contains(c[0], "prompt_depth 9 → 3") {
+		t.Errorf("fit to 4 blocks: %v, depth %d", c, s.PromptDepth)
+	}
+	if c := s.FitModel(12); c != nil || s.PromptDepth != 3 {
+		t.Errorf("fit of a depth that fits: %v, depth %d", c, s.PromptDepth)
+	}
+}
