@@ -24,6 +24,18 @@
 // of the image tokens (cached per image), the text side from the token
 // embeddings. The backward pass is exact (the blocks' input-gradient GEMMs
 // only; no weight gradients).
+//
+// Where this differs from the authors' code, on purpose (testdata/README.md,
+// maple/, lists their bugs):
+//   - float32 throughout. Their configs run fp16 (the only precision that
+//     runs as shipped: PREC fp32 crashes on the fp16 proj), with ctx and proj
+//     as fp16 parameters.
+//   - Widths come from the model (the code hard-codes ViT-B/16's 512/768).
+//   - The class prompts are "X … X {class}." with ctx drawn N(0, σ²), the
+//     code's path without CTX_INIT. Their config's CTX_INIT "a photo of a"
+//     (ctx initialised from the embeddings of "a photo", "of a" frozen in
+//     the prompt) is not implemented.
+//   - Federated as FLiP/PMFLT run it: FedAvg of every tensor.
 package maple
 
 import (
