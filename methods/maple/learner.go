@@ -31,10 +31,11 @@
 //     runs as shipped: PREC fp32 crashes on the fp16 proj), with ctx and proj
 //     as fp16 parameters.
 //   - Widths come from the model (the code hard-codes ViT-B/16's 512/768).
-//   - The class prompts are "X … X {class}." with ctx drawn N(0, σ²), the
-//     code's path without CTX_INIT. Their config's CTX_INIT "a photo of a"
-//     (ctx initialised from the embeddings of "a photo", "of a" frozen in
-//     the prompt) is not implemented.
+//   - ctx_init as the code: with n_ctx ≤ 4 the prompts are
+//     "{ctx_init} {class}." and ctx starts as the token embeddings of their
+//     first n_ctx words (the config's "a photo of a" with n_ctx 2 learns
+//     "a photo" and keeps "of a" frozen); otherwise "X … X {class}." with
+//     ctx drawn N(0, σ²).
 //   - Federated as FLiP/PMFLT run it: FedAvg of every tensor.
 package maple
 
@@ -71,6 +72,10 @@ type Config struct {
 	Depth   int     // J: prompt depth in both encoders, 1 ≤ J ≤ blocks (9)
 	InitStd float64 // σ of the N(0, σ²) draw of ctx and the deep text prompts (0.02)
 	Seed    uint64  // seed of the initial draw
+	// CtxFromTokens initialises ctx with the frozen token embeddings at
+	// positions 1..n of the class prompts (the authors' CTX_INIT: the
+	// prompts start with the init words) instead of drawing it.
+	CtxFromTokens bool
 }
 
 // DefaultConfig returns the authors' settings (vit_b16_c2_ep5_batch4_2ctx).
@@ -281,6 +286,10 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 		}
 	}
 	normal(l.p[ParamCtx])
+	if cfg.CtxFromTokens {
+		// the same words start every prompt: row 0's embeddings at 1..n
+		copy(l.p[ParamCtx].Data, full[Dt:(1+n)*Dt])
+	}
 	uniform(l.p[ParamProjW])
 	uniform(l.p[ParamProjB])
 	for k := 1; k < J; k++ {

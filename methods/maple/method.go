@@ -33,6 +33,21 @@ type Settings struct {
 	PromptDepth int `yaml:"prompt_depth"`
 	// InitStd is σ of the N(0, σ²) draw of ctx and the deep text prompts (0.02).
 	InitStd float64 `yaml:"init_std"`
+	// CtxInit is the authors' CTX_INIT ("a photo of a"): with n_ctx ≤ 4 the
+	// class prompts are "{ctx_init} {class}." and ctx starts as the
+	// embeddings of their first n_ctx words (it must have at least n_ctx);
+	// empty, or n_ctx > 4: "X … X {class}." with ctx drawn N(0, σ²).
+	CtxInit string `yaml:"ctx_init"`
+}
+
+// words returns the words before each class name and whether ctx starts
+// from their embeddings.
+func (s *Settings) words() (string, bool) {
+	w := strings.Join(strings.Fields(strings.ReplaceAll(s.CtxInit, "_", " ")), " ")
+	if w != "" && s.NCtx <= 4 {
+		return w, true
+	}
+	return promptfed.Placeholder(s.NCtx), false
 }
 
 // Check implements config.Section.
@@ -57,7 +72,8 @@ func (s *Settings) FitModel(layers int) []string {
 }
 
 func (s *Settings) config(seed uint64) Config {
-	return Config{NCtx: s.NCtx, Depth: s.PromptDepth, InitStd: s.InitStd, Seed: seed}
+	_, fromTokens := s.words()
+	return Config{NCtx: s.NCtx, Depth: s.PromptDepth, InitStd: s.InitStd, Seed: seed, CtxFromTokens: fromTokens}
 }
 
 // Method is MaPLe for the methods registry.
@@ -74,7 +90,7 @@ func (Method) Info() methods.Info {
 // DefaultConfig implements methods.Method: the authors' ViT-B/16 settings.
 func (Method) DefaultConfig() config.Section {
 	c := DefaultConfig()
-	return &Settings{NCtx: c.NCtx, PromptDepth: c.Depth, InitStd: c.InitStd}
+	return &Settings{NCtx: c.NCtx, PromptDepth: c.Depth, InitStd: c.InitStd, CtxInit: "a photo of a"}
 }
 
 // Depth implements methods.Method: the image encoder runs from its first
@@ -110,11 +126,34 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		return nil, err
 	}
 	cfg := s.config(env.Seed)
-	spec := &promptfed.Spec{Name: "maple", Placeholder: cfg.NCtx, Prefixes: true, Shared: Shared,
+	words, _ := s.words()
+	spec := &promptfed.Spec{Name: "maple", Placeholder: cfg.NCtx, Words: words, Prefixes: true, Shared: Shared,
 		NewLearner: func(tokens []int) (promptfed.Learner, error) {
+			if err := checkInitWords(tokens, env.Model.W.Config.Text.ContextLength, cfg); err != nil {
+				return nil, err
+			}
 			return New(env.Model, tokens, cfg)
 		}}
 	return promptfed.Build(env, spec)
+}
+
+// checkInitWords refuses a ctx_init with fewer than n_ctx tokens: its
+// embeddings would take the class name's (or the EOT's) place.
+func checkInitWords(tokens []int, ctxLen int, cfg Config) error {
+	if !cfg.CtxFromTokens {
+		return nil
+	}
+	C := len(tokens) / ctxLen
+	want := tokens[1 : 1+cfg.NCtx]
+	for c := 1; c < C; c++ {
+		row := tokens[c*ctxLen+1 : c*ctxLen+1+cfg.NCtx]
+		for i := range want {
+			if row[i] != want[i] {
+				return fmt.Errorf("maple.ctx_init: has fewer than n_ctx %d tokens (class prompts differ at position %d)", cfg.NCtx, i+1)
+			}
+		}
+	}
+	return nil
 }
 
 // Predictor implements methods.Method: the site's prompt learner on the
@@ -127,12 +166,14 @@ func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.
 	if _, ok := saved[ParamCtx]; !ok {
 		return nil, fmt.Errorf("maple: saved site lacks %q", ParamCtx)
 	}
-	return predictor{pe: pe, cfg: s.config(0), saved: saved}, nil
+	words, _ := s.words()
+	return predictor{pe: pe, cfg: s.config(0), words: words, saved: saved}, nil
 }
 
 type predictor struct {
 	pe    methods.PredictEnv
 	cfg   Config
+	words string
 	saved tensor.Named
 }
 
@@ -140,7 +181,7 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	m := p.pe.Model
 	var tokens []int
 	for _, c := range classes {
-		ids, err := p.pe.Tok.Tokenize(promptfed.Placeholder(p.cfg.NCtx)+" "+strings.ReplaceAll(c, "_", " ")+".", m.W.Config.Text.ContextLength, false)
+		ids, err := p.pe.Tok.Tokenize(p.words+" "+strings.ReplaceAll(c, "_", " ")+".", m.W.Config.Text.ContextLength, false)
 		if err != nil {
 			return nil, err
 		}
@@ -167,7 +208,7 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Settings{NCtx: cfg.NCtx, PromptDepth: cfg.Depth, InitStd: cfg.InitStd}, nil
+	return &Settings{NCtx: cfg.NCtx, PromptDepth: cfg.Depth, InitStd: cfg.InitStd}, nil // the fixtures' "X X" prompts
 }
 
 // Step implements methods.Stepper: the layout of testdata/maple/step.safetensors.

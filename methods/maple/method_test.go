@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,7 +13,6 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -207,8 +207,19 @@ func TestSettings(t *testing.T) {
 		t.Errorf("prompt_depth 4 on 3 blocks: %v", err)
 	}
 	d := Method{}.DefaultConfig().(*Settings)
-	if d.NCtx != 2 || d.PromptDepth != 9 || d.InitStd != 0.02 {
-		t.Errorf("defaults %+v, want n_ctx 2, prompt_depth 9, init_std 0.02", d)
+	if d.NCtx != 2 || d.PromptDepth != 9 || d.InitStd != 0.02 || d.CtxInit != "a photo of a" {
+		t.Errorf("defaults %+v, want n_ctx 2, prompt_depth 9, init_std 0.02, ctx_init \"a photo of a\"", d)
+	}
+	d.NCtx = 5 // the code's CTX_INIT applies only to n_ctx ≤ 4
+	if w, from := d.words(); from || w != "X X X X X" {
+		t.Errorf("n_ctx 5 with ctx_init: words %q, from tokens %v", w, from)
+	}
+	cfg := Config{NCtx: 3, Depth: 1, CtxFromTokens: true}
+	rows := make([]int, 2*12)
+	copy(rows, []int{18, 7, 8, 9, 3, 19})
+	copy(rows[12:], []int{18, 7, 8, 10, 3, 19})
+	if err := checkInitWords(rows, 12, cfg); err == nil || !strings.Contains(err.Error(), "ctx_init") {
+		t.Errorf("ctx_init of 2 words for n_ctx 3: %v", err)
 	}
 	m, tokens := randomModel(3, 2)
 	if _, err := New(m, tokens, Config{NCtx: 2, Depth: 0}); err == nil || !strings.Contains(err.Error(), "prompt_depth") {
@@ -228,62 +239,77 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := clip.New(w)
-	s := &Settings{NCtx: 2, PromptDepth: 2, InitStd: 0.02}
 	classes := []string{"red_circle", "blue square", "green striped triangle"}
-	var tokens []int
-	for _, c := range classes {
-		ids, err := tok.Tokenize(promptfed.Placeholder(s.NCtx)+" "+strings.ReplaceAll(c, "_", " ")+".", m.W.Config.Text.ContextLength, false)
+	for _, init := range []string{"", "a photo of a"} {
+		s := &Settings{NCtx: 2, PromptDepth: 2, InitStd: 0.02, CtxInit: init}
+		words, fromTokens := s.words()
+		if fromTokens != (init != "") {
+			t.Fatalf("ctx_init %q: from tokens %v", init, fromTokens)
+		}
+		var tokens []int
+		for _, c := range classes {
+			ids, err := tok.Tokenize(words+" "+strings.ReplaceAll(c, "_", " ")+".", m.W.Config.Text.ContextLength, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tokens = append(tokens, ids...)
+		}
+		l, err := New(m, tokens, s.config(3))
 		if err != nil {
 			t.Fatal(err)
 		}
-		tokens = append(tokens, ids...)
-	}
-	l, err := New(m, tokens, s.config(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(1, 3))
-	saved := l.Params().Clone()
-	for _, p := range saved {
-		for i, v := range gradcheck.Rand(rng, len(p.Data), 0.05) {
-			p.Data[i] += v
+		if fromTokens { // ctx starts as the embeddings of "a photo"
+			D := m.W.Config.Text.Width
+			for i := 0; i < s.NCtx; i++ {
+				id := tokens[1+i]
+				if !slices.Equal(l.Params()[ParamCtx].Data[i*D:(i+1)*D], m.Text.W.TokenEmb[id*D:(id+1)*D]) {
+					t.Fatalf("ctx_init: ctx row %d is not the embedding of token %d", i, id)
+				}
+			}
 		}
-	}
-	for name, p := range saved {
-		copy(l.Params()[name].Data, p.Data)
-	}
-	S := m.W.Config.Vision.ImageSize
-	const B = 3
-	px := gradcheck.Rand(rng, B*3*S*S, 1)
-	if err := l.Prepare(); err != nil {
-		t.Fatal(err)
-	}
-	depth, err := Method{}.Depth(s, m.W.Config.Vision.Layers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := l.Logits(methods.ImageRecords(m, depth, px, B, nil), B)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, err := Method{}.Predictor(methods.PredictEnv{Model: m, Tok: tok, Template: "a photo of a {}."}, s, saved)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := pr.Logits(px, B, classes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != len(want) {
-		t.Fatalf("%d logits, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("logit %d: predictor %g, evaluation %g", i, got[i], want[i])
+		rng := rand.New(rand.NewPCG(1, 3))
+		saved := l.Params().Clone()
+		for _, p := range saved {
+			for i, v := range gradcheck.Rand(rng, len(p.Data), 0.05) {
+				p.Data[i] += v
+			}
 		}
-	}
-	if _, err := (Method{}).Predictor(methods.PredictEnv{Model: m, Tok: tok}, s, tensor.Named{}); err == nil {
-		t.Error("predictor without a prompt learner accepted")
+		for name, p := range saved {
+			copy(l.Params()[name].Data, p.Data)
+		}
+		S := m.W.Config.Vision.ImageSize
+		const B = 3
+		px := gradcheck.Rand(rng, B*3*S*S, 1)
+		if err := l.Prepare(); err != nil {
+			t.Fatal(err)
+		}
+		depth, err := Method{}.Depth(s, m.W.Config.Vision.Layers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := l.Logits(methods.ImageRecords(m, depth, px, B, nil), B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, err := Method{}.Predictor(methods.PredictEnv{Model: m, Tok: tok, Template: "a photo of a {}."}, s, saved)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pr.Logits(px, B, classes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%d logits, want %d", len(got), len(want))
+		}
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("ctx_init %q: logit %d: predictor %g, evaluation %g", init, i, got[i], want[i])
+			}
+		}
+		if _, err := (Method{}).Predictor(methods.PredictEnv{Model: m, Tok: tok}, s, tensor.Named{}); err == nil {
+			t.Error("predictor without a prompt learner accepted")
+		}
 	}
 }
 

@@ -47,6 +47,9 @@ type Spec struct {
 	// Placeholder is the number of "X" words before each class name in the
 	// class prompts (n_ctx).
 	Placeholder int
+	// Words, when set, replaces the Placeholder's "X" words before each
+	// class name (MaPLe's CTX_INIT "a photo of a").
+	Words string
 	// Prefixes, when set, makes the learners take the cached input of the
 	// image encoder's first block (ln_pre output, depth 0 or 1) instead of
 	// frozen image features: methods that prompt the image encoder (MaPLe).
@@ -93,7 +96,11 @@ func (s *Spaces) Get(space int) (Learner, error) {
 	if l, ok := s.by[space]; ok {
 		return l, nil
 	}
-	tokens, err := s.env.ClassPromptTokens(space, Placeholder(s.spec.Placeholder))
+	words := s.spec.Words
+	if words == "" {
+		words = Placeholder(s.spec.Placeholder)
+	}
+	tokens, err := s.env.ClassPromptTokens(space, words)
 	if err != nil {
 		return nil, err
 	}
