@@ -70,9 +70,11 @@ clean:
 
 # MaPLe reference fixtures (testdata/maple) from the authors' code; not part of
 # the build or the tests. Needs python3 with torch and numpy (Debian's
-# python3-torch) and the authors' repository: MAPLE_REF is a checkout of
-# muzairkhattak/multimodal-prompt-learning (the fetched mirror's files).
+# python3-torch) and the authors' repository: MAPLE_REF holds its clip/model.py and
+# trainers/maple.py (commit 69bce21), e.g. `git -C MIRROR archive HEAD clip/model.py
+# trainers/maple.py | tar -x -C /tmp/maple-ref-src`. The verifier's finite
+# differences take about 4 CPU-minutes.
 MAPLE_REF ?= /tmp/maple-ref-src
 fixtures-maple:
 	/usr/bin/python3 tools/fixtures/maple/make_fixture.py --ref $(MAPLE_REF) --testdata testdata
-	/usr/bin/python3 tools/fixtures/maple/verify.py --testdata testdata
+	/usr/bin/python3 -u tools/fixtures/maple/verify.py --testdata testdata
