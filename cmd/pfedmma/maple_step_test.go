@@ -21,7 +21,7 @@ func TestMaPLeStepRoundCommands(t *testing.T) {
 	t.Cleanup(func() { resetCommand(t, "step"); resetCommand(t, "round") })
 	const td = "../../testdata/maple/"
 	for _, c := range []struct{ kind, params, batch string }{
-		{"step", "init", "step"}, {"round", "init", "round"},
+		{"step", "init", "step"}, {"step", "init_j4", "step_j4"}, {"round", "init", "round"},
 	} {
 		t.Run(c.batch, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out.safetensors")

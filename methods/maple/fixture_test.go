@@ -72,35 +72,41 @@ func updateTol(p, init *tensor.Tensor, base float64) float64 {
 	return math.Max(base, 4*float64(ulp)/um)
 }
 
+// TestStepFixture reproduces step (J 3 of 4 blocks) and step_j4 (every
+// block prompted: the pooled last block's input carries replaced rows).
 func TestStepFixture(t *testing.T) {
 	m := tinyModel(t)
-	init, _ := read(t, "../../testdata/maple/init.safetensors")
-	ref, meta := read(t, "../../testdata/maple/step.safetensors")
-	out, err := StepFromFile(m, init, ref, meta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	J, _ := prompt.MetaInt(meta, "prompt_depth")
-	if J < 2 {
-		t.Fatalf("fixture prompt_depth %d: want deep prompts", J)
-	}
-	for k := 0; k < J; k++ {
-		name := "visual_prompt." + string(rune('0'+k))
-		rel(t, name, out[name], ref[name], 1e-5)
-	}
-	for _, name := range []string{"image_features", "text_features", "logits", "loss"} {
-		rel(t, name, out[name], ref[name], 1e-5)
-	}
-	n := 0
-	for name := range init {
-		n++
-		rel(t, "grad."+name, out["grad."+name], ref["grad."+name], 1e-4)
-		rel(t, "step1."+name, out["step1."+name], ref["step1."+name], 1e-5)
-		rel(t, "update "+name, update(out["step1."+name], init[name]), update(ref["step1."+name], init[name]),
-			updateTol(ref["step1."+name], init[name], 1e-4))
-	}
-	if n != 3+3*(J-1) {
-		t.Errorf("init holds %d tensors, want %d for depth %d", n, 3+3*(J-1), J)
+	for _, c := range []struct{ init, step string }{{"init", "step"}, {"init_j4", "step_j4"}} {
+		t.Run(c.step, func(t *testing.T) {
+			init, _ := read(t, "../../testdata/maple/"+c.init+".safetensors")
+			ref, meta := read(t, "../../testdata/maple/"+c.step+".safetensors")
+			out, err := StepFromFile(m, init, ref, meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			J, _ := prompt.MetaInt(meta, "prompt_depth")
+			if J < 2 {
+				t.Fatalf("fixture prompt_depth %d: want deep prompts", J)
+			}
+			for k := 0; k < J; k++ {
+				name := "visual_prompt." + string(rune('0'+k))
+				rel(t, name, out[name], ref[name], 1e-5)
+			}
+			for _, name := range []string{"image_features", "text_features", "logits", "loss"} {
+				rel(t, name, out[name], ref[name], 1e-5)
+			}
+			n := 0
+			for name := range init {
+				n++
+				rel(t, "grad."+name, out["grad."+name], ref["grad."+name], 1e-4)
+				rel(t, "step1."+name, out["step1."+name], ref["step1."+name], 1e-5)
+				rel(t, "update "+name, update(out["step1."+name], init[name]), update(ref["step1."+name], init[name]),
+					updateTol(ref["step1."+name], init[name], 1e-4))
+			}
+			if n != 3+3*(J-1) {
+				t.Errorf("init holds %d tensors, want %d for depth %d", n, 3+3*(J-1), J)
+			}
+		})
 	}
 }
 
