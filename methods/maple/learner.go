@@ -188,13 +188,16 @@ func (t *tower) backward(dpool []float32) []float32 {
 
 // Learner trains one MaPLe prompt learner on a frozen CLIP for one label
 // space. Several clients may share a Learner when they train one at a time
-// (load a client's tensors into Params first). It is not safe for
-// concurrent use.
+// (load a client's tensors into Params first). Its blocks and heads are
+// private copies sharing the frozen weights, so other users of the model do
+// not disturb its activations. It is not safe for concurrent use.
 type Learner struct {
 	Cfg        Config
 	LogitScale float32 // log of the logit multiplier (the model's)
 
 	m          *clip.Model
+	vis        clip.Vision // shared frozen weights, own head buffers
+	text       clip.Text   // shared frozen weights, own head buffers
 	C, E       int
 	Dt, Dv, T0 int // text width, vision width, image tokens
 	textT      int // text length run (last EOT + 1)
@@ -258,6 +261,8 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 			row[i] += p
 		}
 	}
+	l.vis = clip.Vision{Cfg: m.Vision.Cfg, W: m.Vision.W}
+	l.text = clip.Text{Cfg: m.Text.Cfg, W: m.Text.W}
 	l.txt = newTower(m.Text.Stack.Blocks, J, 1, n)
 	l.img = newTower(m.Vision.Stack.Blocks, J, l.T0, n)
 
@@ -352,7 +357,7 @@ func (l *Learner) TextFeatures(train bool) []float32 {
 	}
 	pooled := l.txt.forward(l.x0t, l.tdeep, C, T, l.eot, train)
 	l.tf = nn.Grow(l.tf, C*l.E)
-	l.m.Text.HeadForward(l.tf, pooled, C)
+	l.text.HeadForward(l.tf, pooled, C)
 	return l.tf
 }
 
@@ -374,7 +379,7 @@ func (l *Learner) ImageFeatures(prefix []float32, B int, train bool) []float32 {
 	}
 	pooled := l.img.forward(l.x0v, l.vp, B, T, clip.ClassPool(B), train)
 	l.imf = nn.Grow(l.imf, B*l.E)
-	l.m.Vision.HeadForward(l.imf, pooled, B)
+	l.vis.HeadForward(l.imf, pooled, B)
 	return l.imf
 }
 
@@ -412,7 +417,7 @@ func (l *Learner) backward(B int) {
 	n, Dt, Dv, C, T := l.Cfg.NCtx, l.Dt, l.Dv, l.C, l.textT
 	J := l.Cfg.Depth
 	// image side: dx0 → ln_pre(v_0) rows summed over images → v_0
-	dx0 := l.img.backward(l.m.Vision.HeadBackward(l.dImg))
+	dx0 := l.img.backward(l.vis.HeadBackward(l.dImg))
 	Ti := l.T0 + n
 	l.dvln = nn.Grow(l.dvln, n*Dv)
 	clear(l.dvln)
@@ -426,7 +431,7 @@ func (l *Learner) backward(B int) {
 	w := l.m.Vision.W
 	nn.LayerNormBackward(l.dv0, nil, nil, l.dvln, l.vp[0], l.vmean, l.vrstd, w.LnPreW, n, Dv)
 	// text side: dx0 rows 1..n summed over classes → ctx
-	dxt := l.txt.backward(l.m.Text.HeadBackward(l.dTxt))
+	dxt := l.txt.backward(l.text.HeadBackward(l.dTxt))
 	dctx := l.g[ParamCtx].Data
 	for r := 0; r < C; r++ {
 		for i, v := range dxt[(r*T+1)*Dt : (r*T+1+n)*Dt] {
