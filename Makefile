@@ -9,7 +9,7 @@ BIN       := bin/pfedmma
 # Idle OpenBLAS threads sleep instead of spinning (see gemm.TuneCPU).
 export OPENBLAS_THREAD_TIMEOUT ?= 4
 
-.PHONY: run test deps build bench fuzz proto clean
+.PHONY: run test deps build bench fuzz proto clean fixtures-maple
 
 # Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
 # path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
@@ -67,3 +67,14 @@ proto:
 
 clean:
 	rm -rf bin runs
+
+# MaPLe reference fixtures (testdata/maple) from the authors' code; not part of
+# the build or the tests. Needs python3 with torch and numpy (Debian's
+# python3-torch) and the authors' repository: MAPLE_REF holds its clip/model.py and
+# trainers/maple.py (commit 69bce21), e.g. `git -C MIRROR archive HEAD clip/model.py
+# trainers/maple.py | tar -x -C /tmp/maple-ref-src`. The verifier's finite
+# differences take about 4 CPU-minutes.
+MAPLE_REF ?= /tmp/maple-ref-src
+fixtures-maple:
+	/usr/bin/python3 tools/fixtures/maple/make_fixture.py --ref $(MAPLE_REF) --testdata testdata
+	/usr/bin/python3 -u tools/fixtures/maple/verify.py --testdata testdata

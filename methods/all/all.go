@@ -12,6 +12,7 @@ import (
 	_ "github.com/pfedmma/pfedmma/methods/fedpgp"      // FedPGP
 	_ "github.com/pfedmma/pfedmma/methods/fedpha"      // FedPHA
 	_ "github.com/pfedmma/pfedmma/methods/fedtpg"      // FedTPG
+	_ "github.com/pfedmma/pfedmma/methods/maple"       // MaPLe
 	_ "github.com/pfedmma/pfedmma/methods/pfedmma"     // pFedMMA
 	_ "github.com/pfedmma/pfedmma/methods/pfedmoap"    // pFedMoAP
 	_ "github.com/pfedmma/pfedmma/methods/promptfl"    // PromptFL

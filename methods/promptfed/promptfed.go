@@ -47,6 +47,13 @@ type Spec struct {
 	// Placeholder is the number of "X" words before each class name in the
 	// class prompts (n_ctx).
 	Placeholder int
+	// Words, when set, replaces the Placeholder's "X" words before each
+	// class name (MaPLe's CTX_INIT "a photo of a").
+	Words string
+	// Prefixes, when set, makes the learners take the cached input of the
+	// image encoder's first block (ln_pre output, depth 0 or 1) instead of
+	// frozen image features: methods that prompt the image encoder (MaPLe).
+	Prefixes bool
 	// NewLearner builds the learner of a label space from its class
 	// prompts [C, ctx].
 	NewLearner func(tokens []int) (Learner, error)
@@ -93,7 +100,11 @@ func (s *Spaces) Get(space int) (Learner, error) {
 	if l, ok := s.by[space]; ok {
 		return l, nil
 	}
-	tokens, err := s.env.ClassPromptTokens(space, Placeholder(s.spec.Placeholder))
+	words := s.spec.Words
+	if words == "" {
+		words = Placeholder(s.spec.Placeholder)
+	}
+	tokens, err := s.env.ClassPromptTokens(space, words)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +121,10 @@ func Placeholder(n int) string { return strings.TrimSpace(strings.Repeat("X ", n
 
 // Build makes the clients and the strategy of a prompt method on env.
 func Build(env *methods.Env, spec *Spec) (*methods.Plan, error) {
-	if env.Start != methods.Features && env.Start != methods.TokenFeatures {
+	switch {
+	case spec.Prefixes && env.Start != 0 && env.Start != 1:
+		return nil, fmt.Errorf("%s: needs the cached input of the first image block (depth 0 or 1), the run caches depth %d", spec.Name, env.Start)
+	case !spec.Prefixes && env.Start != methods.Features && env.Start != methods.TokenFeatures:
 		return nil, fmt.Errorf("%s: needs cached image features, the run caches depth %d", spec.Name, env.Start)
 	}
 	sp := &Spaces{env: env, spec: spec, by: map[int]Learner{}}

@@ -1,0 +1,138 @@
+package maple
+
+import (
+	"fmt"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/prompt"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+// ConfigFromMeta reads n_ctx and prompt_depth (and init_std, seed when
+// present) from a fixture's metadata.
+func ConfigFromMeta(meta map[string]string, layers int) (Config, error) {
+	c := DefaultConfig()
+	var err error
+	if c.NCtx, err = prompt.MetaInt(meta, "n_ctx"); err != nil {
+		return c, fmt.Errorf("maple: %w", err)
+	}
+	if c.Depth, err = prompt.MetaInt(meta, "prompt_depth"); err != nil {
+		return c, fmt.Errorf("maple: %w", err)
+	}
+	if _, ok := meta["init_std"]; ok {
+		if c.InitStd, err = prompt.MetaFloat(meta, "init_std"); err != nil {
+			return c, fmt.Errorf("maple: %w", err)
+		}
+	}
+	return c, c.Validate(layers)
+}
+
+func fromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string, round bool) (*Learner, prompt.Hyper, error) {
+	h, err := prompt.ReadHyper(meta, round)
+	if err != nil {
+		return nil, h, fmt.Errorf("maple: %w", err)
+	}
+	wc := m.W.Config
+	cfg, err := ConfigFromMeta(meta, min(wc.Vision.Layers, wc.Text.Layers))
+	if err != nil {
+		return nil, h, err
+	}
+	tokens, err := prompt.Ints(batch, "tokens")
+	if err != nil {
+		return nil, h, fmt.Errorf("maple: %w", err)
+	}
+	l, err := New(m, tokens, cfg)
+	if err != nil {
+		return nil, h, err
+	}
+	l.LogitScale = float32(h.LogitScale)
+	if err := prompt.Load(l.Params(), params); err != nil {
+		return nil, h, fmt.Errorf("maple: %w", err)
+	}
+	return l, h, nil
+}
+
+// imagePrefixes replaces batch[pre+"images"] [B, 3, S, S] by
+// batch[pre+"image_features"] holding the frozen ln_pre prefixes as
+// [B, T0·Dv] records, the image records MaPLe's Step takes.
+func imagePrefixes(m *clip.Model, batch tensor.Named, pre string) (tensor.Named, error) {
+	t, ok := batch[pre+"images"]
+	if !ok {
+		return nil, fmt.Errorf("maple: tensor %q is missing", pre+"images")
+	}
+	S := m.W.Config.Vision.ImageSize
+	if len(t.Shape) != 4 || t.Shape[1] != 3 || t.Shape[2] != S || t.Shape[3] != S {
+		return nil, fmt.Errorf("maple: tensor %q: shape %v, want [B, 3, %d, %d]", pre+"images", t.Shape, S, S)
+	}
+	B := t.Shape[0]
+	x := clip.ImagePrefix(m, 1, t.Data, B, nil)
+	out := tensor.Named{}
+	for k, v := range batch {
+		out[k] = v
+	}
+	out[pre+"image_features"] = &tensor.Tensor{Shape: []int{B, len(x) / B}, Data: x}
+	return out, nil
+}
+
+// StepFromFile replays one training step in the layout of
+// testdata/maple/step.safetensors: params holds the prompt learner's
+// tensors; batch "tokens" [C, Ctx], "labels" [B] and "images"
+// [B, 3, S, S]; meta n_ctx, prompt_depth, lr, momentum, weight_decay,
+// logit_scale. The result holds "image_features", "text_features",
+// "visual_prompt.k", "logits", "loss", "grad.<p>" and "step1.<p>" (one step
+// of a fresh SGD).
+func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
+	l, h, err := fromFile(m, params, batch, meta, false)
+	if err != nil {
+		return nil, err
+	}
+	batch, err = imagePrefixes(m, batch, "")
+	if err != nil {
+		return nil, err
+	}
+	labels, err := prompt.Ints(batch, "labels")
+	if err != nil {
+		return nil, fmt.Errorf("maple: %w", err)
+	}
+	B := len(labels)
+	rec := batch["image_features"]
+	if rec.Shape[0] != B {
+		return nil, fmt.Errorf("maple: %d labels for %d images", B, rec.Shape[0])
+	}
+	out := tensor.Named{}
+	for k, v := range l.Couple() {
+		out[fmt.Sprintf("visual_prompt.%d", k)] = &tensor.Tensor{Shape: []int{l.Cfg.NCtx, l.Dv}, Data: append([]float32(nil), v...)}
+	}
+	step, err := prompt.StepOnce(l, rec.Data, labels, h)
+	if err != nil {
+		return nil, fmt.Errorf("maple: %w", err)
+	}
+	for k, v := range step {
+		out[k] = v
+	}
+	// the features of the step's forward (before the SGD step)
+	out["image_features"] = &tensor.Tensor{Shape: []int{B, l.E}, Data: append([]float32(nil), l.imf...)}
+	out["text_features"] = &tensor.Tensor{Shape: []int{l.C, l.E}, Data: append([]float32(nil), l.tf...)}
+	return out, nil
+}
+
+// RoundFromFile replays one federated round in the layout of
+// testdata/maple/round.safetensors (see prompt.Round): every client starts
+// from params; the result holds "clientN.batch_losses",
+// "clientN.trained.<p>" and "global.<p>" for every tensor (all are shared).
+func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
+	l, h, err := fromFile(m, params, batch, meta, true)
+	if err != nil {
+		return nil, err
+	}
+	for k := range h.ClientSizes {
+		if batch, err = imagePrefixes(m, batch, fmt.Sprintf("client%d.", k)); err != nil {
+			return nil, err
+		}
+	}
+	out, err := prompt.Round(m, l, params, batch, h)
+	if err != nil {
+		return nil, fmt.Errorf("maple: %w", err)
+	}
+	return out, nil
+}
