@@ -448,7 +448,7 @@ func worldCompare() *Experiment {
 	e := world()
 	e.Name = "world-compare"
 	e.Methods = nil
-	for _, m := range []string{"zeroshot", "promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "pfedmma"} {
+	for _, m := range []string{"zeroshot", "promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "maple", "pfedmma"} {
 		if e.Sections[m] != nil || m == "zeroshot" || slices.Contains(Methods(), m) {
 			e.Methods = append(e.Methods, m)
 		}
@@ -463,6 +463,7 @@ func worldCompare() *Experiment {
 	e.setSection("fedtpg.n_ctx", "8")
 	e.setSection("promptfolio.n_ctx", "8")
 	e.setSection("fedpha.n_ctx", "8")
+	e.setSection("maple.prompt_depth", "3") // the tiny model has 4 blocks
 	e.setSection("adapt.lr", "0.005") // as world-dg: 5e-4 is for ADAPT's 200 rounds
 	return e
 }
