@@ -68,7 +68,7 @@ def main():
         sys.modules["clip"].clip.tokenize = chars
     model, opt = R.build(model_py, trainer, classes=args.classes, image=args.image, check=not args.chars_as_prompts)
 
-    print("configuration:", R.configuration(torch, ob))
+    print("configuration:", R.configuration(torch, ob)[1])
     print("OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s OPENBLAS_CORETYPE=%s" % tuple(
         os.environ.get(k, "-") for k in ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE"]))
     print("tokenised prompts (text-encoder batch):", tuple(model.tokenized_prompts.shape))

@@ -9,7 +9,7 @@ SGD lr 0.001 momentum 0.9 wd 5e-4 on the adapters only. It prints the JSON that
 `pfedmma bench train --reference FILE.json` reads:
 
     {"train_images_per_s": ..., "eval_images_per_s": ..., "peak_rss_mib": ...,
-     "config": "torch 1.13.1 (Debian), OpenBLAS 0.3.21 Cooperlake, ..."}
+     "config": "torch 1.13.1+dfsg-4 Debian (no MKL), OpenBLAS 0.3.21 Cooperlake, ..."}
 
 Usage: /usr/bin/python3 pfedmma_ref.py --repo PATH_TO_THE_AUTHORS_CHECKOUT
            [--threads 2] [--blas-threads 2]
@@ -34,7 +34,10 @@ Threads: torch.set_num_threads(--threads) sizes PyTorch's OpenMP pool (its
 element-wise ops, layer norms, softmax, oneDNN convolution); PyTorch from
 Debian calls OpenBLAS (the libblas.so.3 alternative) for every matrix product,
 and OpenBLAS keeps its own pthread pool, sized by OPENBLAS_NUM_THREADS or
---blas-threads (openblas_set_num_threads). Both default to 2 here.
+--blas-threads (openblas_set_num_threads). Both default to 2 here. Idle
+threads of both pools sleep instead of spinning (OPENBLAS_THREAD_TIMEOUT=4,
+OMP_WAIT_POLICY=PASSIVE, as pfedmma sets for itself; --spinning-threads keeps
+the libraries' defaults): see bench/reference/README.md for the measurements.
 """
 import argparse
 import ctypes
@@ -147,7 +150,8 @@ def blas_target():
 
 
 def configuration(torch, ob):
-    """One line naming the PyTorch build, its BLAS and the thread pools."""
+    """The PyTorch build, its BLAS and the thread pools: a short line (printed
+    beside every ratio) and a long one (for the record)."""
     found = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
     blas_info = found.group(1) if found else "?"
     mkl = "MKL" if torch.backends.mkl.is_available() else "no MKL"
@@ -160,14 +164,42 @@ def configuration(torch, ob):
                                    capture_output=True, text=True, check=True).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             pass
-        origin = "Debian python3-torch"
+        origin = "Debian"
     if ob is not None:
         cfg = ob.openblas_get_config().decode().split()
-        blas = f"OpenBLAS {cfg[1] if len(cfg) > 1 else '?'} {ob.openblas_get_corename().decode()} kernels, {ob.openblas_get_num_threads()} BLAS threads"
+        blas = f"OpenBLAS {cfg[1] if len(cfg) > 1 else '?'} {ob.openblas_get_corename().decode()}"
+        blas_threads = ob.openblas_get_num_threads()
     else:
-        blas = f"BLAS {blas_target()}"
-    return (f"torch {build} ({origin}, BLAS_INFO={blas_info}, {mkl}), {blas} via {blas_target()}, "
-            f"{torch.get_num_threads()} OpenMP threads")
+        blas, blas_threads = "BLAS " + blas_target(), "?"
+    omp = torch.get_num_threads()
+    sleeping = all(os.environ.get(k, "").lower() == v.lower() for k, v in IDLE_THREADS_SLEEP.items())
+    short = (f"torch {build} {origin} ({mkl}), {blas}, {blas_threads} BLAS + {omp} OpenMP threads"
+             + (", idle threads sleep" if sleeping else ""))
+    env = environment()
+    long = (f"torch {build} ({origin}, BLAS_INFO={blas_info}, {mkl}), {blas} kernels via {blas_target()}, "
+            f"{blas_threads} OpenBLAS threads, {omp} OpenMP threads" + (f"; {env}" if env else ""))
+    return short, long
+
+
+# Idle OpenBLAS and OpenMP threads sleep instead of spinning (sched_yield loops
+# for 2^28 cycles in OpenBLAS, spin-waits in libgomp), as pfedmma's own binary
+# sets for itself; both are read when the libraries load, hence the re-exec.
+IDLE_THREADS_SLEEP = {"OPENBLAS_THREAD_TIMEOUT": "4", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def sleep_idle_threads():
+    """Re-executes this script with IDLE_THREADS_SLEEP in the environment,
+    leaving any value the user set; returns when nothing is missing."""
+    missing = {k: v for k, v in IDLE_THREADS_SLEEP.items() if k not in os.environ}
+    if missing and "PFEDMMA_REF_EXEC" not in os.environ:
+        env = dict(os.environ, PFEDMMA_REF_EXEC="1", **missing)
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def environment():
+    """The thread and kernel settings in the environment, for the record."""
+    keys = ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_THREAD_TIMEOUT", "OMP_WAIT_POLICY"]
+    return " ".join(f"{k}={os.environ[k]}" for k in keys if k in os.environ)
 
 
 def main():
@@ -176,10 +208,14 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="PyTorch's OpenMP threads (torch.set_num_threads)")
     ap.add_argument("--blas-threads", type=int, default=0,
                     help="OpenBLAS threads (openblas_set_num_threads); 0 keeps OPENBLAS_NUM_THREADS or OpenBLAS's default")
+    ap.add_argument("--spinning-threads", action="store_true",
+                    help="keep OpenBLAS's and OpenMP's default spin-waiting idle threads (slower here)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--classes", type=int, default=24)
     args = ap.parse_args()
+    if not args.spinning_threads:
+        sleep_idle_threads()
 
     import torch
     import torch.nn.functional as F
@@ -196,8 +232,8 @@ def main():
     model, opt = build(model_py, trainer, classes=args.classes)
     trainable = [p for p in model.parameters() if p.requires_grad]
     print(f"trainable parameters: {sum(p.numel() for p in trainable)}", file=sys.stderr)
-    config = configuration(torch, ob)
-    print(f"configuration: {config}", file=sys.stderr)
+    config, detail = configuration(torch, ob)
+    print(f"configuration: {detail}", file=sys.stderr)
 
     B = args.batch
     images = torch.randn(B, 3, 224, 224)
@@ -235,7 +271,7 @@ def main():
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"train_images_per_s": round(train, 3), "eval_images_per_s": round(ev, 3),
                       "peak_rss_mib": round(rss, 1), "torch": torch.__version__, "threads": args.threads,
-                      "batch": B, "classes": args.classes, "blocks": "10-12", "config": config}))
+                      "batch": B, "classes": args.classes, "blocks": "10-12", "config": config, "config_detail": detail}))
 
 
 if __name__ == "__main__":
