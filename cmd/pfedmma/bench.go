@@ -127,7 +127,11 @@ harness prints for the same settings on the same machine, for example
 			}
 			for i, row := range r.Rows() {
 				if i > 0 && !row.LikeForLike && r.Rows()[i-1].LikeForLike {
-					fmt.Fprintf(tw, "what pfedmma adds: the frozen prefix computed once per image\t\n")
+					cells := "\t\n" // as many cells as the rows, so the columns stay aligned
+					if ref != nil {
+						cells = "\t\t\n"
+					}
+					fmt.Fprint(tw, "cached (what pfedmma adds)"+cells)
 				}
 				if ref == nil {
 					fmt.Fprintf(tw, "%s\t%.2f ±%.0f%%\n", row.Name, row.Rate, 100*row.Spread)
