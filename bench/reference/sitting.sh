@@ -10,7 +10,8 @@
 # Needs Debian's python3-torch (apt-get install python3-torch) and a Go toolchain
 # (the pfedmma binary is built from this checkout, or taken from $PFEDMMA).
 # Writes ref.json and the two tables into $OUT (default: a fresh temporary folder).
-# Runtime on an idle 2-core machine with STEPS=10: about 12 minutes.
+# Runtime on an idle 2-core machine with STEPS=10: about 12 minutes (estimated; 44 minutes
+# with STEPS=5 on a machine at load 15-24).
 set -eu
 repo=${1:?usage: sh bench/reference/sitting.sh AUTHORS_CHECKOUT [STEPS]}
 steps=${2:-10}
