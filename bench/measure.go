@@ -83,11 +83,22 @@ func summarise(times []float64) Timing {
 // Reference is the JSON a reference harness prints for the same benchmark
 // (for example the authors' PyTorch code at the same settings on the same
 // machine): images per second for a training step and an evaluation batch,
-// and its peak resident memory.
+// and its peak resident memory; Config, optional, names the configuration
+// it ran with (framework build, BLAS, threads).
 type Reference struct {
 	TrainImagesPerS float64 `json:"train_images_per_s"`
 	EvalImagesPerS  float64 `json:"eval_images_per_s"`
 	PeakRSSMiB      float64 `json:"peak_rss_mib"`
+	Config          string  `json:"config,omitempty"`
+}
+
+// Label is what is printed beside a ratio to this reference: the
+// reference's rate and, when known, its configuration.
+func (r *Reference) Label(rate float64) string {
+	if r.Config == "" {
+		return fmt.Sprintf("ref %.2f", rate)
+	}
+	return fmt.Sprintf("ref %.2f; %s", rate, r.Config)
 }
 
 // LoadReference reads a Reference from a JSON file; the two rates must be

@@ -62,8 +62,21 @@ func TestLoadReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.TrainImagesPerS != 1.5 || r.EvalImagesPerS != 2.5 || r.PeakRSSMiB != 100 {
+	if r.TrainImagesPerS != 1.5 || r.EvalImagesPerS != 2.5 || r.PeakRSSMiB != 100 || r.Config != "" {
 		t.Errorf("LoadReference = %+v", r)
+	}
+	if got := r.Label(1.5); got != "ref 1.50" {
+		t.Errorf("Label without a configuration = %q", got)
+	}
+	r, err = LoadReference(write("config.json", `{"train_images_per_s": 2.81, "eval_images_per_s": 4.16, "config": "torch 1.13.1, OpenBLAS Cooperlake, 2 threads"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Config != "torch 1.13.1, OpenBLAS Cooperlake, 2 threads" {
+		t.Errorf("config = %q", r.Config)
+	}
+	if got, want := r.Label(4.16), "ref 4.16; torch 1.13.1, OpenBLAS Cooperlake, 2 threads"; got != want {
+		t.Errorf("Label = %q, want %q", got, want)
 	}
 	for name, body := range map[string]string{
 		"missing.json":  `{"train_images_per_s": 1.5}`,
@@ -76,5 +89,34 @@ func TestLoadReference(t *testing.T) {
 	}
 	if _, err := LoadReference(filepath.Join(dir, "absent.json")); err == nil {
 		t.Error("absent file: no error")
+	}
+}
+
+// TestTrainRows: the like-for-like (online) rows come first, then the
+// cached ones; each row carries its own rate, spread, ratio and the
+// reference rate of its kind (training or evaluation).
+func TestTrainRows(t *testing.T) {
+	r := &TrainResult{
+		TrainCachedPerS: 1, EvalCachedPerS: 2, TrainOnlinePerS: 3, EvalOnlinePerS: 4,
+		TrainCachedSpread: 0.1, EvalCachedSpread: 0.2, TrainOnlineSpread: 0.3, EvalOnlineSpread: 0.4,
+		SpeedupTrainCached: 10, SpeedupEvalCached: 20, SpeedupTrainOnline: 30, SpeedupEvalOnline: 40,
+		ReferenceTrainPerS: 0.5, ReferenceEvalPerS: 0.7,
+	}
+	rows := r.Rows()
+	want := []struct {
+		rate, spread, speedup, ref float64
+		like                       bool
+	}{{3, 0.3, 30, 0.5, true}, {4, 0.4, 40, 0.7, true}, {1, 0.1, 10, 0.5, false}, {2, 0.2, 20, 0.7, false}}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d", len(rows), len(want))
+	}
+	for i, w := range want {
+		g := rows[i]
+		if g.Rate != w.rate || g.Spread != w.spread || g.Speedup != w.speedup || g.Reference != w.ref || g.LikeForLike != w.like {
+			t.Errorf("row %d (%s) = %+v, want %+v", i, g.Name, g, w)
+		}
+		if train := g.Reference == 0.5; train != (g.Name[:5] == "train") {
+			t.Errorf("row %d %q divides by the reference rate %v", i, g.Name, g.Reference)
+		}
 	}
 }

@@ -51,6 +51,7 @@ type MethodResult struct {
 	SpeedupEval   float64 `json:"speedup_eval,omitempty"`
 	ReferenceTrn  float64 `json:"reference_train_images_per_s,omitempty"`
 	ReferenceEval float64 `json:"reference_eval_images_per_s,omitempty"`
+	ReferenceConf string  `json:"reference_config,omitempty"`
 }
 
 // classRows makes C class prompts [C, ctx] as CoOp's learnable prompts
@@ -208,7 +209,7 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 		Precision: o.Precision.String(), Batch: o.Batch, Classes: o.Classes, Depth: depthName,
 		TrainPerS: float64(o.Batch) / tt.Median, TrainSpread: tt.Spread, EvalPerS: float64(o.Batch) / te.Median, EvalSpread: te.Spread}
 	if ref := o.Reference; ref != nil {
-		res.ReferenceTrn, res.ReferenceEval = ref.TrainImagesPerS, ref.EvalImagesPerS
+		res.ReferenceTrn, res.ReferenceEval, res.ReferenceConf = ref.TrainImagesPerS, ref.EvalImagesPerS, ref.Config
 		res.SpeedupTrain, res.SpeedupEval = res.TrainPerS/ref.TrainImagesPerS, res.EvalPerS/ref.EvalImagesPerS
 	}
 	return res, nil

@@ -45,6 +45,7 @@ type TrainResult struct {
 	ReferenceTrainPerS float64 `json:"reference_train_images_per_s,omitempty"`
 	ReferenceEvalPerS  float64 `json:"reference_eval_images_per_s,omitempty"`
 	ReferenceRSSMiB    float64 `json:"reference_peak_rss_mib,omitempty"`
+	ReferenceConfig    string  `json:"reference_config,omitempty"`
 	SpeedupTrainCached float64 `json:"speedup_train_cached,omitempty"`
 	SpeedupEvalCached  float64 `json:"speedup_eval_cached,omitempty"`
 	SpeedupTrainOnline float64 `json:"speedup_train_online,omitempty"`
@@ -206,12 +207,35 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 	res.PeakRSSMiB = peakRSSMiB()
 	if r := o.Reference; r != nil {
 		res.ReferenceTrainPerS, res.ReferenceEvalPerS, res.ReferenceRSSMiB = r.TrainImagesPerS, r.EvalImagesPerS, r.PeakRSSMiB
+		res.ReferenceConfig = r.Config
 		res.SpeedupTrainCached = res.TrainCachedPerS / r.TrainImagesPerS
 		res.SpeedupEvalCached = res.EvalCachedPerS / r.EvalImagesPerS
 		res.SpeedupTrainOnline = res.TrainOnlinePerS / r.TrainImagesPerS
 		res.SpeedupEvalOnline = res.EvalOnlinePerS / r.EvalImagesPerS
 	}
 	return res, nil
+}
+
+// TrainRow is one row of `pfedmma bench train`'s table: a rate, its
+// spread and, against a reference, the ratio and the reference's rate.
+type TrainRow struct {
+	Name               string
+	Rate, Spread       float64
+	Speedup, Reference float64
+	LikeForLike        bool // online rows, comparable with the reference as they are
+}
+
+// Rows lists the table's rows: first the like-for-like ones (online: every
+// image through the whole encoder at every step, as the authors' training
+// and evaluation do), then the cached ones (what pfedmma adds: the frozen
+// prefix computed once per image).
+func (r *TrainResult) Rows() []TrainRow {
+	return []TrainRow{
+		{"train, online augmentation (like for like)", r.TrainOnlinePerS, r.TrainOnlineSpread, r.SpeedupTrainOnline, r.ReferenceTrainPerS, true},
+		{"eval, online, no cache (like for like)", r.EvalOnlinePerS, r.EvalOnlineSpread, r.SpeedupEvalOnline, r.ReferenceEvalPerS, true},
+		{"train, cached prefixes", r.TrainCachedPerS, r.TrainCachedSpread, r.SpeedupTrainCached, r.ReferenceTrainPerS, false},
+		{"eval, cached prefixes", r.EvalCachedPerS, r.EvalCachedSpread, r.SpeedupEvalCached, r.ReferenceEvalPerS, false},
+	}
 }
 
 // peakRSSMiB reads the process's peak resident set size (VmHWM) on Linux;

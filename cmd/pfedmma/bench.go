@@ -120,26 +120,23 @@ harness prints for the same settings on the same machine, for example
 			fmt.Fprintf(tw, "GEMM library\t%s\n", kernelLine(r.Backend, r.Core, r.BestCore, r.Threads, r.Precision, gemm.BF16Backend()))
 			fmt.Fprintf(tw, "setting\tbatch %d, %d classes, adapters on blocks %s, r %d\n", r.Batch, r.Classes, r.Blocks, r.Dim)
 			fmt.Fprintf(tw, "GEMM in a cached training step\t%.1f GFLOP/s\n", r.GemmGFLOPS)
-			rows := []struct {
-				name          string
-				rate, spread  float64
-				speedup, refv float64
-			}{
-				{"train, cached prefixes", r.TrainCachedPerS, r.TrainCachedSpread, r.SpeedupTrainCached, r.ReferenceTrainPerS},
-				{"eval, cached prefixes", r.EvalCachedPerS, r.EvalCachedSpread, r.SpeedupEvalCached, r.ReferenceEvalPerS},
-				{"train, online augmentation", r.TrainOnlinePerS, r.TrainOnlineSpread, r.SpeedupTrainOnline, r.ReferenceTrainPerS},
-				{"eval, online (no cache)", r.EvalOnlinePerS, r.EvalOnlineSpread, r.SpeedupEvalOnline, r.ReferenceEvalPerS},
-			}
 			if ref == nil {
 				fmt.Fprintf(tw, "\timages/s (median of %d ± IQR/median)\n", r.Steps)
 			} else {
-				fmt.Fprintf(tw, "\timages/s (median of %d ± IQR/median)\tvs reference\n", r.Steps)
+				fmt.Fprintf(tw, "\timages/s (median of %d ± IQR/median)\tvs reference (its images/s; its configuration)\n", r.Steps)
 			}
-			for _, row := range rows {
+			for i, row := range r.Rows() {
+				if i > 0 && !row.LikeForLike && r.Rows()[i-1].LikeForLike {
+					cells := "\t\n" // as many cells as the rows, so the columns stay aligned
+					if ref != nil {
+						cells = "\t\t\n"
+					}
+					fmt.Fprint(tw, "cached (what pfedmma adds)"+cells)
+				}
 				if ref == nil {
-					fmt.Fprintf(tw, "%s\t%.2f ±%.0f%%\n", row.name, row.rate, 100*row.spread)
+					fmt.Fprintf(tw, "%s\t%.2f ±%.0f%%\n", row.Name, row.Rate, 100*row.Spread)
 				} else {
-					fmt.Fprintf(tw, "%s\t%.2f ±%.0f%%\t%.1f× (ref %.2f)\n", row.name, row.rate, 100*row.spread, row.speedup, row.refv)
+					fmt.Fprintf(tw, "%s\t%.2f ±%.0f%%\t%.1f× (%s)\n", row.Name, row.Rate, 100*row.Spread, row.Speedup, ref.Label(row.Reference))
 				}
 			}
 			if ref != nil && ref.PeakRSSMiB > 0 {
@@ -179,7 +176,7 @@ func benchMethod(cmd *cobra.Command, o bench.MethodOptions, asJSON bool) error {
 	fmt.Fprintf(tw, "setting\t%s: batch %d, %d classes, cached %s\n", r.Method, r.Batch, r.Classes, r.Depth)
 	line := func(name string, rate, spread, speedup, ref float64) {
 		if ref > 0 {
-			fmt.Fprintf(tw, "%s\t%.2f images/s ±%.0f%%\t%.1f× (ref %.2f)\n", name, rate, 100*spread, speedup, ref)
+			fmt.Fprintf(tw, "%s\t%.2f images/s ±%.0f%%\t%.1f× (%s)\n", name, rate, 100*spread, speedup, o.Reference.Label(ref))
 		} else {
 			fmt.Fprintf(tw, "%s\t%.2f images/s ±%.0f%%\n", name, rate, 100*spread)
 		}
