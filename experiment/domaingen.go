@@ -55,6 +55,9 @@ func runFolds(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("experiment: %w", err)
 	}
 	folds := map[string][]report.Fold{}
+	// the validation accuracy (protocol.validation) of each method's last
+	// round in each fold, averaged over the folds
+	valSum, valN := map[string]float64{}, map[string]int{}
 	var records []report.RoundRecord
 	for k, h := range held {
 		fo := o
@@ -72,6 +75,10 @@ func runFolds(ctx context.Context, o Options) (*Result, error) {
 		for _, name := range o.Methods {
 			if r, ok := last[name]; ok {
 				folds[name] = append(folds[name], LODOFold(res.Task, r))
+				if v, ok := r.Mean[protocol.ValidationMetric]; ok {
+					valSum[name] += v
+					valN[name]++
+				}
 			}
 		}
 		records = append(records, res.Records...)
@@ -84,7 +91,14 @@ func runFolds(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 		run.Matrices = append(run.Matrices, m)
-		sum.Set(name, m.GPC())
+		gpc := m.GPC()
+		if valN[name] > 0 {
+			gpc[protocol.ValidationMetric] = valSum[name] / float64(valN[name])
+		}
+		sum.Set(name, gpc)
+	}
+	if len(valN) > 0 {
+		sum.Metrics = append(sum.Metrics, protocol.ValidationMetric)
 	}
 	intro := fmt.Sprintf("Dataset `%s`, protocol `%s`, held out in turn: %s; methods %v, %d rounds, seed %d. "+
 		"Row i is the run holding out domain i: the diagonal (italics) is the global model on the held-out domain, "+

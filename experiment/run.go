@@ -375,7 +375,11 @@ func tableTitle(name string, t *protocol.Task) string {
 // summaryMetrics are the columns of the summary table.
 func summaryMetrics(t *protocol.Task) []string {
 	if t.Protocol == protocol.Domains {
-		return append(append([]string{}, t.Dataset.Domains...), "avg")
+		cols := append(append([]string{}, t.Dataset.Domains...), "avg")
+		if slices.Contains(t.Metrics, protocol.ValidationMetric) {
+			cols = append(cols, protocol.ValidationMetric)
+		}
+		return cols
 	}
 	return t.Metrics
 }
@@ -414,6 +418,9 @@ func finalMetrics(t *protocol.Task, r report.RoundRecord) report.Metrics {
 				out[k] = v
 			}
 		}
+	}
+	if v, ok := r.Mean[protocol.ValidationMetric]; ok {
+		out[protocol.ValidationMetric] = v
 	}
 	return out
 }

@@ -183,7 +183,7 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 		fmt.Fprintln(cmd.OutOrStdout(), avg.Table(fmt.Sprintf("mean over %d seeds", len(summaries))).Text())
 	}
 	files := "summary.json, report.md, curves.png"
-	if len(summaries) > 0 && summaries[0].Metrics != nil && slices.Equal(summaries[0].Metrics, []string{"G", "P", "C"}) {
+	if len(summaries) > 0 && len(summaries[0].Metrics) >= 3 && slices.Equal(summaries[0].Metrics[:3], []string{"G", "P", "C"}) {
 		files = "summary.json, report.md; each held-out domain's run in fold-<domain>/"
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "results in %s (%s)\n", out, files)
