@@ -83,6 +83,20 @@ func runFolds(ctx context.Context, o Options) (*Result, error) {
 		}
 		records = append(records, res.Records...)
 	}
+	if o.ValidationOnly {
+		// no test image was scored: the folds' mean validation accuracy only
+		sum := &report.Summary{Protocol: o.Protocol.Name, Metrics: []string{protocol.ValidationMetric}}
+		for _, name := range o.Methods {
+			if valN[name] > 0 {
+				sum.Set(name, report.Metrics{protocol.ValidationMetric: valSum[name] / float64(valN[name])})
+			}
+		}
+		res := &Result{Summary: sum, Table: sum.Table(fmt.Sprintf("%s — %s, validation over %d folds", ds.Name, o.Protocol.Name, len(held))), Records: records}
+		if err := report.WriteSummary(filepath.Join(o.OutDir, "summary.json"), sum); err != nil {
+			return nil, err
+		}
+		return res, nil
+	}
 	sum := &report.Summary{Protocol: o.Protocol.Name, Metrics: []string{"G", "P", "C"}}
 	run := report.LODORun{Dataset: ds.Name, Protocol: o.Protocol.Name, Domains: ds.Domains}
 	for _, name := range o.Methods {

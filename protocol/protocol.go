@@ -97,6 +97,9 @@ type Task struct {
 	// HeldOut names the held-out domain of leave-one-domain-out and
 	// domain generalisation; empty otherwise.
 	HeldOut string
+	// ValidationOnly is set by [Task.KeepValidationOnly]: the clients are
+	// scored on their validation sets only, and Metrics is just "val".
+	ValidationOnly bool
 }
 
 // Options configure how a dataset is cut into clients.

@@ -84,3 +84,21 @@ func holdOutValidation(t *Task, f float64, seed uint64) error {
 	t.Metrics = append(slices.Clip(t.Metrics), ValidationMetric)
 	return nil
 }
+
+// KeepValidationOnly drops every evaluation set but the clients' validation
+// sets (and the global model's sets), so that a run scores, and caches,
+// no test image: what tuning runs on. It fails when the task has no
+// validation sets (protocol.validation 0).
+func (t *Task) KeepValidationOnly() error {
+	if !slices.Contains(t.Metrics, ValidationMetric) {
+		return fmt.Errorf("protocol.validation is 0: no validation images to score (set it in (0, 1))")
+	}
+	for ci := range t.Clients {
+		c := &t.Clients[ci]
+		c.Evals = slices.DeleteFunc(slices.Clone(c.Evals), func(e *EvalSet) bool { return e.Name != ValidationMetric })
+	}
+	t.GlobalEvals = nil
+	t.Metrics = []string{ValidationMetric}
+	t.ValidationOnly = true
+	return nil
+}
