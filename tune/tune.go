@@ -39,7 +39,7 @@ const Help = "Runs every grid point (or --trials N of them drawn at random) as a
 	"one marked), chosen.sets and chosen.yaml (its settings as --set lines and as a preset fragment),\n" +
 	"trials.json, and each trial's runs under trials/NNN/seed_S/. Run the same command again to continue\n" +
 	"a killed tune: finished trials are read back, an interrupted run resumes from its checkpoints.\n\n" +
-	"  pfedmma tune --preset world-compare --method clip_lora --grid optimizer.lr=1e-4,1e-3 --out tunes/lora"
+	"  pfedmma tune --preset world-compare --method clip_lora --grid clip_lora.lr=1e-3,5e-3 --out tunes/lora"
 
 // DefaultValidation is the protocol.validation a tune uses when the
 // configuration holds nothing out (and the user did not set 0 explicitly).
