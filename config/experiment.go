@@ -193,6 +193,13 @@ type Protocol struct {
 	// keep out of training (its test images score the global model); empty
 	// runs every domain in turn, one fold each.
 	HeldOut string `yaml:"held_out"`
+
+	// Validation, in [0, 1), holds out that fraction of each client's
+	// training images (seeded, per class; at least one image) as its
+	// validation set, never a test image. Its accuracy is the "val" metric,
+	// reported each round beside the others; model selection and `pfedmma
+	// tune` read it. 0 (the default) holds nothing out.
+	Validation float64 `yaml:"validation"`
 }
 
 // Federation sets the clients and the round structure (Algorithm 1).

@@ -81,7 +81,10 @@ var presets = []preset{
 	{PresetInfo{"world-dg", "federated domain generalisation on the world: train on photo, clipart and sketch, score the " +
 		"global model on painting, zero-shot vs PromptFL vs ADAPT (adapt.lr 5e-3 for 5 rounds)"}, worldDG},
 	{PresetInfo{"world-compare", "every prompt and adapter method against zero-shot on the generated world " +
-		"(base-to-novel, 10 clients, 5 rounds) with the embedded model: a few minutes"}, worldCompare},
+		"(base-to-novel, 10 clients, 5 rounds) with the embedded model, each with its own recipe (optimizer family " +
+		"from its paper, lr and epochs tuned on validation; docs/tuning.md): a few minutes"}, worldCompare},
+	{PresetInfo{"world-compare-shared", "world-compare with one recipe for every method: the world preset's SGD lr 0.05, " +
+		"3 local epochs (ADAPT: AdamW 5e-3)"}, worldCompareShared},
 	{PresetInfo{"fashion-mnist", "Fashion-MNIST from Debian's dataset-fashion-mnist with the tiny model: 10 clients by " +
 		"Dirichlet β=0.5, 64 shots, 5 rounds"}, fashionMNIST},
 }
@@ -442,11 +445,12 @@ func worldDG() *Experiment {
 	return e
 }
 
-// worldCompare runs every registered prompt or adapter method on the
-// default world job.
-func worldCompare() *Experiment {
+// worldCompareShared runs every registered prompt or adapter method on the
+// default world job with one recipe: the world preset's SGD (lr 0.05, 3
+// local epochs) for all, ADAPT keeping its AdamW at 5e-3.
+func worldCompareShared() *Experiment {
 	e := world()
-	e.Name = "world-compare"
+	e.Name = "world-compare-shared"
 	e.Methods = nil
 	for _, m := range []string{"zeroshot", "promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "maple", "pfedmma"} {
 		if e.Sections[m] != nil || m == "zeroshot" || slices.Contains(Methods(), m) {
@@ -466,6 +470,48 @@ func worldCompare() *Experiment {
 	e.setSection("maple.prompt_depth", "3") // the tiny model has 4 blocks
 	e.setSection("adapt.lr", "0.005") // as world-dg: 5e-4 is for ADAPT's 200 rounds
 	return e
+}
+
+// worldCompare is worldCompareShared with each method's recipe: the
+// optimizer family of its paper where its section has one (AdamW for
+// CLIP-LoRA and ADAPT, CLIP-Adapter's residual ratio), lr and local epochs
+// chosen by `pfedmma tune` on the validation split (docs/tuning.md has the
+// tables and the commands). PromptFL, FedPGP, pFedMoAP and pFedMMA keep the
+// world preset's SGD (lr 0.05, 3 epochs), as their papers use SGD; FedOTP's
+// tune kept lr 0.05 too.
+func worldCompare() *Experiment {
+	e := worldCompareShared()
+	e.Name = "world-compare"
+	for _, kv := range worldRecipes {
+		e.setSection(kv[0], kv[1])
+	}
+	return e
+}
+
+// WorldCompareRecipes returns the settings world-compare adds to
+// world-compare-shared, as --set lines' path=value.
+func WorldCompareRecipes() []string {
+	out := make([]string, len(worldRecipes))
+	for i, kv := range worldRecipes {
+		out[i] = kv[0] + "=" + kv[1]
+	}
+	return out
+}
+
+// worldRecipes are world-compare's per-method settings (docs/tuning.md).
+var worldRecipes = [][2]string{
+	// CLIP-Adapter: SGD as its paper; ratio from its {0.2, 0.6} range
+	{"clip_adapter.lr", "5"},
+	{"clip_adapter.ratio", "0.2"},
+	// CLIP-LoRA: AdamW with weight decay 1e-2 as its paper
+	{"clip_lora.optimizer", "adamw"},
+	{"clip_lora.weight_decay", "0.01"},
+	{"clip_lora.lr", "0.02"},
+	{"clip_lora.local_epochs", "3"},
+	// FedOT: SGD as its paper
+	{"fedot.lr", "0.01"},
+	// ADAPT: AdamW (its section's default) as its paper
+	{"adapt.lr", "0.02"},
 }
 
 func fashionMNIST() *Experiment {

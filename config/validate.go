@@ -243,6 +243,9 @@ func (e *Experiment) checkProtocol(c *checker) {
 		c.fail("protocol.held_out", "%q: only %s and %s hold a domain out", p.HeldOut, ProtocolLODO, ProtocolDG)
 	}
 	c.between("protocol.min_samples", p.MinSamples, 0, MaxMinSamples)
+	if c.finite("protocol.validation", p.Validation) && (p.Validation < 0 || p.Validation >= 1) {
+		c.fail("protocol.validation", "%v not in [0, 1): the fraction of each client's training images held out for validation", p.Validation)
+	}
 	if p.BaseSet != "" {
 		c.oneOf("protocol.base_set", p.BaseSet, "all", "others")
 	}

@@ -55,6 +55,9 @@ func runFolds(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("experiment: %w", err)
 	}
 	folds := map[string][]report.Fold{}
+	// the validation accuracy (protocol.validation) of each method's last
+	// round in each fold, averaged over the folds
+	valSum, valN := map[string]float64{}, map[string]int{}
 	var records []report.RoundRecord
 	for k, h := range held {
 		fo := o
@@ -72,9 +75,27 @@ func runFolds(ctx context.Context, o Options) (*Result, error) {
 		for _, name := range o.Methods {
 			if r, ok := last[name]; ok {
 				folds[name] = append(folds[name], LODOFold(res.Task, r))
+				if v, ok := r.Mean[protocol.ValidationMetric]; ok {
+					valSum[name] += v
+					valN[name]++
+				}
 			}
 		}
 		records = append(records, res.Records...)
+	}
+	if o.ValidationOnly {
+		// no test image was scored: the folds' mean validation accuracy only
+		sum := &report.Summary{Protocol: o.Protocol.Name, Metrics: []string{protocol.ValidationMetric}}
+		for _, name := range o.Methods {
+			if valN[name] > 0 {
+				sum.Set(name, report.Metrics{protocol.ValidationMetric: valSum[name] / float64(valN[name])})
+			}
+		}
+		res := &Result{Summary: sum, Table: sum.Table(fmt.Sprintf("%s — %s, validation over %d folds", ds.Name, o.Protocol.Name, len(held))), Records: records}
+		if err := report.WriteSummary(filepath.Join(o.OutDir, "summary.json"), sum); err != nil {
+			return nil, err
+		}
+		return res, nil
 	}
 	sum := &report.Summary{Protocol: o.Protocol.Name, Metrics: []string{"G", "P", "C"}}
 	run := report.LODORun{Dataset: ds.Name, Protocol: o.Protocol.Name, Domains: ds.Domains}
@@ -84,7 +105,14 @@ func runFolds(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 		run.Matrices = append(run.Matrices, m)
-		sum.Set(name, m.GPC())
+		gpc := m.GPC()
+		if valN[name] > 0 {
+			gpc[protocol.ValidationMetric] = valSum[name] / float64(valN[name])
+		}
+		sum.Set(name, gpc)
+	}
+	if len(valN) > 0 {
+		sum.Metrics = append(sum.Metrics, protocol.ValidationMetric)
 	}
 	intro := fmt.Sprintf("Dataset `%s`, protocol `%s`, held out in turn: %s; methods %v, %d rounds, seed %d. "+
 		"Row i is the run holding out domain i: the diagonal (italics) is the global model on the held-out domain, "+

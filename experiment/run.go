@@ -78,6 +78,10 @@ type Options struct {
 	EvalBatch int
 	OutDir    string
 	Resume    bool
+	// ValidationOnly scores the clients on their validation sets only
+	// (protocol.validation > 0): no test image is cached or scored, and
+	// the summary's one metric is "val". Tuning runs this way.
+	ValidationOnly bool
 	// Force lets Resume start a method from round 0 when its checkpoint is
 	// missing (without it, that is an error naming the file).
 	Force bool
@@ -223,6 +227,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	task, err := protocol.Build(ds, popts)
 	if err != nil {
 		return nil, err
+	}
+	if o.ValidationOnly {
+		if err := task.KeepValidationOnly(); err != nil {
+			return nil, err
+		}
 	}
 	for i, meth := range ms {
 		if tc, ok := meth.(methods.TaskChecker); ok {
@@ -385,8 +394,12 @@ func tableTitle(name string, t *protocol.Task) string {
 
 // summaryMetrics are the columns of the summary table.
 func summaryMetrics(t *protocol.Task) []string {
-	if t.Protocol == protocol.Domains {
-		return append(append([]string{}, t.Dataset.Domains...), "avg")
+	if t.Protocol == protocol.Domains && !t.ValidationOnly {
+		cols := append(append([]string{}, t.Dataset.Domains...), "avg")
+		if slices.Contains(t.Metrics, protocol.ValidationMetric) {
+			cols = append(cols, protocol.ValidationMetric)
+		}
+		return cols
 	}
 	return t.Metrics
 }
@@ -395,13 +408,15 @@ func summaryMetrics(t *protocol.Task) []string {
 // for base-to-novel, and per-domain means for the domains protocol.
 func finalMetrics(t *protocol.Task, r report.RoundRecord) report.Metrics {
 	out := report.Metrics{}
-	switch t.Protocol {
-	case protocol.BaseToNovel:
+	switch {
+	case t.ValidationOnly:
+		// only the validation accuracy was scored; added below
+	case t.Protocol == protocol.BaseToNovel:
 		for _, k := range []string{"local", "base", "novel"} {
 			out[k] = r.Mean[k]
 		}
 		out["hm"] = eval.HM(out["local"], out["base"], out["novel"])
-	case protocol.Domains:
+	case t.Protocol == protocol.Domains:
 		sums, counts := map[int]float64{}, map[int]int{}
 		dom := map[int]int{}
 		for _, c := range t.Clients {
@@ -425,6 +440,9 @@ func finalMetrics(t *protocol.Task, r report.RoundRecord) report.Metrics {
 				out[k] = v
 			}
 		}
+	}
+	if v, ok := r.Mean[protocol.ValidationMetric]; ok {
+		out[protocol.ValidationMetric] = v
 	}
 	return out
 }

@@ -33,6 +33,26 @@ type Metrics struct {
 	// held-out images among the held-out names (novel-class zero-shot).
 	SeenOnly    ZeroShot `json:"seen_only"`
 	HeldOutOnly ZeroShot `json:"heldout_only"`
+	// PatchSeenOnly and PatchHeldOutOnly are SeenOnly and HeldOutOnly
+	// classified from the patch tokens instead of the class token: each
+	// image's PatchFeatures (the mean of its unit ln_post→proj patch
+	// features) against the class prompts.
+	PatchSeenOnly    ZeroShot `json:"patch_seen_only"`
+	PatchHeldOutOnly ZeroShot `json:"patch_heldout_only"`
+}
+
+// PatchFeatures runs the whole image encoder on pixels [B, 3, S, S] and
+// returns each image's patch-token feature [B, E]: the mean over its patch
+// tokens of their unit-normalised ln_post→proj outputs (DensePool).
+func PatchFeatures(m *clip.Model, pixels []float32, B int) []float32 {
+	v, c := m.Vision, m.W.Config
+	T, E := c.Vision.Tokens(), c.EmbedDim
+	tokens := v.Stack.Forward(v.EmbedForward(pixels, B), B, T, 0, len(v.Stack.Blocks), nil, false)
+	feat := make([]float32, B*T*E)
+	v.HeadForward(feat, tokens, B*T)
+	out := make([]float32, B*E)
+	DensePool(out, feat, B, T, E)
+	return out
 }
 
 // ClassText encodes the prompt template (with {} for the class name) of
@@ -54,6 +74,18 @@ func ClassText(m *clip.Model, tok *tokenizer.Tokenizer, template string, names [
 // classes (styles in turn) among the class names of candidates, which must
 // contain classes, using the prompt template. It returns the top-1 result.
 func EvalWorld(ctx context.Context, m *clip.Model, tok *tokenizer.Tokenizer, w *world.World, classes, candidates []world.Composition, perClass int, template string) (ZeroShot, error) {
+	return evalWorld(ctx, m, tok, w, classes, candidates, perClass, template, m.EncodeImage)
+}
+
+// EvalWorldPatches is EvalWorld classifying each image by its
+// PatchFeatures instead of its class token.
+func EvalWorldPatches(ctx context.Context, m *clip.Model, tok *tokenizer.Tokenizer, w *world.World, classes, candidates []world.Composition, perClass int, template string) (ZeroShot, error) {
+	return evalWorld(ctx, m, tok, w, classes, candidates, perClass, template, func(px []float32, B int) []float32 { return PatchFeatures(m, px, B) })
+}
+
+// evalWorld is EvalWorld with the image features given by encode.
+func evalWorld(ctx context.Context, m *clip.Model, tok *tokenizer.Tokenizer, w *world.World, classes, candidates []world.Composition, perClass int, template string,
+	encode func(pixels []float32, B int) []float32) (ZeroShot, error) {
 	res := ZeroShot{Classes: len(candidates)}
 	if len(candidates) == 0 {
 		return res, fmt.Errorf("pretrain: zero-shot evaluation without candidate classes")
@@ -102,7 +134,7 @@ func EvalWorld(ctx context.Context, m *clip.Model, tok *tokenizer.Tokenizer, w *
 			lut.normalize(pixels[k*n:k*n+n], img)
 		}
 		B := hi - lo
-		feat := m.EncodeImage(pixels[:B*n], B)
+		feat := encode(pixels[:B*n], B)
 		logits := clip.Logits(feat, txt, B, len(candidates), m.W.Config.EmbedDim, m.W.LogitScale)
 		for k := range B {
 			row := logits[k*len(candidates) : (k+1)*len(candidates)]
@@ -137,11 +169,17 @@ func Evaluate(ctx context.Context, m *clip.Model, tok *tokenizer.Tokenizer, w *w
 	if out.SeenOnly, err = EvalWorld(ctx, m, tok, w, seen, seen, perClass, tpl); err != nil {
 		return out, err
 	}
+	if out.PatchSeenOnly, err = EvalWorldPatches(ctx, m, tok, w, seen, seen, perClass, tpl); err != nil {
+		return out, err
+	}
 	if len(held) > 0 {
 		if out.HeldOutAll, err = EvalWorld(ctx, m, tok, w, held, all, perClass, tpl); err != nil {
 			return out, err
 		}
 		if out.HeldOutOnly, err = EvalWorld(ctx, m, tok, w, held, held, perClass, tpl); err != nil {
+			return out, err
+		}
+		if out.PatchHeldOutOnly, err = EvalWorldPatches(ctx, m, tok, w, held, held, perClass, tpl); err != nil {
 			return out, err
 		}
 	}

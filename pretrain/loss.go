@@ -97,3 +97,67 @@ func InfoNCE(img, txt []float32, B, E int, logitScale float32, dImg, dTxt []floa
 	clip.NormBackward(dTxt, dnt, nt, normT, B, E)
 	return loss, dScale, correct
 }
+
+// DensePool is the dense image feature of the patch-token term: for each of
+// B images, the mean over its patch tokens (positions 1..T-1; position 0 is
+// the class token) of their unit-normalised features. feat is every token's
+// ln_post→proj output [B·T, E]; out receives [B, E].
+func DensePool(out, feat []float32, B, T, E int) {
+	P := float32(T - 1)
+	for b := range B {
+		o := out[b*E : b*E+E]
+		clear(o)
+		for p := 1; p < T; p++ {
+			x := feat[(b*T+p)*E : (b*T+p+1)*E]
+			inv := 1 / (norm(x) * P)
+			for k, v := range x {
+				o[k] += v * inv
+			}
+		}
+	}
+}
+
+// DensePoolBackward adds to dFeat [B·T, E] the gradient of DensePool's
+// output dOut [B, E] with respect to the patch tokens' features (class-token
+// rows are left alone): dx = (dn − n̂(n̂·dn))/‖x‖ with dn = dOut/(T−1).
+func DensePoolBackward(dFeat, dOut, feat []float32, B, T, E int) {
+	P := float32(T - 1)
+	for b := range B {
+		dn := dOut[b*E : b*E+E]
+		for p := 1; p < T; p++ {
+			x := feat[(b*T+p)*E : (b*T+p+1)*E]
+			dx := dFeat[(b*T+p)*E : (b*T+p+1)*E]
+			nr := norm(x)
+			var dot float32 // n̂·dn
+			for k, v := range x {
+				dot += v / nr * dn[k]
+			}
+			for k, v := range x {
+				dx[k] += (dn[k] - v/nr*dot) / (nr * P)
+			}
+		}
+	}
+}
+
+// DenseLoss is the patch-token contrastive term: InfoNCE between each
+// image's DensePool feature and the captions' features txt [B, E], so that
+// ln_post→proj patch tokens align with the text of what they show. feat is
+// every token's feature [B·T, E]. The gradients are added to dFeat [B·T, E]
+// (patch rows) and written into dTxt [B, E]; the gradient with respect to
+// logitScale is returned.
+func DenseLoss(feat, txt []float32, B, T, E int, logitScale float32, dFeat, dTxt []float32) (loss, dScale float64) {
+	pooled := make([]float32, B*E)
+	DensePool(pooled, feat, B, T, E)
+	dPooled := make([]float32, B*E)
+	loss, dScale, _ = InfoNCE(pooled, txt, B, E, logitScale, dPooled, dTxt)
+	DensePoolBackward(dFeat, dPooled, feat, B, T, E)
+	return loss, dScale
+}
+
+func norm(x []float32) float32 {
+	var s float64
+	for _, v := range x {
+		s += float64(v) * float64(v)
+	}
+	return float32(math.Sqrt(s))
+}

@@ -57,6 +57,12 @@ type Options struct {
 	ClipNorm    float64 `json:"clip_norm"`
 	// Seed initialises the model and selects the Fashion-MNIST samples.
 	Seed uint64 `json:"seed"`
+	// DenseWeight, when positive, adds the patch-token term (DenseLoss:
+	// the mean of each image's unit ln_post→proj patch features contrasted
+	// with the captions) with this weight beside the class-token InfoNCE,
+	// so that patch tokens align with text. 0 (the shipped model's
+	// setting) trains the class token only.
+	DenseWeight float64 `json:"dense_weight,omitempty"`
 
 	// FashionDir holds Fashion-MNIST's IDX files; when they are present a
 	// FashionFraction of each batch is Fashion-MNIST training images with
@@ -128,6 +134,8 @@ func (o Options) Validate() error {
 		return bad("weight decay %g, clip norm %g", o.WeightDecay, o.ClipNorm)
 	case o.Warmup < 0 || o.Warmup > o.Steps:
 		return bad("warmup %d not in [0, steps %d]", o.Warmup, o.Steps)
+	case !(o.DenseWeight >= 0) || math.IsInf(o.DenseWeight, 1):
+		return bad("dense weight %g, want a finite value ≥ 0", o.DenseWeight)
 	case !(o.FashionFraction >= 0 && o.FashionFraction <= 1):
 		return bad("fashion fraction %g not in [0, 1]", o.FashionFraction)
 	case o.EvalPerClass < 0:
@@ -198,6 +206,7 @@ func (o *Options) Flags() []Flag {
 		{"warmup", "linear warmup steps", &o.Warmup},
 		{"clip-norm", "global gradient-norm clip (0: off)", &o.ClipNorm},
 		{"seed", "model initialisation seed", &o.Seed},
+		{"dense-weight", "weight of the patch-token contrastive term (0: class token only)", &o.DenseWeight},
 		{"fashion-dir", "Fashion-MNIST IDX folder (default: Debian's, mixed in when present)", &o.FashionDir},
 		{"fashion-fraction", "fraction of each batch from Fashion-MNIST when present", &o.FashionFraction},
 		{"eval-per-class", "test images per composition in the final evaluation", &o.EvalPerClass},
@@ -216,6 +225,10 @@ func (o Options) Command() string {
 		switch f.Name {
 		case "checkpoint-every", "workers":
 			continue
+		case "dense-weight":
+			if o.DenseWeight == 0 {
+				continue // commands of models trained without it stay as they were
+			}
 		}
 		var v string
 		switch p := f.Ptr.(type) {

@@ -81,9 +81,12 @@ type Task struct {
 	Protocol string
 	Dataset  *dataset.Dataset
 	Train    []dataset.Item // the (few-shot) training images in use
-	Test     []dataset.Item // the evaluation images in use
-	Spaces   []Space
-	Clients  []ClientTask
+	// Test are the evaluation images in use: the test images, then (with
+	// Options.Validation > 0) the training-split images held out as the
+	// clients' validation sets, which only [ValidationMetric] sets name.
+	Test    []dataset.Item
+	Spaces  []Space
+	Clients []ClientTask
 	// Metrics are the metric names, in report order: the clients'
 	// (from their Evals) and the global model's (from GlobalEvals).
 	Metrics []string
@@ -94,6 +97,9 @@ type Task struct {
 	// HeldOut names the held-out domain of leave-one-domain-out and
 	// domain generalisation; empty otherwise.
 	HeldOut string
+	// ValidationOnly is set by [Task.KeepValidationOnly]: the clients are
+	// scored on their validation sets only, and Metrics is just "val".
+	ValidationOnly bool
 }
 
 // Options configure how a dataset is cut into clients.
@@ -113,11 +119,27 @@ type Options struct {
 	// domain_generalization (see [ResolveDomain]); empty means every
 	// domain in turn ([BuildAll]).
 	HeldOut string
-	Seed    uint64
+	// Validation, in [0, 1), holds out that fraction of every client's
+	// training images as its validation set (see [ValidationMetric]).
+	Validation float64
+	Seed       uint64
 }
 
-// Build applies a protocol to a dataset.
+// Build applies a protocol to a dataset, then holds out each client's
+// validation images when o.Validation > 0.
 func Build(ds *dataset.Dataset, o Options) (*Task, error) {
+	t, err := build(ds, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := holdOutValidation(t, o.Validation, o.Seed); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// build applies a protocol to a dataset.
+func build(ds *dataset.Dataset, o Options) (*Task, error) {
 	test := ds.Test
 	if o.UseVal {
 		if len(ds.Val) == 0 {

@@ -29,7 +29,7 @@ func (s *Summary) Table(title string) Table {
 var columnTitles = map[string]string{
 	"local": "Local", "base": "Base", "novel": "Novel", "hm": "HM",
 	"acc": "Acc", "accuracy": "Accuracy", "avg": "Avg", "average": "Average",
-	"mean": "Mean", "loss": "Loss",
+	"mean": "Mean", "loss": "Loss", "val": "Val",
 }
 
 // ColumnTitle returns the display name of a metric key: "hm" → "HM",

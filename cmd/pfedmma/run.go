@@ -238,7 +238,7 @@ func runExperiment(cmd *cobra.Command, e *config.Experiment, out string, resume,
 		return fmt.Errorf("run: %w", err)
 	}
 	files := "summary.json, report.md, curves.png"
-	if len(summaries) > 0 && summaries[0].Metrics != nil && slices.Equal(summaries[0].Metrics, []string{"G", "P", "C"}) {
+	if len(summaries) > 0 && len(summaries[0].Metrics) >= 3 && slices.Equal(summaries[0].Metrics[:3], []string{"G", "P", "C"}) {
 		files = "summary.json, report.md; each held-out domain's run in fold-<domain>/"
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "results in %s (%s)\n", out, files)

@@ -36,6 +36,14 @@ type Settings struct {
 	// baselines' choice) or product (FedAvg of each projection's whole
 	// change Δ + s·B·A; see the package doc).
 	Aggregate string `yaml:"aggregate"`
+	// Optimizer, LR, WeightDecay and LocalEpochs, when set, replace the
+	// run's optimizer.name, optimizer.lr, optimizer.weight_decay and
+	// federation.local_epochs for this method (CLIP-LoRA's recipe is
+	// AdamW, lr 2e-4, weight decay 1e-2); empty or 0 keeps the run's.
+	Optimizer   string  `yaml:"optimizer"`
+	LR          float64 `yaml:"lr"`
+	WeightDecay float64 `yaml:"weight_decay"`
+	LocalEpochs int     `yaml:"local_epochs"`
 }
 
 // Aggregation choices.
@@ -58,6 +66,13 @@ func (s *Settings) Check(c *config.Checker) {
 	if s.Aggregate != "" { // sections saved before the option read as ab
 		c.OneOf("aggregate", s.Aggregate, AggregateAB, AggregateProduct)
 	}
+	if s.Optimizer != "" {
+		c.OneOf("optimizer", s.Optimizer, "sgd", "adamw")
+	}
+	c.NonNegative("lr", s.LR)
+	c.NonNegative("weight_decay", s.WeightDecay)
+	c.AtLeast("local_epochs", s.LocalEpochs, 0)
+	c.AtMost("local_epochs", s.LocalEpochs, config.MaxLocalEpochs)
 }
 
 func (s *Settings) scale() float32 {
@@ -276,7 +291,8 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	var clients []*client
 	for i := range env.Task.Clients {
 		t := &env.Task.Clients[i]
-		loop, err := train.NewLoop(env.Train, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("clip_lora client %d", t.ID))
+		opts := env.Train.Own(s.Optimizer, s.LR, s.WeightDecay, s.LocalEpochs)
+		loop, err := train.NewLoop(opts, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("clip_lora client %d", t.ID))
 		if err != nil {
 			return nil, err
 		}

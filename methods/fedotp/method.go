@@ -10,6 +10,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/ot"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -29,6 +30,10 @@ type Settings struct {
 	MaxIter    int     `yaml:"max_iter"`    // OT iterations at most (100)
 	TopPercent float64 `yaml:"top_percent"` // COT's transported mass (0.8)
 	InitStd    float64 `yaml:"init_std"`    // σ of the contexts' N(0, σ²) init (0.02)
+	// LR and LocalEpochs, when set, replace the run's optimizer.lr and
+	// federation.local_epochs for this method; 0 keeps the run's.
+	LR          float64 `yaml:"lr"`
+	LocalEpochs int     `yaml:"local_epochs"`
 }
 
 // Check implements config.Section.
@@ -49,6 +54,9 @@ func (s *Settings) Check(c *config.Checker) {
 	c.Positive("top_percent", s.TopPercent) // COT transports a positive mass
 	c.Range("top_percent", s.TopPercent, 0, 1)
 	c.NonNegative("init_std", s.InitStd)
+	c.NonNegative("lr", s.LR)
+	c.AtLeast("local_epochs", s.LocalEpochs, 0)
+	c.AtMost("local_epochs", s.LocalEpochs, config.MaxLocalEpochs)
 }
 
 func (s *Settings) config(seed uint64) Config {
@@ -95,6 +103,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	}
 	cfg := s.config(env.Seed)
 	return promptfed.Build(env, &promptfed.Spec{Name: "fedotp", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
+		Train: func(run train.Options) train.Options { return run.Own("", s.LR, 0, s.LocalEpochs) },
 		NewLearner: func(tokens []int) (promptfed.Learner, error) {
 			l, err := New(env.Model, tokens, cfg)
 			if err != nil {

@@ -78,6 +78,9 @@ type Spec struct {
 	// the others itself (a second optimizer), after each batch's backward.
 	Trained       func(c *Client, name string) bool
 	AfterBackward func(c *Client, b train.Batch) error
+	// Train, when set, turns the run's local-training settings into the
+	// method's own (its section's lr, local epochs).
+	Train func(run train.Options) train.Options
 	// SaveExtra and LoadExtra keep method state beyond P in the client's
 	// State (names must not start with "param/", "opt/" or "rng").
 	SaveExtra func(c *Client) (tensor.Named, error)
@@ -156,9 +159,13 @@ func Build(env *methods.Env, spec *Spec) (*methods.Plan, error) {
 	}
 	plan := &methods.Plan{Strategy: st}
 	var clients []*Client
+	opts := env.Train
+	if spec.Train != nil {
+		opts = spec.Train(opts)
+	}
 	for i := range env.Task.Clients {
 		t := &env.Task.Clients[i]
-		loop, err := train.NewLoop(env.Train, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("%s client %d", spec.Name, t.ID))
+		loop, err := train.NewLoop(opts, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("%s client %d", spec.Name, t.ID))
 		if err != nil {
 			return nil, err
 		}
@@ -275,6 +282,9 @@ func (c *Client) Step(ctx context.Context, b train.Batch) (float64, int, error) 
 	}
 	return loss, correct, nil
 }
+
+// TrainOptions are the local-training settings the client trains with.
+func (c *Client) TrainOptions() train.Options { return c.loop.Opts }
 
 // Learner returns the learner of the client's training space.
 func (c *Client) Learner() (Learner, error) { return c.Spaces.Get(c.Task.TrainSpace) }

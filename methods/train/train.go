@@ -227,3 +227,35 @@ func (l *Loop) LoadState(st tensor.Named) error {
 	}
 	return l.pcg.UnmarshalBinary(b)
 }
+
+// Own returns o with a method's own settings where they are set: optimizer
+// ("" keeps o's), lr (> 0 replaces o.LR; a schedule is rescaled by lr/o.LR,
+// keeping its shape), weightDecay (> 0 replaces o.WD) and epochs (> 0
+// replaces o.Epochs). Zero keeps the run's value, so that a section whose
+// own keys are unset trains exactly as the run's optimizer section says.
+func (o Options) Own(optimizer string, lr, weightDecay float64, epochs int) Options {
+	if optimizer != "" {
+		o.Optimizer = optimizer
+	}
+	if lr > 0 {
+		if o.Schedule != nil && o.LR > 0 {
+			o.Schedule = scaledSchedule{o.Schedule, lr / o.LR}
+		}
+		o.LR = lr
+	}
+	if weightDecay > 0 {
+		o.WD = weightDecay
+	}
+	if epochs > 0 {
+		o.Epochs = epochs
+	}
+	return o
+}
+
+// scaledSchedule multiplies a schedule's rates by f.
+type scaledSchedule struct {
+	s optim.Schedule
+	f float64
+}
+
+func (s scaledSchedule) LR(t int) float64 { return s.f * s.s.LR(t) }
