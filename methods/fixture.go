@@ -17,6 +17,7 @@ import (
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
+	"gopkg.in/yaml.v3"
 )
 
 // RoundInputs is one federated round in the reference fixtures' layout:
@@ -311,7 +312,8 @@ func LoadFixture(m *clip.Model, params string, batches, sets []string) (*Fixture
 			return nil, err
 		}
 		if _, inFile := f.Meta[k]; !inFile && !IsFixtureKey(k) {
-			return nil, fmt.Errorf("--set %s: unknown hyper-parameter %q; the step and round inputs read %s (or client<i>.domain)", kv, k, strings.Join(FixtureKeys, ", "))
+			known := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(FixtureKeys), sectionKeys()...))))
+			return nil, fmt.Errorf("--set %s: unknown hyper-parameter %q; the step and round inputs read %s (or client<i>.domain)", kv, k, strings.Join(known, ", "))
 		}
 		f.Meta[k] = v
 	}
@@ -338,13 +340,40 @@ var FixtureKeys = []string{
 	"selection", "tau", "temp", "thresh", "top_percent", "variant", "weight_decay",
 }
 
+// sectionKeys lists the settings of every registered method's config
+// section (their YAML keys): a method's step and round read its settings
+// under the names its section gives them, so a method added later needs no
+// edit here.
+func sectionKeys() []string {
+	var out []string
+	for _, m := range All() {
+		sec := m.DefaultConfig()
+		if sec == nil {
+			continue
+		}
+		b, err := yaml.Marshal(sec)
+		if err != nil {
+			continue
+		}
+		var kv map[string]any
+		if yaml.Unmarshal(b, &kv) != nil {
+			continue
+		}
+		for k := range kv {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // clientKey matches the per-client names of a round file: client<i>.<rest>.
 var clientKey = regexp.MustCompile(`^client(0|[1-9][0-9]{0,8})\.`)
 
 // IsFixtureKey reports whether key is a hyper-parameter some method's step
 // or round reads ([FixtureKeys], or client<i>.domain).
 func IsFixtureKey(key string) bool {
-	if slices.Contains(FixtureKeys, key) {
+	if slices.Contains(FixtureKeys, key) || slices.Contains(sectionKeys(), key) {
 		return true
 	}
 	m := clientKey.FindString(key)
