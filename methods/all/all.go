@@ -5,8 +5,8 @@ package all
 import (
 	_ "github.com/pfedmma/pfedmma/methods/adapt"       // ADAPT
 	_ "github.com/pfedmma/pfedmma/methods/clipadapter" // federated CLIP-Adapter
-	_ "github.com/pfedmma/pfedmma/methods/cocoop"      // CoCoOp (federated as FLiP / PMFLT)
 	_ "github.com/pfedmma/pfedmma/methods/cliplora"    // federated CLIP-LoRA
+	_ "github.com/pfedmma/pfedmma/methods/cocoop"      // CoCoOp (federated as FLiP / PMFLT)
 	_ "github.com/pfedmma/pfedmma/methods/fedot"       // FedOT, FedOT(+B) and their ablations
 	_ "github.com/pfedmma/pfedmma/methods/fedotp"      // FedOTP
 	_ "github.com/pfedmma/pfedmma/methods/fedpgp"      // FedPGP
