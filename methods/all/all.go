@@ -11,6 +11,7 @@ import (
 	_ "github.com/pfedmma/pfedmma/methods/fedotp"      // FedOTP
 	_ "github.com/pfedmma/pfedmma/methods/fedpgp"      // FedPGP
 	_ "github.com/pfedmma/pfedmma/methods/fedtpg"      // FedTPG
+	_ "github.com/pfedmma/pfedmma/methods/kgcoop"      // KgCoOp (federated as FLiP / PMFLT)
 	_ "github.com/pfedmma/pfedmma/methods/pfedmma"     // pFedMMA
 	_ "github.com/pfedmma/pfedmma/methods/pfedmoap"    // pFedMoAP
 	_ "github.com/pfedmma/pfedmma/methods/promptfl"    // PromptFL
