@@ -64,6 +64,12 @@ var presets = []preset{
 	{PresetInfo{"paper-fedtpg", "FedTPG's cross-class (base-to-novel) setting on a CLIP dataset (caltech101 under DATA): " +
 		"20 clients each over its own base classes, 8 shots, T=500, E=1, batch 200, SGD lr 0.003 momentum 0.9 wd 1e-5 " +
 		"cosine, each client keeping its optimizer, n_ctx 4, seed 43 (the authors' released run)"}, paperFedTPG},
+	{PresetInfo{"paper-cocoop", "CoCoOp federated (FLiP / PMFLT: FedAvg of the prompt learner) on the base-to-novel setting " +
+		"(caltech101 under DATA): 16 shots, n_ctx 4 from \"a photo of a\", meta-net E→E/16→D, SGD lr 0.002 batch 1 " +
+		"(the authors' vit_b16_c4_ep10_batch1_ctxv1)"}, paperCoCoOp},
+	{PresetInfo{"paper-kgcoop", "KgCoOp federated (FLiP / PMFLT: FedAvg of the context) on the base-to-novel setting " +
+		"(caltech101 under DATA): 16 shots, n_ctx 4 from \"a photo of a\", w 8, SGD lr 0.002 cosine batch 128 " +
+		"(the authors' vit_b16_ep100_ctxv1 and base2new_train.sh)"}, paperKgCoOp},
 	{PresetInfo{"world-lodo", "leave-one-domain-out G/P/C on the world's 4 styles (one client per source style, every " +
 		"style held out in turn) for zero-shot, PromptFL, FedOT and pFedMMA with the embedded model: about a minute"}, worldLODO},
 	{PresetInfo{"world-dg", "federated domain generalisation on the world: train on photo, clipart and sketch, score the " +
@@ -336,6 +342,34 @@ func paperFedTPG() *Experiment {
 	e.Optimizer = Optimizer{Name: OptimizerSGD, LR: 0.003, Momentum: 0.9, WeightDecay: 1e-5, Schedule: ScheduleCosine, ResetEachRound: false}
 	e.BatchSize = 200
 	e.Seeds = []uint64{43}
+	return e
+}
+
+// paperCoCoOp: the authors' configs/trainers/CoCoOp/
+// vit_b16_c4_ep10_batch1_ctxv1.yaml (n_ctx 4 from "a photo of a", SGD lr
+// 0.002, batch 1, 10 epochs centrally) with the base-to-novel federation.
+func paperCoCoOp() *Experiment {
+	e := paperBaseToNovel()
+	e.Methods = []string{"zeroshot", "cocoop"}
+	e.Optimizer.LR = 0.002
+	e.BatchSize = 1
+	e.setSection("cocoop.n_ctx", "4")
+	e.setSection("cocoop.ctx_init", "a photo of a")
+	return e
+}
+
+// paperKgCoOp: the authors' configs/trainers/KgCoOp/vit_b16_ep100_ctxv1.yaml
+// (SGD lr 0.002 cosine, batch 128, 100 epochs centrally; ctx_init) and
+// scripts/base2new_train.sh (n_ctx 4, w 8.0, 16 shots) with the
+// base-to-novel federation.
+func paperKgCoOp() *Experiment {
+	e := paperBaseToNovel()
+	e.Methods = []string{"zeroshot", "kgcoop"}
+	e.Optimizer.LR = 0.002
+	e.Optimizer.Schedule = ScheduleCosine
+	e.BatchSize = 128
+	e.setSection("kgcoop.w", "8")
+	e.setSection("kgcoop.ctx_init", "a photo of a")
 	return e
 }
 
