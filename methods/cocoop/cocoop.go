@@ -80,10 +80,10 @@ type Learner struct {
 	p, g       tensor.Named
 	encs       map[int]*prompt.Encoder // by batch size: B·C rows, B groups
 
-	ce                    prompt.CosineCE
-	imn, hid, bias, ctxS  []float32
-	txt, dTxt, logits, dH []float32
-	txtB                  []float32 // text features of the last Step [B, C, E]
+	ce                   prompt.CosineCE
+	imn, hid, bias, ctxS []float32
+	dTxt, logits, dH     []float32
+	txtB                 []float32 // text features of the last Step [B, C, E]
 }
 
 // New builds a learner for the class prompts tokens [C, Ctx] (each row the
