@@ -22,7 +22,7 @@ func TestCoOpFamilyStepRoundCommands(t *testing.T) {
 	t.Cleanup(func() { resetCommand(t, "step"); resetCommand(t, "round") })
 	for _, c := range []struct {
 		method, dir, kind, params, batch string
-		minChecked, minUpdates          int
+		minChecked, minUpdates           int
 	}{
 		{"cocoop", "cocoop", "step", "init", "step", 15, 5}, {"cocoop", "cocoop", "round", "init", "round", 15, 15},
 		{"kgcoop", "kgcoop", "step", "init", "step", 10, 1}, {"kgcoop", "kgcoop", "step", "init_rand", "step_rand", 10, 1},
