@@ -3,6 +3,7 @@ package cocoop
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
@@ -64,6 +65,11 @@ func settings(sec config.Section) (*Settings, error) {
 
 func (s *Settings) config(m *clip.Model, tok *tokenizer.Tokenizer, seed uint64) (Config, error) {
 	cfg := Config{NCtx: s.NCtx, InitStd: s.InitStd, Seed: seed}
+	if tok == nil && strings.TrimSpace(s.CtxInit) != "" {
+		// in-memory runs (bench, tests) have no tokenizer to read the words
+		slog.Warn("no tokenizer: ctx_init ignored, the context is drawn at random", "method", "cocoop", "ctx_init", s.CtxInit, "n_ctx", s.NCtx)
+		return cfg, cfg.Validate()
+	}
 	init, n, err := prompt.InitContext(m, tok, s.CtxInit)
 	if err != nil {
 		return cfg, fmt.Errorf("cocoop: %w", err)

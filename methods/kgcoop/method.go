@@ -3,6 +3,7 @@ package kgcoop
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
@@ -70,6 +71,11 @@ func settings(sec config.Section) (*Settings, error) {
 
 func (s *Settings) config(m *clip.Model, tok *tokenizer.Tokenizer, seed uint64) (Config, error) {
 	cfg := Config{NCtx: s.NCtx, W: s.W, InitStd: s.InitStd, Seed: seed}
+	if tok == nil && strings.TrimSpace(s.CtxInit) != "" {
+		// in-memory runs (bench, tests) have no tokenizer to read the words
+		slog.Warn("no tokenizer: ctx_init ignored, the context is drawn at random", "method", "kgcoop", "ctx_init", s.CtxInit, "n_ctx", s.NCtx)
+		return cfg, cfg.Validate()
+	}
 	init, n, err := prompt.InitContext(m, tok, s.CtxInit)
 	if err != nil {
 		return cfg, fmt.Errorf("kgcoop: %w", err)
