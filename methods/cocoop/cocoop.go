@@ -274,19 +274,33 @@ func (l *Learner) Step(imgFeat []float32, labels []int) (float64, map[string]flo
 }
 
 // Logits scores raw image features img [B, E] against the classes, each
-// image with its own prompts (inference; owned by the learner).
+// image with its own prompts (inference; owned by the learner). Images run
+// in chunks of at most evalRows/C so that an evaluation batch does not hold
+// B·C prompt rows' activations at once.
 func (l *Learner) Logits(img []float32, B int) ([]float32, error) {
-	txt, _, err := l.forward(img, B, false)
-	if err != nil {
-		return nil, err
-	}
 	C, E := l.C, l.E
-	l.logits = nn.Grow(l.logits, B*C)
-	for b := 0; b < B; b++ {
-		copy(l.logits[b*C:(b+1)*C], clip.Logits(l.imn[b*E:(b+1)*E], txt[b*C*E:(b+1)*C*E], 1, C, E, l.LogitScale))
+	if len(img) != B*E {
+		return nil, fmt.Errorf("cocoop: image features have %d values, want %d × %d", len(img), B, E)
 	}
-	return l.logits, nil
+	out := make([]float32, B*C)
+	chunk := max(1, evalRows/C)
+	for lo := 0; lo < B; lo += chunk {
+		n := min(chunk, B-lo)
+		txt, _, err := l.forward(img[lo*E:(lo+n)*E], n, false)
+		if err != nil {
+			return nil, err
+		}
+		for b := 0; b < n; b++ {
+			copy(out[(lo+b)*C:(lo+b+1)*C], clip.Logits(l.imn[b*E:(b+1)*E], txt[b*C*E:(b+1)*C*E], 1, C, E, l.LogitScale))
+		}
+	}
+	l.logits = out
+	return out, nil
 }
+
+// evalRows bounds the prompt rows of one inference chunk (a variable for
+// the tests).
+var evalRows = 512
 
 // Intermediates returns the meta-net bias [B, D], the shifted contexts
 // [B, n_ctx, D] and the raw text features [B, C, E] of the last Step.

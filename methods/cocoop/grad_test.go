@@ -164,6 +164,19 @@ func TestPerImageTextFeatures(t *testing.T) {
 		t.Fatal(err)
 	}
 	all = append([]float32(nil), all...)
+	// in chunks of 2 images (8 rows): the same logits
+	defer func(n int) { evalRows = n }(evalRows)
+	evalRows = 8
+	chunked, err := l.Logits(img, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range chunked {
+		if d := math.Abs(float64(v - all[i])); d > 1e-4 {
+			t.Errorf("logit %d: chunked %g, whole %g", i, v, all[i])
+		}
+	}
+	evalRows = 512
 	for b := 0; b < 3; b++ {
 		one, err := l.Logits(img[b*32:(b+1)*32], 1)
 		if err != nil {
