@@ -9,7 +9,7 @@ BIN       := bin/pfedmma
 # Idle OpenBLAS threads sleep instead of spinning (see gemm.TuneCPU).
 export OPENBLAS_THREAD_TIMEOUT ?= 4
 
-.PHONY: run test deps build bench fuzz proto clean fixtures-maple
+.PHONY: run test deps build bench fuzz proto clean fixtures-maple fixtures verify-fixtures
 
 # Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
 # path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
@@ -78,3 +78,20 @@ MAPLE_REF ?= /tmp/maple-ref-src
 fixtures-maple:
 	/usr/bin/python3 tools/fixtures/maple/make_fixture.py --ref $(MAPLE_REF) --testdata testdata
 	/usr/bin/python3 -u tools/fixtures/maple/verify.py --testdata testdata
+
+# Reference fixtures of testdata/cocoop, testdata/kgcoop and testdata/coop-positions,
+# made by running the authors' PyTorch code (Debian's python3-torch, float32, CPU) and
+# checked by independent float64 numpy versions (tools/fixtures). Not part of build or
+# test. The authors' repositories are read from git mirrors: COOP_REF
+# (KaiyangZhou/CoOp), KGCOOP_REF (htyao89/KgCoOp), DASSL_REF (KaiyangZhou/Dassl.pytorch).
+FIXTURE_PY ?= /usr/bin/python3
+fixtures:
+	$(FIXTURE_PY) tools/fixtures/make_cocoop.py
+	$(FIXTURE_PY) tools/fixtures/make_kgcoop.py
+	$(FIXTURE_PY) tools/fixtures/make_positions.py
+	$(MAKE) verify-fixtures
+
+verify-fixtures:
+	$(FIXTURE_PY) tools/fixtures/verify_cocoop.py
+	$(FIXTURE_PY) tools/fixtures/verify_kgcoop.py
+	$(FIXTURE_PY) tools/fixtures/verify_positions.py

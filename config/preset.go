@@ -76,6 +76,12 @@ var presets = []preset{
 	{PresetInfo{"paper-maple", "MaPLe (run federated as FLiP/PMFLT do: FedAvg of the whole prompt learner) in the " +
 		"base-to-novel setting (caltech101 under DATA): ViT-B/16, 16 shots, n_ctx 2, prompt depth 9, SGD lr 0.0035 " +
 		"momentum 0.9 wd 5e-4 cosine, batch 4 (the authors' vit_b16_c2_ep5_batch4_2ctx), 10 clients, E=2, T=50, 3 seeds"}, paperMaPLe},
+	{PresetInfo{"paper-cocoop", "CoCoOp federated (FLiP / PMFLT: FedAvg of the prompt learner) on the base-to-novel setting " +
+		"(caltech101 under DATA): 16 shots, n_ctx 4 from \"a photo of a\", meta-net E→E/16→D, SGD lr 0.002 batch 1 " +
+		"(the authors' vit_b16_c4_ep10_batch1_ctxv1)"}, paperCoCoOp},
+	{PresetInfo{"paper-kgcoop", "KgCoOp federated (FLiP / PMFLT: FedAvg of the context) on the base-to-novel setting " +
+		"(caltech101 under DATA): 16 shots, n_ctx 4 from \"a photo of a\", w 8, SGD lr 0.002 cosine batch 128 " +
+		"(the authors' vit_b16_ep100_ctxv1 and base2new_train.sh)"}, paperKgCoOp},
 	{PresetInfo{"world-lodo", "leave-one-domain-out G/P/C on the world's 4 styles (one client per source style, every " +
 		"style held out in turn) for zero-shot, PromptFL, FedOT and pFedMMA with the embedded model: about a minute"}, worldLODO},
 	{PresetInfo{"world-dg", "federated domain generalisation on the world: train on photo, clipart and sketch, score the " +
@@ -412,6 +418,34 @@ func paperMaPLe() *Experiment {
 	return e
 }
 
+// paperCoCoOp: the authors' configs/trainers/CoCoOp/
+// vit_b16_c4_ep10_batch1_ctxv1.yaml (n_ctx 4 from "a photo of a", SGD lr
+// 0.002, batch 1, 10 epochs centrally) with the base-to-novel federation.
+func paperCoCoOp() *Experiment {
+	e := paperBaseToNovel()
+	e.Methods = []string{"zeroshot", "cocoop"}
+	e.Optimizer.LR = 0.002
+	e.BatchSize = 1
+	e.setSection("cocoop.n_ctx", "4")
+	e.setSection("cocoop.ctx_init", "a photo of a")
+	return e
+}
+
+// paperKgCoOp: the authors' configs/trainers/KgCoOp/vit_b16_ep100_ctxv1.yaml
+// (SGD lr 0.002 cosine, batch 128, 100 epochs centrally; ctx_init) and
+// scripts/base2new_train.sh (n_ctx 4, w 8.0, 16 shots) with the
+// base-to-novel federation.
+func paperKgCoOp() *Experiment {
+	e := paperBaseToNovel()
+	e.Methods = []string{"zeroshot", "kgcoop"}
+	e.Optimizer.LR = 0.002
+	e.Optimizer.Schedule = ScheduleCosine
+	e.BatchSize = 128
+	e.setSection("kgcoop.w", "8")
+	e.setSection("kgcoop.ctx_init", "a photo of a")
+	return e
+}
+
 // worldLODO: FedOT's leave-one-domain-out on the world's styles.
 func worldLODO() *Experiment {
 	e := worldDomains()
@@ -452,7 +486,7 @@ func worldCompareShared() *Experiment {
 	e := world()
 	e.Name = "world-compare-shared"
 	e.Methods = nil
-	for _, m := range []string{"zeroshot", "promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "maple", "pfedmma"} {
+	for _, m := range []string{"zeroshot", "promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "maple", "cocoop", "kgcoop", "pfedmma"} {
 		if e.Sections[m] != nil || m == "zeroshot" || slices.Contains(Methods(), m) {
 			e.Methods = append(e.Methods, m)
 		}
@@ -468,7 +502,9 @@ func worldCompareShared() *Experiment {
 	e.setSection("promptfolio.n_ctx", "8")
 	e.setSection("fedpha.n_ctx", "8")
 	e.setSection("maple.prompt_depth", "3") // the tiny model has 4 blocks
-	e.setSection("adapt.lr", "0.005") // as world-dg: 5e-4 is for ADAPT's 200 rounds
+	e.setSection("cocoop.n_ctx", "4")
+	e.setSection("cocoop.n_ctx", "4")
+	e.setSection("adapt.lr", "0.005")       // as world-dg: 5e-4 is for ADAPT's 200 rounds
 	return e
 }
 

@@ -9,6 +9,7 @@ package prompt
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/nn"
@@ -47,6 +48,10 @@ type Encoder struct {
 
 	first []int // [R] token at position 0 of each row
 
+	// slots[r][j] is the position of context vector j in row r (nil: CoOp's
+	// "end", positions 1..NCtx in every row); see NewEncoderAt.
+	slots [][]int
+
 	// Shared-prefix path (see sharedPrefix), used when G < R and the rows of
 	// every group share their first token; noShare turns it off (tests).
 	shared   *sharedPrefix
@@ -59,6 +64,94 @@ type Encoder struct {
 	feat   []float32 // [R, E] features of the last Forward
 	dx0    []float32 // [R, T, D]
 	dctx   []float32 // [G, NCtx, D]
+}
+
+// Class-token positions of CoOp's PromptLearner (its CLASS_TOKEN_POSITION).
+const (
+	PositionEnd    = "end"    // [SOS][ctx][name][. EOS]
+	PositionMiddle = "middle" // [SOS][ctx[:n/2]][name][ctx[n/2:]][. EOS]
+	PositionFront  = "front"  // [SOS][name][ctx][. EOS]
+)
+
+// CheckPosition names a class-token position that is not end, middle or
+// front.
+func CheckPosition(pos string) error {
+	switch pos {
+	case PositionEnd, PositionMiddle, PositionFront:
+		return nil
+	}
+	return fmt.Errorf("class_token_position %q: want end, middle or front", pos)
+}
+
+// NewEncoderAt is NewEncoder with CoOp's class-token position: tokens are
+// still the rows "SOT X…X {name} . EOT" (nCtx placeholders), and the name's
+// tokens (all between the placeholders and the final ".") move in front of
+// the context ("front") or between its halves, n/2 vectors before
+// ("middle"), as the authors' PromptLearner rearranges its embeddings. The
+// EOT stays in place. Middle and front bypass the shared-prefix path (the
+// rows of a group no longer share their first 1+nCtx tokens).
+func NewEncoderAt(m *clip.Model, tokens []int, nCtx int, pos string) (*Encoder, error) {
+	if err := CheckPosition(pos); err != nil {
+		return nil, fmt.Errorf("prompt: %w", err)
+	}
+	if pos == PositionEnd {
+		return NewEncoder(m, tokens, nCtx)
+	}
+	ctxLen := m.Text.Cfg.ContextLength
+	if nCtx < 1 || len(tokens) == 0 || len(tokens)%ctxLen != 0 {
+		return NewEncoder(m, tokens, nCtx) // its errors
+	}
+	R := len(tokens) / ctxLen
+	eot := clip.EOTPositions(tokens, R, ctxLen)
+	moved := slices.Clone(tokens)
+	slots := make([][]int, R)
+	for r := 0; r < R; r++ {
+		L := eot[r] - 2 - nCtx // name tokens between the context and the "."
+		if L < 0 {
+			return nil, fmt.Errorf("prompt: token row %d: EOT at position %d leaves no room for %d context tokens and a final \".\"", r, eot[r], nCtx)
+		}
+		row, src := moved[r*ctxLen:(r+1)*ctxLen], tokens[r*ctxLen:(r+1)*ctxLen]
+		ctxIDs, name := src[1:1+nCtx], src[1+nCtx:1+nCtx+L]
+		h := 0 // context vectors before the name
+		if pos == PositionMiddle {
+			h = nCtx / 2
+		}
+		seq := slices.Concat(ctxIDs[:h], name, ctxIDs[h:])
+		copy(row[1:], seq)
+		s := make([]int, nCtx)
+		for j := range s {
+			if j < h {
+				s[j] = 1 + j
+			} else {
+				s[j] = 1 + L + j
+			}
+		}
+		slots[r] = s
+	}
+	e, err := NewEncoder(m, moved, nCtx)
+	if err != nil {
+		return nil, err
+	}
+	// redo the context bookkeeping at the moved slots
+	D, T := e.D, e.T
+	full := make([]float32, R*ctxLen*D)
+	if err := m.Text.TokenEmbed(full, moved, R); err != nil {
+		return nil, fmt.Errorf("prompt: %w", err)
+	}
+	for r := 0; r < R; r++ {
+		row := e.base[r*T*D : (r+1)*T*D]
+		copy(row, full[r*ctxLen*D:r*ctxLen*D+T*D])
+		for i, p := range m.Text.W.PosEmb[:T*D] {
+			row[i] += p
+		}
+		for j, t := range slots[r] {
+			copy(e.tokCtx[(r*nCtx+j)*D:(r*nCtx+j+1)*D], full[(r*ctxLen+t)*D:(r*ctxLen+t+1)*D])
+			clear(row[t*D : (t+1)*D])
+			copy(row[t*D:(t+1)*D], m.Text.W.PosEmb[t*D:(t+1)*D]) // the context replaces the embedding
+		}
+	}
+	e.slots = slots
+	return e, nil
 }
 
 // NewEncoder prepares tokens [R, Ctx] (R = len(tokens)/Ctx rows) of the
@@ -151,6 +244,15 @@ func (e *Encoder) Forward(ctx []float32, G int, train bool) ([]float32, error) {
 	copy(e.x0, e.base)
 	for r := 0; r < R; r++ {
 		c := ctx[(r/per)*n*D : (r/per+1)*n*D]
+		if e.slots != nil {
+			for j, t := range e.slots[r] {
+				x := e.x0[(r*T+t)*D : (r*T+t+1)*D]
+				for i, v := range c[j*D : (j+1)*D] {
+					x[i] += v
+				}
+			}
+			continue
+		}
 		x := e.x0[(r*T+1)*D : (r*T+1+n)*D]
 		for i, v := range c {
 			x[i] = v + x[i]
@@ -186,6 +288,14 @@ func (e *Encoder) Backward(dfeat []float32) []float32 {
 	per := R / G
 	for r := 0; r < R; r++ {
 		dst := e.dctx[(r/per)*n*D : (r/per+1)*n*D]
+		if e.slots != nil {
+			for j, t := range e.slots[r] {
+				for i, v := range e.dx0[(r*T+t)*D : (r*T+t+1)*D] {
+					dst[j*D+i] += v
+				}
+			}
+			continue
+		}
 		for i, v := range e.dx0[(r*T+1)*D : (r*T+1+n)*D] {
 			dst[i] += v
 		}
@@ -197,7 +307,7 @@ func (e *Encoder) Backward(dfeat []float32) []float32 {
 // group has more than one row, and every group's rows start with the same
 // token (so their first 1+NCtx positions are equal).
 func (e *Encoder) canShare(G int) bool {
-	if e.noShare || G >= e.R {
+	if e.noShare || e.slots != nil || G >= e.R {
 		return false
 	}
 	per := e.R / G

@@ -6,12 +6,14 @@ import (
 	_ "github.com/pfedmma/pfedmma/methods/adapt"       // ADAPT
 	_ "github.com/pfedmma/pfedmma/methods/clipadapter" // federated CLIP-Adapter
 	_ "github.com/pfedmma/pfedmma/methods/cliplora"    // federated CLIP-LoRA
+	_ "github.com/pfedmma/pfedmma/methods/cocoop"      // CoCoOp (federated as FLiP / PMFLT)
 	_ "github.com/pfedmma/pfedmma/methods/fedclip"     // FedCLIP
 	_ "github.com/pfedmma/pfedmma/methods/fedot"       // FedOT, FedOT(+B) and their ablations
 	_ "github.com/pfedmma/pfedmma/methods/fedotp"      // FedOTP
 	_ "github.com/pfedmma/pfedmma/methods/fedpgp"      // FedPGP
 	_ "github.com/pfedmma/pfedmma/methods/fedpha"      // FedPHA
 	_ "github.com/pfedmma/pfedmma/methods/fedtpg"      // FedTPG
+	_ "github.com/pfedmma/pfedmma/methods/kgcoop"      // KgCoOp (federated as FLiP / PMFLT)
 	_ "github.com/pfedmma/pfedmma/methods/maple"       // MaPLe
 	_ "github.com/pfedmma/pfedmma/methods/pfedmma"     // pFedMMA
 	_ "github.com/pfedmma/pfedmma/methods/pfedmoap"    // pFedMoAP

@@ -57,6 +57,10 @@ type Spec struct {
 	// NewLearner builds the learner of a label space from its class
 	// prompts [C, ctx].
 	NewLearner func(tokens []int) (Learner, error)
+	// NewSpaceLearner, when set, replaces NewLearner for methods that need
+	// more of the label space than its class prompts (KgCoOp: the run's
+	// hand-crafted prompts, env.SpaceTokens(space)).
+	NewSpaceLearner func(space int, tokens []int) (Learner, error)
 	// Shared selects the tensors the server aggregates (the rest stay on
 	// the site).
 	Shared federation.Filter
@@ -111,7 +115,12 @@ func (s *Spaces) Get(space int) (Learner, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := s.spec.NewLearner(tokens)
+	var l Learner
+	if s.spec.NewSpaceLearner != nil {
+		l, err = s.spec.NewSpaceLearner(space, tokens)
+	} else {
+		l, err = s.spec.NewLearner(tokens)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -41,9 +41,13 @@ func randomModel(C, nCtx int) (*clip.Model, []int) {
 }
 
 func TestGradCheck(t *testing.T) {
-	for _, csc := range []bool{false, true} {
+	for _, tc := range []struct {
+		csc bool
+		pos string
+	}{{false, ""}, {true, ""}, {false, "middle"}, {true, "middle"}, {false, "front"}} {
+		csc := tc.csc
 		m, tokens := randomModel(4, 3)
-		l, err := New(m, tokens, Config{NCtx: 3, ClassSpecific: csc, InitStd: 1, Seed: 1, ProxMu: 0.7})
+		l, err := New(m, tokens, Config{NCtx: 3, ClassSpecific: csc, InitStd: 1, Seed: 1, ProxMu: 0.7, Position: tc.pos})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +77,7 @@ func TestGradCheck(t *testing.T) {
 		}
 		grad := l.grad.Clone().Data
 		if err := gradcheck.Check("ctx", l.ctx.Data, grad, loss, 1e-2, 2e-2, 60, rng); err != nil {
-			t.Errorf("csc %v: %v", csc, err)
+			t.Errorf("csc %v position %q: %v", csc, tc.pos, err)
 		}
 	}
 }

@@ -26,6 +26,9 @@ type Settings struct {
 	InitStd float64 `yaml:"init_std"`
 	// ProxMu is FedProx's μ (≥ 0); 0 is plain FedAvg.
 	ProxMu float64 `yaml:"prox_mu"`
+	// ClassTokenPosition is CoOp's class_token_position: end (default),
+	// middle (the class name between the context's halves) or front.
+	ClassTokenPosition string `yaml:"class_token_position"`
 }
 
 // Check implements config.Section.
@@ -34,10 +37,13 @@ func (s *Settings) Check(c *config.Checker) {
 	c.AtMost("n_ctx", s.NCtx, 64)
 	c.NonNegative("init_std", s.InitStd)
 	c.NonNegative("prox_mu", s.ProxMu)
+	if s.ClassTokenPosition != "" {
+		c.OneOf("class_token_position", s.ClassTokenPosition, prompt.PositionEnd, prompt.PositionMiddle, prompt.PositionFront)
+	}
 }
 
 func (s *Settings) config(seed uint64) Config {
-	return Config{NCtx: s.NCtx, ClassSpecific: s.ClassSpecific, InitStd: s.InitStd, ProxMu: s.ProxMu, Seed: seed}
+	return Config{NCtx: s.NCtx, ClassSpecific: s.ClassSpecific, InitStd: s.InitStd, ProxMu: s.ProxMu, Seed: seed, Position: s.ClassTokenPosition}
 }
 
 // Method is PromptFL for the methods registry.
@@ -53,7 +59,7 @@ func (Method) Info() methods.Info {
 // DefaultConfig implements methods.Method.
 func (Method) DefaultConfig() config.Section {
 	c := DefaultConfig()
-	return &Settings{NCtx: c.NCtx, InitStd: c.InitStd}
+	return &Settings{NCtx: c.NCtx, InitStd: c.InitStd, ClassTokenPosition: prompt.PositionEnd}
 }
 
 // Depth implements methods.Method: the image encoder is frozen whole.
@@ -172,7 +178,7 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Settings{NCtx: cfg.NCtx, ClassSpecific: cfg.ClassSpecific, InitStd: cfg.InitStd, ProxMu: cfg.ProxMu}, nil
+	return &Settings{NCtx: cfg.NCtx, ClassSpecific: cfg.ClassSpecific, InitStd: cfg.InitStd, ProxMu: cfg.ProxMu, ClassTokenPosition: cfg.Position}, nil
 }
 
 // Step implements methods.Stepper.

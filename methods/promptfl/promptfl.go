@@ -38,6 +38,9 @@ type Config struct {
 	InitStd       float64 // init_std: the context is drawn N(0, InitStd²) (0.02)
 	Seed          uint64  // seed of that draw
 	ProxMu        float64 // prox_mu: FedProx μ; 0 is plain FedAvg
+	// Position is CoOp's class_token_position: "end" (default, also ""),
+	// "middle" or "front" (see prompt.NewEncoderAt).
+	Position string
 }
 
 // DefaultConfig returns the reference code's defaults.
@@ -52,6 +55,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("promptfl: init_std %g: must not be negative", c.InitStd)
 	case !(c.ProxMu >= 0) || math.IsInf(c.ProxMu, 0):
 		return fmt.Errorf("promptfl: prox_mu %g: must not be negative", c.ProxMu)
+	}
+	if c.Position != "" {
+		if err := prompt.CheckPosition(c.Position); err != nil {
+			return fmt.Errorf("promptfl: %w", err)
+		}
 	}
 	return nil
 }
@@ -80,7 +88,11 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	enc, err := prompt.NewEncoder(m, tokens, cfg.NCtx)
+	pos := cfg.Position
+	if pos == "" {
+		pos = prompt.PositionEnd
+	}
+	enc, err := prompt.NewEncoderAt(m, tokens, cfg.NCtx, pos)
 	if err != nil {
 		return nil, fmt.Errorf("promptfl: %w", err)
 	}
@@ -167,7 +179,7 @@ func (l *Learner) TextFeatures() ([]float32, error) {
 	return l.enc.Forward(l.ctx.Data, l.groups, false)
 }
 
-// ConfigFromMeta reads n_ctx, csc, init_std and prox_mu (optional) from
+// ConfigFromMeta reads n_ctx, csc, class_token_position and prox_mu (optional) from
 // fixture metadata on top of the defaults.
 func ConfigFromMeta(meta map[string]string) (Config, error) {
 	c := DefaultConfig()
@@ -177,6 +189,9 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 	}
 	if c.ClassSpecific, err = prompt.MetaBool(meta, "csc", false); err != nil {
 		return c, fmt.Errorf("promptfl: %w", err)
+	}
+	if v, ok := meta["class_token_position"]; ok {
+		c.Position = v
 	}
 	if _, ok := meta["prox_mu"]; ok {
 		if c.ProxMu, err = prompt.MetaFloat(meta, "prox_mu"); err != nil {

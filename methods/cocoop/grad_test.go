@@ -1,0 +1,231 @@
+package cocoop
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/nn"
+	"github.com/pfedmma/pfedmma/prompt"
+)
+
+// randomModel is a 2-block text tower (context 12, embedding dim 32 so the
+// meta-net has 2 hidden units) with embeddings scaled up so the blocks work
+// away from their linear regime; tokens are C rows "SOT X… c… . EOT".
+func randomModel(C, nCtx int) (*clip.Model, []int) {
+	cfg := clip.Config{EmbedDim: 32,
+		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 1, Heads: 2, MLPWidth: 16},
+		Text:   clip.TextConfig{ContextLength: 12, VocabSize: 20, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16}}
+	w := clip.Random(cfg, 3)
+	for _, x := range [][]float32{w.Text.TokenEmb, w.Text.PosEmb} {
+		for j := range x {
+			x[j] *= 50
+		}
+	}
+	tok := make([]int, C*12)
+	for c := 0; c < C; c++ {
+		row := tok[c*12:]
+		row[0] = 18
+		p := 1
+		for ; p <= nCtx; p++ {
+			row[p] = 5
+		}
+		for k := 0; k <= c%3; k++ {
+			row[p] = 6 + c + k
+			p++
+		}
+		row[p], row[p+1] = 3, 19
+	}
+	return clip.New(w), tok
+}
+
+// TestGradCheck compares every tensor's gradient with central differences
+// of the loss, coordinate-wise and along random directions, on the tiny
+// CLIP from the fixture's initial prompt learner (first meta-net layer
+// scaled up), on the fixture's images whose ReLU inputs are away from the
+// kink.
+func TestGradCheck(t *testing.T) {
+	m := fixturetest.Model(t)
+	init, _ := read(t, dir+"init.safetensors")
+	ref, meta := read(t, dir+"step.safetensors")
+	l, _, err := fromFile(m, init, ref, meta, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// W₁ and b₁ scaled by 10: the init's ReLU inputs are ≈ 0.1, too close to
+	// the kink for the ε below
+	for _, name := range []string{ParamW1, ParamB1} {
+		for i := range l.p[name].Data {
+			l.p[name].Data[i] *= 10
+		}
+	}
+	img := ref["image_features"].Data
+	labels, err := prompt.Ints(ref, "labels")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// keep the images whose meta-net pre-activations are all at least 5e-2
+	// from the ReLU kink (more than the largest move, 2e-2, a step along a
+	// unit direction gives them: |Î| = 1)
+	all := len(labels)
+	l.metaForward(img, all)
+	pre := make([]float32, all*l.H)
+	nn.LinearForward(pre, l.imn, l.p[ParamW1].Data, l.p[ParamB1].Data, all, l.E, l.H)
+	var keepImg []float32
+	var keepLab []int
+	active := 0
+	for b := 0; b < all; b++ {
+		ok := true
+		for _, v := range pre[b*l.H : (b+1)*l.H] {
+			ok = ok && math.Abs(float64(v)) >= 5e-2
+		}
+		if !ok {
+			continue
+		}
+		for _, v := range pre[b*l.H : (b+1)*l.H] {
+			if v > 0 {
+				active++
+			}
+		}
+		keepImg = append(keepImg, img[b*l.E:(b+1)*l.E]...)
+		keepLab = append(keepLab, labels[b])
+	}
+	if len(keepLab) < 3 || active == 0 {
+		t.Fatalf("%d images away from the ReLU kink, %d active units: too few for the check", len(keepLab), active)
+	}
+	img, labels = keepImg, keepLab
+	loss := func() float64 {
+		v, _, _, err := l.Step(img, labels)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	loss()
+	rng := rand.New(rand.NewPCG(2, 2))
+	for _, name := range ParamNames {
+		directional(t, name, l.p[name].Data, l.g[name].Clone().Data, loss, rng)
+	}
+}
+
+// directional compares the derivative of the loss along random unit
+// directions v of one tensor with ⟨grad, v⟩. The derivative is Richardson's
+// extrapolation of central differences, (4·D(ε/2) − D(ε)) / 3 with
+// D(h) = (L(p+hv) − L(p−hv)) / 2h, exact to O(ε⁴): ε must be large because
+// the logits (≈ e⁴·cos) are float32, rounded by ≈ 4e-6, and the text
+// encoder is far from linear at that scale.
+func directional(t *testing.T, name string, p, grad []float32, loss func() float64, rng *rand.Rand) {
+	t.Helper()
+	const eps = 2e-2
+	for k := 0; k < 3; k++ {
+		v := gradcheck.Rand(rng, len(p), 1)
+		norm := float32(math.Sqrt(gradcheck.Dot(v, v)))
+		for i := range v {
+			v[i] /= norm
+		}
+		old := append([]float32(nil), p...)
+		at := func(h float32) float64 {
+			for i := range p {
+				p[i] = old[i] + h*v[i]
+			}
+			return loss()
+		}
+		d := func(h float32) float64 { return (at(h) - at(-h)) / (2 * float64(h)) }
+		num := (4*d(eps/2) - d(eps)) / 3
+		copy(p, old)
+		// relative to |num|, or to a tenth of ‖grad‖ for a direction nearly
+		// orthogonal to the gradient
+		ana := gradcheck.Dot(grad, v)
+		if e := math.Abs(num-ana) / math.Max(math.Abs(num), 0.1*math.Sqrt(gradcheck.Dot(grad, grad))); !(e < 2e-2) {
+			t.Errorf("%s, direction %d: numeric %.6g vs analytic %.6g (relative error %.3g)", name, k, num, ana, e)
+		} else {
+			t.Logf("%s, direction %d: numeric %.6g vs analytic %.6g", name, k, num, ana)
+		}
+	}
+}
+
+// TestPerImageTextFeatures: each image's logits use its own prompts — the
+// logits of a batch equal those of each image scored alone, and two images
+// get different text features.
+func TestPerImageTextFeatures(t *testing.T) {
+	m, tokens := randomModel(4, 3)
+	l, err := New(m, tokens, Config{NCtx: 3, InitStd: 1, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(4, 4))
+	img := gradcheck.Rand(rng, 3*32, 1)
+	all, err := l.Logits(img, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all = append([]float32(nil), all...)
+	// in chunks of 2 images (8 rows): the same logits
+	defer func(n int) { evalRows = n }(evalRows)
+	evalRows = 8
+	chunked, err := l.Logits(img, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range chunked {
+		if d := math.Abs(float64(v - all[i])); d > 1e-4 {
+			t.Errorf("logit %d: chunked %g, whole %g", i, v, all[i])
+		}
+	}
+	evalRows = 512
+	for b := 0; b < 3; b++ {
+		one, err := l.Logits(img[b*32:(b+1)*32], 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for c := range one {
+			if d := math.Abs(float64(one[c] - all[b*4+c])); d > 1e-4 {
+				t.Errorf("image %d class %d: alone %g, in the batch %g", b, c, one[c], all[b*4+c])
+			}
+		}
+	}
+	if _, _, _, err := l.Step(img, []int{0, 1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	txt := l.Intermediates(3)["text_features"].Data
+	same := true
+	for i := 0; i < 4*32; i++ {
+		if txt[i] != txt[4*32+i] {
+			same = false
+		}
+	}
+	if same {
+		t.Error("two images got the same text features")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	m, tokens := randomModel(4, 3)
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{NCtx: 0}, "n_ctx"},
+		{Config{NCtx: 3, InitStd: -1}, "init_std"},
+		{Config{NCtx: 9}, "EOT"},
+		{Config{NCtx: 3, InitCtx: make([]float32, 5)}, "ctx_init"},
+	} {
+		if _, err := New(m, tokens, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want one naming %q", tc.cfg, err, tc.want)
+		}
+	}
+	l, err := New(m, tokens, Config{NCtx: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := l.Step(make([]float32, 64), []int{0, 4}); err == nil || !strings.Contains(err.Error(), "label 4") {
+		t.Errorf("label 4 of 4 classes: error %v", err)
+	}
+	if _, _, _, err := l.Step(make([]float32, 63), []int{0, 1}); err == nil {
+		t.Error("short image features: no error")
+	}
+}
