@@ -503,8 +503,7 @@ func worldCompareShared() *Experiment {
 	e.setSection("fedpha.n_ctx", "8")
 	e.setSection("maple.prompt_depth", "3") // the tiny model has 4 blocks
 	e.setSection("cocoop.n_ctx", "4")
-	e.setSection("cocoop.n_ctx", "4")
-	e.setSection("adapt.lr", "0.005")       // as world-dg: 5e-4 is for ADAPT's 200 rounds
+	e.setSection("adapt.lr", "0.005") // as world-dg: 5e-4 is for ADAPT's 200 rounds
 	return e
 }
 
