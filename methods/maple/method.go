@@ -63,7 +63,9 @@ func (s *Settings) Check(c *config.Checker) {
 // than prompt_depth the depth keeps its share of ViT-B/16's 12 blocks
 // (the authors' 9 of 12 → 3 of 4).
 func (s *Settings) FitModel(layers int) []string {
-	if s.PromptDepth <= layers {
+	// layers < 1: no transformer blocks to prompt (a ResNet CLIP); MaPLe is
+	// refused when a run chooses it, and its settings stay as they are
+	if layers < 1 || s.PromptDepth <= layers {
 		return nil
 	}
 	old := s.PromptDepth
