@@ -17,15 +17,28 @@ import (
 // updates p − init (1e-4 of the largest update plus one float32 spacing of
 // max|p| per SGD step).
 func TestFedTPGStepRoundCommands(t *testing.T) {
-	t.Cleanup(func() { resetCommand(t, "step"); resetCommand(t, "round") })
-	const td = "../../testdata/fedtpg/"
-	for _, c := range []struct{ kind, params, batch string }{
+	checkFixtureCommands(t, "fedtpg", []fixtureCommand{
 		{"step", "init", "step"}, {"step", "init_rand", "step_rand"}, {"round", "init", "round"},
-	} {
+	}, 40, 17)
+}
+
+// fixtureCommand is one `pfedmma step` or `round` call on a method's
+// fixture files: testdata/<method>/<params>.safetensors and <batch>.safetensors.
+type fixtureCommand struct{ kind, params, batch string }
+
+// checkFixtureCommands runs each command for method and compares every F32
+// output the reference batch file holds with the fixtures README's
+// tolerances and the parameters' updates p − init; at least minChecked
+// outputs and minUpdates updates must be compared in each file.
+func checkFixtureCommands(t *testing.T, method string, cases []fixtureCommand, minChecked, minUpdates int) {
+	t.Helper()
+	t.Cleanup(func() { resetCommand(t, "step"); resetCommand(t, "round") })
+	td := "../../testdata/" + method + "/"
+	for _, c := range cases {
 		t.Run(c.batch, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out.safetensors")
 			rootCmd.SetOut(&bytes.Buffer{})
-			rootCmd.SetArgs([]string{c.kind, "--method", "fedtpg", "--model", "../../testdata/clip-tiny/openai.safetensors",
+			rootCmd.SetArgs([]string{c.kind, "--method", method, "--model", "../../testdata/clip-tiny/openai.safetensors",
 				"--params", td + c.params + ".safetensors", "--batch", td + c.batch + ".safetensors", "--out", out})
 			resetCommand(t, c.kind)
 			if err := rootCmd.Execute(); err != nil {
@@ -109,7 +122,7 @@ func TestFedTPGStepRoundCommands(t *testing.T) {
 				}
 				updates++
 			}
-			if checked < 40 || updates < 17 {
+			if checked < minChecked || updates < minUpdates {
 				t.Fatalf("only %d outputs and %d updates compared", checked, updates)
 			}
 		})
