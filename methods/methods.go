@@ -137,6 +137,22 @@ func (p PredictEnv) Tokens(classes []string) ([]int, error) {
 	return out, nil
 }
 
+// ClassPromptTokens tokenises "<prefix> <class>." for every class
+// ([C, ctx]): the learnable-prompt rows of CoOp-style methods, whose prefix
+// is n_ctx placeholder words, as Env.ClassPromptTokens builds them for
+// training.
+func (p PredictEnv) ClassPromptTokens(classes []string, prefix string) ([]int, error) {
+	var out []int
+	for _, c := range classes {
+		ids, err := p.Tok.Tokenize(prefix+" "+strings.ReplaceAll(c, "_", " ")+".", p.Model.W.Config.Text.ContextLength, false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ids...)
+	}
+	return out, nil
+}
+
 // Predictor classifies preprocessed images with a site's personalised
 // model.
 type Predictor interface {

@@ -134,13 +134,9 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	var tokens []int
-	for _, c := range classes {
-		ids, err := p.pe.Tok.Tokenize(promptfed.Placeholder(p.cfg.NCtx)+" "+strings.ReplaceAll(c, "_", " ")+".", m.W.Config.Text.ContextLength, false)
-		if err != nil {
-			return nil, err
-		}
-		tokens = append(tokens, ids...)
+	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	if err != nil {
+		return nil, err
 	}
 	l, err := New(m, tokens, p.cfg)
 	if err != nil {
