@@ -62,6 +62,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -95,6 +96,9 @@ type Settings struct {
 	// entropy over them — as the authors' cross-class clients (true); false
 	// trains over the client's whole label space.
 	OwnClasses bool `yaml:"own_classes"`
+	// LR, when set, replaces the run's optimizer.lr for this method; 0
+	// keeps the run's.
+	LR float64 `yaml:"lr"`
 }
 
 // Check implements config.Section.
@@ -114,6 +118,13 @@ func (s *Settings) Check(c *config.Checker) {
 	c.AtLeast("ff_mult", s.FFMult, 1)
 	c.AtMost("ff_mult", s.FFMult, 16)
 	c.NonNegative("init_std", s.InitStd)
+	c.NonNegative("lr", s.LR)
+}
+
+// train returns the run's local-training settings with this section's lr
+// where it is set.
+func (s *Settings) train(run train.Options) train.Options {
+	return run.Own("", s.LR, 0, 0)
 }
 
 func (s *Settings) config(seed uint64) Config {
@@ -210,6 +221,7 @@ func build(env *methods.Env, s *Settings, names map[int][]int) (*methods.Plan, e
 			}
 			return &strategy.FedAvg{Shared: Shared, Uniform: !s.WeightedMean, Initial: shared}
 		}}
+	spec.Train = s.train
 	plan, err := promptfed.Build(env, spec)
 	if err != nil || env == orig {
 		return plan, err
