@@ -7,6 +7,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/eval"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/nn"
 	"github.com/pfedmma/pfedmma/progress"
@@ -36,9 +37,9 @@ type Env struct {
 	Views  int
 	Online bool
 
-	Prefixer   *Prefixer
-	TrainStore Store
-	TestStore  Store
+	Prefixer   *prefixcache.Prefixer
+	TrainStore prefixcache.Store
+	TestStore  prefixcache.Store
 	// TrainRecs[i][v] is the record of view v of training item i (cached
 	// modes); TestRecs[i] the record of test item i.
 	TrainRecs map[int][]int
@@ -268,8 +269,8 @@ func (e *Env) onlinePrefixes(c *protocol.ClientTask, batch []int, round, epoch i
 	errs := make([]error, len(batch))
 	nn.ParallelFor(len(batch), 1, func(lo, hi int) {
 		for k := lo; k < hi; k++ {
-			v := view{item: c.Train[batch[k]], index: round*1000 + epoch, augment: true}
-			errs[k] = e.Prefixer.pixels(e.Task.Train, v, e.Seed, e.TrainPx[k*per:(k+1)*per])
+			v := prefixcache.View{Item: c.Train[batch[k]], Index: round*1000 + epoch, Augment: true}
+			errs[k] = e.Prefixer.Pixels(e.Task.Train, v, e.Seed, e.TrainPx[k*per:(k+1)*per])
 		}
 	})
 	for _, err := range errs {

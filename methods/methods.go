@@ -16,6 +16,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/tokenizer"
 )
@@ -36,11 +37,11 @@ const (
 	AnyDepth = -1
 	// Features caches each image's final features [E]: the whole image
 	// encoder is frozen (prompt learners, feature-level methods).
-	Features = -2
+	Features = prefixcache.Features
 	// TokenFeatures caches every token's features after ln_post @ proj,
 	// [T, E] (FedOTP's optimal transport over patches); token 0 is the
 	// image feature.
-	TokenFeatures = -3
+	TokenFeatures = prefixcache.TokenFeatures
 )
 
 // Method is one federated method.
