@@ -170,7 +170,7 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 	if o.OnEvaluate != nil {
 		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 	}
-	plan, err := meth.Build(env, o.Sections[name])
+	plan, err := buildPlan(o, meth, env, name)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -225,6 +225,7 @@ func WriteFederationReports(o Options, f *Federated, hist *federation.History) (
 	if n := len(hist.Rounds) * max(len(f.Task.Clients), 1); n > 0 {
 		sum.Extra = map[string]any{"update_bytes_per_round_per_site": float64(up) / float64(n), "download_bytes_per_round_per_site": float64(down) / float64(n)}
 	}
+	addPrivacy(o, sum, f.Name, last)
 	res := &Result{Summary: sum, Table: sum.Table(tableTitle(f.Dataset, f.Task)), Records: log.Records()}
 	if err := writeReports(o, res); err != nil {
 		return nil, err

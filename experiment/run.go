@@ -99,6 +99,10 @@ type Options struct {
 	// logits of each of the client's evaluation sets (methods.Env's
 	// OnEvaluate): conformance tests compare them with `pfedmma predict`.
 	OnEvaluate func(method string, c *protocol.ClientTask, logits [][]float32)
+
+	// Aggregation hardens every trained method's aggregation (robust
+	// rules, clipping, differential privacy; off when zero).
+	Aggregation config.Aggregation
 }
 
 // Result is what Run produced.
@@ -307,6 +311,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// bytes each site uploads per round, averaged over every round of the
 	// run — those a resumed run replays from its checkpoints too
 	upSum, upRounds := map[string]float64{}, map[string]int{}
+	var lastRecords []report.RoundRecord // each method's, for the summary's dp
 	o.countRound = func(method string, r federation.RoundReport) {
 		if n := len(r.Selected); n > 0 {
 			upSum[method] += float64(r.BytesUp) / float64(n)
@@ -323,6 +328,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		timings[name+"_s"] = time.Since(t0).Seconds()
 		if len(recs) > 0 {
 			sum.Set(name, finalMetrics(task, recs[len(recs)-1]))
+			lastRecords = append(lastRecords, recs[len(recs)-1])
 		}
 	}
 	timings["total_s"] = time.Since(start).Seconds()
@@ -334,6 +340,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if len(upBytes) > 0 {
 		// what a site uploads per round: the shared tensors (bytes)
 		sum.Extra = map[string]any{"update_bytes_per_round_per_site": upBytes}
+	}
+	for _, rec := range lastRecords {
+		addPrivacy(o, sum, rec.Method, rec)
 	}
 	res := &Result{Summary: sum, Table: sum.Table(tableTitle(ds.Name, task)), Records: log.Records(), Task: task}
 	if err := writeReports(o, res); err != nil {
@@ -454,7 +463,7 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 		defer func() { env.OnEvaluate = nil }()
 	}
-	plan, err := meth.Build(env, o.Sections[name])
+	plan, err := buildPlan(o, meth, env, name)
 	if err != nil {
 		return nil, err
 	}
@@ -573,6 +582,7 @@ func RoundRecord(method string, r federation.RoundReport) report.RoundRecord {
 		rec.Clients = append(rec.Clients, report.ClientMetrics{ID: id, Metrics: m})
 	}
 	rec.Mean = clientMean(rec.Clients)
+	strategyMetrics(&rec, r.Strategy)
 	return rec
 }
 
