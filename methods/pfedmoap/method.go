@@ -87,6 +87,14 @@ func (Method) Info() methods.Info {
 // DefaultConfig implements methods.Method.
 func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()) }
 
+// BenchSettings implements methods.Benchmarked: two experts, so that the
+// benchmark's client 1 is client 0's expert.
+func (Method) BenchSettings(sec config.Section) {
+	if s, ok := sec.(*Settings); ok {
+		s.NumExperts = 2
+	}
+}
+
 // Depth implements methods.Method: the image encoder is frozen whole.
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
 

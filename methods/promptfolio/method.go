@@ -58,6 +58,14 @@ func (Method) Info() methods.Info {
 // DefaultConfig implements methods.Method.
 func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()) }
 
+// BenchSettings implements methods.Benchmarked: the benchmark's prompt rows
+// hold 16 placeholders, as every other prompt method's (the default is 8).
+func (Method) BenchSettings(sec config.Section) {
+	if s, ok := sec.(*Settings); ok {
+		s.NCtx = 16
+	}
+}
+
 // Depth implements methods.Method: the image encoder is frozen whole.
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
 
