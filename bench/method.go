@@ -10,6 +10,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
 )
@@ -130,9 +131,9 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 	opts := train.Options{Epochs: 1, Batch: o.Batch, Optimizer: "sgd", LR: 1e-3, Momentum: 0.9, WD: 5e-4}
 	// two clients with the same batch: client 1 only takes part in round 0
 	// (it gives client 0 a pool entry, an expert for pFedMoAP)
-	tc := methods.TensorClient{Pixels: px, Labels: labels}
-	env, err := methods.TensorEnv(m, depth, classRows(o.Classes, m.W.Config.Text.ContextLength, m.W.Config.Text.VocabSize),
-		o.Classes, []methods.TensorClient{tc, tc}, opts, 1)
+	tc := fixture.TensorClient{Pixels: px, Labels: labels}
+	env, err := fixture.TensorEnv(m, depth, classRows(o.Classes, m.W.Config.Text.ContextLength, m.W.Config.Text.VocabSize),
+		o.Classes, []fixture.TensorClient{tc, tc}, opts, 1)
 	if err != nil {
 		return nil, err
 	}

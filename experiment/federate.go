@@ -139,7 +139,7 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 	if o.OnEvaluate != nil {
 		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 	}
-	plan, err := meth.Build(env, o.Sections[name])
+	plan, err := buildPlan(o, meth, env, name)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -212,6 +212,7 @@ func WriteFederationReports(o Options, f *Federated, hist *federation.History) (
 		bytes.add(f.Name, r)
 	}
 	sum.Extra = bytes.extra()
+	addPrivacy(o, sum, f.Name, last)
 	res := &Result{Summary: sum, Table: sum.Table(tableTitle(f.Dataset, f.Task)), Records: log.Records(), Task: f.Task, OutDir: o.OutDir}
 	if err := writeReports(o, res); err != nil {
 		return nil, err

@@ -98,6 +98,10 @@ type Options struct {
 	// logits of each of the client's evaluation sets (methods.Env's
 	// OnEvaluate): conformance tests compare them with `pfedmma predict`.
 	OnEvaluate func(method string, c *protocol.ClientTask, logits [][]float32)
+
+	// Aggregation hardens every trained method's aggregation (robust
+	// rules, clipping, differential privacy; off when zero).
+	Aggregation config.Aggregation
 }
 
 // Result is what Run produced.
@@ -283,6 +287,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// too
 	bytes := newSiteBytes(len(task.Clients))
 	o.countRound = bytes.add
+	var lastRecords []report.RoundRecord // each method's, for the summary's dp
 	for i, meth := range s.methods {
 		name := o.Methods[i]
 		t0 := time.Now()
@@ -293,11 +298,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		timings[name+"_s"] = time.Since(t0).Seconds()
 		if len(recs) > 0 {
 			sum.Set(name, finalMetrics(task, recs[len(recs)-1]))
+			lastRecords = append(lastRecords, recs[len(recs)-1])
 		}
 	}
 	timings["total_s"] = time.Since(start).Seconds()
 	sum.Timings = timings
 	sum.Extra = bytes.extra()
+	for _, rec := range lastRecords {
+		addPrivacy(o, sum, rec.Method, rec)
+	}
 	res := &Result{Summary: sum, Table: sum.Table(tableTitle(s.ds.Name, task)), Records: log.Records(), Task: task, OutDir: o.OutDir}
 	if err := writeReports(o, res); err != nil {
 		return nil, err
@@ -430,7 +439,7 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 		defer func() { env.OnEvaluate = nil }()
 	}
-	plan, err := meth.Build(env, o.Sections[name])
+	plan, err := buildPlan(o, meth, env, name)
 	if err != nil {
 		return nil, err
 	}
@@ -547,6 +556,7 @@ func RoundRecord(method string, r federation.RoundReport) report.RoundRecord {
 		rec.Clients = append(rec.Clients, report.ClientMetrics{ID: id, Metrics: m})
 	}
 	rec.Mean = clientMean(rec.Clients)
+	strategyMetrics(&rec, r.Strategy)
 	return rec
 }
 

@@ -61,8 +61,9 @@ func (r *robustFlags) add(fl *pflag.FlagSet) {
 }
 
 // wrapper returns the strategy wrapper the flags ask for (nil: the
-// method's own mean); seed seeds the DP noise.
-func (r *robustFlags) wrapper(seed uint64) (func(federation.Strategy) (federation.Strategy, error), error) {
+// method's own mean, or what e's aggregation section asks, which the
+// experiment applies itself); e's seed seeds the DP noise.
+func (r *robustFlags) wrapper(e *config.Experiment) (func(federation.Strategy) (federation.Strategy, error), error) {
 	opts := robust.Options{Trim: r.trim, ClipNorm: r.clipNorm}
 	switch r.aggregate {
 	case "mean":
@@ -74,10 +75,13 @@ func (r *robustFlags) wrapper(seed uint64) (func(federation.Strategy) (federatio
 		return nil, fmt.Errorf("--aggregate %q: want mean, median or trimmed-mean", r.aggregate)
 	}
 	if r.dpNoise > 0 {
-		opts.DP = &robust.DP{Clip: r.dpClip, NoiseMultiplier: r.dpNoise, Delta: r.dpDelta, Seed: seed}
+		opts.DP = &robust.DP{Clip: r.dpClip, NoiseMultiplier: r.dpNoise, Delta: r.dpDelta, Seed: e.Seed}
 	}
 	if opts.Rule == robust.Mean && opts.ClipNorm == 0 && opts.DP == nil {
 		return nil, nil
+	}
+	if e.Aggregation.Active() {
+		return nil, fmt.Errorf("--aggregate, --clip-norm and --dp-*: the configuration's aggregation section is set already; give the aggregation in one place")
 	}
 	return func(s federation.Strategy) (federation.Strategy, error) { return robust.Wrap(s, opts) }, nil
 }
@@ -103,7 +107,7 @@ global/METHOD.safetensors) to --out and exits 0.
 			if c.Experiment, c.Model, err = x.compose(); err != nil {
 				return err
 			}
-			if c.Wrap, err = r.wrapper(c.Experiment.Seed); err != nil {
+			if c.Wrap, err = r.wrapper(c.Experiment); err != nil {
 				return fmt.Errorf("serve: %w", err)
 			}
 			res, err := experiment.Serve(cmd.Context(), c)
