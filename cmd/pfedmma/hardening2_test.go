@@ -27,6 +27,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -226,7 +227,7 @@ func TestForceKeepsUserFiles(t *testing.T) {
 	model := tinyWorldModel(t)
 	dir := userFolder(t)
 	before := snapshot(t, dir)
-	refused(t, cliOptions{Dir: dir}, []string{"notes.txt", "src", "no " + runMarkerFile},
+	refused(t, cliOptions{Dir: dir}, []string{"notes.txt", "src", "no " + experiment.RunMarkerFile},
 		append(tinyRunArgs(model, ".", 1), "--force")...)
 	if d := diffSnapshots(before, snapshot(t, dir)); len(d) > 0 {
 		t.Errorf("--force changed the user's folder: %v", d)
@@ -242,8 +243,8 @@ func TestForceRefusesForeignFilesInRun(t *testing.T) {
 	if r := cli(t, cliOptions{}, tinyRunArgs(model, out, 1)...); r.Code != 0 {
 		t.Fatalf("run: %s", r.Stderr)
 	}
-	var m runMarker
-	b, err := os.ReadFile(filepath.Join(out, runMarkerFile))
+	var m experiment.RunMarker
+	b, err := os.ReadFile(filepath.Join(out, experiment.RunMarkerFile))
 	if err != nil {
 		t.Fatalf("the run wrote no marker: %v", err)
 	}
@@ -292,8 +293,8 @@ func TestResumeFinishedRunChangesNothing(t *testing.T) {
 			t.Errorf("--resume of a finished run (garbage site checkpoint %v): exit %d\n%s", corrupt, r.Code, tail(r.Stderr))
 		}
 		after := snapshot(t, out)
-		delete(before, lockFile)
-		delete(after, lockFile)
+		delete(before, experiment.LockFile)
+		delete(after, experiment.LockFile)
 		if d := diffSnapshots(before, after); len(d) > 0 {
 			t.Errorf("--resume of a finished run (garbage site checkpoint %v) changed %v", corrupt, d)
 		}
@@ -519,7 +520,7 @@ func TestResumeKeepsFinishedSeeds(t *testing.T) {
 	if err := os.Remove(filepath.Join(out, "summary.json")); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeRunMarker(out, runMarker{Fingerprint: "stopped"}); err != nil {
+	if err := experiment.WriteRunMarker(out, experiment.RunMarker{Fingerprint: "stopped"}); err != nil {
 		t.Fatal(err)
 	}
 	seed1 := filepath.Join(out, "seed_1")
