@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,7 +14,6 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/federation"
-	"github.com/pfedmma/pfedmma/federation/robust"
 	"github.com/pfedmma/pfedmma/transport"
 )
 
@@ -62,7 +62,13 @@ outputs (summary.json, report.md, figures, metrics, global.safetensors) to --out
 --http serves the live dashboard, /metrics (Prometheus) and /healthz.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			e, err := x.compose()
+			sets, err := aggregationSets(cmd, aggregate, trim, clipNorm, dpNoise, dpClip, dpDelta)
+			if err != nil {
+				return err
+			}
+			xs := x // the flags after the user's --set: they win
+			xs.sets = append(append([]string(nil), x.sets...), sets...)
+			e, err := xs.compose()
 			if err != nil {
 				return err
 			}
@@ -89,26 +95,7 @@ outputs (summary.json, report.md, figures, metrics, global.safetensors) to --out
 			if err != nil {
 				return fmt.Errorf("serve: %w", err)
 			}
-			strat := f.Plan.Strategy
-			opts := robust.Options{Trim: trim, ClipNorm: clipNorm}
-			switch aggregate {
-			case "mean":
-			case "median":
-				opts.Rule = robust.Median
-			case "trimmed-mean":
-				opts.Rule = robust.TrimmedMean
-			default:
-				return fmt.Errorf("serve: --aggregate %q: want mean, median or trimmed-mean", aggregate)
-			}
-			if dpNoise > 0 {
-				opts.DP = &robust.DP{Clip: dpClip, NoiseMultiplier: dpNoise, Delta: dpDelta, Seed: e.Seed}
-			}
-			if opts.Rule != robust.Mean || opts.ClipNorm > 0 || opts.DP != nil {
-				if strat, err = robust.Wrap(strat, opts); err != nil {
-					return fmt.Errorf("serve: %w", err)
-				}
-			}
-			coord := serveCoordinator(o, strat, len(f.Task.Clients), minFit, timeout, e.Fingerprint())
+			coord := serveCoordinator(o, f.Plan.Strategy, len(f.Task.Clients), minFit, timeout, e.Fingerprint())
 			if err := os.MkdirAll(state, 0o755); err != nil {
 				return fmt.Errorf("serve: %w", err)
 			}
@@ -138,13 +125,41 @@ outputs (summary.json, report.md, figures, metrics, global.safetensors) to --out
 	fl.BoolVar(&insecure, "insecure-dev", false, "NO TLS: clear-text gRPC and HTTP, for local development only")
 	fl.IntVar(&minFit, "min-fit", 1, "fewest sites that must answer for a round to close")
 	fl.DurationVar(&timeout, "round-timeout", 10*time.Minute, "deadline of each round's training (and of its evaluation)")
-	fl.StringVar(&aggregate, "aggregate", "mean", "mean (the method's own), median or trimmed-mean of the shared tensors")
-	fl.Float64Var(&trim, "trim", 0, "trimmed-mean: fraction cut at each end")
-	fl.Float64Var(&clipNorm, "clip-norm", 0, "clip each site's update to this L2 norm (0: off)")
-	fl.Float64Var(&dpNoise, "dp-noise-multiplier", 0, "differential privacy: Gaussian noise σ (0: off)")
-	fl.Float64Var(&dpClip, "dp-clip", 1, "differential privacy: per-site L2 clip C")
-	fl.Float64Var(&dpDelta, "dp-delta", 1e-5, "differential privacy: δ of the reported ε")
+	fl.StringVar(&aggregate, "aggregate", "mean", "mean (the method's own), median or trimmed-mean of the shared tensors (--set aggregation.rule=…)")
+	fl.Float64Var(&trim, "trim", 0, "trimmed-mean: fraction cut at each end (--set aggregation.trim=…)")
+	fl.Float64Var(&clipNorm, "clip-norm", 0, "clip each site's update to this L2 norm, 0: off (--set aggregation.clip_norm=…)")
+	fl.Float64Var(&dpNoise, "dp-noise-multiplier", 0, "differential privacy: Gaussian noise σ, 0: off (--set aggregation.dp.noise_multiplier=…)")
+	fl.Float64Var(&dpClip, "dp-clip", 1, "differential privacy: per-site L2 clip C (--set aggregation.dp.clip=…)")
+	fl.Float64Var(&dpDelta, "dp-delta", 1e-5, "differential privacy: δ of the reported ε (--set aggregation.dp.delta=…)")
 	rootCmd.AddCommand(cmd)
+}
+
+// aggregationSets turns serve's hardening flags into the --set overrides of
+// the configuration's aggregation section they are shorthands for; a flag
+// left unset changes nothing (the configuration's value stands). Sites
+// need the same settings (--set aggregation.…): they enter the
+// configuration's fingerprint.
+func aggregationSets(cmd *cobra.Command, aggregate string, trim, clipNorm, dpNoise, dpClip, dpDelta float64) ([]string, error) {
+	fl := cmd.Flags()
+	var sets []string
+	if fl.Changed("aggregate") {
+		rule := map[string]string{"mean": config.RuleMean, "median": config.RuleMedian,
+			"trimmed-mean": config.RuleTrimmedMean, config.RuleTrimmedMean: config.RuleTrimmedMean}[aggregate]
+		if rule == "" {
+			return nil, fmt.Errorf("serve: --aggregate %q: want mean, median or trimmed-mean", aggregate)
+		}
+		sets = append(sets, "aggregation.rule="+rule)
+	}
+	for _, f := range []struct {
+		flag, key string
+		v         float64
+	}{{"trim", "trim", trim}, {"clip-norm", "clip_norm", clipNorm}, {"dp-noise-multiplier", "dp.noise_multiplier", dpNoise},
+		{"dp-clip", "dp.clip", dpClip}, {"dp-delta", "dp.delta", dpDelta}} {
+		if fl.Changed(f.flag) {
+			sets = append(sets, "aggregation."+f.key+"="+strconv.FormatFloat(f.v, 'g', -1, 64))
+		}
+	}
+	return sets, nil
 }
 
 // serveCoordinator is the coordinator of `serve`: the rounds, sampling and
