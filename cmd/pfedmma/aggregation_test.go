@@ -9,6 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pfedmma/pfedmma/config"
 )
 
 // TestServeAggregationEqualsRun: serve's hardening flags are shorthands
@@ -132,5 +136,61 @@ func TestServeAggregationEqualsRun(t *testing.T) {
 				t.Errorf("dp_epsilon in %d records of run's metrics.jsonl, want %d:\n%s\nserve's:\n%s", n, want, simM, srvM)
 			}
 		})
+	}
+}
+
+// TestServeFlagsAreShorthands: each hardening flag of serve becomes its
+// aggregation key's --set, only when given; a bad --aggregate names the
+// flag and a bad value the key.
+func TestServeFlagsAreShorthands(t *testing.T) {
+	serve, _, err := rootCmd.Find([]string{"serve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parse := func(args ...string) ([]string, error) {
+		t.Helper()
+		cmd := &cobra.Command{Use: "serve"}
+		var aggregate string
+		var trim, clipNorm, dpNoise, dpClip, dpDelta float64
+		fl := cmd.Flags()
+		for _, name := range []string{"aggregate", "trim", "clip-norm", "dp-noise-multiplier", "dp-clip", "dp-delta"} {
+			if serve.Flags().Lookup(name) == nil {
+				t.Fatalf("serve has no --%s", name)
+			}
+		}
+		fl.StringVar(&aggregate, "aggregate", serve.Flags().Lookup("aggregate").DefValue, "")
+		fl.Float64Var(&trim, "trim", 0, "")
+		fl.Float64Var(&clipNorm, "clip-norm", 0, "")
+		fl.Float64Var(&dpNoise, "dp-noise-multiplier", 0, "")
+		fl.Float64Var(&dpClip, "dp-clip", 1, "")
+		fl.Float64Var(&dpDelta, "dp-delta", 1e-5, "")
+		if err := fl.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return aggregationSets(cmd, aggregate, trim, clipNorm, dpNoise, dpClip, dpDelta)
+	}
+	sets, err := parse()
+	if err != nil || len(sets) != 0 {
+		t.Errorf("no flags: %v, %v", sets, err)
+	}
+	sets, err = parse("--aggregate", "trimmed-mean", "--trim", "0.2", "--clip-norm", "1.5", "--dp-delta", "1e-06")
+	want := []string{"aggregation.rule=trimmed_mean", "aggregation.trim=0.2", "aggregation.clip_norm=1.5", "aggregation.dp.delta=1e-06"}
+	if err != nil || strings.Join(sets, " ") != strings.Join(want, " ") {
+		t.Errorf("flags gave %v, %v; want %v", sets, err, want)
+	}
+	if e, err := config.Compose(config.Sources{Sets: sets}); err != nil || e.Aggregation.DP.Delta != 1e-6 || e.Aggregation.Trim != 0.2 {
+		t.Errorf("the flags' sets do not compose: %v", err)
+	}
+	sets, err = parse("--dp-noise-multiplier", "1.1", "--dp-clip", "0.5")
+	want = []string{"aggregation.dp.noise_multiplier=1.1", "aggregation.dp.clip=0.5"}
+	if err != nil || strings.Join(sets, " ") != strings.Join(want, " ") {
+		t.Errorf("dp flags gave %v, %v; want %v", sets, err, want)
+	}
+	if _, err := parse("--aggregate", "krum"); err == nil || !strings.Contains(err.Error(), "--aggregate") {
+		t.Errorf("--aggregate krum: %v", err)
+	}
+	sets, _ = parse("--aggregate", "median", "--trim", "0.2")
+	if _, err := config.Compose(config.Sources{Sets: sets}); err == nil || !strings.Contains(err.Error(), "aggregation.trim:") {
+		t.Errorf("--aggregate median --trim 0.2: %v, want an error naming aggregation.trim", err)
 	}
 }
