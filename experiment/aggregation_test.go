@@ -31,7 +31,7 @@ func TestRunAggregation(t *testing.T) {
 	}
 	global := func(o Options) []byte {
 		t.Helper()
-		b, err := os.ReadFile(filepath.Join(o.OutDir, "adapters", "global_shared.safetensors"))
+		b, err := os.ReadFile(filepath.Join(o.OutDir, "global", PFedMMA+".safetensors"))
 		if err != nil {
 			t.Fatal(err)
 		}

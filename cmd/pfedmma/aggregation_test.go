@@ -105,9 +105,9 @@ func TestServeAggregationEqualsRun(t *testing.T) {
 					t.Errorf("site %d: %v", i, err)
 				}
 			}
-			want := readTensors(t, filepath.Join(dir, "sim-"+c.name, "adapters", "global_shared.safetensors"))
-			got := readTensors(t, filepath.Join(dir, "coord-"+c.name, "out", "global.safetensors"))
-			plain := readTensors(t, filepath.Join(dir, "plain", "adapters", "global_shared.safetensors"))
+			want := readTensors(t, filepath.Join(dir, "sim-"+c.name, "global", "pfedmma.safetensors"))
+			got := readTensors(t, filepath.Join(dir, "coord-"+c.name, "out", "global", "pfedmma.safetensors"))
+			plain := readTensors(t, filepath.Join(dir, "plain", "global", "pfedmma.safetensors"))
 			if len(want) == 0 || len(want) != len(got) {
 				t.Fatalf("global tensors: %d in the simulation, %d from the federation", len(want), len(got))
 			}
