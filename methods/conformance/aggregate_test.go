@@ -57,7 +57,9 @@ func globals(st tensor.Named) tensor.Named {
 // are exactly the received ones plus the rule (federation/robust's
 // arithmetic) applied to the participants' updates: the coordinate-wise
 // median, the trimmed mean, or the clipped mean plus the Gaussian noise
-// drawn from (seed, round), of the configured scale.
+// drawn from (seed, round), of the configured scale; and `pfedmma run` of
+// the same configuration gives those results bit for bit, with DP's ε
+// after every round.
 func TestAggregationRules(t *testing.T) {
 	skipPureGo(t)
 	rules := []struct {
@@ -107,7 +109,8 @@ func TestAggregationRules(t *testing.T) {
 				after[rep.Round] = globals(st.State())
 				return nil
 			}
-			if _, err := co.Run(context.Background()); err != nil {
+			hist, err := co.Run(context.Background())
+			if err != nil {
 				t.Fatalf("%s: %v", rule.name, err)
 			}
 			clipped := 0
@@ -116,6 +119,22 @@ func TestAggregationRules(t *testing.T) {
 			}
 			if (opts.ClipNorm > 0 || opts.DP != nil) && clipped == 0 {
 				t.Errorf("%s: no update was longer than the clip: the check does not see clipping", rule.name)
+			}
+			// `pfedmma run` of the same configuration gives the same
+			// results, bit for bit, and DP's ε after every round
+			res, err := simulate(t, o, -1, nil)
+			if err != nil {
+				t.Fatalf("%s: run: %v", rule.name, err)
+			}
+			compare(t, rule.name+": run vs the federation", simOutcome(t, o, name, res), f.outcome(hist))
+			for _, r := range res.Records {
+				eps, ok := r.Mean[robust.EpsilonMetric]
+				if opts.DP != nil && (!ok || eps != robust.Epsilon(r.Round+1, opts.DP.NoiseMultiplier, opts.DP.Delta)) {
+					t.Errorf("%s: round %d: %s = %v (reported %v)", rule.name, r.Round, robust.EpsilonMetric, eps, ok)
+				}
+				if opts.DP == nil && ok {
+					t.Errorf("%s: round %d reports %s without DP", rule.name, r.Round, robust.EpsilonMetric)
+				}
 			}
 		}
 	})
