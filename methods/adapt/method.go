@@ -87,6 +87,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/clientbase"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -289,8 +290,8 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		if err != nil {
 			return nil, err
 		}
-		c := &Client{env: env, task: t, sh: sh, Domain: slices.Index(doms, t.Domain), P: init.Clone(),
-			G: zerosLike(init), loop: loop}
+		c := &Client{Base: clientbase.Base{Method: "adapt", Env: env, Task: t, Loop: loop}, sh: sh,
+			Domain: slices.Index(doms, t.Domain), P: init.Clone(), G: zerosLike(init)}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}

@@ -243,9 +243,9 @@ func TestResumeBitIdentical(t *testing.T) {
 func TestGlobalModel(t *testing.T) {
 	s := &Settings{Ratio: 0.2, Reduction: 4}
 	plan := build(t, s, 16, 5, 3, 24, testOpts())
-	shared := plan.Clients[0].(*Client).task.Evals[0]
+	shared := plan.Clients[0].(*Client).Task.Evals[0]
 	for _, c := range plan.Clients {
-		c.(*Client).task.Evals = []*protocol.EvalSet{shared}
+		c.(*Client).Task.Evals = []*protocol.EvalSet{shared}
 	}
 	co := coordinator(plan, t.TempDir(), 2)
 	co.Fraction = 1

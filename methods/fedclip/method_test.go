@@ -369,9 +369,9 @@ func TestResumeBitIdentical(t *testing.T) {
 // the global adapter.
 func TestGlobalModel(t *testing.T) {
 	plan := build(t, &Settings{}, 16, 5, 3, 24, testOpts())
-	shared := plan.Clients[0].(*Client).task.Evals[0]
+	shared := plan.Clients[0].(*Client).Task.Evals[0]
 	for _, c := range plan.Clients {
-		c.(*Client).task.Evals = []*protocol.EvalSet{shared}
+		c.(*Client).Task.Evals = []*protocol.EvalSet{shared}
 	}
 	co := coordinator(plan, t.TempDir(), 2)
 	co.Fraction = 1
@@ -542,7 +542,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	c := plan.Clients[0].(*Client)
 	recs := make([]float32, B*env.Prefixer.RecordLen())
 	for k := 0; k < B; k++ {
-		if err := env.TrainStore.GetBatch([]int{env.TrainRecs[c.task.Train[k]][0]}, recs[k*env.Prefixer.RecordLen():(k+1)*env.Prefixer.RecordLen()]); err != nil {
+		if err := env.TrainStore.GetBatch([]int{env.TrainRecs[c.Task.Train[k]][0]}, recs[k*env.Prefixer.RecordLen():(k+1)*env.Prefixer.RecordLen()]); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -76,6 +76,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/clientbase"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -292,14 +293,14 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		if err != nil {
 			return nil, err
 		}
-		c := &Client{env: env, task: t, w: w, shared: filter, P: init.Clone(), loop: loop}
+		c := &Client{Base: clientbase.Base{Method: "fedot", Env: env, Task: t, Loop: loop}, w: w, shared: filter, P: init.Clone()}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}
 	// the global model: the server's shared tensors with the initial
 	// (identity) local transforms, what a new site starts from
 	plan.GlobalScorer = func() (eval.Scorer, error) {
-		c := &Client{env: env, task: &protocol.ClientTask{ID: -1}, w: w, shared: filter, P: init.Clone()}
+		c := &Client{Base: clientbase.Base{Method: "fedot", Env: env, Task: &protocol.ClientTask{ID: -1}}, w: w, shared: filter, P: init.Clone()}
 		for name, t := range st.Global() {
 			p, ok := c.P[name]
 			if !ok || !tensor.SameShape(p.Shape, t.Shape) {
