@@ -71,6 +71,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
@@ -343,7 +344,7 @@ func initClassifier(env *methods.Env, s *Settings, wg *tensor.Tensor, rng *rand.
 			copy(wg.Data[c*d:(c+1)*d], txt[i*d:(i+1)*d])
 		}
 	}
-	normalizeRows(nil, wg.Data, wg.Shape[0], d)
+	clip.NormalizeRows(nil, wg.Data, wg.Shape[0], d)
 	for i := 0; i < wg.Shape[0]; i++ { // classes in no space: zero rows, not NaN
 		row := wg.Data[i*d : (i+1)*d]
 		if row[0] != row[0] {

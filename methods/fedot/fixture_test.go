@@ -59,7 +59,7 @@ func initParams(rng *rand.Rand, s *Settings, d, K int) tensor.Named {
 	for _, name := range slices.Sorted(maps.Keys(shapes)) {
 		p[name] = randTensor(rng, 0.3, shapes[name]...)
 	}
-	normalizeRows(nil, p[ParamClassifier].Data, K, d)
+	clip.NormalizeRows(nil, p[ParamClassifier].Data, K, d)
 	if w, ok := p[ParamLinear]; ok {
 		for i := 0; i < d; i++ {
 			w.Data[i*d+i]++
@@ -133,7 +133,7 @@ func awayFromKinks(t *testing.T, m *clip.Model, f *methods.Fixture, down *tensor
 			u[k] += img[b*d+k]
 		}
 	}
-	normalizeRows(nil, u, 1, d)
+	clip.NormalizeRows(nil, u, 1, d)
 	for b := 0; b < B; b++ {
 		var dot, mx float64
 		for k := range u {

@@ -37,7 +37,7 @@ func featureEnv(t testing.TB, d, K, clients, n int, opts train.Options) *methods
 	for i := range means {
 		means[i] = float32(rng.NormFloat64())
 	}
-	normalizeRows(nil, means, K, d)
+	clip.NormalizeRows(nil, means, K, d)
 	task := &protocol.Task{Protocol: protocol.Dirichlet, Dataset: &dataset.Dataset{Name: "features", Classes: names},
 		Spaces: []protocol.Space{{Name: "all", Classes: all}}, Metrics: []string{"acc"}}
 	store, err := actcache.New(actcache.Options{RecordLen: d, MemoryBudget: 1 << 40})
@@ -86,7 +86,7 @@ func featureEnv(t testing.TB, d, K, clients, n int, opts train.Options) *methods
 	for i := range wg.Data {
 		wg.Data[i] = means[i] + float32(rng.NormFloat64()*0.5/math.Sqrt(float64(d)))
 	}
-	normalizeRows(nil, wg.Data, K, d)
+	clip.NormalizeRows(nil, wg.Data, K, d)
 	env.Init = tensor.Named{ParamClassifier: wg}
 	return env
 }

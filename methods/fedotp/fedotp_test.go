@@ -184,7 +184,7 @@ func TestStepGradient(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return crossEntropy(logits, labels, len(labels), l.C, dl)
+		return clip.CrossEntropy(logits, labels, len(labels), l.C, dl)
 	}
 	rng := rand.New(rand.NewPCG(1, 1))
 	if err := gradcheck.Check("ctx", l.ctx.Data, grad.Data, loss, 1e-2, 2e-2, 30, rng); err != nil {
