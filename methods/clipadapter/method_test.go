@@ -15,6 +15,7 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -112,25 +113,6 @@ func coordinator(plan *methods.Plan, dir string, rounds int) *federation.Coordin
 		EvalEvery: 1, Store: federation.FileStore{Path: filepath.Join(dir, federation.CheckpointFile)},
 		Logger: slog.New(slog.DiscardHandler)}
 }
-
-func bitsEqual(a, b tensor.Named) string {
-	if len(a) != len(b) {
-		return fmt.Sprintf("%d names vs %d", len(a), len(b))
-	}
-	for k, x := range a {
-		y, ok := b[k]
-		if !ok || !tensor.SameShape(x.Shape, y.Shape) {
-			return k + ": missing or shape"
-		}
-		for i := range x.Data {
-			if math.Float32bits(x.Data[i]) != math.Float32bits(y.Data[i]) {
-				return k
-			}
-		}
-	}
-	return ""
-}
-
 func testOpts() train.Options {
 	return train.Options{Epochs: 1, Batch: 16, Optimizer: "sgd", LR: 0.05, Momentum: 0.9, WD: 5e-4}
 }
@@ -228,11 +210,11 @@ func TestResumeBitIdentical(t *testing.T) {
 	for i := range ref.Clients {
 		a, _ := resumed.Clients[i].State()
 		b, _ := ref.Clients[i].State()
-		if d := bitsEqual(a, b); d != "" {
+		if d := tensortest.BitsDiff(a, b); d != "" {
 			t.Errorf("client %d state differs at %s", i, d)
 		}
 	}
-	if d := bitsEqual(resumed.Strategy.State(), ref.Strategy.State()); d != "" {
+	if d := tensortest.BitsDiff(resumed.Strategy.State(), ref.Strategy.State()); d != "" {
 		t.Errorf("strategy state differs at %s", d)
 	}
 }
@@ -265,7 +247,7 @@ func TestGlobalModel(t *testing.T) {
 	g := plan.Global()
 	for i := range plan.Clients {
 		site, _ := plan.Site(i)
-		if d := bitsEqual(site, g); d != "" {
+		if d := tensortest.BitsDiff(site, g); d != "" {
 			t.Errorf("site %d keeps something else than the global adapter (%s)", i, d)
 		}
 	}
@@ -293,7 +275,7 @@ func TestEvaluateReceivesGlobal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(res.Params, down); d == "" {
+	if d := tensortest.BitsDiff(res.Params, down); d == "" {
 		t.Fatal("training did not move the adapter: the test cannot tell the two apart")
 	}
 	if err := plan.Strategy.Init([]federation.ClientInfo{{ID: 0, NumExamples: 1}, {ID: 1, NumExamples: 3}}); err != nil {
@@ -308,27 +290,27 @@ func TestEvaluateReceivesGlobal(t *testing.T) {
 	if err := plan.Strategy.Aggregate(0, []federation.FitResult{{ClientID: 0, NumExamples: 1, Params: res.Params}, {ClientID: 1, NumExamples: 3, Params: other}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(c.P, res.Params); d != "" {
+	if d := tensortest.BitsDiff(c.P, res.Params); d != "" {
 		t.Fatalf("the in-process aggregation reached the client without an instruction (%s)", d)
 	}
 	ins, err := federation.ConfigureEvaluate(plan.Strategy, 0, []int{0, 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(ins[0], plan.Global()); d != "" || len(ins) != 2 {
+	if d := tensortest.BitsDiff(ins[0], plan.Global()); d != "" || len(ins) != 2 {
 		t.Fatalf("ConfigureEvaluate does not send every client the new global adapter (%d clients, %s)", len(ins), d)
 	}
 	if _, err := c.Evaluate(context.Background(), federation.EvaluateIns{Round: 0, Params: ins[0]}); err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(c.P, plan.Global()); d != "" {
+	if d := tensortest.BitsDiff(c.P, plan.Global()); d != "" {
 		t.Fatalf("the client does not score and keep the global adapter it was sent (%s)", d)
 	}
-	if d := bitsEqual(c.P, res.Params); d == "" {
+	if d := tensortest.BitsDiff(c.P, res.Params); d == "" {
 		t.Fatal("the global adapter equals the client's own: the test cannot tell them apart")
 	}
 	site, _ := plan.Site(0)
-	if d := bitsEqual(site, plan.Global()); d != "" {
+	if d := tensortest.BitsDiff(site, plan.Global()); d != "" {
 		t.Errorf("the site keeps something else than the adapter it scored (%s)", d)
 	}
 }

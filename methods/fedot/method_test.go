@@ -14,6 +14,7 @@ import (
 	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -121,24 +122,6 @@ func coordinator(plan *methods.Plan, dir string, rounds int) *federation.Coordin
 		Logger: slog.New(slog.DiscardHandler)}
 }
 
-func bitsEqual(a, b tensor.Named) string {
-	if len(a) != len(b) {
-		return fmt.Sprintf("%d names vs %d", len(a), len(b))
-	}
-	for k, x := range a {
-		y, ok := b[k]
-		if !ok || !tensor.SameShape(x.Shape, y.Shape) {
-			return k + ": missing or shape"
-		}
-		for i := range x.Data {
-			if math.Float32bits(x.Data[i]) != math.Float32bits(y.Data[i]) {
-				return k
-			}
-		}
-	}
-	return ""
-}
-
 // TestResumeBitIdentical: 2 rounds, a checkpoint, fresh clients and
 // strategy, 1 more round equals 3 straight rounds bit for bit (client
 // states, server state, metrics), for every variant.
@@ -182,11 +165,11 @@ func TestResumeBitIdentical(t *testing.T) {
 			for i := range ref.Clients {
 				a, _ := resumed.Clients[i].State()
 				b, _ := ref.Clients[i].State()
-				if d := bitsEqual(a, b); d != "" {
+				if d := tensortest.BitsDiff(a, b); d != "" {
 					t.Errorf("client %d state differs at %s", i, d)
 				}
 			}
-			if d := bitsEqual(resumed.Strategy.State(), ref.Strategy.State()); d != "" {
+			if d := tensortest.BitsDiff(resumed.Strategy.State(), ref.Strategy.State()); d != "" {
 				t.Errorf("strategy state differs at %s", d)
 			}
 		})

@@ -6,22 +6,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/ot"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
-
-func tinyModel(t testing.TB) *clip.Model {
-	t.Helper()
-	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return clip.New(w)
-}
 
 func read(t testing.TB, path string) (tensor.Named, map[string]string) {
 	t.Helper()
@@ -73,7 +64,7 @@ func tolFor(name string) float64 {
 }
 
 func TestStepFixtures(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, "../../testdata/fedotp/init.safetensors")
 	for _, file := range []string{"step", "step_sinkhorn", "step_eps001"} {
 		t.Run(file, func(t *testing.T) {
@@ -92,7 +83,7 @@ func TestStepFixtures(t *testing.T) {
 }
 
 func TestRoundFixture(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, "../../testdata/fedotp/init.safetensors")
 	ref, meta := read(t, "../../testdata/fedotp/round.safetensors")
 	batch := tensor.Named{}
@@ -154,7 +145,7 @@ func TestHeadGradient(t *testing.T) {
 // respect to the contexts by finite differences on the tiny model, with the
 // plan held fixed.
 func TestStepGradient(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	ref, meta := read(t, "../../testdata/fedotp/step.safetensors")
 	cfg, err := ConfigFromMeta(meta)
 	if err != nil {
@@ -214,7 +205,7 @@ func TestConfigValidate(t *testing.T) {
 
 // TestNoNaNAtSmallEps runs steps at ε 0.01 and 0.1 on random contexts.
 func TestNoNaNAtSmallEps(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	ref, _ := read(t, "../../testdata/fedotp/step.safetensors")
 	tokens, _ := prompt.Ints(ref, "tokens")
 	labels, _ := prompt.Ints(ref, "labels")

@@ -5,20 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
-	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
-
-func tinyModel(t testing.TB) *clip.Model {
-	t.Helper()
-	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return clip.New(w)
-}
 
 func read(t testing.TB, path string) (tensor.Named, map[string]string) {
 	t.Helper()
@@ -69,7 +59,7 @@ func tolFor(name string) float64 {
 var params = []string{ParamU, ParamV, ParamSigma}
 
 func checkStep(t *testing.T, initPath, stepPath string) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, initPath)
 	ref, meta := read(t, stepPath)
 	// the batch is the step's inputs alone: the image features come from
@@ -101,7 +91,7 @@ func TestStepFarFixture(t *testing.T) {
 }
 
 func TestRoundFixture(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, "../../testdata/fedpgp/init.safetensors")
 	ref, meta := read(t, "../../testdata/fedpgp/round.safetensors")
 	out, err := RoundFromFile(m, init, ref, meta)
@@ -129,7 +119,7 @@ func TestRoundFixture(t *testing.T) {
 // weight decay wd differs from the step without by −lr·wd·p, for every
 // parameter.
 func TestWeightDecay(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, "../../testdata/fedpgp/init.safetensors")
 	ref, meta := read(t, "../../testdata/fedpgp/step.safetensors")
 	lr, _ := prompt.MetaFloat(meta, "lr")

@@ -6,23 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 const td = "../../testdata/fedpha/"
-
-func tinyModel(t testing.TB) *clip.Model {
-	t.Helper()
-	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return clip.New(w)
-}
 
 func read(t testing.TB, path string) (tensor.Named, map[string]string) {
 	t.Helper()
@@ -72,7 +63,7 @@ func tolFor(name string) float64 {
 // SVD derivative matters): every forward tensor, the loss terms, both
 // gradients, the step and its update.
 func TestStepFixtures(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	for _, c := range []struct{ init, step string }{{"init", "step"}, {"init_far", "step_far"}} {
 		t.Run(c.step, func(t *testing.T) {
 			init, _ := read(t, td+c.init+".safetensors")
@@ -257,7 +248,7 @@ func TestConfig(t *testing.T) {
 // a step with weight decay wd differs from the step without by exactly
 // −lr·wd·p in both contexts.
 func TestWeightDecay(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, td+"init.safetensors")
 	ref, meta := read(t, td+"step.safetensors")
 	lr, _ := prompt.MetaFloat(meta, "lr")

@@ -5,20 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
-	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
-
-func tinyModel(t testing.TB) *clip.Model {
-	t.Helper()
-	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return clip.New(w)
-}
 
 func read(t testing.TB, path string) (tensor.Named, map[string]string) {
 	t.Helper()
@@ -75,7 +65,7 @@ func updateTol(p, init *tensor.Tensor, base float64) float64 {
 // TestStepFixture reproduces step (J 3 of 4 blocks) and step_j4 (every
 // block prompted: the pooled last block's input carries replaced rows).
 func TestStepFixture(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	for _, c := range []struct{ init, step string }{{"init", "step"}, {"init_j4", "step_j4"}} {
 		t.Run(c.step, func(t *testing.T) {
 			init, _ := read(t, "../../testdata/maple/"+c.init+".safetensors")
@@ -111,7 +101,7 @@ func TestStepFixture(t *testing.T) {
 }
 
 func TestRoundFixture(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, "../../testdata/maple/init.safetensors")
 	ref, meta := read(t, "../../testdata/maple/round.safetensors")
 	out, err := RoundFromFile(m, init, ref, meta)

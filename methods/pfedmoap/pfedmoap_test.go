@@ -7,21 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
-
-func tinyModel(t testing.TB) *clip.Model {
-	t.Helper()
-	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return clip.New(w)
-}
 
 func read(t testing.TB, path string) (tensor.Named, map[string]string) {
 	t.Helper()
@@ -104,7 +95,7 @@ func zeroBias(name string) bool {
 }
 
 func TestStepFixture(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, "../../testdata/pfedmoap/init.safetensors")
 	ref, meta := read(t, "../../testdata/pfedmoap/step.safetensors")
 	batch := tensor.Named{"tokens": ref["tokens"], "labels": ref["labels"], "images": ref["images"]}
@@ -137,7 +128,7 @@ func TestStepFixture(t *testing.T) {
 }
 
 func TestRoundFixture(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, "../../testdata/pfedmoap/init.safetensors")
 	ref, meta := read(t, "../../testdata/pfedmoap/round.safetensors")
 	params := tensor.Named{}
@@ -358,7 +349,7 @@ func TestConfigValidate(t *testing.T) {
 // TestFirstTimeIsCoOp checks that without experts the logits are plain CLIP
 // cosine logits and the gate gets no gradient.
 func TestFirstTimeIsCoOp(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	ref, meta := read(t, "../../testdata/pfedmoap/step.safetensors")
 	cfg, err := ConfigFromMeta(meta)
 	if err != nil {

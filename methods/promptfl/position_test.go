@@ -12,7 +12,7 @@ import (
 // authors' trainers/coop.py): one step and one round for "middle", "front"
 // and "middle" with class-specific contexts, values and updates.
 func TestPositionFixtures(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	for _, pos := range []string{"middle", "front", "middle-csc"} {
 		t.Run(pos, func(t *testing.T) {
 			dir := "../../testdata/coop-positions/" + pos + "/"

@@ -5,20 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
-	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
-
-func tinyModel(t testing.TB) *clip.Model {
-	t.Helper()
-	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return clip.New(w)
-}
 
 func read(t testing.TB, path string) (tensor.Named, map[string]string) {
 	t.Helper()
@@ -67,7 +57,7 @@ func tolFor(name string) float64 {
 }
 
 func TestStepFixture(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, "../../testdata/promptfl/init.safetensors")
 	ref, meta := read(t, "../../testdata/promptfl/step.safetensors")
 	// the batch is the step's inputs alone: the image features come from
@@ -85,7 +75,7 @@ func TestStepFixture(t *testing.T) {
 // TestWeightDecay checks the decay on its own: one momentum-SGD step with
 // weight decay wd differs from the step without by exactly −lr·wd·p.
 func TestWeightDecay(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, "../../testdata/promptfl/init.safetensors")
 	ref, meta := read(t, "../../testdata/promptfl/step.safetensors")
 	lr, _ := prompt.MetaFloat(meta, "lr")
@@ -117,7 +107,7 @@ func TestWeightDecay(t *testing.T) {
 }
 
 func TestRoundFixture(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, "../../testdata/promptfl/init.safetensors")
 	ref, meta := read(t, "../../testdata/promptfl/round.safetensors")
 	out, err := RoundFromFile(m, init, ref, meta)
@@ -135,7 +125,7 @@ func TestRoundFixture(t *testing.T) {
 // TestStepFromFileInputs: cached image features stand in for images, and a
 // missing setting is named.
 func TestStepFromFileInputs(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, "../../testdata/promptfl/init.safetensors")
 	ref, meta := read(t, "../../testdata/promptfl/step.safetensors")
 	batch := tensor.Named{"tokens": ref["tokens"], "labels": ref["labels"], "image_features": ref["image_features"]}

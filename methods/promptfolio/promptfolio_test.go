@@ -6,24 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/promptfl"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 const td = "../../testdata/promptfolio/"
-
-func tinyModel(t testing.TB) *clip.Model {
-	t.Helper()
-	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return clip.New(w)
-}
 
 func read(t testing.TB, path string) (tensor.Named, map[string]string) {
 	t.Helper()
@@ -73,7 +64,7 @@ func tolFor(name string) float64 {
 // the mix, logits, loss, gradient, the step and its update; the gradient
 // of the prompt whose weight is 0 is exactly 0.
 func TestStepFixtures(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, td+"init.safetensors")
 	for _, file := range []string{"step", "step_theta0", "step_theta1"} {
 		t.Run(file, func(t *testing.T) {
@@ -114,7 +105,7 @@ func TestStepFixtures(t *testing.T) {
 // they are CoOp's (PromptFL's learner, trained locally) with the local
 // prompt. The other prompt's gradient is exactly 0.
 func TestReducesToPromptFLAndCoOp(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, td+"init.safetensors")
 	ref, meta := read(t, td+"step.safetensors")
 	tokens, _ := prompt.Ints(ref, "tokens")
@@ -218,7 +209,7 @@ func TestConfigFromMeta(t *testing.T) {
 // moves it by exactly −lr·wd·p; and a step with weight decay wd differs from
 // the step without by −lr·wd·p in both prompts.
 func TestWeightDecay(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	init, _ := read(t, td+"init.safetensors")
 	ref, meta := read(t, td+"step_theta0.safetensors")
 	lr, _ := prompt.MetaFloat(meta, "lr")
