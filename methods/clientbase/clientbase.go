@@ -160,3 +160,18 @@ func Shared(p tensor.Named, shared func(name string) bool) tensor.Named {
 	}
 	return up
 }
+
+// Bases returns the Base of every client of env's task in order, each with
+// its own local training loop of opts (random stream: the client's ID + 1).
+func Bases(method string, env *methods.Env, opts train.Options) ([]Base, error) {
+	var out []Base
+	for i := range env.Task.Clients {
+		t := &env.Task.Clients[i]
+		loop, err := train.NewLoop(opts, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("%s client %d", method, t.ID))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Base{Method: method, Env: env, Task: t, Loop: loop})
+	}
+	return out, nil
+}

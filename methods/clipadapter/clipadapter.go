@@ -120,13 +120,6 @@ func (s *Settings) Init(d int, rng *rand.Rand) tensor.Named {
 	return p
 }
 
-type scaled struct {
-	s optim.Schedule
-	f float64
-}
-
-func (s scaled) LR(t int) float64 { return s.f * s.s.LR(t) }
-
 // Build implements methods.Method.
 func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
 	s, err := settings(sec)
@@ -148,12 +141,9 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		}
 	}
 	st := &strategy.FedAvg{Shared: federation.Names(ParamW1, ParamW2), Initial: init.Clone(), EvaluateGlobal: true}
-	opts := env.Train
-	if s.LR > 0 {
-		if opts.Schedule != nil && opts.LR > 0 {
-			opts.Schedule = scaled{opts.Schedule, s.LR / opts.LR}
-		}
-		opts.LR = s.LR
+	bases, err := clientbase.Bases("clip_adapter", env, env.Train.Own("", s.LR, 0, 0))
+	if err != nil {
+		return nil, err
 	}
 	w := &Model{Adapter: Adapter{Alpha: float32(s.Ratio)}, D: d, K: init[ParamW1].Shape[0],
 		Scale: env.Model.W.LogitScale, Grads: tensor.Named{}, z: &methods.FrozenScorer{Env: env}}
@@ -162,13 +152,8 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	}
 	plan := &methods.Plan{Strategy: st, Global: st.Global}
 	var clients []*Client
-	for i := range env.Task.Clients {
-		t := &env.Task.Clients[i]
-		loop, err := train.NewLoop(opts, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("clip_adapter client %d", t.ID))
-		if err != nil {
-			return nil, err
-		}
-		c := &Client{Base: clientbase.Base{Method: "clip_adapter", Env: env, Task: t, Loop: loop}, w: w, P: init.Clone()}
+	for _, b := range bases {
+		c := &Client{Base: b, w: w, P: init.Clone()}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}

@@ -286,15 +286,13 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		return l
 	}
 	plan := &methods.Plan{}
+	bases, err := clientbase.Bases("clip_lora", env, env.Train.Own(s.Optimizer, s.LR, s.WeightDecay, s.LocalEpochs))
+	if err != nil {
+		return nil, err
+	}
 	var clients []*client
-	for i := range env.Task.Clients {
-		t := &env.Task.Clients[i]
-		opts := env.Train.Own(s.Optimizer, s.LR, s.WeightDecay, s.LocalEpochs)
-		loop, err := train.NewLoop(opts, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("clip_lora client %d", t.ID))
-		if err != nil {
-			return nil, err
-		}
-		c := &client{Base: clientbase.Base{Method: "clip_lora", Env: env, Task: t, Loop: loop}, env: env, s: s, init: init.Params, lora: fresh(init.Deltas)}
+	for _, b := range bases {
+		c := &client{Base: b, env: env, s: s, init: init.Params, lora: fresh(init.Deltas)}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}

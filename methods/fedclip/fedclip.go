@@ -152,13 +152,6 @@ func checked(src tensor.Named, d int, what string) (tensor.Named, error) {
 	return p, nil
 }
 
-type scaled struct {
-	s optim.Schedule
-	f float64
-}
-
-func (s scaled) LR(t int) float64 { return s.f * s.s.LR(t) }
-
 // Build implements methods.Method.
 func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
 	s, err := settings(sec)
@@ -176,24 +169,16 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		}
 	}
 	st := &strategy.FedAvg{Shared: federation.Names(Names...), Initial: init.Clone(), EvaluateGlobal: true}
-	opts := env.Train
-	if s.LR > 0 {
-		if opts.Schedule != nil && opts.LR > 0 {
-			opts.Schedule = scaled{opts.Schedule, s.LR / opts.LR}
-		}
-		opts.LR = s.LR
+	bases, err := clientbase.Bases("fedclip", env, env.Train.Own("", s.LR, 0, 0))
+	if err != nil {
+		return nil, err
 	}
 	w := newModel(d, env.Model.W.LogitScale)
 	w.z = &methods.FrozenScorer{Env: env}
 	plan := &methods.Plan{Strategy: st, Global: st.Global}
 	var clients []*Client
-	for i := range env.Task.Clients {
-		t := &env.Task.Clients[i]
-		loop, err := train.NewLoop(opts, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("fedclip client %d", t.ID))
-		if err != nil {
-			return nil, err
-		}
-		c := &Client{Base: clientbase.Base{Method: "fedclip", Env: env, Task: t, Loop: loop}, w: w, P: init.Clone()}
+	for _, b := range bases {
+		c := &Client{Base: b, w: w, P: init.Clone()}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}

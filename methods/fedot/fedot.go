@@ -285,16 +285,14 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		}
 	}
 	st := strategy.UniformMean(filter, initial)
-	opts := s.trainOptions(env.Train)
+	bases, err := clientbase.Bases("fedot", env, s.trainOptions(env.Train))
+	if err != nil {
+		return nil, err
+	}
 	plan := &methods.Plan{Strategy: st, Global: st.Global}
 	var clients []*Client
-	for i := range env.Task.Clients {
-		t := &env.Task.Clients[i]
-		loop, err := train.NewLoop(opts, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("fedot client %d", t.ID))
-		if err != nil {
-			return nil, err
-		}
-		c := &Client{Base: clientbase.Base{Method: "fedot", Env: env, Task: t, Loop: loop}, w: w, shared: filter, P: init.Clone()}
+	for _, b := range bases {
+		c := &Client{Base: b, w: w, shared: filter, P: init.Clone()}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}
