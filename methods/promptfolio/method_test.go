@@ -9,8 +9,8 @@ import (
 
 	"github.com/pfedmma/pfedmma/assets"
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
@@ -91,55 +91,8 @@ func tensorPlan(t *testing.T, s *Settings, n int, opts train.Options) *methods.P
 	if err != nil {
 		t.Fatal(err)
 	}
-	var infos []federation.ClientInfo
-	for _, cl := range plan.Clients {
-		infos = append(infos, federation.ClientInfo{ID: cl.ID(), NumExamples: cl.NumExamples()})
-	}
-	if err := plan.Strategy.Init(infos); err != nil {
-		t.Fatal(err)
-	}
+	methodtest.InitStrategy(t, plan)
 	return plan
-}
-
-// round runs one round of a plan by hand with the clients ids (in that
-// order) and returns what they uploaded.
-func round(t *testing.T, plan *methods.Plan, r int, ids []int) []federation.FitResult {
-	t.Helper()
-	ins, err := plan.Strategy.Configure(r, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res []federation.FitResult
-	for _, id := range ids {
-		c := plan.Clients[id]
-		fr, err := c.Fit(context.Background(), federation.FitIns{Round: r, Params: ins[c.ID()]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res = append(res, federation.FitResult{ClientID: c.ID(), NumExamples: fr.NumExamples, Params: fr.Params})
-	}
-	if err := plan.Strategy.Aggregate(r, res, nil); err != nil {
-		t.Fatal(err)
-	}
-	return res
-}
-
-func sameNamed(t *testing.T, what string, got, want tensor.Named) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d tensors, want %d", what, len(got), len(want))
-	}
-	for k, w := range want {
-		g, ok := got[k]
-		if !ok || !tensor.SameShape(g.Shape, w.Shape) {
-			t.Fatalf("%s: %q missing or reshaped", what, k)
-		}
-		for i := range w.Data {
-			if g.Data[i] != w.Data[i] {
-				t.Fatalf("%s: %s[%d] = %g, want %g (not bit-identical)", what, k, i, g.Data[i], w.Data[i])
-			}
-		}
-	}
 }
 
 func testSettings() *Settings { return &Settings{NCtx: 2, Theta: 0.4, InitStd: 0.02} }
@@ -153,38 +106,7 @@ func testOpts() train.Options {
 // plan restored from it, and the third round, bit for bit.
 func TestResumeBitIdentical(t *testing.T) {
 	ids := []int{0, 1, 2}
-	straight := tensorPlan(t, testSettings(), 3, testOpts())
-	for r := range 3 {
-		round(t, straight, r, ids)
-	}
-	first := tensorPlan(t, testSettings(), 3, testOpts())
-	round(t, first, 0, ids)
-	round(t, first, 1, ids)
-	var saved []tensor.Named
-	for _, c := range first.Clients {
-		st, err := c.State()
-		if err != nil {
-			t.Fatal(err)
-		}
-		saved = append(saved, st)
-	}
-	server := first.Strategy.State()
-	resumed := tensorPlan(t, testSettings(), 3, testOpts())
-	for i, c := range resumed.Clients {
-		if err := c.LoadState(saved[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := resumed.Strategy.LoadState(server); err != nil {
-		t.Fatal(err)
-	}
-	round(t, resumed, 2, ids)
-	for i := range straight.Clients {
-		a, _ := straight.Site(i)
-		b, _ := resumed.Site(i)
-		sameNamed(t, "site", b, a)
-	}
-	sameNamed(t, "global", resumed.Global(), straight.Global())
+	methodtest.Resume(t, func() *methods.Plan { return tensorPlan(t, testSettings(), 3, testOpts()) }, [3][]int{ids, ids, ids})
 }
 
 // TestRoundKeepsLocalAndWeighsSelected: clients upload prompt 0 only; the
@@ -194,7 +116,7 @@ func TestResumeBitIdentical(t *testing.T) {
 // prompt 0 and leaves each client's prompt 1 as trained.
 func TestRoundKeepsLocalAndWeighsSelected(t *testing.T) {
 	plan := tensorPlan(t, testSettings(), 3, testOpts())
-	res := round(t, plan, 0, []int{2, 0})
+	res := methodtest.Round(t, plan, 0, []int{2, 0})
 	var n float64
 	for _, r := range res {
 		if len(r.Params) != 1 || !tensor.SameShape(r.Params[ParamCtx].Shape, []int{1, 2, 8}) {
@@ -214,9 +136,9 @@ func TestRoundKeepsLocalAndWeighsSelected(t *testing.T) {
 		p, _ := plan.Site(i)
 		local[i] = append([]float32(nil), p[ParamCtx].Data[16:]...)
 	}
-	round(t, plan, 1, []int{0, 1})
+	methodtest.Round(t, plan, 1, []int{0, 1})
 	c1, _ := plan.Site(2) // not selected: unchanged
-	sameNamed(t, "idle client", tensor.Named{"l": {Shape: []int{16}, Data: c1[ParamCtx].Data[16:]}}, tensor.Named{"l": {Shape: []int{16}, Data: local[2]}})
+	methodtest.SameNamed(t, "idle client", tensor.Named{"l": {Shape: []int{16}, Data: c1[ParamCtx].Data[16:]}}, tensor.Named{"l": {Shape: []int{16}, Data: local[2]}})
 }
 
 // TestPredictorMatchesEvaluation: the Predictor built from a site's saved
