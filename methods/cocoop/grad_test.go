@@ -50,8 +50,8 @@ func randomModel(C, nCtx int) (*clip.Model, []int) {
 // kink.
 func TestGradCheck(t *testing.T) {
 	m := fixturetest.Model(t)
-	init, _ := read(t, dir+"init.safetensors")
-	ref, meta := read(t, dir+"step.safetensors")
+	init, _ := fixturetest.Read(t, dir+"init.safetensors")
+	ref, meta := fixturetest.Read(t, dir+"step.safetensors")
 	l, _, err := fromFile(m, init, ref, meta, false)
 	if err != nil {
 		t.Fatal(err)

@@ -15,48 +15,13 @@ import (
 
 const td = "../../testdata/fedpha/"
 
-func read(t testing.TB, path string) (tensor.Named, map[string]string) {
-	t.Helper()
-	x, meta, err := prompt.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x, meta
-}
-
-// rel checks the fixture README's scale-relative error max|Δ| / max|ref|.
-func rel(t *testing.T, name string, got, want []float32, tol float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", name, len(got), len(want))
-	}
-	var d, ref float64
-	for i := range want {
-		d = math.Max(d, math.Abs(float64(got[i]-want[i])))
-		ref = math.Max(ref, math.Abs(float64(want[i])))
-	}
-	if r := d / ref; !(r <= tol) {
-		t.Errorf("%s: rel error %.3g > %.3g (max|Δ| %.3g)", name, r, tol, d)
-	} else {
-		t.Logf("%s: rel %.2g", name, r)
-	}
-}
-
-func update(p, init []float32) []float32 {
-	u := append([]float32(nil), p...)
-	for i := range u {
-		u[i] -= init[i]
-	}
-	return u
-}
-
+// tolFor is fixturetest.Tol with the next round's parameters (next.*)
+// among the trained outputs.
 func tolFor(name string) float64 {
-	switch {
-	case strings.HasPrefix(name, "grad."), strings.Contains(name, "trained."), strings.Contains(name, "next."),
-		strings.HasPrefix(name, "step1."), strings.HasPrefix(name, "global."):
+	if strings.Contains(name, "next.") {
 		return 1e-4
 	}
-	return 1e-5
+	return fixturetest.Tol(name)
 }
 
 // TestStepFixtures reproduces step (init) and step_far (init_far, where the
@@ -66,8 +31,8 @@ func TestStepFixtures(t *testing.T) {
 	m := fixturetest.Model(t)
 	for _, c := range []struct{ init, step string }{{"init", "step"}, {"init_far", "step_far"}} {
 		t.Run(c.step, func(t *testing.T) {
-			init, _ := read(t, td+c.init+".safetensors")
-			ref, meta := read(t, td+c.step+".safetensors")
+			init, _ := fixturetest.Read(t, td+c.init+".safetensors")
+			ref, meta := fixturetest.Read(t, td+c.step+".safetensors")
 			out, err := StepFromFile(m, init, ref, meta)
 			if err != nil {
 				t.Fatal(err)
@@ -86,10 +51,10 @@ func TestStepFixtures(t *testing.T) {
 				if !tensor.SameShape(g.Shape, ref[name].Shape) {
 					t.Errorf("%s: shape %v, want %v", name, g.Shape, ref[name].Shape)
 				}
-				rel(t, name, g.Data, ref[name].Data, tolFor(name))
+				fixturetest.RelValues(t, name, g.Data, ref[name].Data, tolFor(name))
 			}
 			for _, p := range []string{ParamGlobal, ParamLocal} {
-				rel(t, p+" update", update(out["step1."+p].Data, init[p].Data), update(ref["step1."+p].Data, init[p].Data), 1e-4)
+				fixturetest.RelValues(t, p+" update", fixturetest.UpdateValues(out["step1."+p].Data, init[p].Data), fixturetest.UpdateValues(ref["step1."+p].Data, init[p].Data), 1e-4)
 			}
 		})
 	}
@@ -249,8 +214,8 @@ func TestConfig(t *testing.T) {
 // −lr·wd·p in both contexts.
 func TestWeightDecay(t *testing.T) {
 	m := fixturetest.Model(t)
-	init, _ := read(t, td+"init.safetensors")
-	ref, meta := read(t, td+"step.safetensors")
+	init, _ := fixturetest.Read(t, td+"init.safetensors")
+	ref, meta := fixturetest.Read(t, td+"step.safetensors")
 	lr, _ := prompt.MetaFloat(meta, "lr")
 	with := func(wd string) tensor.Named {
 		mm := map[string]string{}
@@ -271,6 +236,6 @@ func TestWeightDecay(t *testing.T) {
 		for i := range want {
 			want[i] = float32(-lr * 0.5 * float64(p[i]))
 		}
-		rel(t, name+" weight decay", update(b["step1."+name].Data, a["step1."+name].Data), want, 1e-3)
+		fixturetest.RelValues(t, name+" weight decay", fixturetest.UpdateValues(b["step1."+name].Data, a["step1."+name].Data), want, 1e-3)
 	}
 }

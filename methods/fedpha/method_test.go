@@ -25,14 +25,14 @@ func TestRoundProductionPath(t *testing.T) {
 	if _, ok := out["global."+ParamLocal]; ok {
 		t.Error("the server holds a local context")
 	}
-	ref, _ := read(t, td+"round.safetensors")
-	init, _ := read(t, td+"init.safetensors")
+	ref, _ := fixturetest.Read(t, td+"round.safetensors")
+	init, _ := fixturetest.Read(t, td+"init.safetensors")
 	for _, name := range []string{"client0.batch_losses", "client1.batch_losses"} {
 		got, ok := out[name]
 		if !ok {
 			t.Fatalf("round produced no %s", name)
 		}
-		rel(t, name, got.Data, ref[name].Data, 1e-4)
+		fixturetest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
 	}
 	for i := range 2 {
 		for _, p := range []string{ParamGlobal, ParamLocal} {
@@ -41,8 +41,8 @@ func TestRoundProductionPath(t *testing.T) {
 			if !ok {
 				t.Fatalf("round produced no %s", name)
 			}
-			rel(t, name, got.Data, ref[name].Data, 1e-4)
-			rel(t, name+" (update)", update(got.Data, init[p].Data), update(ref[name].Data, init[p].Data), 1e-4)
+			fixturetest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
+			fixturetest.RelValues(t, name+" (update)", fixturetest.UpdateValues(got.Data, init[p].Data), fixturetest.UpdateValues(ref[name].Data, init[p].Data), 1e-4)
 		}
 	}
 }

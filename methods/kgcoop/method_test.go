@@ -24,7 +24,7 @@ import (
 func tensorPlan(t *testing.T) *methods.Plan {
 	t.Helper()
 	m := fixturetest.Model(t)
-	ref, _ := read(t, dir+"step.safetensors")
+	ref, _ := fixturetest.Read(t, dir+"step.safetensors")
 	tokens, err := prompt.Ints(ref, "tokens")
 	if err != nil {
 		t.Fatal(err)

@@ -25,8 +25,8 @@ import (
 // [global; own prompt 1].
 func TestRoundProductionPath(t *testing.T) {
 	out := fixturetest.Round(t, Method{}, "promptfolio/init.safetensors", []string{"promptfolio/round.safetensors"}, nil, "promptfolio/round.safetensors", 1e-4)
-	ref, _ := read(t, td+"round.safetensors")
-	init, _ := read(t, td+"init.safetensors")
+	ref, _ := fixturetest.Read(t, td+"round.safetensors")
+	init, _ := fixturetest.Read(t, td+"init.safetensors")
 	if g := out["global."+ParamCtx]; g == nil || !tensor.SameShape(g.Shape, []int{1, 8, 128}) {
 		t.Fatalf("global context %v, want prompt 0 only", g)
 	}
@@ -35,7 +35,7 @@ func TestRoundProductionPath(t *testing.T) {
 		if !ok {
 			t.Fatalf("round produced no %s", name)
 		}
-		rel(t, name, got.Data, ref[name].Data, 1e-4)
+		fixturetest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
 	}
 	for i := range 2 {
 		name := "client" + string(rune('0'+i)) + ".next." + ParamCtx
@@ -43,8 +43,8 @@ func TestRoundProductionPath(t *testing.T) {
 		if !ok {
 			t.Fatalf("round produced no %s", name)
 		}
-		rel(t, name, got.Data, ref[name].Data, 1e-4)
-		rel(t, name+" (update)", update(got.Data, init[ParamCtx].Data), update(ref[name].Data, init[ParamCtx].Data), 1e-4)
+		fixturetest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
+		fixturetest.RelValues(t, name+" (update)", fixturetest.UpdateValues(got.Data, init[ParamCtx].Data), fixturetest.UpdateValues(ref[name].Data, init[ParamCtx].Data), 1e-4)
 	}
 }
 
@@ -130,7 +130,7 @@ func TestRoundKeepsLocalAndWeighsSelected(t *testing.T) {
 			want[i] += float32(float64(r.NumExamples)/n) * v
 		}
 	}
-	rel(t, "global", plan.Global()[ParamCtx].Data, want, 1e-6)
+	fixturetest.RelValues(t, "global", plan.Global()[ParamCtx].Data, want, 1e-6)
 	local := map[int][]float32{}
 	for i := range plan.Clients {
 		p, _ := plan.Site(i)
@@ -234,11 +234,11 @@ func TestRoundsReduceToPromptFLAndCoOp(t *testing.T) {
 		for i := range 2 {
 			name := fmt.Sprintf("client%d.trained.", i)
 			got := out[name+ParamCtx].Data[p*n : (p+1)*n]
-			rel(t, "θ="+theta+" "+name, got, ref[name+promptfl.ParamCtx].Data, 1e-5)
-			rel(t, "θ="+theta+" "+name+" (update)", update(got, ctx.Data[p*n:(p+1)*n]), update(ref[name+promptfl.ParamCtx].Data, ctx.Data[p*n:(p+1)*n]), 1e-4)
+			fixturetest.RelValues(t, "θ="+theta+" "+name, got, ref[name+promptfl.ParamCtx].Data, 1e-5)
+			fixturetest.RelValues(t, "θ="+theta+" "+name+" (update)", fixturetest.UpdateValues(got, ctx.Data[p*n:(p+1)*n]), fixturetest.UpdateValues(ref[name+promptfl.ParamCtx].Data, ctx.Data[p*n:(p+1)*n]), 1e-4)
 		}
 		if p == 0 {
-			rel(t, "θ=0 global", out["global."+ParamCtx].Data, ref["global."+promptfl.ParamCtx].Data, 1e-5)
+			fixturetest.RelValues(t, "θ=0 global", out["global."+ParamCtx].Data, ref["global."+promptfl.ParamCtx].Data, 1e-5)
 		}
 	}
 }
