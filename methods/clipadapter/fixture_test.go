@@ -118,7 +118,7 @@ func liveUnits(t *testing.T, m *clip.Model, p tensor.Named, images []float32, B 
 			u[k] += img[b*d+k]
 		}
 	}
-	normalize(u, 1, d)
+	clip.NormalizeRows(nil, u, 1, d)
 	margin, maxAbs := math.Inf(1), 0.0
 	for b := 0; b < B; b++ {
 		var dot float64
