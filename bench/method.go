@@ -11,8 +11,6 @@ import (
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/pfedmoap"
-	"github.com/pfedmma/pfedmma/methods/promptfolio"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
 )
@@ -96,11 +94,8 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 	if d := meth.DefaultConfig(); d != nil {
 		sec = d
 	}
-	if s, ok := sec.(*pfedmoap.Settings); ok {
-		s.NumExperts = 2 // client 1 is client 0's expert
-	}
-	if s, ok := sec.(*promptfolio.Settings); ok {
-		s.NCtx = 16 // the rows' 16 placeholders, as every other prompt method (its default is 8)
+	if b, ok := meth.(methods.Benchmarked); ok && sec != nil {
+		b.BenchSettings(sec)
 	}
 	m := o.Model
 	if m == nil {

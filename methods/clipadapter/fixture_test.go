@@ -11,6 +11,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/safetensors"
@@ -117,7 +118,7 @@ func liveUnits(t *testing.T, m *clip.Model, p tensor.Named, images []float32, B 
 			u[k] += img[b*d+k]
 		}
 	}
-	normalize(u, 1, d)
+	clip.NormalizeRows(nil, u, 1, d)
 	margin, maxAbs := math.Inf(1), 0.0
 	for b := 0; b < B; b++ {
 		var dot float64
@@ -231,7 +232,7 @@ func TestStepSGD(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, w := range want {
-		if bitsEqual(tensor.Named{name: w}, tensor.Named{name: out["step1."+name]}) != "" {
+		if tensortest.BitsDiff(tensor.Named{name: w}, tensor.Named{name: out["step1."+name]}) != "" {
 			t.Errorf("step1.%s differs from optim.SGD (momentum 0.9, wd 0.01, lr 0.2)", name)
 		}
 	}
@@ -253,7 +254,7 @@ func TestStepOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bitsEqual(tensor.Named{"f": out["image_features"], "t": out["text_features"]},
+	if tensortest.BitsDiff(tensor.Named{"f": out["image_features"], "t": out["text_features"]},
 		tensor.Named{"f": {Shape: []int{B, d}, Data: img}, "t": {Shape: []int{C, d}, Data: txt}}) != "" {
 		t.Error("image or text features differ from the frozen encoders'")
 	}
@@ -280,7 +281,7 @@ func TestStepOutputs(t *testing.T) {
 		}
 	}
 	want := clip.Logits(fp, txt, B, C, d, m.W.LogitScale)
-	if bitsEqual(tensor.Named{"l": out["logits"]}, tensor.Named{"l": {Shape: []int{B, C}, Data: want}}) != "" {
+	if tensortest.BitsDiff(tensor.Named{"l": out["logits"]}, tensor.Named{"l": {Shape: []int{B, C}, Data: want}}) != "" {
 		t.Error("logits differ from exp(logit_scale)·cos(f', text features)")
 	}
 	var ce float64
@@ -393,7 +394,7 @@ func TestFixtureRound(t *testing.T) {
 	}
 	for _, name := range []string{ParamW1, ParamW2} {
 		g := out["global."+name]
-		if g == nil || bitsEqual(tensor.Named{name: g}, tensor.Named{name: ref["global."+name]}) != "" {
+		if g == nil || tensortest.BitsDiff(tensor.Named{name: g}, tensor.Named{name: ref["global."+name]}) != "" {
 			t.Fatalf("global.%s missing or different from fixture.Round's", name)
 		}
 		// FedAvg: Σ_i n_i/N · trained_i, accumulated in float64
@@ -408,20 +409,20 @@ func TestFixtureRound(t *testing.T) {
 		}
 		for i := range sizes {
 			tr := out[fmt.Sprintf("client%d.trained.%s", i, name)]
-			if tr == nil || bitsEqual(tensor.Named{name: tr}, tensor.Named{name: f.Params[name]}) == "" ||
-				bitsEqual(tensor.Named{name: tr}, tensor.Named{name: g}) == "" {
+			if tr == nil || tensortest.BitsDiff(tensor.Named{name: tr}, tensor.Named{name: f.Params[name]}) == "" ||
+				tensortest.BitsDiff(tensor.Named{name: tr}, tensor.Named{name: g}) == "" {
 				t.Errorf("client %d's %s missing, untrained or the server's", i, name)
 			}
 			// clients 0 and 2 take as many steps: weight decay alone would
 			// leave them equal
-			if i == 2 && bitsEqual(tensor.Named{name: tr}, tensor.Named{name: out["client0.trained."+name]}) == "" {
+			if i == 2 && tensortest.BitsDiff(tensor.Named{name: tr}, tensor.Named{name: out["client0.trained."+name]}) == "" {
 				t.Errorf("clients 0 and 2 trained the same %s", name)
 			}
 			// fixture.Round fits and aggregates only: before the round's
 			// evaluation instruction brings the server's adapter
 			// (TestEvaluateReceivesGlobal) the production Site holds the
 			// adapter it trained
-			if bitsEqual(tensor.Named{name: ref[fmt.Sprintf("client%d.trained.%s", i, name)]}, tensor.Named{name: tr}) != "" {
+			if tensortest.BitsDiff(tensor.Named{name: ref[fmt.Sprintf("client%d.trained.%s", i, name)]}, tensor.Named{name: tr}) != "" {
 				t.Errorf("fixture.Round: client %d's site holds another %s than the one it trained", i, name)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/safetensors"
@@ -59,7 +60,7 @@ func initParams(rng *rand.Rand, s *Settings, d, K int) tensor.Named {
 	for _, name := range slices.Sorted(maps.Keys(shapes)) {
 		p[name] = randTensor(rng, 0.3, shapes[name]...)
 	}
-	normalizeRows(nil, p[ParamClassifier].Data, K, d)
+	clip.NormalizeRows(nil, p[ParamClassifier].Data, K, d)
 	if w, ok := p[ParamLinear]; ok {
 		for i := 0; i < d; i++ {
 			w.Data[i*d+i]++
@@ -133,7 +134,7 @@ func awayFromKinks(t *testing.T, m *clip.Model, f *fixture.Fixture, down *tensor
 			u[k] += img[b*d+k]
 		}
 	}
-	normalizeRows(nil, u, 1, d)
+	clip.NormalizeRows(nil, u, 1, d)
 	for b := 0; b < B; b++ {
 		var dot, mx float64
 		for k := range u {
@@ -242,7 +243,7 @@ func TestStepSGD(t *testing.T) {
 			t.Fatal(err)
 		}
 		for name, w := range want {
-			if k := bitsEqual(tensor.Named{name: w}, tensor.Named{name: out["step1."+name]}); k != "" {
+			if k := tensortest.BitsDiff(tensor.Named{name: w}, tensor.Named{name: out["step1."+name]}); k != "" {
 				t.Errorf("%s: step1.%s differs from optim.SGD (momentum 0.9, wd 0.01, lr 0.2)", tc.name, name)
 			}
 		}
@@ -262,7 +263,7 @@ func TestStepOutputs(t *testing.T) {
 	}
 	d, B, K := 8, 6, 5
 	img := m.EncodeImage(f.Batch["images"].Data, B)
-	if k := bitsEqual(tensor.Named{"f": out["image_features"]}, tensor.Named{"f": {Shape: []int{B, d}, Data: img}}); k != "" {
+	if k := tensortest.BitsDiff(tensor.Named{"f": out["image_features"]}, tensor.Named{"f": {Shape: []int{B, d}, Data: img}}); k != "" {
 		t.Error("image_features differ from the frozen encoder's")
 	}
 	w1 := out["w_1"].Data
@@ -408,7 +409,7 @@ func TestFixtureRound(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			delete(ref, fmt.Sprintf("client%d.trained.%s", i, SiteClasses))
 		}
-		if k := bitsEqual(out, ref); k != "" {
+		if k := tensortest.BitsDiff(out, ref); k != "" {
 			t.Errorf("%s: round differs from fixture.Round at %s", s.Variant, k)
 		}
 		shared := []string{ParamClassifier}
@@ -436,7 +437,7 @@ func TestFixtureRound(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			for name := range s.Shapes(8, 4) {
 				tr, init := out[fmt.Sprintf("client%d.trained.%s", i, name)], f.Params[name]
-				if tr == nil || bitsEqual(tensor.Named{name: tr}, tensor.Named{name: init}) == "" {
+				if tr == nil || tensortest.BitsDiff(tensor.Named{name: tr}, tensor.Named{name: init}) == "" {
 					t.Errorf("%s: client %d's %s missing or untrained", s.Variant, i, name)
 				}
 			}

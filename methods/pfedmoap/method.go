@@ -12,7 +12,6 @@ import (
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
-	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -84,6 +83,14 @@ func (Method) Info() methods.Info {
 
 // DefaultConfig implements methods.Method.
 func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()) }
+
+// BenchSettings implements methods.Benchmarked: two experts, so that the
+// benchmark's client 1 is client 0's expert.
+func (Method) BenchSettings(sec config.Section) {
+	if s, ok := sec.(*Settings); ok {
+		s.NumExperts = 2
+	}
+}
 
 // Depth implements methods.Method: the image encoder is frozen whole.
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
@@ -307,15 +314,10 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+		return New(m, tokens, p.cfg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	l, err := New(m, tokens, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := prompt.Load(l.Params(), p.saved); err != nil {
 		return nil, err
 	}
 	if err := l.SetExperts(p.experts); err != nil {

@@ -8,7 +8,6 @@ import (
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
-	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -54,6 +53,14 @@ func (Method) Info() methods.Info {
 
 // DefaultConfig implements methods.Method.
 func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()) }
+
+// BenchSettings implements methods.Benchmarked: the benchmark's prompt rows
+// hold 16 placeholders, as every other prompt method's (the default is 8).
+func (Method) BenchSettings(sec config.Section) {
+	if s, ok := sec.(*Settings); ok {
+		s.NCtx = 16
+	}
+}
 
 // Depth implements methods.Method: the image encoder is frozen whole.
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
@@ -132,15 +139,10 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+		return New(m, tokens, p.cfg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	l, err := New(m, tokens, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := prompt.Load(l.Params(), p.saved); err != nil {
 		return nil, fmt.Errorf("promptfolio: %w", err)
 	}
 	if err := l.Prepare(); err != nil {
