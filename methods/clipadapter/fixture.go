@@ -17,6 +17,7 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -127,7 +128,7 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 		if B == 0 || len(images.Data) != B*3*S*S {
 			return nil, 0, fmt.Errorf("clip_adapter: tensor \"images\": shape %v for %d labels, want [%d, 3, %d, %d]", images.Shape, B, B, S, S)
 		}
-		img = methods.ImageRecords(model, methods.Features, images.Data, B, nil)
+		img = prefixcache.ImageRecords(model, methods.Features, images.Data, B, nil)
 	}
 	txt, err := model.EncodeText(tokens, C)
 	if err != nil {

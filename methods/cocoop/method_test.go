@@ -16,6 +16,7 @@ import (
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/prompt"
@@ -204,7 +205,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	S := m.W.Config.Vision.ImageSize
 	const B = 4
 	px := gradcheck.Rand(rng, B*3*S*S, 1)
-	want, err := spaceLearner{l}.Logits(methods.ImageRecords(m, methods.Features, px, B, nil), B)
+	want, err := spaceLearner{l}.Logits(prefixcache.ImageRecords(m, methods.Features, px, B, nil), B)
 	if err != nil {
 		t.Fatal(err)
 	}

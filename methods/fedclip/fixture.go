@@ -13,6 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -103,7 +104,7 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 		if len(images.Data) != B*3*S*S {
 			return nil, 0, fmt.Errorf("fedclip: tensor \"images\": shape %v for %d labels, want [%d, 3, %d, %d]", images.Shape, B, B, S, S)
 		}
-		img = methods.ImageRecords(model, methods.Features, images.Data, B, nil)
+		img = prefixcache.ImageRecords(model, methods.Features, images.Data, B, nil)
 	} else {
 		t := f.Batch["image_features"]
 		if len(t.Data) != B*d {

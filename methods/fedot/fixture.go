@@ -20,6 +20,7 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -231,7 +232,7 @@ func fixtureBatch(f *fixture.Fixture, K int) ([]float32, []int, error) {
 		return nil, nil, fmt.Errorf("fedot: tensor \"images\": shape %v for %d labels, want [%d, 3, %d, %d]", images.Shape, B, B, S, S)
 	}
 	methods.DetachAll(f.Model)
-	return methods.ImageRecords(f.Model, methods.Features, images.Data, B, nil), labels, nil
+	return prefixcache.ImageRecords(f.Model, methods.Features, images.Data, B, nil), labels, nil
 }
 
 // FixtureRound implements fixture.Rounder: the plain round of

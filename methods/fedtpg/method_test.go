@@ -16,6 +16,7 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -350,7 +351,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	if err := l.Prepare(); err != nil {
 		t.Fatal(err)
 	}
-	want, err := l.Logits(methods.ImageRecords(m, methods.Features, px, B, nil), B)
+	want, err := l.Logits(prefixcache.ImageRecords(m, methods.Features, px, B, nil), B)
 	if err != nil {
 		t.Fatal(err)
 	}

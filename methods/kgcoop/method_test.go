@@ -16,6 +16,7 @@ import (
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/prompt"
@@ -212,7 +213,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	if err := sl.Prepare(); err != nil {
 		t.Fatal(err)
 	}
-	want, err := sl.Logits(methods.ImageRecords(m, methods.Features, px, B, nil), B)
+	want, err := sl.Logits(prefixcache.ImageRecords(m, methods.Features, px, B, nil), B)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -288,7 +289,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := l.Logits(methods.ImageRecords(m, depth, px, B, nil), B)
+		want, err := l.Logits(prefixcache.ImageRecords(m, depth, px, B, nil), B)
 		if err != nil {
 			t.Fatal(err)
 		}
