@@ -1,13 +1,10 @@
 package dpfpl
 
 import (
-	"context"
 	"fmt"
 	"maps"
-	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -84,7 +81,6 @@ func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]str
 		return nil, fmt.Errorf("dpfpl: %w", err)
 	}
 	maps.Copy(out, step)
-	echoDraws(out, batch)
 	return out, nil
 }
 
@@ -95,58 +91,3 @@ func vec(x []float32, shape ...int) *tensor.Tensor {
 // Shared reports whether the server averages a parameter: only the global
 // context (prompt.Learner).
 func (l *Learner) Shared(name string) bool { return name == ParamGlobal }
-
-// FixtureRound implements methods.Rounder: the plain fixture round
-// (methods.Round on "client<i>.images" and "client<i>.labels", one batch
-// per client) with the recorded draws of SettingsFrom, which the result
-// echoes beside "client<i>.trained.<p>" and "global.<p>".
-func (meth Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	sec, err := meth.SettingsFrom(f)
-	if err != nil {
-		return nil, err
-	}
-	opts, err := f.TrainOptions()
-	if err != nil {
-		return nil, err
-	}
-	tokens, err := f.IntsOf("tokens")
-	if err != nil {
-		return nil, err
-	}
-	in := methods.RoundInputs{Model: f.Model, Init: f.Params, Tokens: tokens, Train: opts,
-		Classes: len(tokens) / f.Model.W.Config.Text.ContextLength}
-	for i := 0; ; i++ {
-		px, ok := f.Batch[fmt.Sprintf("client%d.images", i)]
-		if !ok {
-			break
-		}
-		labels, err := f.IntsOf(fmt.Sprintf("client%d.labels", i))
-		if err != nil {
-			return nil, err
-		}
-		in.Clients = append(in.Clients, methods.TensorClient{Pixels: px.Data, Labels: labels})
-	}
-	if len(in.Clients) == 0 {
-		return nil, fmt.Errorf("dpfpl: tensor %q missing from the round file", "client0.images")
-	}
-	out, err := methods.Round(ctx, meth, sec, in)
-	if err != nil {
-		return nil, err
-	}
-	echoDraws(out, f.Batch)
-	return out, nil
-}
-
-// echoDraws copies the recorded draws of batch into out.
-func echoDraws(out, batch tensor.Named) {
-	for name, t := range batch {
-		for _, what := range []string{".omega", ".noise_u", ".noise_v"} {
-			if strings.HasSuffix(name, what) {
-				out[name] = t.Clone()
-			}
-		}
-		if name == "server_noise" {
-			out[name] = t.Clone()
-		}
-	}
-}
