@@ -191,7 +191,8 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		Strategy: func(init tensor.Named) federation.Strategy {
 			return &server{inner: &strategy.FedAvg{Shared: federation.Names(ParamGlobal), Uniform: true,
 				Initial: tensor.Named{ParamGlobal: init[ParamGlobal].Clone()}, EvaluateGlobal: true},
-				std: cfg.NoiseStd / float64(max(K, 1)), lr: env.Train.Rate, seed: env.Seed, replay: s.replay}
+				std: cfg.NoiseStd / float64(max(K, 1)), lr: env.Train.Rate, seed: env.Seed, replay: s.replay,
+				sigma: s.Sigma(), delta: s.Delta}
 		}}
 	plan, err := promptfed.Build(env, spec)
 	if err != nil {
@@ -252,6 +253,10 @@ type server struct {
 	seed   uint64
 	replay tensor.Named
 	global tensor.Named
+	// sigma and delta give the ε of rounds Gaussians (RoundMetrics);
+	// rounds is the latest aggregated round + 1.
+	sigma, delta float64
+	rounds       int
 }
 
 // Name implements federation.Strategy.
@@ -291,6 +296,7 @@ func (s *server) Aggregate(round int, results []federation.FitResult, failures [
 	if err := s.inner.Aggregate(round, results, failures); err != nil {
 		return err
 	}
+	s.rounds = round + 1
 	g := s.inner.Global()
 	if s.std > 0 {
 		eta := s.lr(round, 0)
@@ -451,3 +457,17 @@ func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error
 // NoisyMean implements robust.NoisyMean: the server's mean is the global
 // mechanism, so robust rules in its place are refused.
 func (s *server) NoisyMean() bool { return s.std > 0 }
+
+// RoundMetrics reports the global mechanism's ε after the latest
+// aggregation (federation.RoundReporter, where the coordinator has it):
+// one Gaussian per round.
+func (s *server) RoundMetrics() federation.Metrics {
+	if s.std <= 0 || s.rounds == 0 {
+		return nil
+	}
+	eps, err := GaussianEpsilon(s.sigma, s.rounds, s.delta)
+	if err != nil {
+		return nil
+	}
+	return federation.Metrics{"dp_epsilon_global": eps}
+}

@@ -155,6 +155,13 @@ func TestServerNoise(t *testing.T) {
 		return out
 	}
 	nu := noise(3)
+	rm, ok := plan.Strategy.(interface{ RoundMetrics() federation.Metrics })
+	if !ok {
+		t.Fatal("the server reports no round metrics")
+	}
+	if want, _ := GaussianEpsilon(s.Sigma(), 4, s.Delta); rm.RoundMetrics()["dp_epsilon_global"] != want {
+		t.Errorf("after round 3: %v, want dp_epsilon_global %v", rm.RoundMetrics(), want)
+	}
 	want := s.Sigma() * s.NormThresh / 4 / 2
 	var ss, sum float64
 	for _, v := range nu {
