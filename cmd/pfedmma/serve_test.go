@@ -1,70 +1,44 @@
 package main
 
 import (
-	"context"
-	"log/slog"
-	"slices"
-	"sync"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/experiment"
-	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// countingProxy is a client that trains nothing and records the rounds it
-// is evaluated after.
-type countingProxy struct {
-	id    int
-	mu    *sync.Mutex
-	evals *[]int
-}
-
-func (p countingProxy) ID() int          { return p.id }
-func (p countingProxy) NumExamples() int { return 1 }
-func (p countingProxy) Fit(_ context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	return federation.FitRes{Params: ins.Params, NumExamples: 1}, nil
-}
-func (p countingProxy) Evaluate(_ context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.id == 0 {
-		*p.evals = append(*p.evals, ins.Round)
+// TestServeRobustFlags: serve's robust/DP flags give no wrapper for the
+// method's mean, a wrapper otherwise, and are refused (naming the flag)
+// when unknown or when the configuration's aggregation section is set too.
+func TestServeRobustFlags(t *testing.T) {
+	e, err := config.Compose(config.Sources{Preset: config.DefaultPreset})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return federation.EvaluateRes{Metrics: map[string]float64{"acc": 1}}, nil
-}
-
-// TestServeEvaluatesAsRun (issue 17, defect 6): `serve` evaluates after
-// the rounds `run` evaluates after — federation.eval_every 0 is the last
-// round only, k every k-th round and the last.
-func TestServeEvaluatesAsRun(t *testing.T) {
-	for _, tc := range []struct {
-		every string
-		want  []int
-	}{{"0", []int{4}}, {"2", []int{1, 3, 4}}, {"1", []int{0, 1, 2, 3, 4}}} {
-		e, err := config.Compose(config.Sources{Preset: config.DefaultPreset,
-			Sets: []string{"federation.rounds=5", "federation.eval_every=" + tc.every, "federation.fraction=1"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := experiment.FromConfig(e, "../../testdata/clip-tiny/openai.safetensors", e.Seed, t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var mu sync.Mutex
-		var evals []int
-		st := &strategy.FedAvg{Initial: tensor.Named{"w": tensor.New(2)}}
-		co := serveCoordinator(o, st, 2, 1, time.Minute, "fp")
-		co.Logger = slog.New(slog.DiscardHandler)
-		co.Proxies = []federation.ClientProxy{countingProxy{0, &mu, &evals}, countingProxy{1, &mu, &evals}}
-		if _, err := co.Run(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Equal(evals, tc.want) {
-			t.Errorf("eval_every %s: serve evaluates after rounds %v, run after %v", tc.every, evals, tc.want)
-		}
+	if w, err := (&robustFlags{aggregate: "mean"}).wrapper(e); err != nil || w != nil {
+		t.Errorf("--aggregate mean: wrapper %v, error %v; want none", w != nil, err)
+	}
+	w, err := (&robustFlags{aggregate: "median"}).wrapper(e)
+	if err != nil || w == nil {
+		t.Fatalf("--aggregate median: wrapper %v, error %v", w != nil, err)
+	}
+	st := &strategy.FedAvg{Initial: tensor.Named{"w": tensor.New(2)}}
+	if got, err := w(st); err != nil || got == st {
+		t.Errorf("--aggregate median left the strategy unwrapped (error %v)", err)
+	}
+	if _, err := (&robustFlags{aggregate: "mode"}).wrapper(e); err == nil || !strings.Contains(err.Error(), "--aggregate") {
+		t.Errorf("--aggregate mode: error %v", err)
+	}
+	hardened, err := config.Compose(config.Sources{Preset: config.DefaultPreset, Sets: []string{"aggregation.rule=median"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&robustFlags{aggregate: "median"}).wrapper(hardened); err == nil || !strings.Contains(err.Error(), "aggregation section") {
+		t.Errorf("flags beside aggregation.rule: error %v", err)
+	}
+	if w, err := (&robustFlags{aggregate: "mean"}).wrapper(hardened); err != nil || w != nil {
+		t.Errorf("no flags beside aggregation.rule: wrapper %v, error %v; want the experiment's own", w != nil, err)
 	}
 }

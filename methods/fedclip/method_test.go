@@ -19,6 +19,8 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -259,7 +261,7 @@ func featureEnv(t testing.TB, d, K, clients, n int, opts train.Options) (*method
 	}
 	t.Cleanup(func() { store.Close() })
 	env := &methods.Env{Model: model, Task: task, Start: methods.Features, Seed: 7, Train: opts,
-		Prefixer: &methods.Prefixer{Model: model, Start: methods.Features}, TrainStore: store, TestStore: store,
+		Prefixer: &prefixcache.Prefixer{Model: model, Start: methods.Features}, TrainStore: store, TestStore: store,
 		TrainRecs: map[int][]int{}, TestRecs: map[int]int{},
 		Evaluator: &eval.Evaluator{Source: store, RecordLen: d, Batch: 100}}
 	rec := make([]float32, d)
@@ -520,7 +522,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	px := gradcheck.Rand(rng, B*3*S*S, 1)
 	labels := []int{0, 1, 2, 0, 1, 2}
 	opts := train.Options{Epochs: 2, Batch: 3, Optimizer: "sgd", LR: 0.5, Momentum: 0.9, InOrder: true}
-	env, err := methods.TensorEnv(m, methods.Features, tokens, len(classes), []methods.TensorClient{{Pixels: px, Labels: labels}}, opts, 5)
+	env, err := fixture.TensorEnv(m, methods.Features, tokens, len(classes), []fixture.TensorClient{{Pixels: px, Labels: labels}}, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

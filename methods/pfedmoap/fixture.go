@@ -1,11 +1,14 @@
 package pfedmoap
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -74,29 +77,9 @@ func (o Optimizers) Step(l *Learner, promptLR, gateLR float64) error {
 	return nil
 }
 
-func fromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (*Learner, float32, error) {
-	cfg, err := ConfigFromMeta(meta)
-	if err != nil {
-		return nil, 0, err
-	}
-	ls, err := prompt.MetaFloat(meta, "logit_scale")
-	if err != nil {
-		return nil, 0, fmt.Errorf("pfedmoap: %w", err)
-	}
-	tokens, err := prompt.Ints(batch, "tokens")
-	if err != nil {
-		return nil, 0, fmt.Errorf("pfedmoap: %w", err)
-	}
-	l, err := New(m, tokens, cfg)
-	if err != nil {
-		return nil, 0, err
-	}
-	l.LogitScale = float32(ls)
-	if err := prompt.Load(l.Params(), params); err != nil {
-		return nil, 0, fmt.Errorf("pfedmoap: %w", err)
-	}
-	return l, float32(ls), nil
-}
+// replay rebuilds the learner of a fixture file.
+var replay = prompt.Replay[*Learner, Config]{Name: "pfedmoap", Config: ConfigFromMeta, New: New,
+	Scale: func(l *Learner, s float32) { l.LogitScale = s }}
 
 func imageFeatures(m *clip.Model, batch tensor.Named, prefix string) ([]float32, []int, error) {
 	labels, err := prompt.Ints(batch, prefix+"labels")
@@ -124,7 +107,7 @@ func imageFeatures(m *clip.Model, batch tensor.Named, prefix string) ([]float32,
 // "loss", "grad.<p>" and "step1.<p>" for the prompt and every gate tensor
 // (after one step of the two fresh SGDs).
 func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
-	l, _, err := fromFile(m, params, batch, meta)
+	l, _, err := replay.Learner(m, params, batch, meta, false)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +180,7 @@ func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]st
 			start[name] = v
 		}
 	}
-	l, _, err := fromFile(m, start, tensor.Named{"tokens": batch["tokens"]}, meta)
+	l, _, err := replay.Learner(m, start, tensor.Named{"tokens": batch["tokens"]}, meta, false)
 	if err != nil {
 		return nil, err
 	}
@@ -285,4 +268,18 @@ func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]st
 		out[pre+"trained."+name] = p.Clone()
 	}
 	return out, nil
+}
+
+// SettingsFrom implements fixture.Settings.
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+	cfg, err := ConfigFromMeta(f.Meta)
+	if err != nil {
+		return nil, err
+	}
+	return fromConfig(cfg), nil
+}
+
+// Step implements fixture.Stepper.
+func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
