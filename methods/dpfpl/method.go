@@ -3,14 +3,13 @@ package dpfpl
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math"
 	"math/rand/v2"
-	"slices"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/federation/robust"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
@@ -414,46 +413,6 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	return sl.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
 }
 
-// SettingsFrom implements methods.FixtureSettings: the settings of the
-// fixture's metadata (n_ctx, rank, norm_thresh, noise = ε, delta, rounds)
-// with its recorded draws (client<i>.omega, client<i>.noise_u,
-// client<i>.noise_v, server_noise) in place of the generators'.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	s, err := settingsFromMeta(f.Meta)
-	if err != nil {
-		return nil, err
-	}
-	s.replay = tensor.Named{}
-	for _, k := range slices.Sorted(maps.Keys(f.Batch)) {
-		s.replay[k] = f.Batch[k]
-	}
-	return s, nil
-}
-
-func settingsFromMeta(meta map[string]string) (*Settings, error) {
-	s := defaultSettings()
-	for k, dst := range map[string]*int{"n_ctx": &s.NCtx, "rank": &s.Rank, "rounds": &s.CalibrationRounds} {
-		v, err := prompt.MetaInt(meta, k)
-		if err != nil {
-			return nil, fmt.Errorf("dpfpl: %w", err)
-		}
-		*dst = v
-	}
-	for k, dst := range map[string]*float64{"norm_thresh": &s.NormThresh, "noise": &s.Epsilon, "delta": &s.Delta} {
-		v, err := prompt.MetaFloat(meta, k)
-		if err != nil {
-			return nil, fmt.Errorf("dpfpl: %w", err)
-		}
-		*dst = v
-	}
-	return settings(s)
-}
-
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
-}
-
 // NoisyMean implements robust.NoisyMean: the server's mean is the global
 // mechanism, so robust rules in its place are refused.
 func (s *server) NoisyMean() bool { return s.std > 0 }
@@ -471,3 +430,8 @@ func (s *server) RoundMetrics() federation.Metrics {
 	}
 	return federation.Metrics{"dp_epsilon_global": eps}
 }
+
+var (
+	_ federation.RoundReporter = (*server)(nil)
+	_ robust.NoisyMean         = (*server)(nil)
+)

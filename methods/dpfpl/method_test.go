@@ -8,6 +8,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/prompt"
@@ -27,16 +28,16 @@ func smallPlan(t *testing.T, s *Settings) (*methods.Plan, *methods.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var clients []methods.TensorClient
+	var clients []fixture.TensorClient
 	for _, c := range []string{"client0", "client1"} {
 		labels, err := prompt.Ints(batch, c+".labels")
 		if err != nil {
 			t.Fatal(err)
 		}
-		clients = append(clients, methods.TensorClient{Pixels: batch[c+".images"].Data, Labels: labels})
+		clients = append(clients, fixture.TensorClient{Pixels: batch[c+".images"].Data, Labels: labels})
 	}
 	opts := train.Options{Epochs: 1, Batch: 4, Optimizer: "sgd", LR: 0.01, Momentum: 0.9, WD: 5e-4}
-	env, err := methods.TensorEnv(m, methods.Features, tokens, 5, clients, opts, 7)
+	env, err := fixture.TensorEnv(m, methods.Features, tokens, 5, clients, opts, 7)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,14 @@
 package dpfpl
 
 import (
+	"context"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -91,3 +95,43 @@ func vec(x []float32, shape ...int) *tensor.Tensor {
 // Shared reports whether the server averages a parameter: only the global
 // context (prompt.Learner).
 func (l *Learner) Shared(name string) bool { return name == ParamGlobal }
+
+// SettingsFrom implements fixture.Settings: the settings of the
+// fixture's metadata (n_ctx, rank, norm_thresh, noise = ε, delta, rounds)
+// with its recorded draws (client<i>.omega, client<i>.noise_u,
+// client<i>.noise_v, server_noise) in place of the generators'.
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+	s, err := settingsFromMeta(f.Meta)
+	if err != nil {
+		return nil, err
+	}
+	s.replay = tensor.Named{}
+	for _, k := range slices.Sorted(maps.Keys(f.Batch)) {
+		s.replay[k] = f.Batch[k]
+	}
+	return s, nil
+}
+
+func settingsFromMeta(meta map[string]string) (*Settings, error) {
+	s := defaultSettings()
+	for k, dst := range map[string]*int{"n_ctx": &s.NCtx, "rank": &s.Rank, "rounds": &s.CalibrationRounds} {
+		v, err := prompt.MetaInt(meta, k)
+		if err != nil {
+			return nil, fmt.Errorf("dpfpl: %w", err)
+		}
+		*dst = v
+	}
+	for k, dst := range map[string]*float64{"norm_thresh": &s.NormThresh, "noise": &s.Epsilon, "delta": &s.Delta} {
+		v, err := prompt.MetaFloat(meta, k)
+		if err != nil {
+			return nil, fmt.Errorf("dpfpl: %w", err)
+		}
+		*dst = v
+	}
+	return settings(s)
+}
+
+// Step implements fixture.Stepper.
+func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
+}
