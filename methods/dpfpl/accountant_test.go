@@ -110,6 +110,15 @@ func TestGaussianEpsilonBrackets(t *testing.T) {
 			t.Errorf("z %g, %d steps: RDP ε %g, exact %g", c.z, c.steps, got, exact)
 		}
 	}
+	// DP-FPL's noise (σ = 84.8, the default calibration): the large orders
+	// keep the bound within 30% of the exact ε without an additive slack
+	for _, steps := range []int{1, 2, 100} {
+		got, _ := GaussianEpsilon(84.8, steps, 1e-5)
+		exact := analyticGaussianEpsilon(84.8/math.Sqrt(float64(steps)), 1e-5)
+		if !(got >= exact && got <= 1.3*exact) {
+			t.Errorf("σ 84.8, %d steps: RDP ε %g, exact %g", steps, got, exact)
+		}
+	}
 	if e, _ := GaussianEpsilon(0, 3, 1e-5); !math.IsInf(e, 1) {
 		t.Errorf("no noise: ε %g, want +Inf", e)
 	}
