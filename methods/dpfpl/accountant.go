@@ -20,10 +20,7 @@ func Orders() []float64 {
 	for a := 12; a < 64; a++ {
 		out = append(out, float64(a))
 	}
-	for _, a := range []float64{64, 72, 80, 96, 112, 128, 160, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096} {
-		out = append(out, a)
-	}
-	return out
+	return append(out, 64, 72, 80, 96, 112, 128, 160, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 }
 
 // GaussianRDP is the Rényi differential privacy at order α of one
