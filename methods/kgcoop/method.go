@@ -18,6 +18,10 @@ import (
 
 func init() { methods.Register(Method{}) }
 
+// noPosition says why class_token_position is refused: KgCoOp's code has
+// no position other than end.
+const noPosition = "the authors' KgCoOp prompt learner (htyao89/KgCoOp trainers/kgcoop.py) reads CLASS_TOKEN_POSITION but always builds [SOS][context][name] (only end)"
+
 // Settings is the kgcoop config section. The hand-crafted prompts whose
 // text features the context is pulled towards are the run's template
 // (prompt_template, "a photo of a {}."; the authors' CUSTOM_TEMPLATES per
@@ -32,10 +36,16 @@ type Settings struct {
 	CtxInit string `yaml:"ctx_init"`
 	// InitStd is the standard deviation of the random context init (0.02).
 	InitStd float64 `yaml:"init_std"`
+	// ClassTokenPosition is CoOp's class_token_position, accepted only as
+	// end (see noPosition).
+	ClassTokenPosition string `yaml:"class_token_position,omitempty"`
 }
 
 // Check implements config.Section.
 func (s *Settings) Check(c *config.Checker) {
+	if p := s.ClassTokenPosition; p != "" && p != prompt.PositionEnd {
+		c.Fail("class_token_position", "%q: %s", p, noPosition)
+	}
 	c.AtLeast("n_ctx", s.NCtx, 1)
 	c.AtMost("n_ctx", s.NCtx, 64)
 	c.NonNegative("init_std", s.InitStd)
@@ -173,6 +183,9 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 func ConfigFromMeta(meta map[string]string) (Config, error) {
 	c := Config{InitStd: 0.02}
 	var err error
+	if err = prompt.EndOnly(meta["class_token_position"], noPosition); err != nil {
+		return c, fmt.Errorf("kgcoop: metadata %w", err)
+	}
 	if c.NCtx, err = prompt.MetaInt(meta, "n_ctx"); err != nil {
 		return c, fmt.Errorf("kgcoop: %w", err)
 	}
