@@ -101,9 +101,13 @@ func TestStepFarFixture(t *testing.T) {
 }
 
 func TestRoundFixture(t *testing.T) {
+	checkRound(t, "../../testdata/fedpgp/init.safetensors", "../../testdata/fedpgp/round.safetensors")
+}
+
+func checkRound(t *testing.T, initPath, roundPath string) {
 	m := tinyModel(t)
-	init, _ := read(t, "../../testdata/fedpgp/init.safetensors")
-	ref, meta := read(t, "../../testdata/fedpgp/round.safetensors")
+	init, _ := read(t, initPath)
+	ref, meta := read(t, roundPath)
 	out, err := RoundFromFile(m, init, ref, meta)
 	if err != nil {
 		t.Fatal(err)
