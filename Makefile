@@ -83,15 +83,20 @@ fixtures-maple:
 # made by running the authors' PyTorch code (Debian's python3-torch, float32, CPU) and
 # checked by independent float64 numpy versions (tools/fixtures). Not part of build or
 # test. The authors' repositories are read from git mirrors: COOP_REF
-# (KaiyangZhou/CoOp), KGCOOP_REF (htyao89/KgCoOp), DASSL_REF (KaiyangZhou/Dassl.pytorch).
+# (KaiyangZhou/CoOp), KGCOOP_REF (htyao89/KgCoOp), DASSL_REF (KaiyangZhou/Dassl.pytorch),
+# PFEDMMA_REF (sajjad-ucsb/pFedMMA: FedPGP), FEDOTP_REF (HongxiaLee/FedOTP),
+# PFEDMOAP_REF (ljaiverson/pFedMoAP). verify_positions_fl.py's central differences take
+# about 10 CPU-minutes.
 FIXTURE_PY ?= /usr/bin/python3
 fixtures:
 	$(FIXTURE_PY) tools/fixtures/make_cocoop.py
 	$(FIXTURE_PY) tools/fixtures/make_kgcoop.py
 	$(FIXTURE_PY) tools/fixtures/make_positions.py
+	$(FIXTURE_PY) tools/fixtures/make_positions_fl.py
 	$(MAKE) verify-fixtures
 
 verify-fixtures:
 	$(FIXTURE_PY) tools/fixtures/verify_cocoop.py
 	$(FIXTURE_PY) tools/fixtures/verify_kgcoop.py
 	$(FIXTURE_PY) tools/fixtures/verify_positions.py
+	$(FIXTURE_PY) -u tools/fixtures/verify_positions_fl.py
