@@ -3,7 +3,6 @@ package experiment
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
-	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -68,12 +66,16 @@ func (f *Federated) Spec() (map[string][]int, error) {
 }
 
 // TrainedMethod returns the one trained method of a configuration's list
-// (zero-shot is allowed beside it and ignored): a federation runs one
-// method.
+// (methods that declare themselves methods.Frozen, such as zero-shot, are
+// allowed beside it and ignored): a federation runs one method.
 func TrainedMethod(names []string) (string, error) {
 	var trained []string
 	for _, n := range names {
-		if n != "zeroshot" {
+		m, err := methods.Get(n)
+		if err != nil {
+			return "", err
+		}
+		if methods.Trains(m) {
 			trained = append(trained, n)
 		}
 	}
@@ -170,7 +172,7 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 	if o.OnEvaluate != nil {
 		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 	}
-	plan, err := meth.Build(env, o.Sections[name])
+	plan, err := buildPlan(o, meth, env, name)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -225,12 +227,13 @@ func WriteFederationReports(o Options, f *Federated, hist *federation.History) (
 	if n := len(hist.Rounds) * max(len(f.Task.Clients), 1); n > 0 {
 		sum.Extra = map[string]any{"update_bytes_per_round_per_site": float64(up) / float64(n), "download_bytes_per_round_per_site": float64(down) / float64(n)}
 	}
+	addPrivacy(o, sum, f.Name, last)
 	res := &Result{Summary: sum, Table: sum.Table(tableTitle(f.Dataset, f.Task)), Records: log.Records()}
 	if err := writeReports(o, res); err != nil {
 		return nil, err
 	}
 	if f.Plan.Global != nil {
-		if err := safetensors.Write(filepath.Join(o.OutDir, "global.safetensors"), f.Plan.Global(), nil, map[string]string{"method": f.Name}); err != nil {
+		if err := writeGlobal(o.OutDir, f.Name, f.Plan.Global()); err != nil {
 			return nil, err
 		}
 	}

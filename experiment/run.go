@@ -30,7 +30,6 @@ import (
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
-	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tokenizer"
 	"gopkg.in/yaml.v3"
 )
@@ -99,6 +98,10 @@ type Options struct {
 	// logits of each of the client's evaluation sets (methods.Env's
 	// OnEvaluate): conformance tests compare them with `pfedmma predict`.
 	OnEvaluate func(method string, c *protocol.ClientTask, logits [][]float32)
+
+	// Aggregation hardens every trained method's aggregation (robust
+	// rules, clipping, differential privacy; off when zero).
+	Aggregation config.Aggregation
 }
 
 // Result is what Run produced.
@@ -307,6 +310,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// bytes each site uploads per round, averaged over every round of the
 	// run — those a resumed run replays from its checkpoints too
 	upSum, upRounds := map[string]float64{}, map[string]int{}
+	var lastRecords []report.RoundRecord // each method's, for the summary's dp
 	o.countRound = func(method string, r federation.RoundReport) {
 		if n := len(r.Selected); n > 0 {
 			upSum[method] += float64(r.BytesUp) / float64(n)
@@ -323,6 +327,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		timings[name+"_s"] = time.Since(t0).Seconds()
 		if len(recs) > 0 {
 			sum.Set(name, finalMetrics(task, recs[len(recs)-1]))
+			lastRecords = append(lastRecords, recs[len(recs)-1])
 		}
 	}
 	timings["total_s"] = time.Since(start).Seconds()
@@ -334,6 +339,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if len(upBytes) > 0 {
 		// what a site uploads per round: the shared tensors (bytes)
 		sum.Extra = map[string]any{"update_bytes_per_round_per_site": upBytes}
+	}
+	for _, rec := range lastRecords {
+		addPrivacy(o, sum, rec.Method, rec)
 	}
 	res := &Result{Summary: sum, Table: sum.Table(tableTitle(ds.Name, task)), Records: log.Records(), Task: task}
 	if err := writeReports(o, res); err != nil {
@@ -350,9 +358,22 @@ func backboneFits(resNet bool, method string, depth int) error {
 		if depth == methods.TokenFeatures {
 			what = "needs the image encoder's patch tokens"
 		}
-		return fmt.Errorf("method %s %s; the model is a ResNet CLIP (use a ViT checkpoint, or a method on image features: zeroshot, promptfl, fedpgp, pfedmoap, fedot, clip_adapter)", method, what)
+		return fmt.Errorf("method %s %s; the model is a ResNet CLIP (use a ViT checkpoint, or a method on image features: %s)", method, what, strings.Join(featureMethods(), ", "))
 	}
 	return nil
+}
+
+// featureMethods lists the registered methods that run on image features
+// with their default settings (hence on a ResNet CLIP).
+func featureMethods() []string {
+	var out []string
+	for _, m := range methods.All() {
+		d, err := m.Depth(m.DefaultConfig(), 12)
+		if err == nil && (d == methods.Features || d == methods.AnyDepth) {
+			out = append(out, m.Info().Name)
+		}
+	}
+	return out
 }
 
 // newEnv builds the frozen prefixes of depth ℓ = start.
@@ -454,7 +475,7 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 		defer func() { env.OnEvaluate = nil }()
 	}
-	plan, err := meth.Build(env, o.Sections[name])
+	plan, err := buildPlan(o, meth, env, name)
 	if err != nil {
 		return nil, err
 	}
@@ -573,6 +594,7 @@ func RoundRecord(method string, r federation.RoundReport) report.RoundRecord {
 		rec.Clients = append(rec.Clients, report.ClientMetrics{ID: id, Metrics: m})
 	}
 	rec.Mean = clientMean(rec.Clients)
+	strategyMetrics(&rec, r.Strategy)
 	return rec
 }
 
@@ -641,35 +663,6 @@ func fmtMetrics(m report.Metrics) string {
 	return strings.Join(parts, " ")
 }
 
-// saveSites writes what each site keeps (adapters/client_NNN.safetensors,
-// for `pfedmma predict`) and the server's shared tensors
-// (adapters/global_shared.safetensors), in the reference's names.
-func saveSites(dir, name string, plan *methods.Plan) error {
-	ad := filepath.Join(dir, "adapters")
-	if name != "pfedmma" {
-		ad = filepath.Join(dir, "sites", name)
-	}
-	if err := os.MkdirAll(ad, 0o755); err != nil {
-		return err
-	}
-	if plan.Site != nil {
-		for i, c := range plan.Clients {
-			params, err := plan.Site(i)
-			if err != nil {
-				return err
-			}
-			meta := map[string]string{"method": name, "client": fmt.Sprint(c.ID())}
-			if err := safetensors.Write(filepath.Join(ad, fmt.Sprintf("client_%03d.safetensors", c.ID())), params, nil, meta); err != nil {
-				return err
-			}
-		}
-	}
-	if plan.Global != nil {
-		return safetensors.Write(filepath.Join(ad, "global_shared.safetensors"), plan.Global(), nil, map[string]string{"method": name})
-	}
-	return nil
-}
-
 // RunInfo is written to run.json: what `pfedmma predict` needs to rebuild a
 // client's classifier.
 type RunInfo struct {
@@ -697,11 +690,7 @@ func writeRunInfo(o Options, task *protocol.Task, tmpl string) error {
 		Protocol: task.Protocol, Classes: task.Dataset.Classes, Spaces: task.Spaces, ClientSpace: map[int]int{},
 		Methods: o.Methods, Sections: map[string]string{}, Sites: map[string]string{}}
 	for _, name := range o.Methods {
-		dir := filepath.Join("sites", name)
-		if name == "pfedmma" {
-			dir = "adapters"
-		}
-		info.Sites[name] = dir
+		info.Sites[name] = SitesFolder(name)
 		if sec := o.Sections[name]; sec != nil {
 			b, err := yaml.Marshal(sec)
 			if err != nil {

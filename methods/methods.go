@@ -63,32 +63,6 @@ type Method interface {
 	Predictor(p PredictEnv, sec config.Section, saved tensor.Named) (Predictor, error)
 }
 
-// TaskChecker is a method with settings that depend on the federation
-// (pFedMoAP's number of experts against the number of clients): the runner
-// calls it before any work starts.
-type TaskChecker interface {
-	CheckTask(sec config.Section, clients int) error
-}
-
-// SmallRun is a method whose default settings do not fit a small run —
-// the conformance suite's tiny world (the embedded CLIP, whose prompts are
-// 24 tokens long, a few clients and classes): SmallSettings returns the
-// overrides for a run with that many clients, keyed by setting name within
-// the method's section ({"n_ctx": "8"}). A method whose defaults fit needs
-// none.
-type SmallRun interface {
-	SmallSettings(clients int) map[string]string
-}
-
-// SurrogateGradient is a Stepper whose gradient is, by its reference's
-// design, not the gradient of the loss it reports (FedOTP holds the
-// optimal-transport plan constant in the backward pass): the conformance
-// suite checks its step without finite differences, which the method's own
-// tests run with the held part fixed. The string says what is held.
-type SurrogateGradient interface {
-	SurrogateGradient() string
-}
-
 // Plan is a method's federation on one Env.
 type Plan struct {
 	Clients  []federation.Client

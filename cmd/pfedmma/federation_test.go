@@ -112,7 +112,7 @@ func TestServeSitesEqualRun(t *testing.T) {
 			t.Errorf("site %d: %v", i, err)
 		}
 	}
-	want, got := readTensors(t, filepath.Join(dir, "sim/adapters/global_shared.safetensors")), readTensors(t, filepath.Join(dir, "coord/out/global.safetensors"))
+	want, got := readTensors(t, filepath.Join(dir, "sim/global/pfedmma.safetensors")), readTensors(t, filepath.Join(dir, "coord/out/global/pfedmma.safetensors"))
 	if len(want) == 0 || len(want) != len(got) {
 		t.Fatalf("global tensors: %d in the simulation, %d from the federation", len(want), len(got))
 	}
@@ -132,7 +132,7 @@ func TestServeSitesEqualRun(t *testing.T) {
 			continue
 		}
 		// what each site keeps (for predict) is the simulation's
-		want, got := readTensors(t, filepath.Join(dir, fmt.Sprintf("sim/adapters/client_%03d.safetensors", i))), readTensors(t, path)
+		want, got := readTensors(t, filepath.Join(dir, fmt.Sprintf("sim/sites/pfedmma/client_%03d.safetensors", i))), readTensors(t, path)
 		if len(want) == 0 || len(want) != len(got) {
 			t.Errorf("site %s keeps %d tensors, the simulation %d", s, len(got), len(want))
 		}

@@ -298,7 +298,7 @@ func TestPredictCommand(t *testing.T) {
 	}
 
 	// Damage client 0's adapters: NaN in every saved tensor.
-	file := filepath.Join(out, "adapters", "client_000.safetensors")
+	file := filepath.Join(out, "sites", "pfedmma", "client_000.safetensors")
 	f, err := safetensors.Open(file)
 	if err != nil {
 		t.Fatal(err)

@@ -133,7 +133,7 @@ func runFinished(dir string) (when string, finished bool, err error) {
 func isRunOutput(name string, isDir bool) bool {
 	if isDir {
 		switch {
-		case name == "adapters", name == "sites", name == "checkpoints":
+		case name == "adapters", name == "sites", name == "global", name == "checkpoints":
 			return true
 		case strings.HasPrefix(name, "seed_"), strings.HasPrefix(name, "fold-"):
 			return true

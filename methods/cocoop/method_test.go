@@ -14,6 +14,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
@@ -34,18 +35,18 @@ func tensorPlan(t *testing.T) *methods.Plan {
 	}
 	C := len(tokens) / m.W.Config.Text.ContextLength
 	rng := rand.New(rand.NewPCG(8, 1))
-	var clients []methods.TensorClient
+	var clients []fixture.TensorClient
 	for range 3 {
 		const N = 5
 		S := m.W.Config.Vision.ImageSize
-		tc := methods.TensorClient{Pixels: gradcheck.Rand(rng, N*3*S*S, 1)}
+		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, N*3*S*S, 1)}
 		for k := 0; k < N; k++ {
 			tc.Labels = append(tc.Labels, rng.IntN(C))
 		}
 		clients = append(clients, tc)
 	}
 	opts := train.Options{Epochs: 1, Batch: 2, Optimizer: "sgd", LR: 0.05, Momentum: 0.9, WD: 5e-4}
-	env, err := methods.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
+	env, err := fixture.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

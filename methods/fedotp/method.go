@@ -8,6 +8,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/ot"
@@ -199,8 +200,8 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	return l.Logits(append([]float32(nil), m.EncodeImageTokens(pixels, B)...), B)
 }
 
-// SettingsFrom implements methods.FixtureSettings.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+// SettingsFrom implements fixture.Settings.
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	cfg, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -208,8 +209,8 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	return fromConfig(cfg), nil
 }
 
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+// Step implements fixture.Stepper.
+func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -164,8 +165,8 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	return sl.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
 }
 
-// SettingsFrom implements methods.FixtureSettings.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+// SettingsFrom implements fixture.Settings.
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	cfg, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -173,8 +174,8 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	return fromConfig(cfg), nil
 }
 
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+// Step implements fixture.Stepper.
+func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 

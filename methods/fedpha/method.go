@@ -9,6 +9,7 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -185,8 +186,8 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	return l.Logits(m.EncodeImage(pixels, B), B)
 }
 
-// SettingsFrom implements methods.FixtureSettings.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+// SettingsFrom implements fixture.Settings.
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	cfg, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -194,20 +195,20 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	return fromConfig(cfg), nil
 }
 
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+// Step implements fixture.Stepper.
+func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
-// FixtureRound implements methods.Rounder: the plain round (methods.Round:
+// FixtureRound implements fixture.Rounder: the plain round (fixture.Round:
 // the clients in federation Sites, FedAvg of the global context, the
 // Coordinator) with each client's "client<i>.batch_losses" (before each
 // step), then "client<i>.next.<param>", where each client starts
 // the next round: the server's global context installed by the client's
 // own receive step, its local context as trained.
-func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	w := &withNext{Method: Method{}}
-	out, err := methods.FixtureRound(ctx, w, f)
+	out, err := fixture.RunRound(ctx, w, f)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +233,7 @@ func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Name
 }
 
 // withNext is the method as a plain methods.Method (no Rounder, so
-// methods.FixtureRound runs the plain round on it), keeping the plan it
+// fixture.RunRound runs the plain round on it), keeping the plan it
 // built.
 type withNext struct {
 	methods.Method
@@ -240,7 +241,7 @@ type withNext struct {
 	losses *promptfed.BatchLosses
 }
 
-func (w *withNext) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+func (w *withNext) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return Method{}.SettingsFrom(f)
 }
 

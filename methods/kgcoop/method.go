@@ -10,6 +10,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -195,9 +196,9 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 	return c, c.Validate()
 }
 
-// SettingsFrom implements methods.FixtureSettings (the fixture's init
+// SettingsFrom implements fixture.Settings (the fixture's init
 // tensors replace the context init, so ctx_init is empty).
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	c, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -205,8 +206,8 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	return &Settings{NCtx: c.NCtx, W: c.W, InitStd: c.InitStd}, nil
 }
 
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+// Step implements fixture.Stepper.
+func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
@@ -242,7 +243,7 @@ func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]str
 }
 
 // RoundFromFile replays the round of testdata/kgcoop/round.safetensors
-// with prompt.Round (the fixture's own loop; methods.Round is the
+// with prompt.Round (the fixture's own loop; fixture.Round is the
 // production path).
 func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
 	l, h, err := fromFile(m, params, batch, meta, true)

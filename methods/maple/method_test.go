@@ -13,6 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -30,11 +31,11 @@ func tensorPlan(t *testing.T, s *Settings) *methods.Plan {
 	const C = 4
 	m, tokens := randomModel(C, s.NCtx)
 	rng := rand.New(rand.NewPCG(8, 1))
-	var clients []methods.TensorClient
+	var clients []fixture.TensorClient
 	for i := 0; i < 3; i++ {
 		const N = 6
 		S := m.W.Config.Vision.ImageSize
-		tc := methods.TensorClient{Pixels: gradcheck.Rand(rng, N*3*S*S, 1)}
+		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, N*3*S*S, 1)}
 		for k := 0; k < N; k++ {
 			tc.Labels = append(tc.Labels, rng.IntN(C))
 		}
@@ -44,7 +45,7 @@ func tensorPlan(t *testing.T, s *Settings) *methods.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := methods.TensorEnv(m, depth, tokens, C, clients, testOpts(), 5)
+	env, err := fixture.TensorEnv(m, depth, tokens, C, clients, testOpts(), 5)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
@@ -92,6 +93,14 @@ func (Method) Info() methods.Info {
 
 // DefaultConfig implements methods.Method.
 func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()) }
+
+// BenchSettings implements methods.Benchmarked: two experts, so that the
+// benchmark's client 1 is client 0's expert.
+func (Method) BenchSettings(sec config.Section) {
+	if s, ok := sec.(*Settings); ok {
+		s.NumExperts = 2
+	}
+}
 
 // Depth implements methods.Method: the image encoder is frozen whole.
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
@@ -332,8 +341,8 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	return l.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
 }
 
-// SettingsFrom implements methods.FixtureSettings.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+// SettingsFrom implements fixture.Settings.
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	cfg, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -341,8 +350,8 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	return fromConfig(cfg), nil
 }
 
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+// Step implements fixture.Stepper.
+func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 

@@ -9,11 +9,12 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// FixtureRound implements methods.Rounder through the production path: the
+// FixtureRound implements fixture.Rounder through the production path: the
 // method's Plan (its KNNPool strategy and promptfed client, as `pfedmma
 // run` builds them) on the fixture of testdata/pfedmoap/round.safetensors.
 // The strategy is loaded with the fixture's pool and global prompt, its
@@ -24,7 +25,7 @@ import (
 // "distances_to_K" (to every other client, in id order, as the paper's
 // rule ranks them), "clientK.loss" (the mean batch loss) and
 // "clientK.trained.<p>".
-func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	sec, err := Method{}.SettingsFrom(f)
 	if err != nil {
 		return nil, err
@@ -79,11 +80,11 @@ func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Name
 	}
 	// the pool's N clients (client ids are indices); only client self
 	// trains, the others hold its images as placeholders
-	clients := make([]methods.TensorClient, N)
+	clients := make([]fixture.TensorClient, N)
 	for j := range clients {
-		clients[j] = methods.TensorClient{Pixels: px.Data, Labels: labels}
+		clients[j] = fixture.TensorClient{Pixels: px.Data, Labels: labels}
 	}
-	env, err := methods.TensorEnv(f.Model, methods.Features, tokens, len(tokens)/f.Model.W.Config.Text.ContextLength, clients, opts, uint64(seed))
+	env, err := fixture.TensorEnv(f.Model, methods.Features, tokens, len(tokens)/f.Model.W.Config.Text.ContextLength, clients, opts, uint64(seed))
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -167,8 +168,8 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	return clip.Logits(img, txt, B, len(classes), E, m.W.LogitScale), nil
 }
 
-// SettingsFrom implements methods.FixtureSettings.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+// SettingsFrom implements fixture.Settings.
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	cfg, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -176,8 +177,8 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	return &Settings{NCtx: cfg.NCtx, ClassSpecific: cfg.ClassSpecific, InitStd: cfg.InitStd, ProxMu: cfg.ProxMu, ClassTokenPosition: cfg.Position}, nil
 }
 
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+// Step implements fixture.Stepper.
+func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 

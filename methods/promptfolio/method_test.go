@@ -12,6 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/promptfl"
@@ -73,16 +74,16 @@ func tensorPlan(t *testing.T, s *Settings, n int, opts train.Options) *methods.P
 		tokens = append(tokens, row...)
 	}
 	rng := rand.New(rand.NewPCG(8, 1))
-	var clients []methods.TensorClient
+	var clients []fixture.TensorClient
 	for k := 0; k < n; k++ {
 		N := 10 - 2*k
-		tc := methods.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
+		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
 		for range N {
 			tc.Labels = append(tc.Labels, rng.IntN(C))
 		}
 		clients = append(clients, tc)
 	}
-	env, err := methods.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
+	env, err := fixture.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,11 +294,11 @@ func TestRoundsReduceToPromptFLAndCoOp(t *testing.T) {
 	const fx = fixturetest.Testdata + "promptfolio/"
 	m := fixturetest.Model(t)
 	for p, theta := range []string{"0", "1"} {
-		f, err := methods.LoadFixture(m, fx+"init.safetensors", []string{fx + "round.safetensors"}, []string{"theta=" + theta})
+		f, err := fixture.Load(m, fx+"init.safetensors", []string{fx + "round.safetensors"}, []string{"theta=" + theta})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := methods.FixtureRound(context.Background(), Method{}, f)
+		out, err := fixture.RunRound(context.Background(), Method{}, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,7 +306,7 @@ func TestRoundsReduceToPromptFLAndCoOp(t *testing.T) {
 		n := len(ctx.Data) / 2
 		pf := *f
 		pf.Params = tensor.Named{promptfl.ParamCtx: {Shape: []int{ctx.Shape[1], ctx.Shape[2]}, Data: ctx.Data[p*n : (p+1)*n]}}
-		ref, err := methods.FixtureRound(context.Background(), promptfl.Method{}, &pf)
+		ref, err := fixture.RunRound(context.Background(), promptfl.Method{}, &pf)
 		if err != nil {
 			t.Fatal(err)
 		}
