@@ -81,3 +81,14 @@ func TestPositionFixtures(t *testing.T) {
 		})
 	}
 }
+
+// TestPositionStepGradient: the whole step's gradient with respect to both
+// prompts by finite differences (the plan held fixed), with the class
+// token in the middle and in front.
+func TestPositionStepGradient(t *testing.T) {
+	for _, pos := range []string{"middle", "front"} {
+		t.Run(pos, func(t *testing.T) {
+			checkStepGradient(t, "../../testdata/coop-positions/fedotp-"+pos+"/step.safetensors")
+		})
+	}
+}

@@ -19,7 +19,7 @@ func init() { methods.Register(Method{}) }
 
 // noPosition says why class_token_position is refused: FedPHA's code has
 // no position other than end.
-const noPosition = "the FedPHA code (PMFLT model/FedPHA.py) builds only the local prompts for middle and front and fails on the undefined global and projected prompts; only end is supported"
+const noPosition = "the FedPHA code (PMFLT model/FedPHA.py) builds only the local prompts for middle and front and fails on the undefined global and projected prompts (UnboundLocalError); only end is supported"
 
 // Settings is the fedpha config section (defaults: PMFLT's fedpha.yaml; see
 // the package doc).

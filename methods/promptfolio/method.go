@@ -19,7 +19,7 @@ func init() { methods.Register(Method{}) }
 
 // noPosition says why class_token_position is refused: PromptFolio's code has
 // no position other than end.
-const noPosition = "the authors' PromptFolio code (PanBikang/PromptFolio trainers/PromptFolio.py) builds only n_cls of its num_prompt·n_cls prompts for middle and front and then fails in the text encoder; only end is supported"
+const noPosition = "the authors' PromptFolio code (PanBikang/PromptFolio trainers/PromptFolio.py) builds only the first n_cls of its num_prompt·n_cls prompt rows for middle and front, so the local prompt's text features are empty and the mix fails; only end is supported"
 
 // Settings is the promptfolio config section (defaults: the code's
 // argparse; see the package doc).
