@@ -126,7 +126,7 @@ func TestServeSitesEqualRun(t *testing.T) {
 		t.Errorf("tables differ:\nrun:\n%s\nserve:\n%s", sim, coordLog.String())
 	}
 	for i, s := range []string{"site-a", "site-b", "site-c"} {
-		path := filepath.Join(dir, "site-"+s, "site.safetensors")
+		path := filepath.Join(dir, "site-"+s, "sites", "pfedmma", fmt.Sprintf("client_%03d.safetensors", i))
 		if _, err := os.Stat(path); err != nil {
 			t.Errorf("site %s kept no parameters: %v", s, err)
 			continue

@@ -14,12 +14,12 @@ import (
 // rows): one step and one round, values and updates, and the production
 // round (`pfedmma round`). Read as "end", the same step differs.
 func TestPositionFixtures(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	for _, pos := range []string{"middle", "front"} {
 		t.Run(pos, func(t *testing.T) {
 			dir := "../../testdata/coop-positions/fedotp-" + pos + "/"
-			init, _ := read(t, dir+"init.safetensors")
-			ref, meta := read(t, dir+"step.safetensors")
+			init, _ := fixturetest.Read(t, dir+"init.safetensors")
+			ref, meta := fixturetest.Read(t, dir+"step.safetensors")
 			if meta["class_token_position"] != pos {
 				t.Fatalf("fixture metadata class_token_position %q", meta["class_token_position"])
 			}
@@ -29,9 +29,9 @@ func TestPositionFixtures(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, name := range []string{"image_features", "text_features", "logits", "loss", "grad." + ParamCtx, "step1." + ParamCtx} {
-				rel(t, name, out[name], ref[name], tolFor(name))
+				fixturetest.Rel(t, name, out[name], ref[name], tolFor(name))
 			}
-			rel(t, "update", update(out["step1."+ParamCtx], init[ParamCtx]), update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
+			fixturetest.Rel(t, "update", fixturetest.Update(out["step1."+ParamCtx], init[ParamCtx]), fixturetest.Update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
 
 			endMeta := map[string]string{}
 			for k, v := range meta {
@@ -46,7 +46,7 @@ func TestPositionFixtures(t *testing.T) {
 				t.Errorf("the end position gives the same loss %g as %s", end["loss"].Data[0], pos)
 			}
 
-			rd, rmeta := read(t, dir+"round.safetensors")
+			rd, rmeta := fixturetest.Read(t, dir+"round.safetensors")
 			rb := tensor.Named{}
 			for name, v := range rd {
 				if name == "tokens" || strings.HasSuffix(name, ".images") || strings.HasSuffix(name, ".labels") {
@@ -62,14 +62,14 @@ func TestPositionFixtures(t *testing.T) {
 				if _, in := rb[name]; in {
 					continue
 				}
-				rel(t, name, rout[name], want, tolFor(name))
+				fixturetest.Rel(t, name, rout[name], want, tolFor(name))
 				if strings.HasSuffix(name, ParamCtx) {
 					base := init[ParamCtx]
 					if strings.HasPrefix(name, "global.") {
 						p, _ := GlobalPart(init, 1)
 						base = p[ParamCtx]
 					}
-					rel(t, name+" update", update(rout[name], base), update(want, base), 1e-4)
+					fixturetest.Rel(t, name+" update", fixturetest.Update(rout[name], base), fixturetest.Update(want, base), 1e-4)
 					checked++
 				}
 			}

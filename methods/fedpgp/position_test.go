@@ -15,19 +15,19 @@ func TestPositionFixtures(t *testing.T) {
 	for _, pos := range []string{"middle", "front"} {
 		t.Run(pos, func(t *testing.T) {
 			dir := "../../testdata/coop-positions/fedpgp-" + pos + "/"
-			ref, meta := read(t, dir+"step.safetensors")
+			ref, meta := fixturetest.Read(t, dir+"step.safetensors")
 			if meta["class_token_position"] != pos {
 				t.Fatalf("fixture metadata class_token_position %q", meta["class_token_position"])
 			}
 			checkStep(t, dir+"init.safetensors", dir+"step.safetensors")
 
-			init, _ := read(t, dir+"init.safetensors")
+			init, _ := fixturetest.Read(t, dir+"init.safetensors")
 			endMeta := map[string]string{}
 			for k, v := range meta {
 				endMeta[k] = v
 			}
 			endMeta["class_token_position"] = "end"
-			end, err := StepFromFile(tinyModel(t), init, stepInputs(ref), endMeta)
+			end, err := StepFromFile(fixturetest.Model(t), init, stepInputs(ref), endMeta)
 			if err != nil {
 				t.Fatal(err)
 			}

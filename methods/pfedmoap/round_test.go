@@ -36,8 +36,8 @@ func checkRoundProduction(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, _ := read(t, fixturetest.Testdata+dir+"round.safetensors")
-	init, _ := read(t, fixturetest.Testdata+dir+"init.safetensors")
+	ref, _ := fixturetest.Read(t, fixturetest.Testdata+dir+"round.safetensors")
+	init, _ := fixturetest.Read(t, fixturetest.Testdata+dir+"init.safetensors")
 	if got, want := out["selected"].Data, ref["selected"].Data; !slices.Equal(got, want) {
 		t.Fatalf("the production strategy selected %v, the reference %v", got, want)
 	}
