@@ -8,6 +8,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -118,7 +119,7 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 	f := &Federated{Name: name, Method: meth, Task: task, Dataset: s.ds.Name, template: s.tmpl}
 	var env *methods.Env
 	if site < 0 {
-		px := &methods.Prefixer{Model: m, Start: depth, Transform: preprocess.CLIPTransform(m.W.Config.Vision.ImageSize), Batch: max(o.EvalBatch, 1)}
+		px := &prefixcache.Prefixer{Model: m, Start: depth, Transform: preprocess.CLIPTransform(m.W.Config.Vision.ImageSize), Batch: max(o.EvalBatch, 1)}
 		env = &methods.Env{Model: m, Tok: tok, Task: task, Start: depth, Template: s.tmpl, Seed: o.Seed, Train: o.Train,
 			Views: s.views, Online: s.online, Prefixer: px}
 	} else {

@@ -22,6 +22,7 @@ import (
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/progress"
@@ -297,7 +298,7 @@ func newEnv(ctx context.Context, o Options, m *clip.Model, tok *tokenizer.Tokeni
 	if batch <= 0 {
 		batch = 32
 	}
-	px := &methods.Prefixer{Model: m, Start: start, Transform: preprocess.CLIPTransform(S), Batch: batch}
+	px := &prefixcache.Prefixer{Model: m, Start: start, Transform: preprocess.CLIPTransform(S), Batch: batch}
 	dtype := actcache.Float32
 	if o.CacheBF16 {
 		dtype = actcache.BFloat16

@@ -392,14 +392,23 @@ func TestEmbedStopsOnSIGTERM(t *testing.T) {
 	}
 	for _, sig := range []os.Signal{syscall.SIGTERM, os.Interrupt} {
 		r := cliUntil(t, "embed: encoding images", sig, "embed", "--model", model, "--pixels", pixels)
-		if r.Code == 0 || !strings.Contains(r.Stderr, "stopped after") {
-			t.Errorf("embed after %v: exit %d\n%s", sig, r.Code, tail(r.Stderr))
+		// It must stop at a batch boundary before the last image, whatever
+		// the machine's load (the child is killed 120 s after the signal).
+		var done, total int
+		i := strings.Index(r.Stderr, "stopped after ")
+		if i >= 0 {
+			_, _ = fmt.Sscanf(r.Stderr[i:], "stopped after %d of %d images", &done, &total)
+		}
+		if r.Code == 0 || i < 0 || total != n || done >= n {
+			t.Errorf("embed after %v: exit %d, stopped after %d of %d images (want fewer than %d)\n%s", sig, r.Code, done, total, n, tail(r.Stderr))
 		}
 	}
 }
 
 // cliUntil runs pfedmma args in a child process and sends sig as soon as
-// its stderr shows marker; the child must then end within 20 s.
+// its stderr shows marker; the child is killed if it has not ended 120 s
+// later (the caller checks how far it got, which does not depend on the
+// machine's load).
 func cliUntil(t *testing.T, marker string, sig os.Signal, args ...string) cliResult {
 	t.Helper()
 	spec, err := json.Marshal(args)
@@ -425,16 +434,13 @@ func cliUntil(t *testing.T, marker string, sig os.Signal, args ...string) cliRes
 		if signalled.IsZero() && strings.Contains(sc.Text(), marker) {
 			signalled = time.Now()
 			_ = cmd.Process.Signal(sig)
-			time.AfterFunc(20*time.Second, func() { _ = cmd.Process.Kill() })
+			time.AfterFunc(120*time.Second, func() { _ = cmd.Process.Kill() })
 		}
 	}
 	err = cmd.Wait()
 	res := cliResult{Stdout: stdout.String(), Stderr: stderr.String()}
 	if signalled.IsZero() {
 		t.Fatalf("pfedmma %s never printed %q:\n%s", strings.Join(args, " "), marker, tail(res.Stderr))
-	}
-	if d := time.Since(signalled); d > 15*time.Second {
-		t.Errorf("pfedmma %s: ended %v after %v", strings.Join(args, " "), d, sig)
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {

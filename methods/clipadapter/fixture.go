@@ -17,6 +17,7 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -127,7 +128,7 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 		if B == 0 || len(images.Data) != B*3*S*S {
 			return nil, 0, fmt.Errorf("clip_adapter: tensor \"images\": shape %v for %d labels, want [%d, 3, %d, %d]", images.Shape, B, B, S, S)
 		}
-		img = methods.ImageRecords(model, methods.Features, images.Data, B, nil)
+		img = prefixcache.ImageRecords(model, methods.Features, images.Data, B, nil)
 	}
 	txt, err := model.EncodeText(tokens, C)
 	if err != nil {
@@ -176,31 +177,7 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 // what the site keeps, which after the round's evaluation is the server's
 // average it is scored with.
 func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
-	return fixture.RunRound(ctx, trainedSites{Method{}}, f)
-}
-
-// trainedSites is the method with Plan.Site giving each client's own
-// adapter; it is no Rounder, so fixture.RunRound runs the plain round
-// on it.
-type trainedSites struct{ methods.Method }
-
-func (trainedSites) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
-	return Method{}.SettingsFrom(f)
-}
-
-func (w trainedSites) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
-	plan, err := w.Method.Build(env, sec)
-	if err != nil {
-		return nil, err
-	}
-	plan.Site = func(i int) (tensor.Named, error) {
-		c, ok := plan.Clients[i].(*Client)
-		if !ok {
-			return nil, fmt.Errorf("clip_adapter: client %d is a %T", i, plan.Clients[i])
-		}
-		return c.P.Clone(), nil
-	}
-	return plan, nil
+	return fixture.PlainRound(ctx, f, Method{}, fixture.OwnSites(Method{}, func(c *Client) tensor.Named { return c.P }))
 }
 
 // Scorer implements methods.BatchScorer: the client's own adapter.

@@ -1,7 +1,6 @@
 package pfedmoap
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,11 +9,9 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
-	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -317,35 +314,16 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+		return New(m, tokens, p.cfg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	l, err := New(m, tokens, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := prompt.Load(l.Params(), p.saved); err != nil {
 		return nil, err
 	}
 	if err := l.SetExperts(p.experts); err != nil {
 		return nil, err
 	}
 	return l.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
-}
-
-// SettingsFrom implements fixture.Settings.
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
-	cfg, err := ConfigFromMeta(f.Meta)
-	if err != nil {
-		return nil, err
-	}
-	return fromConfig(cfg), nil
-}
-
-// Step implements fixture.Stepper.
-func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
-	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
 // SmallSettings implements methods.SmallRun: 8 context tokens (a small
