@@ -9,7 +9,7 @@ BIN       := bin/pfedmma
 # Idle OpenBLAS threads sleep instead of spinning (see gemm.TuneCPU).
 export OPENBLAS_THREAD_TIMEOUT ?= 4
 
-.PHONY: run test deps build bench fuzz proto clean fixtures-maple fixtures verify-fixtures
+.PHONY: run test deps build bench fuzz proto clean fixtures-maple fixtures verify-fixtures fixtures-dpfpl
 
 # Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
 # path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
@@ -78,6 +78,14 @@ MAPLE_REF ?= /tmp/maple-ref-src
 fixtures-maple:
 	/usr/bin/python3 tools/fixtures/maple/make_fixture.py --ref $(MAPLE_REF) --testdata testdata
 	/usr/bin/python3 -u tools/fixtures/maple/verify.py --testdata testdata
+
+# DP-FPL reference fixtures (testdata/dpfpl) from the authors' code (DPFPL_REF: a git
+# mirror of linhhtran/DP-FPL, which vendors its own Dassl), checked by an independent
+# float64 numpy version (tools/fixtures/verify_dpfpl.py; about a CPU-minute of finite
+# differences). Not part of build or test.
+fixtures-dpfpl:
+	$(FIXTURE_PY) tools/fixtures/make_dpfpl.py
+	$(FIXTURE_PY) tools/fixtures/verify_dpfpl.py
 
 # Reference fixtures of testdata/cocoop, testdata/kgcoop and testdata/coop-positions,
 # made by running the authors' PyTorch code (Debian's python3-torch, float32, CPU) and

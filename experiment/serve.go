@@ -66,8 +66,6 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	// robust aggregation and DP come from the configuration's aggregation
-	// section, applied where the plan is built (buildPlan), as in run
 	coord := serveCoordinator(o, f.Plan.Strategy, len(f.Task.Clients), c.MinFit, c.RoundTimeout, e.Fingerprint())
 	if err := os.MkdirAll(c.State, 0o755); err != nil {
 		return nil, err
