@@ -238,6 +238,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	bytes := newSiteBytes(len(task.Clients))
 	o.countRound = bytes.add
 	var lastRecords []report.RoundRecord // each method's, for the summary's dp
+	if err := checkAggregation(o, s.methods, envs, depths); err != nil {
+		return nil, err
+	}
 	for i, meth := range s.methods {
 		name := o.Methods[i]
 		t0 := time.Now()
