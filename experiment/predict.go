@@ -266,10 +266,13 @@ func Softmax(logits []float32) []float64 {
 	return p
 }
 
-// WriteText prints the prediction as `pfedmma predict` does: a heading,
-// then each image and its ranked classes.
+// WriteText prints the prediction as `pfedmma predict` does: a heading
+// (none for zero-shot, which names no method), then each image and its
+// ranked classes.
 func (p *Prediction) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "%s, site %d, label space %s (%d classes)\n", p.Method, p.Client, p.Space, p.Classes)
+	if p.Method != "" {
+		fmt.Fprintf(w, "%s, site %d, label space %s (%d classes)\n", p.Method, p.Client, p.Space, p.Classes)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, img := range p.Images {
 		fmt.Fprintf(tw, "%s\n", img.Image)

@@ -38,10 +38,7 @@ type ServeConfig struct {
 	// RoundTimeout the deadline of each round's training and evaluation.
 	MinFit       int
 	RoundTimeout time.Duration
-	// Wrap, when set, wraps the method's strategy (robust aggregation,
-	// differential privacy).
-	Wrap   func(federation.Strategy) (federation.Strategy, error)
-	Logger *slog.Logger
+	Logger       *slog.Logger
 }
 
 // Serve runs the coordinator until the federation's last round, then writes
@@ -69,13 +66,7 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	strat := f.Plan.Strategy
-	if c.Wrap != nil {
-		if strat, err = c.Wrap(strat); err != nil {
-			return nil, err
-		}
-	}
-	coord := serveCoordinator(o, strat, len(f.Task.Clients), c.MinFit, c.RoundTimeout, e.Fingerprint())
+	coord := serveCoordinator(o, f.Plan.Strategy, len(f.Task.Clients), c.MinFit, c.RoundTimeout, e.Fingerprint())
 	if err := os.MkdirAll(c.State, 0o755); err != nil {
 		return nil, err
 	}

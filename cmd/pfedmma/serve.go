@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -10,8 +11,6 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/experiment"
-	"github.com/pfedmma/pfedmma/federation"
-	"github.com/pfedmma/pfedmma/federation/robust"
 )
 
 // experimentFlags are the configuration flags `run`, `serve` and `site`
@@ -45,45 +44,45 @@ func (x *experimentFlags) compose() (*config.Experiment, string, error) {
 }
 
 // robustFlags are serve's robust aggregation and differential privacy
-// flags.
+// flags: shorthands for --set aggregation.… (the section `run` reads too).
 type robustFlags struct {
 	aggregate                                string
 	trim, clipNorm, dpNoise, dpClip, dpDelta float64
 }
 
 func (r *robustFlags) add(fl *pflag.FlagSet) {
-	fl.StringVar(&r.aggregate, "aggregate", "mean", "mean (the method's own), median or trimmed-mean of the shared tensors")
-	fl.Float64Var(&r.trim, "trim", 0, "trimmed-mean: fraction cut at each end")
-	fl.Float64Var(&r.clipNorm, "clip-norm", 0, "clip each site's update to this L2 norm (0: off)")
-	fl.Float64Var(&r.dpNoise, "dp-noise-multiplier", 0, "differential privacy: Gaussian noise σ (0: off)")
-	fl.Float64Var(&r.dpClip, "dp-clip", 1, "differential privacy: per-site L2 clip C")
-	fl.Float64Var(&r.dpDelta, "dp-delta", 1e-5, "differential privacy: δ of the reported ε")
+	fl.StringVar(&r.aggregate, "aggregate", "mean", "mean (the method's own), median or trimmed-mean of the shared tensors (--set aggregation.rule=…)")
+	fl.Float64Var(&r.trim, "trim", 0, "trimmed-mean: fraction cut at each end (--set aggregation.trim=…)")
+	fl.Float64Var(&r.clipNorm, "clip-norm", 0, "clip each site's update to this L2 norm, 0: off (--set aggregation.clip_norm=…)")
+	fl.Float64Var(&r.dpNoise, "dp-noise-multiplier", 0, "differential privacy: Gaussian noise σ, 0: off (--set aggregation.dp.noise_multiplier=…)")
+	fl.Float64Var(&r.dpClip, "dp-clip", 1, "differential privacy: per-site L2 clip C (--set aggregation.dp.clip=…)")
+	fl.Float64Var(&r.dpDelta, "dp-delta", 1e-5, "differential privacy: δ of the reported ε (--set aggregation.dp.delta=…)")
 }
 
-// wrapper returns the strategy wrapper the flags ask for (nil: the
-// method's own mean, or what e's aggregation section asks, which the
-// experiment applies itself); e's seed seeds the DP noise.
-func (r *robustFlags) wrapper(e *config.Experiment) (func(federation.Strategy) (federation.Strategy, error), error) {
-	opts := robust.Options{Trim: r.trim, ClipNorm: r.clipNorm}
-	switch r.aggregate {
-	case "mean":
-	case "median":
-		opts.Rule = robust.Median
-	case "trimmed-mean":
-		opts.Rule = robust.TrimmedMean
-	default:
-		return nil, fmt.Errorf("--aggregate %q: want mean, median or trimmed-mean", r.aggregate)
+// sets turns the flags given in fl into the --set overrides of the
+// aggregation section they are shorthands for; a flag left unset changes
+// nothing (the configuration's value stands). Sites need the same settings
+// (--set aggregation.…): they enter the configuration's fingerprint.
+func (r *robustFlags) sets(fl *pflag.FlagSet) ([]string, error) {
+	var sets []string
+	if fl.Changed("aggregate") {
+		rule := map[string]string{"mean": config.RuleMean, "median": config.RuleMedian,
+			"trimmed-mean": config.RuleTrimmedMean, config.RuleTrimmedMean: config.RuleTrimmedMean}[r.aggregate]
+		if rule == "" {
+			return nil, fmt.Errorf("--aggregate %q: want mean, median or trimmed-mean", r.aggregate)
+		}
+		sets = append(sets, "aggregation.rule="+rule)
 	}
-	if r.dpNoise > 0 {
-		opts.DP = &robust.DP{Clip: r.dpClip, NoiseMultiplier: r.dpNoise, Delta: r.dpDelta, Seed: e.Seed}
+	for _, f := range []struct {
+		flag, key string
+		v         float64
+	}{{"trim", "trim", r.trim}, {"clip-norm", "clip_norm", r.clipNorm}, {"dp-noise-multiplier", "dp.noise_multiplier", r.dpNoise},
+		{"dp-clip", "dp.clip", r.dpClip}, {"dp-delta", "dp.delta", r.dpDelta}} {
+		if fl.Changed(f.flag) {
+			sets = append(sets, "aggregation."+f.key+"="+strconv.FormatFloat(f.v, 'g', -1, 64))
+		}
 	}
-	if opts.Rule == robust.Mean && opts.ClipNorm == 0 && opts.DP == nil {
-		return nil, nil
-	}
-	if e.Aggregation.Active() {
-		return nil, fmt.Errorf("--aggregate, --clip-norm and --dp-*: the configuration's aggregation section is set already; give the aggregation in one place")
-	}
-	return func(s federation.Strategy) (federation.Strategy, error) { return robust.Wrap(s, opts) }, nil
+	return sets, nil
 }
 
 func init() {
@@ -103,12 +102,14 @@ global/METHOD.safetensors) to --out and exits 0.
 --http serves the live dashboard, /metrics (Prometheus) and /healthz.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var err error
-			if c.Experiment, c.Model, err = x.compose(); err != nil {
-				return err
-			}
-			if c.Wrap, err = r.wrapper(c.Experiment); err != nil {
+			sets, err := r.sets(cmd.Flags())
+			if err != nil {
 				return fmt.Errorf("serve: %w", err)
+			}
+			xs := x // the flags after the user's --set: they win
+			xs.sets = append(append([]string(nil), x.sets...), sets...)
+			if c.Experiment, c.Model, err = xs.compose(); err != nil {
+				return err
 			}
 			res, err := experiment.Serve(cmd.Context(), c)
 			if err != nil {

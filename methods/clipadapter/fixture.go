@@ -177,31 +177,7 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 // what the site keeps, which after the round's evaluation is the server's
 // average it is scored with.
 func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
-	return fixture.RunRound(ctx, trainedSites{Method{}}, f)
-}
-
-// trainedSites is the method with Plan.Site giving each client's own
-// adapter; it is no Rounder, so fixture.RunRound runs the plain round
-// on it.
-type trainedSites struct{ methods.Method }
-
-func (trainedSites) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
-	return Method{}.SettingsFrom(f)
-}
-
-func (w trainedSites) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
-	plan, err := w.Method.Build(env, sec)
-	if err != nil {
-		return nil, err
-	}
-	plan.Site = func(i int) (tensor.Named, error) {
-		c, ok := plan.Clients[i].(*Client)
-		if !ok {
-			return nil, fmt.Errorf("clip_adapter: client %d is a %T", i, plan.Clients[i])
-		}
-		return c.P.Clone(), nil
-	}
-	return plan, nil
+	return fixture.PlainRound(ctx, f, Method{}, fixture.OwnSites(Method{}, func(c *Client) tensor.Named { return c.P }))
 }
 
 // Scorer implements methods.BatchScorer: the client's own adapter.

@@ -5,95 +5,45 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
+
+// tinyModel is fixturetest's tiny CLIP with logit multiplier scale.
+func tinyModel(scale float64) *clip.Model {
+	w := fixturetest.TinyWeights()
+	w.LogitScale = float32(math.Log(scale))
+	return clip.New(w)
+}
 
 // There are no reference fixtures of federated CLIP-Adapter: these tests
 // write fixtures in the reference layout from a tiny random CLIP (8-d
 // features, 8 px images) and check `step` against finite differences and
 // optim.SGD, and `round` against the production Plan run by fixture.Round.
 
-const tinyCtx = 12
-
-// tinyModel is a random CLIP with logit multiplier scale.
-func tinyModel(scale float64) *clip.Model {
-	cfg := clip.Config{EmbedDim: 8,
-		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 1, Heads: 2, MLPWidth: 16},
-		Text:   clip.TextConfig{ContextLength: tinyCtx, VocabSize: 20, Width: 8, Layers: 1, Heads: 2, MLPWidth: 16}}
-	w := clip.Random(cfg, 11)
-	w.LogitScale = float32(math.Log(scale))
-	return clip.New(w)
-}
-
-// tinyTokens is C class prompts "SOT class . EOT" [C, ctx].
-func tinyTokens(C int) []int64 {
-	tok := make([]int64, C*tinyCtx)
-	for c := 0; c < C; c++ {
-		row := tok[c*tinyCtx:]
-		row[0], row[1], row[2], row[3] = 18, int64(4+c), 3, 19
-	}
-	return tok
-}
-
-func randTensor(rng *rand.Rand, scale float64, shape ...int) *tensor.Tensor {
-	t := tensor.New(shape...)
-	for i := range t.Data {
-		t.Data[i] = float32(rng.NormFloat64() * scale)
-	}
-	return t
-}
-
-func labelsOf(rng *rand.Rand, n, K int) safetensors.Int64Tensor {
-	l := safetensors.Int64Tensor{Shape: []int{n}, Data: make([]int64, n)}
-	for i := range l.Data {
-		l.Data[i] = int64(rng.IntN(K))
-	}
-	return l
-}
-
-// writeFixture writes params and batch (integer tensors in ints) with meta
-// on the batch file under t.TempDir() and loads them as `pfedmma step`
-// does.
-func writeFixture(t *testing.T, m *clip.Model, params, batch tensor.Named, ints map[string]safetensors.Int64Tensor, meta map[string]string, sets ...string) *fixture.Fixture {
-	t.Helper()
-	dir := t.TempDir()
-	pp, bp := filepath.Join(dir, "init.safetensors"), filepath.Join(dir, "batch.safetensors")
-	if err := safetensors.Write(pp, params, nil, map[string]string{"method": "clip_adapter"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := safetensors.Write(bp, batch, ints, meta); err != nil {
-		t.Fatal(err)
-	}
-	f, err := fixture.Load(m, pp, []string{bp}, sets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
 // initParams draws the adapter (W1 [d/r, d], W2 [d, d/r]) in a fixed order.
 func initParams(rng *rand.Rand, d, r int) tensor.Named {
 	k := d / r
-	return tensor.Named{ParamW1: randTensor(rng, 0.5, k, d), ParamW2: randTensor(rng, 0.5, d, k)}
+	return tensor.Named{ParamW1: fixturetest.RandTensor(rng, 0.5, k, d), ParamW2: fixturetest.RandTensor(rng, 0.5, d, k)}
 }
 
 // stepFixture is a step fixture of B images and C classes, reduction r.
 func stepFixture(t *testing.T, m *clip.Model, B, C, r int, meta map[string]string, sets ...string) *fixture.Fixture {
 	rng := rand.New(rand.NewPCG(3, uint64(B*C+r)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
-	batch := tensor.Named{"images": randTensor(rng, 1, B, 3, S, S)}
-	ints := map[string]safetensors.Int64Tensor{"labels": labelsOf(rng, B, C),
-		"tokens": {Shape: []int{C, tinyCtx}, Data: tinyTokens(C)}}
-	return writeFixture(t, m, initParams(rng, d, r), batch, ints, meta, sets...)
+	batch := tensor.Named{"images": fixturetest.RandTensor(rng, 1, B, 3, S, S)}
+	ints := map[string]safetensors.Int64Tensor{"labels": fixturetest.Labels(rng, B, C),
+		"tokens": {Shape: []int{C, fixturetest.TinyCtx}, Data: fixturetest.TinyTokens(C)}}
+	return fixturetest.Write(t, m, "clip_adapter", initParams(rng, d, r), batch, ints, meta, sets...)
 }
 
 // awayFromKinks sets the adapter so that no ±1e-2 step of a finite
@@ -117,7 +67,7 @@ func liveUnits(t *testing.T, m *clip.Model, p tensor.Named, images []float32, B 
 			u[k] += img[b*d+k]
 		}
 	}
-	normalize(u, 1, d)
+	clip.NormalizeRows(nil, u, 1, d)
 	margin, maxAbs := math.Inf(1), 0.0
 	for b := 0; b < B; b++ {
 		var dot float64
@@ -231,7 +181,7 @@ func TestStepSGD(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, w := range want {
-		if bitsEqual(tensor.Named{name: w}, tensor.Named{name: out["step1."+name]}) != "" {
+		if tensortest.BitsDiff(tensor.Named{name: w}, tensor.Named{name: out["step1."+name]}) != "" {
 			t.Errorf("step1.%s differs from optim.SGD (momentum 0.9, wd 0.01, lr 0.2)", name)
 		}
 	}
@@ -253,7 +203,7 @@ func TestStepOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bitsEqual(tensor.Named{"f": out["image_features"], "t": out["text_features"]},
+	if tensortest.BitsDiff(tensor.Named{"f": out["image_features"], "t": out["text_features"]},
 		tensor.Named{"f": {Shape: []int{B, d}, Data: img}, "t": {Shape: []int{C, d}, Data: txt}}) != "" {
 		t.Error("image or text features differ from the frozen encoders'")
 	}
@@ -280,7 +230,7 @@ func TestStepOutputs(t *testing.T) {
 		}
 	}
 	want := clip.Logits(fp, txt, B, C, d, m.W.LogitScale)
-	if bitsEqual(tensor.Named{"l": out["logits"]}, tensor.Named{"l": {Shape: []int{B, C}, Data: want}}) != "" {
+	if tensortest.BitsDiff(tensor.Named{"l": out["logits"]}, tensor.Named{"l": {Shape: []int{B, C}, Data: want}}) != "" {
 		t.Error("logits differ from exp(logit_scale)·cos(f', text features)")
 	}
 	var ce float64
@@ -351,10 +301,10 @@ func TestFixtureRound(t *testing.T) {
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
 	sizes := []int{5, 7, 4}
 	batch := tensor.Named{}
-	ints := map[string]safetensors.Int64Tensor{"tokens": {Shape: []int{C, tinyCtx}, Data: tinyTokens(C)}}
+	ints := map[string]safetensors.Int64Tensor{"tokens": {Shape: []int{C, fixturetest.TinyCtx}, Data: fixturetest.TinyTokens(C)}}
 	for i, n := range sizes {
-		batch[fmt.Sprintf("client%d.images", i)] = randTensor(rng, 1, n, 3, S, S)
-		ints[fmt.Sprintf("client%d.labels", i)] = labelsOf(rng, n, C)
+		batch[fmt.Sprintf("client%d.images", i)] = fixturetest.RandTensor(rng, 1, n, 3, S, S)
+		ints[fmt.Sprintf("client%d.labels", i)] = fixturetest.Labels(rng, n, C)
 	}
 	meta := map[string]string{"lr": "0.05", "momentum": "0.9", "weight_decay": "5e-4", "batch_size": "3", "local_epochs": "2", "ratio": "0.4"}
 	init := initParams(rng, d, 4)
@@ -363,7 +313,7 @@ func TestFixtureRound(t *testing.T) {
 		all = append(all, batch[fmt.Sprintf("client%d.images", i)].Data...)
 	}
 	liveUnits(t, m, init, all, 16) // gradients flow (not weight decay alone)
-	f := writeFixture(t, m, init, batch, ints, meta)
+	f := fixturetest.Write(t, m, "clip_adapter", init, batch, ints, meta)
 	out, err := fixture.RunRound(ctx, Method{}, f)
 	if err != nil {
 		t.Fatal(err)
@@ -393,7 +343,7 @@ func TestFixtureRound(t *testing.T) {
 	}
 	for _, name := range []string{ParamW1, ParamW2} {
 		g := out["global."+name]
-		if g == nil || bitsEqual(tensor.Named{name: g}, tensor.Named{name: ref["global."+name]}) != "" {
+		if g == nil || tensortest.BitsDiff(tensor.Named{name: g}, tensor.Named{name: ref["global."+name]}) != "" {
 			t.Fatalf("global.%s missing or different from fixture.Round's", name)
 		}
 		// FedAvg: Σ_i n_i/N · trained_i, accumulated in float64
@@ -408,20 +358,20 @@ func TestFixtureRound(t *testing.T) {
 		}
 		for i := range sizes {
 			tr := out[fmt.Sprintf("client%d.trained.%s", i, name)]
-			if tr == nil || bitsEqual(tensor.Named{name: tr}, tensor.Named{name: f.Params[name]}) == "" ||
-				bitsEqual(tensor.Named{name: tr}, tensor.Named{name: g}) == "" {
+			if tr == nil || tensortest.BitsDiff(tensor.Named{name: tr}, tensor.Named{name: f.Params[name]}) == "" ||
+				tensortest.BitsDiff(tensor.Named{name: tr}, tensor.Named{name: g}) == "" {
 				t.Errorf("client %d's %s missing, untrained or the server's", i, name)
 			}
 			// clients 0 and 2 take as many steps: weight decay alone would
 			// leave them equal
-			if i == 2 && bitsEqual(tensor.Named{name: tr}, tensor.Named{name: out["client0.trained."+name]}) == "" {
+			if i == 2 && tensortest.BitsDiff(tensor.Named{name: tr}, tensor.Named{name: out["client0.trained."+name]}) == "" {
 				t.Errorf("clients 0 and 2 trained the same %s", name)
 			}
 			// fixture.Round fits and aggregates only: before the round's
 			// evaluation instruction brings the server's adapter
 			// (TestEvaluateReceivesGlobal) the production Site holds the
 			// adapter it trained
-			if bitsEqual(tensor.Named{name: ref[fmt.Sprintf("client%d.trained.%s", i, name)]}, tensor.Named{name: tr}) != "" {
+			if tensortest.BitsDiff(tensor.Named{name: ref[fmt.Sprintf("client%d.trained.%s", i, name)]}, tensor.Named{name: tr}) != "" {
 				t.Errorf("fixture.Round: client %d's site holds another %s than the one it trained", i, name)
 			}
 		}

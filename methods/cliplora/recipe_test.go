@@ -33,7 +33,7 @@ func TestOwnOptimizer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := plan.Clients[0].(*client).loop.Opts; got != tc.want {
+		if got := plan.Clients[0].(*client).Loop.Opts; got != tc.want {
 			t.Fatalf("section %+v: clients train with %+v, want %+v", sec, got, tc.want)
 		}
 	}

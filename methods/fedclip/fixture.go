@@ -156,42 +156,28 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 // the server's average instead, the model a site keeps and is scored with
 // — and as client<i>.batch_losses the loss of each of its batches.
 func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
-	ts := &trainedSites{Method: Method{}}
-	out, err := fixture.RunRound(ctx, ts, f)
+	var losses []*[]float32
+	own := fixture.OwnSites(Method{}, func(c *Client) tensor.Named { return c.P })
+	out, err := fixture.PlainRound(ctx, f, Method{}, func(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+		plan, err := own(env, sec)
+		if err != nil {
+			return nil, err
+		}
+		for i, pc := range plan.Clients {
+			c, ok := pc.(*Client)
+			if !ok {
+				return nil, fmt.Errorf("fedclip: client %d is a %T", i, pc)
+			}
+			c.losses = new([]float32)
+			losses = append(losses, c.losses)
+		}
+		return plan, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	for i, l := range ts.losses {
+	for i, l := range losses {
 		out[fmt.Sprintf("client%d.batch_losses", i)] = &tensor.Tensor{Shape: []int{len(*l)}, Data: *l}
 	}
 	return out, nil
-}
-
-// trainedSites is the method with Plan.Site giving each client's own
-// adapter and the clients recording their batch losses; it is no Rounder,
-// so fixture.RunRound runs the plain round on it.
-type trainedSites struct {
-	methods.Method
-	losses []*[]float32
-}
-
-func (*trainedSites) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
-	return Method{}.SettingsFrom(f)
-}
-
-func (w *trainedSites) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
-	plan, err := w.Method.Build(env, sec)
-	if err != nil {
-		return nil, err
-	}
-	for i, pc := range plan.Clients {
-		c, ok := pc.(*Client)
-		if !ok {
-			return nil, fmt.Errorf("fedclip: client %d is a %T", i, pc)
-		}
-		c.losses = new([]float32)
-		w.losses = append(w.losses, c.losses)
-	}
-	plan.Site = func(i int) (tensor.Named, error) { return plan.Clients[i].(*Client).P.Clone(), nil }
-	return plan, nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/optim"
@@ -77,7 +78,7 @@ func TestFixtureStepFromFeatures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(tensor.Named{"f": got["image_features"]}, tensor.Named{"f": f.Batch["image_features"]}); d != "" {
+	if d := tensortest.BitsDiff(tensor.Named{"f": got["image_features"]}, tensor.Named{"f": f.Batch["image_features"]}); d != "" {
 		t.Error("the step did not use the given image_features")
 	}
 	fixturetest.Close(t, "logits", got["logits"].Data, f.Batch["logits"].Data, tolForward)
@@ -160,12 +161,12 @@ func TestFixtureRoundIsFedAvg(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range Names {
-		if d := bitsEqual(tensor.Named{name: prod["global."+name]}, tensor.Named{name: out["global."+name]}); d != "" {
+		if d := tensortest.BitsDiff(tensor.Named{name: prod["global."+name]}, tensor.Named{name: out["global."+name]}); d != "" {
 			t.Errorf("global.%s: fixture.Round differs from the fixture round", name)
 		}
 		for i := range sizes {
 			key := fmt.Sprintf("client%d.trained.%s", i, name)
-			if d := bitsEqual(tensor.Named{name: prod[key]}, tensor.Named{name: out[key]}); d != "" {
+			if d := tensortest.BitsDiff(tensor.Named{name: prod[key]}, tensor.Named{name: out[key]}); d != "" {
 				t.Errorf("fixture.Round: site %d holds another %s than the one it trained", i, name)
 			}
 		}
@@ -220,10 +221,10 @@ func TestFixtureStepOptimizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range Names {
-		if d := bitsEqual(tensor.Named{n: want[n]}, tensor.Named{n: out["step1."+n]}); d != "" {
+		if d := tensortest.BitsDiff(tensor.Named{n: want[n]}, tensor.Named{n: out["step1."+n]}); d != "" {
 			t.Errorf("step1.%s differs from optim.SGD (lr 0.3, momentum 0.5, wd 0.01)", n)
 		}
-		if d := bitsEqual(tensor.Named{n: f.Params[n]}, tensor.Named{n: out["step1."+n]}); d == "" {
+		if d := tensortest.BitsDiff(tensor.Named{n: f.Params[n]}, tensor.Named{n: out["step1."+n]}); d == "" {
 			t.Errorf("step1.%s did not move", n)
 		}
 	}

@@ -241,31 +241,7 @@ func fixtureBatch(f *fixture.Fixture, K int) ([]float32, []int, error) {
 // client's parameters after its local training (w_g and the local map;
 // not the Site's class-name entry).
 func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
-	return fixture.RunRound(ctx, trainedSites{Method{}}, f)
-}
-
-// trainedSites is the method with Plan.Site giving each client's
-// parameters only; it is no Rounder, so fixture.RunRound runs the
-// plain round on it.
-type trainedSites struct{ methods.Method }
-
-func (trainedSites) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
-	return Method{}.SettingsFrom(f)
-}
-
-func (w trainedSites) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
-	plan, err := w.Method.Build(env, sec)
-	if err != nil {
-		return nil, err
-	}
-	plan.Site = func(i int) (tensor.Named, error) {
-		c, ok := plan.Clients[i].(*Client)
-		if !ok {
-			return nil, fmt.Errorf("fedot: client %d is a %T", i, plan.Clients[i])
-		}
-		return c.P.Clone(), nil
-	}
-	return plan, nil
+	return fixture.PlainRound(ctx, f, Method{}, fixture.OwnSites(Method{}, func(c *Client) tensor.Named { return c.P }))
 }
 
 // Scorer implements methods.BatchScorer: the client's current parameters.

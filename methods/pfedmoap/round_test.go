@@ -30,8 +30,8 @@ func TestRoundFixtureProductionPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, _ := read(t, fixturetest.Testdata+"pfedmoap/round.safetensors")
-	init, _ := read(t, fixturetest.Testdata+"pfedmoap/init.safetensors")
+	ref, _ := fixturetest.Read(t, fixturetest.Testdata+"pfedmoap/round.safetensors")
+	init, _ := fixturetest.Read(t, fixturetest.Testdata+"pfedmoap/init.safetensors")
 	if got, want := out["selected"].Data, ref["selected"].Data; !slices.Equal(got, want) {
 		t.Fatalf("the production strategy selected %v, the reference %v", got, want)
 	}

@@ -13,15 +13,8 @@ import (
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// FixtureMethod is a method built on promptfed whose settings a fixture
-// gives.
-type FixtureMethod interface {
-	methods.Method
-	fixture.Settings
-}
-
 // FixtureRound is the fixture.Rounder round of a method built on promptfed:
-// the plain round (fixture.RunRound: the clients in federation Sites, the
+// the plain round (fixture.PlainRound: the clients in federation Sites, the
 // method's strategy, the Coordinator) with each client's
 // "client<i>.batch_losses" (before each step), then
 // "client<i>.next.<param>" for every parameter the client holds: where it
@@ -29,9 +22,18 @@ type FixtureMethod interface {
 // receive step (Spec.Receive, or the shared tensors) into its trained
 // parameters. spec builds the method's Spec on the round's Env from its
 // settings.
-func FixtureRound(ctx context.Context, f *fixture.Fixture, meth FixtureMethod, spec func(env *methods.Env, sec config.Section) (*Spec, error)) (tensor.Named, error) {
-	w := &recordPlan{FixtureMethod: meth, spec: spec}
-	out, err := fixture.RunRound(ctx, w, f)
+func FixtureRound(ctx context.Context, f *fixture.Fixture, meth fixture.Method, spec func(env *methods.Env, sec config.Section) (*Spec, error)) (tensor.Named, error) {
+	var plan *methods.Plan
+	var losses *BatchLosses
+	out, err := fixture.PlainRound(ctx, f, meth, func(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+		sp, err := spec(env, sec)
+		if err != nil {
+			return nil, err
+		}
+		losses = RecordLosses(sp)
+		plan, err = Build(env, sp)
+		return plan, err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -39,13 +41,13 @@ func FixtureRound(ctx context.Context, f *fixture.Fixture, meth FixtureMethod, s
 	global := tensor.Named{}
 	for k, t := range out {
 		if g, ok := strings.CutPrefix(k, "global."); ok {
-			global[g] = t.Clone()
+			global[g] = t
 		}
 	}
-	if len(global) == 0 || w.plan == nil {
+	if len(global) == 0 || plan == nil {
 		return nil, fmt.Errorf("%s round: the server holds no global tensor", name)
 	}
-	for i, cl := range w.plan.Clients {
+	for i, cl := range plan.Clients {
 		c, ok := cl.(*Client)
 		if !ok {
 			return nil, fmt.Errorf("%s round: client %d is a %T", name, i, cl)
@@ -62,28 +64,8 @@ func FixtureRound(ctx context.Context, f *fixture.Fixture, meth FixtureMethod, s
 			out[fmt.Sprintf("client%d.next.%s", i, p)] = t.Clone()
 		}
 	}
-	maps.Copy(out, w.losses.Named())
+	maps.Copy(out, losses.Named())
 	return out, nil
-}
-
-// recordPlan is the method as a plain methods.Method (no Rounder, so
-// fixture.RunRound runs the plain round on it), keeping the plan it built
-// and recording its clients' batch losses.
-type recordPlan struct {
-	FixtureMethod
-	spec   func(env *methods.Env, sec config.Section) (*Spec, error)
-	plan   *methods.Plan
-	losses *BatchLosses
-}
-
-func (w *recordPlan) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
-	sp, err := w.spec(env, sec)
-	if err != nil {
-		return nil, err
-	}
-	w.losses = RecordLosses(sp)
-	w.plan, err = Build(env, sp)
-	return w.plan, err
 }
 
 // BatchLosses records the loss of every training batch of every client
