@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -44,21 +44,13 @@ func tinyTokens(C int) []int64 {
 	return tok
 }
 
-func randTensor(rng *rand.Rand, scale float64, shape ...int) *tensor.Tensor {
-	t := tensor.New(shape...)
-	for i := range t.Data {
-		t.Data[i] = float32(rng.NormFloat64() * scale)
-	}
-	return t
-}
-
 // initParams draws w_g (unit rows) and the variant's local map, away from
 // its identity start so every path of the layers is exercised.
 func initParams(rng *rand.Rand, s *Settings, d, K int) tensor.Named {
 	p := tensor.Named{}
 	shapes := s.Shapes(d, K)
 	for _, name := range slices.Sorted(maps.Keys(shapes)) {
-		p[name] = randTensor(rng, 0.3, shapes[name]...)
+		p[name] = fixturetest.RandTensor(rng, 0.3, shapes[name]...)
 	}
 	clip.NormalizeRows(nil, p[ParamClassifier].Data, K, d)
 	if w, ok := p[ParamLinear]; ok {
@@ -69,42 +61,14 @@ func initParams(rng *rand.Rand, s *Settings, d, K int) tensor.Named {
 	return p
 }
 
-// writeFixture writes params and batch (integer tensors in ints) with meta
-// on the batch file under t.TempDir() and loads them as `pfedmma step`
-// does.
-func writeFixture(t *testing.T, m *clip.Model, params, batch tensor.Named, ints map[string]safetensors.Int64Tensor, meta map[string]string, sets ...string) *fixture.Fixture {
-	t.Helper()
-	dir := t.TempDir()
-	pp, bp := filepath.Join(dir, "init.safetensors"), filepath.Join(dir, "batch.safetensors")
-	if err := safetensors.Write(pp, params, nil, map[string]string{"method": "fedot"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := safetensors.Write(bp, batch, ints, meta); err != nil {
-		t.Fatal(err)
-	}
-	f, err := fixture.Load(m, pp, []string{bp}, sets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-func labelsOf(rng *rand.Rand, n, K int) safetensors.Int64Tensor {
-	l := safetensors.Int64Tensor{Shape: []int{n}, Data: make([]int64, n)}
-	for i := range l.Data {
-		l.Data[i] = int64(rng.IntN(K))
-	}
-	return l
-}
-
 // stepFixture is a step fixture of B images and K classes for settings s.
 func stepFixture(t *testing.T, m *clip.Model, s *Settings, B, K int, meta map[string]string, sets ...string) *fixture.Fixture {
 	rng := rand.New(rand.NewPCG(3, uint64(B*K+s.Blocks)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
-	batch := tensor.Named{"images": randTensor(rng, 1, B, 3, S, S)}
-	ints := map[string]safetensors.Int64Tensor{"labels": labelsOf(rng, B, K),
+	batch := tensor.Named{"images": fixturetest.RandTensor(rng, 1, B, 3, S, S)}
+	ints := map[string]safetensors.Int64Tensor{"labels": fixturetest.Labels(rng, B, K),
 		"tokens": {Shape: []int{K, tinyCtx}, Data: tinyTokens(K)}}
-	return writeFixture(t, m, initParams(rng, s, d, K), batch, ints, meta, sets...)
+	return fixturetest.Write(t, m, "fedot", initParams(rng, s, d, K), batch, ints, meta, sets...)
 }
 
 var stepCases = []struct {
@@ -361,11 +325,11 @@ func roundFixture(t *testing.T, m *clip.Model, s *Settings, K int, sets ...strin
 	batch := tensor.Named{}
 	ints := map[string]safetensors.Int64Tensor{"tokens": {Shape: []int{K, tinyCtx}, Data: tinyTokens(K)}}
 	for i, n := range []int{5, 7, 4} {
-		batch[fmt.Sprintf("client%d.images", i)] = randTensor(rng, 1, n, 3, S, S)
-		ints[fmt.Sprintf("client%d.labels", i)] = labelsOf(rng, n, K)
+		batch[fmt.Sprintf("client%d.images", i)] = fixturetest.RandTensor(rng, 1, n, 3, S, S)
+		ints[fmt.Sprintf("client%d.labels", i)] = fixturetest.Labels(rng, n, K)
 	}
 	meta := map[string]string{"lr": "0.05", "momentum": "0.9", "weight_decay": "5e-4", "batch_size": "3", "local_epochs": "2", "tau": "10"}
-	return writeFixture(t, m, initParams(rng, s, d, K), batch, ints, meta, sets...)
+	return fixturetest.Write(t, m, "fedot", initParams(rng, s, d, K), batch, ints, meta, sets...)
 }
 
 // TestFixtureRound: `round` is the production Plan's round (fixture.Round
