@@ -16,6 +16,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
 )
@@ -49,7 +50,7 @@ func FeatureEnv(t testing.TB, d, K, clients, n int, opts train.Options, shift bo
 	}
 	t.Cleanup(func() { store.Close() })
 	env := &methods.Env{Model: model, Task: task, Start: methods.Features, Seed: 7, Train: opts,
-		Prefixer: &methods.Prefixer{Model: model, Start: methods.Features}, TrainStore: store, TestStore: store,
+		Prefixer: &prefixcache.Prefixer{Model: model, Start: methods.Features}, TrainStore: store, TestStore: store,
 		TrainRecs: map[int][]int{}, TestRecs: map[int]int{},
 		Evaluator: &eval.Evaluator{Source: store, RecordLen: d, Batch: 100}}
 	rec := make([]float32, d)

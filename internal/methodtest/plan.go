@@ -8,6 +8,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 )
 
@@ -44,16 +45,16 @@ func PromptEnv(t testing.TB, nCtx, n int, opts train.Options) *methods.Env {
 		tokens = append(tokens, row...)
 	}
 	rng := rand.New(rand.NewPCG(8, 1))
-	var clients []methods.TensorClient
+	var clients []fixture.TensorClient
 	for k := 0; k < n; k++ {
 		N := 10 - 2*k
-		tc := methods.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
+		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
 		for range N {
 			tc.Labels = append(tc.Labels, rng.IntN(C))
 		}
 		clients = append(clients, tc)
 	}
-	env, err := methods.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
+	env, err := fixture.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -31,7 +32,7 @@ func tensorPlan(t *testing.T, doms []int, s *Settings) (*methods.Env, *methods.P
 		tokens = append(tokens, row...)
 	}
 	clients := methodtest.TensorClients(rand.New(rand.NewPCG(8, 1)), len(doms), 10, 8, C)
-	env, err := methods.TensorEnv(m, 1, tokens, C, clients, train.Options{Epochs: 1, Batch: 4}, 5)
+	env, err := fixture.TensorEnv(m, 1, tokens, C, clients, train.Options{Epochs: 1, Batch: 4}, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
-	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/safetensors"
@@ -28,7 +28,7 @@ func tinyModel(scale float64) *clip.Model {
 // There are no reference fixtures of federated CLIP-Adapter: these tests
 // write fixtures in the reference layout from a tiny random CLIP (8-d
 // features, 8 px images) and check `step` against finite differences and
-// optim.SGD, and `round` against the production Plan run by methods.Round.
+// optim.SGD, and `round` against the production Plan run by fixture.Round.
 
 // initParams draws the adapter (W1 [d/r, d], W2 [d, d/r]) in a fixed order.
 func initParams(rng *rand.Rand, d, r int) tensor.Named {
@@ -37,7 +37,7 @@ func initParams(rng *rand.Rand, d, r int) tensor.Named {
 }
 
 // stepFixture is a step fixture of B images and C classes, reduction r.
-func stepFixture(t *testing.T, m *clip.Model, B, C, r int, meta map[string]string, sets ...string) *methods.Fixture {
+func stepFixture(t *testing.T, m *clip.Model, B, C, r int, meta map[string]string, sets ...string) *fixture.Fixture {
 	rng := rand.New(rand.NewPCG(3, uint64(B*C+r)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
 	batch := tensor.Named{"images": fixturetest.RandTensor(rng, 1, B, 3, S, S)}
@@ -53,7 +53,7 @@ func stepFixture(t *testing.T, m *clip.Model, B, C, r int, meta map[string]strin
 // entries on the live units are at least 0.3 in magnitude, of either sign
 // (each output on or off). It fails the test when the features share no
 // direction to build this on.
-func awayFromKinks(t *testing.T, m *clip.Model, f *methods.Fixture) {
+func awayFromKinks(t *testing.T, m *clip.Model, f *fixture.Fixture) {
 	liveUnits(t, m, f.Params, f.Batch["images"].Data, len(f.Ints["labels"]))
 }
 
@@ -266,19 +266,19 @@ func TestSettingsFromFixture(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		sets []string
-		mod  func(*methods.Fixture)
+		mod  func(*fixture.Fixture)
 		want string
 	}{
 		{[]string{"reduction=2"}, nil, "reduction"},
 		{[]string{"ratio=1.5"}, nil, "ratio"},
 		{[]string{"logit_scale=1"}, nil, "logit_scale"},
-		{nil, func(f *methods.Fixture) { delete(f.Params, ParamW1) }, ParamW1},
-		{nil, func(f *methods.Fixture) { f.Params[ParamW2] = tensor.New(3, 3) }, ParamW2},
-		{nil, func(f *methods.Fixture) { f.Ints["labels"][1] = 3 }, "label 3"},
-		{nil, func(f *methods.Fixture) { delete(f.Ints, "tokens") }, "tokens"},
-		{nil, func(f *methods.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:5] }, "tokens"},
-		{nil, func(f *methods.Fixture) { delete(f.Batch, "images") }, "images"},
-		{nil, func(f *methods.Fixture) { delete(f.Meta, "lr") }, "lr"},
+		{nil, func(f *fixture.Fixture) { delete(f.Params, ParamW1) }, ParamW1},
+		{nil, func(f *fixture.Fixture) { f.Params[ParamW2] = tensor.New(3, 3) }, ParamW2},
+		{nil, func(f *fixture.Fixture) { f.Ints["labels"][1] = 3 }, "label 3"},
+		{nil, func(f *fixture.Fixture) { delete(f.Ints, "tokens") }, "tokens"},
+		{nil, func(f *fixture.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:5] }, "tokens"},
+		{nil, func(f *fixture.Fixture) { delete(f.Batch, "images") }, "images"},
+		{nil, func(f *fixture.Fixture) { delete(f.Meta, "lr") }, "lr"},
 	} {
 		f := stepFixture(t, m, 2, 3, 4, map[string]string{"lr": "0.1"}, tc.sets...)
 		if tc.mod != nil {
@@ -290,7 +290,7 @@ func TestSettingsFromFixture(t *testing.T) {
 	}
 }
 
-// TestFixtureRound: `round` is the production Plan's round (methods.Round
+// TestFixtureRound: `round` is the production Plan's round (fixture.Round
 // on the same inputs): the server's adapter bit for bit, and it is the
 // FedAvg (weights n_i) of the clients' trained adapters the round reports.
 func TestFixtureRound(t *testing.T) {
@@ -314,7 +314,7 @@ func TestFixtureRound(t *testing.T) {
 	}
 	liveUnits(t, m, init, all, 16) // gradients flow (not weight decay alone)
 	f := fixturetest.Write(t, m, "clip_adapter", init, batch, ints, meta)
-	out, err := methods.FixtureRound(ctx, Method{}, f)
+	out, err := fixture.RunRound(ctx, Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,19 +332,19 @@ func TestFixtureRound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := methods.RoundInputs{Model: m, Init: f.Params, Tokens: f.Ints["tokens"], Classes: C, Train: opts}
+	in := fixture.RoundInputs{Model: m, Init: f.Params, Tokens: f.Ints["tokens"], Classes: C, Train: opts}
 	for i := range sizes {
-		in.Clients = append(in.Clients, methods.TensorClient{Pixels: batch[fmt.Sprintf("client%d.images", i)].Data,
+		in.Clients = append(in.Clients, fixture.TensorClient{Pixels: batch[fmt.Sprintf("client%d.images", i)].Data,
 			Labels: f.Ints[fmt.Sprintf("client%d.labels", i)]})
 	}
-	ref, err := methods.Round(ctx, Method{}, sec, in)
+	ref, err := fixture.Round(ctx, Method{}, sec, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{ParamW1, ParamW2} {
 		g := out["global."+name]
 		if g == nil || tensortest.BitsDiff(tensor.Named{name: g}, tensor.Named{name: ref["global."+name]}) != "" {
-			t.Fatalf("global.%s missing or different from methods.Round's", name)
+			t.Fatalf("global.%s missing or different from fixture.Round's", name)
 		}
 		// FedAvg: Σ_i n_i/N · trained_i, accumulated in float64
 		for j := range g.Data {
@@ -367,12 +367,12 @@ func TestFixtureRound(t *testing.T) {
 			if i == 2 && tensortest.BitsDiff(tensor.Named{name: tr}, tensor.Named{name: out["client0.trained."+name]}) == "" {
 				t.Errorf("clients 0 and 2 trained the same %s", name)
 			}
-			// methods.Round fits and aggregates only: before the round's
+			// fixture.Round fits and aggregates only: before the round's
 			// evaluation instruction brings the server's adapter
 			// (TestEvaluateReceivesGlobal) the production Site holds the
 			// adapter it trained
 			if tensortest.BitsDiff(tensor.Named{name: ref[fmt.Sprintf("client%d.trained.%s", i, name)]}, tensor.Named{name: tr}) != "" {
-				t.Errorf("methods.Round: client %d's site holds another %s than the one it trained", i, name)
+				t.Errorf("fixture.Round: client %d's site holds another %s than the one it trained", i, name)
 			}
 		}
 	}

@@ -63,7 +63,7 @@ func TestRoundFixture(t *testing.T) {
 	}
 }
 
-// TestRoundProductionPath runs the fixture round through methods.Round (the
+// TestRoundProductionPath runs the fixture round through fixture.Round (the
 // code of `pfedmma run` and `pfedmma round`): every tensor of the prompt
 // learner is averaged.
 func TestRoundProductionPath(t *testing.T) {

@@ -30,7 +30,7 @@ func TestGradCheck(t *testing.T) {
 	m := fixturetest.Model(t)
 	init, _ := fixturetest.Read(t, dir+"init.safetensors")
 	ref, meta := fixturetest.Read(t, dir+"step.safetensors")
-	l, _, err := fromFile(m, init, ref, meta, false)
+	l, _, err := replay.Learner(m, init, ref, meta, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,9 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/prompt"
@@ -32,7 +34,7 @@ func tensorPlan(t *testing.T) *methods.Plan {
 	C := len(tokens) / m.W.Config.Text.ContextLength
 	clients := methodtest.TensorClients(rand.New(rand.NewPCG(8, 1)), 3, 5, m.W.Config.Vision.ImageSize, C)
 	opts := train.Options{Epochs: 1, Batch: 2, Optimizer: "sgd", LR: 0.05, Momentum: 0.9, WD: 5e-4}
-	env, err := methods.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
+	env, err := fixture.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +98,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	S := m.W.Config.Vision.ImageSize
 	const B = 4
 	px := gradcheck.Rand(rng, B*3*S*S, 1)
-	want, err := spaceLearner{l}.Logits(methods.ImageRecords(m, methods.Features, px, B, nil), B)
+	want, err := spaceLearner{l}.Logits(prefixcache.ImageRecords(m, methods.Features, px, B, nil), B)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -170,12 +170,7 @@ type outcome struct {
 }
 
 // sitesDir is where a run folder keeps method name's site files.
-func sitesDir(out, name string) string {
-	if name == "pfedmma" {
-		return filepath.Join(out, "adapters")
-	}
-	return filepath.Join(out, "sites", name)
-}
+func sitesDir(out, name string) string { return filepath.Join(out, experiment.SitesFolder(name)) }
 
 func readNamed(t *testing.T, path string) tensor.Named {
 	t.Helper()
@@ -240,8 +235,8 @@ func simOutcome(t *testing.T, o experiment.Options, name string, res *experiment
 		t.Fatalf("%s: no summary row", name)
 	}
 	dir := sitesDir(o.OutDir, name)
-	if _, err := os.Stat(filepath.Join(dir, "global_shared.safetensors")); err == nil {
-		oc.global = readNamed(t, filepath.Join(dir, "global_shared.safetensors"))
+	if p := filepath.Join(o.OutDir, experiment.GlobalFile(name)); fileExists(p) {
+		oc.global = readNamed(t, p)
 	}
 	for id := range numClients {
 		p := filepath.Join(dir, fmt.Sprintf("client_%03d.safetensors", id))
@@ -391,4 +386,10 @@ func skipPureGo(t *testing.T) {
 	if pureGo {
 		t.Skip("-tags purego: the federation contracts run in the main (cgo) pass; this pass checks predict = evaluation and the step contract")
 	}
+}
+
+// fileExists says whether path exists.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
-	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/safetensors"
@@ -25,7 +25,7 @@ func tinyModel() *clip.Model { return clip.New(fixturetest.TinyWeights()) }
 // There are no reference fixtures of FedOT: these tests write fixtures in
 // the reference layout from a tiny random CLIP (8-d features, 8 px images)
 // and check `step` against finite differences and optim.SGD, and `round`
-// against the production Plan run by methods.Round.
+// against the production Plan run by fixture.Round.
 
 // initParams draws w_g (unit rows) and the variant's local map, away from
 // its identity start so every path of the layers is exercised.
@@ -45,7 +45,7 @@ func initParams(rng *rand.Rand, s *Settings, d, K int) tensor.Named {
 }
 
 // stepFixture is a step fixture of B images and K classes for settings s.
-func stepFixture(t *testing.T, m *clip.Model, s *Settings, B, K int, meta map[string]string, sets ...string) *methods.Fixture {
+func stepFixture(t *testing.T, m *clip.Model, s *Settings, B, K int, meta map[string]string, sets ...string) *fixture.Fixture {
 	rng := rand.New(rand.NewPCG(3, uint64(B*K+s.Blocks)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
 	batch := tensor.Named{"images": fixturetest.RandTensor(rng, 1, B, 3, S, S)}
@@ -71,7 +71,7 @@ var stepCases = []struct {
 // image, one off, their pre-activations far from 0, so no ±1e-2 step of a
 // finite difference crosses the ReLU's kink (it fails the test when the
 // features share no direction to build this on).
-func awayFromKinks(t *testing.T, m *clip.Model, f *methods.Fixture, down *tensor.Tensor) {
+func awayFromKinks(t *testing.T, m *clip.Model, f *fixture.Fixture, down *tensor.Tensor) {
 	d := m.W.Config.EmbedDim
 	B := len(f.Ints["labels"])
 	img := m.EncodeImage(f.Batch["images"].Data, B)
@@ -278,18 +278,18 @@ func TestSettingsFromFixture(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		sets []string
-		mod  func(*methods.Fixture)
+		mod  func(*fixture.Fixture)
 		want string
 	}{
 		{[]string{"blocks=4"}, nil, "blocks"},
 		{[]string{"variant=fedx"}, nil, "variant"},
 		{[]string{"tau=-1"}, nil, "τ"},
-		{nil, func(f *methods.Fixture) { delete(f.Params, ParamX) }, ParamX},
-		{nil, func(f *methods.Fixture) { f.Ints["labels"][1] = 3 }, "label 3"},
-		{nil, func(f *methods.Fixture) { delete(f.Params, ParamClassifier) }, ParamClassifier},
-		{nil, func(f *methods.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:fixturetest.TinyCtx] }, "tokens"},
-		{nil, func(f *methods.Fixture) { delete(f.Batch, "images") }, "images"},
-		{nil, func(f *methods.Fixture) { delete(f.Meta, "lr") }, "lr"},
+		{nil, func(f *fixture.Fixture) { delete(f.Params, ParamX) }, ParamX},
+		{nil, func(f *fixture.Fixture) { f.Ints["labels"][1] = 3 }, "label 3"},
+		{nil, func(f *fixture.Fixture) { delete(f.Params, ParamClassifier) }, ParamClassifier},
+		{nil, func(f *fixture.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:fixturetest.TinyCtx] }, "tokens"},
+		{nil, func(f *fixture.Fixture) { delete(f.Batch, "images") }, "images"},
+		{nil, func(f *fixture.Fixture) { delete(f.Meta, "lr") }, "lr"},
 	} {
 		f := stepFixture(t, m, &Settings{Variant: VariantFedOT, Blocks: 2}, 2, 3, map[string]string{"lr": "0.1"}, tc.sets...)
 		if tc.mod != nil {
@@ -302,7 +302,7 @@ func TestSettingsFromFixture(t *testing.T) {
 }
 
 // roundFixture is a round fixture of 3 clients with 5, 7 and 4 images.
-func roundFixture(t *testing.T, m *clip.Model, s *Settings, K int, sets ...string) *methods.Fixture {
+func roundFixture(t *testing.T, m *clip.Model, s *Settings, K int, sets ...string) *fixture.Fixture {
 	rng := rand.New(rand.NewPCG(4, uint64(s.Blocks)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
 	batch := tensor.Named{}
@@ -315,7 +315,7 @@ func roundFixture(t *testing.T, m *clip.Model, s *Settings, K int, sets ...strin
 	return fixturetest.Write(t, m, "fedot", initParams(rng, s, d, K), batch, ints, meta, sets...)
 }
 
-// TestFixtureRound: `round` is the production Plan's round (methods.Round
+// TestFixtureRound: `round` is the production Plan's round (fixture.Round
 // on the same inputs) bit for bit; the server's w_g is the uniform mean of
 // the clients' trained w_g (all_global: x too); the clients' transforms
 // stay orthogonal.
@@ -331,7 +331,7 @@ func TestFixtureRound(t *testing.T) {
 		{&Settings{Variant: VariantFedLT, Blocks: 1}, nil},
 	} {
 		f := roundFixture(t, m, tc.s, 4, tc.sets...)
-		out, err := methods.FixtureRound(ctx, Method{}, f)
+		out, err := fixture.RunRound(ctx, Method{}, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,12 +344,12 @@ func TestFixtureRound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := methods.RoundInputs{Model: m, Init: f.Params, Tokens: f.Ints["tokens"], Classes: 4, Train: opts}
+		in := fixture.RoundInputs{Model: m, Init: f.Params, Tokens: f.Ints["tokens"], Classes: 4, Train: opts}
 		for i := 0; i < 3; i++ {
-			in.Clients = append(in.Clients, methods.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data,
+			in.Clients = append(in.Clients, fixture.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data,
 				Labels: f.Ints[fmt.Sprintf("client%d.labels", i)]})
 		}
-		ref, err := methods.Round(ctx, Method{}, s, in)
+		ref, err := fixture.Round(ctx, Method{}, s, in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,7 +357,7 @@ func TestFixtureRound(t *testing.T) {
 			delete(ref, fmt.Sprintf("client%d.trained.%s", i, SiteClasses))
 		}
 		if k := tensortest.BitsDiff(out, ref); k != "" {
-			t.Errorf("%s: round differs from methods.Round at %s", s.Variant, k)
+			t.Errorf("%s: round differs from fixture.Round at %s", s.Variant, k)
 		}
 		shared := []string{ParamClassifier}
 		if s.Variant == VariantAllGlobal {

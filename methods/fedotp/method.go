@@ -1,7 +1,6 @@
 package fedotp
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/pfedmma/pfedmma/config"
@@ -186,28 +185,6 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	return l.Logits(append([]float32(nil), m.EncodeImageTokens(pixels, B)...), B)
 }
 
-// SettingsFrom implements methods.FixtureSettings.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	cfg, err := ConfigFromMeta(f.Meta)
-	if err != nil {
-		return nil, err
-	}
-	return fromConfig(cfg), nil
-}
-
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
-}
-
 // SmallSettings implements methods.SmallRun: 8 context tokens leave room
 // for the class names in a small CLIP's 24-token prompts.
 func (Method) SmallSettings(int) map[string]string { return map[string]string{"n_ctx": "8"} }
-
-// SurrogateGradient implements methods.SurrogateGradient: as the authors'
-// code, the transport plan is computed without gradient (a constant of the
-// backward pass), so the prompt's gradient is not that of the loss; the
-// head's gradient with the plan held is checked by TestHeadGradient.
-func (Method) SurrogateGradient() string {
-	return "the optimal-transport plan is held constant in the backward pass"
-}

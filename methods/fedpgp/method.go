@@ -1,7 +1,6 @@
 package fedpgp
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/pfedmma/pfedmma/clip"
@@ -150,20 +149,6 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 		return nil, err
 	}
 	return sl.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
-}
-
-// SettingsFrom implements methods.FixtureSettings.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	cfg, err := ConfigFromMeta(f.Meta)
-	if err != nil {
-		return nil, err
-	}
-	return fromConfig(cfg), nil
-}
-
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
 // SmallSettings implements methods.SmallRun: 8 context tokens leave room

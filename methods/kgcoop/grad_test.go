@@ -18,7 +18,7 @@ func TestGradCheck(t *testing.T) {
 	ref, meta := fixturetest.Read(t, dir+"step_rand.safetensors")
 	for _, w := range []string{"8", "80"} {
 		meta["w"] = w
-		l, _, err := fromFile(m, init, ref, meta, false)
+		l, _, err := replay(ref).Learner(m, init, ref, meta, false)
 		if err != nil {
 			t.Fatal(err)
 		}

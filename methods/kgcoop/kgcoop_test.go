@@ -56,7 +56,7 @@ func TestRoundFixture(t *testing.T) {
 	}
 }
 
-// TestRoundProductionPath runs the fixture round through methods.Round (the
+// TestRoundProductionPath runs the fixture round through fixture.Round (the
 // code of `pfedmma run` and `pfedmma round`); the hand-crafted prompts come
 // from the run's label space (here the fixture's rows, which are the
 // template's).

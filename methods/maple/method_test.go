@@ -12,6 +12,8 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -33,7 +35,7 @@ func tensorPlan(t *testing.T, s *Settings) *methods.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := methods.TensorEnv(m, depth, tokens, C, clients, testOpts(), 5)
+	env, err := fixture.TensorEnv(m, depth, tokens, C, clients, testOpts(), 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +185,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := l.Logits(methods.ImageRecords(m, depth, px, B, nil), B)
+		want, err := l.Logits(prefixcache.ImageRecords(m, depth, px, B, nil), B)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,6 @@
 package pfedmoap
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -84,6 +83,14 @@ func (Method) Info() methods.Info {
 
 // DefaultConfig implements methods.Method.
 func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()) }
+
+// BenchSettings implements methods.Benchmarked: two experts, so that the
+// benchmark's client 1 is client 0's expert.
+func (Method) BenchSettings(sec config.Section) {
+	if s, ok := sec.(*Settings); ok {
+		s.NumExperts = 2
+	}
+}
 
 // Depth implements methods.Method: the image encoder is frozen whole.
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
@@ -317,20 +324,6 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 		return nil, err
 	}
 	return l.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
-}
-
-// SettingsFrom implements methods.FixtureSettings.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	cfg, err := ConfigFromMeta(f.Meta)
-	if err != nil {
-		return nil, err
-	}
-	return fromConfig(cfg), nil
-}
-
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
 // SmallSettings implements methods.SmallRun: 8 context tokens (a small

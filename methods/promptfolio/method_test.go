@@ -12,6 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/promptfl"
@@ -175,11 +176,11 @@ func TestRoundsReduceToPromptFLAndCoOp(t *testing.T) {
 	const fx = fixturetest.Testdata + "promptfolio/"
 	m := fixturetest.Model(t)
 	for p, theta := range []string{"0", "1"} {
-		f, err := methods.LoadFixture(m, fx+"init.safetensors", []string{fx + "round.safetensors"}, []string{"theta=" + theta})
+		f, err := fixture.Load(m, fx+"init.safetensors", []string{fx + "round.safetensors"}, []string{"theta=" + theta})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := methods.FixtureRound(context.Background(), Method{}, f)
+		out, err := fixture.RunRound(context.Background(), Method{}, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +188,7 @@ func TestRoundsReduceToPromptFLAndCoOp(t *testing.T) {
 		n := len(ctx.Data) / 2
 		pf := *f
 		pf.Params = tensor.Named{promptfl.ParamCtx: {Shape: []int{ctx.Shape[1], ctx.Shape[2]}, Data: ctx.Data[p*n : (p+1)*n]}}
-		ref, err := methods.FixtureRound(context.Background(), promptfl.Method{}, &pf)
+		ref, err := fixture.RunRound(context.Background(), promptfl.Method{}, &pf)
 		if err != nil {
 			t.Fatal(err)
 		}
