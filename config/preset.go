@@ -538,8 +538,8 @@ func worldCompareShared() *Experiment {
 // CLIP-LoRA and ADAPT, CLIP-Adapter's residual ratio), lr and local epochs
 // chosen by `pfedmma tune` on the validation split (docs/tuning.md has the
 // tables and the commands). PromptFL, FedPGP, pFedMoAP and pFedMMA keep the
-// world preset's SGD (lr 0.05, 3 epochs), as their papers use SGD; FedOTP's
-// tune kept lr 0.05 too.
+// world preset's SGD (lr 0.05, 3 epochs), as their papers use SGD; the tunes
+// of FedOTP, FedPHA, KgCoOp and CoCoOp kept it too.
 func worldCompare() *Experiment {
 	e := worldCompareShared()
 	e.Name = "world-compare"
@@ -573,6 +573,17 @@ var worldRecipes = [][2]string{
 	{"fedot.lr", "0.01"},
 	// ADAPT: AdamW (its section's default) as its paper
 	{"adapt.lr", "0.02"},
+	// FedTPG: SGD as its paper; each client over its whole label space
+	// (own_classes false: over its own 2 classes the loss is near 0 from
+	// the start and nothing is learned)
+	{"fedtpg.own_classes", "false"},
+	{"fedtpg.lr", "1"},
+	// PromptFolio, MaPLe: SGD as their papers
+	{"promptfolio.lr", "0.2"},
+	{"maple.lr", "0.2"},
+	// FedCLIP: SGD (PMFLT's code; its section has no optimizer key)
+	{"fedclip.lr", "0.5"},
+	{"fedclip.local_epochs", "1"},
 	// DP-FPL: its noise calibrated for the world's 5 rounds (σ = √(T·log(1/δ))/ε)
 	{"dpfpl.calibration_rounds", "5"},
 }
