@@ -101,6 +101,7 @@ type Learner struct {
 	fnorm                 []float64
 	dl, dfeat, dx0, dpvis []float32
 	terms                 map[string]float64
+	lastLoss              float64 // loss of the last Step
 }
 
 // New builds a learner for C classes whose descriptions' frozen text
@@ -365,6 +366,7 @@ func (l *Learner) Step(rec []float32, labels []int) (float64, map[string]float64
 	visScore := 1 - cosSum/float64(B)
 	loss := ce + l.Cfg.Alpha*visScore
 	l.terms = map[string]float64{"ce": ce, "vis_score": visScore}
+	l.lastLoss = loss
 
 	// df̂ = e^{s}·dlogits·classEmb − (α/B)·ẑ; df = (df̂ − f̂(f̂·df̂))/‖f‖   [B, E]
 	s := float32(math.Exp(float64(l.LogitScale)))
