@@ -44,6 +44,10 @@ type Settings struct {
 	// FlipProb is the probability that a batch's consistency target is
 	// zero-shot CLIP on the mirrored images (RandomHorizontalFlip's 0.5).
 	FlipProb float64 `yaml:"flip_prob"`
+	// LR and LocalEpochs, when set, replace the run's optimizer.lr and
+	// federation.local_epochs for this method; 0 keeps the run's.
+	LR          float64 `yaml:"lr"`
+	LocalEpochs int     `yaml:"local_epochs"`
 
 	// descTokens, when set, are the fixtures' description token rows
 	// [N, ctx] of the one label space and descClass their classes.
@@ -61,6 +65,9 @@ func (s *Settings) Check(c *config.Checker) {
 	c.AtLeast("prompts", s.Prompts, 1)
 	c.AtMost("prompts", s.Prompts, 64)
 	c.Range("flip_prob", s.FlipProb, 0, 1)
+	c.NonNegative("lr", s.LR)
+	c.AtLeast("local_epochs", s.LocalEpochs, 0)
+	c.AtMost("local_epochs", s.LocalEpochs, config.MaxLocalEpochs)
 }
 
 func (s *Settings) config(seed uint64) Config {
@@ -137,6 +144,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	}
 	cfg := s.config(env.Seed)
 	spec := &promptfed.Spec{Name: "fedmvp", Embeddings: true, Shared: Shared,
+		Train: func(run train.Options) train.Options { return run.Own("", s.LR, 0, s.LocalEpochs) },
 		NewSpaceLearner: func(space int, _ []int) (promptfed.Learner, error) {
 			tokens, rows, err := spaceDescriptions(env, s, space)
 			if err != nil {
