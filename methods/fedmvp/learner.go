@@ -29,6 +29,20 @@
 // linear map; the switch is the client's own state (kept across rounds, not
 // shared), the server averages every tensor either way, and the global model
 // (what the authors' server evaluates) runs without LoRA.
+//
+// Reproduced exactly by testdata/fedmvp (the authors' modules on clip-tiny).
+// Where this differs from the authors' code, on purpose (testdata/README.md,
+// fedmvp/, lists their bugs):
+//   - float32 throughout, widths from the model (the code hard-codes
+//     ViT-B/16's 768/512 and casts the PromptFormer to fp16);
+//   - every batch takes an optimizer step (their train() back-propagates only
+//     the last batch of a round) and the switch follows the round's steps;
+//   - after the switch the cross-attention block is frozen outright (under
+//     torch 1.x their "frozen" block keeps receiving weight decay and
+//     momentum);
+//   - a site scores with its own switch (its personalised model);
+//   - class descriptions come from a deterministic table (descriptions.go),
+//     not from LLM-written JSON files.
 package fedmvp
 
 import (
