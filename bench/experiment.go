@@ -32,6 +32,9 @@ type ExperimentOptions struct {
 	TestPerClass int
 	// Dir holds the generated data and model (default: a temporary folder).
 	Dir string
+	// Method is the trained method (default: the paper-base2novel preset's,
+	// pFedMMA).
+	Method string
 	// Reference, when set, holds the authors' images/s (Reference JSON).
 	Reference *Reference
 	Log       func(string)
@@ -104,7 +107,14 @@ func Experiment(ctx context.Context, o ExperimentOptions) (*ExperimentResult, er
 	if err != nil {
 		return nil, err
 	}
-	e.Methods = []string{"pfedmma"}
+	method := o.Method
+	if method == "" {
+		// the preset's one trained method (pFedMMA)
+		if method, err = experiment.TrainedMethod(e.Methods); err != nil {
+			return nil, err
+		}
+	}
+	e.Methods = []string{method}
 	e.Model, e.Dataset.Name, e.Dataset.Root, e.Dataset.Shots = model, "dtd", root, o.Shots
 	e.Federation.Clients, e.Federation.Rounds, e.Federation.EvalEvery = o.Clients, o.Rounds, 1
 	e.Augment = config.Augment{Mode: config.AugmentNone}

@@ -10,8 +10,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/pfedmoap"
-	"github.com/pfedmma/pfedmma/methods/promptfolio"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
 )
@@ -95,11 +94,8 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 	if d := meth.DefaultConfig(); d != nil {
 		sec = d
 	}
-	if s, ok := sec.(*pfedmoap.Settings); ok {
-		s.NumExperts = 2 // client 1 is client 0's expert
-	}
-	if s, ok := sec.(*promptfolio.Settings); ok {
-		s.NCtx = 16 // the rows' 16 placeholders, as every other prompt method (its default is 8)
+	if b, ok := meth.(methods.Benchmarked); ok && sec != nil {
+		b.BenchSettings(sec)
 	}
 	m := o.Model
 	if m == nil {
@@ -135,9 +131,9 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 	opts := train.Options{Epochs: 1, Batch: o.Batch, Optimizer: "sgd", LR: 1e-3, Momentum: 0.9, WD: 5e-4}
 	// two clients with the same batch: client 1 only takes part in round 0
 	// (it gives client 0 a pool entry, an expert for pFedMoAP)
-	tc := methods.TensorClient{Pixels: px, Labels: labels}
-	env, err := methods.TensorEnv(m, depth, classRows(o.Classes, m.W.Config.Text.ContextLength, m.W.Config.Text.VocabSize),
-		o.Classes, []methods.TensorClient{tc, tc}, opts, 1)
+	tc := fixture.TensorClient{Pixels: px, Labels: labels}
+	env, err := fixture.TensorEnv(m, depth, classRows(o.Classes, m.W.Config.Text.ContextLength, m.W.Config.Text.VocabSize),
+		o.Classes, []fixture.TensorClient{tc, tc}, opts, 1)
 	if err != nil {
 		return nil, err
 	}

@@ -57,8 +57,8 @@ func (c *CosineLogits) Forward(img, txt []float32, nI, nT, E int, logitScale flo
 	c.s = float32(math.Exp(float64(logitScale)))
 	c.ni = append(c.ni[:0], img[:nI*E]...)
 	c.nt = append(c.nt[:0], txt[:nT*E]...)
-	c.normI = normalizeInto(c.normI, c.ni, nI, E)
-	c.normT = normalizeInto(c.normT, c.nt, nT, E)
+	c.normI = NormalizeRows(c.normI, c.ni, nI, E)
+	c.normT = NormalizeRows(c.normT, c.nt, nT, E)
 	c.logits = growF(c.logits, nI*nT)
 	for i := 0; i < nI; i++ {
 		a := c.ni[i*E : i*E+E]
@@ -105,9 +105,9 @@ func (c *CosineLogits) Backward(dlogits, dImg, dTxt []float32) float64 {
 	return dScale
 }
 
-// normalizeInto scales rows of x [n, d] to unit norm in place and records
-// the norms in norms (grown as needed).
-func normalizeInto(norms, x []float32, n, d int) []float32 {
+// NormalizeRows scales the n rows of x [n, d] to unit L2 norm in place and
+// returns their norms (in norms, grown as needed).
+func NormalizeRows(norms, x []float32, n, d int) []float32 {
 	norms = growF(norms, n)
 	for i := 0; i < n; i++ {
 		row := x[i*d : i*d+d]

@@ -76,7 +76,7 @@ func (m *Model) EncodeText(tokens []int, B int) ([]float32, error) {
 
 // Normalize scales each of the n rows of x [n, d] to unit L2 norm in place
 // and returns the norms it divided by.
-func Normalize(x []float32, n, d int) []float32 { return normalizeInto(nil, x, n, d) }
+func Normalize(x []float32, n, d int) []float32 { return NormalizeRows(nil, x, n, d) }
 
 // Logits returns exp(logitScale) · cos(image_i, text_j) as [nI, nT] for raw
 // (unnormalised) features img [nI, E] and txt [nT, E].

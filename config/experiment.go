@@ -55,6 +55,10 @@ type Experiment struct {
 	// Federation sets the number of clients and the round structure.
 	Federation Federation `yaml:"federation"`
 
+	// Aggregation hardens the server's aggregation (robust rules,
+	// clipping, differential privacy); off by default. See [Aggregation].
+	Aggregation Aggregation `yaml:"aggregation"`
+
 	// Optimizer is the local optimizer of every trained method.
 	Optimizer Optimizer `yaml:"optimizer"`
 

@@ -152,6 +152,8 @@ func common() *Experiment {
 			Name: ProtocolBaseToNovel, Beta: 0.5, ClientsPerDomain: 1, MinSamples: 10, BaseSet: "all",
 		},
 		Federation: Federation{Clients: 10, Fraction: 1, Rounds: 50, LocalEpochs: 2, EvalEvery: 5},
+		// off; dp's clip and delta are serve's former flag defaults
+		Aggregation: Aggregation{Rule: RuleMean, DP: DP{Clip: 1, Delta: 1e-5}},
 		Optimizer: Optimizer{
 			Name: OptimizerSGD, LR: 0.001, Momentum: 0.9, WeightDecay: 5e-4,
 			Schedule: ScheduleConstant, ResetEachRound: true,

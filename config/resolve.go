@@ -33,13 +33,15 @@ func (e *Experiment) Resolved() ([]byte, error) {
 }
 
 // fingerprintSkip are the fields that cannot change a run's results.
-var fingerprintSkip = []string{"name", "threads", "cache", "output"}
+// aggregation enters through its own lines (Aggregation.fingerprintLines).
+var fingerprintSkip = []string{"name", "threads", "cache", "output", "aggregation"}
 
 // Fingerprint is a stable hash (64 hex digits, SHA-256) of the settings
 // that determine a run's results; `pfedmma run --resume` refuses a config
 // whose fingerprint differs from the interrupted run's. It leaves out name,
-// threads, cache and output (they change speed or files, not numbers) and
-// seed when seeds is set. It hashes sorted "path=value" lines of the
+// threads, cache and output (they change speed or files, not numbers),
+// seed when seeds is set, and aggregation's settings that are not in
+// effect (aggregation off hashes as before the section existed). It hashes sorted "path=value" lines of the
 // non-zero fields, so it does not depend on field order, and a field added
 // to Experiment later leaves old fingerprints unchanged while it holds its
 // zero value.
@@ -49,6 +51,7 @@ func (e *Experiment) Fingerprint() string {
 	for _, name := range slices.Sorted(maps.Keys(e.Sections)) {
 		flatten(reflect.ValueOf(e.Sections[name]).Elem(), name, &lines)
 	}
+	lines = append(lines, e.Aggregation.fingerprintLines()...)
 	lines = slices.DeleteFunc(lines, func(l string) bool {
 		return len(e.Seeds) > 0 && strings.HasPrefix(l, "seed=")
 	})

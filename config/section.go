@@ -111,16 +111,21 @@ type Checker struct {
 
 // Bound is the documented range of one numeric setting, as its section's
 // Check enforces it: Min (Max) is set when there is a lower (upper) bound;
-// MinOpen when the bound itself is excluded (Positive: > 0). Int is set
-// for integer settings.
+// MinOpen (MaxOpen) when the bound itself is excluded (Positive: > 0;
+// Below: < hi). Int is set for integer settings.
 type Bound struct {
 	Path     string
 	Min, Max *float64
 	MinOpen  bool
+	MaxOpen  bool
 	Int      bool
 }
 
 func (k *Checker) record(path string, int bool, lo, hi *float64, open bool) {
+	k.recordMax(path, int, lo, hi, open, false)
+}
+
+func (k *Checker) recordMax(path string, int bool, lo, hi *float64, open, maxOpen bool) {
 	if k.bounds == nil {
 		return
 	}
@@ -133,8 +138,8 @@ func (k *Checker) record(path string, int bool, lo, hi *float64, open bool) {
 	if lo != nil && (b.Min == nil || *lo > *b.Min || (*lo == *b.Min && open)) {
 		b.Min, b.MinOpen = lo, open
 	}
-	if hi != nil && (b.Max == nil || *hi < *b.Max) {
-		b.Max = hi
+	if hi != nil && (b.Max == nil || *hi < *b.Max || (*hi == *b.Max && maxOpen)) {
+		b.Max, b.MaxOpen = hi, maxOpen
 	}
 }
 
@@ -183,6 +188,14 @@ func (k *Checker) NonNegative(path string, v float64) {
 	k.record(path, false, fp(0), nil, false)
 	if k.Finite(path, v) && v < 0 {
 		k.Fail(path, "%v is negative", v)
+	}
+}
+
+// Below rejects v ≥ hi, NaN and ±Inf.
+func (k *Checker) Below(path string, v, hi float64) {
+	k.recordMax(path, false, nil, fp(hi), false, true)
+	if k.Finite(path, v) && v >= hi {
+		k.Fail(path, "%v must be below %v", v, hi)
 	}
 }
 

@@ -7,6 +7,7 @@ type boundsSection struct {
 	LR   float64 `yaml:"lr"`
 	Frac float64 `yaml:"frac"`
 	WD   float64 `yaml:"wd"`
+	Tr   float64 `yaml:"tr"`
 }
 
 func (s *boundsSection) Check(c *Checker) {
@@ -16,6 +17,8 @@ func (s *boundsSection) Check(c *Checker) {
 	c.Positive("frac", s.Frac)
 	c.Range("frac", s.Frac, 0, 1)
 	c.NonNegative("wd", s.WD)
+	c.Range("tr", s.Tr, 0, 1)
+	c.Below("tr", s.Tr, 0.5)
 }
 
 // TestBounds: Bounds reports each numeric setting's documented range as
@@ -26,7 +29,10 @@ func TestBounds(t *testing.T) {
 		got[b.Path] = b
 	}
 	n, lr, fr, wd := got["n"], got["lr"], got["frac"], got["wd"]
-	if len(got) != 4 || !n.Int || *n.Min != 1 || *n.Max != 64 || n.MinOpen {
+	if tr := got["tr"]; *tr.Max != 0.5 || !tr.MaxOpen || fr.MaxOpen {
+		t.Errorf("tr: %+v, frac %+v", tr, fr)
+	}
+	if len(got) != 5 || !n.Int || *n.Min != 1 || *n.Max != 64 || n.MinOpen {
 		t.Errorf("n: %+v (all %v)", n, got)
 	}
 	if lr.Int || *lr.Min != 0 || !lr.MinOpen || lr.Max != nil {

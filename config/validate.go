@@ -154,6 +154,7 @@ func (e *Experiment) check() []*FieldError {
 	c.between("federation.rounds", f.Rounds, 1, MaxRounds)
 	c.between("federation.local_epochs", f.LocalEpochs, 1, MaxLocalEpochs)
 	c.between("federation.eval_every", f.EvalEvery, 0, MaxRounds)
+	e.Aggregation.Check(&Checker{prefix: "aggregation", c: c})
 
 	o := e.Optimizer
 	c.oneOf("optimizer.name", o.Name, OptimizerSGD, OptimizerAdamW)

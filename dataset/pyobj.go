@@ -1,7 +1,6 @@
 package dataset
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/big"
@@ -12,6 +11,7 @@ import (
 	"github.com/nlpodyssey/gopickle/pickle"
 	"github.com/nlpodyssey/gopickle/types"
 	"github.com/pfedmma/pfedmma/internal/inputfile"
+	"github.com/pfedmma/pfedmma/internal/picklescan"
 )
 
 // This file reads the Python pickles the datasets ship with: plain dicts,
@@ -303,20 +303,17 @@ func loadPickle(file string) (any, error) {
 }
 
 // decodePickle unpickles b, resolving only the numpy and builtin globals
-// above; anything else is an error. Panics inside the unpickler (malformed
-// input) become errors.
-func decodePickle(b []byte) (v any, err error) {
-	if err := checkPickle(b); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			v, err = nil, fmt.Errorf("malformed: %v", r)
-		}
-	}()
-	u := pickle.NewUnpickler(bytes.NewReader(b))
-	u.FindClass = findClass
-	return u.Load()
+// above; anything else is an error (picklescan checks the opcodes and
+// globals before anything is unpickled).
+func decodePickle(b []byte) (any, error) {
+	return picklescan.Decode(b, knownClass, func(u *pickle.Unpickler) { u.FindClass = findClass })
+}
+
+// knownClass is findClass's whitelist as picklescan.Scan takes it: the
+// error findClass gives for a global it does not resolve.
+func knownClass(module, name string) error {
+	_, err := findClass(module, name)
+	return err
 }
 
 // element returns element i of a 1-element-per-item view: an int for
@@ -508,83 +505,4 @@ func dictGet(v any, key string) (any, error) {
 		}
 	}
 	return nil, fmt.Errorf("key %q: missing", key)
-}
-
-// checkPickle walks the opcodes of a pickle without executing them and
-// rejects unknown opcodes and length-prefixed arguments longer than the
-// rest of the input, so that a corrupt length cannot make the unpickler
-// allocate gigabytes before noticing the input is short.
-func checkPickle(b []byte) error {
-	le := binary.LittleEndian
-	for pos := 0; pos < len(b); {
-		op := b[pos]
-		at := pos
-		pos++
-		rest := len(b) - pos
-		need := 0 // fixed argument bytes
-		var n uint64
-		switch op {
-		case '.': // STOP
-			return nil
-		case '(', '0', '1', '2', 'N', 0x88, 0x89, 'R', 'Q', ')', ']', '}', 't', 'l', 'd', 'a', 'e', 's', 'u', 'b',
-			'o', 0x81, 0x92, 0x93, 0x94, 0x85, 0x86, 0x87, 0x8f, 0x90, 0x91, 0x97, 0x98:
-		case 'K', 'h', 'q', 0x80, 0x82:
-			need = 1
-		case 'M', 0x83:
-			need = 2
-		case 'J', 'j', 'r', 0x84:
-			need = 4
-		case 'G':
-			need = 8
-		case 0x95: // FRAME: 8-byte length, then the framed opcodes inline
-			need = 8
-		case 'I', 'L', 'F', 'S', 'V', 'P', 'g', 'p', 'c', 'i':
-			lines := 1
-			if op == 'c' || op == 'i' {
-				lines = 2
-			}
-			for range lines {
-				i := bytes.IndexByte(b[pos:], '\n')
-				if i < 0 {
-					return fmt.Errorf("opcode %q at byte %d: unterminated line", op, at)
-				}
-				pos += i + 1
-			}
-			continue
-		case 'U', 'C', 0x8c, 0x8a: // 1-byte length
-			if rest < 1 {
-				return fmt.Errorf("opcode %q at byte %d: truncated", op, at)
-			}
-			n, pos = uint64(b[pos]), pos+1
-		case 'T', 'B', 'X', 0x8b: // 4-byte length
-			if rest < 4 {
-				return fmt.Errorf("opcode %q at byte %d: truncated", op, at)
-			}
-			n, pos = uint64(le.Uint32(b[pos:])), pos+4
-			if (op == 'T' || op == 0x8b) && int32(n) < 0 {
-				return fmt.Errorf("opcode %q at byte %d: negative length", op, at)
-			}
-		case 0x8d, 0x8e, 0x96: // 8-byte length
-			if rest < 8 {
-				return fmt.Errorf("opcode %q at byte %d: truncated", op, at)
-			}
-			n, pos = le.Uint64(b[pos:]), pos+8
-		default:
-			return fmt.Errorf("unknown opcode %#x at byte %d", op, at)
-		}
-		if rest < need {
-			return fmt.Errorf("opcode %q at byte %d: truncated", op, at)
-		}
-		if op == 0x95 {
-			if le.Uint64(b[pos:]) > uint64(len(b)-pos-8) {
-				return fmt.Errorf("frame at byte %d: longer than the input", at)
-			}
-		}
-		pos += need
-		if n > uint64(len(b)-pos) {
-			return fmt.Errorf("opcode %q at byte %d: argument of %d bytes runs past the end", op, at, n)
-		}
-		pos += int(n)
-	}
-	return fmt.Errorf("no STOP opcode: truncated")
 }

@@ -85,7 +85,7 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Fatalf("local accuracy fell from %.1f (round 0) to %.1f", firstLocal, pf["local"])
 	}
 	for _, f := range []string{"summary.json", "report.md", "metrics.jsonl", "metrics.csv", "curves.png", "final.png",
-		"adapters/client_000.safetensors", "adapters/client_001.safetensors", "adapters/global_shared.safetensors"} {
+		"sites/pfedmma/client_000.safetensors", "sites/pfedmma/client_001.safetensors", "global/pfedmma.safetensors"} {
 		if st, err := os.Stat(filepath.Join(o.OutDir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("output %s missing or empty: %v", f, err)
 		}
@@ -123,7 +123,7 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 	if n := len(res.Records); n != 3 {
 		t.Fatalf("resumed run has %d round records, want 3", n)
 	}
-	for _, f := range []string{"adapters/client_000.safetensors", "adapters/client_001.safetensors", "adapters/global_shared.safetensors", "summary.json"} {
+	for _, f := range []string{"sites/pfedmma/client_000.safetensors", "sites/pfedmma/client_001.safetensors", "global/pfedmma.safetensors", "summary.json"} {
 		a, err1 := os.ReadFile(filepath.Join(full.OutDir, f))
 		b, err2 := os.ReadFile(filepath.Join(part.OutDir, f))
 		if err1 != nil || err2 != nil {
@@ -166,8 +166,8 @@ func TestCacheOnOffIdentical(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameSummaries(t, "cache on, then off", ra, rb, 0)
-	a, _ := os.ReadFile(filepath.Join(on.OutDir, "adapters/client_001.safetensors"))
-	b, _ := os.ReadFile(filepath.Join(off.OutDir, "adapters/client_001.safetensors"))
+	a, _ := os.ReadFile(filepath.Join(on.OutDir, "sites/pfedmma/client_001.safetensors"))
+	b, _ := os.ReadFile(filepath.Join(off.OutDir, "sites/pfedmma/client_001.safetensors"))
 	if !bytes.Equal(a, b) {
 		t.Fatal("client adapters differ with the cache on and off")
 	}

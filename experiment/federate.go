@@ -3,18 +3,16 @@ package experiment
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
-	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -29,8 +27,9 @@ type Federated struct {
 	Task   *protocol.Task
 	Plan   *methods.Plan
 	// Dataset names the data the task was built from.
-	Dataset string
-	close   func()
+	Dataset  string
+	template string
+	close    func()
 }
 
 // Close releases the prefix caches.
@@ -68,12 +67,16 @@ func (f *Federated) Spec() (map[string][]int, error) {
 }
 
 // TrainedMethod returns the one trained method of a configuration's list
-// (zero-shot is allowed beside it and ignored): a federation runs one
-// method.
+// (methods that declare themselves methods.Frozen, such as zero-shot, are
+// allowed beside it and ignored): a federation runs one method.
 func TrainedMethod(names []string) (string, error) {
 	var trained []string
 	for _, n := range names {
-		if n != "zeroshot" {
+		m, err := methods.Get(n)
+		if err != nil {
+			return "", err
+		}
+		if methods.Trains(m) {
 			trained = append(trained, n)
 		}
 	}
@@ -83,7 +86,8 @@ func TrainedMethod(names []string) (string, error) {
 	return trained[0], nil
 }
 
-// PrepareFederated builds the method's federation from o. For the
+// PrepareFederated builds the method's federation from o, on the setup
+// `pfedmma run` uses (the same methods, model, data set and task). For the
 // coordinator (site < 0) no image is read and no cache is filled: the
 // strategy needs the model, the label spaces and the seeds only. For site
 // i, the prefixes are computed as `pfedmma run` computes them (the same
@@ -94,13 +98,16 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 	if err != nil {
 		return nil, err
 	}
-	meth, err := methods.Get(name)
+	s, err := newSetup(o, []string{name})
 	if err != nil {
 		return nil, err
 	}
-	views, online, err := parseAugment(o.Augment)
-	if err != nil {
-		return nil, err
+	meth, depth, task := s.methods[0], s.depths[0], s.task
+	if depth == methods.AnyDepth {
+		return nil, fmt.Errorf("%s does not train: nothing to federate", name)
+	}
+	if site >= len(task.Clients) {
+		return nil, fmt.Errorf("site %d: the federation has clients 0..%d", site, len(task.Clients)-1)
 	}
 	m, tok, err := LoadModel(o.ModelPath, o.VocabPath)
 	if err != nil {
@@ -109,58 +116,21 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 	if err := m.SetPrecision(o.Precision); err != nil {
 		return nil, err
 	}
-	L := min(m.W.Config.Vision.Layers, m.W.Config.Text.Layers)
-	depth, err := meth.Depth(o.Sections[name], L)
-	if err != nil {
-		return nil, err
-	}
-	if depth == methods.AnyDepth {
-		return nil, fmt.Errorf("%s does not train: nothing to federate", name)
-	}
-	if err := backboneFits(m.ResNet != nil, name, depth); err != nil {
-		return nil, err
-	}
-	dsOpts := o.DatasetOptions
-	if dsOpts.Seed == 0 {
-		dsOpts.Seed = o.Seed
-	}
-	ds, err := dataset.Load(o.Dataset, o.Root, dsOpts)
-	if err != nil {
-		return nil, err
-	}
-	popts := o.Protocol
-	popts.Seed = o.Seed
-	task, err := protocol.Build(ds, popts)
-	if err != nil {
-		return nil, err
-	}
-	if site >= len(task.Clients) {
-		return nil, fmt.Errorf("site %d: the federation has clients 0..%d", site, len(task.Clients)-1)
-	}
-	if tc, ok := meth.(methods.TaskChecker); ok {
-		if err := tc.CheckTask(o.Sections[name], len(task.Clients)); err != nil {
-			return nil, err
-		}
-	}
-	tmpl := o.Template
-	if tmpl == "" {
-		tmpl = "a photo of a {}."
-	}
-	f := &Federated{Name: name, Method: meth, Task: task, Dataset: ds.Name}
+	f := &Federated{Name: name, Method: meth, Task: task, Dataset: s.ds.Name, template: s.tmpl}
 	var env *methods.Env
 	if site < 0 {
-		px := &methods.Prefixer{Model: m, Start: depth, Transform: preprocess.CLIPTransform(m.W.Config.Vision.ImageSize), Batch: max(o.EvalBatch, 1)}
-		env = &methods.Env{Model: m, Tok: tok, Task: task, Start: depth, Template: tmpl, Seed: o.Seed, Train: o.Train,
-			Views: views, Online: online, Prefixer: px}
+		px := &prefixcache.Prefixer{Model: m, Start: depth, Transform: preprocess.CLIPTransform(m.W.Config.Vision.ImageSize), Batch: max(o.EvalBatch, 1)}
+		env = &methods.Env{Model: m, Tok: tok, Task: task, Start: depth, Template: s.tmpl, Seed: o.Seed, Train: o.Train,
+			Views: s.views, Online: s.online, Prefixer: px}
 	} else {
 		// the memory estimate of `pfedmma run` (the weights, loaded
 		// already, are out of what is available)
-		need := estimateMemory(o, m.W.Config, 0, task, []int{depth}, views, online, cacheBudget(o.CacheMiB)/2)
+		need := estimateMemory(o, m.W.Config, 0, task, []int{depth}, s.views, s.online, cacheBudget(o.CacheMiB)/2)
 		if err := checkMemory(need, availableMiB()); err != nil {
 			return nil, fmt.Errorf("site %d: %w", site, err)
 		}
 		bar := progress.New(o.Progress, 0, "frozen prefixes", "img", progress.WithMode(o.ProgressMode))
-		env, err = newEnv(ctx, o, m, tok, task, tmpl, depth, views, online, cacheBudget(o.CacheMiB)/2, bar)
+		env, err = newEnv(ctx, o, m, tok, task, s.tmpl, depth, s.views, s.online, cacheBudget(o.CacheMiB)/2, bar)
 		bar.Finish()
 		if err != nil {
 			return nil, err
@@ -170,7 +140,7 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 	if o.OnEvaluate != nil {
 		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 	}
-	plan, err := meth.Build(env, o.Sections[name])
+	plan, err := buildPlan(o, meth, env, name)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -186,6 +156,17 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 // Client returns site i's client.
 func (f *Federated) Client(i int) federation.Client { return f.Plan.Clients[i] }
 
+// WriteSite writes what site i keeps (its personalised parameters) to
+// dir/sites/<method>/client_NNN.safetensors, the file `pfedmma run` writes
+// for that site; meta is added to the file's metadata.
+func (f *Federated) WriteSite(dir string, i int, meta map[string]string) error {
+	params, err := f.SiteParams(i)
+	if err != nil {
+		return err
+	}
+	return writeSite(dir, f.Name, f.Plan.Clients[i].ID(), params, meta)
+}
+
 // SiteParams returns what site i keeps (its personalised parameters).
 func (f *Federated) SiteParams(i int) (tensor.Named, error) {
 	if f.Plan.Site == nil {
@@ -195,14 +176,24 @@ func (f *Federated) SiteParams(i int) (tensor.Named, error) {
 }
 
 // WriteFederationReports writes the coordinator's outputs after the last
-// round, as `pfedmma run` writes them: metrics.jsonl/csv, summary.json,
-// report.md and the figures, and the server's global tensors.
+// round, as `pfedmma run` writes them: config.yaml and run.json,
+// metrics.jsonl/csv, summary.json, report.md and the figures, and the
+// server's global tensors (global/<method>.safetensors). Each site keeps
+// its own file under the same name, sites/<method>/client_NNN.safetensors,
+// in its state folder.
 func WriteFederationReports(o Options, f *Federated, hist *federation.History) (*Result, error) {
+	o.Methods = []string{f.Name} // the one method that ran
 	log, err := report.NewMetricsLog(o.OutDir)
 	if err != nil {
 		return nil, err
 	}
 	defer log.Close()
+	if err := writeConfig(o); err != nil {
+		return nil, err
+	}
+	if err := writeRunInfo(o, f.Task, f.template); err != nil {
+		return nil, err
+	}
 	var last report.RoundRecord
 	for _, r := range hist.Rounds {
 		if r.Eval == nil {
@@ -217,20 +208,18 @@ func WriteFederationReports(o Options, f *Federated, hist *federation.History) (
 	if last.Method != "" {
 		sum.Set(f.Name, finalMetrics(f.Task, last))
 	}
-	var up, down int64
+	bytes := newSiteBytes(len(f.Task.Clients))
 	for _, r := range hist.Rounds {
-		up += r.BytesUp
-		down += r.BytesDown
+		bytes.add(f.Name, r)
 	}
-	if n := len(hist.Rounds) * max(len(f.Task.Clients), 1); n > 0 {
-		sum.Extra = map[string]any{"update_bytes_per_round_per_site": float64(up) / float64(n), "download_bytes_per_round_per_site": float64(down) / float64(n)}
-	}
-	res := &Result{Summary: sum, Table: sum.Table(tableTitle(f.Dataset, f.Task)), Records: log.Records()}
+	sum.Extra = bytes.extra()
+	addPrivacy(o, sum, f.Name, last)
+	res := &Result{Summary: sum, Table: sum.Table(tableTitle(f.Dataset, f.Task)), Records: log.Records(), Task: f.Task, OutDir: o.OutDir}
 	if err := writeReports(o, res); err != nil {
 		return nil, err
 	}
 	if f.Plan.Global != nil {
-		if err := safetensors.Write(filepath.Join(o.OutDir, "global.safetensors"), f.Plan.Global(), nil, map[string]string{"method": f.Name}); err != nil {
+		if err := writeGlobal(o.OutDir, f.Name, f.Plan.Global()); err != nil {
 			return nil, err
 		}
 	}

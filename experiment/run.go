@@ -25,12 +25,12 @@ import (
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
-	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tokenizer"
 	"gopkg.in/yaml.v3"
 )
@@ -99,6 +99,10 @@ type Options struct {
 	// logits of each of the client's evaluation sets (methods.Env's
 	// OnEvaluate): conformance tests compare them with `pfedmma predict`.
 	OnEvaluate func(method string, c *protocol.ClientTask, logits [][]float32)
+
+	// Aggregation hardens every trained method's aggregation (robust
+	// rules, clipping, differential privacy; off when zero).
+	Aggregation config.Aggregation
 }
 
 // Result is what Run produced.
@@ -109,27 +113,42 @@ type Result struct {
 	// Task is the clients and evaluation sets the run used (nil for a
 	// run over several leave-one-domain-out folds).
 	Task *protocol.Task
+	// OutDir is the folder the outputs were written to.
+	OutDir string
 }
 
-// LoadModel loads CLIP weights from a checkpoint file or folder and the
-// tokenizer (vocab, or the vocabulary shipped with the model when empty).
-func LoadModel(path, vocab string) (*clip.Model, *tokenizer.Tokenizer, error) {
+// LoadWeights loads CLIP weights from a checkpoint file or folder (any
+// supported scheme), refusing non-finite weights and MLP activations other
+// than CLIP's.
+func LoadWeights(path string) (*clip.Model, error) {
 	if err := inputfile.CheckAny(path); err != nil {
-		return nil, nil, fmt.Errorf("model: %w", err)
+		return nil, fmt.Errorf("model: %w", err)
 	}
 	w, info, err := checkpoint.Load(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := checkpoint.CheckFinite(w); err != nil {
-		return nil, nil, fmt.Errorf("model %s: %w", path, err)
+		return nil, fmt.Errorf("model %s: %w", path, err)
 	}
 	if info.Activation != "" && info.Activation != "quick_gelu" {
-		return nil, nil, fmt.Errorf("model %s: MLP activation %q is not supported (CLIP uses quick_gelu)", path, info.Activation)
+		return nil, fmt.Errorf("model %s: MLP activation %q is not supported (CLIP uses quick_gelu)", path, info.Activation)
+	}
+	slog.Debug("model loaded", "path", path, "scheme", info.Scheme, "params", info.Params)
+	return clip.New(w), nil
+}
+
+// LoadModel loads CLIP weights (LoadWeights) and the tokenizer: vocab, or
+// the vocabulary shipped with the model when empty.
+func LoadModel(path, vocab string) (*clip.Model, *tokenizer.Tokenizer, error) {
+	m, err := LoadWeights(path)
+	if err != nil {
+		return nil, nil, err
 	}
 	if vocab == "" {
+		var err error
 		if vocab, err = tokenizer.FindVocab(path); err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("no vocabulary given (--vocab, or the configuration's vocab): %w", err)
 		}
 	}
 	if err := inputfile.Check(vocab); err != nil {
@@ -139,10 +158,22 @@ func LoadModel(path, vocab string) (*clip.Model, *tokenizer.Tokenizer, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if tok.VocabSize() != w.Config.Text.VocabSize {
-		return nil, nil, fmt.Errorf("vocabulary %s has %d tokens but model %s expects %d", vocab, tok.VocabSize(), path, w.Config.Text.VocabSize)
+	if tok.VocabSize() != m.W.Config.Text.VocabSize {
+		return nil, nil, fmt.Errorf("vocabulary %s has %d tokens but model %s expects %d", vocab, tok.VocabSize(), path, m.W.Config.Text.VocabSize)
 	}
-	return clip.New(w), tok, nil
+	return m, tok, nil
+}
+
+// writeConfig writes o.ConfigYAML, when set, to config.yaml in the output
+// folder.
+func writeConfig(o Options) error {
+	if o.ConfigYAML == nil {
+		return nil
+	}
+	if err := atomicfile.WriteBytes(filepath.Join(o.OutDir, "config.yaml"), o.ConfigYAML); err != nil {
+		return fmt.Errorf("experiment: %w", err)
+	}
+	return nil
 }
 
 // parseAugment returns (views, online) for "none", "views:K" or "online".
@@ -166,17 +197,15 @@ func parseAugment(s string) (int, bool, error) {
 // method: its federation → reports.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	start := time.Now()
-	views, online, err := parseAugment(o.Augment)
-	if err != nil {
+	if _, _, err := parseAugment(o.Augment); err != nil {
 		return nil, err
 	}
 	if o.OutDir == "" {
 		return nil, errors.New("experiment: no output folder")
 	}
 	// Every method must exist before any work starts.
-	ms := make([]methods.Method, len(o.Methods))
-	for i, name := range o.Methods {
-		if ms[i], err = methods.Get(name); err != nil {
+	for _, name := range o.Methods {
+		if _, err := methods.Get(name); err != nil {
 			return nil, fmt.Errorf("experiment: %w", err)
 		}
 	}
@@ -186,65 +215,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("experiment: %w", err)
 	}
-	if o.ConfigYAML != nil {
-		if err := atomicfile.WriteBytes(filepath.Join(o.OutDir, "config.yaml"), o.ConfigYAML); err != nil {
-			return nil, fmt.Errorf("experiment: %w", err)
-		}
+	if err := writeConfig(o); err != nil {
+		return nil, err
 	}
-	// The header gives the architecture; the weights are loaded once the
-	// memory estimate says they fit with the rest.
-	if err := inputfile.CheckAny(o.ModelPath); err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
-	info, err := checkpoint.Inspect(o.ModelPath)
+	s, err := newSetup(o, o.Methods)
 	if err != nil {
 		return nil, err
 	}
-	L := min(info.Config.Vision.Layers, info.Config.Text.Layers)
-	resNet := info.Config.Vision.ResNet
-	depths := make([]int, len(ms))
-	for i, meth := range ms {
-		if depths[i], err = meth.Depth(o.Sections[o.Methods[i]], L); err != nil {
-			if resNet {
-				return nil, fmt.Errorf("method %s cannot run on a ResNet CLIP (it needs the ViT's blocks): %w", o.Methods[i], err)
-			}
-			return nil, err
-		}
-		if err := backboneFits(resNet, o.Methods[i], depths[i]); err != nil {
-			return nil, err
-		}
-	}
-	dsOpts := o.DatasetOptions
-	if dsOpts.Seed == 0 {
-		dsOpts.Seed = o.Seed
-	}
-	ds, err := dataset.Load(o.Dataset, o.Root, dsOpts)
-	if err != nil {
-		return nil, err
-	}
-	popts := o.Protocol
-	popts.Seed = o.Seed
-	task, err := protocol.Build(ds, popts)
-	if err != nil {
-		return nil, err
-	}
-	if o.ValidationOnly {
-		if err := task.KeepValidationOnly(); err != nil {
-			return nil, err
-		}
-	}
-	for i, meth := range ms {
-		if tc, ok := meth.(methods.TaskChecker); ok {
-			if err := tc.CheckTask(o.Sections[o.Methods[i]], len(task.Clients)); err != nil {
-				return nil, err
-			}
-		}
-	}
-	tmpl := o.Template
-	if tmpl == "" {
-		tmpl = "a photo of a {}."
-	}
-	if err := writeRunInfo(o, task, tmpl); err != nil {
+	task, depths := s.task, s.depths
+	if err := writeRunInfo(o, task, s.tmpl); err != nil {
 		return nil, err
 	}
 	// One cache of frozen prefixes per depth the methods need; methods of
@@ -256,8 +235,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	if len(distinct) == 0 {
-		distinct = []int{L}
-		if resNet {
+		distinct = []int{s.layers}
+		if s.resNet {
 			distinct = []int{methods.Features}
 		}
 	}
@@ -267,7 +246,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	budget := cacheBudget(o.CacheMiB) / int64(2*len(distinct)) // train and test store per depth
-	if err := checkMemory(estimateMemory(o, info.Config, info.Params, task, distinct, views, online, budget), availableMiB()); err != nil {
+	if err := checkMemory(estimateMemory(o, s.model.Config, s.model.Params, task, distinct, s.views, s.online, budget), availableMiB()); err != nil {
 		return nil, fmt.Errorf("experiment: %w", err)
 	}
 	m, tok, err := LoadModel(o.ModelPath, o.VocabPath)
@@ -278,13 +257,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	nViews := len(task.UsedTest())
-	if !online {
-		nViews += len(task.UsedTrain()) * max(views, 1)
+	if !s.online {
+		nViews += len(task.UsedTrain()) * max(s.views, 1)
 	}
 	root := progress.New(o.Progress, nViews*len(distinct), "frozen prefixes", "img", progress.WithMode(o.ProgressMode))
 	envs := map[int]*methods.Env{}
 	for _, d := range distinct {
-		env, err := newEnv(ctx, o, m, tok, task, tmpl, d, views, online, budget, root)
+		env, err := newEnv(ctx, o, m, tok, task, s.tmpl, d, s.views, s.online, budget, root)
 		if err != nil {
 			return nil, err
 		}
@@ -293,7 +272,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		envs[d] = env
 	}
 	root.Finish()
-	slog.Info("experiment", "dataset", ds.Name, "protocol", task.Protocol, "clients", len(task.Clients),
+	slog.Info("experiment", "dataset", s.ds.Name, "protocol", task.Protocol, "clients", len(task.Clients),
 		"train", len(task.UsedTrain()), "test", len(task.UsedTest()), "depths", distinct)
 	prefixSeconds := time.Since(start).Seconds()
 
@@ -304,16 +283,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	defer log.Close()
 	sum := &report.Summary{Protocol: task.Protocol, Metrics: summaryMetrics(task)}
 	timings := map[string]float64{"prefix_s": prefixSeconds}
-	// bytes each site uploads per round, averaged over every round of the
-	// run — those a resumed run replays from its checkpoints too
-	upSum, upRounds := map[string]float64{}, map[string]int{}
-	o.countRound = func(method string, r federation.RoundReport) {
-		if n := len(r.Selected); n > 0 {
-			upSum[method] += float64(r.BytesUp) / float64(n)
-			upRounds[method]++
-		}
-	}
-	for i, meth := range ms {
+	// bytes each site sends and receives per round, averaged over every
+	// round of the run — those a resumed run replays from its checkpoints
+	// too
+	bytes := newSiteBytes(len(task.Clients))
+	o.countRound = bytes.add
+	var lastRecords []report.RoundRecord // each method's, for the summary's dp
+	for i, meth := range s.methods {
 		name := o.Methods[i]
 		t0 := time.Now()
 		recs, err := runMethod(ctx, o, envs[depths[i]], meth, name, log)
@@ -323,19 +299,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		timings[name+"_s"] = time.Since(t0).Seconds()
 		if len(recs) > 0 {
 			sum.Set(name, finalMetrics(task, recs[len(recs)-1]))
+			lastRecords = append(lastRecords, recs[len(recs)-1])
 		}
 	}
 	timings["total_s"] = time.Since(start).Seconds()
 	sum.Timings = timings
-	upBytes := map[string]float64{}
-	for method, sum := range upSum {
-		upBytes[method] = sum / float64(upRounds[method])
+	sum.Extra = bytes.extra()
+	for _, rec := range lastRecords {
+		addPrivacy(o, sum, rec.Method, rec)
 	}
-	if len(upBytes) > 0 {
-		// what a site uploads per round: the shared tensors (bytes)
-		sum.Extra = map[string]any{"update_bytes_per_round_per_site": upBytes}
-	}
-	res := &Result{Summary: sum, Table: sum.Table(tableTitle(ds.Name, task)), Records: log.Records(), Task: task}
+	res := &Result{Summary: sum, Table: sum.Table(tableTitle(s.ds.Name, task)), Records: log.Records(), Task: task, OutDir: o.OutDir}
 	if err := writeReports(o, res); err != nil {
 		return nil, err
 	}
@@ -350,9 +323,22 @@ func backboneFits(resNet bool, method string, depth int) error {
 		if depth == methods.TokenFeatures || depth == methods.Embeddings {
 			what = "needs the image encoder's patch tokens"
 		}
-		return fmt.Errorf("method %s %s; the model is a ResNet CLIP (use a ViT checkpoint, or a method on image features: zeroshot, promptfl, fedpgp, pfedmoap, fedot, clip_adapter)", method, what)
+		return fmt.Errorf("method %s %s; the model is a ResNet CLIP (use a ViT checkpoint, or a method on image features: %s)", method, what, strings.Join(featureMethods(), ", "))
 	}
 	return nil
+}
+
+// featureMethods lists the registered methods that run on image features
+// with their default settings (hence on a ResNet CLIP).
+func featureMethods() []string {
+	var out []string
+	for _, m := range methods.All() {
+		d, err := m.Depth(m.DefaultConfig(), 12)
+		if err == nil && (d == methods.Features || d == methods.AnyDepth) {
+			out = append(out, m.Info().Name)
+		}
+	}
+	return out
 }
 
 // newEnv builds the frozen prefixes of depth ℓ = start.
@@ -363,7 +349,7 @@ func newEnv(ctx context.Context, o Options, m *clip.Model, tok *tokenizer.Tokeni
 	if batch <= 0 {
 		batch = 32
 	}
-	px := &methods.Prefixer{Model: m, Start: start, Transform: preprocess.CLIPTransform(S), Batch: batch}
+	px := &prefixcache.Prefixer{Model: m, Start: start, Transform: preprocess.CLIPTransform(S), Batch: batch}
 	dtype := actcache.Float32
 	if o.CacheBF16 {
 		dtype = actcache.BFloat16
@@ -454,7 +440,7 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 		defer func() { env.OnEvaluate = nil }()
 	}
-	plan, err := meth.Build(env, o.Sections[name])
+	plan, err := buildPlan(o, meth, env, name)
 	if err != nil {
 		return nil, err
 	}
@@ -482,38 +468,36 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		slog.Warn("method has no global model: the held-out / unseen sets are not scored", "method", name)
 	}
 	store := federation.FileStore{Path: filepath.Join(ckdir, federation.CheckpointFile)}
-	coord := &federation.Coordinator{
-		Strategy: plan.Strategy, Proxies: proxies, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed,
-		EvalEvery: o.EvalEvery, Store: store,
-		// one line per round is logged below, with the metrics
-		Logger: slog.New(slog.DiscardHandler),
-		OnRound: func(r federation.RoundReport) error {
-			bar.Add(1)
-			if o.countRound != nil {
-				o.countRound(name, r)
+	coord := o.coordinator(plan.Strategy)
+	coord.Proxies, coord.Store = proxies, store
+	// one line per round is logged below, with the metrics
+	coord.Logger = slog.New(slog.DiscardHandler)
+	coord.OnRound = func(r federation.RoundReport) error {
+		bar.Add(1)
+		if o.countRound != nil {
+			o.countRound(name, r)
+		}
+		if o.OnRound != nil {
+			o.OnRound(name, r)
+		}
+		if r.Eval == nil {
+			return nil
+		}
+		rec := toRecord(r)
+		if global {
+			// the global model (held-out domain, unseen writers) at
+			// every evaluated round
+			sc, err := plan.GlobalScorer()
+			if err != nil {
+				return fmt.Errorf("global model: %w", err)
 			}
-			if o.OnRound != nil {
-				o.OnRound(name, r)
+			if err := scoreGlobal(ctx, env, sc, &rec); err != nil {
+				return err
 			}
-			if r.Eval == nil {
-				return nil
-			}
-			rec := toRecord(r)
-			if global {
-				// the global model (held-out domain, unseen writers) at
-				// every evaluated round
-				sc, err := plan.GlobalScorer()
-				if err != nil {
-					return fmt.Errorf("global model: %w", err)
-				}
-				if err := scoreGlobal(ctx, env, sc, &rec); err != nil {
-					return err
-				}
-			}
-			records = append(records, rec)
-			slog.Info("round", "method", name, "round", r.Round, "metrics", fmtMetrics(rec.Mean))
-			return log.Append(rec)
-		},
+		}
+		records = append(records, rec)
+		slog.Info("round", "method", name, "round", r.Round, "metrics", fmtMetrics(rec.Mean))
+		return log.Append(rec)
 	}
 	if o.Resume {
 		// earlier rounds come from the checkpoint's history
@@ -573,6 +557,7 @@ func RoundRecord(method string, r federation.RoundReport) report.RoundRecord {
 		rec.Clients = append(rec.Clients, report.ClientMetrics{ID: id, Metrics: m})
 	}
 	rec.Mean = clientMean(rec.Clients)
+	strategyMetrics(&rec, r.Strategy)
 	return rec
 }
 
@@ -641,35 +626,6 @@ func fmtMetrics(m report.Metrics) string {
 	return strings.Join(parts, " ")
 }
 
-// saveSites writes what each site keeps (adapters/client_NNN.safetensors,
-// for `pfedmma predict`) and the server's shared tensors
-// (adapters/global_shared.safetensors), in the reference's names.
-func saveSites(dir, name string, plan *methods.Plan) error {
-	ad := filepath.Join(dir, "adapters")
-	if name != "pfedmma" {
-		ad = filepath.Join(dir, "sites", name)
-	}
-	if err := os.MkdirAll(ad, 0o755); err != nil {
-		return err
-	}
-	if plan.Site != nil {
-		for i, c := range plan.Clients {
-			params, err := plan.Site(i)
-			if err != nil {
-				return err
-			}
-			meta := map[string]string{"method": name, "client": fmt.Sprint(c.ID())}
-			if err := safetensors.Write(filepath.Join(ad, fmt.Sprintf("client_%03d.safetensors", c.ID())), params, nil, meta); err != nil {
-				return err
-			}
-		}
-	}
-	if plan.Global != nil {
-		return safetensors.Write(filepath.Join(ad, "global_shared.safetensors"), plan.Global(), nil, map[string]string{"method": name})
-	}
-	return nil
-}
-
 // RunInfo is written to run.json: what `pfedmma predict` needs to rebuild a
 // client's classifier.
 type RunInfo struct {
@@ -697,11 +653,7 @@ func writeRunInfo(o Options, task *protocol.Task, tmpl string) error {
 		Protocol: task.Protocol, Classes: task.Dataset.Classes, Spaces: task.Spaces, ClientSpace: map[int]int{},
 		Methods: o.Methods, Sections: map[string]string{}, Sites: map[string]string{}}
 	for _, name := range o.Methods {
-		dir := filepath.Join("sites", name)
-		if name == "pfedmma" {
-			dir = "adapters"
-		}
-		info.Sites[name] = dir
+		info.Sites[name] = SitesFolder(name)
 		if sec := o.Sections[name]; sec != nil {
 			b, err := yaml.Marshal(sec)
 			if err != nil {

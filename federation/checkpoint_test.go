@@ -11,27 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
-
-// bitsEqual compares two tensor sets bit for bit.
-func bitsEqual(a, b tensor.Named) string {
-	if len(a) != len(b) {
-		return "different names"
-	}
-	for k, x := range a {
-		y, ok := b[k]
-		if !ok || !reflect.DeepEqual(x.Shape, y.Shape) {
-			return k + ": missing or shape"
-		}
-		for i := range x.Data {
-			if math.Float32bits(x.Data[i]) != math.Float32bits(y.Data[i]) {
-				return k
-			}
-		}
-	}
-	return ""
-}
 
 func sampleCheckpoint() *Checkpoint {
 	return &Checkpoint{
@@ -68,7 +50,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got.Clients, want.Clients) {
 		t.Errorf("clients %v, want %v", got.Clients, want.Clients)
 	}
-	if d := bitsEqual(want.StrategyState, got.StrategyState); d != "" {
+	if d := tensortest.BitsDiff(want.StrategyState, got.StrategyState); d != "" {
 		t.Errorf("strategy differs at %s", d)
 	}
 	h := got.History.Rounds

@@ -301,6 +301,9 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 		return rep, err
 	}
 	rep.AggregateSeconds = time.Since(t1).Seconds()
+	if rr, ok := c.Strategy.(RoundReporter); ok {
+		rep.Strategy = rr.RoundMetrics()
+	}
 	rep.FitMean = meanMetrics(rep.Fit)
 	if !c.evalRound(r) {
 		return rep, nil

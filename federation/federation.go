@@ -150,6 +150,15 @@ type EvaluateConfigurer interface {
 	ConfigureEvaluate(round int, clients []int) (map[int]tensor.Named, error)
 }
 
+// RoundReporter is a Strategy that reports metrics of its own after each
+// round's aggregation (robust's differential privacy: the ε spent so far);
+// the coordinator records them in RoundReport.Strategy.
+type RoundReporter interface {
+	// RoundMetrics returns the metrics after the latest Aggregate (nil:
+	// none).
+	RoundMetrics() Metrics
+}
+
 // ConfigureEvaluate asks s for its evaluation instructions: nothing when s
 // is not an EvaluateConfigurer.
 func ConfigureEvaluate(s Strategy, round int, clients []int) (map[int]tensor.Named, error) {

@@ -20,6 +20,9 @@ type RoundReport struct {
 	// unweighted mean over participants.
 	Fit     map[int]Metrics `json:"fit"`
 	FitMean Metrics         `json:"fit_mean"`
+	// Strategy holds the strategy's own metrics after the round's
+	// aggregation (a RoundReporter's; e.g. "dp_epsilon").
+	Strategy Metrics `json:"strategy,omitempty"`
 	// Eval holds every client's evaluation after the round and EvalMean the
 	// unweighted mean over clients; both nil in rounds without evaluation.
 	Eval     map[int]Metrics `json:"eval"`

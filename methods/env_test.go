@@ -1,4 +1,4 @@
-package methods
+package methods_test
 
 import (
 	"math"
@@ -6,6 +6,8 @@ import (
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/safetensors"
 )
@@ -43,8 +45,8 @@ func TestFrozenScorerAtEveryDepth(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := clip.Logits(img, append([]float32(nil), txt...), B, C, E, w.LogitScale)
-	for _, depth := range []int{0, 1, 2, 4, Features, TokenFeatures} {
-		env, err := TensorEnv(m, depth, tokens, C, []TensorClient{{Pixels: images.Data, Labels: make([]int, B)}}, train.Options{}, 1)
+	for _, depth := range []int{0, 1, 2, 4, methods.Features, methods.TokenFeatures} {
+		env, err := fixture.TensorEnv(m, depth, tokens, C, []fixture.TensorClient{{Pixels: images.Data, Labels: make([]int, B)}}, train.Options{}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +58,7 @@ func TestFrozenScorerAtEveryDepth(t *testing.T) {
 		if err := env.TrainStore.GetBatch(recs, prefix); err != nil {
 			t.Fatal(err)
 		}
-		got, err := (&FrozenScorer{Env: env}).Logits(0, prefix, B)
+		got, err := (&methods.FrozenScorer{Env: env}).Logits(0, prefix, B)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,6 @@ import (
 	"math"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/adapt"
 	"github.com/pfedmma/pfedmma/methods/fedotp"
 	"github.com/pfedmma/pfedmma/methods/fedpgp"
@@ -67,21 +66,6 @@ func TestRangeChecksRefuseNonFinite(t *testing.T) {
 	} {
 		if err := v(); err != nil {
 			t.Errorf("%s defaults refused: %v", name, err)
-		}
-	}
-}
-
-// TestIsFixtureKey: the hyper-parameters step and round read are known to
-// --set, per-client domains too; anything else is not.
-func TestIsFixtureKey(t *testing.T) {
-	for _, k := range []string{"lr", "adapter_scale", "gating_embed_dim", "client0.domain", "client12.domain"} {
-		if !methods.IsFixtureKey(k) {
-			t.Errorf("%q not known", k)
-		}
-	}
-	for _, k := range []string{"unknown_key", "", "client.domain", "client01.domain", "client0.lr", "LR"} {
-		if methods.IsFixtureKey(k) {
-			t.Errorf("%q known", k)
 		}
 	}
 }

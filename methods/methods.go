@@ -4,18 +4,22 @@
 // section, declares how deep its frozen part goes, and builds its clients
 // and server strategy on an Env: the frozen model, the task and the cached
 // frozen prefixes every method of a run shares.
+//
+// The package is split by concern: methods.go holds the contracts (Method,
+// Plan, Predictor), registry.go the registry, hooks.go the optional hooks
+// a method may implement, env.go and envfill.go the runtime Env, and
+// scorer.go the scorers built on it. The prefix cache is methods/prefixcache
+// and the reference-fixture harness methods/fixture.
 package methods
 
 import (
-	"fmt"
-	"slices"
 	"strings"
-	"sync"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/tokenizer"
 )
@@ -36,17 +40,17 @@ const (
 	AnyDepth = -1
 	// Features caches each image's final features [E]: the whole image
 	// encoder is frozen (prompt learners, feature-level methods).
-	Features = -2
+	Features = prefixcache.Features
 	// TokenFeatures caches every token's features after ln_post @ proj,
 	// [T, E] (FedOTP's optimal transport over patches); token 0 is the
 	// image feature.
-	TokenFeatures = -3
+	TokenFeatures = prefixcache.TokenFeatures
 	// Embeddings caches ln_pre's input [T, Dv] (class and patch embeddings
 	// plus positions, before ln_pre), then the frozen image features [E] of
 	// the image and [E] of its horizontal mirror (FedMVP: visual prompts from
 	// the patch embeddings, a consistency loss against zero-shot CLIP on a
 	// randomly flipped view).
-	Embeddings = -4
+	Embeddings = prefixcache.Embeddings
 )
 
 // Method is one federated method.
@@ -67,32 +71,6 @@ type Method interface {
 	// Predictor rebuilds one site's classifier from the tensors Plan.Site
 	// gave for it.
 	Predictor(p PredictEnv, sec config.Section, saved tensor.Named) (Predictor, error)
-}
-
-// TaskChecker is a method with settings that depend on the federation
-// (pFedMoAP's number of experts against the number of clients): the runner
-// calls it before any work starts.
-type TaskChecker interface {
-	CheckTask(sec config.Section, clients int) error
-}
-
-// SmallRun is a method whose default settings do not fit a small run —
-// the conformance suite's tiny world (the embedded CLIP, whose prompts are
-// 24 tokens long, a few clients and classes): SmallSettings returns the
-// overrides for a run with that many clients, keyed by setting name within
-// the method's section ({"n_ctx": "8"}). A method whose defaults fit needs
-// none.
-type SmallRun interface {
-	SmallSettings(clients int) map[string]string
-}
-
-// SurrogateGradient is a Stepper whose gradient is, by its reference's
-// design, not the gradient of the loss it reports (FedOTP holds the
-// optimal-transport plan constant in the backward pass): the conformance
-// suite checks its step without finite differences, which the method's own
-// tests run with the held part fixed. The string says what is held.
-type SurrogateGradient interface {
-	SurrogateGradient() string
 }
 
 // Plan is a method's federation on one Env.
@@ -165,85 +143,3 @@ type Predictor interface {
 	// Logits scores pixels [B, 3, S, S] against classes (names): [B, C].
 	Logits(pixels []float32, B int, classes []string) ([]float32, error)
 }
-
-var (
-	mu       sync.RWMutex
-	registry = map[string]Method{}
-)
-
-// Register adds a method (and its config section). Method packages call it
-// from init; registering a name twice panics.
-func Register(m Method) {
-	name := m.Info().Name
-	mu.Lock()
-	defer mu.Unlock()
-	if _, dup := registry[name]; dup {
-		panic("methods: " + name + " registered twice")
-	}
-	registry[name] = m
-	var defaults func() config.Section
-	if m.DefaultConfig() != nil {
-		defaults = m.DefaultConfig
-	}
-	config.RegisterMethod(name, defaults)
-}
-
-// Get returns a registered method; an unknown name is an error listing the
-// registered ones.
-func Get(name string) (Method, error) {
-	mu.RLock()
-	defer mu.RUnlock()
-	m, ok := registry[name]
-	if !ok {
-		return nil, fmt.Errorf("unknown method %q (available: %s)", name, strings.Join(config.Methods(), ", "))
-	}
-	return m, nil
-}
-
-// All returns the registered methods in registration order.
-func All() []Method {
-	mu.RLock()
-	defer mu.RUnlock()
-	var out []Method
-	for _, n := range config.Methods() {
-		if m, ok := registry[n]; ok {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// Names lists the registered method names, sorted.
-func Names() []string {
-	mu.RLock()
-	defer mu.RUnlock()
-	out := make([]string, 0, len(registry))
-	for n := range registry {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
-}
-
-// CosineScorer scores with exp(logit_scale)·cos between image features of
-// prefixes and per-space text features: the classifier of every method whose
-// logits are CLIP's.
-type CosineScorer struct {
-	Model *clip.Model
-	Text  func(space int) ([]float32, error)
-	Image func(prefix []float32, B int) []float32
-}
-
-// Logits implements eval.Scorer.
-func (s CosineScorer) Logits(space int, prefix []float32, B int) ([]float32, error) {
-	txt, err := s.Text(space)
-	if err != nil {
-		return nil, err
-	}
-	txt = append([]float32(nil), txt...) // the image pass may reuse the text buffers
-	img := s.Image(prefix, B)
-	E := s.Model.W.Config.EmbedDim
-	return clip.Logits(img, txt, B, len(txt)/E, E, s.Model.W.LogitScale), nil
-}
-
-var _ eval.Scorer = CosineScorer{}

@@ -19,8 +19,9 @@ import (
 const MaxRound = 1_000_000
 
 // CheckMetric reports a value no run writes for metric name: ±Inf, a
-// negative loss (names holding "loss"), or an accuracy (every other metric,
-// in percent) outside [0, 100]. NaN is accepted: runs write it for a
+// negative loss (names holding "loss"), a negative privacy budget (names
+// starting "dp_": differential privacy's ε, unbounded above), or an
+// accuracy (every other metric, in percent) outside [0, 100]. NaN is accepted: runs write it for a
 // metric that is undefined (a space without test images), and figures
 // leave it out.
 func CheckMetric(name string, v float64) error {
@@ -34,6 +35,10 @@ func CheckMetric(name string, v float64) error {
 	case strings.Contains(name, "loss"):
 		if v < 0 {
 			return fmt.Errorf("metric %q is %v; a loss is never negative", name, v)
+		}
+	case strings.HasPrefix(name, "dp_"):
+		if v < 0 {
+			return fmt.Errorf("metric %q is %v; a privacy budget is never negative", name, v)
 		}
 	case v < 0 || v > 100:
 		return fmt.Errorf("metric %q is %v; accuracies are percentages in [0, 100]", name, v)

@@ -143,3 +143,18 @@ func TestReadLODORefusesOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckMetricPrivacyBudget: differential privacy's ε per round
+// (dp_epsilon) is a budget, not a percentage: above 100 is a real value,
+// negative is not.
+func TestCheckMetricPrivacyBudget(t *testing.T) {
+	if err := CheckMetric("dp_epsilon", 1234.5); err != nil {
+		t.Errorf("ε 1234.5: %v", err)
+	}
+	if err := CheckMetric("dp_epsilon", -1); err == nil {
+		t.Error("ε -1 accepted")
+	}
+	if err := CheckMetric("local", 1234.5); err == nil {
+		t.Error("an accuracy of 1234.5 accepted")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/internal/picklescan"
 	"github.com/pfedmma/pfedmma/safetensors"
 )
 
@@ -401,7 +402,7 @@ func FuzzTorchArchive(f *testing.F) {
 func TestFixturePickles(t *testing.T) {
 	for _, p := range []string{jitFixture, stateDictFixture} {
 		b := fixturePickle(t, p)
-		if err := scan(b); err != nil {
+		if err := picklescan.Scan(b, refuse); err != nil {
 			t.Errorf("%s: scan: %v", p, err)
 		}
 		if _, err := unpickle(b); err != nil {

@@ -112,7 +112,7 @@ func TestServeSitesEqualRun(t *testing.T) {
 			t.Errorf("site %d: %v", i, err)
 		}
 	}
-	want, got := readTensors(t, filepath.Join(dir, "sim/adapters/global_shared.safetensors")), readTensors(t, filepath.Join(dir, "coord/out/global.safetensors"))
+	want, got := readTensors(t, filepath.Join(dir, "sim/global/pfedmma.safetensors")), readTensors(t, filepath.Join(dir, "coord/out/global/pfedmma.safetensors"))
 	if len(want) == 0 || len(want) != len(got) {
 		t.Fatalf("global tensors: %d in the simulation, %d from the federation", len(want), len(got))
 	}
@@ -126,13 +126,13 @@ func TestServeSitesEqualRun(t *testing.T) {
 		t.Errorf("tables differ:\nrun:\n%s\nserve:\n%s", sim, coordLog.String())
 	}
 	for i, s := range []string{"site-a", "site-b", "site-c"} {
-		path := filepath.Join(dir, "site-"+s, "site.safetensors")
+		path := filepath.Join(dir, "site-"+s, "sites", "pfedmma", fmt.Sprintf("client_%03d.safetensors", i))
 		if _, err := os.Stat(path); err != nil {
 			t.Errorf("site %s kept no parameters: %v", s, err)
 			continue
 		}
 		// what each site keeps (for predict) is the simulation's
-		want, got := readTensors(t, filepath.Join(dir, fmt.Sprintf("sim/adapters/client_%03d.safetensors", i))), readTensors(t, path)
+		want, got := readTensors(t, filepath.Join(dir, fmt.Sprintf("sim/sites/pfedmma/client_%03d.safetensors", i))), readTensors(t, path)
 		if len(want) == 0 || len(want) != len(got) {
 			t.Errorf("site %s keeps %d tensors, the simulation %d", s, len(got), len(want))
 		}

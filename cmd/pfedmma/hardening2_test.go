@@ -27,6 +27,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -226,7 +227,7 @@ func TestForceKeepsUserFiles(t *testing.T) {
 	model := tinyWorldModel(t)
 	dir := userFolder(t)
 	before := snapshot(t, dir)
-	refused(t, cliOptions{Dir: dir}, []string{"notes.txt", "src", "no " + runMarkerFile},
+	refused(t, cliOptions{Dir: dir}, []string{"notes.txt", "src", "no " + experiment.RunMarkerFile},
 		append(tinyRunArgs(model, ".", 1), "--force")...)
 	if d := diffSnapshots(before, snapshot(t, dir)); len(d) > 0 {
 		t.Errorf("--force changed the user's folder: %v", d)
@@ -242,8 +243,8 @@ func TestForceRefusesForeignFilesInRun(t *testing.T) {
 	if r := cli(t, cliOptions{}, tinyRunArgs(model, out, 1)...); r.Code != 0 {
 		t.Fatalf("run: %s", r.Stderr)
 	}
-	var m runMarker
-	b, err := os.ReadFile(filepath.Join(out, runMarkerFile))
+	var m experiment.RunMarker
+	b, err := os.ReadFile(filepath.Join(out, experiment.RunMarkerFile))
 	if err != nil {
 		t.Fatalf("the run wrote no marker: %v", err)
 	}
@@ -292,8 +293,8 @@ func TestResumeFinishedRunChangesNothing(t *testing.T) {
 			t.Errorf("--resume of a finished run (garbage site checkpoint %v): exit %d\n%s", corrupt, r.Code, tail(r.Stderr))
 		}
 		after := snapshot(t, out)
-		delete(before, lockFile)
-		delete(after, lockFile)
+		delete(before, experiment.LockFile)
+		delete(after, experiment.LockFile)
 		if d := diffSnapshots(before, after); len(d) > 0 {
 			t.Errorf("--resume of a finished run (garbage site checkpoint %v) changed %v", corrupt, d)
 		}
@@ -391,14 +392,23 @@ func TestEmbedStopsOnSIGTERM(t *testing.T) {
 	}
 	for _, sig := range []os.Signal{syscall.SIGTERM, os.Interrupt} {
 		r := cliUntil(t, "embed: encoding images", sig, "embed", "--model", model, "--pixels", pixels)
-		if r.Code == 0 || !strings.Contains(r.Stderr, "stopped after") {
-			t.Errorf("embed after %v: exit %d\n%s", sig, r.Code, tail(r.Stderr))
+		// It must stop at a batch boundary before the last image, whatever
+		// the machine's load (the child is killed 120 s after the signal).
+		var done, total int
+		i := strings.Index(r.Stderr, "stopped after ")
+		if i >= 0 {
+			_, _ = fmt.Sscanf(r.Stderr[i:], "stopped after %d of %d images", &done, &total)
+		}
+		if r.Code == 0 || i < 0 || total != n || done >= n {
+			t.Errorf("embed after %v: exit %d, stopped after %d of %d images (want fewer than %d)\n%s", sig, r.Code, done, total, n, tail(r.Stderr))
 		}
 	}
 }
 
 // cliUntil runs pfedmma args in a child process and sends sig as soon as
-// its stderr shows marker; the child must then end within 20 s.
+// its stderr shows marker; the child is killed if it has not ended 120 s
+// later (the caller checks how far it got, which does not depend on the
+// machine's load).
 func cliUntil(t *testing.T, marker string, sig os.Signal, args ...string) cliResult {
 	t.Helper()
 	spec, err := json.Marshal(args)
@@ -424,16 +434,13 @@ func cliUntil(t *testing.T, marker string, sig os.Signal, args ...string) cliRes
 		if signalled.IsZero() && strings.Contains(sc.Text(), marker) {
 			signalled = time.Now()
 			_ = cmd.Process.Signal(sig)
-			time.AfterFunc(20*time.Second, func() { _ = cmd.Process.Kill() })
+			time.AfterFunc(120*time.Second, func() { _ = cmd.Process.Kill() })
 		}
 	}
 	err = cmd.Wait()
 	res := cliResult{Stdout: stdout.String(), Stderr: stderr.String()}
 	if signalled.IsZero() {
 		t.Fatalf("pfedmma %s never printed %q:\n%s", strings.Join(args, " "), marker, tail(res.Stderr))
-	}
-	if d := time.Since(signalled); d > 15*time.Second {
-		t.Errorf("pfedmma %s: ended %v after %v", strings.Join(args, " "), d, sig)
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -513,7 +520,7 @@ func TestResumeKeepsFinishedSeeds(t *testing.T) {
 	if err := os.Remove(filepath.Join(out, "summary.json")); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeRunMarker(out, runMarker{Fingerprint: "stopped"}); err != nil {
+	if err := experiment.WriteRunMarker(out, experiment.RunMarker{Fingerprint: "stopped"}); err != nil {
 		t.Fatal(err)
 	}
 	seed1 := filepath.Join(out, "seed_1")

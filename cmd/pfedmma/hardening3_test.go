@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -489,11 +490,11 @@ func TestDefaultRunFolder(t *testing.T) {
 	if entries, _ := os.ReadDir("runs"); len(entries) != 0 {
 		t.Errorf("failed runs left %d folders in runs/", len(entries))
 	}
-	a, err := newDefaultRunDir("same")
+	a, err := experiment.NewDefaultRunDir("same")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := newDefaultRunDir("same")
+	b, err := experiment.NewDefaultRunDir("same")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/report"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/world"
@@ -163,7 +164,7 @@ func TestRunOutputFolder(t *testing.T) {
 	if err := os.MkdirAll(locked, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	unlock, err := lockRunDir(locked)
+	unlock, err := experiment.LockRunDir(locked)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestRunResumeMissingCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// as a run stopped before it ended (a finished run has nothing to resume)
-	if err := writeRunMarker(out, runMarker{Fingerprint: "stopped"}); err != nil {
+	if err := experiment.WriteRunMarker(out, experiment.RunMarker{Fingerprint: "stopped"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := execute(t, append(tinyRunArgs(model, out, 2), "--resume")...)
@@ -298,7 +299,7 @@ func TestPredictCommand(t *testing.T) {
 	}
 
 	// Damage client 0's adapters: NaN in every saved tensor.
-	file := filepath.Join(out, "adapters", "client_000.safetensors")
+	file := filepath.Join(out, "sites", "pfedmma", "client_000.safetensors")
 	f, err := safetensors.Open(file)
 	if err != nil {
 		t.Fatal(err)

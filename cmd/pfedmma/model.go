@@ -2,12 +2,9 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/internal/inputfile"
-	"github.com/pfedmma/pfedmma/internal/memlimit"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/tokenizer"
 )
 
@@ -26,72 +23,17 @@ func resolveModelPath(path string) (string, error) {
 	return defaultModelDir()
 }
 
-// loadModel loads CLIP weights (any supported scheme) and, when needVocab,
-// the tokenizer: from vocab if set, else the vocabulary shipped with the model.
+// loadModel resolves path (empty: the embedded model) and loads it with
+// experiment.LoadModel, or only its weights (experiment.LoadWeights) when
+// no tokenizer is needed.
 func loadModel(path, vocab string, needVocab bool) (*clip.Model, *tokenizer.Tokenizer, error) {
 	path, err := resolveModelPath(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := inputfile.CheckAny(path); err != nil {
-		return nil, nil, fmt.Errorf("model: %w", err)
-	}
-	w, info, err := checkpoint.Load(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := checkpoint.CheckFinite(w); err != nil {
-		return nil, nil, fmt.Errorf("model %s: %w", path, err)
-	}
-	if info.Activation != "" && info.Activation != "quick_gelu" {
-		return nil, nil, fmt.Errorf("model %s: MLP activation %q is not supported (CLIP uses quick_gelu)", path, info.Activation)
-	}
-	slog.Debug("model loaded", "path", path, "scheme", info.Scheme, "params", info.Params)
-	m := clip.New(w)
 	if !needVocab {
-		return m, nil, nil
+		m, err := experiment.LoadWeights(path)
+		return m, nil, err
 	}
-	if vocab == "" {
-		vocab, err = tokenizer.FindVocab(path)
-		if err != nil {
-			return nil, nil, fmt.Errorf("no --vocab given: %w", err)
-		}
-	}
-	if err := inputfile.Check(vocab); err != nil {
-		return nil, nil, fmt.Errorf("vocabulary: %w", err)
-	}
-	tok, err := tokenizer.Load(vocab)
-	if err != nil {
-		return nil, nil, err
-	}
-	if tok.VocabSize() != w.Config.Text.VocabSize {
-		return nil, nil, fmt.Errorf("vocabulary %s has %d tokens but model %s expects %d", vocab, tok.VocabSize(), path, w.Config.Text.VocabSize)
-	}
-	return m, tok, nil
-}
-
-// tokenizeAll tokenises texts to the model's context length as one flat
-// [len(texts), ctx] slice.
-func tokenizeAll(tok *tokenizer.Tokenizer, texts []string, ctx int) ([]int, error) {
-	out := make([]int, 0, len(texts)*ctx)
-	for _, s := range texts {
-		ids, err := tok.Tokenize(s, ctx, false)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ids...)
-	}
-	return out, nil
-}
-
-// checkImageMemory refuses holding n preprocessed images of side S when
-// the estimate exceeds the memory the machine has available (after the
-// model was loaded), naming what to lower (what: the command).
-func checkImageMemory(what string, n, S int) error {
-	need := memlimit.Mul(int64(n), 3, int64(S), int64(S), 4, 2)
-	if err := memlimit.Check(fmt.Sprintf("%s of %d images of %d×%d pixels", what, n, S, S), need, memlimit.AvailableMiB(),
-		"give fewer --image files per call"); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
+	return experiment.LoadModel(path, vocab)
 }

@@ -40,7 +40,7 @@ func TestRunAndPredictCommands(t *testing.T) {
 			t.Fatalf("run output lacks %q:\n%s", want, buf.String())
 		}
 	}
-	for _, f := range []string{"config.yaml", "fingerprint.txt", "run.json", "summary.json", "report.md", "curves.png", "adapters/client_001.safetensors"} {
+	for _, f := range []string{"config.yaml", "fingerprint.txt", "run.json", "summary.json", "report.md", "curves.png", "sites/pfedmma/client_001.safetensors"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Fatalf("run output %s: %v", f, err)
 		}

@@ -2,19 +2,15 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/experiment"
-	"github.com/pfedmma/pfedmma/federation"
-	"github.com/pfedmma/pfedmma/federation/robust"
-	"github.com/pfedmma/pfedmma/transport"
 )
 
 // experimentFlags are the configuration flags `run`, `serve` and `site`
@@ -31,25 +27,68 @@ func (x *experimentFlags) add(cmd *cobra.Command) {
 	f.StringArrayVar(&x.sets, "set", nil, "override a field, e.g. --set federation.rounds=3 (repeatable)")
 }
 
-func (x *experimentFlags) compose() (*config.Experiment, error) {
+// compose builds the experiment the flags describe (the default preset
+// when neither --config nor --preset is given) with its model resolved
+// (empty: the embedded one).
+func (x *experimentFlags) compose() (*config.Experiment, string, error) {
 	preset := x.preset
 	if x.cfgPath == "" && preset == "" {
 		preset = config.DefaultPreset
 	}
-	return config.Compose(config.Sources{Preset: preset, File: x.cfgPath, Sets: x.sets})
+	e, err := config.Compose(config.Sources{Preset: preset, File: x.cfgPath, Sets: x.sets})
+	if err != nil {
+		return nil, "", err
+	}
+	model, err := resolveModelPath(e.Model)
+	return e, model, err
 }
 
-// fingerprintKey carries the coordinator's configuration fingerprint in
-// every round's settings; a site with another configuration refuses.
-const fingerprintKey = "experiment_fingerprint"
+// robustFlags are serve's robust aggregation and differential privacy
+// flags: shorthands for the configuration's aggregation section.
+type robustFlags struct {
+	aggregate                                string
+	trim, clipNorm, dpNoise, dpClip, dpDelta float64
+}
+
+func (r *robustFlags) add(fl *pflag.FlagSet) {
+	fl.StringVar(&r.aggregate, "aggregate", "mean", "mean (the method's own), median or trimmed-mean of the shared tensors (--set aggregation.rule=…)")
+	fl.Float64Var(&r.trim, "trim", 0, "trimmed-mean: fraction cut at each end (--set aggregation.trim=…)")
+	fl.Float64Var(&r.clipNorm, "clip-norm", 0, "clip each site's update to this L2 norm, 0: off (--set aggregation.clip_norm=…)")
+	fl.Float64Var(&r.dpNoise, "dp-noise-multiplier", 0, "differential privacy: Gaussian noise σ, 0: off (--set aggregation.dp.noise_multiplier=…)")
+	fl.Float64Var(&r.dpClip, "dp-clip", 1, "differential privacy: per-site L2 clip C (--set aggregation.dp.clip=…)")
+	fl.Float64Var(&r.dpDelta, "dp-delta", 1e-5, "differential privacy: δ of the reported ε (--set aggregation.dp.delta=…)")
+}
+
+// sets turns the flags the user gave into the --set overrides of the
+// configuration's aggregation section they are shorthands for; a flag left
+// unset changes nothing (the configuration's value stands). Sites need the
+// same settings: they enter the configuration's fingerprint.
+func (r *robustFlags) sets(fl *pflag.FlagSet) ([]string, error) {
+	var sets []string
+	if fl.Changed("aggregate") {
+		rule := map[string]string{"mean": config.RuleMean, "median": config.RuleMedian,
+			"trimmed-mean": config.RuleTrimmedMean, config.RuleTrimmedMean: config.RuleTrimmedMean}[r.aggregate]
+		if rule == "" {
+			return nil, fmt.Errorf("--aggregate %q: want mean, median or trimmed-mean", r.aggregate)
+		}
+		sets = append(sets, "aggregation.rule="+rule)
+	}
+	for _, f := range []struct {
+		flag, key string
+		v         float64
+	}{{"trim", "trim", r.trim}, {"clip-norm", "clip_norm", r.clipNorm}, {"dp-noise-multiplier", "dp.noise_multiplier", r.dpNoise},
+		{"dp-clip", "dp.clip", r.dpClip}, {"dp-delta", "dp.delta", r.dpDelta}} {
+		if fl.Changed(f.flag) {
+			sets = append(sets, "aggregation."+f.key+"="+strconv.FormatFloat(f.v, 'g', -1, 64))
+		}
+	}
+	return sets, nil
+}
 
 func init() {
 	var x experimentFlags
-	var listen, certsDir, state, out, httpAddr, aggregate string
-	var insecure bool
-	var minFit int
-	var timeout time.Duration
-	var trim, clipNorm, dpNoise, dpClip, dpDelta float64
+	var r robustFlags
+	c := experiment.ServeConfig{}
 	cmd := &cobra.Command{
 		Use:   "serve [--config EXP.yaml] [--preset NAME] [--set k=v]... --listen ADDR --certs D --state DIR [--out DIR] [--http ADDR]",
 		Short: "Coordinate a federation over the network (gRPC, mTLS): the strategy, never data or private tensors",
@@ -58,101 +97,39 @@ method). Sites ('pfedmma site') connect with the certificates made by 'pfedmma c
 the i-th site of --sites there is client i. The coordinator's state (rounds, strategy,
 sampler, received updates) lives in an SQLite database in --state: restarted with the same
 flags after a crash it resumes where it stopped. After the last round it writes the run's
-outputs (summary.json, report.md, figures, metrics, global.safetensors) to --out and exits 0.
+outputs (config.yaml, run.json, summary.json, report.md, figures, metrics,
+global/METHOD.safetensors) to --out and exits 0.
 --http serves the live dashboard, /metrics (Prometheus) and /healthz.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			e, err := x.compose()
+			sets, err := r.sets(cmd.Flags())
 			if err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			xs := x // the flags after the user's --set: they win
+			xs.sets = append(append([]string(nil), x.sets...), sets...)
+			if c.Experiment, c.Model, err = xs.compose(); err != nil {
 				return err
 			}
-			if state == "" || (certsDir == "" && !insecure) || listen == "" {
-				return fmt.Errorf("serve: --listen, --certs and --state are required")
-			}
-			if out == "" {
-				out = filepath.Join(state, "out")
-			}
-			model, err := resolveModelPath(e.Model)
-			if err != nil {
-				return fmt.Errorf("serve: %w", err)
-			}
-			o, err := experiment.FromConfig(e, model, e.Seed, out)
-			if err != nil {
-				return fmt.Errorf("serve: %w", err)
-			}
-			f, err := experiment.PrepareFederated(cmd.Context(), o, -1)
-			if err != nil {
-				return fmt.Errorf("serve: %w", err)
-			}
-			defer f.Close()
-			spec, err := f.Spec()
-			if err != nil {
-				return fmt.Errorf("serve: %w", err)
-			}
-			strat := f.Plan.Strategy
-			opts := robust.Options{Trim: trim, ClipNorm: clipNorm}
-			switch aggregate {
-			case "mean":
-			case "median":
-				opts.Rule = robust.Median
-			case "trimmed-mean":
-				opts.Rule = robust.TrimmedMean
-			default:
-				return fmt.Errorf("serve: --aggregate %q: want mean, median or trimmed-mean", aggregate)
-			}
-			if dpNoise > 0 {
-				opts.DP = &robust.DP{Clip: dpClip, NoiseMultiplier: dpNoise, Delta: dpDelta, Seed: e.Seed}
-			}
-			if opts.Rule != robust.Mean || opts.ClipNorm > 0 || opts.DP != nil {
-				if strat, err = robust.Wrap(strat, opts); err != nil {
-					return fmt.Errorf("serve: %w", err)
-				}
-			}
-			coord := serveCoordinator(o, strat, len(f.Task.Clients), minFit, timeout, e.Fingerprint())
-			if err := os.MkdirAll(state, 0o755); err != nil {
-				return fmt.Errorf("serve: %w", err)
-			}
-			hist, err := transport.RunCoordinator(cmd.Context(), transport.CoordinatorConfig{
-				Addr: listen, HTTPAddr: httpAddr, CertsDir: certsDir, Insecure: insecure,
-				StatePath: filepath.Join(state, "coordinator.db"), Spec: transport.Spec(spec), Logger: slog.Default(),
-			}, coord)
-			if err != nil {
-				return fmt.Errorf("serve: %w", err)
-			}
-			res, err := experiment.WriteFederationReports(o, f, hist)
+			res, err := experiment.Serve(cmd.Context(), c)
 			if err != nil {
 				return fmt.Errorf("serve: %w", err)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), res.Table.Text())
-			fmt.Fprintf(cmd.OutOrStdout(), "results in %s\n", out)
+			fmt.Fprintf(cmd.OutOrStdout(), "results in %s\n", res.OutDir)
 			return nil
 		},
 	}
 	x.add(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&listen, "listen", "", "gRPC address, e.g. :7443")
-	fl.StringVar(&certsDir, "certs", "", "certificates folder (pfedmma certs init)")
-	fl.StringVar(&state, "state", "", "coordinator state folder (SQLite, WAL)")
-	fl.StringVar(&out, "out", "", "output folder (default STATE/out)")
-	fl.StringVar(&httpAddr, "http", "", "dashboard, /metrics and /healthz address, e.g. :7444")
-	fl.BoolVar(&insecure, "insecure-dev", false, "NO TLS: clear-text gRPC and HTTP, for local development only")
-	fl.IntVar(&minFit, "min-fit", 1, "fewest sites that must answer for a round to close")
-	fl.DurationVar(&timeout, "round-timeout", 10*time.Minute, "deadline of each round's training (and of its evaluation)")
-	fl.StringVar(&aggregate, "aggregate", "mean", "mean (the method's own), median or trimmed-mean of the shared tensors")
-	fl.Float64Var(&trim, "trim", 0, "trimmed-mean: fraction cut at each end")
-	fl.Float64Var(&clipNorm, "clip-norm", 0, "clip each site's update to this L2 norm (0: off)")
-	fl.Float64Var(&dpNoise, "dp-noise-multiplier", 0, "differential privacy: Gaussian noise σ (0: off)")
-	fl.Float64Var(&dpClip, "dp-clip", 1, "differential privacy: per-site L2 clip C")
-	fl.Float64Var(&dpDelta, "dp-delta", 1e-5, "differential privacy: δ of the reported ε")
+	fl.StringVar(&c.Listen, "listen", "", "gRPC address, e.g. :7443")
+	fl.StringVar(&c.Certs, "certs", "", "certificates folder (pfedmma certs init)")
+	fl.StringVar(&c.State, "state", "", "coordinator state folder (SQLite, WAL)")
+	fl.StringVar(&c.Out, "out", "", "output folder (default STATE/out)")
+	fl.StringVar(&c.HTTP, "http", "", "dashboard, /metrics and /healthz address, e.g. :7444")
+	fl.BoolVar(&c.Insecure, "insecure-dev", false, "NO TLS: clear-text gRPC and HTTP, for local development only")
+	fl.IntVar(&c.MinFit, "min-fit", 1, "fewest sites that must answer for a round to close")
+	fl.DurationVar(&c.RoundTimeout, "round-timeout", 10*time.Minute, "deadline of each round's training (and of its evaluation)")
+	r.add(fl)
 	rootCmd.AddCommand(cmd)
-}
-
-// serveCoordinator is the coordinator of `serve`: the rounds, sampling and
-// evaluation schedule of `pfedmma run` (o, as experiment.FromConfig
-// resolves them: federation.eval_every 0 evaluates after the last round
-// only), every site asked at once, failures tolerated.
-func serveCoordinator(o experiment.Options, strat federation.Strategy, clients, minFit int, timeout time.Duration, fingerprint string) *federation.Coordinator {
-	return &federation.Coordinator{Strategy: strat, Rounds: o.Rounds, Fraction: o.Fraction,
-		Seed: o.Seed, EvalEvery: o.EvalEvery, Parallel: clients, TolerateFailures: true,
-		MinFit: minFit, RoundTimeout: timeout, FitConfig: func(int) map[string]string { return map[string]string{fingerprintKey: fingerprint} }}
 }

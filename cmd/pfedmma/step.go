@@ -10,6 +10,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -70,13 +71,13 @@ func init() {
 				}
 				var res tensor.Named
 				if kind == "step" {
-					st, ok := meth.(methods.Stepper)
+					st, ok := meth.(fixture.Stepper)
 					if !ok {
 						return fmt.Errorf("step: method %s has no fixture step", method)
 					}
 					res, err = st.Step(cmd.Context(), f)
 				} else {
-					res, err = methods.FixtureRound(cmd.Context(), meth, f)
+					res, err = fixture.RunRound(cmd.Context(), meth, f)
 				}
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", kind, method, err)
@@ -103,8 +104,8 @@ func init() {
 	}
 }
 
-// loadFixture reads the model, then the fixture files (methods.LoadFixture).
-func loadFixture(model, params string, batches, sets []string) (*methods.Fixture, error) {
+// loadFixture reads the model, then the fixture files (fixture.Load).
+func loadFixture(model, params string, batches, sets []string) (*fixture.Fixture, error) {
 	path, err := resolveModelPath(model)
 	if err != nil {
 		return nil, err
@@ -113,7 +114,7 @@ func loadFixture(model, params string, batches, sets []string) (*methods.Fixture
 	if err != nil {
 		return nil, err
 	}
-	return methods.LoadFixture(m, params, batches, sets)
+	return fixture.Load(m, params, batches, sets)
 }
 
 // checkFiniteOutputs refuses a result holding NaN or ±Inf (a diverged step:

@@ -28,6 +28,11 @@
 // per-client tensors (Relay, KNNPool: they implement PerClient) would see
 // one synthetic participant: Wrap refuses them with Median, TrimmedMean or
 // DP; ClipNorm alone composes with them.
+//
+// [FromConfig] builds the wrapper from the configuration's aggregation
+// section (config.Aggregation), for `pfedmma run` and `pfedmma serve`
+// alike; the arithmetic (clipping, the rules, the accountant) is in
+// aggregate.go.
 package robust
 
 import (
@@ -125,7 +130,7 @@ func Wrap(inner federation.Strategy, opts Options) (*Strategy, error) {
 	}
 	if pc, ok := inner.(PerClient); ok && pc.PerClient() && (opts.Rule != Mean || opts.DP != nil) {
 		what := map[Rule]string{Median: "a median", TrimmedMean: "a trimmed mean", Mean: "differential privacy's noisy mean"}[opts.Rule]
-		return nil, fmt.Errorf("robust: strategy %q keeps each client's own tensors (a pool of prompts, relayed tensors) and cannot take %s of the uploads, which would collapse them to one entry; use the method's own aggregation (--aggregate mean), with --clip-norm if wanted", inner.Name(), what)
+		return nil, fmt.Errorf("robust: strategy %q keeps each client's own tensors (a pool of prompts, relayed tensors) and cannot take %s of the uploads, which would collapse them to one entry; use the method's own aggregation (aggregation.rule: mean, serve's --aggregate mean), with aggregation.clip_norm if wanted", inner.Name(), what)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -183,6 +188,19 @@ func (s *Strategy) ConfigureEvaluate(round int, clients []int) (map[int]tensor.N
 // without DP).
 func (s *Strategy) Epsilon() float64 { return s.epsilon }
 
+// EpsilonMetric is the key of the ε spent so far in a round's metrics
+// (metrics.jsonl's mean, summary.json).
+const EpsilonMetric = "dp_epsilon"
+
+// RoundMetrics implements federation.RoundReporter: with DP, the ε spent
+// after the rounds aggregated so far (EpsilonMetric); nil without.
+func (s *Strategy) RoundMetrics() federation.Metrics {
+	if s.opts.DP == nil {
+		return nil
+	}
+	return federation.Metrics{EpsilonMetric: s.epsilon}
+}
+
 // Aggregate implements federation.Strategy (see the package comment).
 func (s *Strategy) Aggregate(round int, results []federation.FitResult, failures []federation.Failure) error {
 	o := s.opts
@@ -204,7 +222,7 @@ func (s *Strategy) Aggregate(round int, results []federation.FitResult, failures
 	}
 	if clip > 0 {
 		for _, d := range deltas {
-			clipNorm(d, clip)
+			ClipUpdate(d, clip)
 		}
 	}
 	if o.Rule == Mean && o.DP == nil {
@@ -244,9 +262,9 @@ func (s *Strategy) Aggregate(round int, results []federation.FitResult, failures
 			var v float64
 			switch o.Rule {
 			case Median:
-				v = median(col)
+				v = MedianOf(col)
 			case TrimmedMean:
-				v = trimmedMean(col, o.Trim)
+				v = TrimmedMeanOf(col, o.Trim)
 			default:
 				for _, x := range col {
 					v += x
@@ -313,71 +331,6 @@ func (s *Strategy) delta(r federation.FitResult, names []string) (tensor.Named, 
 		d[name] = out
 	}
 	return d, nil
-}
-
-// clipNorm scales every tensor of d so that their joint L2 norm is at most c.
-func clipNorm(d tensor.Named, c float64) {
-	var ss float64
-	for _, t := range d {
-		for _, v := range t.Data {
-			ss += float64(v) * float64(v)
-		}
-	}
-	norm := math.Sqrt(ss)
-	if norm <= c {
-		return
-	}
-	f := c / norm
-	for _, t := range d {
-		for j, v := range t.Data {
-			t.Data[j] = float32(float64(v) * f)
-		}
-	}
-}
-
-func add(a, b *tensor.Tensor) *tensor.Tensor {
-	out := tensor.New(a.Shape...)
-	for j := range out.Data {
-		out.Data[j] = a.Data[j] + b.Data[j]
-	}
-	return out
-}
-
-func median(x []float64) float64 {
-	s := slices.Clone(x)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
-func trimmedMean(x []float64, trim float64) float64 {
-	s := slices.Clone(x)
-	slices.Sort(s)
-	k := int(math.Floor(trim * float64(len(s))))
-	s = s[k : len(s)-k]
-	var v float64
-	for _, e := range s {
-		v += e
-	}
-	return v / float64(len(s))
-}
-
-// Epsilon is the ε of `rounds` compositions of the Gaussian mechanism with
-// noise multiplier sigma at δ, by Rényi DP: each round costs α/(2σ²) at
-// order α, and ε = min over α of rounds·α/(2σ²) + log(1/δ)/(α−1).
-func Epsilon(rounds int, sigma, delta float64) float64 {
-	if rounds <= 0 {
-		return 0
-	}
-	best := math.Inf(1)
-	for a := 1.01; a <= 1e4; a *= 1.01 {
-		e := float64(rounds)*a/(2*sigma*sigma) + math.Log(1/delta)/(a-1)
-		best = min(best, e)
-	}
-	return best
 }
 
 // State implements federation.Strategy: the inner state plus

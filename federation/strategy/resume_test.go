@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -12,7 +11,7 @@ import (
 
 	. "github.com/pfedmma/pfedmma/federation"
 
-	"github.com/pfedmma/pfedmma/tensor"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 )
 
 // strategies used by the resume tests, each with the toy client's names.
@@ -53,26 +52,6 @@ func newResumeSim(strategy Strategy, clients []Client, dir string) *Coordinator 
 	return &Coordinator{Strategy: strategy, Proxies: sites(clients, dir), Rounds: 6, Fraction: 0.5, Seed: 11,
 		EvalEvery: 2, Store: FileStore{Path: filepath.Join(dir, CheckpointFile)}, Logger: quiet}
 }
-
-// bitsEqual compares two tensor sets bit for bit.
-func bitsEqual(a, b tensor.Named) string {
-	if len(a) != len(b) {
-		return "different names"
-	}
-	for k, x := range a {
-		y, ok := b[k]
-		if !ok || !reflect.DeepEqual(x.Shape, y.Shape) {
-			return k + ": missing or shape"
-		}
-		for i := range x.Data {
-			if math.Float32bits(x.Data[i]) != math.Float32bits(y.Data[i]) {
-				return k
-			}
-		}
-	}
-	return ""
-}
-
 func stripTimes(h *History) []RoundReport {
 	out := append([]RoundReport(nil), h.Rounds...)
 	for i := range out {
@@ -159,11 +138,11 @@ func TestResumeBitIdentical(t *testing.T) {
 				for i := range clients {
 					a, _ := clients[i].State()
 					b, _ := ref[i].State()
-					if d := bitsEqual(a, b); d != "" {
+					if d := tensortest.BitsDiff(a, b); d != "" {
 						t.Errorf("client %d state differs at %s", i, d)
 					}
 				}
-				if d := bitsEqual(strategy.State(), refSim.Strategy.State()); d != "" {
+				if d := tensortest.BitsDiff(strategy.State(), refSim.Strategy.State()); d != "" {
 					t.Errorf("strategy state differs at %s", d)
 				}
 				ck, err := ReadCheckpoint(filepath.Join(dir, CheckpointFile))

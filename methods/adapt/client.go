@@ -9,10 +9,9 @@ import (
 
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
-	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/clientbase"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
-	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -21,25 +20,16 @@ import (
 // the latest received copies the EMA moves toward, its optimizer and random
 // state.
 type Client struct {
-	env  *methods.Env
-	task *protocol.ClientTask
-	sh   *shared
+	clientbase.Base
+	sh *shared
 	// Domain is the client's ADAPT domain index (into Domains(task)).
 	Domain int
 	// P are the parameters, G their gradients (reference names).
 	P, G tensor.Named
 	// Recv holds the latest received text prompt of every other domain
 	// that has been relayed (the EMA targets).
-	Recv   tensor.Named
-	loop   *train.Loop
-	labels []int
+	Recv tensor.Named
 }
-
-// ID implements federation.Client.
-func (c *Client) ID() int { return c.task.ID }
-
-// NumExamples implements federation.Client.
-func (c *Client) NumExamples() int { return len(c.task.Train) }
 
 // trained reports whether the client's optimizer updates a parameter.
 func (c *Client) trained(name string) bool {
@@ -48,15 +38,7 @@ func (c *Client) trained(name string) bool {
 
 // Params implements train.Learner: the own text prompt, the visual prompts
 // and AdaLN.
-func (c *Client) Params() []optim.Param {
-	var ps []optim.Param
-	for _, name := range slices.Sorted(maps.Keys(c.P)) {
-		if c.trained(name) {
-			ps = append(ps, optim.Param{Name: name, Value: c.P[name].Data, Grad: c.G[name].Data})
-		}
-	}
-	return ps
-}
+func (c *Client) Params() []optim.Param { return clientbase.Params(c.P, c.G, c.trained) }
 
 // emaStep moves every external prompt toward its received copy:
 // t ← α·t + (1−α)·t_received.
@@ -73,21 +55,18 @@ func (c *Client) emaStep() {
 // Step implements train.Learner: one EMA update of the external prompts,
 // then the loss and gradients of a batch of cached prefixes.
 func (c *Client) Step(ctx context.Context, b train.Batch) (float64, int, error) {
-	if err := c.env.TrainBatch(c.task, b.Items, b.RNG, b.Round, b.Epoch); err != nil {
+	labels, err := c.Batch(b)
+	if err != nil {
 		return 0, 0, err
 	}
-	c.labels = c.labels[:0]
-	for _, k := range b.Items {
-		c.labels = append(c.labels, c.task.Labels[k])
-	}
-	l, err := c.sh.learner(c.task.TrainSpace)
+	l, err := c.sh.learner(c.Task.TrainSpace)
 	if err != nil {
 		return 0, 0, err
 	}
 	c.emaStep()
-	loss, _, correct, err := l.Step(c.P, c.G, c.env.TrainBuf, c.labels, c.Domain)
+	loss, _, correct, err := l.Step(c.P, c.G, c.Env.TrainBuf, labels, c.Domain)
 	if err != nil {
-		return 0, 0, fmt.Errorf("adapt client %d: %w", c.task.ID, err)
+		return 0, 0, fmt.Errorf("adapt client %d: %w", c.Task.ID, err)
 	}
 	return loss, correct, nil
 }
@@ -99,24 +78,17 @@ func (c *Client) Step(ctx context.Context, b train.Batch) (float64, int, error) 
 func (c *Client) Receive(in tensor.Named) error {
 	global, relayed, err := strategy.SplitRelayed(in)
 	if err != nil {
-		return fmt.Errorf("adapt client %d: %w", c.task.ID, err)
+		return fmt.Errorf("adapt client %d: %w", c.Task.ID, err)
 	}
-	for name, t := range global {
-		p, ok := c.P[name]
-		if !ok || !Averaged(name) {
-			return fmt.Errorf("adapt client %d: received unexpected tensor %q", c.task.ID, name)
-		}
-		if !tensor.SameShape(p.Shape, t.Shape) {
-			return fmt.Errorf("adapt client %d: received %q with shape %v, want %v", c.task.ID, name, t.Shape, p.Shape)
-		}
-		copy(p.Data, t.Data)
+	if err := c.Install(c.P, global, Averaged); err != nil {
+		return err
 	}
 	by := map[string][]*tensor.Tensor{}
 	for _, id := range slices.Sorted(maps.Keys(relayed)) {
 		for name, t := range relayed[id] {
 			p, ok := c.P[name]
 			if !ok || !Relayed(name) || !tensor.SameShape(p.Shape, t.Shape) {
-				return fmt.Errorf("adapt client %d: relayed tensor %q from client %d does not fit", c.task.ID, name, id)
+				return fmt.Errorf("adapt client %d: relayed tensor %q from client %d does not fit", c.Task.ID, name, id)
 			}
 			by[name] = append(by[name], t)
 		}
@@ -141,26 +113,16 @@ func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 	if err := c.Receive(ins.Params); err != nil {
 		return federation.FitRes{}, err
 	}
-	bar := c.env.StepBar(c.loop.Batches(), fmt.Sprintf("client %d batch", c.task.ID))
-	defer bar.Finish()
-	c.loop.Progress = func(n int) { bar.AddItems(1, n) }
-	m, err := c.loop.Run(ctx, ins.Round, c)
+	m, err := c.Train(ctx, ins.Round, c)
 	if err != nil {
 		return federation.FitRes{}, err
 	}
-	up := tensor.Named{}
-	for name, t := range c.P {
-		if c.trained(name) {
-			up[name] = t.Clone()
-		}
-	}
-	return federation.FitRes{Params: up, NumExamples: len(c.task.Train), Metrics: m}, nil
+	return c.Fitted(clientbase.Shared(c.P, c.trained), m), nil
 }
 
 // Evaluate scores the client's parameters on its evaluation sets.
 func (c *Client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
-	m, err := c.env.Evaluate(ctx, &Scorer{Learner: c.sh.learner, P: c.P}, c.task)
-	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.task.Train)}, err
+	return c.Base.Evaluate(ctx, &Scorer{Learner: c.sh.learner, P: c.P})
 }
 
 // Scorer scores cached prefixes with parameters P (eval.Scorer); the text
@@ -195,27 +157,13 @@ func (s *Scorer) Logits(space int, prefix []float32, B int) ([]float32, error) {
 // included), the received copies, the optimizer state and the random
 // generator.
 func (c *Client) State() (tensor.Named, error) {
-	st, err := c.loop.State()
-	if err != nil {
-		return nil, err
-	}
-	for name, t := range c.P {
-		st["param/"+name] = t.Clone()
-	}
-	for name, t := range c.Recv {
-		st["recv/"+name] = t.Clone()
-	}
-	return st, nil
+	return c.SaveState(clientbase.Saved{Prefix: "param/", Tensors: c.P}, clientbase.Saved{Prefix: "recv/", Tensors: c.Recv})
 }
 
 // LoadState restores a State.
 func (c *Client) LoadState(st tensor.Named) error {
-	for name, p := range c.P {
-		t, ok := st["param/"+name]
-		if !ok || !tensor.SameShape(t.Shape, p.Shape) {
-			return fmt.Errorf("adapt client %d state: no %s of shape %v", c.task.ID, name, p.Shape)
-		}
-		copy(p.Data, t.Data)
+	if err := c.LoadTensors(st, clientbase.Saved{Prefix: "param/", Tensors: c.P}); err != nil {
+		return err
 	}
 	recv := tensor.Named{}
 	for k, t := range st {
@@ -225,10 +173,10 @@ func (c *Client) LoadState(st tensor.Named) error {
 		}
 		p, ok := c.P[name]
 		if !ok || !Relayed(name) || !tensor.SameShape(t.Shape, p.Shape) {
-			return fmt.Errorf("adapt client %d state: %s does not fit", c.task.ID, k)
+			return fmt.Errorf("adapt client %d state: %s does not fit", c.Task.ID, k)
 		}
 		recv[name] = t.Clone()
 	}
 	c.Recv = recv
-	return c.loop.LoadState(st)
+	return c.Loop.LoadState(st)
 }

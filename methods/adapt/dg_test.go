@@ -10,7 +10,7 @@ import (
 	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
-	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/preprocess"
@@ -73,17 +73,17 @@ func TestUnseenStyleAtLeastZeroShot(t *testing.T) {
 		zsTokens = append(zsTokens, ids...)
 	}
 
-	var clients []methods.TensorClient
+	var clients []fixture.TensorClient
 	var doms []int
 	for d := range styles {
 		if d == heldOut {
 			continue
 		}
 		px, labels := pixels(ds.Train, d)
-		clients = append(clients, methods.TensorClient{Pixels: px, Labels: labels})
+		clients = append(clients, fixture.TensorClient{Pixels: px, Labels: labels})
 		doms = append(doms, d)
 	}
-	env, err := methods.TensorEnv(m, 1, adaptTokens, C, clients, train.Options{Epochs: 2, Batch: 32}, 1)
+	env, err := fixture.TensorEnv(m, 1, adaptTokens, C, clients, train.Options{Epochs: 2, Batch: 32}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

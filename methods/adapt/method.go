@@ -87,6 +87,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/clientbase"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -282,15 +283,13 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			plan.Uploads[name] = slices.Clone(t.Shape)
 		}
 	}
+	bases, err := clientbase.Bases("adapt", env, opts)
+	if err != nil {
+		return nil, err
+	}
 	var clients []*Client
-	for i := range env.Task.Clients {
-		t := &env.Task.Clients[i]
-		loop, err := train.NewLoop(opts, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("adapt client %d", t.ID))
-		if err != nil {
-			return nil, err
-		}
-		c := &Client{env: env, task: t, sh: sh, Domain: slices.Index(doms, t.Domain), P: init.Clone(),
-			G: zerosLike(init), loop: loop}
+	for _, b := range bases {
+		c := &Client{Base: b, sh: sh, Domain: slices.Index(doms, b.Task.Domain), P: init.Clone(), G: zerosLike(init)}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -33,16 +34,16 @@ func tensorPlan(t *testing.T, doms []int, s *Settings) (*methods.Env, *methods.P
 		tokens = append(tokens, row...)
 	}
 	rng := rand.New(rand.NewPCG(8, 1))
-	var clients []methods.TensorClient
+	var clients []fixture.TensorClient
 	for range doms {
 		const N = 10
-		tc := methods.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
+		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
 		for k := 0; k < N; k++ {
 			tc.Labels = append(tc.Labels, rng.IntN(C))
 		}
 		clients = append(clients, tc)
 	}
-	env, err := methods.TensorEnv(m, 1, tokens, C, clients, train.Options{Epochs: 1, Batch: 4}, 5)
+	env, err := fixture.TensorEnv(m, 1, tokens, C, clients, train.Options{Epochs: 1, Batch: 4}, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

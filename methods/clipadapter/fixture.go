@@ -5,7 +5,7 @@ package clipadapter
 // reference fixtures of federated CLIP-Adapter in testdata/: the tests
 // build fixtures from a tiny random CLIP and check the step against finite
 // differences and optim.SGD, and the round against the production Plan run
-// by methods.Round.
+// by fixture.Round.
 
 import (
 	"context"
@@ -16,16 +16,18 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// SettingsFrom implements methods.FixtureSettings: the reduction from the
+// SettingsFrom implements fixture.Settings: the reduction from the
 // shape of adapter.fc.0.weight [d/reduction, d] (a metadata reduction must
 // agree), the residual ratio α from ratio (default 0.2, CLIP-Adapter's).
 // The logits use the model's logit_scale; a metadata logit_scale that
 // differs from it is an error (the method has no setting for it).
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	s := Method{}.DefaultConfig().(*Settings)
 	d := f.Model.W.Config.EmbedDim
 	w1, ok := f.Params[ParamW1]
@@ -61,7 +63,7 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	return s, nil
 }
 
-// Step implements methods.Stepper: one CLIP-Adapter step on the fixture's
+// Step implements fixture.Stepper: one CLIP-Adapter step on the fixture's
 // images. params holds adapter.fc.0.weight [k, d] and adapter.fc.2.weight
 // [d, k]; the batch images [B, 3, S, S] (or image_features [B, d]),
 // labels [B] and tokens [C, ctx] (the class prompts, encoded by the frozen
@@ -69,13 +71,13 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 // [B, d]), text_features [C, d], logits [B, C], loss, grad.<p> and
 // step1.<p> after one SGD step (lr, momentum, weight_decay of the
 // metadata) from a fresh optimizer.
-func (Method) Step(_ context.Context, f *methods.Fixture) (tensor.Named, error) {
+func (Method) Step(_ context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	out, _, err := step(f)
 	return out, err
 }
 
 // step is Step, also returning the loss in float64.
-func step(f *methods.Fixture) (tensor.Named, float64, error) {
+func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 	sec, err := Method{}.SettingsFrom(f)
 	if err != nil {
 		return nil, 0, err
@@ -126,7 +128,7 @@ func step(f *methods.Fixture) (tensor.Named, float64, error) {
 		if B == 0 || len(images.Data) != B*3*S*S {
 			return nil, 0, fmt.Errorf("clip_adapter: tensor \"images\": shape %v for %d labels, want [%d, 3, %d, %d]", images.Shape, B, B, S, S)
 		}
-		img = methods.ImageRecords(model, methods.Features, images.Data, B, nil)
+		img = prefixcache.ImageRecords(model, methods.Features, images.Data, B, nil)
 	}
 	txt, err := model.EncodeText(tokens, C)
 	if err != nil {
@@ -168,38 +170,14 @@ func step(f *methods.Fixture) (tensor.Named, float64, error) {
 	return out, loss, nil
 }
 
-// FixtureRound implements methods.Rounder: the plain round of
-// methods.FixtureRound (the production Plan in federation Sites, FedAvg,
+// FixtureRound implements fixture.Rounder: the plain round of
+// fixture.RunRound (the production Plan in federation Sites, FedAvg,
 // the Coordinator), reporting as client<i>.trained.<p> the adapter each
 // client holds after its local training — the production Plan.Site gives
 // what the site keeps, which after the round's evaluation is the server's
 // average it is scored with.
-func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return methods.FixtureRound(ctx, trainedSites{Method{}}, f)
-}
-
-// trainedSites is the method with Plan.Site giving each client's own
-// adapter; it is no Rounder, so methods.FixtureRound runs the plain round
-// on it.
-type trainedSites struct{ methods.Method }
-
-func (trainedSites) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	return Method{}.SettingsFrom(f)
-}
-
-func (w trainedSites) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
-	plan, err := w.Method.Build(env, sec)
-	if err != nil {
-		return nil, err
-	}
-	plan.Site = func(i int) (tensor.Named, error) {
-		c, ok := plan.Clients[i].(*Client)
-		if !ok {
-			return nil, fmt.Errorf("clip_adapter: client %d is a %T", i, plan.Clients[i])
-		}
-		return c.P.Clone(), nil
-	}
-	return plan, nil
+func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+	return fixture.PlainRound(ctx, f, Method{}, fixture.OwnSites(Method{}, func(c *Client) tensor.Named { return c.P }))
 }
 
 // Scorer implements methods.BatchScorer: the client's own adapter.

@@ -11,7 +11,8 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
-	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -20,7 +21,7 @@ import (
 // There are no reference fixtures of federated CLIP-Adapter: these tests
 // write fixtures in the reference layout from a tiny random CLIP (8-d
 // features, 8 px images) and check `step` against finite differences and
-// optim.SGD, and `round` against the production Plan run by methods.Round.
+// optim.SGD, and `round` against the production Plan run by fixture.Round.
 
 const tinyCtx = 12
 
@@ -63,7 +64,7 @@ func labelsOf(rng *rand.Rand, n, K int) safetensors.Int64Tensor {
 // writeFixture writes params and batch (integer tensors in ints) with meta
 // on the batch file under t.TempDir() and loads them as `pfedmma step`
 // does.
-func writeFixture(t *testing.T, m *clip.Model, params, batch tensor.Named, ints map[string]safetensors.Int64Tensor, meta map[string]string, sets ...string) *methods.Fixture {
+func writeFixture(t *testing.T, m *clip.Model, params, batch tensor.Named, ints map[string]safetensors.Int64Tensor, meta map[string]string, sets ...string) *fixture.Fixture {
 	t.Helper()
 	dir := t.TempDir()
 	pp, bp := filepath.Join(dir, "init.safetensors"), filepath.Join(dir, "batch.safetensors")
@@ -73,7 +74,7 @@ func writeFixture(t *testing.T, m *clip.Model, params, batch tensor.Named, ints 
 	if err := safetensors.Write(bp, batch, ints, meta); err != nil {
 		t.Fatal(err)
 	}
-	f, err := methods.LoadFixture(m, pp, []string{bp}, sets)
+	f, err := fixture.Load(m, pp, []string{bp}, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func initParams(rng *rand.Rand, d, r int) tensor.Named {
 }
 
 // stepFixture is a step fixture of B images and C classes, reduction r.
-func stepFixture(t *testing.T, m *clip.Model, B, C, r int, meta map[string]string, sets ...string) *methods.Fixture {
+func stepFixture(t *testing.T, m *clip.Model, B, C, r int, meta map[string]string, sets ...string) *fixture.Fixture {
 	rng := rand.New(rand.NewPCG(3, uint64(B*C+r)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
 	batch := tensor.Named{"images": randTensor(rng, 1, B, 3, S, S)}
@@ -103,7 +104,7 @@ func stepFixture(t *testing.T, m *clip.Model, B, C, r int, meta map[string]strin
 // entries on the live units are at least 0.3 in magnitude, of either sign
 // (each output on or off). It fails the test when the features share no
 // direction to build this on.
-func awayFromKinks(t *testing.T, m *clip.Model, f *methods.Fixture) {
+func awayFromKinks(t *testing.T, m *clip.Model, f *fixture.Fixture) {
 	liveUnits(t, m, f.Params, f.Batch["images"].Data, len(f.Ints["labels"]))
 }
 
@@ -117,7 +118,7 @@ func liveUnits(t *testing.T, m *clip.Model, p tensor.Named, images []float32, B 
 			u[k] += img[b*d+k]
 		}
 	}
-	normalize(u, 1, d)
+	clip.NormalizeRows(nil, u, 1, d)
 	margin, maxAbs := math.Inf(1), 0.0
 	for b := 0; b < B; b++ {
 		var dot float64
@@ -231,7 +232,7 @@ func TestStepSGD(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, w := range want {
-		if bitsEqual(tensor.Named{name: w}, tensor.Named{name: out["step1."+name]}) != "" {
+		if tensortest.BitsDiff(tensor.Named{name: w}, tensor.Named{name: out["step1."+name]}) != "" {
 			t.Errorf("step1.%s differs from optim.SGD (momentum 0.9, wd 0.01, lr 0.2)", name)
 		}
 	}
@@ -253,7 +254,7 @@ func TestStepOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bitsEqual(tensor.Named{"f": out["image_features"], "t": out["text_features"]},
+	if tensortest.BitsDiff(tensor.Named{"f": out["image_features"], "t": out["text_features"]},
 		tensor.Named{"f": {Shape: []int{B, d}, Data: img}, "t": {Shape: []int{C, d}, Data: txt}}) != "" {
 		t.Error("image or text features differ from the frozen encoders'")
 	}
@@ -280,7 +281,7 @@ func TestStepOutputs(t *testing.T) {
 		}
 	}
 	want := clip.Logits(fp, txt, B, C, d, m.W.LogitScale)
-	if bitsEqual(tensor.Named{"l": out["logits"]}, tensor.Named{"l": {Shape: []int{B, C}, Data: want}}) != "" {
+	if tensortest.BitsDiff(tensor.Named{"l": out["logits"]}, tensor.Named{"l": {Shape: []int{B, C}, Data: want}}) != "" {
 		t.Error("logits differ from exp(logit_scale)·cos(f', text features)")
 	}
 	var ce float64
@@ -316,19 +317,19 @@ func TestSettingsFromFixture(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		sets []string
-		mod  func(*methods.Fixture)
+		mod  func(*fixture.Fixture)
 		want string
 	}{
 		{[]string{"reduction=2"}, nil, "reduction"},
 		{[]string{"ratio=1.5"}, nil, "ratio"},
 		{[]string{"logit_scale=1"}, nil, "logit_scale"},
-		{nil, func(f *methods.Fixture) { delete(f.Params, ParamW1) }, ParamW1},
-		{nil, func(f *methods.Fixture) { f.Params[ParamW2] = tensor.New(3, 3) }, ParamW2},
-		{nil, func(f *methods.Fixture) { f.Ints["labels"][1] = 3 }, "label 3"},
-		{nil, func(f *methods.Fixture) { delete(f.Ints, "tokens") }, "tokens"},
-		{nil, func(f *methods.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:5] }, "tokens"},
-		{nil, func(f *methods.Fixture) { delete(f.Batch, "images") }, "images"},
-		{nil, func(f *methods.Fixture) { delete(f.Meta, "lr") }, "lr"},
+		{nil, func(f *fixture.Fixture) { delete(f.Params, ParamW1) }, ParamW1},
+		{nil, func(f *fixture.Fixture) { f.Params[ParamW2] = tensor.New(3, 3) }, ParamW2},
+		{nil, func(f *fixture.Fixture) { f.Ints["labels"][1] = 3 }, "label 3"},
+		{nil, func(f *fixture.Fixture) { delete(f.Ints, "tokens") }, "tokens"},
+		{nil, func(f *fixture.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:5] }, "tokens"},
+		{nil, func(f *fixture.Fixture) { delete(f.Batch, "images") }, "images"},
+		{nil, func(f *fixture.Fixture) { delete(f.Meta, "lr") }, "lr"},
 	} {
 		f := stepFixture(t, m, 2, 3, 4, map[string]string{"lr": "0.1"}, tc.sets...)
 		if tc.mod != nil {
@@ -340,7 +341,7 @@ func TestSettingsFromFixture(t *testing.T) {
 	}
 }
 
-// TestFixtureRound: `round` is the production Plan's round (methods.Round
+// TestFixtureRound: `round` is the production Plan's round (fixture.Round
 // on the same inputs): the server's adapter bit for bit, and it is the
 // FedAvg (weights n_i) of the clients' trained adapters the round reports.
 func TestFixtureRound(t *testing.T) {
@@ -364,7 +365,7 @@ func TestFixtureRound(t *testing.T) {
 	}
 	liveUnits(t, m, init, all, 16) // gradients flow (not weight decay alone)
 	f := writeFixture(t, m, init, batch, ints, meta)
-	out, err := methods.FixtureRound(ctx, Method{}, f)
+	out, err := fixture.RunRound(ctx, Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,19 +383,19 @@ func TestFixtureRound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := methods.RoundInputs{Model: m, Init: f.Params, Tokens: f.Ints["tokens"], Classes: C, Train: opts}
+	in := fixture.RoundInputs{Model: m, Init: f.Params, Tokens: f.Ints["tokens"], Classes: C, Train: opts}
 	for i := range sizes {
-		in.Clients = append(in.Clients, methods.TensorClient{Pixels: batch[fmt.Sprintf("client%d.images", i)].Data,
+		in.Clients = append(in.Clients, fixture.TensorClient{Pixels: batch[fmt.Sprintf("client%d.images", i)].Data,
 			Labels: f.Ints[fmt.Sprintf("client%d.labels", i)]})
 	}
-	ref, err := methods.Round(ctx, Method{}, sec, in)
+	ref, err := fixture.Round(ctx, Method{}, sec, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{ParamW1, ParamW2} {
 		g := out["global."+name]
-		if g == nil || bitsEqual(tensor.Named{name: g}, tensor.Named{name: ref["global."+name]}) != "" {
-			t.Fatalf("global.%s missing or different from methods.Round's", name)
+		if g == nil || tensortest.BitsDiff(tensor.Named{name: g}, tensor.Named{name: ref["global."+name]}) != "" {
+			t.Fatalf("global.%s missing or different from fixture.Round's", name)
 		}
 		// FedAvg: Σ_i n_i/N · trained_i, accumulated in float64
 		for j := range g.Data {
@@ -408,21 +409,21 @@ func TestFixtureRound(t *testing.T) {
 		}
 		for i := range sizes {
 			tr := out[fmt.Sprintf("client%d.trained.%s", i, name)]
-			if tr == nil || bitsEqual(tensor.Named{name: tr}, tensor.Named{name: f.Params[name]}) == "" ||
-				bitsEqual(tensor.Named{name: tr}, tensor.Named{name: g}) == "" {
+			if tr == nil || tensortest.BitsDiff(tensor.Named{name: tr}, tensor.Named{name: f.Params[name]}) == "" ||
+				tensortest.BitsDiff(tensor.Named{name: tr}, tensor.Named{name: g}) == "" {
 				t.Errorf("client %d's %s missing, untrained or the server's", i, name)
 			}
 			// clients 0 and 2 take as many steps: weight decay alone would
 			// leave them equal
-			if i == 2 && bitsEqual(tensor.Named{name: tr}, tensor.Named{name: out["client0.trained."+name]}) == "" {
+			if i == 2 && tensortest.BitsDiff(tensor.Named{name: tr}, tensor.Named{name: out["client0.trained."+name]}) == "" {
 				t.Errorf("clients 0 and 2 trained the same %s", name)
 			}
-			// methods.Round fits and aggregates only: before the round's
+			// fixture.Round fits and aggregates only: before the round's
 			// evaluation instruction brings the server's adapter
 			// (TestEvaluateReceivesGlobal) the production Site holds the
 			// adapter it trained
-			if bitsEqual(tensor.Named{name: ref[fmt.Sprintf("client%d.trained.%s", i, name)]}, tensor.Named{name: tr}) != "" {
-				t.Errorf("methods.Round: client %d's site holds another %s than the one it trained", i, name)
+			if tensortest.BitsDiff(tensor.Named{name: ref[fmt.Sprintf("client%d.trained.%s", i, name)]}, tensor.Named{name: tr}) != "" {
+				t.Errorf("fixture.Round: client %d's site holds another %s than the one it trained", i, name)
 			}
 		}
 	}

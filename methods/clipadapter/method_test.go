@@ -2,133 +2,25 @@ package clipadapter
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/actcache"
-	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/dataset"
-	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-func normalize(x []float32, n, d int) {
-	for i := 0; i < n; i++ {
-		var s float64
-		for _, v := range x[i*d : (i+1)*d] {
-			s += float64(v) * float64(v)
-		}
-		for k := i * d; k < (i+1)*d; k++ {
-			x[k] /= float32(math.Sqrt(s))
-		}
-	}
-}
-
-// featureEnv is an Env over synthetic cached image features [d]: K classes
-// (unit class means plus noise), clients with n training and n test images
-// each, labelled over one space of all classes; w_g starts from the class
-// means perturbed, returned as the text features to install.
+// featureEnv is methodtest's feature Env (with domain shifts) and the
+// frozen "text features": perturbed class means.
 func featureEnv(t testing.TB, d, K, clients, n int, opts train.Options) (*methods.Env, []float32) {
-	rng := rand.New(rand.NewPCG(42, uint64(d)))
-	w := &clip.Weights{Config: clip.Config{EmbedDim: d}, LogitScale: float32(math.Log(100))}
-	model := &clip.Model{W: w}
-	names := make([]string, K)
-	all := make([]int, K)
-	for c := range names {
-		names[c], all[c] = fmt.Sprintf("class%d", c), c
-	}
-	means := make([]float32, K*d)
-	for i := range means {
-		means[i] = float32(rng.NormFloat64())
-	}
-	normalize(means, K, d)
-	task := &protocol.Task{Protocol: protocol.Dirichlet, Dataset: &dataset.Dataset{Name: "features", Classes: names},
-		Spaces: []protocol.Space{{Name: "all", Classes: all}}, Metrics: []string{"acc"}}
-	store, err := actcache.New(actcache.Options{RecordLen: d, MemoryBudget: 1 << 40})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	env := &methods.Env{Model: model, Task: task, Start: methods.Features, Seed: 7, Train: opts,
-		Prefixer: &methods.Prefixer{Model: model, Start: methods.Features}, TrainStore: store, TestStore: store,
-		TrainRecs: map[int][]int{}, TestRecs: map[int]int{},
-		Evaluator: &eval.Evaluator{Source: store, RecordLen: d, Batch: 100}}
-	rec := make([]float32, d)
-	feature := func(key string, c int, shift []float32) int {
-		for k := range rec {
-			rec[k] = means[c*d+k] + shift[k] + float32(rng.NormFloat64()*1.5/math.Sqrt(float64(d)))
-		}
-		r, err := store.Put(key, rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	for id := 0; id < clients; id++ {
-		shift := make([]float32, d) // the client's domain shift
-		for k := range shift {
-			shift[k] = float32(rng.NormFloat64() * 0.5 / math.Sqrt(float64(d)))
-		}
-		ct := protocol.ClientTask{ID: id}
-		ev := &protocol.EvalSet{Name: "acc"}
-		for k := 0; k < n; k++ {
-			c := rng.IntN(K)
-			item := len(task.Train)
-			task.Train = append(task.Train, dataset.Item{Key: fmt.Sprintf("train/%d/%d", id, k), Label: c})
-			env.TrainRecs[item] = []int{feature(task.Train[item].Key, c, shift)}
-			ct.Train, ct.Labels = append(ct.Train, item), append(ct.Labels, c)
-			c = rng.IntN(K)
-			item = len(task.Test)
-			task.Test = append(task.Test, dataset.Item{Key: fmt.Sprintf("test/%d/%d", id, k), Label: c})
-			env.TestRecs[item] = feature(task.Test[item].Key, c, shift)
-			ev.Images, ev.Labels = append(ev.Images, item), append(ev.Labels, c)
-		}
-		ct.Evals = []*protocol.EvalSet{ev}
-		task.Clients = append(task.Clients, ct)
-	}
-	txt := make([]float32, K*d) // the frozen "text features": perturbed class means
-	for i := range txt {
-		txt[i] = means[i] + float32(rng.NormFloat64()*0.5/math.Sqrt(float64(d)))
-	}
-	return env, txt
-}
-
-// coordinator runs plan's clients in Sites whose state lives under dir.
-func coordinator(plan *methods.Plan, dir string, rounds int) *federation.Coordinator {
-	proxies := make([]federation.ClientProxy, len(plan.Clients))
-	for i, c := range plan.Clients {
-		proxies[i] = federation.NewSite(c, filepath.Join(dir, fmt.Sprintf("site-%d", c.ID())))
-	}
-	return &federation.Coordinator{Strategy: plan.Strategy, Proxies: proxies, Rounds: rounds, Fraction: 0.6, Seed: 3,
-		EvalEvery: 1, Store: federation.FileStore{Path: filepath.Join(dir, federation.CheckpointFile)},
-		Logger: slog.New(slog.DiscardHandler)}
-}
-
-func bitsEqual(a, b tensor.Named) string {
-	if len(a) != len(b) {
-		return fmt.Sprintf("%d names vs %d", len(a), len(b))
-	}
-	for k, x := range a {
-		y, ok := b[k]
-		if !ok || !tensor.SameShape(x.Shape, y.Shape) {
-			return k + ": missing or shape"
-		}
-		for i := range x.Data {
-			if math.Float32bits(x.Data[i]) != math.Float32bits(y.Data[i]) {
-				return k
-			}
-		}
-	}
-	return ""
+	return methodtest.FeatureEnv(t, d, K, clients, n, opts, true)
 }
 
 func testOpts() train.Options {
@@ -206,35 +98,7 @@ func TestStepGrad(t *testing.T) {
 // strategy, 1 more round equals 3 straight rounds bit for bit.
 func TestResumeBitIdentical(t *testing.T) {
 	s := &Settings{Ratio: 0.2, Reduction: 4}
-	mk := func() *methods.Plan { return build(t, s, 16, 5, 4, 24, testOpts()) }
-	ref := mk()
-	refHist, err := coordinator(ref, t.TempDir(), 3).Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if _, err := coordinator(mk(), dir, 2).Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	resumed := mk()
-	hist, err := coordinator(resumed, dir, 3).Resume(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, want := hist.Rounds[len(hist.Rounds)-1], refHist.Rounds[2]
-	if fmt.Sprint(last.Eval) != fmt.Sprint(want.Eval) || fmt.Sprint(last.Fit) != fmt.Sprint(want.Fit) {
-		t.Errorf("round 2 metrics differ:\n got %v %v\nwant %v %v", last.Fit, last.Eval, want.Fit, want.Eval)
-	}
-	for i := range ref.Clients {
-		a, _ := resumed.Clients[i].State()
-		b, _ := ref.Clients[i].State()
-		if d := bitsEqual(a, b); d != "" {
-			t.Errorf("client %d state differs at %s", i, d)
-		}
-	}
-	if d := bitsEqual(resumed.Strategy.State(), ref.Strategy.State()); d != "" {
-		t.Errorf("strategy state differs at %s", d)
-	}
+	methodtest.ResumeCoordinator(t, func() *methods.Plan { return build(t, s, 16, 5, 4, 24, testOpts()) })
 }
 
 // TestGlobalModel: every client uploads the whole adapter, and after a
@@ -243,11 +107,11 @@ func TestResumeBitIdentical(t *testing.T) {
 func TestGlobalModel(t *testing.T) {
 	s := &Settings{Ratio: 0.2, Reduction: 4}
 	plan := build(t, s, 16, 5, 3, 24, testOpts())
-	shared := plan.Clients[0].(*Client).task.Evals[0]
+	shared := plan.Clients[0].(*Client).Task.Evals[0]
 	for _, c := range plan.Clients {
-		c.(*Client).task.Evals = []*protocol.EvalSet{shared}
+		c.(*Client).Task.Evals = []*protocol.EvalSet{shared}
 	}
-	co := coordinator(plan, t.TempDir(), 2)
+	co := methodtest.Coordinator(plan, t.TempDir(), 2)
 	co.Fraction = 1
 	hist, err := co.Run(context.Background())
 	if err != nil {
@@ -265,7 +129,7 @@ func TestGlobalModel(t *testing.T) {
 	g := plan.Global()
 	for i := range plan.Clients {
 		site, _ := plan.Site(i)
-		if d := bitsEqual(site, g); d != "" {
+		if d := tensortest.BitsDiff(site, g); d != "" {
 			t.Errorf("site %d keeps something else than the global adapter (%s)", i, d)
 		}
 	}
@@ -293,7 +157,7 @@ func TestEvaluateReceivesGlobal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(res.Params, down); d == "" {
+	if d := tensortest.BitsDiff(res.Params, down); d == "" {
 		t.Fatal("training did not move the adapter: the test cannot tell the two apart")
 	}
 	if err := plan.Strategy.Init([]federation.ClientInfo{{ID: 0, NumExamples: 1}, {ID: 1, NumExamples: 3}}); err != nil {
@@ -308,27 +172,27 @@ func TestEvaluateReceivesGlobal(t *testing.T) {
 	if err := plan.Strategy.Aggregate(0, []federation.FitResult{{ClientID: 0, NumExamples: 1, Params: res.Params}, {ClientID: 1, NumExamples: 3, Params: other}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(c.P, res.Params); d != "" {
+	if d := tensortest.BitsDiff(c.P, res.Params); d != "" {
 		t.Fatalf("the in-process aggregation reached the client without an instruction (%s)", d)
 	}
 	ins, err := federation.ConfigureEvaluate(plan.Strategy, 0, []int{0, 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(ins[0], plan.Global()); d != "" || len(ins) != 2 {
+	if d := tensortest.BitsDiff(ins[0], plan.Global()); d != "" || len(ins) != 2 {
 		t.Fatalf("ConfigureEvaluate does not send every client the new global adapter (%d clients, %s)", len(ins), d)
 	}
 	if _, err := c.Evaluate(context.Background(), federation.EvaluateIns{Round: 0, Params: ins[0]}); err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(c.P, plan.Global()); d != "" {
+	if d := tensortest.BitsDiff(c.P, plan.Global()); d != "" {
 		t.Fatalf("the client does not score and keep the global adapter it was sent (%s)", d)
 	}
-	if d := bitsEqual(c.P, res.Params); d == "" {
+	if d := tensortest.BitsDiff(c.P, res.Params); d == "" {
 		t.Fatal("the global adapter equals the client's own: the test cannot tell them apart")
 	}
 	site, _ := plan.Site(0)
-	if d := bitsEqual(site, plan.Global()); d != "" {
+	if d := tensortest.BitsDiff(site, plan.Global()); d != "" {
 		t.Errorf("the site keeps something else than the adapter it scored (%s)", d)
 	}
 }

@@ -7,20 +7,20 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/eval"
-	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 // The reference-fixture contract (`pfedmma step` / `pfedmma round`): the
 // fixtures hold no CLIP-LoRA run, so the contract runs the production
-// client (methods.LearnerStep, methods.Round) and is tested against finite
+// client (fixture.LearnerStep, fixture.Round) and is tested against finite
 // differences and the optimizer.
 
-// SettingsFrom implements methods.FixtureSettings: the rank from the A
+// SettingsFrom implements fixture.Settings: the rank from the A
 // factors' shape ([r, D]), "alpha" (1), "scale" (sqrt) and "dropout" from
 // the metadata — 0 when absent, so that a step is deterministic without a
 // seed (with dropout the masks come from PCG(seed, 0)).
-func (m Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+func (m Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	s := m.DefaultConfig().(*Settings)
 	s.Dropout = 0
 	rank := 0
@@ -57,14 +57,14 @@ func (m Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	return s, nil
 }
 
-// Step implements methods.Stepper: one step of the production client
+// Step implements fixture.Stepper: one step of the production client
 // through both encoders.
-func (m Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	sec, err := m.SettingsFrom(f)
 	if err != nil {
 		return nil, err
 	}
-	return methods.LearnerStep(ctx, m, sec, f)
+	return fixture.LearnerStep(ctx, m, sec, f)
 }
 
 // Scorer implements methods.BatchScorer: the client's current LoRA.

@@ -3,10 +3,8 @@ package cliplora
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
@@ -16,10 +14,10 @@ import (
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/clientbase"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/nn"
 	"github.com/pfedmma/pfedmma/optim"
-	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -288,15 +286,13 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		return l
 	}
 	plan := &methods.Plan{}
+	bases, err := clientbase.Bases("clip_lora", env, env.Train.Own(s.Optimizer, s.LR, s.WeightDecay, s.LocalEpochs))
+	if err != nil {
+		return nil, err
+	}
 	var clients []*client
-	for i := range env.Task.Clients {
-		t := &env.Task.Clients[i]
-		opts := env.Train.Own(s.Optimizer, s.LR, s.WeightDecay, s.LocalEpochs)
-		loop, err := train.NewLoop(opts, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("clip_lora client %d", t.ID))
-		if err != nil {
-			return nil, err
-		}
-		c := &client{env: env, task: t, s: s, init: init.Params, lora: fresh(init.Deltas), loop: loop}
+	for _, b := range bases {
+		c := &client{Base: b, env: env, s: s, init: init.Params, lora: fresh(init.Deltas)}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}
@@ -324,42 +320,29 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 }
 
 type client struct {
-	env  *methods.Env
-	task *protocol.ClientTask
-	s    *Settings
+	clientbase.Base
+	// env is Base.Env, which the fixture harness's Scorer reads as c.env.
+	env *methods.Env
+	s   *Settings
 	// init holds the common initial factors (read-only): under aggregate:
 	// product a site restarts from them after installing the average.
 	init     tensor.Named
 	lora     *LoRA
-	loop     *train.Loop
 	img, txt []float32
 	head     clip.CosineLogits
-	labels   []int
 }
-
-func (c *client) ID() int          { return c.task.ID }
-func (c *client) NumExamples() int { return len(c.task.Train) }
 
 // Params implements train.Learner.
-func (c *client) Params() []optim.Param {
-	var ps []optim.Param
-	for _, n := range slices.Sorted(maps.Keys(c.lora.Params)) {
-		ps = append(ps, optim.Param{Name: n, Value: c.lora.Params[n].Data, Grad: c.lora.Grads[n].Data})
-	}
-	return ps
-}
+func (c *client) Params() []optim.Param { return clientbase.Params(c.lora.Params, c.lora.Grads, nil) }
 
 // Step implements train.Learner: both encoders forward and backward.
 func (c *client) Step(ctx context.Context, b train.Batch) (float64, int, error) {
-	env := c.env
-	if err := env.TrainBatch(c.task, b.Items, b.RNG, b.Round, b.Epoch); err != nil {
+	env := c.Env
+	labels, err := c.Batch(b)
+	if err != nil {
 		return 0, 0, err
 	}
-	c.labels = c.labels[:0]
-	for _, k := range b.Items {
-		c.labels = append(c.labels, c.task.Labels[k])
-	}
-	prefix, eot, err := env.SpacePrompts(c.task.TrainSpace)
+	prefix, eot, err := env.SpacePrompts(c.Task.TrainSpace)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -369,13 +352,13 @@ func (c *client) Step(ctx context.Context, b train.Batch) (float64, int, error) 
 	c.img, c.txt = Features(env.Model, env.TrainBuf, B, prefix, eot, true, c.img, c.txt)
 	logits := append([]float32(nil), c.head.Forward(c.img, c.txt, B, C, E, env.Model.W.LogitScale)...)
 	dl := make([]float32, B*C)
-	loss := clip.CrossEntropy(logits, c.labels, B, C, dl)
+	loss := clip.CrossEntropy(logits, labels, B, C, dl)
 	dImg, dTxt := make([]float32, B*E), make([]float32, C*E)
 	c.head.Backward(dl, dImg, dTxt)
 	Backward(env.Model, dImg, dTxt)
 	methods.DetachAll(env.Model)
 	correct := 0
-	for k, y := range c.labels {
+	for k, y := range labels {
 		if eval.Argmax(logits[k*C:(k+1)*C]) == y {
 			correct++
 		}
@@ -390,18 +373,15 @@ func (c *client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 	if err := c.receive(ins.Params); err != nil {
 		return federation.FitRes{}, err
 	}
-	bar := c.env.StepBar(c.loop.Batches(), fmt.Sprintf("client %d batch", c.task.ID))
-	defer bar.Finish()
-	c.loop.Progress = func(n int) { bar.AddItems(1, n) }
-	m, err := c.loop.Run(ctx, ins.Round, c)
+	m, err := c.Train(ctx, ins.Round, c)
 	if err != nil {
 		return federation.FitRes{}, err
 	}
 	up := c.lora.Params.Clone()
 	if c.s.product() {
-		up = c.lora.Product(c.env.Model.W.Config)
+		up = c.lora.Product(c.Env.Model.W.Config)
 	}
-	return federation.FitRes{Params: up, NumExamples: len(c.task.Train), Metrics: m}, nil
+	return c.Fitted(up, m), nil
 }
 
 // receive installs the server's tensors: the factors (ab), or the averaged
@@ -413,12 +393,8 @@ func (c *client) receive(in tensor.Named) error {
 	if c.s.product() {
 		into = c.lora.Deltas
 	}
-	for name, t := range in {
-		p, ok := into[name]
-		if !ok || !tensor.SameShape(p.Shape, t.Shape) {
-			return fmt.Errorf("clip_lora client %d: received unexpected tensor %q", c.task.ID, name)
-		}
-		copy(p.Data, t.Data)
+	if err := c.Install(into, in, nil); err != nil {
+		return err
 	}
 	if c.s.product() && len(in) > 0 {
 		for name, p := range c.lora.Params {
@@ -430,8 +406,7 @@ func (c *client) receive(in tensor.Named) error {
 
 // Evaluate scores the client's LoRA on its evaluation sets.
 func (c *client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
-	m, err := c.env.Evaluate(ctx, newScorer(c.env, c.lora), c.task)
-	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.task.Train)}, err
+	return c.Base.Evaluate(ctx, newScorer(c.Env, c.lora))
 }
 
 // scorer is CLIP with a LoRA attached while it scores a batch.
@@ -482,36 +457,17 @@ func (s *scorer) Logits(space int, prefix []float32, B int) ([]float32, error) {
 // State holds the factors, the optimizer state and the random generator
 // (which also draws the dropout masks).
 func (c *client) State() (tensor.Named, error) {
-	st, err := c.loop.State()
-	if err != nil {
-		return nil, err
-	}
-	for name, t := range c.lora.Params {
-		st["param/"+name] = t.Clone()
-	}
-	for name, t := range c.lora.Deltas {
-		st["delta/"+name] = t.Clone()
-	}
-	return st, nil
+	return c.SaveState(c.saved()...)
+}
+
+// saved lists the tensors a State holds: the factors and the frozen deltas.
+func (c *client) saved() []clientbase.Saved {
+	return []clientbase.Saved{{Prefix: "param/", Tensors: c.lora.Params}, {Prefix: "delta/", Tensors: c.lora.Deltas}}
 }
 
 // LoadState restores a State.
 func (c *client) LoadState(st tensor.Named) error {
-	for name, p := range c.lora.Params {
-		t, ok := st["param/"+name]
-		if !ok || !tensor.SameShape(t.Shape, p.Shape) {
-			return fmt.Errorf("clip_lora client %d state: no %s of shape %v", c.task.ID, name, p.Shape)
-		}
-		copy(p.Data, t.Data)
-	}
-	for name, p := range c.lora.Deltas {
-		t, ok := st["delta/"+name]
-		if !ok || !tensor.SameShape(t.Shape, p.Shape) {
-			return fmt.Errorf("clip_lora client %d state: no %s of shape %v", c.task.ID, name, p.Shape)
-		}
-		copy(p.Data, t.Data)
-	}
-	return c.loop.LoadState(st)
+	return c.RestoreState(st, c.saved()...)
 }
 
 // Predictor implements methods.Method: the site's LoRA on the full model.

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 )
 
@@ -14,7 +14,7 @@ import (
 // the run's settings; bad values are refused naming the key.
 func TestOwnOptimizer(t *testing.T) {
 	run := train.Options{Epochs: 3, Batch: 2, Optimizer: "sgd", LR: 0.05, Momentum: 0.9, WD: 5e-4}
-	env, err := methods.TensorEnv(tinyModel(4), 1, rows(3), 3, []methods.TensorClient{{Pixels: make([]float32, 2*3*8*8), Labels: []int{0, 1}}}, run, 9)
+	env, err := fixture.TensorEnv(tinyModel(4), 1, rows(3), 3, []fixture.TensorClient{{Pixels: make([]float32, 2*3*8*8), Labels: []int{0, 1}}}, run, 9)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestOwnOptimizer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := plan.Clients[0].(*client).loop.Opts; got != tc.want {
+		if got := plan.Clients[0].(*client).Loop.Opts; got != tc.want {
 			t.Fatalf("section %+v: clients train with %+v, want %+v", sec, got, tc.want)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/nn"
 	"github.com/pfedmma/pfedmma/prompt"
@@ -17,30 +18,7 @@ import (
 // meta-net has 2 hidden units) with embeddings scaled up so the blocks work
 // away from their linear regime; tokens are C rows "SOT X… c… . EOT".
 func randomModel(C, nCtx int) (*clip.Model, []int) {
-	cfg := clip.Config{EmbedDim: 32,
-		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 1, Heads: 2, MLPWidth: 16},
-		Text:   clip.TextConfig{ContextLength: 12, VocabSize: 20, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16}}
-	w := clip.Random(cfg, 3)
-	for _, x := range [][]float32{w.Text.TokenEmb, w.Text.PosEmb} {
-		for j := range x {
-			x[j] *= 50
-		}
-	}
-	tok := make([]int, C*12)
-	for c := 0; c < C; c++ {
-		row := tok[c*12:]
-		row[0] = 18
-		p := 1
-		for ; p <= nCtx; p++ {
-			row[p] = 5
-		}
-		for k := 0; k <= c%3; k++ {
-			row[p] = 6 + c + k
-			p++
-		}
-		row[p], row[p+1] = 3, 19
-	}
-	return clip.New(w), tok
+	return methodtest.TinyCLIP{EmbedDim: 32, VisionLayers: 1, TextLayers: 2, EmbScale: 50}.Prompts(C, nCtx)
 }
 
 // TestGradCheck compares every tensor's gradient with central differences
@@ -50,9 +28,9 @@ func randomModel(C, nCtx int) (*clip.Model, []int) {
 // kink.
 func TestGradCheck(t *testing.T) {
 	m := fixturetest.Model(t)
-	init, _ := read(t, dir+"init.safetensors")
-	ref, meta := read(t, dir+"step.safetensors")
-	l, _, err := fromFile(m, init, ref, meta, false)
+	init, _ := fixturetest.Read(t, dir+"init.safetensors")
+	ref, meta := fixturetest.Read(t, dir+"step.safetensors")
+	l, _, err := replay.Learner(m, init, ref, meta, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package cocoop
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -134,112 +133,13 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+		return New(m, tokens, p.cfg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	l, err := New(m, tokens, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := prompt.Load(l.Params(), p.saved); err != nil {
 		return nil, fmt.Errorf("cocoop: %w", err)
 	}
 	img := m.EncodeImage(pixels, B)
 	out, err := l.Logits(img, B)
 	return append([]float32(nil), out...), err
-}
-
-// ConfigFromMeta reads n_ctx and init_std from fixture metadata.
-func ConfigFromMeta(meta map[string]string) (Config, error) {
-	c := Config{InitStd: 0.02}
-	var err error
-	if c.NCtx, err = prompt.MetaInt(meta, "n_ctx"); err != nil {
-		return c, fmt.Errorf("cocoop: %w", err)
-	}
-	return c, c.Validate()
-}
-
-// SettingsFrom implements methods.FixtureSettings (the fixture's init
-// tensors replace the context init, so ctx_init is empty).
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	c, err := ConfigFromMeta(f.Meta)
-	if err != nil {
-		return nil, err
-	}
-	return &Settings{NCtx: c.NCtx, InitStd: c.InitStd}, nil
-}
-
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
-}
-
-// StepFromFile replays one training step in the fixture layout of
-// testdata/cocoop/step.safetensors: params holds the prompt learner,
-// batch "tokens", "labels" and "images" (or "image_features"); meta gives
-// n_ctx, lr, momentum, weight_decay and logit_scale. The result holds
-// "image_features", "meta_bias", "ctx_shifted", "text_features" [B, C, E],
-// "logits", "loss", "loss_ce", "grad.<p>" and "step1.<p>".
-func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
-	l, h, err := fromFile(m, params, batch, meta, false)
-	if err != nil {
-		return nil, err
-	}
-	img, B, err := prompt.ImageFeatures(m, batch, "")
-	if err != nil {
-		return nil, fmt.Errorf("cocoop: %w", err)
-	}
-	labels, err := prompt.Ints(batch, "labels")
-	if err != nil {
-		return nil, fmt.Errorf("cocoop: %w", err)
-	}
-	out, err := prompt.StepOnce(l, img, labels, h)
-	if err != nil {
-		return nil, fmt.Errorf("cocoop: %w", err)
-	}
-	for k, v := range l.Intermediates(B) {
-		out[k] = v
-	}
-	out["image_features"] = &tensor.Tensor{Shape: []int{B, l.E}, Data: img}
-	return out, nil
-}
-
-// RoundFromFile replays the round of testdata/cocoop/round.safetensors
-// with prompt.Round (the fixture's own loop; methods.Round is the
-// production path).
-func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
-	l, h, err := fromFile(m, params, batch, meta, true)
-	if err != nil {
-		return nil, err
-	}
-	out, err := prompt.Round(m, l, params, batch, h)
-	if err != nil {
-		return nil, fmt.Errorf("cocoop: %w", err)
-	}
-	return out, nil
-}
-
-func fromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string, round bool) (*Learner, prompt.Hyper, error) {
-	h, err := prompt.ReadHyper(meta, round)
-	if err != nil {
-		return nil, h, fmt.Errorf("cocoop: %w", err)
-	}
-	cfg, err := ConfigFromMeta(meta)
-	if err != nil {
-		return nil, h, err
-	}
-	tokens, err := prompt.Ints(batch, "tokens")
-	if err != nil {
-		return nil, h, fmt.Errorf("cocoop: %w", err)
-	}
-	l, err := New(m, tokens, cfg)
-	if err != nil {
-		return nil, h, err
-	}
-	l.LogitScale = float32(h.LogitScale)
-	if err := prompt.Load(l.Params(), params); err != nil {
-		return nil, h, fmt.Errorf("cocoop: %w", err)
-	}
-	return l, h, nil
 }

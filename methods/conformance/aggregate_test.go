@@ -3,13 +3,16 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/robust"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -45,41 +48,52 @@ func globals(st tensor.Named) tensor.Named {
 	return out
 }
 
-// TestAggregationRules: each method under `serve --aggregate median`,
-// `--aggregate trimmed-mean` and DP either is refused by robust.Wrap —
-// before any round, with the reason naming the rule — or runs two rounds
-// in which the strategy's new global tensors are the received ones plus
-// the rule applied to the participants' updates: the coordinate-wise
-// median, the trimmed mean, or the clipped mean plus Gaussian noise of the
-// configured scale.
+// TestAggregationRules: each method configured with `aggregation.rule:
+// median`, `trimmed_mean`, a median of updates clipped by
+// `aggregation.clip_norm`, and `aggregation.dp` — the configuration
+// `pfedmma run` and `pfedmma serve` read — either is refused when the
+// federation is prepared, before any round, by an error naming the key and
+// the rule, or runs two rounds in which the strategy's new global tensors
+// are exactly the received ones plus the rule (federation/robust's
+// arithmetic) applied to the participants' updates: the coordinate-wise
+// median, the trimmed mean, or the clipped mean plus the Gaussian noise
+// drawn from (seed, round), of the configured scale; and `pfedmma run` of
+// the same configuration gives those results bit for bit, with DP's ε
+// after every round.
 func TestAggregationRules(t *testing.T) {
 	skipPureGo(t)
 	rules := []struct {
-		name, word string
-		opts       robust.Options
+		name, key, word string
+		sets            []string
 	}{
-		{"median", "median", robust.Options{Rule: robust.Median}},
-		{"trimmed-mean", "trimmed mean", robust.Options{Rule: robust.TrimmedMean, Trim: 0.34}},
-		{"dp", "differential privacy", robust.Options{DP: &robust.DP{Clip: 0.05, NoiseMultiplier: 0.5, Delta: 1e-5, Seed: 9}}},
+		{"median", "aggregation.rule", "median", []string{"aggregation.rule=median"}},
+		{"trimmed_mean", "aggregation.rule", "trimmed mean", []string{"aggregation.rule=trimmed_mean", "aggregation.trim=0.34"}},
+		{"clip_norm", "aggregation.rule", "median", []string{"aggregation.rule=median", "aggregation.clip_norm=0.0001"}},
+		{"dp", "aggregation.dp.noise_multiplier", "differential privacy", []string{"aggregation.dp.noise_multiplier=0.5", "aggregation.dp.clip=0.0001", "aggregation.dp.seed=9"}},
 	}
 	forEach(t, func(t *testing.T, name string) {
-		r := ref(t, name)
-		o := r.o
-		o.Rounds, o.Fraction = 2, 1
 		for _, rule := range rules {
-			f := newFederated(t, o, name)
-			opts := rule.opts
-			opts.Logger = quiet()
-			st, err := robust.Wrap(f.coord.Plan.Strategy, opts)
+			e := worldConfig(t, name, append([]string{"federation.rounds=2", "federation.fraction=1"}, rule.sets...)...)
+			o := options(t, e, t.TempDir())
+			c, err := experiment.PrepareFederated(context.Background(), o, -1)
 			if err != nil {
-				if !strings.Contains(err.Error(), rule.word) {
-					t.Errorf("%s refused without naming the rule (%q): %v", rule.name, rule.word, err)
+				if !strings.Contains(err.Error(), rule.key+": ") || !strings.Contains(err.Error(), rule.word) {
+					t.Errorf("%s refused without naming the key %s and the rule (%q): %v", rule.name, rule.key, rule.word, err)
 				}
 				t.Logf("%s: refused: %v", rule.name, err)
 				continue
 			}
+			c.Close()
+			opts, _, err := robust.Settings(e.Aggregation, o.Seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := newFederated(t, o, name)
+			st := f.coord.Plan.Strategy
+			if _, ok := st.(*robust.Strategy); !ok {
+				t.Fatalf("%s: the configured strategy %T is not the robust wrapper", rule.name, st)
+			}
 			co := f.coordinator()
-			co.Strategy, co.Rounds, co.Fraction = st, o.Rounds, o.Fraction
 			var mu sync.Mutex
 			ups := map[int]map[int]tensor.Named{}
 			for i := range numClients {
@@ -95,19 +109,43 @@ func TestAggregationRules(t *testing.T) {
 				after[rep.Round] = globals(st.State())
 				return nil
 			}
-			if _, err := co.Run(context.Background()); err != nil {
+			hist, err := co.Run(context.Background())
+			if err != nil {
 				t.Fatalf("%s: %v", rule.name, err)
 			}
+			clipped := 0
 			for round := range o.Rounds {
-				checkRule(t, fmt.Sprintf("%s round %d", rule.name, round), rule.opts, before[round], after[round], ups[round])
+				clipped += checkRule(t, fmt.Sprintf("%s round %d", rule.name, round), opts, round, before[round], after[round], ups[round])
+			}
+			if (opts.ClipNorm > 0 || opts.DP != nil) && clipped == 0 {
+				t.Errorf("%s: no update was longer than the clip: the check does not see clipping", rule.name)
+			}
+			// `pfedmma run` of the same configuration gives the same
+			// results, bit for bit, and DP's ε after every round
+			res, err := simulate(t, o, -1, nil)
+			if err != nil {
+				t.Fatalf("%s: run: %v", rule.name, err)
+			}
+			compare(t, rule.name+": run vs the federation", simOutcome(t, o, name, res), f.outcome(hist))
+			for _, r := range res.Records {
+				eps, ok := r.Mean[robust.EpsilonMetric]
+				if opts.DP != nil && (!ok || eps != robust.Epsilon(r.Round+1, opts.DP.NoiseMultiplier, opts.DP.Delta)) {
+					t.Errorf("%s: round %d: %s = %v (reported %v)", rule.name, r.Round, robust.EpsilonMetric, eps, ok)
+				}
+				if opts.DP == nil && ok {
+					t.Errorf("%s: round %d reports %s without DP", rule.name, r.Round, robust.EpsilonMetric)
+				}
 			}
 		}
 	})
 }
 
 // checkRule checks one round of a robust rule: after = before + rule(upload
-// − before) on every global tensor.
-func checkRule(t *testing.T, what string, o robust.Options, before, after tensor.Named, ups map[int]tensor.Named) {
+// − before) on every global tensor, computed with federation/robust's
+// arithmetic on the recorded uploads (clipping over all of a site's
+// uploaded tensors, as the wrapper clips). It returns how many updates
+// were clipped.
+func checkRule(t *testing.T, what string, o robust.Options, round int, before, after tensor.Named, ups map[int]tensor.Named) int {
 	t.Helper()
 	if len(after) == 0 || len(ups) < 2 {
 		t.Fatalf("%s: %d global tensors, %d uploads", what, len(after), len(ups))
@@ -117,79 +155,91 @@ func checkRule(t *testing.T, what string, o robust.Options, before, after tensor
 		ids = append(ids, id)
 	}
 	sort.Ints(ids)
-	names := make([]string, 0, len(after))
-	for n := range after {
-		names = append(names, n)
+	nameSet := map[string]bool{}
+	for _, id := range ids {
+		for n := range ups[id] {
+			nameSet[n] = true
+		}
 	}
-	sort.Strings(names)
-	// updates, clipped for DP (all tensors of a site together)
+	names := slices.Sorted(maps.Keys(nameSet))
+	for n := range after {
+		if !nameSet[n] {
+			t.Fatalf("%s: no site uploaded global %q", what, n)
+		}
+	}
+	// every site's update, clipped (all its tensors together)
 	deltas := map[int]tensor.Named{}
+	clipped := 0
 	for _, id := range ids {
 		d := tensor.Named{}
-		var ss float64
 		for _, n := range names {
-			u, b := ups[id][n], before[n]
-			if u == nil || b == nil || len(u.Data) != len(b.Data) {
-				t.Fatalf("%s: site %d's upload or the base lacks %q", what, id, n)
+			u := ups[id][n]
+			if u == nil {
+				t.Fatalf("%s: site %d did not upload %q", what, id, n)
 			}
-			x := make([]float64, len(u.Data))
-			for j := range x {
-				x[j] = float64(u.Data[j] - b.Data[j])
-				ss += x[j] * x[j]
-			}
-			d[n] = &tensor.Tensor{Shape: u.Shape, Data: make([]float32, len(x))}
-			for j := range x {
-				d[n].Data[j] = float32(x[j])
-			}
-		}
-		deltas[id] = d
-		if o.DP != nil {
-			if norm := math.Sqrt(ss); norm > o.DP.Clip {
-				for _, v := range d {
-					for j := range v.Data {
-						v.Data[j] = float32(float64(v.Data[j]) * o.DP.Clip / norm)
-					}
+			d[n] = &tensor.Tensor{Shape: u.Shape, Data: make([]float32, len(u.Data))}
+			b := before[n]
+			for j := range u.Data {
+				d[n].Data[j] = u.Data[j]
+				if b != nil {
+					d[n].Data[j] = u.Data[j] - b.Data[j]
 				}
 			}
 		}
+		clip := o.ClipNorm
+		if o.DP != nil {
+			clip = o.DP.Clip
+		}
+		if clip > 0 {
+			var ss float64
+			for _, v := range d {
+				for _, x := range v.Data {
+					ss += float64(x) * float64(x)
+				}
+			}
+			if math.Sqrt(ss) > clip {
+				clipped++
+			}
+			robust.ClipUpdate(d, clip)
+		}
+		deltas[id] = d
+	}
+	var rng *rand.Rand
+	if o.DP != nil {
+		rng = rand.New(rand.NewPCG(o.DP.Seed, uint64(round)))
 	}
 	var noise []float64
 	for _, n := range names {
-		for j := range after[n].Data {
+		b, a := before[n], after[n]
+		for j := range deltas[ids[0]][n].Data {
 			col := make([]float64, len(ids))
 			for i, id := range ids {
 				col[i] = float64(deltas[id][n].Data[j])
 			}
-			slices.Sort(col)
-			var v float64
+			var v, z float64
 			switch {
 			case o.DP != nil:
 				for _, x := range col {
 					v += x
 				}
-				v /= float64(len(col))
+				z = rng.NormFloat64() * o.DP.NoiseMultiplier * o.DP.Clip
+				v = (v + z) / float64(len(col))
 			case o.Rule == robust.Median:
-				if k := len(col); k%2 == 1 {
-					v = col[k/2]
-				} else {
-					v = (col[k/2-1] + col[k/2]) / 2
-				}
+				v = robust.MedianOf(col)
 			case o.Rule == robust.TrimmedMean:
-				k := int(math.Floor(o.Trim * float64(len(col))))
-				for _, x := range col[k : len(col)-k] {
-					v += x
-				}
-				v /= float64(len(col) - 2*k)
+				v = robust.TrimmedMeanOf(col, o.Trim)
 			}
-			want := float64(before[n].Data[j]) + v
-			got := float64(after[n].Data[j])
-			if o.DP != nil {
-				noise = append(noise, got-want)
-				continue
+			if a == nil {
+				continue // a shared tensor the strategy keeps no global of
 			}
-			if math.Abs(got-want) > 1e-6*(1+math.Abs(want)) {
+			if b == nil || len(b.Data) != len(a.Data) {
+				t.Fatalf("%s: the base lacks global %q", what, n)
+			}
+			want := float32(float64(b.Data[j]) + v)
+			if got := a.Data[j]; math.Float32bits(got) != math.Float32bits(want) {
 				t.Fatalf("%s: %s[%d] = %v, the rule gives %v", what, n, j, got, want)
 			}
+			noise = append(noise, z/float64(len(col)))
 		}
 	}
 	if o.DP != nil {
@@ -204,4 +254,5 @@ func checkRule(t *testing.T, what string, o robust.Options, before, after tensor
 			t.Errorf("%s: the noise on %d coordinates has sd %.4g, want σ·C/n = %.4g", what, len(noise), sd, want)
 		}
 	}
+	return clipped
 }

@@ -18,9 +18,14 @@
 //     logits its last evaluation computed, bit for bit.
 //   - Privacy: every upload holds exactly the strategy's declared shared
 //     tensors; a private tensor's name or value in an upload fails.
-//   - Aggregation rules: each --aggregate rule (median, trimmed mean) and
-//     DP either runs and keeps the strategy's contract or is refused by
-//     robust.Wrap before any round, with the reason.
+//   - Aggregation rules: the configuration's aggregation section (what
+//     `run` and `serve` read) with rule median, trimmed_mean, a clipped
+//     median (clip_norm) and dp either is refused when the federation is
+//     prepared, naming the key and the reason, or gives exactly the
+//     received global plus federation/robust's rule of the updates (DP:
+//     the clipped mean plus the noise drawn from the seed and round); the
+//     section's documented bounds run a round or are refused naming the
+//     key (one method: the arithmetic does not depend on it).
 //   - Setting edges: every numeric setting at the minimum and the maximum
 //     its section's Check documents either runs a round or is refused
 //     before any round, naming the setting.

@@ -14,7 +14,8 @@ import (
 )
 
 // edgeValues are the documented ends of a setting's range: the minimum
-// (for an open bound such as "positive", 1e-6 above it) and the maximum.
+// (for an open bound such as "positive", 1e-6 above it) and the maximum
+// (for an open bound such as "below 0.5", 1e-6 below it).
 func edgeValues(b config.Bound) []string {
 	var out []string
 	format := func(v float64) string {
@@ -35,7 +36,15 @@ func edgeValues(b config.Bound) []string {
 		out = append(out, format(v))
 	}
 	if b.Max != nil && (b.Min == nil || *b.Max != *b.Min) {
-		out = append(out, format(*b.Max))
+		v := *b.Max
+		if b.MaxOpen {
+			if b.Int {
+				v--
+			} else {
+				v -= 1e-6
+			}
+		}
+		out = append(out, format(v))
 	}
 	return out
 }
@@ -70,11 +79,39 @@ func TestSettingEdges(t *testing.T) {
 	})
 }
 
+// TestAggregationEdges: every numeric setting of the aggregation section
+// at the ends config.Bounds documents, with the settings that turn it on
+// (rule trimmed_mean for trim, dp.noise_multiplier for dp.*), runs a
+// round of pFedMMA with finite metrics or is refused naming the key. The
+// arithmetic does not depend on the method (TestAggregationRules checks
+// every method's rules), so one method runs the edges.
+func TestAggregationEdges(t *testing.T) {
+	skipPureGo(t)
+	e, err := config.Preset("world-compare")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounds := config.Bounds(&e.Aggregation)
+	if len(bounds) == 0 {
+		t.Fatal("the aggregation section documents no numeric range")
+	}
+	on := map[string][]string{"trim": {"aggregation.rule=trimmed_mean"}}
+	for _, b := range bounds {
+		extra := on[b.Path]
+		if strings.HasPrefix(b.Path, "dp.") && b.Path != "dp.noise_multiplier" {
+			extra = []string{"aggregation.dp.noise_multiplier=1"}
+		}
+		for _, v := range edgeValues(b) {
+			t.Run(b.Path+"="+v, func(t *testing.T) { runEdge(t, "pfedmma", "aggregation."+b.Path, v, extra...) })
+		}
+	}
+}
+
 // runEdge runs one round of a tinier world (two clients, four classes)
-// with key=value.
-func runEdge(t *testing.T, name, key, value string) {
+// with key=value (and the extra settings).
+func runEdge(t *testing.T, name, key, value string, extra ...string) {
 	set := key + "=" + value
-	e, err := worldConfigN(t, name, 2, "dataset.num_classes=4", set)
+	e, err := worldConfigN(t, name, 2, append([]string{"dataset.num_classes=4", set}, extra...)...)
 	if err != nil {
 		if !strings.Contains(err.Error(), strings.TrimPrefix(key, name+".")) {
 			t.Fatalf("%s refused at configuration time without naming %s: %v", set, key, err)

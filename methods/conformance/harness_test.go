@@ -19,6 +19,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
@@ -169,12 +170,7 @@ type outcome struct {
 }
 
 // sitesDir is where a run folder keeps method name's site files.
-func sitesDir(out, name string) string {
-	if name == "pfedmma" {
-		return filepath.Join(out, "adapters")
-	}
-	return filepath.Join(out, "sites", name)
-}
+func sitesDir(out, name string) string { return filepath.Join(out, experiment.SitesFolder(name)) }
 
 func readNamed(t *testing.T, path string) tensor.Named {
 	t.Helper()
@@ -239,8 +235,8 @@ func simOutcome(t *testing.T, o experiment.Options, name string, res *experiment
 		t.Fatalf("%s: no summary row", name)
 	}
 	dir := sitesDir(o.OutDir, name)
-	if _, err := os.Stat(filepath.Join(dir, "global_shared.safetensors")); err == nil {
-		oc.global = readNamed(t, filepath.Join(dir, "global_shared.safetensors"))
+	if p := filepath.Join(o.OutDir, experiment.GlobalFile(name)); fileExists(p) {
+		oc.global = readNamed(t, p)
 	}
 	for id := range numClients {
 		p := filepath.Join(dir, fmt.Sprintf("client_%03d.safetensors", id))
@@ -250,29 +246,6 @@ func simOutcome(t *testing.T, o experiment.Options, name string, res *experiment
 		oc.states[id] = newestState(t, filepath.Join(o.OutDir, "checkpoints", name, fmt.Sprintf("site-%03d", id)))
 	}
 	return oc
-}
-
-// sameBits reports the first difference of two tensor sets, bit for bit
-// ("" when equal).
-func sameBits(a, b tensor.Named) string {
-	if len(a) != len(b) {
-		return fmt.Sprintf("%d tensors vs %d (%v vs %v)", len(a), len(b), slices.Sorted(maps.Keys(a)), slices.Sorted(maps.Keys(b)))
-	}
-	for _, k := range slices.Sorted(maps.Keys(a)) {
-		x, y := a[k], b[k]
-		if y == nil {
-			return fmt.Sprintf("%q missing", k)
-		}
-		if !slices.Equal(x.Shape, y.Shape) {
-			return fmt.Sprintf("%q shape %v vs %v", k, x.Shape, y.Shape)
-		}
-		for i := range x.Data {
-			if math.Float32bits(x.Data[i]) != math.Float32bits(y.Data[i]) {
-				return fmt.Sprintf("%q[%d] = %v vs %v", k, i, x.Data[i], y.Data[i])
-			}
-		}
-	}
-	return ""
 }
 
 // sameMetrics compares two metric maps exactly (NaN equals NaN).
@@ -292,14 +265,14 @@ func sameMetrics(a, b map[string]float64) string {
 // compare checks that got is want bit for bit; what names the variant.
 func compare(t *testing.T, what string, want, got outcome) {
 	t.Helper()
-	if d := sameBits(want.global, got.global); d != "" {
+	if d := tensortest.BitsDiff(want.global, got.global); d != "" {
 		t.Errorf("%s: global tensors differ: %s", what, d)
 	}
 	if len(want.sites) != len(got.sites) {
 		t.Errorf("%s: %d sites kept tensors, want %d", what, len(got.sites), len(want.sites))
 	}
 	for id, w := range want.sites {
-		if d := sameBits(w, got.sites[id]); d != "" {
+		if d := tensortest.BitsDiff(w, got.sites[id]); d != "" {
 			t.Errorf("%s: site %d keeps other tensors: %s", what, id, d)
 		}
 	}
@@ -307,7 +280,7 @@ func compare(t *testing.T, what string, want, got outcome) {
 		if got.states[id] == nil {
 			continue // a run that does not read client states back
 		}
-		if d := sameBits(w, got.states[id]); d != "" {
+		if d := tensortest.BitsDiff(w, got.states[id]); d != "" {
 			t.Errorf("%s: site %d's saved client state differs: %s", what, id, d)
 		}
 	}
@@ -413,4 +386,10 @@ func skipPureGo(t *testing.T) {
 	if pureGo {
 		t.Skip("-tags purego: the federation contracts run in the main (cgo) pass; this pass checks predict = evaluation and the step contract")
 	}
+}
+
+// fileExists says whether path exists.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -3,6 +3,7 @@ package conformance
 import (
 	"testing"
 
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -38,15 +39,15 @@ func TestPrivacyCatchesLeaks(t *testing.T) {
 // a missing tensor and NaN payloads.
 func TestSameBitsCatchesOneBit(t *testing.T) {
 	a := tensor.Named{"x": vec(1, 2, 3)}
-	if d := sameBits(a, tensor.Named{"x": vec(1, 2, 3)}); d != "" {
+	if d := tensortest.BitsDiff(a, tensor.Named{"x": vec(1, 2, 3)}); d != "" {
 		t.Errorf("equal tensors differ: %s", d)
 	}
 	b := tensor.Named{"x": vec(1, 2, 3)}
 	b["x"].Data[1] = 2.0000002
-	if sameBits(a, b) == "" {
+	if tensortest.BitsDiff(a, b) == "" {
 		t.Error("one flipped bit not seen")
 	}
-	if sameBits(a, tensor.Named{"y": vec(1, 2, 3)}) == "" || sameBits(a, tensor.Named{}) == "" {
+	if tensortest.BitsDiff(a, tensor.Named{"y": vec(1, 2, 3)}) == "" || tensortest.BitsDiff(a, tensor.Named{}) == "" {
 		t.Error("a missing tensor not seen")
 	}
 	if sameMetrics(map[string]float64{"acc": 1}, map[string]float64{"acc": 1.0000001}) == "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -56,7 +57,7 @@ func TestStepContract(t *testing.T) {
 	}
 	forEach(t, func(t *testing.T, name string) {
 		m, _ := methods.Get(name)
-		st, ok := m.(methods.Stepper)
+		st, ok := m.(fixture.Stepper)
 		fx := stepFixtures(name)
 		if !ok || len(fx) == 0 {
 			t.Logf("%s: no Stepper with reference step fixtures in testdata/%s: its step contract is its own tests'", name, name)
@@ -68,9 +69,9 @@ func TestStepContract(t *testing.T) {
 	})
 }
 
-func checkStep(t *testing.T, model *clip.Model, st methods.Stepper, params, batch string) {
+func checkStep(t *testing.T, model *clip.Model, st fixture.Stepper, params, batch string) {
 	ctx := context.Background()
-	f, err := methods.LoadFixture(model, params, []string{batch}, nil)
+	f, err := fixture.Load(model, params, []string{batch}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func checkStep(t *testing.T, model *clip.Model, st methods.Stepper, params, batc
 // checkFD compares the largest entries of gradient g of parameter pname
 // with central finite differences of the reported loss; it returns the
 // number of entries checked.
-func checkFD(t *testing.T, st methods.Stepper, f *methods.Fixture, pname string, g []float32) int {
+func checkFD(t *testing.T, st fixture.Stepper, f *fixture.Fixture, pname string, g []float32) int {
 	t.Helper()
 	ctx := context.Background()
 	p := f.Params[pname]

@@ -49,7 +49,6 @@ package fedclip
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -59,10 +58,10 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/clientbase"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/nn"
 	"github.com/pfedmma/pfedmma/optim"
-	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -153,13 +152,6 @@ func checked(src tensor.Named, d int, what string) (tensor.Named, error) {
 	return p, nil
 }
 
-type scaled struct {
-	s optim.Schedule
-	f float64
-}
-
-func (s scaled) LR(t int) float64 { return s.f * s.s.LR(t) }
-
 // Build implements methods.Method.
 func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
 	s, err := settings(sec)
@@ -177,24 +169,16 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		}
 	}
 	st := &strategy.FedAvg{Shared: federation.Names(Names...), Initial: init.Clone(), EvaluateGlobal: true}
-	opts := env.Train
-	if s.LR > 0 {
-		if opts.Schedule != nil && opts.LR > 0 {
-			opts.Schedule = scaled{opts.Schedule, s.LR / opts.LR}
-		}
-		opts.LR = s.LR
+	bases, err := clientbase.Bases("fedclip", env, env.Train.Own("", s.LR, 0, 0))
+	if err != nil {
+		return nil, err
 	}
 	w := newModel(d, env.Model.W.LogitScale)
 	w.z = &methods.FrozenScorer{Env: env}
 	plan := &methods.Plan{Strategy: st, Global: st.Global}
 	var clients []*Client
-	for i := range env.Task.Clients {
-		t := &env.Task.Clients[i]
-		loop, err := train.NewLoop(opts, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("fedclip client %d", t.ID))
-		if err != nil {
-			return nil, err
-		}
-		c := &Client{env: env, task: t, w: w, P: init.Clone(), loop: loop}
+	for _, b := range bases {
+		c := &Client{Base: b, w: w, P: init.Clone()}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}
@@ -296,80 +280,44 @@ func (m *Model) Step(p tensor.Named, f []float32, labels []int, txt []float32) (
 
 // Client is one site: its copy of the adapter, optimizer and generator.
 type Client struct {
-	env  *methods.Env
-	task *protocol.ClientTask
-	w    *Model
+	clientbase.Base
+	w *Model
 	// P is the client's adapter (reference names).
-	P      tensor.Named
-	loop   *train.Loop
-	labels []int
+	P tensor.Named
 	// losses, when not nil, records every batch loss (fixture rounds).
 	losses *[]float32
 }
 
-// ID implements federation.Client.
-func (c *Client) ID() int { return c.task.ID }
-
-// NumExamples implements federation.Client.
-func (c *Client) NumExamples() int { return len(c.task.Train) }
-
 // Params implements train.Learner.
-func (c *Client) Params() []optim.Param {
-	var ps []optim.Param
-	for _, name := range slices.Sorted(maps.Keys(c.P)) {
-		ps = append(ps, optim.Param{Name: name, Value: c.P[name].Data, Grad: c.w.Grads[name].Data})
-	}
-	return ps
-}
+func (c *Client) Params() []optim.Param { return clientbase.Params(c.P, c.w.Grads, nil) }
 
 // Step implements train.Learner on cached image features.
 func (c *Client) Step(_ context.Context, b train.Batch) (float64, int, error) {
-	if err := c.env.TrainBatch(c.task, b.Items, b.RNG, b.Round, b.Epoch); err != nil {
-		return 0, 0, err
-	}
-	c.labels = c.labels[:0]
-	for _, k := range b.Items {
-		c.labels = append(c.labels, c.task.Labels[k])
-	}
-	txt, err := c.w.textFeatures(c.task.TrainSpace)
+	labels, err := c.Batch(b)
 	if err != nil {
 		return 0, 0, err
 	}
-	loss, correct := c.w.Step(c.P, c.env.TrainBuf, c.labels, txt)
+	txt, err := c.w.textFeatures(c.Task.TrainSpace)
+	if err != nil {
+		return 0, 0, err
+	}
+	loss, correct := c.w.Step(c.P, c.Env.TrainBuf, labels, txt)
 	if c.losses != nil {
 		*c.losses = append(*c.losses, float32(loss))
 	}
 	return loss, correct, nil
 }
 
-// install copies a received global adapter into the client's.
-func (c *Client) install(in tensor.Named) error {
-	for name, t := range in {
-		p, ok := c.P[name]
-		if !ok {
-			return fmt.Errorf("fedclip client %d: received unexpected tensor %q", c.task.ID, name)
-		}
-		if !tensor.SameShape(p.Shape, t.Shape) {
-			return fmt.Errorf("fedclip client %d: received %q with shape %v, want %v", c.task.ID, name, t.Shape, p.Shape)
-		}
-		copy(p.Data, t.Data)
-	}
-	return nil
-}
-
 // Fit installs the global adapter, trains locally and uploads the adapter.
 func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	if err := c.install(ins.Params); err != nil {
+	if err := c.Install(c.P, ins.Params, nil); err != nil {
 		return federation.FitRes{}, err
 	}
-	bar := c.env.StepBar(c.loop.Batches(), fmt.Sprintf("client %d batch", c.task.ID))
-	defer bar.Finish()
-	c.loop.Progress = func(n int) { bar.AddItems(1, n) }
-	m, err := c.loop.Run(ctx, ins.Round, c)
+	m, err := c.Train(ctx, ins.Round, c)
 	if err != nil {
 		return federation.FitRes{}, err
 	}
-	return federation.FitRes{Params: c.P.Clone(), NumExamples: len(c.task.Train), Metrics: m}, nil
+	return c.Fitted(c.P.Clone(), m), nil
 }
 
 // Evaluate installs the global adapter the server sent for the evaluation
@@ -377,11 +325,10 @@ func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 // the network) and scores it on the client's evaluation sets; the site
 // keeps it (predict). Without one it scores the adapter it holds.
 func (c *Client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
-	if err := c.install(ins.Params); err != nil {
+	if err := c.Install(c.P, ins.Params, nil); err != nil {
 		return federation.EvaluateRes{}, err
 	}
-	m, err := c.env.Evaluate(ctx, scorer{c.w, c.P}, c.task)
-	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.task.Train)}, err
+	return c.Base.Evaluate(ctx, scorer{c.w, c.P})
 }
 
 // Scorer implements methods.BatchScorer: the client's own adapter.
@@ -403,26 +350,12 @@ func (s scorer) Logits(space int, f []float32, B int) ([]float32, error) {
 
 // State implements federation.Client: the adapter, optimizer and generator.
 func (c *Client) State() (tensor.Named, error) {
-	st, err := c.loop.State()
-	if err != nil {
-		return nil, err
-	}
-	for name, t := range c.P {
-		st["param/"+name] = t.Clone()
-	}
-	return st, nil
+	return c.SaveState(clientbase.Saved{Prefix: "param/", Tensors: c.P})
 }
 
 // LoadState implements federation.Client.
 func (c *Client) LoadState(st tensor.Named) error {
-	for name, p := range c.P {
-		t, ok := st["param/"+name]
-		if !ok || !tensor.SameShape(t.Shape, p.Shape) {
-			return fmt.Errorf("fedclip client %d state: no param/%s of shape %v", c.task.ID, name, p.Shape)
-		}
-		copy(p.Data, t.Data)
-	}
-	return c.loop.LoadState(st)
+	return c.RestoreState(st, clientbase.Saved{Prefix: "param/", Tensors: c.P})
 }
 
 // Predictor implements methods.Method: the saved adapter on the frozen

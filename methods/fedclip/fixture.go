@@ -12,15 +12,17 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// SettingsFrom implements methods.FixtureSettings. FedCLIP has no setting
+// SettingsFrom implements fixture.Settings. FedCLIP has no setting
 // a fixture carries; the metadata's feature_dim and logit_scale, when
 // present, must agree with the model (the adapter is d × d on its
 // embedding, the logits use its logit_scale).
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	d := f.Model.W.Config.EmbedDim
 	if _, ok := f.Meta["feature_dim"]; ok {
 		fd, err := f.Float("feature_dim")
@@ -46,7 +48,7 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	return Method{}.DefaultConfig(), nil
 }
 
-// Step implements methods.Stepper: one FedCLIP step on the fixture's
+// Step implements fixture.Stepper: one FedCLIP step on the fixture's
 // images. params holds img_adap.{0,2}.{weight,bias}; the batch images
 // [B, 3, S, S] (or, without images, image_features [B, d]), labels [B] and tokens [C, ctx]
 // (the class prompts, encoded by the frozen text tower; image b's text is
@@ -55,13 +57,13 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 // class prompt, before normalisation), logits [B, B], loss_img, loss_txt,
 // loss, grad.<p> and step1.<p> after one step of the metadata's optimizer
 // (lr, momentum, weight_decay) from a fresh state.
-func (Method) Step(_ context.Context, f *methods.Fixture) (tensor.Named, error) {
+func (Method) Step(_ context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	out, _, err := step(f)
 	return out, err
 }
 
 // step is Step, also returning the loss in float64.
-func step(f *methods.Fixture) (tensor.Named, float64, error) {
+func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 	if _, err := (Method{}).SettingsFrom(f); err != nil {
 		return nil, 0, err
 	}
@@ -102,7 +104,7 @@ func step(f *methods.Fixture) (tensor.Named, float64, error) {
 		if len(images.Data) != B*3*S*S {
 			return nil, 0, fmt.Errorf("fedclip: tensor \"images\": shape %v for %d labels, want [%d, 3, %d, %d]", images.Shape, B, B, S, S)
 		}
-		img = methods.ImageRecords(model, methods.Features, images.Data, B, nil)
+		img = prefixcache.ImageRecords(model, methods.Features, images.Data, B, nil)
 	} else {
 		t := f.Batch["image_features"]
 		if len(t.Data) != B*d {
@@ -147,49 +149,35 @@ func step(f *methods.Fixture) (tensor.Named, float64, error) {
 	return out, loss, nil
 }
 
-// FixtureRound implements methods.Rounder: the plain round of
-// methods.FixtureRound (the production Plan in federation Sites, FedAvg,
+// FixtureRound implements fixture.Rounder: the plain round of
+// fixture.RunRound (the production Plan in federation Sites, FedAvg,
 // the Coordinator), reporting as client<i>.trained.<p> the adapter each
 // client holds after its local training — the production Plan.Site gives
 // the server's average instead, the model a site keeps and is scored with
 // — and as client<i>.batch_losses the loss of each of its batches.
-func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	ts := &trainedSites{Method: Method{}}
-	out, err := methods.FixtureRound(ctx, ts, f)
+func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+	var losses []*[]float32
+	own := fixture.OwnSites(Method{}, func(c *Client) tensor.Named { return c.P })
+	out, err := fixture.PlainRound(ctx, f, Method{}, func(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+		plan, err := own(env, sec)
+		if err != nil {
+			return nil, err
+		}
+		for i, pc := range plan.Clients {
+			c, ok := pc.(*Client)
+			if !ok {
+				return nil, fmt.Errorf("fedclip: client %d is a %T", i, pc)
+			}
+			c.losses = new([]float32)
+			losses = append(losses, c.losses)
+		}
+		return plan, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	for i, l := range ts.losses {
+	for i, l := range losses {
 		out[fmt.Sprintf("client%d.batch_losses", i)] = &tensor.Tensor{Shape: []int{len(*l)}, Data: *l}
 	}
 	return out, nil
-}
-
-// trainedSites is the method with Plan.Site giving each client's own
-// adapter and the clients recording their batch losses; it is no Rounder,
-// so methods.FixtureRound runs the plain round on it.
-type trainedSites struct {
-	methods.Method
-	losses []*[]float32
-}
-
-func (*trainedSites) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	return Method{}.SettingsFrom(f)
-}
-
-func (w *trainedSites) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
-	plan, err := w.Method.Build(env, sec)
-	if err != nil {
-		return nil, err
-	}
-	for i, pc := range plan.Clients {
-		c, ok := pc.(*Client)
-		if !ok {
-			return nil, fmt.Errorf("fedclip: client %d is a %T", i, pc)
-		}
-		c.losses = new([]float32)
-		w.losses = append(w.losses, c.losses)
-	}
-	plan.Site = func(i int) (tensor.Named, error) { return plan.Clients[i].(*Client).P.Clone(), nil }
-	return plan, nil
 }

@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
-	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -26,10 +27,10 @@ const (
 )
 
 // loadStep loads init + step as `pfedmma step` does, with sets.
-func loadStep(t *testing.T, sets ...string) *methods.Fixture {
+func loadStep(t *testing.T, sets ...string) *fixture.Fixture {
 	t.Helper()
 	td := fixturetest.Testdata + "fedclip/"
-	f, err := methods.LoadFixture(fixturetest.Model(t), td+"init.safetensors", []string{td + "step.safetensors"}, sets)
+	f, err := fixture.Load(fixturetest.Model(t), td+"init.safetensors", []string{td + "step.safetensors"}, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestFixtureStepFromFeatures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(tensor.Named{"f": got["image_features"]}, tensor.Named{"f": f.Batch["image_features"]}); d != "" {
+	if d := tensortest.BitsDiff(tensor.Named{"f": got["image_features"]}, tensor.Named{"f": f.Batch["image_features"]}); d != "" {
 		t.Error("the step did not use the given image_features")
 	}
 	fixturetest.Close(t, "logits", got["logits"].Data, f.Batch["logits"].Data, tolForward)
@@ -88,11 +89,11 @@ func TestFixtureStepFromFeatures(t *testing.T) {
 
 // TestFixtureRound: every client's trained adapter, the global one (and
 // their updates from init) and every batch loss of round.safetensors,
-// through methods.FixtureRound (the production Plan, Sites, Coordinator).
+// through fixture.RunRound (the production Plan, Sites, Coordinator).
 func TestFixtureRound(t *testing.T) {
 	out := fixturetest.Round(t, Method{}, "fedclip/init.safetensors", []string{"fedclip/round.safetensors"}, nil,
 		"fedclip/round.safetensors", tolGrad)
-	ref, err := methods.LoadFixture(fixturetest.Model(t), fixturetest.Testdata+"fedclip/round.safetensors", nil, nil)
+	ref, err := fixture.Load(fixturetest.Model(t), fixturetest.Testdata+"fedclip/round.safetensors", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,16 +117,16 @@ func TestFixtureRound(t *testing.T) {
 }
 
 // TestFixtureRoundIsFedAvg: global = Σ n_i/n · trained_i for every tensor,
-// and methods.Round's production sites hold the adapter they trained (the
+// and fixture.Round's production sites hold the adapter they trained (the
 // global one reaches them with the round's evaluation instruction:
 // TestEvaluateReceivesGlobal).
 func TestFixtureRoundIsFedAvg(t *testing.T) {
 	td := fixturetest.Testdata + "fedclip/"
-	f, err := methods.LoadFixture(fixturetest.Model(t), td+"init.safetensors", []string{td + "round.safetensors"}, nil)
+	f, err := fixture.Load(fixturetest.Model(t), td+"init.safetensors", []string{td + "round.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := methods.FixtureRound(context.Background(), Method{}, f)
+	out, err := fixture.RunRound(context.Background(), Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,23 +151,23 @@ func TestFixtureRoundIsFedAvg(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := methods.RoundInputs{Model: f.Model, Init: f.Params, Tokens: f.Ints["tokens"], Classes: 5, Train: opts}
+	in := fixture.RoundInputs{Model: f.Model, Init: f.Params, Tokens: f.Ints["tokens"], Classes: 5, Train: opts}
 	for i := range sizes {
-		in.Clients = append(in.Clients, methods.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data,
+		in.Clients = append(in.Clients, fixture.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data,
 			Labels: f.Ints[fmt.Sprintf("client%d.labels", i)]})
 	}
-	prod, err := methods.Round(context.Background(), Method{}, sec, in)
+	prod, err := fixture.Round(context.Background(), Method{}, sec, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range Names {
-		if d := bitsEqual(tensor.Named{name: prod["global."+name]}, tensor.Named{name: out["global."+name]}); d != "" {
-			t.Errorf("global.%s: methods.Round differs from the fixture round", name)
+		if d := tensortest.BitsDiff(tensor.Named{name: prod["global."+name]}, tensor.Named{name: out["global."+name]}); d != "" {
+			t.Errorf("global.%s: fixture.Round differs from the fixture round", name)
 		}
 		for i := range sizes {
 			key := fmt.Sprintf("client%d.trained.%s", i, name)
-			if d := bitsEqual(tensor.Named{name: prod[key]}, tensor.Named{name: out[key]}); d != "" {
-				t.Errorf("methods.Round: site %d holds another %s than the one it trained", i, name)
+			if d := tensortest.BitsDiff(tensor.Named{name: prod[key]}, tensor.Named{name: out[key]}); d != "" {
+				t.Errorf("fixture.Round: site %d holds another %s than the one it trained", i, name)
 			}
 		}
 	}
@@ -220,10 +221,10 @@ func TestFixtureStepOptimizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range Names {
-		if d := bitsEqual(tensor.Named{n: want[n]}, tensor.Named{n: out["step1."+n]}); d != "" {
+		if d := tensortest.BitsDiff(tensor.Named{n: want[n]}, tensor.Named{n: out["step1."+n]}); d != "" {
 			t.Errorf("step1.%s differs from optim.SGD (lr 0.3, momentum 0.5, wd 0.01)", n)
 		}
-		if d := bitsEqual(tensor.Named{n: f.Params[n]}, tensor.Named{n: out["step1."+n]}); d == "" {
+		if d := tensortest.BitsDiff(tensor.Named{n: f.Params[n]}, tensor.Named{n: out["step1."+n]}); d == "" {
 			t.Errorf("step1.%s did not move", n)
 		}
 	}
@@ -233,20 +234,20 @@ func TestFixtureStepOptimizer(t *testing.T) {
 func TestFixtureRejects(t *testing.T) {
 	for _, tc := range []struct {
 		sets []string
-		mod  func(*methods.Fixture)
+		mod  func(*fixture.Fixture)
 		want string
 	}{
 		{[]string{"logit_scale=1"}, nil, "logit_scale"},
 		{[]string{"feature_dim=512"}, nil, "feature_dim"},
 		{[]string{"lr=-1"}, nil, "lr"},
-		{nil, func(f *methods.Fixture) { delete(f.Params, ParamB2) }, ParamB2},
-		{nil, func(f *methods.Fixture) { f.Params[ParamW1] = tensor.New(64, 32) }, ParamW1},
-		{nil, func(f *methods.Fixture) { f.Ints["labels"][1] = 5 }, "label 5"},
-		{nil, func(f *methods.Fixture) { delete(f.Ints, "tokens") }, "tokens"},
-		{nil, func(f *methods.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:5] }, "tokens"},
-		{nil, func(f *methods.Fixture) { delete(f.Batch, "images") }, "images"},
-		{nil, func(f *methods.Fixture) { f.Batch["images"] = tensor.New(2, 3, 32, 32) }, "images"},
-		{nil, func(f *methods.Fixture) { delete(f.Meta, "lr") }, "lr"},
+		{nil, func(f *fixture.Fixture) { delete(f.Params, ParamB2) }, ParamB2},
+		{nil, func(f *fixture.Fixture) { f.Params[ParamW1] = tensor.New(64, 32) }, ParamW1},
+		{nil, func(f *fixture.Fixture) { f.Ints["labels"][1] = 5 }, "label 5"},
+		{nil, func(f *fixture.Fixture) { delete(f.Ints, "tokens") }, "tokens"},
+		{nil, func(f *fixture.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:5] }, "tokens"},
+		{nil, func(f *fixture.Fixture) { delete(f.Batch, "images") }, "images"},
+		{nil, func(f *fixture.Fixture) { f.Batch["images"] = tensor.New(2, 3, 32, 32) }, "images"},
+		{nil, func(f *fixture.Fixture) { delete(f.Meta, "lr") }, "lr"},
 	} {
 		f := loadStep(t, tc.sets...)
 		if tc.mod != nil {

@@ -2,45 +2,24 @@ package fedclip
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/actcache"
 	"github.com/pfedmma/pfedmma/assets"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/dataset"
-	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
-
-func bitsEqual(a, b tensor.Named) string {
-	if len(a) != len(b) {
-		return fmt.Sprintf("%d names vs %d", len(a), len(b))
-	}
-	for k, x := range a {
-		y, ok := b[k]
-		if x == nil || !ok || y == nil || !tensor.SameShape(x.Shape, y.Shape) {
-			return k + ": missing or shape"
-		}
-		for i := range x.Data {
-			if math.Float32bits(x.Data[i]) != math.Float32bits(y.Data[i]) {
-				return k
-			}
-		}
-	}
-	return ""
-}
 
 // layerCheck compares the input gradient din of a layer with finite
 // differences of L = Σ forward(x) ⊙ r.
@@ -221,92 +200,10 @@ func TestStepGrad(t *testing.T) {
 	}
 }
 
-func normalize(x []float32, n, d int) {
-	for i := 0; i < n; i++ {
-		var s float64
-		for _, v := range x[i*d : (i+1)*d] {
-			s += float64(v) * float64(v)
-		}
-		for k := i * d; k < (i+1)*d; k++ {
-			x[k] /= float32(math.Sqrt(s))
-		}
-	}
-}
-
-// featureEnv is an Env over synthetic cached image features [d]: K classes
-// (unit class means plus noise), clients with n training and n test images
-// each over one label space of all classes; it returns the "text
-// features" to install (the class means perturbed).
+// featureEnv is methodtest's feature Env (no domain shifts) and the frozen
+// "text features": perturbed class means.
 func featureEnv(t testing.TB, d, K, clients, n int, opts train.Options) (*methods.Env, []float32) {
-	rng := rand.New(rand.NewPCG(42, uint64(d)))
-	w := &clip.Weights{Config: clip.Config{EmbedDim: d}, LogitScale: float32(math.Log(100))}
-	model := &clip.Model{W: w}
-	names := make([]string, K)
-	all := make([]int, K)
-	for c := range names {
-		names[c], all[c] = fmt.Sprintf("class%d", c), c
-	}
-	means := make([]float32, K*d)
-	for i := range means {
-		means[i] = float32(rng.NormFloat64())
-	}
-	normalize(means, K, d)
-	task := &protocol.Task{Protocol: protocol.Dirichlet, Dataset: &dataset.Dataset{Name: "features", Classes: names},
-		Spaces: []protocol.Space{{Name: "all", Classes: all}}, Metrics: []string{"acc"}}
-	store, err := actcache.New(actcache.Options{RecordLen: d, MemoryBudget: 1 << 40})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	env := &methods.Env{Model: model, Task: task, Start: methods.Features, Seed: 7, Train: opts,
-		Prefixer: &methods.Prefixer{Model: model, Start: methods.Features}, TrainStore: store, TestStore: store,
-		TrainRecs: map[int][]int{}, TestRecs: map[int]int{},
-		Evaluator: &eval.Evaluator{Source: store, RecordLen: d, Batch: 100}}
-	rec := make([]float32, d)
-	feature := func(key string, c int) int {
-		for k := range rec {
-			rec[k] = means[c*d+k] + float32(rng.NormFloat64()*1.5/math.Sqrt(float64(d)))
-		}
-		r, err := store.Put(key, rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	for id := 0; id < clients; id++ {
-		ct := protocol.ClientTask{ID: id}
-		ev := &protocol.EvalSet{Name: "acc"}
-		for k := 0; k < n; k++ {
-			c := rng.IntN(K)
-			item := len(task.Train)
-			task.Train = append(task.Train, dataset.Item{Key: fmt.Sprintf("train/%d/%d", id, k), Label: c})
-			env.TrainRecs[item] = []int{feature(task.Train[item].Key, c)}
-			ct.Train, ct.Labels = append(ct.Train, item), append(ct.Labels, c)
-			c = rng.IntN(K)
-			item = len(task.Test)
-			task.Test = append(task.Test, dataset.Item{Key: fmt.Sprintf("test/%d/%d", id, k), Label: c})
-			env.TestRecs[item] = feature(task.Test[item].Key, c)
-			ev.Images, ev.Labels = append(ev.Images, item), append(ev.Labels, c)
-		}
-		ct.Evals = []*protocol.EvalSet{ev}
-		task.Clients = append(task.Clients, ct)
-	}
-	txt := make([]float32, K*d)
-	for i := range txt {
-		txt[i] = means[i] + float32(rng.NormFloat64()*0.5/math.Sqrt(float64(d)))
-	}
-	return env, txt
-}
-
-// coordinator runs plan's clients in Sites whose state lives under dir.
-func coordinator(plan *methods.Plan, dir string, rounds int) *federation.Coordinator {
-	proxies := make([]federation.ClientProxy, len(plan.Clients))
-	for i, c := range plan.Clients {
-		proxies[i] = federation.NewSite(c, filepath.Join(dir, fmt.Sprintf("site-%d", c.ID())))
-	}
-	return &federation.Coordinator{Strategy: plan.Strategy, Proxies: proxies, Rounds: rounds, Fraction: 0.6, Seed: 3,
-		EvalEvery: 1, Store: federation.FileStore{Path: filepath.Join(dir, federation.CheckpointFile)},
-		Logger: slog.New(slog.DiscardHandler)}
+	return methodtest.FeatureEnv(t, d, K, clients, n, opts, false)
 }
 
 func testOpts() train.Options {
@@ -326,39 +223,13 @@ func build(t testing.TB, s *Settings, d, K, clients, n int, opts train.Options) 
 }
 
 // TestResumeBitIdentical: 2 rounds, a checkpoint, fresh clients and
-// strategy, 1 more round equals 3 straight rounds bit for bit.
+// strategy, 1 more round equals 3 straight rounds bit for bit; the global
+// adapter too, and training moved it.
 func TestResumeBitIdentical(t *testing.T) {
 	s := &Settings{LR: 0.2}
 	mk := func() *methods.Plan { return build(t, s, 16, 5, 4, 24, testOpts()) }
-	ref := mk()
-	refHist, err := coordinator(ref, t.TempDir(), 3).Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if _, err := coordinator(mk(), dir, 2).Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	resumed := mk()
-	hist, err := coordinator(resumed, dir, 3).Resume(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, want := hist.Rounds[len(hist.Rounds)-1], refHist.Rounds[2]
-	if fmt.Sprint(last.Eval) != fmt.Sprint(want.Eval) || fmt.Sprint(last.Fit) != fmt.Sprint(want.Fit) {
-		t.Errorf("round 2 metrics differ:\n got %v %v\nwant %v %v", last.Fit, last.Eval, want.Fit, want.Eval)
-	}
-	for i := range ref.Clients {
-		a, _ := resumed.Clients[i].State()
-		b, _ := ref.Clients[i].State()
-		if d := bitsEqual(a, b); d != "" {
-			t.Errorf("client %d state differs at %s", i, d)
-		}
-	}
-	if d := bitsEqual(resumed.Strategy.State(), ref.Strategy.State()); d != "" {
-		t.Errorf("strategy state differs at %s", d)
-	}
-	if d := bitsEqual(resumed.Global(), ref.Global()); d != "" || bitsEqual(ref.Global(), mk().Global()) == "" {
+	ref, resumed := methodtest.ResumeCoordinator(t, mk)
+	if d := tensortest.BitsDiff(resumed.Global(), ref.Global()); d != "" || tensortest.BitsDiff(ref.Global(), mk().Global()) == "" {
 		t.Errorf("global adapter differs after resuming (%q), or training did not move it", d)
 	}
 }
@@ -369,11 +240,11 @@ func TestResumeBitIdentical(t *testing.T) {
 // the global adapter.
 func TestGlobalModel(t *testing.T) {
 	plan := build(t, &Settings{}, 16, 5, 3, 24, testOpts())
-	shared := plan.Clients[0].(*Client).task.Evals[0]
+	shared := plan.Clients[0].(*Client).Task.Evals[0]
 	for _, c := range plan.Clients {
-		c.(*Client).task.Evals = []*protocol.EvalSet{shared}
+		c.(*Client).Task.Evals = []*protocol.EvalSet{shared}
 	}
-	co := coordinator(plan, t.TempDir(), 2)
+	co := methodtest.Coordinator(plan, t.TempDir(), 2)
 	co.Fraction = 1
 	hist, err := co.Run(context.Background())
 	if err != nil {
@@ -391,7 +262,7 @@ func TestGlobalModel(t *testing.T) {
 	g := plan.Global()
 	for i := range plan.Clients {
 		site, _ := plan.Site(i)
-		if d := bitsEqual(site, g); d != "" {
+		if d := tensortest.BitsDiff(site, g); d != "" {
 			t.Errorf("site %d keeps something else than the global adapter (%s)", i, d)
 		}
 	}
@@ -399,7 +270,7 @@ func TestGlobalModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bitsEqual(sc.(scorer).p, g) != "" {
+	if tensortest.BitsDiff(sc.(scorer).p, g) != "" {
 		t.Error("the global scorer does not use the averaged adapter")
 	}
 }
@@ -415,7 +286,7 @@ func TestTrainingLearns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	co := coordinator(plan, t.TempDir(), 4)
+	co := methodtest.Coordinator(plan, t.TempDir(), 4)
 	co.Fraction = 1
 	hist, err := co.Run(context.Background())
 	if err != nil {
@@ -448,7 +319,7 @@ func TestEvaluateReceivesGlobal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(res.Params, down); d == "" {
+	if d := tensortest.BitsDiff(res.Params, down); d == "" {
 		t.Fatal("training did not move the adapter: the test cannot tell the two apart")
 	}
 	if err := plan.Strategy.Init([]federation.ClientInfo{{ID: 0, NumExamples: 1}, {ID: 1, NumExamples: 3}}); err != nil {
@@ -463,23 +334,23 @@ func TestEvaluateReceivesGlobal(t *testing.T) {
 	if err := plan.Strategy.Aggregate(0, []federation.FitResult{{ClientID: 0, NumExamples: 1, Params: res.Params}, {ClientID: 1, NumExamples: 3, Params: other}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(c.P, res.Params); d != "" {
+	if d := tensortest.BitsDiff(c.P, res.Params); d != "" {
 		t.Fatalf("the in-process aggregation reached the client without an instruction (%s)", d)
 	}
 	ins, err := federation.ConfigureEvaluate(plan.Strategy, 0, []int{0, 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(ins[0], plan.Global()); d != "" || len(ins) != 2 {
+	if d := tensortest.BitsDiff(ins[0], plan.Global()); d != "" || len(ins) != 2 {
 		t.Fatalf("ConfigureEvaluate does not send every client the new global adapter (%d clients, %s)", len(ins), d)
 	}
 	if _, err := c.Evaluate(context.Background(), federation.EvaluateIns{Round: 0, Params: ins[0]}); err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(c.P, plan.Global()); d != "" {
+	if d := tensortest.BitsDiff(c.P, plan.Global()); d != "" {
 		t.Fatalf("the client does not score and keep the global adapter it was sent (%s)", d)
 	}
-	if d := bitsEqual(c.P, res.Params); d == "" {
+	if d := tensortest.BitsDiff(c.P, res.Params); d == "" {
 		t.Fatal("the global adapter equals the client's own: the test cannot tell them apart")
 	}
 	st, err := c.State()
@@ -490,11 +361,11 @@ func TestEvaluateReceivesGlobal(t *testing.T) {
 	if err := fresh.LoadState(st); err != nil {
 		t.Fatal(err)
 	}
-	if d := bitsEqual(fresh.P, plan.Global()); d != "" {
+	if d := tensortest.BitsDiff(fresh.P, plan.Global()); d != "" {
 		t.Fatalf("a restarted site does not hold the adapter it scored (%s)", d)
 	}
 	site, _ := plan.Site(0)
-	if d := bitsEqual(site, plan.Global()); d != "" {
+	if d := tensortest.BitsDiff(site, plan.Global()); d != "" {
 		t.Errorf("the site keeps something else than the adapter it scored (%s)", d)
 	}
 }
@@ -520,7 +391,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	px := gradcheck.Rand(rng, B*3*S*S, 1)
 	labels := []int{0, 1, 2, 0, 1, 2}
 	opts := train.Options{Epochs: 2, Batch: 3, Optimizer: "sgd", LR: 0.5, Momentum: 0.9, InOrder: true}
-	env, err := methods.TensorEnv(m, methods.Features, tokens, len(classes), []methods.TensorClient{{Pixels: px, Labels: labels}}, opts, 5)
+	env, err := fixture.TensorEnv(m, methods.Features, tokens, len(classes), []fixture.TensorClient{{Pixels: px, Labels: labels}}, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,20 +400,20 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := coordinator(plan, t.TempDir(), 1).Run(context.Background()); err != nil {
+	if _, err := methodtest.Coordinator(plan, t.TempDir(), 1).Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	saved, err := plan.Site(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bitsEqual(saved, Init(m.W.Config.EmbedDim, rand.New(rand.NewPCG(5, 0xfedc11)))) == "" {
+	if tensortest.BitsDiff(saved, Init(m.W.Config.EmbedDim, rand.New(rand.NewPCG(5, 0xfedc11)))) == "" {
 		t.Fatal("the site's adapter did not train")
 	}
 	c := plan.Clients[0].(*Client)
 	recs := make([]float32, B*env.Prefixer.RecordLen())
 	for k := 0; k < B; k++ {
-		if err := env.TrainStore.GetBatch([]int{env.TrainRecs[c.task.Train[k]][0]}, recs[k*env.Prefixer.RecordLen():(k+1)*env.Prefixer.RecordLen()]); err != nil {
+		if err := env.TrainStore.GetBatch([]int{env.TrainRecs[c.Task.Train[k]][0]}, recs[k*env.Prefixer.RecordLen():(k+1)*env.Prefixer.RecordLen()]); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
@@ -128,14 +130,6 @@ func siteOf(c *promptfed.Client) *site {
 	return s
 }
 
-// learnerOf returns the client's FedMVP learner.
-func learnerOf(l promptfed.Learner) (*Learner, error) {
-	if fl, ok := l.(*Learner); ok {
-		return fl, nil
-	}
-	return nil, fmt.Errorf("fedmvp: learner is %T", l)
-}
-
 // Build implements methods.Method.
 func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
 	s, err := settings(sec)
@@ -143,6 +137,15 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		return nil, err
 	}
 	cfg := s.config(env.Seed)
+	// the learners by their live linear weight: promptfed may hand a hook
+	// a wrapper of the learner (the fixtures' loss recorder)
+	byParams := map[*tensor.Tensor]*Learner{}
+	learnerOf := func(l promptfed.Learner) (*Learner, error) {
+		if fl, ok := byParams[l.Params()[ParamLinW]]; ok {
+			return fl, nil
+		}
+		return nil, fmt.Errorf("fedmvp: learner %T was not built by fedmvp", l)
+	}
 	spec := &promptfed.Spec{Name: "fedmvp", Embeddings: true, Shared: Shared,
 		Train: func(run train.Options) train.Options { return run.Own("", s.LR, 0, s.LocalEpochs) },
 		NewSpaceLearner: func(space int, _ []int) (promptfed.Learner, error) {
@@ -155,7 +158,12 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			if err != nil {
 				return nil, err
 			}
-			return New(env.Model, text, rows, C, cfg)
+			fl, err := New(env.Model, text, rows, C, cfg)
+			if err != nil {
+				return nil, err
+			}
+			byParams[fl.p[ParamLinW]] = fl
+			return fl, nil
 		},
 		Strategy: func(init tensor.Named) federation.Strategy {
 			shared := tensor.Named{}
@@ -350,15 +358,15 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	if err := l.Prepare(); err != nil {
 		return nil, err
 	}
-	rec := methods.ImageRecords(m, methods.Embeddings, pixels, B, nil)
+	rec := prefixcache.ImageRecords(m, methods.Embeddings, pixels, B, nil)
 	return l.Logits(rec, B)
 }
 
-// SettingsFrom implements methods.FixtureSettings: alpha, lora_rank, heads,
+// SettingsFrom implements fixture.Settings: alpha, lora_rank, heads,
 // prompts and flip_prob from the metadata (defaults where absent) and the
 // description rows "desc_tokens" [N, ctx] with their classes "desc_class"
 // [N] from the batch file.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	s := Method{}.DefaultConfig().(*Settings)
 	var err error
 	getF := func(key string, dst *float64) {
@@ -395,14 +403,14 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	return s, nil
 }
 
-// Step implements methods.Stepper: the layout of testdata/fedmvp/step*.
+// Step implements fixture.Stepper: the layout of testdata/fedmvp/step*.
 // The flip of the consistency target comes from flip_prob (0 or 1 in the
 // fixtures) and the mode from "lora" (1: after the switch) in the
 // metadata. Besides the production client's outputs it writes the
 // method's intermediates: "text_features" [N, E] (normalised),
 // "textfeat_ctx" [N, Dv], "vis_ctx" [B, K, Dv], "image_features" [B, E]
 // (normalised), "zs_features" [B, E] (normalised), "ce" and "vis_score".
-func (m Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	sec, err := m.SettingsFrom(f)
 	if err != nil {
 		return nil, err
@@ -446,7 +454,7 @@ func (m Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, err
 		return nil, fmt.Errorf("fedmvp: %w", err)
 	}
 	l.LoRA, l.Flip = lora != 0, s.FlipProb >= 1
-	rec := methods.ImageRecords(f.Model, methods.Embeddings, images.Data, B, nil)
+	rec := prefixcache.ImageRecords(f.Model, methods.Embeddings, images.Data, B, nil)
 	opts, err := f.TrainOptions()
 	if err != nil {
 		return nil, err

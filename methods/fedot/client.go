@@ -3,7 +3,6 @@ package fedot
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 
@@ -11,10 +10,10 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/clientbase"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/nn"
 	"github.com/pfedmma/pfedmma/optim"
-	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -174,70 +173,36 @@ func (m *Model) LocalMatrix(p tensor.Named) ([]float32, error) {
 // Client is one FedOT site: its parameters P (reference names), optimizer
 // and random state.
 type Client struct {
-	env    *methods.Env
-	task   *protocol.ClientTask
+	clientbase.Base
 	w      *Model
 	shared federation.Filter
 	// P holds w_g and the local map's parameters.
-	P      tensor.Named
-	loop   *train.Loop
-	labels []int
+	P tensor.Named
 }
-
-// ID implements federation.Client.
-func (c *Client) ID() int { return c.task.ID }
-
-// NumExamples implements federation.Client.
-func (c *Client) NumExamples() int { return len(c.task.Train) }
 
 // Params implements train.Learner.
-func (c *Client) Params() []optim.Param {
-	var ps []optim.Param
-	for _, name := range slices.Sorted(maps.Keys(c.P)) {
-		ps = append(ps, optim.Param{Name: name, Value: c.P[name].Data, Grad: c.w.Grads[name].Data})
-	}
-	return ps
-}
+func (c *Client) Params() []optim.Param { return clientbase.Params(c.P, c.w.Grads, nil) }
 
 // Step implements train.Learner on cached image features.
 func (c *Client) Step(_ context.Context, b train.Batch) (float64, int, error) {
-	if err := c.env.TrainBatch(c.task, b.Items, b.RNG, b.Round, b.Epoch); err != nil {
+	labels, err := c.Batch(b)
+	if err != nil {
 		return 0, 0, err
 	}
-	c.labels = c.labels[:0]
-	for _, k := range b.Items {
-		c.labels = append(c.labels, c.task.Labels[k])
-	}
-	return c.w.Step(c.P, c.env.TrainBuf, c.labels, c.env.Task.Spaces[c.task.TrainSpace].Classes)
+	return c.w.Step(c.P, c.Env.TrainBuf, labels, c.Env.Task.Spaces[c.Task.TrainSpace].Classes)
 }
 
 // Fit installs the shared tensors the server sent, trains locally and
 // uploads the shared tensors.
 func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	for name, t := range ins.Params {
-		p, ok := c.P[name]
-		if !ok || !c.shared(name) {
-			return federation.FitRes{}, fmt.Errorf("fedot client %d: received unexpected tensor %q", c.task.ID, name)
-		}
-		if !tensor.SameShape(p.Shape, t.Shape) {
-			return federation.FitRes{}, fmt.Errorf("fedot client %d: received %q with shape %v, want %v", c.task.ID, name, t.Shape, p.Shape)
-		}
-		copy(p.Data, t.Data)
+	if err := c.Install(c.P, ins.Params, c.shared); err != nil {
+		return federation.FitRes{}, err
 	}
-	bar := c.env.StepBar(c.loop.Batches(), fmt.Sprintf("client %d batch", c.task.ID))
-	defer bar.Finish()
-	c.loop.Progress = func(n int) { bar.AddItems(1, n) }
-	m, err := c.loop.Run(ctx, ins.Round, c)
+	m, err := c.Train(ctx, ins.Round, c)
 	if err != nil {
 		return federation.FitRes{}, err
 	}
-	up := tensor.Named{}
-	for name, t := range c.P {
-		if c.shared(name) {
-			up[name] = t.Clone()
-		}
-	}
-	return federation.FitRes{Params: up, NumExamples: len(c.task.Train), Metrics: m}, nil
+	return c.Fitted(clientbase.Shared(c.P, c.shared), m), nil
 }
 
 // Evaluate scores the client's personalised model (its w_g and w_1) on its
@@ -246,36 +211,21 @@ func (c *Client) Evaluate(ctx context.Context, _ federation.EvaluateIns) (federa
 	if err := c.w.Prepare(c.P); err != nil {
 		return federation.EvaluateRes{}, err
 	}
-	m, err := c.env.Evaluate(ctx, scorer{c}, c.task)
-	return federation.EvaluateRes{Metrics: m, NumExamples: len(c.task.Train)}, err
+	return c.Base.Evaluate(ctx, scorer{c})
 }
 
 type scorer struct{ c *Client }
 
 func (s scorer) Logits(space int, img []float32, B int) ([]float32, error) {
-	return s.c.w.Logits(s.c.P, img, B, s.c.env.Task.Spaces[space].Classes)
+	return s.c.w.Logits(s.c.P, img, B, s.c.Env.Task.Spaces[space].Classes)
 }
 
 // State implements federation.Client: parameters, optimizer and generator.
 func (c *Client) State() (tensor.Named, error) {
-	st, err := c.loop.State()
-	if err != nil {
-		return nil, err
-	}
-	for name, t := range c.P {
-		st["param/"+name] = t.Clone()
-	}
-	return st, nil
+	return c.SaveState(clientbase.Saved{Prefix: "param/", Tensors: c.P})
 }
 
 // LoadState implements federation.Client.
 func (c *Client) LoadState(st tensor.Named) error {
-	for name, p := range c.P {
-		t, ok := st["param/"+name]
-		if !ok || !tensor.SameShape(t.Shape, p.Shape) {
-			return fmt.Errorf("fedot client %d state: no param/%s of shape %v", c.task.ID, name, p.Shape)
-		}
-		copy(p.Data, t.Data)
-	}
-	return c.loop.LoadState(st)
+	return c.RestoreState(st, clientbase.Saved{Prefix: "param/", Tensors: c.P})
 }

@@ -71,11 +71,13 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/clientbase"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -283,23 +285,21 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		}
 	}
 	st := strategy.UniformMean(filter, initial)
-	opts := s.trainOptions(env.Train)
+	bases, err := clientbase.Bases("fedot", env, s.trainOptions(env.Train))
+	if err != nil {
+		return nil, err
+	}
 	plan := &methods.Plan{Strategy: st, Global: st.Global}
 	var clients []*Client
-	for i := range env.Task.Clients {
-		t := &env.Task.Clients[i]
-		loop, err := train.NewLoop(opts, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("fedot client %d", t.ID))
-		if err != nil {
-			return nil, err
-		}
-		c := &Client{env: env, task: t, w: w, shared: filter, P: init.Clone(), loop: loop}
+	for _, b := range bases {
+		c := &Client{Base: b, w: w, shared: filter, P: init.Clone()}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}
 	// the global model: the server's shared tensors with the initial
 	// (identity) local transforms, what a new site starts from
 	plan.GlobalScorer = func() (eval.Scorer, error) {
-		c := &Client{env: env, task: &protocol.ClientTask{ID: -1}, w: w, shared: filter, P: init.Clone()}
+		c := &Client{Base: clientbase.Base{Method: "fedot", Env: env, Task: &protocol.ClientTask{ID: -1}}, w: w, shared: filter, P: init.Clone()}
 		for name, t := range st.Global() {
 			p, ok := c.P[name]
 			if !ok || !tensor.SameShape(p.Shape, t.Shape) {
@@ -342,7 +342,7 @@ func initClassifier(env *methods.Env, s *Settings, wg *tensor.Tensor, rng *rand.
 			copy(wg.Data[c*d:(c+1)*d], txt[i*d:(i+1)*d])
 		}
 	}
-	normalizeRows(nil, wg.Data, wg.Shape[0], d)
+	clip.NormalizeRows(nil, wg.Data, wg.Shape[0], d)
 	for i := 0; i < wg.Shape[0]; i++ { // classes in no space: zero rows, not NaN
 		row := wg.Data[i*d : (i+1)*d]
 		if row[0] != row[0] {

@@ -13,7 +13,8 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
-	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -22,7 +23,7 @@ import (
 // There are no reference fixtures of FedOT: these tests write fixtures in
 // the reference layout from a tiny random CLIP (8-d features, 8 px images)
 // and check `step` against finite differences and optim.SGD, and `round`
-// against the production Plan run by methods.Round.
+// against the production Plan run by fixture.Round.
 
 const tinyCtx = 12
 
@@ -59,7 +60,7 @@ func initParams(rng *rand.Rand, s *Settings, d, K int) tensor.Named {
 	for _, name := range slices.Sorted(maps.Keys(shapes)) {
 		p[name] = randTensor(rng, 0.3, shapes[name]...)
 	}
-	normalizeRows(nil, p[ParamClassifier].Data, K, d)
+	clip.NormalizeRows(nil, p[ParamClassifier].Data, K, d)
 	if w, ok := p[ParamLinear]; ok {
 		for i := 0; i < d; i++ {
 			w.Data[i*d+i]++
@@ -71,7 +72,7 @@ func initParams(rng *rand.Rand, s *Settings, d, K int) tensor.Named {
 // writeFixture writes params and batch (integer tensors in ints) with meta
 // on the batch file under t.TempDir() and loads them as `pfedmma step`
 // does.
-func writeFixture(t *testing.T, m *clip.Model, params, batch tensor.Named, ints map[string]safetensors.Int64Tensor, meta map[string]string, sets ...string) *methods.Fixture {
+func writeFixture(t *testing.T, m *clip.Model, params, batch tensor.Named, ints map[string]safetensors.Int64Tensor, meta map[string]string, sets ...string) *fixture.Fixture {
 	t.Helper()
 	dir := t.TempDir()
 	pp, bp := filepath.Join(dir, "init.safetensors"), filepath.Join(dir, "batch.safetensors")
@@ -81,7 +82,7 @@ func writeFixture(t *testing.T, m *clip.Model, params, batch tensor.Named, ints 
 	if err := safetensors.Write(bp, batch, ints, meta); err != nil {
 		t.Fatal(err)
 	}
-	f, err := methods.LoadFixture(m, pp, []string{bp}, sets)
+	f, err := fixture.Load(m, pp, []string{bp}, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func labelsOf(rng *rand.Rand, n, K int) safetensors.Int64Tensor {
 }
 
 // stepFixture is a step fixture of B images and K classes for settings s.
-func stepFixture(t *testing.T, m *clip.Model, s *Settings, B, K int, meta map[string]string, sets ...string) *methods.Fixture {
+func stepFixture(t *testing.T, m *clip.Model, s *Settings, B, K int, meta map[string]string, sets ...string) *fixture.Fixture {
 	rng := rand.New(rand.NewPCG(3, uint64(B*K+s.Blocks)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
 	batch := tensor.Named{"images": randTensor(rng, 1, B, 3, S, S)}
@@ -123,7 +124,7 @@ var stepCases = []struct {
 // image, one off, their pre-activations far from 0, so no ±1e-2 step of a
 // finite difference crosses the ReLU's kink (it fails the test when the
 // features share no direction to build this on).
-func awayFromKinks(t *testing.T, m *clip.Model, f *methods.Fixture, down *tensor.Tensor) {
+func awayFromKinks(t *testing.T, m *clip.Model, f *fixture.Fixture, down *tensor.Tensor) {
 	d := m.W.Config.EmbedDim
 	B := len(f.Ints["labels"])
 	img := m.EncodeImage(f.Batch["images"].Data, B)
@@ -133,7 +134,7 @@ func awayFromKinks(t *testing.T, m *clip.Model, f *methods.Fixture, down *tensor
 			u[k] += img[b*d+k]
 		}
 	}
-	normalizeRows(nil, u, 1, d)
+	clip.NormalizeRows(nil, u, 1, d)
 	for b := 0; b < B; b++ {
 		var dot, mx float64
 		for k := range u {
@@ -242,7 +243,7 @@ func TestStepSGD(t *testing.T) {
 			t.Fatal(err)
 		}
 		for name, w := range want {
-			if k := bitsEqual(tensor.Named{name: w}, tensor.Named{name: out["step1."+name]}); k != "" {
+			if k := tensortest.BitsDiff(tensor.Named{name: w}, tensor.Named{name: out["step1."+name]}); k != "" {
 				t.Errorf("%s: step1.%s differs from optim.SGD (momentum 0.9, wd 0.01, lr 0.2)", tc.name, name)
 			}
 		}
@@ -262,7 +263,7 @@ func TestStepOutputs(t *testing.T) {
 	}
 	d, B, K := 8, 6, 5
 	img := m.EncodeImage(f.Batch["images"].Data, B)
-	if k := bitsEqual(tensor.Named{"f": out["image_features"]}, tensor.Named{"f": {Shape: []int{B, d}, Data: img}}); k != "" {
+	if k := tensortest.BitsDiff(tensor.Named{"f": out["image_features"]}, tensor.Named{"f": {Shape: []int{B, d}, Data: img}}); k != "" {
 		t.Error("image_features differ from the frozen encoder's")
 	}
 	w1 := out["w_1"].Data
@@ -330,18 +331,18 @@ func TestSettingsFromFixture(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		sets []string
-		mod  func(*methods.Fixture)
+		mod  func(*fixture.Fixture)
 		want string
 	}{
 		{[]string{"blocks=4"}, nil, "blocks"},
 		{[]string{"variant=fedx"}, nil, "variant"},
 		{[]string{"tau=-1"}, nil, "τ"},
-		{nil, func(f *methods.Fixture) { delete(f.Params, ParamX) }, ParamX},
-		{nil, func(f *methods.Fixture) { f.Ints["labels"][1] = 3 }, "label 3"},
-		{nil, func(f *methods.Fixture) { delete(f.Params, ParamClassifier) }, ParamClassifier},
-		{nil, func(f *methods.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:tinyCtx] }, "tokens"},
-		{nil, func(f *methods.Fixture) { delete(f.Batch, "images") }, "images"},
-		{nil, func(f *methods.Fixture) { delete(f.Meta, "lr") }, "lr"},
+		{nil, func(f *fixture.Fixture) { delete(f.Params, ParamX) }, ParamX},
+		{nil, func(f *fixture.Fixture) { f.Ints["labels"][1] = 3 }, "label 3"},
+		{nil, func(f *fixture.Fixture) { delete(f.Params, ParamClassifier) }, ParamClassifier},
+		{nil, func(f *fixture.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:tinyCtx] }, "tokens"},
+		{nil, func(f *fixture.Fixture) { delete(f.Batch, "images") }, "images"},
+		{nil, func(f *fixture.Fixture) { delete(f.Meta, "lr") }, "lr"},
 	} {
 		f := stepFixture(t, m, &Settings{Variant: VariantFedOT, Blocks: 2}, 2, 3, map[string]string{"lr": "0.1"}, tc.sets...)
 		if tc.mod != nil {
@@ -354,7 +355,7 @@ func TestSettingsFromFixture(t *testing.T) {
 }
 
 // roundFixture is a round fixture of 3 clients with 5, 7 and 4 images.
-func roundFixture(t *testing.T, m *clip.Model, s *Settings, K int, sets ...string) *methods.Fixture {
+func roundFixture(t *testing.T, m *clip.Model, s *Settings, K int, sets ...string) *fixture.Fixture {
 	rng := rand.New(rand.NewPCG(4, uint64(s.Blocks)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
 	batch := tensor.Named{}
@@ -367,7 +368,7 @@ func roundFixture(t *testing.T, m *clip.Model, s *Settings, K int, sets ...strin
 	return writeFixture(t, m, initParams(rng, s, d, K), batch, ints, meta, sets...)
 }
 
-// TestFixtureRound: `round` is the production Plan's round (methods.Round
+// TestFixtureRound: `round` is the production Plan's round (fixture.Round
 // on the same inputs) bit for bit; the server's w_g is the uniform mean of
 // the clients' trained w_g (all_global: x too); the clients' transforms
 // stay orthogonal.
@@ -383,7 +384,7 @@ func TestFixtureRound(t *testing.T) {
 		{&Settings{Variant: VariantFedLT, Blocks: 1}, nil},
 	} {
 		f := roundFixture(t, m, tc.s, 4, tc.sets...)
-		out, err := methods.FixtureRound(ctx, Method{}, f)
+		out, err := fixture.RunRound(ctx, Method{}, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -396,20 +397,20 @@ func TestFixtureRound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := methods.RoundInputs{Model: m, Init: f.Params, Tokens: f.Ints["tokens"], Classes: 4, Train: opts}
+		in := fixture.RoundInputs{Model: m, Init: f.Params, Tokens: f.Ints["tokens"], Classes: 4, Train: opts}
 		for i := 0; i < 3; i++ {
-			in.Clients = append(in.Clients, methods.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data,
+			in.Clients = append(in.Clients, fixture.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data,
 				Labels: f.Ints[fmt.Sprintf("client%d.labels", i)]})
 		}
-		ref, err := methods.Round(ctx, Method{}, s, in)
+		ref, err := fixture.Round(ctx, Method{}, s, in)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < 3; i++ {
 			delete(ref, fmt.Sprintf("client%d.trained.%s", i, SiteClasses))
 		}
-		if k := bitsEqual(out, ref); k != "" {
-			t.Errorf("%s: round differs from methods.Round at %s", s.Variant, k)
+		if k := tensortest.BitsDiff(out, ref); k != "" {
+			t.Errorf("%s: round differs from fixture.Round at %s", s.Variant, k)
 		}
 		shared := []string{ParamClassifier}
 		if s.Variant == VariantAllGlobal {
@@ -436,7 +437,7 @@ func TestFixtureRound(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			for name := range s.Shapes(8, 4) {
 				tr, init := out[fmt.Sprintf("client%d.trained.%s", i, name)], f.Params[name]
-				if tr == nil || bitsEqual(tensor.Named{name: tr}, tensor.Named{name: init}) == "" {
+				if tr == nil || tensortest.BitsDiff(tensor.Named{name: tr}, tensor.Named{name: init}) == "" {
 					t.Errorf("%s: client %d's %s missing or untrained", s.Variant, i, name)
 				}
 			}

@@ -1,8 +1,6 @@
 package fedot
 
 import (
-	"math"
-
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/nn"
@@ -29,11 +27,11 @@ type Head struct {
 func (hd *Head) Forward(logits, h, w []float32, B, C, d int, tau float32) {
 	hd.B, hd.C, hd.D, hd.tau, hd.w = B, C, d, tau, w
 	hd.hn = append(hd.hn[:0], h[:B*d]...)
-	hd.hnorm = normalizeRows(hd.hnorm, hd.hn, B, d)
+	hd.hnorm = clip.NormalizeRows(hd.hnorm, hd.hn, B, d)
 	wn := w[:C*d]
 	if hd.Cosine {
 		hd.wn = append(hd.wn[:0], wn...)
-		hd.wnorm = normalizeRows(hd.wnorm, hd.wn, C, d)
+		hd.wnorm = clip.NormalizeRows(hd.wnorm, hd.wn, C, d)
 		wn = hd.wn
 	}
 	gemm.Sgemm(false, true, B, C, d, tau, hd.hn, d, wn, d, 0, logits, C)
@@ -77,23 +75,4 @@ func accumulateNormBackward(dx, dn, nhat, norms []float32, n, d int) {
 			row[k] += v
 		}
 	}
-}
-
-// normalizeRows scales the rows of x [n, d] to unit L2 norm in place and
-// returns their norms (grown as needed).
-func normalizeRows(norms, x []float32, n, d int) []float32 {
-	norms = nn.Grow(norms, n)
-	for i := 0; i < n; i++ {
-		row := x[i*d : i*d+d]
-		var s float64
-		for _, v := range row {
-			s += float64(v) * float64(v)
-		}
-		nr := float32(math.Sqrt(s))
-		norms[i] = nr
-		for k := range row {
-			row[k] /= nr
-		}
-	}
-	return norms
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
@@ -99,7 +100,7 @@ func (pr *predictor) Logits(pixels []float32, B int, classes []string) ([]float3
 		if err != nil {
 			return nil, err
 		}
-		normalizeRows(nil, txt, len(names), d)
+		clip.NormalizeRows(nil, txt, len(names), d)
 		for k, i := range missing {
 			copy(w.Data[i*d:(i+1)*d], txt[k*d:(k+1)*d])
 		}

@@ -153,7 +153,7 @@ func (l *Learner) Step(imgTok []float32, labels []int) (float64, []float32, erro
 		return 0, nil, err
 	}
 	l.dl = growF(l.dl, B*l.C)
-	loss := crossEntropy(logits, labels, B, l.C, l.dl)
+	loss := clip.CrossEntropy(logits, labels, B, l.C, l.dl)
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
 		return 0, nil, fmt.Errorf("fedotp: loss is %v", loss)
 	}
@@ -230,28 +230,4 @@ func growF(buf []float32, n int) []float32 {
 		return buf[:n]
 	}
 	return make([]float32, n)
-}
-
-// crossEntropy returns the mean softmax cross-entropy of logits [B, C] and
-// writes its gradient (softmax − onehot)/B into dlogits [B, C].
-func crossEntropy(logits []float32, labels []int, B, C int, dlogits []float32) float64 {
-	var loss float64
-	for i := 0; i < B; i++ {
-		row := logits[i*C : i*C+C]
-		mx := math.Inf(-1)
-		for _, v := range row {
-			mx = math.Max(mx, float64(v))
-		}
-		var sum float64
-		for _, v := range row {
-			sum += math.Exp(float64(v) - mx)
-		}
-		lse := mx + math.Log(sum)
-		loss += lse - float64(row[labels[i]])
-		for c, v := range row {
-			dlogits[i*C+c] = float32(math.Exp(float64(v)-lse) / float64(B))
-		}
-		dlogits[i*C+labels[i]] -= float32(1 / float64(B))
-	}
-	return loss / float64(B)
 }

@@ -6,95 +6,46 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/ot"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-func tinyModel(t testing.TB) *clip.Model {
-	t.Helper()
-	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return clip.New(w)
-}
-
-func read(t testing.TB, path string) (tensor.Named, map[string]string) {
-	t.Helper()
-	x, meta, err := prompt.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x, meta
-}
-
-// rel checks the fixture README's scale-relative error max|Δ| / max|ref|.
-func rel(t *testing.T, name string, got, want *tensor.Tensor, tol float64) {
-	t.Helper()
-	if got == nil || want == nil {
-		t.Fatalf("%s: missing (got %v, want %v)", name, got != nil, want != nil)
-	}
-	if len(got.Data) != len(want.Data) {
-		t.Fatalf("%s: %d values, want %d", name, len(got.Data), len(want.Data))
-	}
-	var d, ref float64
-	for i := range want.Data {
-		d = math.Max(d, math.Abs(float64(got.Data[i]-want.Data[i])))
-		ref = math.Max(ref, math.Abs(float64(want.Data[i])))
-	}
-	if r := d / ref; !(r <= tol) {
-		t.Errorf("%s: rel error %.3g > %.3g", name, r, tol)
-	} else {
-		t.Logf("%s: rel %.2g", name, r)
-	}
-}
-
-func update(p, init *tensor.Tensor) *tensor.Tensor {
-	u := p.Clone()
-	for i := range u.Data {
-		u.Data[i] -= init.Data[i]
-	}
-	return u
-}
-
-// tolFor is the README's tolerance; the plan, an intermediate of the
-// reference's float32 iterations (see ot's fixture test), is held to 1e-4.
+// tolFor is fixturetest.Tol with the next round's parameters (next.*) and the transport plan
+// among the trained outputs.
 func tolFor(name string) float64 {
-	switch {
-	case name == "plan", strings.HasPrefix(name, "grad."), strings.Contains(name, "trained."),
-		strings.Contains(name, "next."), strings.HasPrefix(name, "step1."), strings.HasPrefix(name, "global."):
+	if name == "plan" || strings.Contains(name, "next.") {
 		return 1e-4
 	}
-	return 1e-5
+	return fixturetest.Tol(name)
 }
 
 func TestStepFixtures(t *testing.T) {
-	m := tinyModel(t)
-	init, _ := read(t, "../../testdata/fedotp/init.safetensors")
+	m := fixturetest.Model(t)
+	init, _ := fixturetest.Read(t, "../../testdata/fedotp/init.safetensors")
 	for _, file := range []string{"step", "step_sinkhorn", "step_eps001"} {
 		t.Run(file, func(t *testing.T) {
-			ref, meta := read(t, "../../testdata/fedotp/"+file+".safetensors")
+			ref, meta := fixturetest.Read(t, "../../testdata/fedotp/"+file+".safetensors")
 			batch := tensor.Named{"tokens": ref["tokens"], "labels": ref["labels"], "images": ref["images"]}
 			out, err := StepFromFile(m, init, batch, meta)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, name := range []string{"image_features", "text_features", "plan", "logits", "loss", "grad." + ParamCtx, "step1." + ParamCtx} {
-				rel(t, name, out[name], ref[name], tolFor(name))
+				fixturetest.Rel(t, name, out[name], ref[name], tolFor(name))
 			}
-			rel(t, "update", update(out["step1."+ParamCtx], init[ParamCtx]), update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
+			fixturetest.Rel(t, "update", fixturetest.Update(out["step1."+ParamCtx], init[ParamCtx]), fixturetest.Update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
 		})
 	}
 }
 
 func TestRoundFixture(t *testing.T) {
-	m := tinyModel(t)
-	init, _ := read(t, "../../testdata/fedotp/init.safetensors")
-	ref, meta := read(t, "../../testdata/fedotp/round.safetensors")
+	m := fixturetest.Model(t)
+	init, _ := fixturetest.Read(t, "../../testdata/fedotp/init.safetensors")
+	ref, meta := fixturetest.Read(t, "../../testdata/fedotp/round.safetensors")
 	batch := tensor.Named{}
 	for name, v := range ref {
 		if name == "tokens" || strings.HasSuffix(name, ".images") || strings.HasSuffix(name, ".labels") {
@@ -109,14 +60,14 @@ func TestRoundFixture(t *testing.T) {
 		if name == "tokens" || strings.HasSuffix(name, ".images") || strings.HasSuffix(name, ".labels") {
 			continue
 		}
-		rel(t, name, out[name], want, tolFor(name))
+		fixturetest.Rel(t, name, out[name], want, tolFor(name))
 		if strings.HasSuffix(name, ParamCtx) {
 			base := init[ParamCtx]
 			if strings.HasPrefix(name, "global.") {
 				p, _ := GlobalPart(init, 1)
 				base = p[ParamCtx]
 			}
-			rel(t, name+" update", update(out[name], base), update(want, base), 1e-4)
+			fixturetest.Rel(t, name+" update", fixturetest.Update(out[name], base), fixturetest.Update(want, base), 1e-4)
 		}
 	}
 }
@@ -154,8 +105,8 @@ func TestHeadGradient(t *testing.T) {
 // respect to the contexts by finite differences on the tiny model, with the
 // plan held fixed.
 func TestStepGradient(t *testing.T) {
-	m := tinyModel(t)
-	ref, meta := read(t, "../../testdata/fedotp/step.safetensors")
+	m := fixturetest.Model(t)
+	ref, meta := fixturetest.Read(t, "../../testdata/fedotp/step.safetensors")
 	cfg, err := ConfigFromMeta(meta)
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +135,7 @@ func TestStepGradient(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return crossEntropy(logits, labels, len(labels), l.C, dl)
+		return clip.CrossEntropy(logits, labels, len(labels), l.C, dl)
 	}
 	rng := rand.New(rand.NewPCG(1, 1))
 	if err := gradcheck.Check("ctx", l.ctx.Data, grad.Data, loss, 1e-2, 2e-2, 30, rng); err != nil {
@@ -214,8 +165,8 @@ func TestConfigValidate(t *testing.T) {
 
 // TestNoNaNAtSmallEps runs steps at ε 0.01 and 0.1 on random contexts.
 func TestNoNaNAtSmallEps(t *testing.T) {
-	m := tinyModel(t)
-	ref, _ := read(t, "../../testdata/fedotp/step.safetensors")
+	m := fixturetest.Model(t)
+	ref, _ := fixturetest.Read(t, "../../testdata/fedotp/step.safetensors")
 	tokens, _ := prompt.Ints(ref, "tokens")
 	labels, _ := prompt.Ints(ref, "labels")
 	for _, eps := range []float64{0.01, 0.1} {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/nn"
 	"github.com/pfedmma/pfedmma/ot"
@@ -57,10 +58,10 @@ func (h *Head) Forward(imgTok []float32, B, T int, txt []float32, N, C, E int, l
 	for b := 0; b < B; b++ {
 		copy(h.patch[b*M*E:(b+1)*M*E], imgTok[(b*T+1)*E:(b+1)*T*E])
 	}
-	normalizeRows(nil, h.patch, B*M, E)
+	clip.NormalizeRows(nil, h.patch, B*M, E)
 	h.txt = nn.Grow(h.txt, N*C*E)
 	copy(h.txt, txt)
-	h.norms = normalizeRows(h.norms, h.txt, N*C, E)
+	h.norms = clip.NormalizeRows(h.norms, h.txt, N*C, E)
 	// st = p̂ · t̂ᵀ                                      [B·M, N·C]
 	h.st = nn.Grow(h.st, B*M*N*C)
 	gemm.MatMul(false, true, B*M, N*C, E, h.patch, h.txt, h.st, false)
@@ -113,7 +114,7 @@ func (h *Head) Backward(dlogits []float32) []float32 {
 	h.dtn = nn.Grow(h.dtn, N*C*E)
 	gemm.MatMul(true, false, N*C, E, B*M, h.dst, h.patch, h.dtn, false)
 	h.dtxt = nn.Grow(h.dtxt, N*C*E)
-	normalizeBackward(h.dtxt, h.dtn, h.txt, h.norms, N*C, E)
+	clip.NormBackward(h.dtxt, h.dtn, h.txt, h.norms, N*C, E)
 	return h.dtxt
 }
 
@@ -126,37 +127,5 @@ func otLogitsForward(logits, plan, sim []float32, P, K int, s float32) {
 			sum += float64(plan[k]) * float64(sim[k])
 		}
 		logits[p] = s * float32(sum)
-	}
-}
-
-// normalizeRows scales the n rows of x [n, d] to unit L2 norm in place and
-// returns their norms (in norms, grown as needed).
-func normalizeRows(norms, x []float32, n, d int) []float32 {
-	norms = nn.Grow(norms, n)
-	for i := 0; i < n; i++ {
-		row := x[i*d : i*d+d]
-		var s float64
-		for _, v := range row {
-			s += float64(v) * float64(v)
-		}
-		nr := float32(math.Sqrt(s))
-		norms[i] = nr
-		for j := range row {
-			row[j] /= nr
-		}
-	}
-	return norms
-}
-
-// normalizeBackward writes dx = (dn − x̂(x̂·dn)) / ‖x‖ for rows x = ‖x‖·x̂.
-func normalizeBackward(dx, dn, xhat, norms []float32, n, d int) {
-	for i := 0; i < n; i++ {
-		var dot float32
-		for k := 0; k < d; k++ {
-			dot += xhat[i*d+k] * dn[i*d+k]
-		}
-		for k := 0; k < d; k++ {
-			dx[i*d+k] = (dn[i*d+k] - xhat[i*d+k]*dot) / norms[i]
-		}
 	}
 }

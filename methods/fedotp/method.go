@@ -1,7 +1,6 @@
 package fedotp
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/pfedmma/pfedmma/config"
@@ -11,7 +10,6 @@ import (
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/ot"
-	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -178,42 +176,15 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+		return New(m, tokens, p.cfg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	l, err := New(m, tokens, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := prompt.Load(l.Params(), p.saved); err != nil {
 		return nil, err
 	}
 	return l.Logits(append([]float32(nil), m.EncodeImageTokens(pixels, B)...), B)
 }
 
-// SettingsFrom implements methods.FixtureSettings.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	cfg, err := ConfigFromMeta(f.Meta)
-	if err != nil {
-		return nil, err
-	}
-	return fromConfig(cfg), nil
-}
-
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
-}
-
 // SmallSettings implements methods.SmallRun: 8 context tokens leave room
 // for the class names in a small CLIP's 24-token prompts.
 func (Method) SmallSettings(int) map[string]string { return map[string]string{"n_ctx": "8"} }
-
-// SurrogateGradient implements methods.SurrogateGradient: as the authors'
-// code, the transport plan is computed without gradient (a constant of the
-// backward pass), so the prompt's gradient is not that of the loss; the
-// head's gradient with the plan held is checked by TestHeadGradient.
-func (Method) SurrogateGradient() string {
-	return "the optimal-transport plan is held constant in the backward pass"
-}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -30,7 +31,7 @@ func TestRoundProductionPath(t *testing.T) {
 // global prompt, no other client's local prompt.
 func TestUnselectedClientsEvaluateNewGlobal(t *testing.T) {
 	ctx := context.Background()
-	f, err := methods.LoadFixture(fixturetest.Model(t), fixturetest.Testdata+"fedotp/init.safetensors",
+	f, err := fixture.Load(fixturetest.Model(t), fixturetest.Testdata+"fedotp/init.safetensors",
 		[]string{fixturetest.Testdata + "fedotp/round.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -44,19 +45,19 @@ func TestUnselectedClientsEvaluateNewGlobal(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokens, _ := f.IntsOf("tokens")
-	var clients []methods.TensorClient
+	var clients []fixture.TensorClient
 	for i := 0; ; i++ {
 		px, ok := f.Batch[fmt.Sprintf("client%d.images", i)]
 		if !ok {
 			break
 		}
 		labels, _ := f.IntsOf(fmt.Sprintf("client%d.labels", i))
-		clients = append(clients, methods.TensorClient{Pixels: px.Data, Labels: labels})
+		clients = append(clients, fixture.TensorClient{Pixels: px.Data, Labels: labels})
 	}
 	if len(clients) < 2 {
 		t.Fatalf("the fixture has %d clients, want at least 2", len(clients))
 	}
-	env, err := methods.TensorEnv(f.Model, methods.TokenFeatures, tokens, len(tokens)/f.Model.W.Config.Text.ContextLength, clients, opts, 3)
+	env, err := fixture.TensorEnv(f.Model, methods.TokenFeatures, tokens, len(tokens)/f.Model.W.Config.Text.ContextLength, clients, opts, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

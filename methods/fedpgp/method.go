@@ -1,7 +1,6 @@
 package fedpgp
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/pfedmma/pfedmma/clip"
@@ -9,7 +8,6 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
-	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -140,15 +138,10 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+		return New(m, tokens, p.cfg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	l, err := New(m, tokens, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := prompt.Load(l.Params(), p.saved); err != nil {
 		return nil, err
 	}
 	sl := &spaceLearner{Learner: l}
@@ -156,20 +149,6 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 		return nil, err
 	}
 	return sl.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
-}
-
-// SettingsFrom implements methods.FixtureSettings.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	cfg, err := ConfigFromMeta(f.Meta)
-	if err != nil {
-		return nil, err
-	}
-	return fromConfig(cfg), nil
-}
-
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
 // SmallSettings implements methods.SmallRun: 8 context tokens leave room

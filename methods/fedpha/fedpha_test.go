@@ -6,77 +6,34 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 const td = "../../testdata/fedpha/"
 
-func tinyModel(t testing.TB) *clip.Model {
-	t.Helper()
-	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return clip.New(w)
-}
-
-func read(t testing.TB, path string) (tensor.Named, map[string]string) {
-	t.Helper()
-	x, meta, err := prompt.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x, meta
-}
-
-// rel checks the fixture README's scale-relative error max|Δ| / max|ref|.
-func rel(t *testing.T, name string, got, want []float32, tol float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", name, len(got), len(want))
-	}
-	var d, ref float64
-	for i := range want {
-		d = math.Max(d, math.Abs(float64(got[i]-want[i])))
-		ref = math.Max(ref, math.Abs(float64(want[i])))
-	}
-	if r := d / ref; !(r <= tol) {
-		t.Errorf("%s: rel error %.3g > %.3g (max|Δ| %.3g)", name, r, tol, d)
-	} else {
-		t.Logf("%s: rel %.2g", name, r)
-	}
-}
-
-func update(p, init []float32) []float32 {
-	u := append([]float32(nil), p...)
-	for i := range u {
-		u[i] -= init[i]
-	}
-	return u
-}
-
+// tolFor is fixturetest.Tol with the next round's parameters (next.*)
+// among the trained outputs.
 func tolFor(name string) float64 {
-	switch {
-	case strings.HasPrefix(name, "grad."), strings.Contains(name, "trained."), strings.Contains(name, "next."),
-		strings.HasPrefix(name, "step1."), strings.HasPrefix(name, "global."):
+	if strings.Contains(name, "next.") {
 		return 1e-4
 	}
-	return 1e-5
+	return fixturetest.Tol(name)
 }
 
 // TestStepFixtures reproduces step (init) and step_far (init_far, where the
 // SVD derivative matters): every forward tensor, the loss terms, both
 // gradients, the step and its update.
 func TestStepFixtures(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	for _, c := range []struct{ init, step string }{{"init", "step"}, {"init_far", "step_far"}} {
 		t.Run(c.step, func(t *testing.T) {
-			init, _ := read(t, td+c.init+".safetensors")
-			ref, meta := read(t, td+c.step+".safetensors")
+			init, _ := fixturetest.Read(t, td+c.init+".safetensors")
+			ref, meta := fixturetest.Read(t, td+c.step+".safetensors")
 			out, err := StepFromFile(m, init, ref, meta)
 			if err != nil {
 				t.Fatal(err)
@@ -95,10 +52,10 @@ func TestStepFixtures(t *testing.T) {
 				if !tensor.SameShape(g.Shape, ref[name].Shape) {
 					t.Errorf("%s: shape %v, want %v", name, g.Shape, ref[name].Shape)
 				}
-				rel(t, name, g.Data, ref[name].Data, tolFor(name))
+				fixturetest.RelValues(t, name, g.Data, ref[name].Data, tolFor(name))
 			}
 			for _, p := range []string{ParamGlobal, ParamLocal} {
-				rel(t, p+" update", update(out["step1."+p].Data, init[p].Data), update(ref["step1."+p].Data, init[p].Data), 1e-4)
+				fixturetest.RelValues(t, p+" update", fixturetest.UpdateValues(out["step1."+p].Data, init[p].Data), fixturetest.UpdateValues(ref["step1."+p].Data, init[p].Data), 1e-4)
 			}
 		})
 	}
@@ -167,30 +124,7 @@ func TestCutoff(t *testing.T) {
 // so the blocks work away from their linear regime; tokens are C rows
 // "SOT X… c… . EOT".
 func randomModel(C, nCtx int) (*clip.Model, []int) {
-	cfg := clip.Config{EmbedDim: 6,
-		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 1, Heads: 2, MLPWidth: 16},
-		Text:   clip.TextConfig{ContextLength: 12, VocabSize: 20, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16}}
-	w := clip.Random(cfg, 3)
-	for _, x := range [][]float32{w.Text.TokenEmb, w.Text.PosEmb} {
-		for j := range x {
-			x[j] *= 50
-		}
-	}
-	tok := make([]int, C*12)
-	for c := 0; c < C; c++ {
-		row := tok[c*12:]
-		row[0] = 18
-		p := 1
-		for ; p <= nCtx; p++ {
-			row[p] = 5
-		}
-		for k := 0; k <= c%3; k++ {
-			row[p] = 6 + c + k
-			p++
-		}
-		row[p], row[p+1] = 3, 19
-	}
-	return clip.New(w), tok
+	return methodtest.TinyCLIP{EmbedDim: 6, VisionLayers: 1, TextLayers: 2, EmbScale: 50}.Prompts(C, nCtx)
 }
 
 // TestGradCheck: finite differences of the whole loss (both cross
@@ -257,9 +191,9 @@ func TestConfig(t *testing.T) {
 // a step with weight decay wd differs from the step without by exactly
 // −lr·wd·p in both contexts.
 func TestWeightDecay(t *testing.T) {
-	m := tinyModel(t)
-	init, _ := read(t, td+"init.safetensors")
-	ref, meta := read(t, td+"step.safetensors")
+	m := fixturetest.Model(t)
+	init, _ := fixturetest.Read(t, td+"init.safetensors")
+	ref, meta := fixturetest.Read(t, td+"step.safetensors")
 	lr, _ := prompt.MetaFloat(meta, "lr")
 	with := func(wd string) tensor.Named {
 		mm := map[string]string{}
@@ -280,6 +214,6 @@ func TestWeightDecay(t *testing.T) {
 		for i := range want {
 			want[i] = float32(-lr * 0.5 * float64(p[i]))
 		}
-		rel(t, name+" weight decay", update(b["step1."+name].Data, a["step1."+name].Data), want, 1e-3)
+		fixturetest.RelValues(t, name+" weight decay", fixturetest.UpdateValues(b["step1."+name].Data, a["step1."+name].Data), want, 1e-3)
 	}
 }

@@ -1,16 +1,13 @@
 package fedpha
 
 import (
-	"context"
 	"fmt"
-	"maps"
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
-	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -158,89 +155,14 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+		return New(m, tokens, p.cfg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	l, err := New(m, tokens, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := prompt.Load(l.Params(), p.saved); err != nil {
 		return nil, fmt.Errorf("fedpha: %w", err)
 	}
 	if err := l.Prepare(); err != nil {
 		return nil, err
 	}
 	return l.Logits(m.EncodeImage(pixels, B), B)
-}
-
-// SettingsFrom implements methods.FixtureSettings.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	cfg, err := ConfigFromMeta(f.Meta)
-	if err != nil {
-		return nil, err
-	}
-	return fromConfig(cfg), nil
-}
-
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
-}
-
-// FixtureRound implements methods.Rounder: the plain round (methods.Round:
-// the clients in federation Sites, FedAvg of the global context, the
-// Coordinator) with each client's "client<i>.batch_losses" (before each
-// step), then "client<i>.next.<param>", where each client starts
-// the next round: the server's global context installed by the client's
-// own receive step, its local context as trained.
-func (Method) FixtureRound(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	w := &withNext{Method: Method{}}
-	out, err := methods.FixtureRound(ctx, w, f)
-	if err != nil {
-		return nil, err
-	}
-	g, ok := out["global."+ParamGlobal]
-	if !ok || w.plan == nil {
-		return nil, fmt.Errorf("fedpha round: the server holds no %q", ParamGlobal)
-	}
-	for i, cl := range w.plan.Clients {
-		c, ok := cl.(*promptfed.Client)
-		if !ok {
-			return nil, fmt.Errorf("fedpha round: client %d is a %T", i, cl)
-		}
-		if err := c.ReceiveShared(tensor.Named{ParamGlobal: g.Clone()}); err != nil {
-			return nil, err
-		}
-		for name, t := range c.P {
-			out[fmt.Sprintf("client%d.next.%s", i, name)] = t.Clone()
-		}
-	}
-	maps.Copy(out, w.losses.Named())
-	return out, nil
-}
-
-// withNext is the method as a plain methods.Method (no Rounder, so
-// methods.FixtureRound runs the plain round on it), keeping the plan it
-// built.
-type withNext struct {
-	methods.Method
-	plan   *methods.Plan
-	losses *promptfed.BatchLosses
-}
-
-func (w *withNext) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	return Method{}.SettingsFrom(f)
-}
-
-func (w *withNext) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
-	s, err := settings(sec)
-	if err != nil {
-		return nil, err
-	}
-	sp := spec(env, s.config(env.Seed))
-	w.losses = promptfed.RecordLosses(sp)
-	w.plan, err = promptfed.Build(env, sp)
-	return w.plan, err
 }

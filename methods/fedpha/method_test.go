@@ -1,16 +1,16 @@
 package fedpha
 
 import (
-	"context"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/assets"
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
@@ -26,14 +26,14 @@ func TestRoundProductionPath(t *testing.T) {
 	if _, ok := out["global."+ParamLocal]; ok {
 		t.Error("the server holds a local context")
 	}
-	ref, _ := read(t, td+"round.safetensors")
-	init, _ := read(t, td+"init.safetensors")
+	ref, _ := fixturetest.Read(t, td+"round.safetensors")
+	init, _ := fixturetest.Read(t, td+"init.safetensors")
 	for _, name := range []string{"client0.batch_losses", "client1.batch_losses"} {
 		got, ok := out[name]
 		if !ok {
 			t.Fatalf("round produced no %s", name)
 		}
-		rel(t, name, got.Data, ref[name].Data, 1e-4)
+		fixturetest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
 	}
 	for i := range 2 {
 		for _, p := range []string{ParamGlobal, ParamLocal} {
@@ -42,8 +42,8 @@ func TestRoundProductionPath(t *testing.T) {
 			if !ok {
 				t.Fatalf("round produced no %s", name)
 			}
-			rel(t, name, got.Data, ref[name].Data, 1e-4)
-			rel(t, name+" (update)", update(got.Data, init[p].Data), update(ref[name].Data, init[p].Data), 1e-4)
+			fixturetest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
+			fixturetest.RelValues(t, name+" (update)", fixturetest.UpdateValues(got.Data, init[p].Data), fixturetest.UpdateValues(ref[name].Data, init[p].Data), 1e-4)
 		}
 	}
 }
@@ -73,16 +73,16 @@ func tensorPlan(t *testing.T, s *Settings, n int, opts train.Options) *methods.P
 		tokens = append(tokens, row...)
 	}
 	rng := rand.New(rand.NewPCG(8, 1))
-	var clients []methods.TensorClient
+	var clients []fixture.TensorClient
 	for k := 0; k < n; k++ {
 		N := 10 - 2*k
-		tc := methods.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
+		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
 		for range N {
 			tc.Labels = append(tc.Labels, rng.IntN(C))
 		}
 		clients = append(clients, tc)
 	}
-	env, err := methods.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
+	env, err := fixture.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,55 +91,8 @@ func tensorPlan(t *testing.T, s *Settings, n int, opts train.Options) *methods.P
 	if err != nil {
 		t.Fatal(err)
 	}
-	var infos []federation.ClientInfo
-	for _, cl := range plan.Clients {
-		infos = append(infos, federation.ClientInfo{ID: cl.ID(), NumExamples: cl.NumExamples()})
-	}
-	if err := plan.Strategy.Init(infos); err != nil {
-		t.Fatal(err)
-	}
+	methodtest.InitStrategy(t, plan)
 	return plan
-}
-
-// round runs one round of a plan by hand with the clients ids (in that
-// order) and returns what they uploaded.
-func round(t *testing.T, plan *methods.Plan, r int, ids []int) []federation.FitResult {
-	t.Helper()
-	ins, err := plan.Strategy.Configure(r, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res []federation.FitResult
-	for _, id := range ids {
-		c := plan.Clients[id]
-		fr, err := c.Fit(context.Background(), federation.FitIns{Round: r, Params: ins[c.ID()]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res = append(res, federation.FitResult{ClientID: c.ID(), NumExamples: fr.NumExamples, Params: fr.Params})
-	}
-	if err := plan.Strategy.Aggregate(r, res, nil); err != nil {
-		t.Fatal(err)
-	}
-	return res
-}
-
-func sameNamed(t *testing.T, what string, got, want tensor.Named) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d tensors, want %d", what, len(got), len(want))
-	}
-	for k, w := range want {
-		g, ok := got[k]
-		if !ok || !tensor.SameShape(g.Shape, w.Shape) {
-			t.Fatalf("%s: %q missing or reshaped", what, k)
-		}
-		for i := range w.Data {
-			if g.Data[i] != w.Data[i] {
-				t.Fatalf("%s: %s[%d] = %g, want %g (not bit-identical)", what, k, i, g.Data[i], w.Data[i])
-			}
-		}
-	}
 }
 
 func testSettings() *Settings {
@@ -155,38 +108,7 @@ func testOpts() train.Options {
 // plan restored from it, and the third round, bit for bit.
 func TestResumeBitIdentical(t *testing.T) {
 	ids := []int{0, 1, 2}
-	straight := tensorPlan(t, testSettings(), 3, testOpts())
-	for r := range 3 {
-		round(t, straight, r, ids)
-	}
-	first := tensorPlan(t, testSettings(), 3, testOpts())
-	round(t, first, 0, ids)
-	round(t, first, 1, ids)
-	var saved []tensor.Named
-	for _, c := range first.Clients {
-		st, err := c.State()
-		if err != nil {
-			t.Fatal(err)
-		}
-		saved = append(saved, st)
-	}
-	server := first.Strategy.State()
-	resumed := tensorPlan(t, testSettings(), 3, testOpts())
-	for i, c := range resumed.Clients {
-		if err := c.LoadState(saved[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := resumed.Strategy.LoadState(server); err != nil {
-		t.Fatal(err)
-	}
-	round(t, resumed, 2, ids)
-	for i := range straight.Clients {
-		a, _ := straight.Site(i)
-		b, _ := resumed.Site(i)
-		sameNamed(t, "site", b, a)
-	}
-	sameNamed(t, "global", resumed.Global(), straight.Global())
+	methodtest.Resume(t, func() *methods.Plan { return tensorPlan(t, testSettings(), 3, testOpts()) }, [3][]int{ids, ids, ids})
 }
 
 // TestLocalStaysPrivate: clients upload the global context only; the next
@@ -194,22 +116,22 @@ func TestResumeBitIdentical(t *testing.T) {
 // trained.
 func TestLocalStaysPrivate(t *testing.T) {
 	plan := tensorPlan(t, testSettings(), 3, testOpts())
-	res := round(t, plan, 0, []int{2, 0})
+	res := methodtest.Round(t, plan, 0, []int{2, 0})
 	for _, r := range res {
 		if len(r.Params) != 1 || r.Params[ParamGlobal] == nil {
 			t.Fatalf("client %d uploaded %v, want the global context only", r.ClientID, r.Params)
 		}
 	}
 	before, _ := plan.Site(0)
-	round(t, plan, 1, []int{1})
+	methodtest.Round(t, plan, 1, []int{1})
 	after, _ := plan.Site(0) // not selected in round 1: unchanged
-	sameNamed(t, "idle client", after, before)
+	methodtest.SameNamed(t, "idle client", after, before)
 	c := plan.Clients[0].(*promptfed.Client)
 	if err := c.ReceiveShared(plan.Global()); err != nil {
 		t.Fatal(err)
 	}
-	sameNamed(t, "local after receive", tensor.Named{ParamLocal: c.P[ParamLocal]}, tensor.Named{ParamLocal: before[ParamLocal]})
-	sameNamed(t, "global after receive", tensor.Named{ParamGlobal: c.P[ParamGlobal]}, plan.Global())
+	methodtest.SameNamed(t, "local after receive", tensor.Named{ParamLocal: c.P[ParamLocal]}, tensor.Named{ParamLocal: before[ParamLocal]})
+	methodtest.SameNamed(t, "global after receive", tensor.Named{ParamGlobal: c.P[ParamGlobal]}, plan.Global())
 }
 
 // TestPredictorMatchesEvaluation: the Predictor built from a site's saved
@@ -284,7 +206,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 // global context alone.
 func TestGlobalScorer(t *testing.T) {
 	plan := tensorPlan(t, testSettings(), 2, testOpts())
-	round(t, plan, 0, []int{0, 1})
+	methodtest.Round(t, plan, 0, []int{0, 1})
 	sc, err := plan.GlobalScorer()
 	if err != nil {
 		t.Fatal(err)

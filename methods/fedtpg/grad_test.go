@@ -10,6 +10,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -150,34 +151,12 @@ func TestGeneratorGrad(t *testing.T) {
 // positions: the smaller the scale, the more they move the features);
 // prompt rows "SOT X… c… . EOT" with 1..3 class tokens, and their names.
 func randomModel(t testing.TB, C, nCtx int, embScale float32) (*clip.Model, []int, []int) {
-	cfg := clip.Config{EmbedDim: 6,
-		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 1, Heads: 2, MLPWidth: 16},
-		Text:   clip.TextConfig{ContextLength: 12, VocabSize: 20, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16}}
-	w := clip.Random(cfg, 3)
-	for _, x := range [][]float32{w.Text.TokenEmb, w.Text.PosEmb} {
-		for j := range x {
-			x[j] *= embScale
-		}
-	}
-	tok := make([]int, C*12)
-	for c := 0; c < C; c++ {
-		row := tok[c*12:]
-		row[0] = 18
-		p := 1
-		for ; p <= nCtx; p++ {
-			row[p] = 5
-		}
-		for k := 0; k <= c%3; k++ {
-			row[p] = 6 + c + k
-			p++
-		}
-		row[p], row[p+1] = 3, 19
-	}
+	m, tok := methodtest.TinyCLIP{EmbedDim: 6, VisionLayers: 1, TextLayers: 2, EmbScale: embScale}.Prompts(C, nCtx)
 	names, err := NameRows(tok, 12, nCtx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return clip.New(w), tok, names
+	return m, tok, names
 }
 
 // TestStepGrad: the whole loss (generator, frozen text encoder, cosine

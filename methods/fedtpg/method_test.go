@@ -10,11 +10,13 @@ import (
 
 	"github.com/pfedmma/pfedmma/assets"
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -28,17 +30,17 @@ func tensorPlan(t *testing.T, s *Settings, classes [][]int, opts train.Options) 
 	const C = 6
 	m, tokens, names := randomModel(t, C, s.NCtx, 3)
 	rng := rand.New(rand.NewPCG(8, 1))
-	var clients []methods.TensorClient
+	var clients []fixture.TensorClient
 	for _, cl := range classes {
 		const N = 6
 		S := m.W.Config.Vision.ImageSize
-		tc := methods.TensorClient{Pixels: gradcheck.Rand(rng, N*3*S*S, 1)}
+		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, N*3*S*S, 1)}
 		for k := 0; k < N; k++ {
 			tc.Labels = append(tc.Labels, rng.IntN(len(cl)))
 		}
 		clients = append(clients, tc)
 	}
-	env, err := methods.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
+	env, err := fixture.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,55 +50,8 @@ func tensorPlan(t *testing.T, s *Settings, classes [][]int, opts train.Options) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var infos []federation.ClientInfo
-	for _, cl := range plan.Clients {
-		infos = append(infos, federation.ClientInfo{ID: cl.ID(), NumExamples: cl.NumExamples()})
-	}
-	if err := plan.Strategy.Init(infos); err != nil {
-		t.Fatal(err)
-	}
+	methodtest.InitStrategy(t, plan)
 	return env, plan
-}
-
-// round runs one round of the given clients by hand and returns their
-// uploads.
-func round(t *testing.T, plan *methods.Plan, r int, ids []int) []federation.FitResult {
-	t.Helper()
-	ins, err := plan.Strategy.Configure(r, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res []federation.FitResult
-	for _, id := range ids {
-		c := plan.Clients[id]
-		fr, err := c.Fit(context.Background(), federation.FitIns{Round: r, Params: ins[id]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res = append(res, federation.FitResult{ClientID: id, NumExamples: fr.NumExamples, Params: fr.Params})
-	}
-	if err := plan.Strategy.Aggregate(r, res, nil); err != nil {
-		t.Fatal(err)
-	}
-	return res
-}
-
-func sameNamed(t *testing.T, what string, got, want tensor.Named) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d tensors, want %d", what, len(got), len(want))
-	}
-	for k, w := range want {
-		g, ok := got[k]
-		if !ok || !tensor.SameShape(g.Shape, w.Shape) {
-			t.Fatalf("%s: %q missing or reshaped", what, k)
-		}
-		for i := range w.Data {
-			if math.Float32bits(g.Data[i]) != math.Float32bits(w.Data[i]) {
-				t.Fatalf("%s: %s[%d] = %g, want %g (not bit-identical)", what, k, i, g.Data[i], w.Data[i])
-			}
-		}
-	}
 }
 
 func testSettings() *Settings {
@@ -116,60 +71,21 @@ func testOpts() train.Options {
 func TestResumeBitIdentical(t *testing.T) {
 	s := testSettings()
 	classes := [][]int{{0, 1}, {2, 3, 4}, {1, 5}}
-	schedule := [][]int{{0, 1, 2}, {0, 1}, {0, 1, 2}}
-	_, straight := tensorPlan(t, s, classes, testOpts())
-	for r, ids := range schedule {
-		round(t, straight, r, ids)
+	build := func() *methods.Plan {
+		_, plan := tensorPlan(t, s, classes, testOpts())
+		return plan
 	}
-	_, first := tensorPlan(t, s, classes, testOpts())
-	round(t, first, 0, schedule[0])
-	round(t, first, 1, schedule[1])
-	var saved []tensor.Named
-	for _, c := range first.Clients {
-		st, err := c.State()
+	r := methodtest.Resume(t, build, [3][]int{{0, 1, 2}, {0, 1}, {0, 1, 2}})
+	for _, c := range r.Straight.Clients {
+		a, err := c.State()
 		if err != nil {
 			t.Fatal(err)
 		}
-		saved = append(saved, st)
-	}
-	server := first.Strategy.State()
-
-	_, resumed := tensorPlan(t, s, classes, testOpts())
-	for i, c := range resumed.Clients {
-		if err := c.LoadState(saved[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := resumed.Strategy.LoadState(server); err != nil {
-		t.Fatal(err)
-	}
-	round(t, resumed, 2, schedule[2])
-	for i := range straight.Clients {
-		a, err := straight.Clients[i].State()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := resumed.Clients[i].State()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameNamed(t, "site state", b, a)
 		if _, ok := a["opt/momentum_buffer/"+Prefix+nameSoftPrompt]; !ok {
 			t.Fatal("site state holds no momentum: the optimizer is not kept")
 		}
 	}
-	sameNamed(t, "global", resumed.Global(), straight.Global())
-	moved := false
-	for name, g := range straight.Global() {
-		for i, v := range g.Data {
-			if v != saved[0]["param/"+name].Data[i] {
-				moved = true
-			}
-		}
-	}
-	if !moved {
-		t.Error("the third round did not move the global generator")
-	}
+	r.GlobalMoved(t, "generator")
 }
 
 // TestSharedAndMean: every upload is exactly the whole generator (nothing
@@ -186,7 +102,7 @@ func TestSharedAndMean(t *testing.T) {
 		// client 1 holds twice the images of client 0
 		env.Task.Clients[1].Train = append(env.Task.Clients[1].Train, env.Task.Clients[1].Train...)
 		env.Task.Clients[1].Labels = append(env.Task.Clients[1].Labels, env.Task.Clients[1].Labels...)
-		res := round(t, plan, 0, []int{0, 1})
+		res := methodtest.Round(t, plan, 0, []int{0, 1})
 		want := len(s.config(0).Gen(8, 6).Shapes()) // depth 1: 17 + 12
 		for _, r := range res {
 			if len(r.Params) != want {
@@ -271,29 +187,15 @@ func TestNameRowsMatchFixture(t *testing.T) {
 // TestSettings: every bad setting is refused naming its key; d_ctx > 1 with
 // the reason.
 func TestSettings(t *testing.T) {
-	for _, tc := range []struct {
-		set, want string
-	}{
+	methodtest.RejectsSettings(t, "fedtpg", [][2]string{
 		{"fedtpg.n_ctx=0", "fedtpg.n_ctx"},
 		{"fedtpg.d_ctx=2", "fedtpg.d_ctx"},
+		{"fedtpg.d_ctx=2", "overwrite"}, // with the reason
 		{"fedtpg.depth=-1", "fedtpg.depth"},
 		{"fedtpg.cross_heads=0", "fedtpg.cross_heads"},
 		{"fedtpg.ff_mult=0", "fedtpg.ff_mult"},
 		{"fedtpg.init_std=-1", "fedtpg.init_std"},
-	} {
-		e := config.Default()
-		e.Methods = []string{"fedtpg"}
-		if err := e.Set(strings.Split(tc.set, "=")[0], strings.Split(tc.set, "=")[1]); err != nil {
-			t.Fatal(err)
-		}
-		err := e.Validate()
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: error %v, want one naming %s", tc.set, err, tc.want)
-		}
-		if tc.want == "fedtpg.d_ctx" && (err == nil || !strings.Contains(err.Error(), "overwrite")) {
-			t.Errorf("d_ctx refused without the reason: %v", err)
-		}
-	}
+	})
 	m, tokens, names := randomModel(t, 3, 4, 3)
 	c := DefaultConfig()
 	c.CrossHeads = 3 // the width 8 is not a multiple of 3
@@ -349,7 +251,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	if err := l.Prepare(); err != nil {
 		t.Fatal(err)
 	}
-	want, err := l.Logits(methods.ImageRecords(m, methods.Features, px, B, nil), B)
+	want, err := l.Logits(prefixcache.ImageRecords(m, methods.Features, px, B, nil), B)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,14 +263,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != len(want) {
-		t.Fatalf("%d logits, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("logit %d: predictor %g, evaluation %g", i, got[i], want[i])
-		}
-	}
+	methodtest.SameLogits(t, got, want)
 	if _, err := (Method{}).Predictor(methods.PredictEnv{Model: m, Tok: tok}, s, tensor.Named{}); err == nil {
 		t.Error("predictor without a generator accepted")
 	}
@@ -386,8 +281,8 @@ func TestOwnClasses(t *testing.T) {
 		S := m.W.Config.Vision.ImageSize
 		rng := rand.New(rand.NewPCG(2, 5))
 		labels := []int{4, 1, 1, 4, 4}
-		env, err := methods.TensorEnv(m, methods.Features, tokens, 6,
-			[]methods.TensorClient{{Pixels: gradcheck.Rand(rng, 5*3*S*S, 1), Labels: labels}}, testOpts(), 1)
+		env, err := fixture.TensorEnv(m, methods.Features, tokens, 6,
+			[]fixture.TensorClient{{Pixels: gradcheck.Rand(rng, 5*3*S*S, 1), Labels: labels}}, testOpts(), 1)
 		if err != nil {
 			t.Fatal(err)
 		}

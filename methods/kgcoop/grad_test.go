@@ -15,11 +15,11 @@ import (
 // a gradient) with w = 8 and with w = 80 (the pull term dominating).
 func TestGradCheck(t *testing.T) {
 	m := fixturetest.Model(t)
-	init, _ := read(t, dir+"init_rand.safetensors")
-	ref, meta := read(t, dir+"step_rand.safetensors")
+	init, _ := fixturetest.Read(t, dir+"init_rand.safetensors")
+	ref, meta := fixturetest.Read(t, dir+"step_rand.safetensors")
 	for _, w := range []string{"8", "80"} {
 		meta["w"] = w
-		l, _, err := fromFile(m, init, ref, meta, false)
+		l, _, err := replay(ref).Learner(m, init, ref, meta, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,6 @@
 package kgcoop
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -149,15 +148,10 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, tensor.Named{ParamCtx: p.ctx}, func(tokens []int) (*Learner, error) {
+		return New(m, tokens, tokens, p.cfg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	l, err := New(m, tokens, tokens, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := prompt.Load(l.Params(), tensor.Named{ParamCtx: p.ctx}); err != nil {
 		return nil, fmt.Errorf("kgcoop: %w", err)
 	}
 	txt, err := l.TextFeatures()
@@ -167,106 +161,4 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	txt = append([]float32(nil), txt...)
 	img := m.EncodeImage(pixels, B)
 	return clip.Logits(img, txt, B, len(classes), m.W.Config.EmbedDim, m.W.LogitScale), nil
-}
-
-// ConfigFromMeta reads n_ctx and w from fixture metadata.
-func ConfigFromMeta(meta map[string]string) (Config, error) {
-	c := Config{InitStd: 0.02}
-	var err error
-	if c.NCtx, err = prompt.MetaInt(meta, "n_ctx"); err != nil {
-		return c, fmt.Errorf("kgcoop: %w", err)
-	}
-	if c.W, err = prompt.MetaFloat(meta, "w"); err != nil {
-		return c, fmt.Errorf("kgcoop: %w", err)
-	}
-	return c, c.Validate()
-}
-
-// SettingsFrom implements methods.FixtureSettings (the fixture's init
-// tensors replace the context init, so ctx_init is empty).
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	c, err := ConfigFromMeta(f.Meta)
-	if err != nil {
-		return nil, err
-	}
-	return &Settings{NCtx: c.NCtx, W: c.W, InitStd: c.InitStd}, nil
-}
-
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
-}
-
-// StepFromFile replays one training step in the fixture layout of
-// testdata/kgcoop/step.safetensors: params holds the context, batch
-// "tokens", "template_tokens" (the hand-crafted prompts), "labels" and
-// "images" (or "image_features"); meta gives n_ctx, w, lr, momentum,
-// weight_decay and logit_scale. The result holds "image_features",
-// "text_features", "template_features" (normalised), "cos", "score",
-// "logits", "loss", "loss_ce", "loss_kg", "grad.<p>" and "step1.<p>".
-func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
-	l, h, err := fromFile(m, params, batch, meta, false)
-	if err != nil {
-		return nil, err
-	}
-	img, B, err := prompt.ImageFeatures(m, batch, "")
-	if err != nil {
-		return nil, fmt.Errorf("kgcoop: %w", err)
-	}
-	labels, err := prompt.Ints(batch, "labels")
-	if err != nil {
-		return nil, fmt.Errorf("kgcoop: %w", err)
-	}
-	out, err := prompt.StepOnce(l, img, labels, h)
-	if err != nil {
-		return nil, fmt.Errorf("kgcoop: %w", err)
-	}
-	for k, v := range l.Intermediates() {
-		out[k] = v
-	}
-	out["image_features"] = &tensor.Tensor{Shape: []int{B, l.E}, Data: img}
-	return out, nil
-}
-
-// RoundFromFile replays the round of testdata/kgcoop/round.safetensors
-// with prompt.Round (the fixture's own loop; methods.Round is the
-// production path).
-func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
-	l, h, err := fromFile(m, params, batch, meta, true)
-	if err != nil {
-		return nil, err
-	}
-	out, err := prompt.Round(m, l, params, batch, h)
-	if err != nil {
-		return nil, fmt.Errorf("kgcoop: %w", err)
-	}
-	return out, nil
-}
-
-func fromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string, round bool) (*Learner, prompt.Hyper, error) {
-	h, err := prompt.ReadHyper(meta, round)
-	if err != nil {
-		return nil, h, fmt.Errorf("kgcoop: %w", err)
-	}
-	cfg, err := ConfigFromMeta(meta)
-	if err != nil {
-		return nil, h, err
-	}
-	tokens, err := prompt.Ints(batch, "tokens")
-	if err != nil {
-		return nil, h, fmt.Errorf("kgcoop: %w", err)
-	}
-	template, err := prompt.Ints(batch, "template_tokens")
-	if err != nil {
-		return nil, h, fmt.Errorf("kgcoop: %w", err)
-	}
-	l, err := New(m, tokens, template, cfg)
-	if err != nil {
-		return nil, h, err
-	}
-	l.LogitScale = float32(h.LogitScale)
-	if err := prompt.Load(l.Params(), params); err != nil {
-		return nil, h, fmt.Errorf("kgcoop: %w", err)
-	}
-	return l, h, nil
 }

@@ -1,9 +1,12 @@
 package maple
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -27,29 +30,15 @@ func ConfigFromMeta(meta map[string]string, layers int) (Config, error) {
 	return c, c.Validate(layers)
 }
 
-func fromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string, round bool) (*Learner, prompt.Hyper, error) {
-	h, err := prompt.ReadHyper(meta, round)
-	if err != nil {
-		return nil, h, fmt.Errorf("maple: %w", err)
-	}
+// replay rebuilds the learner of a fixture file on m (whose depth bounds
+// prompt_depth).
+func replay(m *clip.Model) prompt.Replay[*Learner, Config] {
 	wc := m.W.Config
-	cfg, err := ConfigFromMeta(meta, min(wc.Vision.Layers, wc.Text.Layers))
-	if err != nil {
-		return nil, h, err
-	}
-	tokens, err := prompt.Ints(batch, "tokens")
-	if err != nil {
-		return nil, h, fmt.Errorf("maple: %w", err)
-	}
-	l, err := New(m, tokens, cfg)
-	if err != nil {
-		return nil, h, err
-	}
-	l.LogitScale = float32(h.LogitScale)
-	if err := prompt.Load(l.Params(), params); err != nil {
-		return nil, h, fmt.Errorf("maple: %w", err)
-	}
-	return l, h, nil
+	return prompt.Replay[*Learner, Config]{Name: "maple", New: New,
+		Config: func(meta map[string]string) (Config, error) {
+			return ConfigFromMeta(meta, min(wc.Vision.Layers, wc.Text.Layers))
+		},
+		Scale: func(l *Learner, s float32) { l.LogitScale = s }}
 }
 
 // imagePrefixes replaces batch[pre+"images"] [B, 3, S, S] by
@@ -82,7 +71,7 @@ func imagePrefixes(m *clip.Model, batch tensor.Named, pre string) (tensor.Named,
 // "visual_prompt.k", "logits", "loss", "grad.<p>" and "step1.<p>" (one step
 // of a fresh SGD).
 func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
-	l, h, err := fromFile(m, params, batch, meta, false)
+	l, h, err := replay(m).Learner(m, params, batch, meta, false)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +110,7 @@ func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]str
 // from params; the result holds "clientN.batch_losses",
 // "clientN.trained.<p>" and "global.<p>" for every tensor (all are shared).
 func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
-	l, h, err := fromFile(m, params, batch, meta, true)
+	l, h, err := replay(m).Learner(m, params, batch, meta, true)
 	if err != nil {
 		return nil, err
 	}
@@ -135,4 +124,20 @@ func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]st
 		return nil, fmt.Errorf("maple: %w", err)
 	}
 	return out, nil
+}
+
+// SettingsFrom implements fixture.Settings: n_ctx and prompt_depth
+// (and init_std) from the metadata.
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+	wc := f.Model.W.Config
+	cfg, err := ConfigFromMeta(f.Meta, min(wc.Vision.Layers, wc.Text.Layers))
+	if err != nil {
+		return nil, err
+	}
+	return &Settings{NCtx: cfg.NCtx, PromptDepth: cfg.Depth, InitStd: cfg.InitStd}, nil // the fixtures' "X X" prompts
+}
+
+// Step implements fixture.Stepper: the layout of testdata/maple/step.safetensors.
+func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }

@@ -5,58 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
-	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
-
-func tinyModel(t testing.TB) *clip.Model {
-	t.Helper()
-	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return clip.New(w)
-}
-
-func read(t testing.TB, path string) (tensor.Named, map[string]string) {
-	t.Helper()
-	x, meta, err := prompt.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x, meta
-}
-
-// rel checks the scale-relative error max|Δ| / max|ref|.
-func rel(t *testing.T, name string, got, want *tensor.Tensor, tol float64) {
-	t.Helper()
-	if got == nil || want == nil {
-		t.Fatalf("%s: missing (got %v, want %v)", name, got != nil, want != nil)
-	}
-	if len(got.Data) != len(want.Data) {
-		t.Fatalf("%s: %d values, want %d", name, len(got.Data), len(want.Data))
-	}
-	var d, ref float64
-	for i := range want.Data {
-		d = math.Max(d, math.Abs(float64(got.Data[i]-want.Data[i])))
-		ref = math.Max(ref, math.Abs(float64(want.Data[i])))
-	}
-	if r := d / ref; !(r <= tol) {
-		t.Errorf("%s: rel error %.3g > %.3g", name, r, tol)
-	} else {
-		t.Logf("%s: rel %.2g", name, r)
-	}
-}
-
-func update(p, init *tensor.Tensor) *tensor.Tensor {
-	u := p.Clone()
-	for i := range u.Data {
-		u.Data[i] -= init.Data[i]
-	}
-	return u
-}
 
 // updateTol is the tolerance of an update p − init compared relative to its
 // largest entry: 1e-4, or more where the stored float32 p itself carries
@@ -75,11 +27,11 @@ func updateTol(p, init *tensor.Tensor, base float64) float64 {
 // TestStepFixture reproduces step (J 3 of 4 blocks) and step_j4 (every
 // block prompted: the pooled last block's input carries replaced rows).
 func TestStepFixture(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	for _, c := range []struct{ init, step string }{{"init", "step"}, {"init_j4", "step_j4"}} {
 		t.Run(c.step, func(t *testing.T) {
-			init, _ := read(t, "../../testdata/maple/"+c.init+".safetensors")
-			ref, meta := read(t, "../../testdata/maple/"+c.step+".safetensors")
+			init, _ := fixturetest.Read(t, "../../testdata/maple/"+c.init+".safetensors")
+			ref, meta := fixturetest.Read(t, "../../testdata/maple/"+c.step+".safetensors")
 			out, err := StepFromFile(m, init, ref, meta)
 			if err != nil {
 				t.Fatal(err)
@@ -90,17 +42,17 @@ func TestStepFixture(t *testing.T) {
 			}
 			for k := 0; k < J; k++ {
 				name := "visual_prompt." + string(rune('0'+k))
-				rel(t, name, out[name], ref[name], 1e-5)
+				fixturetest.Rel(t, name, out[name], ref[name], 1e-5)
 			}
 			for _, name := range []string{"image_features", "text_features", "logits", "loss"} {
-				rel(t, name, out[name], ref[name], 1e-5)
+				fixturetest.Rel(t, name, out[name], ref[name], 1e-5)
 			}
 			n := 0
 			for name := range init {
 				n++
-				rel(t, "grad."+name, out["grad."+name], ref["grad."+name], 1e-4)
-				rel(t, "step1."+name, out["step1."+name], ref["step1."+name], 1e-5)
-				rel(t, "update "+name, update(out["step1."+name], init[name]), update(ref["step1."+name], init[name]),
+				fixturetest.Rel(t, "grad."+name, out["grad."+name], ref["grad."+name], 1e-4)
+				fixturetest.Rel(t, "step1."+name, out["step1."+name], ref["step1."+name], 1e-5)
+				fixturetest.Rel(t, "update "+name, fixturetest.Update(out["step1."+name], init[name]), fixturetest.Update(ref["step1."+name], init[name]),
 					updateTol(ref["step1."+name], init[name], 1e-4))
 			}
 			if n != 3+3*(J-1) {
@@ -111,9 +63,9 @@ func TestStepFixture(t *testing.T) {
 }
 
 func TestRoundFixture(t *testing.T) {
-	m := tinyModel(t)
-	init, _ := read(t, "../../testdata/maple/init.safetensors")
-	ref, meta := read(t, "../../testdata/maple/round.safetensors")
+	m := fixturetest.Model(t)
+	init, _ := fixturetest.Read(t, "../../testdata/maple/init.safetensors")
+	ref, meta := fixturetest.Read(t, "../../testdata/maple/round.safetensors")
 	out, err := RoundFromFile(m, init, ref, meta)
 	if err != nil {
 		t.Fatal(err)
@@ -122,11 +74,11 @@ func TestRoundFixture(t *testing.T) {
 	for name, want := range ref {
 		switch {
 		case strings.HasSuffix(name, "batch_losses"):
-			rel(t, name, out[name], want, 1e-5)
+			fixturetest.Rel(t, name, out[name], want, 1e-5)
 		case strings.Contains(name, ".trained."), strings.HasPrefix(name, "global."):
 			p := name[strings.Index(name, "prompt_learner."):]
-			rel(t, name, out[name], want, 1e-4)
-			rel(t, "update "+name, update(out[name], init[p]), update(want, init[p]), updateTol(want, init[p], 1e-4))
+			fixturetest.Rel(t, name, out[name], want, 1e-4)
+			fixturetest.Rel(t, "update "+name, fixturetest.Update(out[name], init[p]), fixturetest.Update(want, init[p]), updateTol(want, init[p], 1e-4))
 		default:
 			continue
 		}

@@ -1,7 +1,6 @@
 package maple
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"strings"
@@ -200,20 +199,4 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 		return nil, err
 	}
 	return l.Logits(clip.ImagePrefix(m, 1, pixels, B, nil), B)
-}
-
-// SettingsFrom implements methods.FixtureSettings: n_ctx and prompt_depth
-// (and init_std) from the metadata.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	wc := f.Model.W.Config
-	cfg, err := ConfigFromMeta(f.Meta, min(wc.Vision.Layers, wc.Text.Layers))
-	if err != nil {
-		return nil, err
-	}
-	return &Settings{NCtx: cfg.NCtx, PromptDepth: cfg.Depth, InitStd: cfg.InitStd}, nil // the fixtures' "X X" prompts
-}
-
-// Step implements methods.Stepper: the layout of testdata/maple/step.safetensors.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }

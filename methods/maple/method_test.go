@@ -1,7 +1,6 @@
 package maple
 
 import (
-	"context"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -10,9 +9,11 @@ import (
 
 	"github.com/pfedmma/pfedmma/assets"
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -29,22 +30,12 @@ func tensorPlan(t *testing.T, s *Settings) *methods.Plan {
 	t.Helper()
 	const C = 4
 	m, tokens := randomModel(C, s.NCtx)
-	rng := rand.New(rand.NewPCG(8, 1))
-	var clients []methods.TensorClient
-	for i := 0; i < 3; i++ {
-		const N = 6
-		S := m.W.Config.Vision.ImageSize
-		tc := methods.TensorClient{Pixels: gradcheck.Rand(rng, N*3*S*S, 1)}
-		for k := 0; k < N; k++ {
-			tc.Labels = append(tc.Labels, rng.IntN(C))
-		}
-		clients = append(clients, tc)
-	}
+	clients := methodtest.TensorClients(rand.New(rand.NewPCG(8, 1)), 3, 6, m.W.Config.Vision.ImageSize, C)
 	depth, err := Method{}.Depth(s, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := methods.TensorEnv(m, depth, tokens, C, clients, testOpts(), 5)
+	env, err := fixture.TensorEnv(m, depth, tokens, C, clients, testOpts(), 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,54 +44,8 @@ func tensorPlan(t *testing.T, s *Settings) *methods.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var infos []federation.ClientInfo
-	for _, cl := range plan.Clients {
-		infos = append(infos, federation.ClientInfo{ID: cl.ID(), NumExamples: cl.NumExamples()})
-	}
-	if err := plan.Strategy.Init(infos); err != nil {
-		t.Fatal(err)
-	}
+	methodtest.InitStrategy(t, plan)
 	return plan
-}
-
-// round runs one round of the given clients by hand and returns their
-// uploads.
-func round(t *testing.T, plan *methods.Plan, r int, ids []int) []federation.FitResult {
-	t.Helper()
-	ins, err := plan.Strategy.Configure(r, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res []federation.FitResult
-	for _, id := range ids {
-		fr, err := plan.Clients[id].Fit(context.Background(), federation.FitIns{Round: r, Params: ins[id]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res = append(res, federation.FitResult{ClientID: id, NumExamples: fr.NumExamples, Params: fr.Params})
-	}
-	if err := plan.Strategy.Aggregate(r, res, nil); err != nil {
-		t.Fatal(err)
-	}
-	return res
-}
-
-func sameNamed(t *testing.T, what string, got, want tensor.Named) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d tensors, want %d", what, len(got), len(want))
-	}
-	for k, w := range want {
-		g, ok := got[k]
-		if !ok || !tensor.SameShape(g.Shape, w.Shape) {
-			t.Fatalf("%s: %q missing or reshaped", what, k)
-		}
-		for i := range w.Data {
-			if math.Float32bits(g.Data[i]) != math.Float32bits(w.Data[i]) {
-				t.Fatalf("%s: %s[%d] = %g, want %g (not bit-identical)", what, k, i, g.Data[i], w.Data[i])
-			}
-		}
-	}
 }
 
 // TestResumeBitIdentical: three rounds straight equal two rounds, a save of
@@ -108,59 +53,17 @@ func sameNamed(t *testing.T, what string, got, want tensor.Named) {
 // the third round — bit for bit. Client 2 sits out round 1.
 func TestResumeBitIdentical(t *testing.T) {
 	s := testSettings()
-	schedule := [][]int{{0, 1, 2}, {0, 1}, {0, 1, 2}}
-	straight := tensorPlan(t, s)
-	for r, ids := range schedule {
-		round(t, straight, r, ids)
-	}
-	first := tensorPlan(t, s)
-	round(t, first, 0, schedule[0])
-	round(t, first, 1, schedule[1])
-	var saved []tensor.Named
-	for _, c := range first.Clients {
-		st, err := c.State()
+	r := methodtest.Resume(t, func() *methods.Plan { return tensorPlan(t, s) }, [3][]int{{0, 1, 2}, {0, 1}, {0, 1, 2}})
+	for _, c := range r.Straight.Clients {
+		a, err := c.State()
 		if err != nil {
 			t.Fatal(err)
 		}
-		saved = append(saved, st)
-	}
-	server := first.Strategy.State()
-	resumed := tensorPlan(t, s)
-	for i, c := range resumed.Clients {
-		if err := c.LoadState(saved[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := resumed.Strategy.LoadState(server); err != nil {
-		t.Fatal(err)
-	}
-	round(t, resumed, 2, schedule[2])
-	for i := range straight.Clients {
-		a, err := straight.Clients[i].State()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := resumed.Clients[i].State()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameNamed(t, "site state", b, a)
 		if _, ok := a["opt/momentum_buffer/"+ParamText(1)]; !ok {
 			t.Fatal("site state holds no momentum of the deep text prompt")
 		}
 	}
-	sameNamed(t, "global", resumed.Global(), straight.Global())
-	moved := false
-	for name, g := range straight.Global() {
-		for i, v := range g.Data {
-			if v != saved[0]["param/"+name].Data[i] {
-				moved = true
-			}
-		}
-	}
-	if !moved {
-		t.Error("the third round did not move the global prompt learner")
-	}
+	r.GlobalMoved(t, "prompt learner")
 }
 
 // TestSharedWhole: every upload is exactly the whole prompt learner (both
@@ -168,7 +71,7 @@ func TestResumeBitIdentical(t *testing.T) {
 // mean of the uploads.
 func TestSharedWhole(t *testing.T) {
 	plan := tensorPlan(t, testSettings())
-	res := round(t, plan, 0, []int{0, 1, 2})
+	res := methodtest.Round(t, plan, 0, []int{0, 1, 2})
 	want := 3 + 3*(testSettings().PromptDepth-1)
 	for _, r := range res {
 		if len(r.Params) != want {
@@ -287,7 +190,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := l.Logits(methods.ImageRecords(m, depth, px, B, nil), B)
+		want, err := l.Logits(prefixcache.ImageRecords(m, depth, px, B, nil), B)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,15 +8,15 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// SettingsFrom implements methods.FixtureSettings: the adapted blocks and
+// SettingsFrom implements fixture.Settings: the adapted blocks and
 // the width come from the parameter names and shapes (or adapter_start,
 // adapter_end, adapter_dim), the scale from adapter_scale.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	lo, hi, dim := -1, -1, 0
 	for name, t := range f.Params {
 		rest, ok := strings.CutPrefix(name, prefix+"shared_adapter.")
@@ -55,8 +55,8 @@ func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
 	return s, nil
 }
 
-// Step implements methods.Stepper on the mma-* fixtures' layout.
-func (m Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
+// Step implements fixture.Stepper on the mma-* fixtures' layout.
+func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	sec, err := m.SettingsFrom(f)
 	if err != nil {
 		return nil, err

@@ -10,7 +10,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
@@ -71,14 +71,14 @@ func closeTo(t *testing.T, name string, got, want []float32, tol float64, perTen
 	}
 }
 
-type fixture struct {
+type refFixture struct {
 	dir        string
 	start, end int
 }
 
-var fixtures = []fixture{{"mma-l2", 2, 4}, {"mma-l0", 0, 4}}
+var fixtures = []refFixture{{"mma-l2", 2, 4}, {"mma-l0", 0, 4}}
 
-func newLearner(t *testing.T, fx fixture) (*Learner, *safetensors.File) {
+func newLearner(t *testing.T, fx refFixture) (*Learner, *safetensors.File) {
 	t.Helper()
 	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
 	if err != nil {
@@ -169,7 +169,7 @@ func TestStepMatchesReference(t *testing.T) {
 const updateTol = 1e-2
 
 // TestRoundMatchesReference runs the fixture's federated round through the
-// production path (methods.Round: pfedmma's clients in federation Sites,
+// production path (fixture.Round: pfedmma's clients in federation Sites,
 // FedAvg, the Coordinator): two clients train from the same initial
 // adapters with fresh optimizers (batch 4, stored order, one epoch), then
 // the shared projections are averaged with weights n_i/n.
@@ -199,17 +199,17 @@ func TestRoundMatchesReference(t *testing.T) {
 			if sec.Start != fx.start {
 				t.Fatalf("adapter_start %d, want %d", sec.Start, fx.start)
 			}
-			in := methods.RoundInputs{Model: clip.New(w), Init: init, Tokens: getInts(t, step, "tokens"),
+			in := fixture.RoundInputs{Model: clip.New(w), Init: init, Tokens: getInts(t, step, "tokens"),
 				Train: train.Options{Epochs: int(num(meta, "local_epochs")), Batch: int(num(meta, "batch_size")),
 					LR: num(meta, "lr"), Momentum: num(meta, "momentum"), WD: num(meta, "weight_decay"),
 					ResetOptimizer: true, InOrder: true}}
 			in.Classes = len(in.Tokens) / in.Model.W.Config.Text.ContextLength
 			for c := 0; c < 2; c++ {
-				in.Clients = append(in.Clients, methods.TensorClient{
+				in.Clients = append(in.Clients, fixture.TensorClient{
 					Pixels: get(t, round, fmt.Sprintf("client%d.images", c)),
 					Labels: getInts(t, round, fmt.Sprintf("client%d.labels", c))})
 			}
-			out, err := methods.Round(context.Background(), Method{}, sec, in)
+			out, err := fixture.Round(context.Background(), Method{}, sec, in)
 			if err != nil {
 				t.Fatal(err)
 			}

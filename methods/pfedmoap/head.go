@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/nn"
 )
 
@@ -66,9 +67,9 @@ func (h *Head) Forward(img, txt []float32, B, C, E int, experts []float32, logit
 	h.B, h.C, h.E, h.Ex = B, C, E, K+1
 	h.s = float32(math.Exp(float64(logitScale)))
 	h.img = append(h.img[:0], img...)
-	normalizeRows(nil, h.img, B, E)
+	clip.NormalizeRows(nil, h.img, B, E)
 	h.txt = append(h.txt[:0], txt...)
-	h.norms = normalizeRows(h.norms, h.txt, C, E)
+	h.norms = clip.NormalizeRows(h.norms, h.txt, C, E)
 	h.logits = nn.Grow(h.logits, B*C)
 	lam := h.Lambda
 	if K == 0 {
@@ -144,7 +145,7 @@ func (h *Head) Backward(dlogits []float32) []float32 {
 		PoolBackward(h.dtn, h.dpt, C, D, E/D)
 	}
 	h.dtxt = nn.Grow(h.dtxt, C*E)
-	normalizeBackward(h.dtxt, h.dtn, h.txt, h.norms, C, E)
+	clip.NormBackward(h.dtxt, h.dtn, h.txt, h.norms, C, E)
 	return h.dtxt
 }
 
@@ -154,36 +155,4 @@ func dot(a, b []float32) float32 {
 		s += a[i] * b[i]
 	}
 	return s
-}
-
-// normalizeRows scales the n rows of x [n, d] to unit L2 norm in place and
-// returns their norms (in norms, grown as needed).
-func normalizeRows(norms, x []float32, n, d int) []float32 {
-	norms = nn.Grow(norms, n)
-	for i := 0; i < n; i++ {
-		row := x[i*d : i*d+d]
-		var s float64
-		for _, v := range row {
-			s += float64(v) * float64(v)
-		}
-		nr := float32(math.Sqrt(s))
-		norms[i] = nr
-		for j := range row {
-			row[j] /= nr
-		}
-	}
-	return norms
-}
-
-// normalizeBackward writes dx = (dn − x̂(x̂·dn)) / ‖x‖ for rows x = ‖x‖·x̂.
-func normalizeBackward(dx, dn, xhat, norms []float32, n, d int) {
-	for i := 0; i < n; i++ {
-		var s float32
-		for k := 0; k < d; k++ {
-			s += xhat[i*d+k] * dn[i*d+k]
-		}
-		for k := 0; k < d; k++ {
-			dx[i*d+k] = (dn[i*d+k] - xhat[i*d+k]*s) / norms[i]
-		}
-	}
 }

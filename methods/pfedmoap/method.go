@@ -1,7 +1,6 @@
 package pfedmoap
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
-	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -85,6 +83,14 @@ func (Method) Info() methods.Info {
 
 // DefaultConfig implements methods.Method.
 func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()) }
+
+// BenchSettings implements methods.Benchmarked: two experts, so that the
+// benchmark's client 1 is client 0's expert.
+func (Method) BenchSettings(sec config.Section) {
+	if s, ok := sec.(*Settings); ok {
+		s.NumExperts = 2
+	}
+}
 
 // Depth implements methods.Method: the image encoder is frozen whole.
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
@@ -308,35 +314,16 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+		return New(m, tokens, p.cfg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	l, err := New(m, tokens, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := prompt.Load(l.Params(), p.saved); err != nil {
 		return nil, err
 	}
 	if err := l.SetExperts(p.experts); err != nil {
 		return nil, err
 	}
 	return l.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
-}
-
-// SettingsFrom implements methods.FixtureSettings.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	cfg, err := ConfigFromMeta(f.Meta)
-	if err != nil {
-		return nil, err
-	}
-	return fromConfig(cfg), nil
-}
-
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
 // SmallSettings implements methods.SmallRun: 8 context tokens (a small

@@ -7,30 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
-
-func tinyModel(t testing.TB) *clip.Model {
-	t.Helper()
-	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return clip.New(w)
-}
-
-func read(t testing.TB, path string) (tensor.Named, map[string]string) {
-	t.Helper()
-	x, meta, err := prompt.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x, meta
-}
 
 // relScale checks max|got − want| / scale ≤ tol.
 func relScale(t *testing.T, name string, got, want *tensor.Tensor, scale, tol float64) {
@@ -76,7 +58,7 @@ func rel(t *testing.T, name string, got, want *tensor.Tensor, tol float64) {
 // 1.5e-8; the zero-gradient biases move by weight decay alone, ~1e-7).
 func updateClose(t *testing.T, name string, got, want, init *tensor.Tensor, tol float64, steps int) {
 	t.Helper()
-	u, v := update(got, init), update(want, init)
+	u, v := fixturetest.Update(got, init), fixturetest.Update(want, init)
 	slack := maxAbs(want.Data) * 0x1p-23 * float64(steps)
 	var d float64
 	for i := range v.Data {
@@ -89,14 +71,6 @@ func updateClose(t *testing.T, name string, got, want, init *tensor.Tensor, tol 
 	}
 }
 
-func update(p, init *tensor.Tensor) *tensor.Tensor {
-	u := p.Clone()
-	for i := range u.Data {
-		u.Data[i] -= init.Data[i]
-	}
-	return u
-}
-
 // zeroBias are the gate gradients that vanish in exact arithmetic (the
 // fixture README): compared against the largest gradient's scale.
 func zeroBias(name string) bool {
@@ -104,9 +78,9 @@ func zeroBias(name string) bool {
 }
 
 func TestStepFixture(t *testing.T) {
-	m := tinyModel(t)
-	init, _ := read(t, "../../testdata/pfedmoap/init.safetensors")
-	ref, meta := read(t, "../../testdata/pfedmoap/step.safetensors")
+	m := fixturetest.Model(t)
+	init, _ := fixturetest.Read(t, "../../testdata/pfedmoap/init.safetensors")
+	ref, meta := fixturetest.Read(t, "../../testdata/pfedmoap/step.safetensors")
 	batch := tensor.Named{"tokens": ref["tokens"], "labels": ref["labels"], "images": ref["images"]}
 	out, err := StepFromFile(m, init, batch, meta)
 	if err != nil {
@@ -137,9 +111,9 @@ func TestStepFixture(t *testing.T) {
 }
 
 func TestRoundFixture(t *testing.T) {
-	m := tinyModel(t)
-	init, _ := read(t, "../../testdata/pfedmoap/init.safetensors")
-	ref, meta := read(t, "../../testdata/pfedmoap/round.safetensors")
+	m := fixturetest.Model(t)
+	init, _ := fixturetest.Read(t, "../../testdata/pfedmoap/init.safetensors")
+	ref, meta := fixturetest.Read(t, "../../testdata/pfedmoap/round.safetensors")
 	params := tensor.Named{}
 	for name, v := range init {
 		if IsGate(name) {
@@ -358,8 +332,8 @@ func TestConfigValidate(t *testing.T) {
 // TestFirstTimeIsCoOp checks that without experts the logits are plain CLIP
 // cosine logits and the gate gets no gradient.
 func TestFirstTimeIsCoOp(t *testing.T) {
-	m := tinyModel(t)
-	ref, meta := read(t, "../../testdata/pfedmoap/step.safetensors")
+	m := fixturetest.Model(t)
+	ref, meta := fixturetest.Read(t, "../../testdata/pfedmoap/step.safetensors")
 	cfg, err := ConfigFromMeta(meta)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -21,16 +22,16 @@ import (
 // with the authors' code.
 func TestRoundFixtureProductionPath(t *testing.T) {
 	m := fixturetest.Model(t)
-	f, err := methods.LoadFixture(m, fixturetest.Testdata+"pfedmoap/init.safetensors", []string{fixturetest.Testdata + "pfedmoap/round.safetensors"}, nil)
+	f, err := fixture.Load(m, fixturetest.Testdata+"pfedmoap/init.safetensors", []string{fixturetest.Testdata + "pfedmoap/round.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := methods.FixtureRound(context.Background(), Method{}, f)
+	out, err := fixture.RunRound(context.Background(), Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, _ := read(t, fixturetest.Testdata+"pfedmoap/round.safetensors")
-	init, _ := read(t, fixturetest.Testdata+"pfedmoap/init.safetensors")
+	ref, _ := fixturetest.Read(t, fixturetest.Testdata+"pfedmoap/round.safetensors")
+	init, _ := fixturetest.Read(t, fixturetest.Testdata+"pfedmoap/init.safetensors")
 	if got, want := out["selected"].Data, ref["selected"].Data; !slices.Equal(got, want) {
 		t.Fatalf("the production strategy selected %v, the reference %v", got, want)
 	}
@@ -74,7 +75,7 @@ func TestOneExpertSendsNoPrompts(t *testing.T) {
 		s := fromConfig(DefaultConfig())
 		s.NumExperts, s.Selection = 1, sel
 		m := fixturetest.Model(t)
-		f, err := methods.LoadFixture(m, fixturetest.Testdata+"pfedmoap/init.safetensors", []string{fixturetest.Testdata + "pfedmoap/round.safetensors"}, nil)
+		f, err := fixture.Load(m, fixturetest.Testdata+"pfedmoap/init.safetensors", []string{fixturetest.Testdata + "pfedmoap/round.safetensors"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,13 +84,13 @@ func TestOneExpertSendsNoPrompts(t *testing.T) {
 		labels, _ := f.IntsOf("client0.labels")
 		S := m.W.Config.Vision.ImageSize
 		half := len(labels) / 2
-		clients := []methods.TensorClient{
+		clients := []fixture.TensorClient{
 			{Pixels: img[:half*3*S*S], Labels: labels[:half]},
 			{Pixels: img[half*3*S*S:], Labels: labels[half:]},
 			{Pixels: img[:half*3*S*S], Labels: labels[:half]},
 		}
 		opts, _ := f.TrainOptions()
-		env, err := methods.TensorEnv(m, methods.Features, tokens, len(tokens)/m.W.Config.Text.ContextLength, clients, opts, 5)
+		env, err := fixture.TensorEnv(m, methods.Features, tokens, len(tokens)/m.W.Config.Text.ContextLength, clients, opts, 5)
 		if err != nil {
 			t.Fatal(err)
 		}

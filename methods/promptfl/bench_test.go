@@ -1,13 +1,10 @@
 package promptfl
 
 import (
-	"math/rand/v2"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/internal/gradcheck"
-	"github.com/pfedmma/pfedmma/optim"
-	"github.com/pfedmma/pfedmma/prompt"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 )
 
 // BenchmarkPromptFLStep is one training step (text forward and backward,
@@ -15,43 +12,8 @@ import (
 // n_ctx 16, 24 classes with 1–4-token names, batch 32 of cached image
 // features. It reports images/s.
 func BenchmarkPromptFLStep(b *testing.B) {
-	cfg := clip.ViTB16()
-	m := clip.New(clip.Random(cfg, 1))
-	const C, nCtx, B = 24, 16, 32
-	L := cfg.Text.ContextLength
-	tokens := make([]int, C*L)
-	for c := 0; c < C; c++ {
-		row := tokens[c*L:]
-		row[0] = 49406 // SOT
-		p := 1
-		for ; p <= nCtx; p++ {
-			row[p] = 343 // "x</w>"
-		}
-		for k := 0; k <= c%4; k++ {
-			row[p] = 1000 + 37*c + k
-			p++
-		}
-		row[p], row[p+1] = 269, 49407 // ".", EOT
-	}
-	l, err := New(m, tokens, Config{NCtx: nCtx, InitStd: 0.02, Seed: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(1, 1))
-	img := gradcheck.Rand(rng, B*cfg.EmbedDim, 1)
-	labels := make([]int, B)
-	for i := range labels {
-		labels[i] = i % C
-	}
-	opt := optim.NewSGD(0.9, 5e-4, false)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, _, _, err := l.Step(img, labels); err != nil {
-			b.Fatal(err)
-		}
-		if err := opt.Step(0.001, prompt.OptimParams(l.Params(), l.Grads())); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(B*b.N)/b.Elapsed().Seconds(), "images/s")
+	methodtest.BenchPromptStep(b, func(m *clip.Model, tokens []int, nCtx int) (methodtest.PromptLearner, error) {
+		l, err := New(m, tokens, Config{NCtx: nCtx, InitStd: 0.02, Seed: 1})
+		return l, err
+	})
 }

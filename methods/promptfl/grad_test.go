@@ -7,6 +7,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -14,30 +15,7 @@ import (
 // so the blocks work away from their linear regime; tokens are C rows
 // "SOT X… c… . EOT" with 1..3 class tokens.
 func randomModel(C, nCtx int) (*clip.Model, []int) {
-	cfg := clip.Config{EmbedDim: 6,
-		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 1, Heads: 2, MLPWidth: 16},
-		Text:   clip.TextConfig{ContextLength: 12, VocabSize: 20, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16}}
-	w := clip.Random(cfg, 3)
-	for _, x := range [][]float32{w.Text.TokenEmb, w.Text.PosEmb} {
-		for j := range x {
-			x[j] *= 50
-		}
-	}
-	tok := make([]int, C*12)
-	for c := 0; c < C; c++ {
-		row := tok[c*12:]
-		row[0] = 18
-		p := 1
-		for ; p <= nCtx; p++ {
-			row[p] = 5
-		}
-		for k := 0; k <= c%3; k++ {
-			row[p] = 6 + c + k
-			p++
-		}
-		row[p], row[p+1] = 3, 19
-	}
-	return clip.New(w), tok
+	return methodtest.TinyCLIP{EmbedDim: 6, VisionLayers: 1, TextLayers: 2, EmbScale: 50}.Prompts(C, nCtx)
 }
 
 func TestGradCheck(t *testing.T) {

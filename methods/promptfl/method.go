@@ -1,7 +1,6 @@
 package promptfl
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/pfedmma/pfedmma/clip"
@@ -146,15 +145,10 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, tensor.Named{ParamCtx: p.ctx}, func(tokens []int) (*Learner, error) {
+		return New(m, tokens, p.cfg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	l, err := New(m, tokens, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := prompt.Load(l.Params(), tensor.Named{ParamCtx: p.ctx}); err != nil {
 		return nil, err
 	}
 	txt, err := l.TextFeatures()
@@ -165,20 +159,6 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	img := m.EncodeImage(pixels, B)
 	E := m.W.Config.EmbedDim
 	return clip.Logits(img, txt, B, len(classes), E, m.W.LogitScale), nil
-}
-
-// SettingsFrom implements methods.FixtureSettings.
-func (Method) SettingsFrom(f *methods.Fixture) (config.Section, error) {
-	cfg, err := ConfigFromMeta(f.Meta)
-	if err != nil {
-		return nil, err
-	}
-	return &Settings{NCtx: cfg.NCtx, ClassSpecific: cfg.ClassSpecific, InitStd: cfg.InitStd, ProxMu: cfg.ProxMu, ClassTokenPosition: cfg.Position}, nil
-}
-
-// Step implements methods.Stepper.
-func (Method) Step(ctx context.Context, f *methods.Fixture) (tensor.Named, error) {
-	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
 // SmallSettings implements methods.SmallRun: 8 context tokens leave room

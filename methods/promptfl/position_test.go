@@ -12,12 +12,12 @@ import (
 // authors' trainers/coop.py): one step and one round for "middle", "front"
 // and "middle" with class-specific contexts, values and updates.
 func TestPositionFixtures(t *testing.T) {
-	m := tinyModel(t)
+	m := fixturetest.Model(t)
 	for _, pos := range []string{"middle", "front", "middle-csc"} {
 		t.Run(pos, func(t *testing.T) {
 			dir := "../../testdata/coop-positions/" + pos + "/"
-			init, _ := read(t, dir+"init.safetensors")
-			ref, meta := read(t, dir+"step.safetensors")
+			init, _ := fixturetest.Read(t, dir+"init.safetensors")
+			ref, meta := fixturetest.Read(t, dir+"step.safetensors")
 			if meta["class_token_position"] != strings.TrimSuffix(pos, "-csc") {
 				t.Fatalf("fixture metadata class_token_position %q", meta["class_token_position"])
 			}
@@ -26,9 +26,9 @@ func TestPositionFixtures(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, name := range []string{"text_features", "logits", "loss", "grad." + ParamCtx, "step1." + ParamCtx} {
-				rel(t, name, out[name], ref[name], tolFor(name))
+				fixturetest.Rel(t, name, out[name], ref[name], fixturetest.Tol(name))
 			}
-			rel(t, "update", update(out["step1."+ParamCtx], init[ParamCtx]), update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
+			fixturetest.Rel(t, "update", fixturetest.Update(out["step1."+ParamCtx], init[ParamCtx]), fixturetest.Update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
 			// the position matters: read as "end" the step differs
 			endMeta := map[string]string{}
 			for k, v := range meta {
@@ -43,15 +43,15 @@ func TestPositionFixtures(t *testing.T) {
 				t.Errorf("the end position gives the same loss %g as %s", end["loss"].Data[0], pos)
 			}
 
-			rd, rmeta := read(t, dir+"round.safetensors")
+			rd, rmeta := fixturetest.Read(t, dir+"round.safetensors")
 			rout, err := RoundFromFile(m, init, rd, rmeta)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, name := range []string{"client0.batch_losses", "client1.batch_losses", "client0.trained." + ParamCtx, "client1.trained." + ParamCtx, "global." + ParamCtx} {
-				rel(t, name, rout[name], rd[name], tolFor(name))
+				fixturetest.Rel(t, name, rout[name], rd[name], fixturetest.Tol(name))
 				if strings.Contains(name, ParamCtx) {
-					rel(t, name+" update", update(rout[name], init[ParamCtx]), update(rd[name], init[ParamCtx]), 1e-4)
+					fixturetest.Rel(t, name+" update", fixturetest.Update(rout[name], init[ParamCtx]), fixturetest.Update(rd[name], init[ParamCtx]), 1e-4)
 				}
 			}
 			// the production path (`pfedmma round`)

@@ -1,13 +1,10 @@
 package promptfolio
 
 import (
-	"math/rand/v2"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/internal/gradcheck"
-	"github.com/pfedmma/pfedmma/optim"
-	"github.com/pfedmma/pfedmma/prompt"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 )
 
 // BenchmarkPromptFolioStep is one training step (text forward and backward,
@@ -16,43 +13,8 @@ import (
 // of cached image features; PromptFolio's two prompts (the text rows run twice: prompt 0 and prompt 1, each with a shared prefix).
 // It reports images/s.
 func BenchmarkPromptFolioStep(b *testing.B) {
-	cfg := clip.ViTB16()
-	m := clip.New(clip.Random(cfg, 1))
-	const C, nCtx, B = 24, 16, 32
-	L := cfg.Text.ContextLength
-	tokens := make([]int, C*L)
-	for c := 0; c < C; c++ {
-		row := tokens[c*L:]
-		row[0] = 49406 // SOT
-		p := 1
-		for ; p <= nCtx; p++ {
-			row[p] = 343 // "x</w>"
-		}
-		for k := 0; k <= c%4; k++ {
-			row[p] = 1000 + 37*c + k
-			p++
-		}
-		row[p], row[p+1] = 269, 49407 // ".", EOT
-	}
-	l, err := New(m, tokens, Config{NCtx: nCtx, Theta: 0.4, InitStd: 0.02, Seed: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(1, 1))
-	img := gradcheck.Rand(rng, B*cfg.EmbedDim, 1)
-	labels := make([]int, B)
-	for i := range labels {
-		labels[i] = i % C
-	}
-	opt := optim.NewSGD(0.9, 5e-4, false)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, _, _, err := l.Step(img, labels); err != nil {
-			b.Fatal(err)
-		}
-		if err := opt.Step(0.001, prompt.OptimParams(l.Params(), l.Grads())); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(B*b.N)/b.Elapsed().Seconds(), "images/s")
+	methodtest.BenchPromptStep(b, func(m *clip.Model, tokens []int, nCtx int) (methodtest.PromptLearner, error) {
+		l, err := New(m, tokens, Config{NCtx: nCtx, Theta: 0.4, InitStd: 0.02, Seed: 1})
+		return l, err
+	})
 }

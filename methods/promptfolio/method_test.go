@@ -9,9 +9,10 @@ import (
 
 	"github.com/pfedmma/pfedmma/assets"
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/promptfl"
@@ -25,8 +26,8 @@ import (
 // [global; own prompt 1].
 func TestRoundProductionPath(t *testing.T) {
 	out := fixturetest.Round(t, Method{}, "promptfolio/init.safetensors", []string{"promptfolio/round.safetensors"}, nil, "promptfolio/round.safetensors", 1e-4)
-	ref, _ := read(t, td+"round.safetensors")
-	init, _ := read(t, td+"init.safetensors")
+	ref, _ := fixturetest.Read(t, td+"round.safetensors")
+	init, _ := fixturetest.Read(t, td+"init.safetensors")
 	if g := out["global."+ParamCtx]; g == nil || !tensor.SameShape(g.Shape, []int{1, 8, 128}) {
 		t.Fatalf("global context %v, want prompt 0 only", g)
 	}
@@ -35,7 +36,7 @@ func TestRoundProductionPath(t *testing.T) {
 		if !ok {
 			t.Fatalf("round produced no %s", name)
 		}
-		rel(t, name, got.Data, ref[name].Data, 1e-4)
+		fixturetest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
 	}
 	for i := range 2 {
 		name := "client" + string(rune('0'+i)) + ".next." + ParamCtx
@@ -43,8 +44,8 @@ func TestRoundProductionPath(t *testing.T) {
 		if !ok {
 			t.Fatalf("round produced no %s", name)
 		}
-		rel(t, name, got.Data, ref[name].Data, 1e-4)
-		rel(t, name+" (update)", update(got.Data, init[ParamCtx].Data), update(ref[name].Data, init[ParamCtx].Data), 1e-4)
+		fixturetest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
+		fixturetest.RelValues(t, name+" (update)", fixturetest.UpdateValues(got.Data, init[ParamCtx].Data), fixturetest.UpdateValues(ref[name].Data, init[ParamCtx].Data), 1e-4)
 	}
 }
 
@@ -73,16 +74,16 @@ func tensorPlan(t *testing.T, s *Settings, n int, opts train.Options) *methods.P
 		tokens = append(tokens, row...)
 	}
 	rng := rand.New(rand.NewPCG(8, 1))
-	var clients []methods.TensorClient
+	var clients []fixture.TensorClient
 	for k := 0; k < n; k++ {
 		N := 10 - 2*k
-		tc := methods.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
+		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
 		for range N {
 			tc.Labels = append(tc.Labels, rng.IntN(C))
 		}
 		clients = append(clients, tc)
 	}
-	env, err := methods.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
+	env, err := fixture.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,55 +92,8 @@ func tensorPlan(t *testing.T, s *Settings, n int, opts train.Options) *methods.P
 	if err != nil {
 		t.Fatal(err)
 	}
-	var infos []federation.ClientInfo
-	for _, cl := range plan.Clients {
-		infos = append(infos, federation.ClientInfo{ID: cl.ID(), NumExamples: cl.NumExamples()})
-	}
-	if err := plan.Strategy.Init(infos); err != nil {
-		t.Fatal(err)
-	}
+	methodtest.InitStrategy(t, plan)
 	return plan
-}
-
-// round runs one round of a plan by hand with the clients ids (in that
-// order) and returns what they uploaded.
-func round(t *testing.T, plan *methods.Plan, r int, ids []int) []federation.FitResult {
-	t.Helper()
-	ins, err := plan.Strategy.Configure(r, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res []federation.FitResult
-	for _, id := range ids {
-		c := plan.Clients[id]
-		fr, err := c.Fit(context.Background(), federation.FitIns{Round: r, Params: ins[c.ID()]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res = append(res, federation.FitResult{ClientID: c.ID(), NumExamples: fr.NumExamples, Params: fr.Params})
-	}
-	if err := plan.Strategy.Aggregate(r, res, nil); err != nil {
-		t.Fatal(err)
-	}
-	return res
-}
-
-func sameNamed(t *testing.T, what string, got, want tensor.Named) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d tensors, want %d", what, len(got), len(want))
-	}
-	for k, w := range want {
-		g, ok := got[k]
-		if !ok || !tensor.SameShape(g.Shape, w.Shape) {
-			t.Fatalf("%s: %q missing or reshaped", what, k)
-		}
-		for i := range w.Data {
-			if g.Data[i] != w.Data[i] {
-				t.Fatalf("%s: %s[%d] = %g, want %g (not bit-identical)", what, k, i, g.Data[i], w.Data[i])
-			}
-		}
-	}
 }
 
 func testSettings() *Settings { return &Settings{NCtx: 2, Theta: 0.4, InitStd: 0.02} }
@@ -153,38 +107,7 @@ func testOpts() train.Options {
 // plan restored from it, and the third round, bit for bit.
 func TestResumeBitIdentical(t *testing.T) {
 	ids := []int{0, 1, 2}
-	straight := tensorPlan(t, testSettings(), 3, testOpts())
-	for r := range 3 {
-		round(t, straight, r, ids)
-	}
-	first := tensorPlan(t, testSettings(), 3, testOpts())
-	round(t, first, 0, ids)
-	round(t, first, 1, ids)
-	var saved []tensor.Named
-	for _, c := range first.Clients {
-		st, err := c.State()
-		if err != nil {
-			t.Fatal(err)
-		}
-		saved = append(saved, st)
-	}
-	server := first.Strategy.State()
-	resumed := tensorPlan(t, testSettings(), 3, testOpts())
-	for i, c := range resumed.Clients {
-		if err := c.LoadState(saved[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := resumed.Strategy.LoadState(server); err != nil {
-		t.Fatal(err)
-	}
-	round(t, resumed, 2, ids)
-	for i := range straight.Clients {
-		a, _ := straight.Site(i)
-		b, _ := resumed.Site(i)
-		sameNamed(t, "site", b, a)
-	}
-	sameNamed(t, "global", resumed.Global(), straight.Global())
+	methodtest.Resume(t, func() *methods.Plan { return tensorPlan(t, testSettings(), 3, testOpts()) }, [3][]int{ids, ids, ids})
 }
 
 // TestRoundKeepsLocalAndWeighsSelected: clients upload prompt 0 only; the
@@ -194,7 +117,7 @@ func TestResumeBitIdentical(t *testing.T) {
 // prompt 0 and leaves each client's prompt 1 as trained.
 func TestRoundKeepsLocalAndWeighsSelected(t *testing.T) {
 	plan := tensorPlan(t, testSettings(), 3, testOpts())
-	res := round(t, plan, 0, []int{2, 0})
+	res := methodtest.Round(t, plan, 0, []int{2, 0})
 	var n float64
 	for _, r := range res {
 		if len(r.Params) != 1 || !tensor.SameShape(r.Params[ParamCtx].Shape, []int{1, 2, 8}) {
@@ -208,15 +131,15 @@ func TestRoundKeepsLocalAndWeighsSelected(t *testing.T) {
 			want[i] += float32(float64(r.NumExamples)/n) * v
 		}
 	}
-	rel(t, "global", plan.Global()[ParamCtx].Data, want, 1e-6)
+	fixturetest.RelValues(t, "global", plan.Global()[ParamCtx].Data, want, 1e-6)
 	local := map[int][]float32{}
 	for i := range plan.Clients {
 		p, _ := plan.Site(i)
 		local[i] = append([]float32(nil), p[ParamCtx].Data[16:]...)
 	}
-	round(t, plan, 1, []int{0, 1})
+	methodtest.Round(t, plan, 1, []int{0, 1})
 	c1, _ := plan.Site(2) // not selected: unchanged
-	sameNamed(t, "idle client", tensor.Named{"l": {Shape: []int{16}, Data: c1[ParamCtx].Data[16:]}}, tensor.Named{"l": {Shape: []int{16}, Data: local[2]}})
+	methodtest.SameNamed(t, "idle client", tensor.Named{"l": {Shape: []int{16}, Data: c1[ParamCtx].Data[16:]}}, tensor.Named{"l": {Shape: []int{16}, Data: local[2]}})
 }
 
 // TestPredictorMatchesEvaluation: the Predictor built from a site's saved
@@ -293,11 +216,11 @@ func TestRoundsReduceToPromptFLAndCoOp(t *testing.T) {
 	const fx = fixturetest.Testdata + "promptfolio/"
 	m := fixturetest.Model(t)
 	for p, theta := range []string{"0", "1"} {
-		f, err := methods.LoadFixture(m, fx+"init.safetensors", []string{fx + "round.safetensors"}, []string{"theta=" + theta})
+		f, err := fixture.Load(m, fx+"init.safetensors", []string{fx + "round.safetensors"}, []string{"theta=" + theta})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := methods.FixtureRound(context.Background(), Method{}, f)
+		out, err := fixture.RunRound(context.Background(), Method{}, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,18 +228,18 @@ func TestRoundsReduceToPromptFLAndCoOp(t *testing.T) {
 		n := len(ctx.Data) / 2
 		pf := *f
 		pf.Params = tensor.Named{promptfl.ParamCtx: {Shape: []int{ctx.Shape[1], ctx.Shape[2]}, Data: ctx.Data[p*n : (p+1)*n]}}
-		ref, err := methods.FixtureRound(context.Background(), promptfl.Method{}, &pf)
+		ref, err := fixture.RunRound(context.Background(), promptfl.Method{}, &pf)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range 2 {
 			name := fmt.Sprintf("client%d.trained.", i)
 			got := out[name+ParamCtx].Data[p*n : (p+1)*n]
-			rel(t, "θ="+theta+" "+name, got, ref[name+promptfl.ParamCtx].Data, 1e-5)
-			rel(t, "θ="+theta+" "+name+" (update)", update(got, ctx.Data[p*n:(p+1)*n]), update(ref[name+promptfl.ParamCtx].Data, ctx.Data[p*n:(p+1)*n]), 1e-4)
+			fixturetest.RelValues(t, "θ="+theta+" "+name, got, ref[name+promptfl.ParamCtx].Data, 1e-5)
+			fixturetest.RelValues(t, "θ="+theta+" "+name+" (update)", fixturetest.UpdateValues(got, ctx.Data[p*n:(p+1)*n]), fixturetest.UpdateValues(ref[name+promptfl.ParamCtx].Data, ctx.Data[p*n:(p+1)*n]), 1e-4)
 		}
 		if p == 0 {
-			rel(t, "θ=0 global", out["global."+ParamCtx].Data, ref["global."+promptfl.ParamCtx].Data, 1e-5)
+			fixturetest.RelValues(t, "θ=0 global", out["global."+ParamCtx].Data, ref["global."+promptfl.ParamCtx].Data, 1e-5)
 		}
 	}
 }

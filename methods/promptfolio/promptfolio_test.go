@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/promptfl"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -16,68 +16,24 @@ import (
 
 const td = "../../testdata/promptfolio/"
 
-func tinyModel(t testing.TB) *clip.Model {
-	t.Helper()
-	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return clip.New(w)
-}
-
-func read(t testing.TB, path string) (tensor.Named, map[string]string) {
-	t.Helper()
-	x, meta, err := prompt.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x, meta
-}
-
-// rel checks the fixture README's scale-relative error max|Δ| / max|ref|.
-func rel(t *testing.T, name string, got, want []float32, tol float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", name, len(got), len(want))
-	}
-	var d, ref float64
-	for i := range want {
-		d = math.Max(d, math.Abs(float64(got[i]-want[i])))
-		ref = math.Max(ref, math.Abs(float64(want[i])))
-	}
-	if r := d / ref; !(r <= tol) {
-		t.Errorf("%s: rel error %.3g > %.3g (max|Δ| %.3g)", name, r, tol, d)
-	} else {
-		t.Logf("%s: rel %.2g", name, r)
-	}
-}
-
-func update(p, init []float32) []float32 {
-	u := append([]float32(nil), p...)
-	for i := range u {
-		u[i] -= init[i]
-	}
-	return u
-}
-
+// tolFor is fixturetest.Tol with the next round's parameters (next.*)
+// among the trained outputs.
 func tolFor(name string) float64 {
-	switch {
-	case strings.HasPrefix(name, "grad."), strings.Contains(name, "trained."), strings.Contains(name, "next."),
-		strings.HasPrefix(name, "step1."), strings.HasPrefix(name, "global."):
+	if strings.Contains(name, "next.") {
 		return 1e-4
 	}
-	return 1e-5
+	return fixturetest.Tol(name)
 }
 
 // TestStepFixtures reproduces every step file (θ 0.4, 0 and 1): features,
 // the mix, logits, loss, gradient, the step and its update; the gradient
 // of the prompt whose weight is 0 is exactly 0.
 func TestStepFixtures(t *testing.T) {
-	m := tinyModel(t)
-	init, _ := read(t, td+"init.safetensors")
+	m := fixturetest.Model(t)
+	init, _ := fixturetest.Read(t, td+"init.safetensors")
 	for _, file := range []string{"step", "step_theta0", "step_theta1"} {
 		t.Run(file, func(t *testing.T) {
-			ref, meta := read(t, td+file+".safetensors")
+			ref, meta := fixturetest.Read(t, td+file+".safetensors")
 			out, err := StepFromFile(m, init, ref, meta)
 			if err != nil {
 				t.Fatal(err)
@@ -90,9 +46,9 @@ func TestStepFixtures(t *testing.T) {
 				if !tensor.SameShape(g.Shape, ref[name].Shape) {
 					t.Errorf("%s: shape %v, want %v", name, g.Shape, ref[name].Shape)
 				}
-				rel(t, name, g.Data, ref[name].Data, tolFor(name))
+				fixturetest.RelValues(t, name, g.Data, ref[name].Data, tolFor(name))
 			}
-			rel(t, "update", update(out["step1."+ParamCtx].Data, init[ParamCtx].Data), update(ref["step1."+ParamCtx].Data, init[ParamCtx].Data), 1e-4)
+			fixturetest.RelValues(t, "update", fixturetest.UpdateValues(out["step1."+ParamCtx].Data, init[ParamCtx].Data), fixturetest.UpdateValues(ref["step1."+ParamCtx].Data, init[ParamCtx].Data), 1e-4)
 			half := len(init[ParamCtx].Data) / 2
 			g := out["grad."+ParamCtx].Data
 			for p, part := range [][]float32{g[:half], g[half:]} {
@@ -114,9 +70,9 @@ func TestStepFixtures(t *testing.T) {
 // they are CoOp's (PromptFL's learner, trained locally) with the local
 // prompt. The other prompt's gradient is exactly 0.
 func TestReducesToPromptFLAndCoOp(t *testing.T) {
-	m := tinyModel(t)
-	init, _ := read(t, td+"init.safetensors")
-	ref, meta := read(t, td+"step.safetensors")
+	m := fixturetest.Model(t)
+	init, _ := fixturetest.Read(t, td+"init.safetensors")
+	ref, meta := fixturetest.Read(t, td+"step.safetensors")
 	tokens, _ := prompt.Ints(ref, "tokens")
 	labels, _ := prompt.Ints(ref, "labels")
 	img, _, err := prompt.ImageFeatures(m, ref, "")
@@ -152,9 +108,9 @@ func TestReducesToPromptFLAndCoOp(t *testing.T) {
 		if math.Abs(loss-wantLoss) > 1e-5*math.Abs(wantLoss) {
 			t.Errorf("θ=%v: loss %v, PromptFL/CoOp %v", theta, loss, wantLoss)
 		}
-		rel(t, "logits", logits, wantLogits, 1e-5)
+		fixturetest.RelValues(t, "logits", logits, wantLogits, 1e-5)
 		g := l.grad.Data
-		rel(t, "gradient of the trained prompt", g[p*n:(p+1)*n], pl.Grads()[promptfl.ParamCtx].Data, 1e-4)
+		fixturetest.RelValues(t, "gradient of the trained prompt", g[p*n:(p+1)*n], pl.Grads()[promptfl.ParamCtx].Data, 1e-4)
 		for i, v := range g[(1-p)*n : (2-p)*n] {
 			if v != 0 {
 				t.Fatalf("θ=%v: the other prompt's gradient [%d] = %g, want exactly 0", theta, i, v)
@@ -218,9 +174,9 @@ func TestConfigFromMeta(t *testing.T) {
 // moves it by exactly −lr·wd·p; and a step with weight decay wd differs from
 // the step without by −lr·wd·p in both prompts.
 func TestWeightDecay(t *testing.T) {
-	m := tinyModel(t)
-	init, _ := read(t, td+"init.safetensors")
-	ref, meta := read(t, td+"step_theta0.safetensors")
+	m := fixturetest.Model(t)
+	init, _ := fixturetest.Read(t, td+"init.safetensors")
+	ref, meta := fixturetest.Read(t, td+"step_theta0.safetensors")
 	lr, _ := prompt.MetaFloat(meta, "lr")
 	wd, _ := prompt.MetaFloat(meta, "weight_decay")
 	out, err := StepFromFile(m, init, ref, meta)
@@ -238,7 +194,7 @@ func TestWeightDecay(t *testing.T) {
 		}
 	}
 
-	ref, meta = read(t, td+"step.safetensors")
+	ref, meta = fixturetest.Read(t, td+"step.safetensors")
 	with := func(wd string) []float32 {
 		mm := map[string]string{}
 		for k, v := range meta {
@@ -251,10 +207,10 @@ func TestWeightDecay(t *testing.T) {
 		}
 		return o["step1."+ParamCtx].Data
 	}
-	diff := update(with("0.5"), with("0"))
+	diff := fixturetest.UpdateValues(with("0.5"), with("0"))
 	want := make([]float32, len(p))
 	for i := range want {
 		want[i] = float32(-lr * 0.5 * float64(p[i]))
 	}
-	rel(t, "weight decay", diff, want, 1e-3)
+	fixturetest.RelValues(t, "weight decay", diff, want, 1e-3)
 }

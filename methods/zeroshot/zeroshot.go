@@ -30,6 +30,9 @@ func (Method) Info() methods.Info {
 // DefaultConfig implements methods.Method: zero-shot has no settings.
 func (Method) DefaultConfig() config.Section { return nil }
 
+// Frozen implements methods.Frozen: zero-shot CLIP trains nothing.
+func (Method) Frozen() bool { return true }
+
 // Depth implements methods.Method: any cached depth will do.
 func (Method) Depth(config.Section, int) (int, error) { return methods.AnyDepth, nil }
 

@@ -1,10 +1,13 @@
 package fedotp
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -38,29 +41,9 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 	return c, c.Validate()
 }
 
-func fromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string, round bool) (*Learner, prompt.Hyper, error) {
-	h, err := prompt.ReadHyper(meta, round)
-	if err != nil {
-		return nil, h, fmt.Errorf("fedotp: %w", err)
-	}
-	cfg, err := ConfigFromMeta(meta)
-	if err != nil {
-		return nil, h, err
-	}
-	tokens, err := prompt.Ints(batch, "tokens")
-	if err != nil {
-		return nil, h, fmt.Errorf("fedotp: %w", err)
-	}
-	l, err := New(m, tokens, cfg)
-	if err != nil {
-		return nil, h, err
-	}
-	l.LogitScale = float32(h.LogitScale)
-	if err := prompt.Load(l.Params(), params); err != nil {
-		return nil, h, fmt.Errorf("fedotp: %w", err)
-	}
-	return l, h, nil
-}
+// replay rebuilds the learner of a fixture file.
+var replay = prompt.Replay[*Learner, Config]{Name: "fedotp", Config: ConfigFromMeta, New: New,
+	Scale: func(l *Learner, s float32) { l.LogitScale = s }}
 
 // ImageTokens returns a batch's every-token image features [B, T, E]: the
 // tensor prefix+"image_features" when it is 3-D, else the frozen image
@@ -91,7 +74,7 @@ func ImageTokens(m *clip.Model, batch tensor.Named, prefix string) ([]float32, [
 // [B·C, M, N], "logits", "loss", "grad.prompt_learner.ctx" and
 // "step1.prompt_learner.ctx" (after one step of a fresh SGD).
 func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
-	l, h, err := fromFile(m, params, batch, meta, false)
+	l, h, err := replay.Learner(m, params, batch, meta, false)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +119,7 @@ func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]str
 // and "clientK.next.prompt_learner.ctx" (the global prompts followed by the
 // client's own local prompts: where it starts the next round).
 func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
-	l, h, err := fromFile(m, params, batch, meta, true)
+	l, h, err := replay.Learner(m, params, batch, meta, true)
 	if err != nil {
 		return nil, err
 	}
@@ -204,4 +187,26 @@ func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]st
 		out[fmt.Sprintf("client%d.next.%s", k, ParamCtx)] = next[ParamCtx]
 	}
 	return out, nil
+}
+
+// SettingsFrom implements fixture.Settings.
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+	cfg, err := ConfigFromMeta(f.Meta)
+	if err != nil {
+		return nil, err
+	}
+	return fromConfig(cfg), nil
+}
+
+// Step implements fixture.Stepper.
+func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
+}
+
+// SurrogateGradient implements methods.SurrogateGradient: as the authors'
+// code, the transport plan is computed without gradient (a constant of the
+// backward pass), so the prompt's gradient is not that of the loss; the
+// head's gradient with the plan held is checked by TestHeadGradient.
+func (Method) SurrogateGradient() string {
+	return "the optimal-transport plan is held constant in the backward pass"
 }

@@ -1,4 +1,8 @@
-package methods
+// Package prefixcache computes and keeps the frozen prefixes of images:
+// each image's activations at the input of the first block a method runs
+// (or its final or every-token features when the image encoder is frozen
+// whole), computed once per image and view and read back per batch.
+package prefixcache
 
 import (
 	"context"
@@ -12,6 +16,20 @@ import (
 	"github.com/pfedmma/pfedmma/nn"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/progress"
+)
+
+// Depths that cache features rather than a block's input; the methods
+// package gives them to methods as methods.Features and
+// methods.TokenFeatures.
+const (
+	// Features caches each image's final features [E].
+	Features = -2
+	// TokenFeatures caches every token's features after ln_post @ proj,
+	// [T, E]; token 0 is the image feature.
+	TokenFeatures = -3
+	// Embeddings caches ln_pre's input [T, Dv], then the frozen image
+	// features [E] of the image and [E] of its horizontal mirror.
+	Embeddings = -4
 )
 
 // Store keeps fixed-size prefix records (one image's activations at the
@@ -82,34 +100,72 @@ func ImageRecords(m *clip.Model, start int, pixels []float32, B int, dst []float
 	return clip.ImagePrefix(m, start, pixels, B, dst)
 }
 
-// view names one preprocessed version of an item: view 0 of an eval
-// transform is the center crop; augmented views are seeded per item.
-type view struct {
-	item    int
-	index   int
-	augment bool
-}
-
-func (v view) key(items []dataset.Item) string {
-	if !v.augment {
-		return items[v.item].Key
+// embeddingRecords writes the Embeddings records of B images: ln_pre's
+// input [T, Dv], the frozen features [E] and the frozen features of the
+// horizontal mirror [E], per image.
+func embeddingRecords(m *clip.Model, pixels []float32, B int, dst []float32) []float32 {
+	v := m.Vision
+	c := m.W.Config.Vision
+	E, S := m.W.Config.EmbedDim, c.ImageSize
+	TD := c.Tokens() * c.Width
+	n := TD + 2*E
+	dst = nn.Grow(dst, B*n)
+	v.EmbedForward(pixels, B)
+	x := v.EmbedInput()
+	for b := 0; b < B; b++ {
+		copy(dst[b*n:b*n+TD], x[b*TD:(b+1)*TD])
 	}
-	return fmt.Sprintf("%s#aug%d", items[v.item].Key, v.index)
+	feat := make([]float32, B*E)
+	v.Encode(feat, pixels, B)
+	// mirror[b, ch, y, x] = pixels[b, ch, y, S−1−x]
+	mirror := make([]float32, B*3*S*S)
+	for r := 0; r < B*3*S; r++ {
+		src, out := pixels[r*S:(r+1)*S], mirror[r*S:(r+1)*S]
+		for i := range out {
+			out[i] = src[S-1-i]
+		}
+	}
+	flipped := make([]float32, B*E)
+	v.Encode(flipped, mirror, B)
+	for b := 0; b < B; b++ {
+		copy(dst[b*n+TD:b*n+TD+E], feat[b*E:(b+1)*E])
+		copy(dst[b*n+TD+E:(b+1)*n], flipped[b*E:(b+1)*E])
+	}
+	return dst
 }
 
-// pixels loads and preprocesses one view into dst [3, S, S].
-func (p *Prefixer) pixels(items []dataset.Item, v view, seed uint64, dst []float32) error {
-	img, err := items[v.item].Source.Load()
+// View names one preprocessed version of an item: view 0 of an eval
+// transform is the center crop; augmented views are seeded per item.
+type View struct {
+	// Item indexes the items the view is of.
+	Item int
+	// Index numbers the augmented views of an item (it seeds the
+	// augmentation).
+	Index int
+	// Augment selects the training transform; false: the eval transform.
+	Augment bool
+}
+
+func (v View) key(items []dataset.Item) string {
+	if !v.Augment {
+		return items[v.Item].Key
+	}
+	return fmt.Sprintf("%s#aug%d", items[v.Item].Key, v.Index)
+}
+
+// Pixels loads and preprocesses one view into dst [3, S, S].
+func (p *Prefixer) Pixels(items []dataset.Item, v View, seed uint64, dst []float32) error {
+	img, err := items[v.Item].Source.Load()
 	if err != nil {
-		return fmt.Errorf("image %q: %w", items[v.item].Key, err)
+		return fmt.Errorf("image %q: %w", items[v.Item].Key, err)
 	}
 	return p.pixelsOf(img, v, seed, dst)
 }
 
-func (p *Prefixer) pixelsOf(img image.Image, v view, seed uint64, dst []float32) error {
+func (p *Prefixer) pixelsOf(img image.Image, v View, seed uint64, dst []float32) error {
 	var px []float32
-	if v.augment {
-		rng := rand.New(rand.NewPCG(seed, uint64(v.item)<<20|uint64(v.index)))
+	if v.Augment {
+		rng := rand.New(rand.NewPCG(seed, uint64(v.Item)<<20|uint64(v.Index)))
 		px = p.Transform.Augment(img, rng)
 	} else {
 		px = p.Transform.Eval(img)
@@ -125,7 +181,7 @@ func (p *Prefixer) pixelsOf(img image.Image, v view, seed uint64, dst []float32)
 // record index of each view (in the order given). Decoding and
 // preprocessing of the next batch overlap with the model's work on the
 // current one.
-func (p *Prefixer) Fill(ctx context.Context, items []dataset.Item, views []view, seed uint64, store Store, bar *progress.Bar) ([]int, error) {
+func (p *Prefixer) Fill(ctx context.Context, items []dataset.Item, views []View, seed uint64, store Store, bar *progress.Bar) ([]int, error) {
 	out := make([]int, len(views))
 	var todo []int
 	for i, v := range views {
@@ -148,7 +204,7 @@ func (p *Prefixer) Fill(ctx context.Context, items []dataset.Item, views []view,
 		var mu sync.Mutex
 		nn.ParallelFor(len(idx), 1, func(lo, hi int) {
 			for k := lo; k < hi; k++ {
-				if err := p.pixels(items, views[idx[k]], seed, b.px[k*per:(k+1)*per]); err != nil {
+				if err := p.Pixels(items, views[idx[k]], seed, b.px[k*per:(k+1)*per]); err != nil {
 					mu.Lock()
 					b.err = err
 					mu.Unlock()
@@ -203,16 +259,16 @@ func drain[T any](c chan T) {
 	}
 }
 
-// computeStore is the cache switched off: every GetBatch recomputes the
+// Uncached is the cache switched off: every GetBatch recomputes the
 // prefixes from the images (the reference's behaviour without augmentation).
-// Records are views registered with add. A record is computed within the
+// Records are views registered with Add. A record is computed within the
 // same batch of views as Prefixer.Fill would compute it (registered views
 // in chunks of Prefixer.Batch), so it is bit-identical to the cached record
 // whatever GEMM kernel runs: BLAS results may depend on the matrix shapes.
-type computeStore struct {
+type Uncached struct {
 	p     *Prefixer
 	items []dataset.Item
-	views []view
+	views []View
 	seed  uint64
 	px    []float32
 	// chunk holds the prefixes of chunk number chunkAt (-1: none).
@@ -220,20 +276,31 @@ type computeStore struct {
 	chunkAt int
 }
 
-func newComputeStore(p *Prefixer, items []dataset.Item, seed uint64) *computeStore {
-	return &computeStore{p: p, items: items, seed: seed, chunkAt: -1}
+// NewUncached returns an Uncached store of views of items, augmented
+// views seeded with seed.
+func NewUncached(p *Prefixer, items []dataset.Item, seed uint64) *Uncached {
+	return &Uncached{p: p, items: items, seed: seed, chunkAt: -1}
 }
 
-func (s *computeStore) add(v view) int { s.views = append(s.views, v); return len(s.views) - 1 }
+// Add registers a view and returns its record index.
+func (s *Uncached) Add(v View) int { s.views = append(s.views, v); return len(s.views) - 1 }
 
-func (s *computeStore) Put(key string, rec []float32) (int, error) {
+// Put implements Store: an uncached store cannot store.
+func (s *Uncached) Put(key string, rec []float32) (int, error) {
 	return 0, fmt.Errorf("prefix store: the uncached store computes records and cannot store %q", key)
 }
-func (s *computeStore) Lookup(string) (int, bool) { return 0, false }
-func (s *computeStore) Len() int                  { return len(s.views) }
-func (s *computeStore) Close() error              { return nil }
 
-func (s *computeStore) GetBatch(idxs []int, dst []float32) error {
+// Lookup implements Store: no key is stored.
+func (s *Uncached) Lookup(string) (int, bool) { return 0, false }
+
+// Len implements Store: the number of registered views.
+func (s *Uncached) Len() int { return len(s.views) }
+
+// Close implements Store.
+func (s *Uncached) Close() error { return nil }
+
+// GetBatch implements Store: it computes the records' chunks.
+func (s *Uncached) GetBatch(idxs []int, dst []float32) error {
 	n := s.p.RecordLen()
 	B := max(s.p.Batch, 1)
 	for k, idx := range idxs {
@@ -253,14 +320,14 @@ func (s *computeStore) GetBatch(idxs []int, dst []float32) error {
 }
 
 // compute runs the prefix of views lo..hi-1 as one batch.
-func (s *computeStore) compute(lo, hi int) error {
+func (s *Uncached) compute(lo, hi int) error {
 	S := s.p.Model.W.Config.Vision.ImageSize
 	per := 3 * S * S
 	s.px = nn.Grow(s.px, (hi-lo)*per)
 	errs := make([]error, hi-lo)
 	nn.ParallelFor(hi-lo, 1, func(a, b int) {
 		for k := a; k < b; k++ {
-			errs[k] = s.p.pixels(s.items, s.views[lo+k], s.seed, s.px[k*per:(k+1)*per])
+			errs[k] = s.p.Pixels(s.items, s.views[lo+k], s.seed, s.px[k*per:(k+1)*per])
 		}
 	})
 	for _, err := range errs {
@@ -270,124 +337,4 @@ func (s *computeStore) compute(lo, hi int) error {
 	}
 	s.chunk = s.p.Compute(s.px[:(hi-lo)*per], hi-lo, s.chunk)
 	return nil
-}
-
-// Fill computes and caches the frozen prefixes a run needs: every test
-// image once and, unless the run augments online, every training view once
-// (views K: K augmented views per image; 0: the center crop). With noCache
-// the stores recompute records from the images whenever they are read.
-func (e *Env) Fill(ctx context.Context, views int, noCache bool, bar *progress.Bar) error {
-	e.TrainRecs, e.TestRecs = map[int][]int{}, map[int]int{}
-	if noCache {
-		e.registerUncached(views)
-		return nil
-	}
-	if err := e.fillTest(ctx, bar); err != nil {
-		return err
-	}
-	if e.Online {
-		return nil
-	}
-	return e.fillTrain(ctx, views, bar)
-}
-
-// registerUncached switches the cache off: stores that recompute prefixes.
-func (e *Env) registerUncached(views int) {
-	test := newComputeStore(e.Prefixer, e.Task.Test, e.Seed)
-	for _, i := range e.Task.UsedTest() {
-		e.TestRecs[i] = test.add(view{item: i})
-	}
-	train := newComputeStore(e.Prefixer, e.Task.Train, e.Seed)
-	for _, i := range e.Task.UsedTrain() {
-		if views == 0 {
-			e.TrainRecs[i] = []int{train.add(view{item: i})}
-		}
-		for v := 0; v < views; v++ {
-			e.TrainRecs[i] = append(e.TrainRecs[i], train.add(view{item: i, index: v, augment: true}))
-		}
-	}
-	if e.TestStore != nil {
-		e.TestStore.Close()
-	}
-	if e.TrainStore != nil {
-		e.TrainStore.Close()
-	}
-	e.TestStore, e.TrainStore = test, train
-	if e.Evaluator != nil {
-		e.Evaluator.Source = test
-	}
-}
-
-func (e *Env) fillTest(ctx context.Context, bar *progress.Bar) error {
-	used := e.Task.UsedTest()
-	vs := make([]view, len(used))
-	for k, i := range used {
-		vs[k] = view{item: i}
-	}
-	bar.Describe("test-image prefixes")
-	recs, err := e.Prefixer.Fill(ctx, e.Task.Test, vs, e.Seed, e.TestStore, bar)
-	if err != nil {
-		return fmt.Errorf("test prefixes: %w", err)
-	}
-	for k, i := range used {
-		e.TestRecs[i] = recs[k]
-	}
-	return nil
-}
-
-func (e *Env) fillTrain(ctx context.Context, views int, bar *progress.Bar) error {
-	used := e.Task.UsedTrain()
-	per := max(views, 1)
-	vs := make([]view, 0, len(used)*per)
-	for _, i := range used {
-		if views == 0 {
-			vs = append(vs, view{item: i})
-		}
-		for v := 0; v < views; v++ {
-			vs = append(vs, view{item: i, index: v, augment: true})
-		}
-	}
-	bar.Describe("training-view prefixes")
-	recs, err := e.Prefixer.Fill(ctx, e.Task.Train, vs, e.Seed, e.TrainStore, bar)
-	if err != nil {
-		return fmt.Errorf("training prefixes: %w", err)
-	}
-	for k, i := range used {
-		e.TrainRecs[i] = recs[k*per : (k+1)*per]
-	}
-	return nil
-}
-
-// embeddingRecords writes the Embeddings records of B images: ln_pre's
-// input [T, Dv], the frozen features [E] and the frozen features of the
-// horizontal mirror [E], per image.
-func embeddingRecords(m *clip.Model, pixels []float32, B int, dst []float32) []float32 {
-	v := m.Vision
-	c := m.W.Config.Vision
-	E, S := m.W.Config.EmbedDim, c.ImageSize
-	TD := c.Tokens() * c.Width
-	n := TD + 2*E
-	dst = nn.Grow(dst, B*n)
-	v.EmbedForward(pixels, B)
-	x := v.EmbedInput()
-	for b := 0; b < B; b++ {
-		copy(dst[b*n:b*n+TD], x[b*TD:(b+1)*TD])
-	}
-	feat := make([]float32, B*E)
-	v.Encode(feat, pixels, B)
-	// mirror[b, ch, y, x] = pixels[b, ch, y, S−1−x]
-	mirror := make([]float32, len(pixels[:B*3*S*S]))
-	for r := 0; r < B*3*S; r++ {
-		src, out := pixels[r*S:(r+1)*S], mirror[r*S:(r+1)*S]
-		for i := range out {
-			out[i] = src[S-1-i]
-		}
-	}
-	flipped := make([]float32, B*E)
-	v.Encode(flipped, mirror, B)
-	for b := 0; b < B; b++ {
-		copy(dst[b*n+TD:b*n+TD+E], feat[b*E:(b+1)*E])
-		copy(dst[b*n+TD+E:(b+1)*n], flipped[b*E:(b+1)*E])
-	}
-	return dst
 }

@@ -310,3 +310,110 @@ func Round(m *clip.Model, l Learner, init, batch tensor.Named, h Hyper) (tensor.
 	}
 	return out, nil
 }
+
+// Loader is a prompt method's learner as Replay builds it: its live
+// parameters by reference name.
+type Loader interface {
+	Params() tensor.Named
+}
+
+// Replay is how a prompt method's learner is rebuilt from a reference
+// fixture file (the step and round files of testdata/<method>/): the
+// method's settings from the file's metadata, the learner on the class
+// prompts "tokens" [C, Ctx], its logit scale and its parameters from the
+// file. ReplayStep and ReplayRound run the common step and round on it.
+type Replay[L Loader, C any] struct {
+	// Name prefixes the errors ("promptfl: …").
+	Name string
+	// Config reads the method's settings from the metadata.
+	Config func(meta map[string]string) (C, error)
+	// New builds the learner on the class prompts tokens [C, Ctx].
+	New func(m *clip.Model, tokens []int, cfg C) (L, error)
+	// Scale sets the learner's logit scale (the log of the multiplier).
+	Scale func(l L, logitScale float32)
+	// Loaded, when set, runs after the parameters are loaded (an anchor
+	// taken from them).
+	Loaded func(l L, params tensor.Named) error
+}
+
+// Learner rebuilds the learner of a fixture file: the hyper-parameters
+// (ReadHyper; round: those of a round too), the settings, the learner on
+// batch's "tokens", its logit scale and params loaded into it.
+func (r Replay[L, C]) Learner(m *clip.Model, params, batch tensor.Named, meta map[string]string, round bool) (L, Hyper, error) {
+	var zero L
+	h, err := ReadHyper(meta, round)
+	if err != nil {
+		return zero, h, fmt.Errorf("%s: %w", r.Name, err)
+	}
+	cfg, err := r.Config(meta)
+	if err != nil {
+		return zero, h, err
+	}
+	tokens, err := Ints(batch, "tokens")
+	if err != nil {
+		return zero, h, fmt.Errorf("%s: %w", r.Name, err)
+	}
+	l, err := r.New(m, tokens, cfg)
+	if err != nil {
+		return zero, h, err
+	}
+	r.Scale(l, float32(h.LogitScale))
+	if err := Load(l.Params(), params); err != nil {
+		return zero, h, fmt.Errorf("%s: %w", r.Name, err)
+	}
+	if r.Loaded != nil {
+		if err := r.Loaded(l, params); err != nil {
+			return zero, h, err
+		}
+	}
+	return l, h, nil
+}
+
+// ReplayStep replays one training step in the fixture layout of a step
+// file: the learner of r, the batch's image features [B, E] ("images" or
+// "image_features", see ImageFeatures) and "labels" [B], then StepOnce.
+// extra, when set, adds the method's own features to the outputs: it runs
+// after StepOnce, the learner holding the step's forward pass and its
+// parameters already stepped.
+func ReplayStep[L Learner, C any](r Replay[L, C], m *clip.Model, params, batch tensor.Named, meta map[string]string,
+	extra func(l L, img []float32, B int, out tensor.Named)) (tensor.Named, error) {
+	l, h, err := r.Learner(m, params, batch, meta, false)
+	if err != nil {
+		return nil, err
+	}
+	img, B, err := ImageFeatures(m, batch, "")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.Name, err)
+	}
+	labels, err := Ints(batch, "labels")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.Name, err)
+	}
+	if len(labels) != B {
+		return nil, fmt.Errorf("%s: %d labels for %d images", r.Name, len(labels), B)
+	}
+	out, err := StepOnce(l, img, labels, h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.Name, err)
+	}
+	if extra != nil {
+		extra(l, img, B, out)
+	}
+	return out, nil
+}
+
+// ReplayRound replays one federated round in the fixture layout of a round
+// file with Round: every client starts from params; the outputs are
+// "clientN.batch_losses", "clientN.trained.<p>" and "global.<p>" for the
+// shared parameters.
+func ReplayRound[L Learner, C any](r Replay[L, C], m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
+	l, h, err := r.Learner(m, params, batch, meta, true)
+	if err != nil {
+		return nil, err
+	}
+	out, err := Round(m, l, params, batch, h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.Name, err)
+	}
+	return out, nil
+}

@@ -1,4 +1,4 @@
-package main
+package experiment
 
 import (
 	"encoding/json"
@@ -13,21 +13,20 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/report"
 )
 
-// lockFile is the file in a run folder that `pfedmma run` holds an
+// LockFile is the file in a run folder that `pfedmma run` holds an
 // exclusive lock on while it writes there; it holds the holder's pid.
-const lockFile = ".pfedmma.lock"
+const LockFile = ".pfedmma.lock"
 
-// lockRunDir takes an exclusive, non-blocking lock on dir's lock file and
+// LockRunDir takes an exclusive, non-blocking lock on dir's lock file and
 // writes this process's pid into it. A second run into the same folder gets
 // an error naming the holder's pid. The lock goes with the process (also
 // when it is killed); unlock releases it earlier.
-func lockRunDir(dir string) (unlock func(), err error) {
-	path := filepath.Join(dir, lockFile)
+func LockRunDir(dir string) (unlock func(), err error) {
+	path := filepath.Join(dir, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
@@ -57,14 +56,14 @@ func lockRunDir(dir string) (unlock func(), err error) {
 	}, nil
 }
 
-// runMarkerFile is the file that makes a folder a pfedmma run folder: `run`
+// RunMarkerFile is the file that makes a folder a pfedmma run folder: `run`
 // writes it (holding the run's identity) before anything else, and `--force`
 // clears only a folder that holds it. No generic name (config.yaml,
 // metrics.jsonl) counts: a user's folder may hold those too.
-const runMarkerFile = ".pfedmma-run"
+const RunMarkerFile = ".pfedmma-run"
 
-// runMarker is the content of runMarkerFile.
-type runMarker struct {
+// RunMarker is the content of RunMarkerFile.
+type RunMarker struct {
 	// Tool is always "pfedmma run".
 	Tool string `json:"tool"`
 	// Fingerprint identifies the configuration the run started with.
@@ -77,10 +76,10 @@ type runMarker struct {
 
 const runMarkerTool = "pfedmma run"
 
-// readRunMarker reads dir's marker; ok is false when dir holds none (or
+// ReadRunMarker reads dir's marker; ok is false when dir holds none (or
 // one that is not pfedmma's).
-func readRunMarker(dir string) (m runMarker, ok bool, err error) {
-	path := filepath.Join(dir, runMarkerFile)
+func ReadRunMarker(dir string) (m RunMarker, ok bool, err error) {
+	path := filepath.Join(dir, RunMarkerFile)
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return m, false, nil
@@ -96,26 +95,26 @@ func readRunMarker(dir string) (m runMarker, ok bool, err error) {
 		return m, false, err
 	}
 	if json.Unmarshal(b, &m) != nil || m.Tool != runMarkerTool {
-		return runMarker{}, false, nil
+		return RunMarker{}, false, nil
 	}
 	return m, true, nil
 }
 
-// writeRunMarker writes dir's marker atomically.
-func writeRunMarker(dir string, m runMarker) error {
+// WriteRunMarker writes dir's marker atomically.
+func WriteRunMarker(dir string, m RunMarker) error {
 	m.Tool = runMarkerTool
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteBytes(filepath.Join(dir, runMarkerFile), append(b, '\n'))
+	return atomicfile.WriteBytes(filepath.Join(dir, RunMarkerFile), append(b, '\n'))
 }
 
 // runFinished says whether dir holds a run that ended: its marker says so,
 // or (a run folder from before the marker) its top-level summary.json,
 // written last, exists.
 func runFinished(dir string) (when string, finished bool, err error) {
-	m, ok, err := readRunMarker(dir)
+	m, ok, err := ReadRunMarker(dir)
 	if err != nil {
 		return "", false, err
 	}
@@ -133,7 +132,7 @@ func runFinished(dir string) (when string, finished bool, err error) {
 func isRunOutput(name string, isDir bool) bool {
 	if isDir {
 		switch {
-		case name == "adapters", name == "sites", name == "checkpoints":
+		case name == LegacyAdaptersDir, name == SitesDir, name == GlobalDir, name == "checkpoints":
 			return true
 		case strings.HasPrefix(name, "seed_"), strings.HasPrefix(name, "fold-"):
 			return true
@@ -141,7 +140,7 @@ func isRunOutput(name string, isDir bool) bool {
 		return false
 	}
 	switch name {
-	case runMarkerFile, lockFile, fingerprintFile, "config.yaml", experiment.RunInfoFile,
+	case RunMarkerFile, LockFile, FingerprintFile, "config.yaml", RunInfoFile,
 		report.MetricsJSONL, report.MetricsCSV, report.SummaryFile, report.LODOFile,
 		"report.md", "curves.png", "final.png", "radar.png", "curves.svg", "final.svg", "radar.svg",
 		"global.safetensors":
@@ -169,7 +168,7 @@ func checkRunDir(dir string, force bool) (names []string, err error) {
 	}
 	var foreign []string
 	for _, e := range entries {
-		if e.Name() == lockFile {
+		if e.Name() == LockFile {
 			continue
 		}
 		names = append(names, e.Name())
@@ -190,13 +189,13 @@ func checkRunDir(dir string, force bool) (names []string, err error) {
 		return nil, fmt.Errorf("--out %s is not empty (%s): pass --resume to continue the run it holds, --force to clear it and start again, or choose a new folder",
 			dir, list(names))
 	}
-	_, isRun, err := readRunMarker(dir)
+	_, isRun, err := ReadRunMarker(dir)
 	if err != nil {
 		return nil, fmt.Errorf("--force: %w", err)
 	}
 	if !isRun {
 		return nil, fmt.Errorf("--out %s is not empty (%s) and holds no pfedmma run (no %s marker file); --force clears only earlier runs: choose an empty or new folder",
-			dir, list(names), runMarkerFile)
+			dir, list(names), RunMarkerFile)
 	}
 	if len(foreign) > 0 {
 		return nil, fmt.Errorf("--out %s holds a pfedmma run but also files pfedmma did not write (%s); --force deletes nothing it did not write: move them away or choose a new folder",

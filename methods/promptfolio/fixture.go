@@ -1,10 +1,15 @@
 package promptfolio
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -51,43 +56,43 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 // [C, E], "logits", "loss", "grad.prompt_learner.ctx" and
 // "step1.prompt_learner.ctx" (after one step of a fresh SGD).
 func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
-	h, err := prompt.ReadHyper(meta, false)
-	if err != nil {
-		return nil, fmt.Errorf("promptfolio: %w", err)
-	}
-	cfg, err := ConfigFromMeta(meta)
+	return prompt.ReplayStep(replay, m, params, batch, meta, func(l *Learner, img []float32, B int, out tensor.Named) {
+		out["image_features"] = &tensor.Tensor{Shape: []int{B, l.E}, Data: slices.Clone(img)}
+		out["text_features"] = &tensor.Tensor{Shape: []int{numPrompt, l.C, l.E}, Data: slices.Clone(l.txt)}
+		out["text_features_mixed"] = &tensor.Tensor{Shape: []int{l.C, l.E}, Data: slices.Clone(l.Mixed())}
+	})
+}
+
+// replay rebuilds the learner of a fixture file.
+var replay = prompt.Replay[*Learner, Config]{Name: "promptfolio", Config: ConfigFromMeta, New: New,
+	Scale: func(l *Learner, s float32) { l.LogitScale = s }}
+
+// SettingsFrom implements fixture.Settings.
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+	cfg, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
 	}
-	tokens, err := prompt.Ints(batch, "tokens")
-	if err != nil {
-		return nil, fmt.Errorf("promptfolio: %w", err)
-	}
-	l, err := New(m, tokens, cfg)
-	if err != nil {
-		return nil, err
-	}
-	l.LogitScale = float32(h.LogitScale)
-	if err := prompt.Load(l.Params(), params); err != nil {
-		return nil, fmt.Errorf("promptfolio: %w", err)
-	}
-	img, B, err := prompt.ImageFeatures(m, batch, "")
-	if err != nil {
-		return nil, fmt.Errorf("promptfolio: %w", err)
-	}
-	labels, err := prompt.Ints(batch, "labels")
-	if err != nil {
-		return nil, fmt.Errorf("promptfolio: %w", err)
-	}
-	if len(labels) != B {
-		return nil, fmt.Errorf("promptfolio: %d labels for %d images", len(labels), B)
-	}
-	out, err := prompt.StepOnce(l, img, labels, h)
-	if err != nil {
-		return nil, fmt.Errorf("promptfolio: %w", err)
-	}
-	out["image_features"] = &tensor.Tensor{Shape: []int{B, l.E}, Data: slices.Clone(img)}
-	out["text_features"] = &tensor.Tensor{Shape: []int{numPrompt, l.C, l.E}, Data: slices.Clone(l.txt)}
-	out["text_features_mixed"] = &tensor.Tensor{Shape: []int{l.C, l.E}, Data: slices.Clone(l.Mixed())}
-	return out, nil
+	return fromConfig(cfg), nil
+}
+
+// Step implements fixture.Stepper.
+func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
+}
+
+// FixtureRound implements fixture.Rounder: the plain round (fixture.Round:
+// the clients in federation Sites, FedAvg of prompt 0, the Coordinator)
+// with each client's "client<i>.batch_losses" (before each step), then
+// "client<i>.next.prompt_learner.ctx", where each client starts the next
+// round: the server's global prompt installed by the client's own receive
+// step into its trained parameters.
+func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+	return promptfed.FixtureRound(ctx, f, Method{}, func(env *methods.Env, sec config.Section) (*promptfed.Spec, error) {
+		s, err := settings(sec)
+		if err != nil {
+			return nil, err
+		}
+		return spec(env, s.config(env.Seed)), nil
+	})
 }

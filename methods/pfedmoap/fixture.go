@@ -1,11 +1,17 @@
 package pfedmoap
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/federation/strategy"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -74,29 +80,9 @@ func (o Optimizers) Step(l *Learner, promptLR, gateLR float64) error {
 	return nil
 }
 
-func fromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (*Learner, float32, error) {
-	cfg, err := ConfigFromMeta(meta)
-	if err != nil {
-		return nil, 0, err
-	}
-	ls, err := prompt.MetaFloat(meta, "logit_scale")
-	if err != nil {
-		return nil, 0, fmt.Errorf("pfedmoap: %w", err)
-	}
-	tokens, err := prompt.Ints(batch, "tokens")
-	if err != nil {
-		return nil, 0, fmt.Errorf("pfedmoap: %w", err)
-	}
-	l, err := New(m, tokens, cfg)
-	if err != nil {
-		return nil, 0, err
-	}
-	l.LogitScale = float32(ls)
-	if err := prompt.Load(l.Params(), params); err != nil {
-		return nil, 0, fmt.Errorf("pfedmoap: %w", err)
-	}
-	return l, float32(ls), nil
-}
+// replay rebuilds the learner of a fixture file.
+var replay = prompt.Replay[*Learner, Config]{Name: "pfedmoap", Config: ConfigFromMeta, New: New,
+	Scale: func(l *Learner, s float32) { l.LogitScale = s }}
 
 func imageFeatures(m *clip.Model, batch tensor.Named, prefix string) ([]float32, []int, error) {
 	labels, err := prompt.Ints(batch, prefix+"labels")
@@ -124,7 +110,7 @@ func imageFeatures(m *clip.Model, batch tensor.Named, prefix string) ([]float32,
 // "loss", "grad.<p>" and "step1.<p>" for the prompt and every gate tensor
 // (after one step of the two fresh SGDs).
 func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
-	l, _, err := fromFile(m, params, batch, meta)
+	l, _, err := replay.Learner(m, params, batch, meta, false)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +183,7 @@ func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]st
 			start[name] = v
 		}
 	}
-	l, _, err := fromFile(m, start, tensor.Named{"tokens": batch["tokens"]}, meta)
+	l, _, err := replay.Learner(m, start, tensor.Named{"tokens": batch["tokens"]}, meta, false)
 	if err != nil {
 		return nil, err
 	}
@@ -283,6 +269,171 @@ func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]st
 	out[pre+"batch_losses"] = &tensor.Tensor{Shape: []int{len(losses)}, Data: losses}
 	for name, p := range l.Params() {
 		out[pre+"trained."+name] = p.Clone()
+	}
+	return out, nil
+}
+
+// SettingsFrom implements fixture.Settings.
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+	cfg, err := ConfigFromMeta(f.Meta)
+	if err != nil {
+		return nil, err
+	}
+	return fromConfig(cfg), nil
+}
+
+// Step implements fixture.Stepper.
+func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
+}
+
+// FixtureRound implements fixture.Rounder through the production path: the
+// method's Plan (its KNNPool strategy and promptfed client, as `pfedmma
+// run` builds them) on the fixture of testdata/pfedmoap/round.safetensors.
+// The strategy is loaded with the fixture's pool and global prompt, its
+// Configure picks client K's experts (num_experts − 1 of them, by the
+// configured selection), and client K — a federation Site starting from
+// the global prompt and init's gate — trains on what it received. The
+// result holds "selected" (the experts' client ids, in the order sent),
+// "distances_to_K" (to every other client, in id order, as the paper's
+// rule ranks them), "clientK.loss" (the mean batch loss) and
+// "clientK.trained.<p>".
+func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+	sec, err := Method{}.SettingsFrom(f)
+	if err != nil {
+		return nil, err
+	}
+	s := sec.(*Settings)
+	switch sel := f.Meta["selection"]; sel {
+	case "", "nearest":
+		s.Selection = "nearest"
+	case "random":
+		s.Selection = "random"
+	default:
+		return nil, fmt.Errorf("pfedmoap: selection %q: want \"nearest\" or \"random\"", sel)
+	}
+	opts, err := f.TrainOptions()
+	if err != nil {
+		return nil, err
+	}
+	self, err := prompt.MetaInt(f.Meta, "client")
+	if err != nil {
+		return nil, fmt.Errorf("pfedmoap: %w", err)
+	}
+	seed := 0
+	if _, ok := f.Meta["seed"]; ok {
+		if seed, err = prompt.MetaInt(f.Meta, "seed"); err != nil {
+			return nil, fmt.Errorf("pfedmoap: %w", err)
+		}
+	}
+	tokens, err := f.IntsOf("tokens")
+	if err != nil {
+		return nil, err
+	}
+	g, err := f.Tensor("global_prompt")
+	if err != nil {
+		return nil, err
+	}
+	poolT, err := f.Tensor("pool")
+	if err != nil {
+		return nil, err
+	}
+	if len(poolT.Shape) != 3 || self < 0 || self >= poolT.Shape[0] {
+		return nil, fmt.Errorf("pfedmoap: pool %v [N, n_ctx, D] has no client %d", poolT.Shape, self)
+	}
+	N, per := poolT.Shape[0], poolT.Shape[1]*poolT.Shape[2]
+	pre := fmt.Sprintf("client%d.", self)
+	px, err := f.Tensor(pre + "images")
+	if err != nil {
+		return nil, err
+	}
+	labels, err := f.IntsOf(pre + "labels")
+	if err != nil {
+		return nil, err
+	}
+	// the pool's N clients (client ids are indices); only client self
+	// trains, the others hold its images as placeholders
+	clients := make([]fixture.TensorClient, N)
+	for j := range clients {
+		clients[j] = fixture.TensorClient{Pixels: px.Data, Labels: labels}
+	}
+	env, err := fixture.TensorEnv(f.Model, methods.Features, tokens, len(tokens)/f.Model.W.Config.Text.ContextLength, clients, opts, uint64(seed))
+	if err != nil {
+		return nil, err
+	}
+	defer env.TrainStore.Close()
+	env.Init = f.Params.Clone()
+	env.Init[ParamCtx] = g.Clone() // the client starts from the global prompt
+	plan, err := Method{}.Build(env, s)
+	if err != nil {
+		return nil, err
+	}
+	infos := make([]federation.ClientInfo, N)
+	st := tensor.Named{"global/" + ParamCtx: g.Clone()}
+	pool := make([][]float32, N)
+	for j := range N {
+		infos[j] = federation.ClientInfo{ID: j, NumExamples: 1}
+		pool[j] = poolT.Data[j*per : (j+1)*per]
+		st["pool/"+strconv.Itoa(j)+"/"+ParamCtx] = &tensor.Tensor{Shape: poolT.Shape[1:], Data: append([]float32(nil), pool[j]...)}
+	}
+	if err := plan.Strategy.Init(infos); err != nil {
+		return nil, err
+	}
+	if err := plan.Strategy.LoadState(st); err != nil {
+		return nil, err
+	}
+	ins, err := plan.Strategy.Configure(1, []int{self})
+	if err != nil {
+		return nil, err
+	}
+	site := federation.NewSite(plan.Clients[self], "")
+	res, err := site.Fit(ctx, federation.FitIns{Round: 1, Params: ins[self]})
+	if err != nil {
+		return nil, err
+	}
+	out := tensor.Named{pre + "loss": prompt.Scalar(res.Metrics["loss"])}
+	_, experts, err := strategy.SplitExperts(ins[self])
+	if err != nil {
+		return nil, err
+	}
+	var sel []float32
+	for _, e := range experts {
+		id := -1
+		for j, p := range pool {
+			if t := e[ParamCtx]; t != nil && slices.Equal(t.Data, p) {
+				id = j
+				break
+			}
+		}
+		sel = append(sel, float32(id))
+	}
+	out["selected"] = &tensor.Tensor{Shape: []int{len(sel)}, Data: sel}
+	if s.Selection == "nearest" {
+		_, dist, err := Nearest(pool, self, len(experts))
+		if err != nil {
+			return nil, err
+		}
+		var others []float32
+		for j, d := range dist {
+			if j != self {
+				others = append(others, float32(d))
+			}
+		}
+		out["distances_to_"+strconv.Itoa(self)] = &tensor.Tensor{Shape: []int{len(others)}, Data: others}
+	}
+	kept, err := plan.Site(self)
+	if err != nil {
+		return nil, err
+	}
+	for name := range env.Init {
+		if name != ParamCtx && !IsGate(name) {
+			continue // the step fixture's experts
+		}
+		p, ok := kept[name]
+		if !ok {
+			return nil, fmt.Errorf("pfedmoap: client %d keeps no %q", self, name)
+		}
+		out[pre+"trained."+name] = p
 	}
 	return out, nil
 }

@@ -1,0 +1,58 @@
+package experiment
+
+import (
+	"log/slog"
+	"maps"
+
+	"github.com/pfedmma/pfedmma/federation/robust"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/report"
+)
+
+// buildPlan builds method name's plan and wraps its strategy as the
+// configuration's aggregation section asks (robust.FromConfig): `pfedmma
+// run` and `pfedmma serve` build their strategy here, so a simulation
+// reproduces a hardened deployment. A method that does not train (no
+// strategy) is left as it is.
+func buildPlan(o Options, meth methods.Method, env *methods.Env, name string) (*methods.Plan, error) {
+	plan, err := meth.Build(env, o.Sections[name])
+	if err != nil || plan.Strategy == nil {
+		return plan, err
+	}
+	if plan.Strategy, err = robust.FromConfig(plan.Strategy, o.Aggregation, o.Seed, slog.Default()); err != nil {
+		return nil, err
+	}
+	return plan, nil
+}
+
+// addPrivacy records differential privacy's ε after the last round of
+// method name (rec, its last record) in the summary's "dp" field, with the
+// settings it was spent at.
+func addPrivacy(o Options, sum *report.Summary, name string, rec report.RoundRecord) {
+	eps, ok := rec.Mean[robust.EpsilonMetric]
+	if !ok || !o.Aggregation.DP.On() {
+		return
+	}
+	if sum.Extra == nil {
+		sum.Extra = map[string]any{}
+	}
+	all, _ := sum.Extra["dp"].(map[string]any)
+	if all == nil {
+		all = map[string]any{}
+		sum.Extra["dp"] = all
+	}
+	d := o.Aggregation.DP
+	all[name] = map[string]float64{"epsilon": eps, "delta": d.Delta, "noise_multiplier": d.NoiseMultiplier, "clip": d.Clip, "rounds": float64(rec.Round + 1)}
+}
+
+// strategyMetrics adds the strategy's own metrics of a round (DP's ε) to
+// a record's mean.
+func strategyMetrics(rec *report.RoundRecord, m map[string]float64) {
+	if len(m) == 0 {
+		return
+	}
+	if rec.Mean == nil {
+		rec.Mean = report.Metrics{}
+	}
+	maps.Copy(rec.Mean, m)
+}

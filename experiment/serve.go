@@ -1,0 +1,95 @@
+package experiment
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/transport"
+)
+
+// FingerprintKey carries the coordinator's configuration fingerprint in
+// every round's settings; a site with another configuration refuses the
+// round (the handshake of Serve and Site).
+const FingerprintKey = "experiment_fingerprint"
+
+// ServeConfig is one coordinator of a federation over the network
+// (`pfedmma serve`): the experiment's one trained method, configured
+// exactly as `pfedmma run` configures it.
+type ServeConfig struct {
+	Experiment *config.Experiment
+	// Model is the checkpoint (the configuration's model, resolved).
+	Model string
+	// Listen is the gRPC address, HTTP the dashboard's (empty: none).
+	Listen, HTTP string
+	// Certs is the certificates folder (pfedmma certs init); Insecure runs
+	// without TLS (local development only).
+	Certs    string
+	Insecure bool
+	// State holds the coordinator's database; Out the run's outputs
+	// (default State/out).
+	State, Out string
+	// MinFit is the fewest sites that must answer for a round to close;
+	// RoundTimeout the deadline of each round's training and evaluation.
+	MinFit       int
+	RoundTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// Serve runs the coordinator until the federation's last round, then writes
+// the run's outputs to c.Out as `pfedmma run` writes them
+// (WriteFederationReports). Restarted with the same configuration after a
+// crash, it resumes from its state folder.
+func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
+	if c.State == "" || (c.Certs == "" && !c.Insecure) || c.Listen == "" {
+		return nil, errors.New("--listen, --certs and --state are required")
+	}
+	if c.Out == "" {
+		c.Out = filepath.Join(c.State, "out")
+	}
+	e := c.Experiment
+	o, err := FromConfig(e, c.Model, e.Seed, c.Out)
+	if err != nil {
+		return nil, err
+	}
+	f, err := PrepareFederated(ctx, o, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	spec, err := f.Spec()
+	if err != nil {
+		return nil, err
+	}
+	coord := serveCoordinator(o, f.Plan.Strategy, len(f.Task.Clients), c.MinFit, c.RoundTimeout, e.Fingerprint())
+	if err := os.MkdirAll(c.State, 0o755); err != nil {
+		return nil, err
+	}
+	logger := c.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	hist, err := transport.RunCoordinator(ctx, transport.CoordinatorConfig{
+		Addr: c.Listen, HTTPAddr: c.HTTP, CertsDir: c.Certs, Insecure: c.Insecure,
+		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Logger: logger,
+	}, coord)
+	if err != nil {
+		return nil, err
+	}
+	return WriteFederationReports(o, f, hist)
+}
+
+// serveCoordinator is the coordinator of Serve: `pfedmma run`'s schedule
+// (Options.coordinator), every site asked at once, failures tolerated, and
+// the configuration's fingerprint sent with every round.
+func serveCoordinator(o Options, strat federation.Strategy, clients, minFit int, timeout time.Duration, fingerprint string) *federation.Coordinator {
+	co := o.coordinator(strat)
+	co.Parallel, co.TolerateFailures, co.MinFit, co.RoundTimeout = clients, true, minFit, timeout
+	co.FitConfig = func(int) map[string]string { return map[string]string{FingerprintKey: fingerprint} }
+	return co
+}

@@ -1,0 +1,146 @@
+package experiment
+
+import (
+	"fmt"
+
+	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/internal/inputfile"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/protocol"
+)
+
+// setup is what a job is before any image is read, the same for `pfedmma
+// run` (every method of o), `pfedmma serve` and `pfedmma site` (its one
+// trained method): the methods and their depths on the model, the data set
+// and the task, the prompt template and the augmentation.
+type setup struct {
+	names   []string
+	methods []methods.Method
+	// depths[i] is methods[i]'s Depth on the model (AnyDepth for a method
+	// running from any cached prefix).
+	depths []int
+	model  checkpoint.Info
+	// layers is the model's depth: the fewer of its encoders' blocks.
+	layers int
+	resNet bool
+	ds     *dataset.Dataset
+	task   *protocol.Task
+	tmpl   string
+	views  int
+	online bool
+}
+
+// newSetup resolves o for the methods names (each must be registered): it
+// reads the model's header (not its weights), checks that every method can
+// run on it and with the federation's clients, and builds the task.
+func newSetup(o Options, names []string) (*setup, error) {
+	s := &setup{names: names, methods: make([]methods.Method, len(names)), depths: make([]int, len(names))}
+	var err error
+	if s.views, s.online, err = parseAugment(o.Augment); err != nil {
+		return nil, err
+	}
+	for i, name := range names {
+		if s.methods[i], err = methods.Get(name); err != nil {
+			return nil, fmt.Errorf("experiment: %w", err)
+		}
+	}
+	// The header gives the architecture; the weights are loaded once the
+	// memory estimate says they fit with the rest.
+	if err := inputfile.CheckAny(o.ModelPath); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	info, err := checkpoint.Inspect(o.ModelPath)
+	if err != nil {
+		return nil, err
+	}
+	s.model = *info
+	s.layers = min(info.Config.Vision.Layers, info.Config.Text.Layers)
+	s.resNet = info.Config.Vision.ResNet
+	for i, meth := range s.methods {
+		if s.depths[i], err = meth.Depth(o.Sections[names[i]], s.layers); err != nil {
+			if s.resNet {
+				return nil, fmt.Errorf("method %s cannot run on a ResNet CLIP (it needs the ViT's blocks): %w", names[i], err)
+			}
+			return nil, err
+		}
+		if err := backboneFits(s.resNet, names[i], s.depths[i]); err != nil {
+			return nil, err
+		}
+	}
+	dsOpts := o.DatasetOptions
+	if dsOpts.Seed == 0 {
+		dsOpts.Seed = o.Seed
+	}
+	if s.ds, err = dataset.Load(o.Dataset, o.Root, dsOpts); err != nil {
+		return nil, err
+	}
+	popts := o.Protocol
+	popts.Seed = o.Seed
+	if s.task, err = protocol.Build(s.ds, popts); err != nil {
+		return nil, err
+	}
+	if o.ValidationOnly {
+		if err := s.task.KeepValidationOnly(); err != nil {
+			return nil, err
+		}
+	}
+	for i, meth := range s.methods {
+		if tc, ok := meth.(methods.TaskChecker); ok {
+			if err := tc.CheckTask(o.Sections[names[i]], len(s.task.Clients)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	s.tmpl = o.Template
+	if s.tmpl == "" {
+		s.tmpl = "a photo of a {}."
+	}
+	return s, nil
+}
+
+// siteBytes averages, over every round of each method's federation, the
+// bytes one site uploads (the shared tensors: the round's upload over the
+// sites selected) and downloads (the round's training and evaluation
+// instructions over the federation's sites). `run` and `serve` report it
+// alike.
+type siteBytes struct {
+	clients  int
+	up, down map[string]float64
+	rounds   map[string]int
+}
+
+func newSiteBytes(clients int) *siteBytes {
+	return &siteBytes{clients: max(clients, 1), up: map[string]float64{}, down: map[string]float64{}, rounds: map[string]int{}}
+}
+
+// add counts one round of method's federation.
+func (b *siteBytes) add(method string, r federation.RoundReport) {
+	if n := len(r.Selected); n > 0 {
+		b.up[method] += float64(r.BytesUp) / float64(n)
+		b.down[method] += float64(r.BytesDown) / float64(b.clients)
+		b.rounds[method]++
+	}
+}
+
+// extra is the summary's figures (nil when no round was counted).
+func (b *siteBytes) extra() map[string]any {
+	if len(b.rounds) == 0 {
+		return nil
+	}
+	up, down := map[string]float64{}, map[string]float64{}
+	for m, n := range b.rounds {
+		up[m] = b.up[m] / float64(n)
+		down[m] = b.down[m] / float64(n)
+	}
+	return map[string]any{"update_bytes_per_round_per_site": up, "download_bytes_per_round_per_site": down}
+}
+
+// coordinator is o's federation schedule — the rounds, the sampling of
+// sites and the rounds after which every site is evaluated
+// (federation.eval_every as FromConfig maps it) — for strat: `run` and
+// `serve` start from it alike.
+func (o Options) coordinator(strat federation.Strategy) *federation.Coordinator {
+	return &federation.Coordinator{Strategy: strat, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed, EvalEvery: o.EvalEvery}
+}
