@@ -569,8 +569,9 @@ var worldRecipes = [][2]string{
 	{"fedot.lr", "0.01"},
 	// ADAPT: AdamW (its section's default) as its paper
 	{"adapt.lr", "0.02"},
-	// FedMVP: SGD as its code (config/defaults.py), at the lr of the world's prompt learners
-	{"fedmvp.lr", "0.01"},
+	// FedMVP: SGD as its code (config/defaults.py) at the shared lr, one local
+	// epoch per round as its Launch_FL.py (not tuned on validation yet)
+	{"fedmvp.local_epochs", "1"},
 }
 
 func fashionMNIST() *Experiment {
