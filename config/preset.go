@@ -85,6 +85,10 @@ var presets = []preset{
 	{PresetInfo{"paper-kgcoop", "KgCoOp federated (FLiP / PMFLT: FedAvg of the context) on the base-to-novel setting " +
 		"(caltech101 under DATA): 16 shots, n_ctx 4 from \"a photo of a\", w 8, SGD lr 0.002 cosine batch 128 " +
 		"(the authors' vit_b16_ep100_ctxv1 and base2new_train.sh)"}, paperKgCoOp},
+	{PresetInfo{"paper-dpfpl", "DP-FPL (Tran et al., ICLR 2025) as its code runs it (caltech101 under DATA; the paper also " +
+		"runs oxford_pets and oxford_flowers): ViT-B/16, 10 clients with disjoint classes, full training set, batch 32, SGD " +
+		"lr 0.001 momentum 0.9 wd 5e-4, T=100, E=1, n_ctx 16, rank 8, clip 10, ε 0.4 δ 1e-5 (the paper sweeps ε 0.1/0.2/0.4 " +
+		"and rank 1/2/4/8: --set dpfpl.epsilon=…), seeds 1 2 3"}, paperDPFPL},
 	{PresetInfo{"world-lodo", "leave-one-domain-out G/P/C on the world's 4 styles (one client per source style, every " +
 		"style held out in turn) for zero-shot, PromptFL, FedOT and pFedMMA with the embedded model: about a minute"}, worldLODO},
 	{PresetInfo{"world-dg", "federated domain generalisation on the world: train on photo, clipart and sketch, score the " +
@@ -468,6 +472,25 @@ func paperKgCoOp() *Experiment {
 	return e
 }
 
+// paperDPFPL: DP-FPL's federated_main.py defaults with its run_main.py
+// sweep's seeds (configs/trainers/DP-FPL/vit_b16.yaml, Dassl's SGD
+// defaults, --useall: the full training set, --iid False: each client its
+// own classes, scored on them — their "local" accuracy). Their federated
+// loop communicates after every batch with one shared optimizer; here a
+// round is one local epoch and each client keeps its optimizer
+// (methods/dpfpl). The privacy budget's T is the rounds run.
+func paperDPFPL() *Experiment {
+	e := paperBaseToNovel()
+	e.Methods = []string{"zeroshot", "dpfpl"}
+	e.Dataset.Shots = 0
+	e.Protocol.Name = ProtocolPathological
+	e.Federation = Federation{Clients: 10, Fraction: 1, Rounds: 100, LocalEpochs: 1, EvalEvery: 5}
+	e.Optimizer.ResetEachRound = false
+	e.setSection("dpfpl.epsilon", "0.4")
+	e.setSection("dpfpl.calibration_rounds", "100")
+	return e
+}
+
 // worldLODO: FedOT's leave-one-domain-out on the world's styles.
 func worldLODO() *Experiment {
 	e := worldDomains()
@@ -508,7 +531,7 @@ func worldCompareShared() *Experiment {
 	e := world()
 	e.Name = "world-compare-shared"
 	e.Methods = nil
-	for _, m := range []string{"zeroshot", "promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "maple", "cocoop", "kgcoop", "fedmvp", "pfedmma"} {
+	for _, m := range []string{"zeroshot", "promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "maple", "cocoop", "kgcoop", "dpfpl", "fedmvp", "pfedmma"} {
 		if e.Sections[m] != nil || m == "zeroshot" || slices.Contains(Methods(), m) {
 			e.Methods = append(e.Methods, m)
 		}
@@ -525,6 +548,7 @@ func worldCompareShared() *Experiment {
 	e.setSection("fedpha.n_ctx", "8")
 	e.setSection("maple.prompt_depth", "3") // the tiny model has 4 blocks
 	e.setSection("cocoop.n_ctx", "4")
+	e.setSection("dpfpl.n_ctx", "8")
 	e.setSection("adapt.lr", "0.005") // as world-dg: 5e-4 is for ADAPT's 200 rounds
 	return e
 }
@@ -569,6 +593,8 @@ var worldRecipes = [][2]string{
 	{"fedot.lr", "0.01"},
 	// ADAPT: AdamW (its section's default) as its paper
 	{"adapt.lr", "0.02"},
+	// DP-FPL: its noise calibrated for the world's 5 rounds (σ = √(T·log(1/δ))/ε)
+	{"dpfpl.calibration_rounds", "5"},
 	// FedMVP: SGD as its code (config/defaults.py) at the shared lr, one local
 	// epoch per round as its Launch_FL.py (not tuned on validation yet)
 	{"fedmvp.local_epochs", "1"},

@@ -140,8 +140,8 @@ func TestDPResumeEqualsUninterrupted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err1 := os.ReadFile(filepath.Join(full.OutDir, "global", PFedMMA+".safetensors"))
-	b, err2 := os.ReadFile(filepath.Join(part.OutDir, "global", PFedMMA+".safetensors"))
+	a, err1 := os.ReadFile(filepath.Join(full.OutDir, GlobalFile(PFedMMA)))
+	b, err2 := os.ReadFile(filepath.Join(part.OutDir, GlobalFile(PFedMMA)))
 	if err1 != nil || err2 != nil || !bytes.Equal(a, b) {
 		t.Fatalf("the resumed DP run's global tensors differ from the uninterrupted run's (%v, %v)", err1, err2)
 	}

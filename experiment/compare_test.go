@@ -44,12 +44,12 @@ func TestWorldCompareQualities(t *testing.T) {
 	}
 }
 
-// TestEveryMethodInOneRun: all seventeen methods run in one experiment on the
+// TestEveryMethodInOneRun: all eighteen methods run in one experiment on the
 // same clients (four cache depths: features, patch tokens, block 1 and the
 // last block), one round each, and each gets a row with finite metrics.
 func TestEveryMethodInOneRun(t *testing.T) {
-	all := []string{"zeroshot", "pfedmma", "promptfl", "fedpgp", "fedotp", "clip_adapter", "clip_lora", "pfedmoap", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "maple", "cocoop", "kgcoop"}
-	res := runPreset(t, "world-compare", "methods=[zeroshot,pfedmma,promptfl,fedpgp,fedotp,clip_adapter,clip_lora,pfedmoap,fedot,adapt,fedtpg,promptfolio,fedpha,fedclip,maple,cocoop,kgcoop]",
+	all := []string{"zeroshot", "pfedmma", "promptfl", "fedpgp", "fedotp", "clip_adapter", "clip_lora", "pfedmoap", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "maple", "cocoop", "kgcoop", "dpfpl"}
+	res := runPreset(t, "world-compare", "methods=[zeroshot,pfedmma,promptfl,fedpgp,fedotp,clip_adapter,clip_lora,pfedmoap,fedot,adapt,fedtpg,promptfolio,fedpha,fedclip,maple,cocoop,kgcoop,dpfpl]",
 		"dataset.num_classes=8", "dataset.shots=4", "federation.clients=2", "federation.rounds=1", "federation.local_epochs=1",
 		"pfedmoap.num_experts=2")
 	if len(res.Summary.Methods) != len(all) {

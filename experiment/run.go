@@ -430,6 +430,12 @@ func finalMetrics(t *protocol.Task, r report.RoundRecord) report.Metrics {
 	if v, ok := r.Mean[protocol.ValidationMetric]; ok {
 		out[protocol.ValidationMetric] = v
 	}
+	// the privacy spent by the end (a method's own DP: DP-FPL's ε)
+	for k, v := range r.Mean {
+		if strings.HasPrefix(k, "dp_") {
+			out[k] = v
+		}
+	}
 	return out
 }
 
@@ -546,13 +552,19 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 }
 
 // RoundRecord turns a federation round into the metrics log's record: each
-// evaluated client's metrics (with its training loss) and their mean.
+// evaluated client's metrics (with its training loss and the privacy it
+// reports spent, "dp_*": DP-FPL's ε) and their mean.
 func RoundRecord(method string, r federation.RoundReport) report.RoundRecord {
 	rec := report.RoundRecord{Round: r.Round, Method: method, Seconds: r.Seconds}
 	for _, id := range slices.Sorted(maps.Keys(r.Eval)) {
 		m := maps.Clone(r.Eval[id])
 		if f, ok := r.Fit[id]; ok {
 			m["loss"] = f["loss"]
+			for k, v := range f {
+				if strings.HasPrefix(k, "dp_") {
+					m[k] = v
+				}
+			}
 		}
 		rec.Clients = append(rec.Clients, report.ClientMetrics{ID: id, Metrics: m})
 	}

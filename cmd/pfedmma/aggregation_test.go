@@ -139,21 +139,22 @@ func TestServeAggregationEqualsRun(t *testing.T) {
 	}
 }
 
-// TestServeFlagsAreShorthands: each hardening flag of serve becomes its
-// aggregation key's --set, only when given; a bad --aggregate names the
-// flag and a bad value the key.
+// TestServeFlagsAreShorthands: each robust/DP flag of serve becomes its
+// aggregation key's --set, only when given (the configuration's value
+// stands otherwise); an unknown --aggregate is refused naming the flag and
+// a bad value naming the key.
 func TestServeFlagsAreShorthands(t *testing.T) {
 	serve, _, err := rootCmd.Find([]string{"serve"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, name := range []string{"aggregate", "trim", "clip-norm", "dp-noise-multiplier", "dp-clip", "dp-delta"} {
+		if serve.Flags().Lookup(name) == nil {
+			t.Fatalf("serve has no --%s", name)
+		}
+	}
 	parse := func(args ...string) ([]string, error) {
 		t.Helper()
-		for _, name := range []string{"aggregate", "trim", "clip-norm", "dp-noise-multiplier", "dp-clip", "dp-delta"} {
-			if serve.Flags().Lookup(name) == nil {
-				t.Fatalf("serve has no --%s", name)
-			}
-		}
 		var r robustFlags
 		fl := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 		r.add(fl)
@@ -185,5 +186,15 @@ func TestServeFlagsAreShorthands(t *testing.T) {
 	sets, _ = parse("--aggregate", "median", "--trim", "0.2")
 	if _, err := config.Compose(config.Sources{Sets: sets}); err == nil || !strings.Contains(err.Error(), "aggregation.trim:") {
 		t.Errorf("--aggregate median --trim 0.2: %v, want an error naming aggregation.trim", err)
+	}
+	// a flag overrides the file's value; the file's value stands without it
+	file := []byte("aggregation: {rule: median}\n")
+	sets, _ = parse("--aggregate", "mean")
+	if e, err := config.Compose(config.Sources{File: "x.yaml", Data: file, Sets: sets}); err != nil || e.Aggregation.Rule != config.RuleMean {
+		t.Errorf("--aggregate mean over a file's median: %v", err)
+	}
+	sets, _ = parse("--clip-norm", "2")
+	if e, err := config.Compose(config.Sources{File: "x.yaml", Data: file, Sets: sets}); err != nil || e.Aggregation.Rule != config.RuleMedian || e.Aggregation.ClipNorm != 2 {
+		t.Errorf("--clip-norm beside a file's median: %+v, %v", e.Aggregation, err)
 	}
 }

@@ -44,7 +44,7 @@ func (x *experimentFlags) compose() (*config.Experiment, string, error) {
 }
 
 // robustFlags are serve's robust aggregation and differential privacy
-// flags: shorthands for the configuration's aggregation section.
+// flags: shorthands for --set aggregation.… (the section `run` reads too).
 type robustFlags struct {
 	aggregate                                string
 	trim, clipNorm, dpNoise, dpClip, dpDelta float64
@@ -59,10 +59,10 @@ func (r *robustFlags) add(fl *pflag.FlagSet) {
 	fl.Float64Var(&r.dpDelta, "dp-delta", 1e-5, "differential privacy: δ of the reported ε (--set aggregation.dp.delta=…)")
 }
 
-// sets turns the flags the user gave into the --set overrides of the
-// configuration's aggregation section they are shorthands for; a flag left
-// unset changes nothing (the configuration's value stands). Sites need the
-// same settings: they enter the configuration's fingerprint.
+// sets turns the flags given in fl into the --set overrides of the
+// aggregation section they are shorthands for; a flag left unset changes
+// nothing (the configuration's value stands). Sites need the same settings
+// (--set aggregation.…): they enter the configuration's fingerprint.
 func (r *robustFlags) sets(fl *pflag.FlagSet) ([]string, error) {
 	var sets []string
 	if fl.Changed("aggregate") {

@@ -97,6 +97,14 @@ type PerClient interface {
 	PerClient() bool
 }
 
+// NoisyMean is a strategy whose aggregation is itself a differential
+// privacy mechanism: the mean of the uploads plus noise calibrated to it
+// (DP-FPL's global prompt). A median, a trimmed mean or a second DP mean in
+// its place would void its accounting: Wrap refuses them.
+type NoisyMean interface {
+	NoisyMean() bool
+}
+
 // Strategy is a wrapped strategy. Make it with Wrap.
 type Strategy struct {
 	inner    federation.Strategy
@@ -131,6 +139,10 @@ func Wrap(inner federation.Strategy, opts Options) (*Strategy, error) {
 	if pc, ok := inner.(PerClient); ok && pc.PerClient() && (opts.Rule != Mean || opts.DP != nil) {
 		what := map[Rule]string{Median: "a median", TrimmedMean: "a trimmed mean", Mean: "differential privacy's noisy mean"}[opts.Rule]
 		return nil, fmt.Errorf("robust: strategy %q keeps each client's own tensors (a pool of prompts, relayed tensors) and cannot take %s of the uploads, which would collapse them to one entry; use the method's own aggregation (aggregation.rule: mean, serve's --aggregate mean), with aggregation.clip_norm if wanted", inner.Name(), what)
+	}
+	if nm, ok := inner.(NoisyMean); ok && nm.NoisyMean() && (opts.Rule != Mean || opts.DP != nil) {
+		what := map[Rule]string{Median: "a median", TrimmedMean: "a trimmed mean", Mean: "differential privacy's noisy mean"}[opts.Rule]
+		return nil, fmt.Errorf("robust: strategy %q adds its own differential-privacy noise to the mean of the uploads (its accounting holds for that mean only) and cannot take %s instead; use the method's own aggregation (--aggregate mean)", inner.Name(), what)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

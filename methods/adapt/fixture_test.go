@@ -19,6 +19,7 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/safetensors"
@@ -157,7 +158,7 @@ func TestFixtureStepOptimizer(t *testing.T) {
 				step1[p] = v
 			}
 		}
-		sameNamed(t, fmt.Sprintf("step1 with %v", c.sets), step1, P)
+		methodtest.SameNamed(t, fmt.Sprintf("step1 with %v", c.sets), step1, P)
 		if slices.Equal(step1[TextName(1)].Data, f.Params[TextName(1)].Data) {
 			t.Errorf("%v: the own prompt did not move", c.sets)
 		}
@@ -327,13 +328,13 @@ func TestFixtureRoundMatchesPlan(t *testing.T) {
 		for k, v := range plan.Global() {
 			want["global."+k] = v
 		}
-		sameNamed(t, fmt.Sprintf("round (adaln %v)", ada), got, want)
+		methodtest.SameNamed(t, fmt.Sprintf("round (adaln %v)", ada), got, want)
 
 		// relayed prompts: each domain's uploads; averaged: every client's
 		up := func(i int, name string) *tensor.Tensor { return got[fmt.Sprintf("client%d.trained.%s", i, name)] }
-		sameNamed(t, "global text prompt of domain 0",
+		methodtest.SameNamed(t, "global text prompt of domain 0",
 			tensor.Named{"x": got["global."+TextName(0)]}, tensor.Named{"x": up(0, TextName(0))})
-		sameNamed(t, "global text prompt of domain 1",
+		methodtest.SameNamed(t, "global text prompt of domain 1",
 			tensor.Named{"x": got["global."+TextName(1)]}, tensor.Named{"x": mean64(up(1, TextName(1)), up(2, TextName(1)))})
 		for name := range f.Params {
 			if !Averaged(name) {
@@ -425,7 +426,7 @@ func TestFixtureFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		sameNamed(t, kind+" from files", got, want)
+		methodtest.SameNamed(t, kind+" from files", got, want)
 	}
 }
 

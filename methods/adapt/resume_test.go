@@ -1,13 +1,11 @@
 package adapt
 
 import (
-	"context"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/federation"
-	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
@@ -33,16 +31,7 @@ func tensorPlan(t *testing.T, doms []int, s *Settings) (*methods.Env, *methods.P
 		row[s.NCtx+1], row[s.NCtx+2] = 4+cl, 19
 		tokens = append(tokens, row...)
 	}
-	rng := rand.New(rand.NewPCG(8, 1))
-	var clients []fixture.TensorClient
-	for range doms {
-		const N = 10
-		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
-		for k := 0; k < N; k++ {
-			tc.Labels = append(tc.Labels, rng.IntN(C))
-		}
-		clients = append(clients, tc)
-	}
+	clients := methodtest.TensorClients(rand.New(rand.NewPCG(8, 1)), len(doms), 10, 8, C)
 	env, err := fixture.TensorEnv(m, 1, tokens, C, clients, train.Options{Epochs: 1, Batch: 4}, 5)
 	if err != nil {
 		t.Fatal(err)
@@ -51,60 +40,22 @@ func tensorPlan(t *testing.T, doms []int, s *Settings) (*methods.Env, *methods.P
 	for i, d := range doms {
 		env.Task.Clients[i].Domain = d
 	}
-	plan, err := Method{}.Build(env, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var infos []federation.ClientInfo
-	for _, cl := range plan.Clients {
-		infos = append(infos, federation.ClientInfo{ID: cl.ID(), NumExamples: cl.NumExamples()})
-	}
-	if err := plan.Strategy.Init(infos); err != nil {
-		t.Fatal(err)
-	}
-	return env, plan
+	return env, methodtest.Build(t, Method{}, env, s)
 }
 
 // round runs one full-participation round of a plan by hand.
 func round(t *testing.T, plan *methods.Plan, r int) {
 	t.Helper()
-	var ids []int
-	for _, c := range plan.Clients {
-		ids = append(ids, c.ID())
-	}
-	ins, err := plan.Strategy.Configure(r, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res []federation.FitResult
-	for _, c := range plan.Clients {
-		fr, err := c.Fit(context.Background(), federation.FitIns{Round: r, Params: ins[c.ID()]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res = append(res, federation.FitResult{ClientID: c.ID(), NumExamples: fr.NumExamples, Params: fr.Params})
-	}
-	if err := plan.Strategy.Aggregate(r, res, nil); err != nil {
-		t.Fatal(err)
-	}
+	methodtest.Round(t, plan, r, all(plan))
 }
 
-func sameNamed(t *testing.T, what string, got, want tensor.Named) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d tensors, want %d", what, len(got), len(want))
+// all lists plan's clients.
+func all(plan *methods.Plan) []int {
+	var ids []int
+	for i := range plan.Clients {
+		ids = append(ids, i)
 	}
-	for k, w := range want {
-		g, ok := got[k]
-		if !ok || !tensor.SameShape(g.Shape, w.Shape) {
-			t.Fatalf("%s: %q missing or reshaped", what, k)
-		}
-		for i := range w.Data {
-			if g.Data[i] != w.Data[i] {
-				t.Fatalf("%s: %s[%d] = %g, want %g (not bit-identical)", what, k, i, g.Data[i], w.Data[i])
-			}
-		}
-	}
+	return ids
 }
 
 // TestResumeBitIdentical: three rounds straight equal two rounds, a save of
@@ -116,43 +67,20 @@ func TestResumeBitIdentical(t *testing.T) {
 		s := DefaultSettings()
 		s.NCtx, s.AdaLN, s.AdaLNLayers, s.LR = 2, ada, 2, 0.01
 		doms := []int{0, 1, 1}
-		_, straight := tensorPlan(t, doms, s)
-		for r := 0; r < 3; r++ {
-			round(t, straight, r)
+		build := func() *methods.Plan {
+			_, plan := tensorPlan(t, doms, s)
+			return plan
 		}
-
-		_, first := tensorPlan(t, doms, s)
-		round(t, first, 0)
-		round(t, first, 1)
-		var saved []tensor.Named
-		for _, c := range first.Clients {
-			st, err := c.State()
-			if err != nil {
-				t.Fatal(err)
-			}
-			saved = append(saved, st)
-		}
-		server := first.Strategy.State()
-
-		_, resumed := tensorPlan(t, doms, s)
-		for i, c := range resumed.Clients {
-			if err := c.LoadState(saved[i]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := resumed.Strategy.LoadState(server); err != nil {
-			t.Fatal(err)
-		}
-		round(t, resumed, 2)
-		for i := range straight.Clients {
-			a, b := straight.Clients[i].(*Client), resumed.Clients[i].(*Client)
-			sameNamed(t, "params", b.P, a.P)
-			sameNamed(t, "received", b.Recv, a.Recv)
+		ids := []int{0, 1, 2}
+		r := methodtest.Resume(t, build, [3][]int{ids, ids, ids})
+		for i := range r.Straight.Clients {
+			a, b := r.Straight.Clients[i].(*Client), r.Resumed.Clients[i].(*Client)
+			methodtest.SameNamed(t, "params", b.P, a.P)
+			methodtest.SameNamed(t, "received", b.Recv, a.Recv)
 			if len(a.Recv) == 0 {
 				t.Fatalf("client %d received no prompts in three rounds", i)
 			}
 		}
-		sameNamed(t, "global", resumed.Global(), straight.Global())
 	}
 }
 
@@ -172,7 +100,7 @@ func TestRelayAndEMA(t *testing.T) {
 	up1, up2 := c1.P[TextName(1)].Clone(), c2.P[TextName(1)].Clone()
 	round(t, plan, 1)
 	want := meanOf([]*tensor.Tensor{up1, up2})
-	sameNamed(t, "client 0's target for domain 1", tensor.Named{"x": c0.Recv[TextName(1)]}, tensor.Named{"x": want})
+	methodtest.SameNamed(t, "client 0's target for domain 1", tensor.Named{"x": c0.Recv[TextName(1)]}, tensor.Named{"x": want})
 	if _, ok := c0.Recv[TextName(0)]; ok {
 		t.Error("client 0 keeps an EMA target for its own domain")
 	}

@@ -7,6 +7,7 @@ import (
 	_ "github.com/pfedmma/pfedmma/methods/clipadapter" // federated CLIP-Adapter
 	_ "github.com/pfedmma/pfedmma/methods/cliplora"    // federated CLIP-LoRA
 	_ "github.com/pfedmma/pfedmma/methods/cocoop"      // CoCoOp (federated as FLiP / PMFLT)
+	_ "github.com/pfedmma/pfedmma/methods/dpfpl"       // DP-FPL
 	_ "github.com/pfedmma/pfedmma/methods/fedclip"     // FedCLIP
 	_ "github.com/pfedmma/pfedmma/methods/fedmvp"      // FedMVP
 	_ "github.com/pfedmma/pfedmma/methods/fedot"       // FedOT, FedOT(+B) and their ablations

@@ -175,3 +175,51 @@ func Bases(method string, env *methods.Env, opts train.Options) ([]Base, error) 
 	}
 	return out, nil
 }
+
+// Whole is a Base whose client trains one parameter set P: Fit installs
+// the server's tensors into P, trains and uploads those of P that Shared
+// accepts (nil: all of them); State holds P (as "param/<name>"), the
+// optimizer and the generator.
+type Whole struct {
+	Base
+	// P is the client's parameters (reference names).
+	P tensor.Named
+	// Shared picks the tensors the server averages (nil: all).
+	Shared func(name string) bool
+}
+
+// FitWith answers a Fit: it installs ins's tensors, trains l (the client)
+// locally and uploads the shared tensors.
+func (w *Whole) FitWith(ctx context.Context, ins federation.FitIns, l train.Learner) (federation.FitRes, error) {
+	if err := w.Install(w.P, ins.Params, w.Shared); err != nil {
+		return federation.FitRes{}, err
+	}
+	m, err := w.Train(ctx, ins.Round, l)
+	if err != nil {
+		return federation.FitRes{}, err
+	}
+	if w.Shared == nil {
+		return w.Fitted(w.P.Clone(), m), nil
+	}
+	return w.Fitted(Shared(w.P, w.Shared), m), nil
+}
+
+// EvaluateWith installs the tensors the server sent for the evaluation
+// (the round's new global, when it sends one; the site keeps them) and
+// scores s on the site's evaluation sets.
+func (w *Whole) EvaluateWith(ctx context.Context, ins federation.EvaluateIns, s eval.Scorer) (federation.EvaluateRes, error) {
+	if err := w.Install(w.P, ins.Params, w.Shared); err != nil {
+		return federation.EvaluateRes{}, err
+	}
+	return w.Evaluate(ctx, s)
+}
+
+// State implements federation.Client: P, the optimizer and the generator.
+func (w *Whole) State() (tensor.Named, error) {
+	return w.SaveState(Saved{Prefix: "param/", Tensors: w.P})
+}
+
+// LoadState implements federation.Client.
+func (w *Whole) LoadState(st tensor.Named) error {
+	return w.RestoreState(st, Saved{Prefix: "param/", Tensors: w.P})
+}

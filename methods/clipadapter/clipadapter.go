@@ -153,7 +153,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	plan := &methods.Plan{Strategy: st, Global: st.Global}
 	var clients []*Client
 	for _, b := range bases {
-		c := &Client{Base: b, w: w, P: init.Clone()}
+		c := &Client{Whole: clientbase.Whole{Base: b, P: init.Clone()}, w: w}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}
@@ -236,10 +236,9 @@ func (m *Model) Step(p tensor.Named, f []float32, labels []int, txt []float32) (
 
 // Client is one site: its copy of the adapter, optimizer and generator.
 type Client struct {
-	clientbase.Base
+	// Whole holds the client's adapter P (reference names).
+	clientbase.Whole
 	w *Model
-	// P is the client's adapter (reference names).
-	P tensor.Named
 }
 
 // Params implements train.Learner.
@@ -261,24 +260,15 @@ func (c *Client) Step(_ context.Context, b train.Batch) (float64, int, error) {
 
 // Fit installs the global adapter, trains locally and uploads the adapter.
 func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	if err := c.Install(c.P, ins.Params, nil); err != nil {
-		return federation.FitRes{}, err
-	}
-	m, err := c.Train(ctx, ins.Round, c)
-	if err != nil {
-		return federation.FitRes{}, err
-	}
-	return c.Fitted(c.P.Clone(), m), nil
+	return c.FitWith(ctx, ins, c)
 }
 
 // Evaluate installs the global adapter the server sent for the evaluation
-// (the round's new average) and scores it on the client's evaluation sets;
-// the site keeps it (predict). Without one it scores the adapter it holds.
+// (the round's new average: FedAvg.EvaluateGlobal, in simulation as over
+// the network) and scores it on the client's evaluation sets; the site
+// keeps it (predict). Without one it scores the adapter it holds.
 func (c *Client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
-	if err := c.Install(c.P, ins.Params, nil); err != nil {
-		return federation.EvaluateRes{}, err
-	}
-	return c.Base.Evaluate(ctx, scorer{c.w, c.P})
+	return c.EvaluateWith(ctx, ins, scorer{c.w, c.P})
 }
 
 type scorer struct {
@@ -292,16 +282,6 @@ func (s scorer) Logits(space int, f []float32, B int) ([]float32, error) {
 		return nil, err
 	}
 	return s.w.Logits(s.p, f, B, txt), nil
-}
-
-// State implements federation.Client: the adapter, optimizer and generator.
-func (c *Client) State() (tensor.Named, error) {
-	return c.SaveState(clientbase.Saved{Prefix: "param/", Tensors: c.P})
-}
-
-// LoadState implements federation.Client.
-func (c *Client) LoadState(st tensor.Named) error {
-	return c.RestoreState(st, clientbase.Saved{Prefix: "param/", Tensors: c.P})
 }
 
 // Predictor implements methods.Method: the saved adapter on the frozen

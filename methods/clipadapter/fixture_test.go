@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,88 +12,38 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
+
+// tinyModel is fixturetest's tiny CLIP with logit multiplier scale.
+func tinyModel(scale float64) *clip.Model {
+	w := fixturetest.TinyWeights()
+	w.LogitScale = float32(math.Log(scale))
+	return clip.New(w)
+}
 
 // There are no reference fixtures of federated CLIP-Adapter: these tests
 // write fixtures in the reference layout from a tiny random CLIP (8-d
 // features, 8 px images) and check `step` against finite differences and
 // optim.SGD, and `round` against the production Plan run by fixture.Round.
 
-const tinyCtx = 12
-
-// tinyModel is a random CLIP with logit multiplier scale.
-func tinyModel(scale float64) *clip.Model {
-	cfg := clip.Config{EmbedDim: 8,
-		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 1, Heads: 2, MLPWidth: 16},
-		Text:   clip.TextConfig{ContextLength: tinyCtx, VocabSize: 20, Width: 8, Layers: 1, Heads: 2, MLPWidth: 16}}
-	w := clip.Random(cfg, 11)
-	w.LogitScale = float32(math.Log(scale))
-	return clip.New(w)
-}
-
-// tinyTokens is C class prompts "SOT class . EOT" [C, ctx].
-func tinyTokens(C int) []int64 {
-	tok := make([]int64, C*tinyCtx)
-	for c := 0; c < C; c++ {
-		row := tok[c*tinyCtx:]
-		row[0], row[1], row[2], row[3] = 18, int64(4+c), 3, 19
-	}
-	return tok
-}
-
-func randTensor(rng *rand.Rand, scale float64, shape ...int) *tensor.Tensor {
-	t := tensor.New(shape...)
-	for i := range t.Data {
-		t.Data[i] = float32(rng.NormFloat64() * scale)
-	}
-	return t
-}
-
-func labelsOf(rng *rand.Rand, n, K int) safetensors.Int64Tensor {
-	l := safetensors.Int64Tensor{Shape: []int{n}, Data: make([]int64, n)}
-	for i := range l.Data {
-		l.Data[i] = int64(rng.IntN(K))
-	}
-	return l
-}
-
-// writeFixture writes params and batch (integer tensors in ints) with meta
-// on the batch file under t.TempDir() and loads them as `pfedmma step`
-// does.
-func writeFixture(t *testing.T, m *clip.Model, params, batch tensor.Named, ints map[string]safetensors.Int64Tensor, meta map[string]string, sets ...string) *fixture.Fixture {
-	t.Helper()
-	dir := t.TempDir()
-	pp, bp := filepath.Join(dir, "init.safetensors"), filepath.Join(dir, "batch.safetensors")
-	if err := safetensors.Write(pp, params, nil, map[string]string{"method": "clip_adapter"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := safetensors.Write(bp, batch, ints, meta); err != nil {
-		t.Fatal(err)
-	}
-	f, err := fixture.Load(m, pp, []string{bp}, sets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
 // initParams draws the adapter (W1 [d/r, d], W2 [d, d/r]) in a fixed order.
 func initParams(rng *rand.Rand, d, r int) tensor.Named {
 	k := d / r
-	return tensor.Named{ParamW1: randTensor(rng, 0.5, k, d), ParamW2: randTensor(rng, 0.5, d, k)}
+	return tensor.Named{ParamW1: fixturetest.RandTensor(rng, 0.5, k, d), ParamW2: fixturetest.RandTensor(rng, 0.5, d, k)}
 }
 
 // stepFixture is a step fixture of B images and C classes, reduction r.
 func stepFixture(t *testing.T, m *clip.Model, B, C, r int, meta map[string]string, sets ...string) *fixture.Fixture {
 	rng := rand.New(rand.NewPCG(3, uint64(B*C+r)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
-	batch := tensor.Named{"images": randTensor(rng, 1, B, 3, S, S)}
-	ints := map[string]safetensors.Int64Tensor{"labels": labelsOf(rng, B, C),
-		"tokens": {Shape: []int{C, tinyCtx}, Data: tinyTokens(C)}}
-	return writeFixture(t, m, initParams(rng, d, r), batch, ints, meta, sets...)
+	batch := tensor.Named{"images": fixturetest.RandTensor(rng, 1, B, 3, S, S)}
+	ints := map[string]safetensors.Int64Tensor{"labels": fixturetest.Labels(rng, B, C),
+		"tokens": {Shape: []int{C, fixturetest.TinyCtx}, Data: fixturetest.TinyTokens(C)}}
+	return fixturetest.Write(t, m, "clip_adapter", initParams(rng, d, r), batch, ints, meta, sets...)
 }
 
 // awayFromKinks sets the adapter so that no ±1e-2 step of a finite
@@ -352,10 +301,10 @@ func TestFixtureRound(t *testing.T) {
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
 	sizes := []int{5, 7, 4}
 	batch := tensor.Named{}
-	ints := map[string]safetensors.Int64Tensor{"tokens": {Shape: []int{C, tinyCtx}, Data: tinyTokens(C)}}
+	ints := map[string]safetensors.Int64Tensor{"tokens": {Shape: []int{C, fixturetest.TinyCtx}, Data: fixturetest.TinyTokens(C)}}
 	for i, n := range sizes {
-		batch[fmt.Sprintf("client%d.images", i)] = randTensor(rng, 1, n, 3, S, S)
-		ints[fmt.Sprintf("client%d.labels", i)] = labelsOf(rng, n, C)
+		batch[fmt.Sprintf("client%d.images", i)] = fixturetest.RandTensor(rng, 1, n, 3, S, S)
+		ints[fmt.Sprintf("client%d.labels", i)] = fixturetest.Labels(rng, n, C)
 	}
 	meta := map[string]string{"lr": "0.05", "momentum": "0.9", "weight_decay": "5e-4", "batch_size": "3", "local_epochs": "2", "ratio": "0.4"}
 	init := initParams(rng, d, 4)
@@ -364,7 +313,7 @@ func TestFixtureRound(t *testing.T) {
 		all = append(all, batch[fmt.Sprintf("client%d.images", i)].Data...)
 	}
 	liveUnits(t, m, init, all, 16) // gradients flow (not weight decay alone)
-	f := writeFixture(t, m, init, batch, ints, meta)
+	f := fixturetest.Write(t, m, "clip_adapter", init, batch, ints, meta)
 	out, err := fixture.RunRound(ctx, Method{}, f)
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
-	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -101,100 +100,31 @@ func TestResumeBitIdentical(t *testing.T) {
 	methodtest.ResumeCoordinator(t, func() *methods.Plan { return build(t, s, 16, 5, 4, 24, testOpts()) })
 }
 
-// TestGlobalModel: every client uploads the whole adapter, and after a
-// round every client scores the same (global) adapter: on a shared
-// evaluation set all clients report the same accuracy.
+// TestGlobalModel: every client uploads the whole adapter (both matrices),
+// and after a round every client scores the same (global) adapter: on a
+// shared evaluation set all clients report the same accuracy.
 func TestGlobalModel(t *testing.T) {
 	s := &Settings{Ratio: 0.2, Reduction: 4}
 	plan := build(t, s, 16, 5, 3, 24, testOpts())
-	shared := plan.Clients[0].(*Client).Task.Evals[0]
+	methodtest.GlobalModel(t, plan, tasks(plan), int64(3*4*2*16*4))
+}
+
+// tasks are the tasks of plan's clients.
+func tasks(plan *methods.Plan) []*protocol.ClientTask {
+	var out []*protocol.ClientTask
 	for _, c := range plan.Clients {
-		c.(*Client).Task.Evals = []*protocol.EvalSet{shared}
+		out = append(out, c.(*Client).Task)
 	}
-	co := methodtest.Coordinator(plan, t.TempDir(), 2)
-	co.Fraction = 1
-	hist, err := co.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := hist.Rounds[1]
-	if rep.BytesUp != int64(3*4*2*16*4) {
-		t.Errorf("uploaded %d bytes, want both matrices from 3 clients", rep.BytesUp)
-	}
-	for id, m := range rep.Eval {
-		if m["acc"] != rep.Eval[0]["acc"] {
-			t.Errorf("client %d scores %v, client 0 %v: not one global model", id, m["acc"], rep.Eval[0]["acc"])
-		}
-	}
-	g := plan.Global()
-	for i := range plan.Clients {
-		site, _ := plan.Site(i)
-		if d := tensortest.BitsDiff(site, g); d != "" {
-			t.Errorf("site %d keeps something else than the global adapter (%s)", i, d)
-		}
-	}
+	return out
 }
 
 // TestEvaluateReceivesGlobal (issue 17, defect 2): a client scores the
-// adapter its evaluation instruction carries — the strategy's new average,
-// sent by ConfigureEvaluate to every client — and nothing the strategy
-// holds in this process reaches the client by another way: after an
-// in-process aggregation the client still holds its own trained adapter
-// until the evaluation instruction arrives, exactly as a networked site.
+// adapter its evaluation instruction carries and nothing else
+// (methodtest.EvaluateReceivesGlobal).
 func TestEvaluateReceivesGlobal(t *testing.T) {
 	s := &Settings{Ratio: 0.2, Reduction: 4}
 	plan := build(t, s, 16, 5, 2, 24, testOpts())
-	c := plan.Clients[0].(*Client)
-	down := tensor.Named{}
-	for name, v := range c.P {
-		d := v.Clone()
-		for i := range d.Data {
-			d.Data[i] = float32(i%7) * 0.01
-		}
-		down[name] = d
-	}
-	res, err := c.Fit(context.Background(), federation.FitIns{Round: 0, Params: down})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := tensortest.BitsDiff(res.Params, down); d == "" {
-		t.Fatal("training did not move the adapter: the test cannot tell the two apart")
-	}
-	if err := plan.Strategy.Init([]federation.ClientInfo{{ID: 0, NumExamples: 1}, {ID: 1, NumExamples: 3}}); err != nil {
-		t.Fatal(err)
-	}
-	other := res.Params.Clone()
-	for _, v := range other {
-		for i := range v.Data {
-			v.Data[i] *= 0.5
-		}
-	}
-	if err := plan.Strategy.Aggregate(0, []federation.FitResult{{ClientID: 0, NumExamples: 1, Params: res.Params}, {ClientID: 1, NumExamples: 3, Params: other}}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if d := tensortest.BitsDiff(c.P, res.Params); d != "" {
-		t.Fatalf("the in-process aggregation reached the client without an instruction (%s)", d)
-	}
-	ins, err := federation.ConfigureEvaluate(plan.Strategy, 0, []int{0, 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := tensortest.BitsDiff(ins[0], plan.Global()); d != "" || len(ins) != 2 {
-		t.Fatalf("ConfigureEvaluate does not send every client the new global adapter (%d clients, %s)", len(ins), d)
-	}
-	if _, err := c.Evaluate(context.Background(), federation.EvaluateIns{Round: 0, Params: ins[0]}); err != nil {
-		t.Fatal(err)
-	}
-	if d := tensortest.BitsDiff(c.P, plan.Global()); d != "" {
-		t.Fatalf("the client does not score and keep the global adapter it was sent (%s)", d)
-	}
-	if d := tensortest.BitsDiff(c.P, res.Params); d == "" {
-		t.Fatal("the global adapter equals the client's own: the test cannot tell them apart")
-	}
-	site, _ := plan.Site(0)
-	if d := tensortest.BitsDiff(site, plan.Global()); d != "" {
-		t.Errorf("the site keeps something else than the adapter it scored (%s)", d)
-	}
+	methodtest.EvaluateReceivesGlobal(t, plan, plan.Clients[0].(*Client).P)
 }
 
 // BenchmarkRoundViTB32 is one CLIP-Adapter round at ViT-B/32 shapes (d =

@@ -39,12 +39,7 @@ func tensorPlan(t *testing.T) *methods.Plan {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.TrainStore.Close() })
-	plan, err := Method{}.Build(env, &Settings{NCtx: 4, InitStd: 0.02})
-	if err != nil {
-		t.Fatal(err)
-	}
-	methodtest.InitStrategy(t, plan)
-	return plan
+	return methodtest.Build(t, Method{}, env, &Settings{NCtx: 4, InitStd: 0.02})
 }
 
 // TestResumeBitIdentical: three rounds straight equal two rounds, a save of

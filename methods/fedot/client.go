@@ -173,11 +173,10 @@ func (m *Model) LocalMatrix(p tensor.Named) ([]float32, error) {
 // Client is one FedOT site: its parameters P (reference names), optimizer
 // and random state.
 type Client struct {
-	clientbase.Base
-	w      *Model
-	shared federation.Filter
-	// P holds w_g and the local map's parameters.
-	P tensor.Named
+	// Whole holds w_g and the local map's parameters P; the server
+	// averages those Shared accepts.
+	clientbase.Whole
+	w *Model
 }
 
 // Params implements train.Learner.
@@ -195,14 +194,7 @@ func (c *Client) Step(_ context.Context, b train.Batch) (float64, int, error) {
 // Fit installs the shared tensors the server sent, trains locally and
 // uploads the shared tensors.
 func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	if err := c.Install(c.P, ins.Params, c.shared); err != nil {
-		return federation.FitRes{}, err
-	}
-	m, err := c.Train(ctx, ins.Round, c)
-	if err != nil {
-		return federation.FitRes{}, err
-	}
-	return c.Fitted(clientbase.Shared(c.P, c.shared), m), nil
+	return c.FitWith(ctx, ins, c)
 }
 
 // Evaluate scores the client's personalised model (its w_g and w_1) on its
@@ -218,14 +210,4 @@ type scorer struct{ c *Client }
 
 func (s scorer) Logits(space int, img []float32, B int) ([]float32, error) {
 	return s.c.w.Logits(s.c.P, img, B, s.c.Env.Task.Spaces[space].Classes)
-}
-
-// State implements federation.Client: parameters, optimizer and generator.
-func (c *Client) State() (tensor.Named, error) {
-	return c.SaveState(clientbase.Saved{Prefix: "param/", Tensors: c.P})
-}
-
-// LoadState implements federation.Client.
-func (c *Client) LoadState(st tensor.Named) error {
-	return c.RestoreState(st, clientbase.Saved{Prefix: "param/", Tensors: c.P})
 }

@@ -292,14 +292,14 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	plan := &methods.Plan{Strategy: st, Global: st.Global}
 	var clients []*Client
 	for _, b := range bases {
-		c := &Client{Base: b, w: w, shared: filter, P: init.Clone()}
+		c := &Client{Whole: clientbase.Whole{Base: b, P: init.Clone(), Shared: filter}, w: w}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}
 	// the global model: the server's shared tensors with the initial
 	// (identity) local transforms, what a new site starts from
 	plan.GlobalScorer = func() (eval.Scorer, error) {
-		c := &Client{Base: clientbase.Base{Method: "fedot", Env: env, Task: &protocol.ClientTask{ID: -1}}, w: w, shared: filter, P: init.Clone()}
+		c := &Client{Whole: clientbase.Whole{Base: clientbase.Base{Method: "fedot", Env: env, Task: &protocol.ClientTask{ID: -1}}, P: init.Clone(), Shared: filter}, w: w}
 		for name, t := range st.Global() {
 			p, ok := c.P[name]
 			if !ok || !tensor.SameShape(p.Shape, t.Shape) {

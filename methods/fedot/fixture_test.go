@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,42 +14,18 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
+func tinyModel() *clip.Model { return clip.New(fixturetest.TinyWeights()) }
+
 // There are no reference fixtures of FedOT: these tests write fixtures in
 // the reference layout from a tiny random CLIP (8-d features, 8 px images)
 // and check `step` against finite differences and optim.SGD, and `round`
 // against the production Plan run by fixture.Round.
-
-const tinyCtx = 12
-
-func tinyModel() *clip.Model {
-	cfg := clip.Config{EmbedDim: 8,
-		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 1, Heads: 2, MLPWidth: 16},
-		Text:   clip.TextConfig{ContextLength: tinyCtx, VocabSize: 20, Width: 8, Layers: 1, Heads: 2, MLPWidth: 16}}
-	return clip.New(clip.Random(cfg, 11))
-}
-
-// tinyTokens is C class prompts "SOT class . EOT" [C, ctx].
-func tinyTokens(C int) []int64 {
-	tok := make([]int64, C*tinyCtx)
-	for c := 0; c < C; c++ {
-		row := tok[c*tinyCtx:]
-		row[0], row[1], row[2], row[3] = 18, int64(4+c), 3, 19
-	}
-	return tok
-}
-
-func randTensor(rng *rand.Rand, scale float64, shape ...int) *tensor.Tensor {
-	t := tensor.New(shape...)
-	for i := range t.Data {
-		t.Data[i] = float32(rng.NormFloat64() * scale)
-	}
-	return t
-}
 
 // initParams draws w_g (unit rows) and the variant's local map, away from
 // its identity start so every path of the layers is exercised.
@@ -58,7 +33,7 @@ func initParams(rng *rand.Rand, s *Settings, d, K int) tensor.Named {
 	p := tensor.Named{}
 	shapes := s.Shapes(d, K)
 	for _, name := range slices.Sorted(maps.Keys(shapes)) {
-		p[name] = randTensor(rng, 0.3, shapes[name]...)
+		p[name] = fixturetest.RandTensor(rng, 0.3, shapes[name]...)
 	}
 	clip.NormalizeRows(nil, p[ParamClassifier].Data, K, d)
 	if w, ok := p[ParamLinear]; ok {
@@ -69,42 +44,14 @@ func initParams(rng *rand.Rand, s *Settings, d, K int) tensor.Named {
 	return p
 }
 
-// writeFixture writes params and batch (integer tensors in ints) with meta
-// on the batch file under t.TempDir() and loads them as `pfedmma step`
-// does.
-func writeFixture(t *testing.T, m *clip.Model, params, batch tensor.Named, ints map[string]safetensors.Int64Tensor, meta map[string]string, sets ...string) *fixture.Fixture {
-	t.Helper()
-	dir := t.TempDir()
-	pp, bp := filepath.Join(dir, "init.safetensors"), filepath.Join(dir, "batch.safetensors")
-	if err := safetensors.Write(pp, params, nil, map[string]string{"method": "fedot"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := safetensors.Write(bp, batch, ints, meta); err != nil {
-		t.Fatal(err)
-	}
-	f, err := fixture.Load(m, pp, []string{bp}, sets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-func labelsOf(rng *rand.Rand, n, K int) safetensors.Int64Tensor {
-	l := safetensors.Int64Tensor{Shape: []int{n}, Data: make([]int64, n)}
-	for i := range l.Data {
-		l.Data[i] = int64(rng.IntN(K))
-	}
-	return l
-}
-
 // stepFixture is a step fixture of B images and K classes for settings s.
 func stepFixture(t *testing.T, m *clip.Model, s *Settings, B, K int, meta map[string]string, sets ...string) *fixture.Fixture {
 	rng := rand.New(rand.NewPCG(3, uint64(B*K+s.Blocks)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
-	batch := tensor.Named{"images": randTensor(rng, 1, B, 3, S, S)}
-	ints := map[string]safetensors.Int64Tensor{"labels": labelsOf(rng, B, K),
-		"tokens": {Shape: []int{K, tinyCtx}, Data: tinyTokens(K)}}
-	return writeFixture(t, m, initParams(rng, s, d, K), batch, ints, meta, sets...)
+	batch := tensor.Named{"images": fixturetest.RandTensor(rng, 1, B, 3, S, S)}
+	ints := map[string]safetensors.Int64Tensor{"labels": fixturetest.Labels(rng, B, K),
+		"tokens": {Shape: []int{K, fixturetest.TinyCtx}, Data: fixturetest.TinyTokens(K)}}
+	return fixturetest.Write(t, m, "fedot", initParams(rng, s, d, K), batch, ints, meta, sets...)
 }
 
 var stepCases = []struct {
@@ -340,7 +287,7 @@ func TestSettingsFromFixture(t *testing.T) {
 		{nil, func(f *fixture.Fixture) { delete(f.Params, ParamX) }, ParamX},
 		{nil, func(f *fixture.Fixture) { f.Ints["labels"][1] = 3 }, "label 3"},
 		{nil, func(f *fixture.Fixture) { delete(f.Params, ParamClassifier) }, ParamClassifier},
-		{nil, func(f *fixture.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:tinyCtx] }, "tokens"},
+		{nil, func(f *fixture.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:fixturetest.TinyCtx] }, "tokens"},
 		{nil, func(f *fixture.Fixture) { delete(f.Batch, "images") }, "images"},
 		{nil, func(f *fixture.Fixture) { delete(f.Meta, "lr") }, "lr"},
 	} {
@@ -359,13 +306,13 @@ func roundFixture(t *testing.T, m *clip.Model, s *Settings, K int, sets ...strin
 	rng := rand.New(rand.NewPCG(4, uint64(s.Blocks)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
 	batch := tensor.Named{}
-	ints := map[string]safetensors.Int64Tensor{"tokens": {Shape: []int{K, tinyCtx}, Data: tinyTokens(K)}}
+	ints := map[string]safetensors.Int64Tensor{"tokens": {Shape: []int{K, fixturetest.TinyCtx}, Data: fixturetest.TinyTokens(K)}}
 	for i, n := range []int{5, 7, 4} {
-		batch[fmt.Sprintf("client%d.images", i)] = randTensor(rng, 1, n, 3, S, S)
-		ints[fmt.Sprintf("client%d.labels", i)] = labelsOf(rng, n, K)
+		batch[fmt.Sprintf("client%d.images", i)] = fixturetest.RandTensor(rng, 1, n, 3, S, S)
+		ints[fmt.Sprintf("client%d.labels", i)] = fixturetest.Labels(rng, n, K)
 	}
 	meta := map[string]string{"lr": "0.05", "momentum": "0.9", "weight_decay": "5e-4", "batch_size": "3", "local_epochs": "2", "tau": "10"}
-	return writeFixture(t, m, initParams(rng, s, d, K), batch, ints, meta, sets...)
+	return fixturetest.Write(t, m, "fedot", initParams(rng, s, d, K), batch, ints, meta, sets...)
 }
 
 // TestFixtureRound: `round` is the production Plan's round (fixture.Round

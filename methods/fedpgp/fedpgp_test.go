@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
-	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -43,9 +42,13 @@ func TestStepFarFixture(t *testing.T) {
 }
 
 func TestRoundFixture(t *testing.T) {
+	checkRound(t, "../../testdata/fedpgp/init.safetensors", "../../testdata/fedpgp/round.safetensors")
+}
+
+func checkRound(t *testing.T, initPath, roundPath string) {
 	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/fedpgp/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/fedpgp/round.safetensors")
+	init, _ := fixturetest.Read(t, initPath)
+	ref, meta := fixturetest.Read(t, roundPath)
 	out, err := RoundFromFile(m, init, ref, meta)
 	if err != nil {
 		t.Fatal(err)
@@ -71,31 +74,7 @@ func TestRoundFixture(t *testing.T) {
 // weight decay wd differs from the step without by −lr·wd·p, for every
 // parameter.
 func TestWeightDecay(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/fedpgp/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/fedpgp/step.safetensors")
-	lr, _ := prompt.MetaFloat(meta, "lr")
-	with := func(wd string) tensor.Named {
-		mm := map[string]string{}
-		for k, v := range meta {
-			mm[k] = v
-		}
-		mm["weight_decay"] = wd
-		out, err := StepFromFile(m, init, ref, mm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	const wd = 0.5
-	a, b := with("0"), with("0.5")
-	for _, p := range params {
-		want := init[p].Clone()
-		for i := range want.Data {
-			want.Data[i] *= float32(-lr * wd)
-		}
-		fixturetest.Rel(t, p+" weight decay", fixturetest.Update(b["step1."+p], a["step1."+p]), want, 1e-3)
-	}
+	fixturetest.WeightDecay(t, "../../testdata/fedpgp/", StepFromFile, params...)
 }
 
 // stepInputs keeps a step fixture's inputs (tokens, labels, images) and

@@ -10,7 +10,6 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
-	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -191,29 +190,5 @@ func TestConfig(t *testing.T) {
 // a step with weight decay wd differs from the step without by exactly
 // −lr·wd·p in both contexts.
 func TestWeightDecay(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, td+"init.safetensors")
-	ref, meta := fixturetest.Read(t, td+"step.safetensors")
-	lr, _ := prompt.MetaFloat(meta, "lr")
-	with := func(wd string) tensor.Named {
-		mm := map[string]string{}
-		for k, v := range meta {
-			mm[k] = v
-		}
-		mm["weight_decay"] = wd
-		o, err := StepFromFile(m, init, ref, mm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o
-	}
-	a, b := with("0"), with("0.5")
-	for _, name := range []string{ParamGlobal, ParamLocal} {
-		p := init[name].Data
-		want := make([]float32, len(p))
-		for i := range want {
-			want[i] = float32(-lr * 0.5 * float64(p[i]))
-		}
-		fixturetest.RelValues(t, name+" weight decay", fixturetest.UpdateValues(b["step1."+name].Data, a["step1."+name].Data), want, 1e-3)
-	}
+	fixturetest.WeightDecay(t, td, StepFromFile, ParamGlobal, ParamLocal)
 }

@@ -40,12 +40,7 @@ func tensorPlan(t *testing.T, s *Settings) *methods.Plan {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.TrainStore.Close() })
-	plan, err := Method{}.Build(env, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	methodtest.InitStrategy(t, plan)
-	return plan
+	return methodtest.Build(t, Method{}, env, s)
 }
 
 // TestResumeBitIdentical: three rounds straight equal two rounds, a save of

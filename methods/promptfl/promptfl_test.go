@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
-	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -28,35 +27,7 @@ func TestStepFixture(t *testing.T) {
 // TestWeightDecay checks the decay on its own: one momentum-SGD step with
 // weight decay wd differs from the step without by exactly −lr·wd·p.
 func TestWeightDecay(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/promptfl/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/promptfl/step.safetensors")
-	lr, _ := prompt.MetaFloat(meta, "lr")
-	noWD := map[string]string{}
-	for k, v := range meta {
-		noWD[k] = v
-	}
-	noWD["weight_decay"] = "0"
-	bigWD := map[string]string{}
-	for k, v := range meta {
-		bigWD[k] = v
-	}
-	const wd = 0.5 // large, so the decay dominates float rounding
-	bigWD["weight_decay"] = "0.5"
-	a, err := StepFromFile(m, init, ref, noWD)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := StepFromFile(m, init, ref, bigWD)
-	if err != nil {
-		t.Fatal(err)
-	}
-	diff := fixturetest.Update(b["step1."+ParamCtx], a["step1."+ParamCtx])
-	want := init[ParamCtx].Clone()
-	for i := range want.Data {
-		want.Data[i] *= float32(-lr * wd)
-	}
-	fixturetest.Rel(t, "weight decay", diff, want, 1e-3)
+	fixturetest.WeightDecay(t, "../../testdata/promptfl/", StepFromFile, ParamCtx)
 }
 
 func TestRoundFixture(t *testing.T) {

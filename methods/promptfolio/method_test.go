@@ -49,51 +49,11 @@ func TestRoundProductionPath(t *testing.T) {
 	}
 }
 
-// tinyCLIP is a random two-block CLIP with 10-token prompts.
-func tinyCLIP() *clip.Model {
-	c := clip.Config{EmbedDim: 6,
-		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16},
-		Text:   clip.TextConfig{ContextLength: 10, VocabSize: 20, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16}}
-	return clip.New(clip.Random(c, 9))
-}
-
-// tensorPlan builds the method on a random tiny CLIP over n in-memory
-// clients of 10 images each (3 classes).
+// tensorPlan builds the method on methodtest's random tiny CLIP over n
+// in-memory clients of 10 − 2k images (3 classes).
 func tensorPlan(t *testing.T, s *Settings, n int, opts train.Options) *methods.Plan {
 	t.Helper()
-	m := tinyCLIP()
-	const C = 3
-	var tokens []int
-	for cl := 0; cl < C; cl++ {
-		row := make([]int, m.W.Config.Text.ContextLength)
-		row[0] = 17
-		for j := 1; j <= s.NCtx; j++ {
-			row[j] = 3
-		}
-		row[s.NCtx+1], row[s.NCtx+2] = 4+cl, 19
-		tokens = append(tokens, row...)
-	}
-	rng := rand.New(rand.NewPCG(8, 1))
-	var clients []fixture.TensorClient
-	for k := 0; k < n; k++ {
-		N := 10 - 2*k
-		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
-		for range N {
-			tc.Labels = append(tc.Labels, rng.IntN(C))
-		}
-		clients = append(clients, tc)
-	}
-	env, err := fixture.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.TrainStore.Close() })
-	plan, err := Method{}.Build(env, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	methodtest.InitStrategy(t, plan)
-	return plan
+	return methodtest.Build(t, Method{}, methodtest.PromptEnv(t, s.NCtx, n, opts), s)
 }
 
 func testSettings() *Settings { return &Settings{NCtx: 2, Theta: 0.4, InitStd: 0.02} }

@@ -194,23 +194,5 @@ func TestWeightDecay(t *testing.T) {
 		}
 	}
 
-	ref, meta = fixturetest.Read(t, td+"step.safetensors")
-	with := func(wd string) []float32 {
-		mm := map[string]string{}
-		for k, v := range meta {
-			mm[k] = v
-		}
-		mm["weight_decay"] = wd
-		o, err := StepFromFile(m, init, ref, mm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o["step1."+ParamCtx].Data
-	}
-	diff := fixturetest.UpdateValues(with("0.5"), with("0"))
-	want := make([]float32, len(p))
-	for i := range want {
-		want[i] = float32(-lr * 0.5 * float64(p[i]))
-	}
-	fixturetest.RelValues(t, "weight decay", diff, want, 1e-3)
+	fixturetest.WeightDecay(t, td, StepFromFile, ParamCtx)
 }

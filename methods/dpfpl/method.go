@@ -1,0 +1,437 @@
+package dpfpl
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/federation/robust"
+	"github.com/pfedmma/pfedmma/federation/strategy"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/prompt"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+func init() { methods.Register(Method{}) }
+
+// Settings is the dpfpl config section (defaults: the authors' code and
+// README; see the package doc).
+type Settings struct {
+	NCtx       int     `yaml:"n_ctx"`       // learned context tokens (16)
+	Rank       int     `yaml:"rank"`        // rank r of the local factorisation (8)
+	NormThresh float64 `yaml:"norm_thresh"` // clipping threshold C (10)
+	// Epsilon is the privacy budget ε the noise is calibrated for (the
+	// code's --noise; README default 0.4); 0 turns the mechanism off.
+	Epsilon float64 `yaml:"epsilon"`
+	Delta   float64 `yaml:"delta"` // δ (1e-5, fixed in the code)
+	// CalibrationRounds is T in σ = √(T·log(1/δ))/ε: the rounds the budget
+	// is meant to cover (the code's --round, 100).
+	CalibrationRounds int     `yaml:"calibration_rounds"`
+	InitStd           float64 `yaml:"init_std"` // σ of the N(0, σ²) init (0.02)
+
+	replay tensor.Named // recorded draws of a fixture (not a config key)
+}
+
+// Check implements config.Section.
+func (s *Settings) Check(c *config.Checker) {
+	c.AtLeast("n_ctx", s.NCtx, 1)
+	c.AtMost("n_ctx", s.NCtx, 64)
+	c.AtLeast("rank", s.Rank, 1)
+	c.AtMost("rank", s.Rank, 64)
+	if s.Rank > s.NCtx {
+		c.Fail("rank", "%d exceeds n_ctx (%d): the factorisation's rank is at most the context length", s.Rank, s.NCtx)
+	}
+	c.Positive("norm_thresh", s.NormThresh)
+	c.NonNegative("epsilon", s.Epsilon)
+	c.Range("delta", s.Delta, 1e-300, 0.5)
+	c.AtLeast("calibration_rounds", s.CalibrationRounds, 1)
+	c.AtMost("calibration_rounds", s.CalibrationRounds, 1000000)
+	c.NonNegative("init_std", s.InitStd)
+}
+
+// Sigma is the noise multiplier σ of both mechanisms (0: no noise).
+func (s *Settings) Sigma() float64 {
+	if s.Epsilon <= 0 {
+		return 0
+	}
+	return PaperSigma(s.Epsilon, s.Delta, 1, s.CalibrationRounds)
+}
+
+// noiseStd is the local noise's standard deviation s = σ·C/B.
+func (s *Settings) noiseStd(batch int) float64 {
+	return s.Sigma() * s.NormThresh / float64(max(batch, 1))
+}
+
+func (s *Settings) config(seed uint64, batch int) Config {
+	return Config{NCtx: s.NCtx, Rank: s.Rank, ClipNorm: s.NormThresh, NoiseStd: s.noiseStd(batch), InitStd: s.InitStd, Seed: seed}
+}
+
+func defaultSettings() *Settings {
+	c := DefaultConfig()
+	return &Settings{NCtx: c.NCtx, Rank: c.Rank, NormThresh: c.ClipNorm, Epsilon: 0.4, Delta: 1e-5, CalibrationRounds: 100, InitStd: c.InitStd}
+}
+
+// Method is DP-FPL for the methods registry.
+type Method struct{}
+
+// Info implements methods.Method.
+func (Method) Info() methods.Info {
+	return methods.Info{Name: "dpfpl",
+		Trains: "a global and a local CoOp context; the local one's gradient rebuilt from a low-rank factorisation + residual, with local DP noise on the factors' gradients",
+		Shares: "the global context (uniform mean + Gaussian noise: global DP); the local context stays on the site",
+		Paper:  "Tran et al., Privacy-Preserving Personalized Federated Prompt Learning for Multimodal Large Language Models (ICLR 2025)"}
+}
+
+// DefaultConfig implements methods.Method.
+func (Method) DefaultConfig() config.Section { return defaultSettings() }
+
+// Depth implements methods.Method: the image encoder is frozen whole.
+func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
+
+// SurrogateGradient implements methods.SurrogateGradient.
+func (Method) SurrogateGradient() string {
+	return "the local context's gradient is rebuilt from its factors' (clipped, noised) gradients, and the global one is clipped"
+}
+
+// SmallSettings implements methods.SmallRun: 8 context tokens leave room
+// for the class names in a small CLIP's 24-token prompts.
+func (Method) SmallSettings(int) map[string]string {
+	return map[string]string{"n_ctx": "8", "rank": "4"}
+}
+
+func settings(sec config.Section) (*Settings, error) {
+	s, ok := sec.(*Settings)
+	if !ok || s == nil {
+		return nil, fmt.Errorf("dpfpl: config section is %T, want *dpfpl.Settings", sec)
+	}
+	if err := s.config(0, 1).Validate(); err != nil {
+		return nil, err
+	}
+	if !(s.Delta > 0 && s.Delta < 1) || s.CalibrationRounds < 1 || !(s.Epsilon >= 0) || math.IsInf(s.Epsilon, 0) {
+		return nil, fmt.Errorf("dpfpl: epsilon %g, delta %g, calibration_rounds %d out of range", s.Epsilon, s.Delta, s.CalibrationRounds)
+	}
+	return s, nil
+}
+
+// clientState is a site's privacy bookkeeping: the local mechanism's
+// applications so far (saved with the client's state).
+type clientState struct {
+	index int // the client's position in the task (fixture draws)
+	steps int
+	draws int // fixture draws used
+}
+
+const stepsKey = "dpfpl/local_steps"
+
+// Build implements methods.Method.
+//
+// A round is the run's local training on each client (every batch:
+// Step, then Privatize with draws from the client's generator), then the
+// server's uniform mean of the global contexts plus ξ = −η·ν, ν ∼ N(0,
+// (s/K)²) per value (η the round's learning rate, K the clients): for one
+// local step per round this is the code's update of the global context
+// with the noised mean gradient exactly (the code communicates after every
+// batch). Clients report "dp_epsilon_local" (the local mechanism's
+// applications so far) and "dp_epsilon_global" (one server Gaussian per
+// round) in their training metrics, both RDP at the noise multiplier σ
+// with the code's sensitivity C/B.
+func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.config(env.Seed, env.Train.Batch)
+	K := len(env.Task.Clients)
+	index := map[int]int{}
+	for i, c := range env.Task.Clients {
+		index[c.ID] = i
+	}
+	spec := &promptfed.Spec{Name: "dpfpl", Placeholder: cfg.NCtx, Shared: federation.Names(ParamGlobal),
+		NewLearner: func(tokens []int) (promptfed.Learner, error) {
+			l, err := New(env.Model, tokens, cfg)
+			if err != nil {
+				return nil, err
+			}
+			return &spaceLearner{Learner: l}, nil
+		},
+		AfterBackward: func(c *promptfed.Client, b train.Batch) error {
+			st := state(c, index)
+			l, err := c.Learner()
+			if err != nil {
+				return err
+			}
+			var src Source = RNGSource{RNG: b.RNG}
+			if s.replay != nil {
+				src = &replaySource{draws: s.replay, prefix: fmt.Sprintf("client%d.", st.index), used: &st.draws}
+			}
+			if err := l.(*spaceLearner).Privatize(src); err != nil {
+				return err
+			}
+			st.steps++
+			return nil
+		},
+		SaveExtra: func(c *promptfed.Client) (tensor.Named, error) {
+			return tensor.Named{stepsKey: &tensor.Tensor{Shape: []int{1}, Data: []float32{float32(state(c, index).steps)}}}, nil
+		},
+		LoadExtra: func(c *promptfed.Client, st tensor.Named) error {
+			t, ok := st[stepsKey]
+			if !ok || len(t.Data) != 1 || t.Data[0] < 0 || t.Data[0] != float32(math.Trunc(float64(t.Data[0]))) {
+				return fmt.Errorf("dpfpl client %d state: no %s count", c.Task.ID, stepsKey)
+			}
+			state(c, index).steps = int(t.Data[0])
+			return nil
+		},
+		Strategy: func(init tensor.Named) federation.Strategy {
+			return &server{inner: &strategy.FedAvg{Shared: federation.Names(ParamGlobal), Uniform: true,
+				Initial: tensor.Named{ParamGlobal: init[ParamGlobal].Clone()}, EvaluateGlobal: true},
+				std: cfg.NoiseStd / float64(max(K, 1)), lr: env.Train.Rate, seed: env.Seed, replay: s.replay,
+				sigma: s.Sigma(), delta: s.Delta}
+		}}
+	plan, err := promptfed.Build(env, spec)
+	if err != nil {
+		return nil, err
+	}
+	sigma := s.Sigma()
+	for i, c := range plan.Clients {
+		plan.Clients[i] = &client{Client: c.(*promptfed.Client), index: index, sigma: sigma, delta: s.Delta}
+	}
+	return plan, nil
+}
+
+func state(c *promptfed.Client, index map[int]int) *clientState {
+	st, ok := c.Extra.(*clientState)
+	if !ok {
+		st = &clientState{index: index[c.Task.ID]}
+		c.Extra = st
+	}
+	return st
+}
+
+// client adds the privacy spent to a site's training metrics.
+type client struct {
+	*promptfed.Client
+	index map[int]int
+	sigma float64
+	delta float64
+}
+
+// Fit implements federation.Client.
+func (c *client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
+	res, err := c.Client.Fit(ctx, ins)
+	if err != nil || c.sigma <= 0 {
+		return res, err
+	}
+	if res.Metrics == nil {
+		res.Metrics = map[string]float64{}
+	}
+	local, err := GaussianEpsilon(c.sigma, state(c.Client, c.index).steps, c.delta)
+	if err != nil {
+		return res, err
+	}
+	global, err := GaussianEpsilon(c.sigma, ins.Round+1, c.delta)
+	if err != nil {
+		return res, err
+	}
+	res.Metrics["dp_epsilon_local"], res.Metrics["dp_epsilon_global"] = local, global
+	return res, nil
+}
+
+// server is the uniform mean of the global contexts plus the global
+// mechanism's noise, drawn from PCG(seed, round) (nothing to save: a
+// resumed round draws the same noise).
+type server struct {
+	inner  *strategy.FedAvg
+	std    float64 // ν's standard deviation s/K (gradient units)
+	lr     func(round, epoch int) float64
+	seed   uint64
+	replay tensor.Named
+	global tensor.Named
+	// sigma and delta give the ε of rounds Gaussians (RoundMetrics);
+	// rounds is the latest aggregated round + 1.
+	sigma, delta float64
+	rounds       int
+}
+
+// Name implements federation.Strategy.
+func (s *server) Name() string { return "dpfpl-mean+noise" }
+
+// Init implements federation.Strategy.
+func (s *server) Init(clients []federation.ClientInfo) error {
+	if err := s.inner.Init(clients); err != nil {
+		return err
+	}
+	s.global = s.inner.Global()
+	return nil
+}
+
+func (s *server) send(out map[int]tensor.Named) map[int]tensor.Named {
+	for id := range out {
+		out[id] = s.global.Clone()
+	}
+	return out
+}
+
+// Configure implements federation.Strategy.
+func (s *server) Configure(round int, selected []int) (map[int]tensor.Named, error) {
+	out, err := s.inner.Configure(round, selected)
+	return s.send(out), err
+}
+
+// ConfigureEvaluate implements federation.EvaluateConfigurer: every client
+// scores the new global context with its own local one.
+func (s *server) ConfigureEvaluate(round int, clients []int) (map[int]tensor.Named, error) {
+	out, err := s.inner.ConfigureEvaluate(round, clients)
+	return s.send(out), err
+}
+
+// Aggregate implements federation.Strategy.
+func (s *server) Aggregate(round int, results []federation.FitResult, failures []federation.Failure) error {
+	if err := s.inner.Aggregate(round, results, failures); err != nil {
+		return err
+	}
+	s.rounds = round + 1
+	g := s.inner.Global()
+	if s.std > 0 {
+		eta := s.lr(round, 0)
+		t := g[ParamGlobal]
+		nu := make([]float32, len(t.Data))
+		if s.replay != nil {
+			r, ok := s.replay["server_noise"]
+			if !ok || len(r.Data) != len(nu) {
+				return fmt.Errorf("dpfpl server round %d: the fixture has no server_noise of %d values", round, len(nu))
+			}
+			copy(nu, r.Data)
+		} else {
+			_ = RNGSource{RNG: rand.New(rand.NewPCG(s.seed, 0xd9f1<<32|uint64(round)))}.Gaussian(nu, s.std, "server_noise")
+		}
+		for i, v := range nu {
+			t.Data[i] = float32(float64(t.Data[i]) - eta*float64(v))
+		}
+	}
+	s.global = g
+	return nil
+}
+
+// State implements federation.Strategy.
+func (s *server) State() tensor.Named {
+	st := tensor.Named{}
+	for k, v := range s.global {
+		st["global/"+k] = v.Clone()
+	}
+	return st
+}
+
+// LoadState implements federation.Strategy.
+func (s *server) LoadState(st tensor.Named) error {
+	if err := s.inner.LoadState(st); err != nil {
+		return err
+	}
+	s.global = s.inner.Global()
+	return nil
+}
+
+// Global returns the server's global context.
+func (s *server) Global() tensor.Named { return s.global.Clone() }
+
+// replaySource hands out a fixture's recorded draws in order:
+// prefix+what, for one batch per client.
+type replaySource struct {
+	draws  tensor.Named
+	prefix string
+	used   *int
+}
+
+func (r *replaySource) Gaussian(dst []float32, _ float64, what string) error {
+	if what == "omega" {
+		*r.used++
+		if *r.used > 1 {
+			return fmt.Errorf("the fixture's draws cover one batch per client; %sbatch %d asked for", r.prefix, *r.used)
+		}
+	}
+	t, ok := r.draws[r.prefix+what]
+	if !ok || len(t.Data) != len(dst) {
+		return fmt.Errorf("the fixture has no %s%s of %d values", r.prefix, what, len(dst))
+	}
+	copy(dst, t.Data)
+	return nil
+}
+
+// spaceLearner scores with the cosine head on cached image features.
+type spaceLearner struct {
+	*Learner
+	txt []float32
+}
+
+func (s *spaceLearner) Prepare() error {
+	f, err := s.TextFeatures()
+	s.txt = append(s.txt[:0], f...)
+	return err
+}
+
+func (s *spaceLearner) Logits(img []float32, B int) ([]float32, error) {
+	return clip.Logits(img, s.txt, B, s.C, s.E, s.LogitScale), nil
+}
+
+// Predictor implements methods.Method: the site's G + L.
+func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.Named) (methods.Predictor, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	return predictor{pe: pe, cfg: s.config(0, 1), saved: saved}, nil
+}
+
+type predictor struct {
+	pe    methods.PredictEnv
+	cfg   Config
+	saved tensor.Named
+}
+
+func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
+	m := p.pe.Model
+	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	if err != nil {
+		return nil, err
+	}
+	l, err := New(m, tokens, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := prompt.Load(l.Params(), p.saved); err != nil {
+		return nil, fmt.Errorf("dpfpl: saved site: %w", err)
+	}
+	sl := &spaceLearner{Learner: l}
+	if err := sl.Prepare(); err != nil {
+		return nil, err
+	}
+	return sl.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
+}
+
+// NoisyMean implements robust.NoisyMean: the server's mean is the global
+// mechanism, so robust rules in its place are refused.
+func (s *server) NoisyMean() bool { return s.std > 0 }
+
+// RoundMetrics reports the global mechanism's ε after the latest
+// aggregation (federation.RoundReporter, where the coordinator has it):
+// one Gaussian per round.
+func (s *server) RoundMetrics() federation.Metrics {
+	if s.std <= 0 || s.rounds == 0 {
+		return nil
+	}
+	eps, err := GaussianEpsilon(s.sigma, s.rounds, s.delta)
+	if err != nil {
+		return nil
+	}
+	return federation.Metrics{"dp_epsilon_global": eps}
+}
+
+var (
+	_ federation.RoundReporter = (*server)(nil)
+	_ robust.NoisyMean         = (*server)(nil)
+)

@@ -1,0 +1,217 @@
+package dpfpl
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/prompt"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+// smallPlan builds dpfpl on the two clients of testdata/promptfl's round
+// (8 and 4 images, 5 classes, 4 "X" placeholders), batches of 4.
+func smallPlan(t *testing.T, s *Settings) (*methods.Plan, *methods.Env) {
+	t.Helper()
+	m := fixturetest.Model(t)
+	batch, _, err := prompt.ReadFile(fixturetest.Testdata + "promptfl/round.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := prompt.Ints(batch, "tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clients []fixture.TensorClient
+	for _, c := range []string{"client0", "client1"} {
+		labels, err := prompt.Ints(batch, c+".labels")
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, fixture.TensorClient{Pixels: batch[c+".images"].Data, Labels: labels})
+	}
+	opts := train.Options{Epochs: 1, Batch: 4, Optimizer: "sgd", LR: 0.01, Momentum: 0.9, WD: 5e-4}
+	env, err := fixture.TensorEnv(m, methods.Features, tokens, 5, clients, opts, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.TrainStore.Close() })
+	plan, err := Method{}.Build(env, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan, env
+}
+
+func smallSettings() *Settings {
+	s := defaultSettings()
+	s.NCtx, s.Rank, s.Epsilon = 4, 2, 0.4
+	return s
+}
+
+// TestEpsilonPerRound: each Fit reports the ε of the local mechanism's
+// applications so far (one per batch) and of the server's (one per round),
+// and a client restored from its state reports what the one that went on
+// reports, with the same parameters.
+func TestEpsilonPerRound(t *testing.T) {
+	s := smallSettings()
+	plan, _ := smallPlan(t, s)
+	if err := plan.Strategy.Init([]federation.ClientInfo{{ID: 0, NumExamples: 8}, {ID: 1, NumExamples: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	global := plan.Global()
+	c := plan.Clients[0] // 8 images: 2 batches a round
+	sigma := s.Sigma()
+	var prev float64
+	var saved tensor.Named
+	for round := range 3 {
+		if round == 1 {
+			var err error
+			if saved, err = c.State(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := c.Fit(context.Background(), federation.FitIns{Round: round, Params: global.Clone()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantLocal, _ := GaussianEpsilon(sigma, 2*(round+1), s.Delta)
+		wantGlobal, _ := GaussianEpsilon(sigma, round+1, s.Delta)
+		if res.Metrics["dp_epsilon_local"] != wantLocal || res.Metrics["dp_epsilon_global"] != wantGlobal {
+			t.Errorf("round %d: ε local %g global %g, want %g and %g", round, res.Metrics["dp_epsilon_local"], res.Metrics["dp_epsilon_global"], wantLocal, wantGlobal)
+		}
+		if !(wantLocal > prev) {
+			t.Errorf("round %d: ε %g did not grow from %g", round, wantLocal, prev)
+		}
+		prev = wantLocal
+	}
+	final, err := c.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a fresh client restored from its state after round 0
+	plan2, _ := smallPlan(t, s)
+	c2 := plan2.Clients[0]
+	if err := c2.LoadState(saved); err != nil {
+		t.Fatal(err)
+	}
+	var res federation.FitRes
+	for round := 1; round < 3; round++ {
+		if res, err = c2.Fit(context.Background(), federation.FitIns{Round: round, Params: global.Clone()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want, _ := GaussianEpsilon(sigma, 6, s.Delta); res.Metrics["dp_epsilon_local"] != want {
+		t.Errorf("resumed client reports ε %g, want %g", res.Metrics["dp_epsilon_local"], want)
+	}
+	final2, err := c2.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range final {
+		if !slices.Equal(v.Data, final2[name].Data) {
+			t.Errorf("resumed client's %s differs", name)
+		}
+	}
+}
+
+// TestServerNoise: the server's global is the uniform mean of the uploads
+// minus η·ν, ν ∼ N(0, (s/K)²) with s = σ·C/B; the same round draws the same
+// noise (resume), another round other noise.
+func TestServerNoise(t *testing.T) {
+	s := smallSettings()
+	plan, env := smallPlan(t, s)
+	infos := []federation.ClientInfo{{ID: 0, NumExamples: 8}, {ID: 1, NumExamples: 4}}
+	if err := plan.Strategy.Init(infos); err != nil {
+		t.Fatal(err)
+	}
+	shape := plan.Global()[ParamGlobal].Shape
+	a, b := tensor.New(shape...), tensor.New(shape...)
+	for i := range a.Data {
+		a.Data[i], b.Data[i] = float32(i%7)*0.1, -float32(i%5)*0.1
+	}
+	results := []federation.FitResult{
+		{ClientID: 0, NumExamples: 8, Params: tensor.Named{ParamGlobal: a}},
+		{ClientID: 1, NumExamples: 4, Params: tensor.Named{ParamGlobal: b}},
+	}
+	noise := func(round int) []float64 {
+		if err := plan.Strategy.Init(infos); err != nil {
+			t.Fatal(err)
+		}
+		if err := plan.Strategy.Aggregate(round, results, nil); err != nil {
+			t.Fatal(err)
+		}
+		g := plan.Global()[ParamGlobal].Data
+		out := make([]float64, len(g))
+		for i := range g {
+			mean := (float64(a.Data[i]) + float64(b.Data[i])) / 2 // uniform, not 8:4
+			out[i] = (mean - float64(g[i])) / env.Train.LR
+		}
+		return out
+	}
+	nu := noise(3)
+	rm, ok := plan.Strategy.(interface{ RoundMetrics() federation.Metrics })
+	if !ok {
+		t.Fatal("the server reports no round metrics")
+	}
+	if want, _ := GaussianEpsilon(s.Sigma(), 4, s.Delta); rm.RoundMetrics()["dp_epsilon_global"] != want {
+		t.Errorf("after round 3: %v, want dp_epsilon_global %v", rm.RoundMetrics(), want)
+	}
+	want := s.Sigma() * s.NormThresh / 4 / 2
+	var ss, sum float64
+	for _, v := range nu {
+		ss += v * v
+		sum += v
+	}
+	sd := math.Sqrt(ss / float64(len(nu)))
+	if math.Abs(sd-want) > 0.1*want || math.Abs(sum/float64(len(nu))) > 0.2*want {
+		t.Errorf("server noise: mean %g, sd %g over %d values, want N(0, %g²)", sum/float64(len(nu)), sd, len(nu), want)
+	}
+	again, other := noise(3), noise(4)
+	for i := range nu {
+		if math.Abs(again[i]-nu[i]) > 1e-9*want {
+			t.Fatal("the same round drew other noise")
+		}
+	}
+	if slices.Equal(nu, other) {
+		t.Error("two rounds drew the same noise")
+	}
+	// with ε = 0 the server is the plain uniform mean
+	s0 := smallSettings()
+	s0.Epsilon = 0
+	plan0, _ := smallPlan(t, s0)
+	if err := plan0.Strategy.Init(infos); err != nil {
+		t.Fatal(err)
+	}
+	if err := plan0.Strategy.Aggregate(0, results, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range plan0.Global()[ParamGlobal].Data {
+		if want := (a.Data[i] + b.Data[i]) / 2; v != want {
+			t.Fatalf("ε = 0: global[%d] = %g, want the mean %g", i, v, want)
+		}
+	}
+}
+
+// TestSettingsErrors: bad settings name their key.
+func TestSettingsErrors(t *testing.T) {
+	s := smallSettings()
+	s.Rank = 5
+	if _, err := settings(s); err == nil {
+		t.Error("rank > n_ctx accepted")
+	}
+	s = smallSettings()
+	s.Delta = 0
+	if _, err := settings(s); err == nil {
+		t.Error("delta 0 accepted")
+	}
+	if _, err := settingsFromMeta(map[string]string{"n_ctx": "4"}); err == nil {
+		t.Error("metadata without rank accepted")
+	}
+}
