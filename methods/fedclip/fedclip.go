@@ -24,7 +24,8 @@
 //   - Evaluation uses exp(logit_scale) (PMFLT's test uses 100; the argmax is
 //     the same) against every class of the label space (PMFLT's local_test).
 //   - Optimizer: the run's (PMFLT: SGD lr 0.003 momentum 0.9; the paper:
-//     Adam lr 5e-5); `fedclip.lr` replaces the run's lr for this method.
+//     Adam lr 5e-5); `fedclip.lr` and `fedclip.local_epochs` replace the
+//     run's lr and local epochs for this method.
 //   - Initialisation: PyTorch nn.Linear's default, U(−1/√d, 1/√d) for
 //     weights and biases, drawn from the run seed (W1, b1, W2, b2).
 //   - Every client scores the global adapter: the server's latest average,
@@ -82,10 +83,17 @@ var Names = []string{ParamW1, ParamB1, ParamW2, ParamB2}
 type Settings struct {
 	// LR, when positive, replaces the run's optimizer.lr for this method.
 	LR float64 `yaml:"lr"`
+	// LocalEpochs, when positive, replaces the run's
+	// federation.local_epochs for this method.
+	LocalEpochs int `yaml:"local_epochs"`
 }
 
 // Check implements config.Section.
-func (s *Settings) Check(c *config.Checker) { c.NonNegative("lr", s.LR) }
+func (s *Settings) Check(c *config.Checker) {
+	c.NonNegative("lr", s.LR)
+	c.AtLeast("local_epochs", s.LocalEpochs, 0)
+	c.AtMost("local_epochs", s.LocalEpochs, config.MaxLocalEpochs)
+}
 
 // Method is FedCLIP for the methods registry.
 type Method struct{}
@@ -169,7 +177,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		}
 	}
 	st := &strategy.FedAvg{Shared: federation.Names(Names...), Initial: init.Clone(), EvaluateGlobal: true}
-	bases, err := clientbase.Bases("fedclip", env, env.Train.Own("", s.LR, 0, 0))
+	bases, err := clientbase.Bases("fedclip", env, env.Train.Own("", s.LR, 0, s.LocalEpochs))
 	if err != nil {
 		return nil, err
 	}

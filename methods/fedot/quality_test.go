@@ -11,11 +11,12 @@ import (
 	_ "github.com/pfedmma/pfedmma/world" // registers the "world" dataset
 )
 
-// run runs the default world job (base-to-novel, the embedded tiny model)
-// with --set style overrides and returns each method's summary.
+// run runs the world-compare job (the default world job, base-to-novel on
+// the embedded tiny model, with each method's recipe: FedOT's tuned
+// fedot.lr) with --set style overrides and returns each method's summary.
 func run(t *testing.T, sets ...string) *experiment.Result {
 	t.Helper()
-	e, err := config.Preset(config.DefaultPreset)
+	e, err := config.Preset("world-compare")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,10 +45,12 @@ func run(t *testing.T, sets ...string) *experiment.Result {
 	return res
 }
 
-// TestWorldQuality guards FedOT on the generated world (generous
-// thresholds): Local accuracy at least 3 points above zero-shot, and
-// FedOT(+B) with 4 blocks of the tiny model's 128-d features within 2
-// points of FedOT or better.
+// TestWorldQuality guards FedOT on the generated world with its
+// world-compare recipe (generous thresholds): Local accuracy at least 3
+// points above zero-shot, and FedOT(+B) with 4 blocks of the tiny model's
+// 128-d features within 1 point of FedOT or better. (At the default job's
+// lr 0.05, ten times the tuned one, FedOT(+B) overshoots: 2.2 points below
+// FedOT on the dense-pretrained model.)
 func TestWorldQuality(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the world job twice")
@@ -61,7 +64,7 @@ func TestWorldQuality(t *testing.T) {
 	if ot["local"] < zs["local"]+3 {
 		t.Errorf("FedOT local %.1f%% not 3 points above zero-shot %.1f%%", ot["local"], zs["local"])
 	}
-	if otb["local"] < ot["local"]-2 {
-		t.Errorf("FedOT(+B) local %.1f%% more than 2 points below FedOT %.1f%%", otb["local"], ot["local"])
+	if otb["local"] < ot["local"]-1 {
+		t.Errorf("FedOT(+B) local %.1f%% more than 1 point below FedOT %.1f%%", otb["local"], ot["local"])
 	}
 }

@@ -61,6 +61,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -100,6 +101,9 @@ type Settings struct {
 	// ClassTokenPosition is CoOp's class_token_position, accepted only as
 	// end (see noPosition).
 	ClassTokenPosition string `yaml:"class_token_position,omitempty"`
+	// LR, when set, replaces the run's optimizer.lr for this method; 0
+	// keeps the run's.
+	LR float64 `yaml:"lr"`
 }
 
 // Check implements config.Section.
@@ -122,6 +126,13 @@ func (s *Settings) Check(c *config.Checker) {
 	c.AtLeast("ff_mult", s.FFMult, 1)
 	c.AtMost("ff_mult", s.FFMult, 16)
 	c.NonNegative("init_std", s.InitStd)
+	c.NonNegative("lr", s.LR)
+}
+
+// train returns the run's local-training settings with this section's lr
+// where it is set.
+func (s *Settings) train(run train.Options) train.Options {
+	return run.Own("", s.LR, 0, 0)
 }
 
 func (s *Settings) config(seed uint64) Config {
@@ -218,6 +229,7 @@ func build(env *methods.Env, s *Settings, names map[int][]int) (*methods.Plan, e
 			}
 			return &strategy.FedAvg{Shared: Shared, Uniform: !s.WeightedMean, Initial: shared}
 		}}
+	spec.Train = s.train
 	plan, err := promptfed.Build(env, spec)
 	if err != nil || env == orig {
 		return plan, err

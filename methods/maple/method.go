@@ -10,6 +10,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -37,6 +38,9 @@ type Settings struct {
 	// embeddings of their first n_ctx words (it must have at least n_ctx);
 	// empty, or n_ctx > 4: "X … X {class}." with ctx drawn N(0, σ²).
 	CtxInit string `yaml:"ctx_init"`
+	// LR, when set, replaces the run's optimizer.lr for this method; 0
+	// keeps the run's.
+	LR float64 `yaml:"lr"`
 }
 
 // words returns the words before each class name and whether ctx starts
@@ -56,6 +60,13 @@ func (s *Settings) Check(c *config.Checker) {
 	c.AtLeast("prompt_depth", s.PromptDepth, 1)
 	c.AtMost("prompt_depth", s.PromptDepth, 48)
 	c.NonNegative("init_std", s.InitStd)
+	c.NonNegative("lr", s.LR)
+}
+
+// train returns the run's local-training settings with this section's lr
+// where it is set.
+func (s *Settings) train(run train.Options) train.Options {
+	return run.Own("", s.LR, 0, 0)
 }
 
 // FitModel implements config.ModelFitter: on a model with fewer blocks
@@ -135,6 +146,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			}
 			return New(env.Model, tokens, cfg)
 		}}
+	spec.Train = s.train
 	return promptfed.Build(env, spec)
 }
 

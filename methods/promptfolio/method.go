@@ -8,6 +8,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -31,6 +32,9 @@ type Settings struct {
 	// ClassTokenPosition is CoOp's class_token_position, accepted only as
 	// end (see noPosition).
 	ClassTokenPosition string `yaml:"class_token_position,omitempty"`
+	// LR, when set, replaces the run's optimizer.lr for this method; 0
+	// keeps the run's.
+	LR float64 `yaml:"lr"`
 }
 
 // Check implements config.Section.
@@ -42,6 +46,13 @@ func (s *Settings) Check(c *config.Checker) {
 	c.AtMost("n_ctx", s.NCtx, 64)
 	c.Range("theta", s.Theta, 0, 1)
 	c.NonNegative("init_std", s.InitStd)
+	c.NonNegative("lr", s.LR)
+}
+
+// train returns the run's local-training settings with this section's lr
+// where it is set.
+func (s *Settings) train(run train.Options) train.Options {
+	return run.Own("", s.LR, 0, 0)
 }
 
 func (s *Settings) config(seed uint64) Config {
@@ -93,7 +104,9 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	if err != nil {
 		return nil, err
 	}
-	return promptfed.Build(env, spec(env, s.config(env.Seed)))
+	sp := spec(env, s.config(env.Seed))
+	sp.Train = s.train
+	return promptfed.Build(env, sp)
 }
 
 func spec(env *methods.Env, cfg Config) *promptfed.Spec {
