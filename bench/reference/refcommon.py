@@ -163,6 +163,47 @@ def cuda_is_cpu():
     torch.nn.Module.cuda = lambda self, *a, **k: self
 
 
+def torch2_attention():
+    """On PyTorch < 2 (Debian's 1.13), adds what torch 2's
+    torch.nn.functional provides and the authors' code calls: the public
+    scaled_dot_product_attention (its math definition: softmax(q k^T /
+    sqrt(d) + mask) v, dropout on the weights in training) and the private
+    mask helpers _canonical_mask and _none_or_dtype (boolean masks become
+    -inf additive masks). A torch >= 2 build keeps its own (fused) ones."""
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    if hasattr(F, "scaled_dot_product_attention"):
+        return False
+
+    def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
+        L, S = q.size(-2), k.size(-2)
+        w = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if is_causal:
+            w = w.masked_fill(torch.ones(L, S, dtype=torch.bool).triu(1), float("-inf"))
+        if attn_mask is not None:
+            if attn_mask.dtype == torch.bool:
+                w = w.masked_fill(attn_mask.logical_not(), float("-inf"))
+            else:
+                w = w + attn_mask
+        w = torch.softmax(w, dim=-1)
+        if dropout_p > 0:
+            w = F.dropout(w, p=dropout_p)
+        return w @ v
+
+    def canonical_mask(mask, mask_name, other_type, other_name, target_type, check_other=True):
+        if mask is not None and mask.dtype == torch.bool:
+            return torch.zeros_like(mask, dtype=target_type).masked_fill_(mask, float("-inf"))
+        return mask
+
+    F.scaled_dot_product_attention = sdpa
+    F._canonical_mask = canonical_mask
+    F._none_or_dtype = lambda x: None if x is None else x.dtype
+    return True
+
+
 def ns(**kw):
     """A nested config namespace from keyword arguments (dicts nest)."""
     return types.SimpleNamespace(**{k: ns(**v) if isinstance(v, dict) else v for k, v in kw.items()})
