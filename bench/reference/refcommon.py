@@ -78,6 +78,14 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
+def stub_module(name, **attrs):
+    """sys.modules[name] = a module holding attrs."""
+    m = types.ModuleType(name)
+    m.__dict__.update(attrs)
+    sys.modules[name] = m
+    return m
+
+
 def stub_packages(*names):
     """Every import of NAME or NAME.x.y (a training framework such as
     Dassl, a downloader's dependencies) gets a stub module."""

@@ -17,6 +17,9 @@
 #   FEDOTP_REPO       github.com/HongxiaLee/FedOTP     fedotp
 #   CLIPADAPTER_REPO  github.com/gaopengcuhk/CLIP-Adapter  clip_adapter
 #   CLIPLORA_REPO     github.com/MaxZanella/CLIP-LoRA  clip_lora
+#   PFEDMOAP_REPO     github.com/ljaiverson/pFedMoAP   pfedmoap
+#   FEDTPG_REPO       github.com/boschresearch/FedTPG  fedtpg
+#   PROMPTFOLIO_REPO  github.com/PanBikang/PromptFolio promptfolio
 # STEPS (default 10) timed steps on each side; METHOD... limits the sitting
 # to those methods. REF_ARGS and BENCH_ARGS add flags to every harness and every
 # `pfedmma bench train` (for a smoke test only, e.g. REF_ARGS="--batch 2"
@@ -37,7 +40,7 @@ if [ -z "${PFEDMMA:-}" ]; then
 	PFEDMMA=$out/pfedmma
 fi
 load() { printf '%s  load %s\n' "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1-3 /proc/loadavg)"; }
-methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora}
+methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora pfedmoap fedtpg promptfolio}
 start=$(date +%s)
 
 # harness METHOD: prints "script repo-args" for METHOD's harness, or nothing
@@ -51,6 +54,9 @@ harness() {
 	clip_adapter) [ -n "${CLIPADAPTER_REPO:-}" ] && [ -n "${PFEDMMA_REPO:-}" ] &&
 		echo "clipadapter_ref.py --repo $CLIPADAPTER_REPO --clip-repo $PFEDMMA_REPO" ;;
 	clip_lora) [ -n "${CLIPLORA_REPO:-}" ] && echo "cliplora_ref.py --repo $CLIPLORA_REPO" ;;
+	pfedmoap) [ -n "${PFEDMOAP_REPO:-}" ] && echo "pfedmoap_ref.py --repo $PFEDMOAP_REPO" ;;
+	fedtpg) [ -n "${FEDTPG_REPO:-}" ] && echo "fedtpg_ref.py --repo $FEDTPG_REPO" ;;
+	promptfolio) [ -n "${PROMPTFOLIO_REPO:-}" ] && echo "promptfolio_ref.py --repo $PROMPTFOLIO_REPO" ;;
 	*) echo "sitting_all: no reference harness for method $1" >&2; return 1 ;;
 	esac
 	return 0
