@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"fmt"
 	"log/slog"
 	"maps"
 
@@ -23,6 +24,22 @@ func buildPlan(o Options, meth methods.Method, env *methods.Env, name string) (*
 		return nil, err
 	}
 	return plan, nil
+}
+
+// checkAggregation builds every method's plan once before any trains when
+// the aggregation section is on and the run compares several methods, so
+// that a method whose strategy cannot take it (pFedMoAP's pool with a
+// median) is refused at start, not after the methods before it trained.
+func checkAggregation(o Options, ms []methods.Method, envs map[int]*methods.Env, depths []int) error {
+	if !o.Aggregation.Active() || len(ms) < 2 {
+		return nil // a single method is refused when its plan is built
+	}
+	for i, meth := range ms {
+		if _, err := buildPlan(o, meth, envs[depths[i]], o.Methods[i]); err != nil {
+			return fmt.Errorf("%s: %w", o.Methods[i], err)
+		}
+	}
+	return nil
 }
 
 // addPrivacy records differential privacy's ε after the last round of

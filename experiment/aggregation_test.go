@@ -19,7 +19,7 @@ import (
 // tensors than the method's mean, DP reports the accountant's ε after
 // every evaluated round in metrics.jsonl and in summary.json, and a
 // strategy that keeps each client's tensors with a median is refused
-// before any round, naming the key.
+// before any round of any method, naming the key.
 func TestRunAggregation(t *testing.T) {
 	model := smallModel(t)
 	base := func(a config.Aggregation) Options {
@@ -98,8 +98,10 @@ func TestRunAggregation(t *testing.T) {
 	if err := e.Set("pfedmoap", "{num_experts: 2, n_ctx: 4, gate_width: 16}"); err != nil {
 		t.Fatal(err)
 	}
+	// listed after pFedMMA: refused before pFedMMA trains
 	op := base(med)
-	op.Methods, op.Sections = []string{"pfedmoap"}, e.Sections
+	op.Methods = []string{PFedMMA, "pfedmoap"}
+	op.Sections = map[string]config.Section{PFedMMA: op.Sections[PFedMMA], "pfedmoap": e.Sections["pfedmoap"]}
 	rounds := 0
 	op.OnRound = func(string, federation.RoundReport) { rounds++ }
 	_, err = Run(context.Background(), op)
@@ -152,5 +154,33 @@ func TestDPResumeEqualsUninterrupted(t *testing.T) {
 		if e := got.Records[i].Mean[robust.EpsilonMetric]; e != w.Mean[robust.EpsilonMetric] || e != robust.Epsilon(w.Round+1, 1.2, 1e-5) {
 			t.Errorf("round %d: ε %v resumed, %v uninterrupted", w.Round, e, w.Mean[robust.EpsilonMetric])
 		}
+	}
+}
+
+// TestAggregationPrecheckChangesNothing: building every method's plan
+// before any trains (the aggregation check of a run comparing several
+// methods) leaves each method's results as they are: promptfl after
+// pFedMMA ends bit-identical to promptfl alone.
+func TestAggregationPrecheckChangesNothing(t *testing.T) {
+	model := smallModel(t)
+	mk := func(ms ...string) Options {
+		o := smallOptions(t, model)
+		o.Methods, o.Rounds = ms, 2
+		o.Sections = mmaSections(2, 8, 0.1)
+		o.Sections["promptfl"] = promptSections(4)["promptfl"]
+		o.Aggregation = config.Default().Aggregation
+		o.Aggregation.ClipNorm = 0.01
+		return o
+	}
+	alone, both := mk("promptfl"), mk(PFedMMA, "promptfl")
+	for _, o := range []Options{alone, both} {
+		if _, err := Run(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err1 := os.ReadFile(filepath.Join(alone.OutDir, GlobalFile("promptfl")))
+	b, err2 := os.ReadFile(filepath.Join(both.OutDir, GlobalFile("promptfl")))
+	if err1 != nil || err2 != nil || !bytes.Equal(a, b) {
+		t.Errorf("promptfl's global differs after pFedMMA with the aggregation check (%v, %v)", err1, err2)
 	}
 }

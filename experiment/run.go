@@ -2,7 +2,6 @@ package experiment
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/pfedmma/pfedmma/actcache"
-	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/dataset"
@@ -23,7 +21,6 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
-	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
@@ -32,7 +29,6 @@ import (
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
 	"github.com/pfedmma/pfedmma/tokenizer"
-	"gopkg.in/yaml.v3"
 )
 
 // Options is a fully resolved experiment.
@@ -115,53 +111,6 @@ type Result struct {
 	Task *protocol.Task
 	// OutDir is the folder the outputs were written to.
 	OutDir string
-}
-
-// LoadWeights loads CLIP weights from a checkpoint file or folder (any
-// supported scheme), refusing non-finite weights and MLP activations other
-// than CLIP's.
-func LoadWeights(path string) (*clip.Model, error) {
-	if err := inputfile.CheckAny(path); err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
-	w, info, err := checkpoint.Load(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkpoint.CheckFinite(w); err != nil {
-		return nil, fmt.Errorf("model %s: %w", path, err)
-	}
-	if info.Activation != "" && info.Activation != "quick_gelu" {
-		return nil, fmt.Errorf("model %s: MLP activation %q is not supported (CLIP uses quick_gelu)", path, info.Activation)
-	}
-	slog.Debug("model loaded", "path", path, "scheme", info.Scheme, "params", info.Params)
-	return clip.New(w), nil
-}
-
-// LoadModel loads CLIP weights (LoadWeights) and the tokenizer: vocab, or
-// the vocabulary shipped with the model when empty.
-func LoadModel(path, vocab string) (*clip.Model, *tokenizer.Tokenizer, error) {
-	m, err := LoadWeights(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	if vocab == "" {
-		var err error
-		if vocab, err = tokenizer.FindVocab(path); err != nil {
-			return nil, nil, fmt.Errorf("no vocabulary given (--vocab, or the configuration's vocab): %w", err)
-		}
-	}
-	if err := inputfile.Check(vocab); err != nil {
-		return nil, nil, fmt.Errorf("vocabulary: %w", err)
-	}
-	tok, err := tokenizer.Load(vocab)
-	if err != nil {
-		return nil, nil, err
-	}
-	if tok.VocabSize() != m.W.Config.Text.VocabSize {
-		return nil, nil, fmt.Errorf("vocabulary %s has %d tokens but model %s expects %d", vocab, tok.VocabSize(), path, m.W.Config.Text.VocabSize)
-	}
-	return m, tok, nil
 }
 
 // writeConfig writes o.ConfigYAML, when set, to config.yaml in the output
@@ -289,6 +238,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	bytes := newSiteBytes(len(task.Clients))
 	o.countRound = bytes.add
 	var lastRecords []report.RoundRecord // each method's, for the summary's dp
+	if err := checkAggregation(o, s.methods, envs, depths); err != nil {
+		return nil, err
+	}
 	for i, meth := range s.methods {
 		name := o.Methods[i]
 		t0 := time.Now()
@@ -320,7 +272,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 func backboneFits(resNet bool, method string, depth int) error {
 	if resNet && depth != methods.Features && depth != methods.AnyDepth {
 		what := fmt.Sprintf("runs blocks %d.. of a ViT image encoder", depth)
-		if depth == methods.TokenFeatures {
+		if depth == methods.TokenFeatures || depth == methods.Embeddings {
 			what = "needs the image encoder's patch tokens"
 		}
 		return fmt.Errorf("method %s %s; the model is a ResNet CLIP (use a ViT checkpoint, or a method on image features: %s)", method, what, strings.Join(featureMethods(), ", "))
@@ -372,71 +324,6 @@ func newEnv(ctx context.Context, o Options, m *clip.Model, tok *tokenizer.Tokeni
 		return nil, err
 	}
 	return env, nil
-}
-
-func tableTitle(name string, t *protocol.Task) string {
-	return fmt.Sprintf("%s — %s, %d clients", name, t.Protocol, len(t.Clients))
-}
-
-// summaryMetrics are the columns of the summary table.
-func summaryMetrics(t *protocol.Task) []string {
-	if t.Protocol == protocol.Domains && !t.ValidationOnly {
-		cols := append(append([]string{}, t.Dataset.Domains...), "avg")
-		if slices.Contains(t.Metrics, protocol.ValidationMetric) {
-			cols = append(cols, protocol.ValidationMetric)
-		}
-		return cols
-	}
-	return t.Metrics
-}
-
-// finalMetrics summarises the last round: client means, with HM of the means
-// for base-to-novel, and per-domain means for the domains protocol.
-func finalMetrics(t *protocol.Task, r report.RoundRecord) report.Metrics {
-	out := report.Metrics{}
-	switch {
-	case t.ValidationOnly:
-		// only the validation accuracy was scored; added below
-	case t.Protocol == protocol.BaseToNovel:
-		for _, k := range []string{"local", "base", "novel"} {
-			out[k] = r.Mean[k]
-		}
-		out["hm"] = eval.HM(out["local"], out["base"], out["novel"])
-	case t.Protocol == protocol.Domains:
-		sums, counts := map[int]float64{}, map[int]int{}
-		dom := map[int]int{}
-		for _, c := range t.Clients {
-			dom[c.ID] = c.Domain
-		}
-		for _, c := range r.Clients {
-			sums[dom[c.ID]] += c.Metrics["acc"]
-			counts[dom[c.ID]]++
-		}
-		var avg float64
-		for d, name := range t.Dataset.Domains {
-			if counts[d] > 0 {
-				out[name] = sums[d] / float64(counts[d])
-				avg += out[name]
-			}
-		}
-		out["avg"] = avg / float64(max(len(counts), 1))
-	default:
-		for _, k := range t.Metrics {
-			if v, ok := r.Mean[k]; ok {
-				out[k] = v
-			}
-		}
-	}
-	if v, ok := r.Mean[protocol.ValidationMetric]; ok {
-		out[protocol.ValidationMetric] = v
-	}
-	// the privacy spent by the end (a method's own DP: DP-FPL's ε)
-	for k, v := range r.Mean {
-		if strings.HasPrefix(k, "dp_") {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 // runMethod runs one method's federation (or, for a method that does not
@@ -551,28 +438,6 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 	return records, nil
 }
 
-// RoundRecord turns a federation round into the metrics log's record: each
-// evaluated client's metrics (with its training loss and the privacy it
-// reports spent, "dp_*": DP-FPL's ε) and their mean.
-func RoundRecord(method string, r federation.RoundReport) report.RoundRecord {
-	rec := report.RoundRecord{Round: r.Round, Method: method, Seconds: r.Seconds}
-	for _, id := range slices.Sorted(maps.Keys(r.Eval)) {
-		m := maps.Clone(r.Eval[id])
-		if f, ok := r.Fit[id]; ok {
-			m["loss"] = f["loss"]
-			for k, v := range f {
-				if strings.HasPrefix(k, "dp_") {
-					m[k] = v
-				}
-			}
-		}
-		rec.Clients = append(rec.Clients, report.ClientMetrics{ID: id, Metrics: m})
-	}
-	rec.Mean = clientMean(rec.Clients)
-	strategyMetrics(&rec, r.Strategy)
-	return rec
-}
-
 // scoreGlobal scores a method's global model on the task's GlobalEvals (the
 // held-out domain, unseen writers) and adds the metrics to rec's mean.
 func scoreGlobal(ctx context.Context, env *methods.Env, sc eval.Scorer, rec *report.RoundRecord) error {
@@ -620,83 +485,4 @@ func evaluateOnce(ctx context.Context, env *methods.Env, plan *methods.Plan, nam
 		return nil, err
 	}
 	return []report.RoundRecord{rec}, nil
-}
-
-func clientMean(cs []report.ClientMetrics) report.Metrics {
-	ms := make([]eval.Metrics, len(cs))
-	for i, c := range cs {
-		ms[i] = c.Metrics
-	}
-	return eval.ClientMean(ms...)
-}
-
-func fmtMetrics(m report.Metrics) string {
-	var parts []string
-	for _, k := range m.Keys() {
-		parts = append(parts, fmt.Sprintf("%s=%.2f", k, m[k]))
-	}
-	return strings.Join(parts, " ")
-}
-
-// RunInfo is written to run.json: what `pfedmma predict` needs to rebuild a
-// client's classifier.
-type RunInfo struct {
-	Model    string           `json:"model"`
-	Vocab    string           `json:"vocab,omitempty"`
-	Template string           `json:"template"`
-	Dataset  string           `json:"dataset"`
-	Protocol string           `json:"protocol"`
-	Classes  []string         `json:"classes"`
-	Spaces   []protocol.Space `json:"spaces"`
-	// ClientSpace maps a client ID to the label space it was trained over.
-	ClientSpace map[int]int `json:"client_space"`
-	// Methods lists the run's methods; Sections holds each one's resolved
-	// settings (YAML) and Sites the folder of its per-site files.
-	Methods  []string          `json:"methods"`
-	Sections map[string]string `json:"sections,omitempty"`
-	Sites    map[string]string `json:"sites,omitempty"`
-}
-
-// RunInfoFile is the name of the run description in an output folder.
-const RunInfoFile = "run.json"
-
-func writeRunInfo(o Options, task *protocol.Task, tmpl string) error {
-	info := RunInfo{Model: o.ModelPath, Vocab: o.VocabPath, Template: tmpl, Dataset: task.Dataset.Name,
-		Protocol: task.Protocol, Classes: task.Dataset.Classes, Spaces: task.Spaces, ClientSpace: map[int]int{},
-		Methods: o.Methods, Sections: map[string]string{}, Sites: map[string]string{}}
-	for _, name := range o.Methods {
-		info.Sites[name] = SitesFolder(name)
-		if sec := o.Sections[name]; sec != nil {
-			b, err := yaml.Marshal(sec)
-			if err != nil {
-				return fmt.Errorf("run.json: section %s: %w", name, err)
-			}
-			info.Sections[name] = string(b)
-		}
-	}
-	for _, c := range task.Clients {
-		info.ClientSpace[c.ID] = c.TrainSpace
-	}
-	if abs, err := filepath.Abs(info.Model); err == nil {
-		info.Model = abs
-	}
-	data, err := json.MarshalIndent(info, "", "  ")
-	if err != nil {
-		return err
-	}
-	return atomicfile.WriteBytes(filepath.Join(o.OutDir, RunInfoFile), append(data, '\n'))
-}
-
-// ReadRunInfo reads run.json from a run's output folder.
-func ReadRunInfo(dir string) (*RunInfo, error) {
-	path := filepath.Join(dir, RunInfoFile)
-	data, err := inputfile.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("run %s: %w", dir, err)
-	}
-	info, err := decodeRunInfo(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return info, nil
 }

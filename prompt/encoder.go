@@ -83,6 +83,15 @@ func CheckPosition(pos string) error {
 	return fmt.Errorf("class_token_position %q: want end, middle or front", pos)
 }
 
+// EndOnly refuses a class-token position other than "end" (or "") for a
+// method whose authors' code has no other; why says so, naming the code.
+func EndOnly(pos, why string) error {
+	if pos == "" || pos == PositionEnd {
+		return nil
+	}
+	return fmt.Errorf("class_token_position %q: %s", pos, why)
+}
+
 // NewEncoderAt is NewEncoder with CoOp's class-token position: tokens are
 // still the rows "SOT X…X {name} . EOT" (nCtx placeholders), and the name's
 // tokens (all between the placeholders and the final ".") move in front of

@@ -120,6 +120,20 @@ func MetaBool(meta map[string]string, key string, def bool) (bool, error) {
 	return v, nil
 }
 
+// MetaPosition reads CoOp's class-token position from metadata key
+// "class_token_position": "end" when absent, an error naming the key when
+// it is not end, middle or front.
+func MetaPosition(meta map[string]string) (string, error) {
+	s, ok := meta["class_token_position"]
+	if !ok {
+		return PositionEnd, nil
+	}
+	if err := CheckPosition(s); err != nil {
+		return "", fmt.Errorf("metadata %w", err)
+	}
+	return s, nil
+}
+
 // Hyper are the optimizer and round settings of a fixture file.
 type Hyper struct {
 	LR, Momentum, WeightDecay float64

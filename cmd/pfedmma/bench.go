@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"text/tabwriter"
 
@@ -116,35 +117,7 @@ harness prints for the same settings on the same machine, for example
 				enc.SetIndent("", "  ")
 				return enc.Encode(r)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "GEMM library\t%s\n", kernelLine(r.Backend, r.Core, r.BestCore, r.Threads, r.Precision, gemm.BF16Backend()))
-			fmt.Fprintf(tw, "setting\tbatch %d, %d classes, adapters on blocks %s, r %d\n", r.Batch, r.Classes, r.Blocks, r.Dim)
-			fmt.Fprintf(tw, "GEMM in a cached training step\t%.1f GFLOP/s\n", r.GemmGFLOPS)
-			if ref == nil {
-				fmt.Fprintf(tw, "\timages/s (median of %d ± IQR/median)\n", r.Steps)
-			} else {
-				fmt.Fprintf(tw, "\timages/s (median of %d ± IQR/median)\tvs reference (its images/s; its configuration)\n", r.Steps)
-			}
-			for i, row := range r.Rows() {
-				if i > 0 && !row.LikeForLike && r.Rows()[i-1].LikeForLike {
-					cells := "\t\n" // as many cells as the rows, so the columns stay aligned
-					if ref != nil {
-						cells = "\t\t\n"
-					}
-					fmt.Fprint(tw, "cached (what pfedmma adds)"+cells)
-				}
-				if ref == nil {
-					fmt.Fprintf(tw, "%s\t%.2f ±%.0f%%\n", row.Name, row.Rate, 100*row.Spread)
-				} else {
-					fmt.Fprintf(tw, "%s\t%.2f ±%.0f%%\t%.1f× (%s)\n", row.Name, row.Rate, 100*row.Spread, row.Speedup, ref.Label(row.Reference))
-				}
-			}
-			if ref != nil && ref.PeakRSSMiB > 0 {
-				fmt.Fprintf(tw, "peak RSS\t%.0f MiB\t(ref %.0f MiB)\n", r.PeakRSSMiB, ref.PeakRSSMiB)
-			} else {
-				fmt.Fprintf(tw, "peak RSS\t%.0f MiB\n", r.PeakRSSMiB)
-			}
-			return tw.Flush()
+			return writeTrainText(cmd.OutOrStdout(), r, ref)
 		},
 	}
 	train.Flags().BoolVar(&tJSON, "json", false, "print JSON")
@@ -183,5 +156,39 @@ func benchMethod(cmd *cobra.Command, o bench.MethodOptions, asJSON bool) error {
 	}
 	line("train", r.TrainPerS, r.TrainSpread, r.SpeedupTrain, r.ReferenceTrn)
 	line("eval", r.EvalPerS, r.EvalSpread, r.SpeedupEval, r.ReferenceEval)
+	return tw.Flush()
+}
+
+// writeTrainText prints bench.Train's result r as a table (speedups
+// against ref when set).
+func writeTrainText(w io.Writer, r *bench.TrainResult, ref *bench.Reference) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "GEMM library\t%s\n", kernelLine(r.Backend, r.Core, r.BestCore, r.Threads, r.Precision, gemm.BF16Backend()))
+	fmt.Fprintf(tw, "setting\tbatch %d, %d classes, adapters on blocks %s, r %d\n", r.Batch, r.Classes, r.Blocks, r.Dim)
+	fmt.Fprintf(tw, "GEMM in a cached training step\t%.1f GFLOP/s\n", r.GemmGFLOPS)
+	if ref == nil {
+		fmt.Fprintf(tw, "\timages/s (median of %d ± IQR/median)\n", r.Steps)
+	} else {
+		fmt.Fprintf(tw, "\timages/s (median of %d ± IQR/median)\tvs reference (its images/s; its configuration)\n", r.Steps)
+	}
+	for i, row := range r.Rows() {
+		if i > 0 && !row.LikeForLike && r.Rows()[i-1].LikeForLike {
+			cells := "\t\n" // as many cells as the rows, so the columns stay aligned
+			if ref != nil {
+				cells = "\t\t\n"
+			}
+			fmt.Fprint(tw, "cached (what pfedmma adds)"+cells)
+		}
+		if ref == nil {
+			fmt.Fprintf(tw, "%s\t%.2f ±%.0f%%\n", row.Name, row.Rate, 100*row.Spread)
+		} else {
+			fmt.Fprintf(tw, "%s\t%.2f ±%.0f%%\t%.1f× (%s)\n", row.Name, row.Rate, 100*row.Spread, row.Speedup, ref.Label(row.Reference))
+		}
+	}
+	if ref != nil && ref.PeakRSSMiB > 0 {
+		fmt.Fprintf(tw, "peak RSS\t%.0f MiB\t(ref %.0f MiB)\n", r.PeakRSSMiB, ref.PeakRSSMiB)
+	} else {
+		fmt.Fprintf(tw, "peak RSS\t%.0f MiB\n", r.PeakRSSMiB)
+	}
 	return tw.Flush()
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -31,7 +32,8 @@ Hyper-parameters come from the files' __metadata__ (n_ctx, lr, momentum,
 weight_decay, logit_scale, bottleneck, num_prompt, mu, temp, batch_size,
 local_epochs, ot, eps, top_percent, adapter_scale, tau, lambda, ema,
 optimizer, domain, seed, ...); --set key=value overrides or adds one (a key
-no method reads is refused, listing the known ones). Nothing is fixed to the
+no method reads is refused, listing the known ones; <method>.key, the run
+configuration's spelling, is the same key). Nothing is fixed to the
 fixtures' values. Non-finite inputs (NaN, Inf in a tensor or a
 hyper-parameter), empty batches, float labels and client indices with a gap
 are refused, and so are non-finite outputs (nothing is written). ADAPT reads the client's domain from
@@ -65,7 +67,7 @@ func init() {
 				if err := checkOutFile(out); err != nil {
 					return fmt.Errorf("%s: %w", kind, err)
 				}
-				f, err := loadFixture(model, params, batches, sets)
+				f, err := loadFixture(model, params, batches, methodSets(method, sets))
 				if err != nil {
 					return fmt.Errorf("%s: %w", kind, err)
 				}
@@ -102,6 +104,17 @@ func init() {
 		fl.StringVar(&out, "out", "", "output safetensors file")
 		rootCmd.AddCommand(cmd)
 	}
+}
+
+// methodSets strips the method's own section from --set keys, so that
+// "fedpgp.class_token_position=middle" (the run configuration's key) is the
+// fixture key "class_token_position" for --method fedpgp.
+func methodSets(method string, sets []string) []string {
+	out := make([]string, len(sets))
+	for i, kv := range sets {
+		out[i] = strings.TrimPrefix(kv, method+".")
+	}
+	return out
 }
 
 // loadFixture reads the model, then the fixture files (fixture.Load).

@@ -142,7 +142,7 @@ func Wrap(inner federation.Strategy, opts Options) (*Strategy, error) {
 	}
 	if nm, ok := inner.(NoisyMean); ok && nm.NoisyMean() && (opts.Rule != Mean || opts.DP != nil) {
 		what := map[Rule]string{Median: "a median", TrimmedMean: "a trimmed mean", Mean: "differential privacy's noisy mean"}[opts.Rule]
-		return nil, fmt.Errorf("robust: strategy %q adds its own differential-privacy noise to the mean of the uploads (its accounting holds for that mean only) and cannot take %s instead; use the method's own aggregation (--aggregate mean)", inner.Name(), what)
+		return nil, fmt.Errorf("robust: strategy %q adds its own differential-privacy noise to the mean of the uploads (its accounting holds for that mean only) and cannot take %s instead; use the method's own aggregation (aggregation.rule: mean and aggregation.dp off; serve's --aggregate mean)", inner.Name(), what)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

@@ -65,3 +65,18 @@ func BenchPromptStep(b *testing.B, build func(m *clip.Model, tokens []int, nCtx 
 	}
 	b.ReportMetric(float64(B*b.N)/b.Elapsed().Seconds(), "images/s")
 }
+
+// BenchTokens returns C synthetic prompts "SOT X×nCtx class . EOT" [C, 77]
+// with the real model's SOT/EOT ids.
+func BenchTokens(C, nCtx int) []int {
+	tok := make([]int, C*77)
+	for c := 0; c < C; c++ {
+		row := tok[c*77:]
+		row[0] = 49406
+		for i := 1; i <= nCtx; i++ {
+			row[i] = 343
+		}
+		row[nCtx+1], row[nCtx+2], row[nCtx+3] = 1000+c, 269, 49407
+	}
+	return tok
+}

@@ -143,3 +143,9 @@ func ResumeCoordinator(t testing.TB, build func() *methods.Plan) (ref, resumed *
 	}
 	return ref, resumed
 }
+
+// FeatureOptions are the local training of the feature methods' tests:
+// one epoch of momentum SGD at lr 0.05, batch 16.
+func FeatureOptions() train.Options {
+	return train.Options{Epochs: 1, Batch: 16, Optimizer: "sgd", LR: 0.05, Momentum: 0.9, WD: 5e-4}
+}

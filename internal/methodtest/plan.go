@@ -24,19 +24,16 @@ func Build(t testing.TB, m methods.Method, env *methods.Env, sec config.Section)
 	return plan
 }
 
-// PromptEnv is an in-memory Env on cached image features of a random
-// two-block CLIP (seed 9) with 10-token prompts "SOT X×nCtx c EOT" of 3
-// classes, over n clients, client k with 10 − 2k random images.
-func PromptEnv(t testing.TB, nCtx, n int, opts train.Options) *methods.Env {
-	t.Helper()
+// PromptModel is a random two-block CLIP (seed 9, 8 px images) with
+// 10-token prompts "SOT X×nCtx c EOT" of PromptClasses classes.
+func PromptModel(nCtx int) (*clip.Model, []int) {
 	c := clip.Config{EmbedDim: 6,
 		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16},
 		Text:   clip.TextConfig{ContextLength: 10, VocabSize: 20, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16}}
 	m := clip.New(clip.Random(c, 9))
-	const C = 3
 	var tokens []int
-	for cl := 0; cl < C; cl++ {
-		row := make([]int, m.W.Config.Text.ContextLength)
+	for cl := 0; cl < PromptClasses; cl++ {
+		row := make([]int, c.Text.ContextLength)
 		row[0] = 17
 		for j := 1; j <= nCtx; j++ {
 			row[j] = 3
@@ -44,6 +41,18 @@ func PromptEnv(t testing.TB, nCtx, n int, opts train.Options) *methods.Env {
 		row[nCtx+1], row[nCtx+2] = 4+cl, 19
 		tokens = append(tokens, row...)
 	}
+	return m, tokens
+}
+
+// PromptClasses is the number of classes of PromptModel's prompts.
+const PromptClasses = 3
+
+// PromptEnv is an in-memory Env on cached image features of PromptModel
+// over n clients, client k with 10 − 2k random images.
+func PromptEnv(t testing.TB, nCtx, n int, opts train.Options) *methods.Env {
+	t.Helper()
+	m, tokens := PromptModel(nCtx)
+	const C = PromptClasses
 	rng := rand.New(rand.NewPCG(8, 1))
 	var clients []fixture.TensorClient
 	for k := 0; k < n; k++ {

@@ -2,7 +2,6 @@ package adapt
 
 import (
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/assets"
@@ -25,13 +24,9 @@ func TestPredictorMatchesLearner(t *testing.T) {
 	s.AdaLN = true
 	cfg := s.config(3, 4)
 	classes := []string{"red_circle", "blue square", "green triangle"}
-	var tokens []int
-	for _, c := range classes {
-		ids, err := tok.Tokenize(promptfed.Placeholder(s.NCtx)+" "+strings.ReplaceAll(c, "_", " ")+".", m.W.Config.Text.ContextLength, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tokens = append(tokens, ids...)
+	tokens, err := methods.PredictEnv{Model: m, Tok: tok}.ClassPromptTokens(classes, promptfed.Placeholder(s.NCtx))
+	if err != nil {
+		t.Fatal(err)
 	}
 	l, err := NewLearner(m, tokens, cfg)
 	if err != nil {

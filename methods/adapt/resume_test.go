@@ -4,7 +4,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
@@ -12,25 +11,12 @@ import (
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// tensorPlan builds ADAPT on a random tiny CLIP over in-memory clients of
+// tensorPlan builds ADAPT on methodtest.PromptModel over in-memory clients of
 // domains doms (several clients may share a domain).
 func tensorPlan(t *testing.T, doms []int, s *Settings) (*methods.Env, *methods.Plan) {
 	t.Helper()
-	c := clip.Config{EmbedDim: 6,
-		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16},
-		Text:   clip.TextConfig{ContextLength: 10, VocabSize: 20, Width: 8, Layers: 2, Heads: 2, MLPWidth: 16}}
-	m := clip.New(clip.Random(c, 9))
-	const C = 3
-	var tokens []int
-	for cl := 0; cl < C; cl++ {
-		row := make([]int, c.Text.ContextLength)
-		row[0] = 17
-		for j := 1; j <= s.NCtx; j++ {
-			row[j] = 3
-		}
-		row[s.NCtx+1], row[s.NCtx+2] = 4+cl, 19
-		tokens = append(tokens, row...)
-	}
+	m, tokens := methodtest.PromptModel(s.NCtx)
+	const C = methodtest.PromptClasses
 	clients := methodtest.TensorClients(rand.New(rand.NewPCG(8, 1)), len(doms), 10, 8, C)
 	env, err := fixture.TensorEnv(m, 1, tokens, C, clients, train.Options{Epochs: 1, Batch: 4}, 5)
 	if err != nil {

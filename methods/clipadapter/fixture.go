@@ -17,7 +17,6 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -84,7 +83,7 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 	}
 	s := sec.(*Settings)
 	model := f.Model
-	d, ctxLen := model.W.Config.EmbedDim, model.W.Config.Text.ContextLength
+	d := model.W.Config.EmbedDim
 	p := tensor.Named{}
 	shapes := s.Shapes(d)
 	for _, name := range []string{ParamW1, ParamW2} {
@@ -94,41 +93,19 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 		}
 		p[name] = t.Clone()
 	}
-	tokens, err := f.IntsOf("tokens")
+	tokens, C, err := f.ClassTokens()
 	if err != nil {
 		return nil, 0, fmt.Errorf("clip_adapter: %w", err)
 	}
-	C := len(tokens) / ctxLen
-	if C == 0 || len(tokens) != C*ctxLen {
-		return nil, 0, fmt.Errorf("clip_adapter: tensor \"tokens\": %d ids, want [C, %d]", len(tokens), ctxLen)
-	}
-	labels, err := f.IntsOf("labels")
+	labels, err := f.Labels(C)
 	if err != nil {
 		return nil, 0, fmt.Errorf("clip_adapter: %w", err)
-	}
-	for i, y := range labels {
-		if y < 0 || y >= C {
-			return nil, 0, fmt.Errorf("clip_adapter: tensor \"labels\": label %d of image %d outside 0..%d", y, i, C-1)
-		}
 	}
 	B := len(labels)
 	methods.DetachAll(model)
-	var img []float32
-	if t, ok := f.Batch["image_features"]; ok {
-		if B == 0 || len(t.Data) != B*d {
-			return nil, 0, fmt.Errorf("clip_adapter: tensor \"image_features\": shape %v for %d labels, want [%d, %d]", t.Shape, B, B, d)
-		}
-		img = slices.Clone(t.Data)
-	} else {
-		images, err := f.Tensor("images")
-		if err != nil {
-			return nil, 0, fmt.Errorf("clip_adapter: %w", err)
-		}
-		S := model.W.Config.Vision.ImageSize
-		if B == 0 || len(images.Data) != B*3*S*S {
-			return nil, 0, fmt.Errorf("clip_adapter: tensor \"images\": shape %v for %d labels, want [%d, 3, %d, %d]", images.Shape, B, B, S, S)
-		}
-		img = prefixcache.ImageRecords(model, methods.Features, images.Data, B, nil)
+	img, err := f.ImageFeatures(B)
+	if err != nil {
+		return nil, 0, fmt.Errorf("clip_adapter: %w", err)
 	}
 	txt, err := model.EncodeText(tokens, C)
 	if err != nil {

@@ -16,20 +16,11 @@ import (
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// featureEnv is methodtest's feature Env (with domain shifts) and the
-// frozen "text features": perturbed class means.
-func featureEnv(t testing.TB, d, K, clients, n int, opts train.Options) (*methods.Env, []float32) {
-	return methodtest.FeatureEnv(t, d, K, clients, n, opts, true)
-}
-
-func testOpts() train.Options {
-	return train.Options{Epochs: 1, Batch: 16, Optimizer: "sgd", LR: 0.05, Momentum: 0.9, WD: 5e-4}
-}
-
-// build makes the method on a feature env whose text features are
+// build makes the method on methodtest.FeatureEnv (with domain shifts)
+// whose text features, the perturbed class means, are
 // installed in the shared frozen scorer's place.
 func build(t testing.TB, s *Settings, d, K, clients, n int, opts train.Options) *methods.Plan {
-	env, txt := featureEnv(t, d, K, clients, n, opts)
+	env, txt := methodtest.FeatureEnv(t, d, K, clients, n, opts, true)
 	plan, err := Method{}.Build(env, s)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +88,7 @@ func TestStepGrad(t *testing.T) {
 // strategy, 1 more round equals 3 straight rounds bit for bit.
 func TestResumeBitIdentical(t *testing.T) {
 	s := &Settings{Ratio: 0.2, Reduction: 4}
-	methodtest.ResumeCoordinator(t, func() *methods.Plan { return build(t, s, 16, 5, 4, 24, testOpts()) })
+	methodtest.ResumeCoordinator(t, func() *methods.Plan { return build(t, s, 16, 5, 4, 24, methodtest.FeatureOptions()) })
 }
 
 // TestGlobalModel: every client uploads the whole adapter (both matrices),
@@ -105,7 +96,7 @@ func TestResumeBitIdentical(t *testing.T) {
 // shared evaluation set all clients report the same accuracy.
 func TestGlobalModel(t *testing.T) {
 	s := &Settings{Ratio: 0.2, Reduction: 4}
-	plan := build(t, s, 16, 5, 3, 24, testOpts())
+	plan := build(t, s, 16, 5, 3, 24, methodtest.FeatureOptions())
 	methodtest.GlobalModel(t, plan, tasks(plan), int64(3*4*2*16*4))
 }
 
@@ -123,7 +114,7 @@ func tasks(plan *methods.Plan) []*protocol.ClientTask {
 // (methodtest.EvaluateReceivesGlobal).
 func TestEvaluateReceivesGlobal(t *testing.T) {
 	s := &Settings{Ratio: 0.2, Reduction: 4}
-	plan := build(t, s, 16, 5, 2, 24, testOpts())
+	plan := build(t, s, 16, 5, 2, 24, methodtest.FeatureOptions())
 	methodtest.EvaluateReceivesGlobal(t, plan, plan.Clients[0].(*Client).P)
 }
 

@@ -15,6 +15,9 @@ import (
 func ConfigFromMeta(meta map[string]string) (Config, error) {
 	c := Config{InitStd: 0.02}
 	var err error
+	if err = prompt.EndOnly(meta["class_token_position"], noPosition); err != nil {
+		return c, fmt.Errorf("cocoop: metadata %w", err)
+	}
 	if c.NCtx, err = prompt.MetaInt(meta, "n_ctx"); err != nil {
 		return c, fmt.Errorf("cocoop: %w", err)
 	}

@@ -17,6 +17,10 @@ import (
 
 func init() { methods.Register(Method{}) }
 
+// noPosition says why class_token_position is refused: CoCoOp's code has
+// no position other than end.
+const noPosition = "the authors' CoCoOp prompt learner (KaiyangZhou/CoOp trainers/cocoop.py) has no class-token position: the class name always follows the context (only end)"
+
 // Settings is the cocoop config section.
 type Settings struct {
 	// NCtx is the number of learned context tokens when CtxInit is empty (4).
@@ -26,10 +30,16 @@ type Settings struct {
 	CtxInit string `yaml:"ctx_init"`
 	// InitStd is the standard deviation of the random context init (0.02).
 	InitStd float64 `yaml:"init_std"`
+	// ClassTokenPosition is CoOp's class_token_position, accepted only as
+	// end (see noPosition).
+	ClassTokenPosition string `yaml:"class_token_position,omitempty"`
 }
 
 // Check implements config.Section.
 func (s *Settings) Check(c *config.Checker) {
+	if p := s.ClassTokenPosition; p != "" && p != prompt.PositionEnd {
+		c.Fail("class_token_position", "%q: %s", p, noPosition)
+	}
 	c.AtLeast("n_ctx", s.NCtx, 1)
 	c.AtMost("n_ctx", s.NCtx, 64)
 	c.NonNegative("init_std", s.InitStd)

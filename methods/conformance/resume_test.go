@@ -37,8 +37,14 @@ func TestResumeCoordinator(t *testing.T) {
 // evaluation sets — preprocessed from the image, one at a time — with the
 // logits the site's last evaluation computed, bit for bit.
 func TestPredictEqualsEvaluation(t *testing.T) {
-	forEach(t, func(t *testing.T, name string) {
-		r := ref(t, name)
+	forEach(t, func(t *testing.T, name string) { checkPredict(t, name, ref(t, name)) })
+}
+
+// checkPredict compares, bit for bit, the logits of the Predictors rebuilt
+// from r's saved site tensors with r's recorded evaluation logits.
+func checkPredict(t *testing.T, name string, r *reference) {
+	t.Helper()
+	{
 		meth, err := methods.Get(name)
 		if err != nil {
 			t.Fatal(err)
@@ -95,5 +101,5 @@ func TestPredictEqualsEvaluation(t *testing.T) {
 		if checked == 0 {
 			t.Fatal("no image compared")
 		}
-	})
+	}
 }

@@ -21,6 +21,8 @@
 // column-wise Gram–Schmidt of the code's orthogonalize (both factors are
 // orthonormalised, so U·V is not a low-rank approximation of L: the
 // residual Res = L − U·V carries the rest), held constant in the backward.
+// The forward here uses G + L (the code's G + U·V + Res up to rounding) and
+// the factorisation runs after the backward, in Privatize, which draws Ω.
 //
 // The privacy mechanism then replaces the gradients (the code's
 // forward_pass, only when noise is on — ε > 0):

@@ -14,7 +14,6 @@ import (
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
-	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -134,20 +133,21 @@ const stepsKey = "dpfpl/local_steps"
 // A round is the run's local training on each client (every batch:
 // Step, then Privatize with draws from the client's generator), then the
 // server's uniform mean of the global contexts plus ξ = −η·ν, ν ∼ N(0,
-// (s/K)²) per value (η the round's learning rate, K the clients): for one
+// (s/K)²) per value (η the round's learning rate, K the round's
+// participants; the code's USERS, as every client takes part): for one
 // local step per round this is the code's update of the global context
 // with the noised mean gradient exactly (the code communicates after every
 // batch). Clients report "dp_epsilon_local" (the local mechanism's
 // applications so far) and "dp_epsilon_global" (one server Gaussian per
-// round) in their training metrics, both RDP at the noise multiplier σ
-// with the code's sensitivity C/B.
+// round) in their training metrics, the server "dp_epsilon_global" in its
+// round metrics, all RDP at the noise multiplier σ with the code's
+// sensitivity C/B (see testdata/README.md, dpfpl/, on that sensitivity).
 func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
 	s, err := settings(sec)
 	if err != nil {
 		return nil, err
 	}
 	cfg := s.config(env.Seed, env.Train.Batch)
-	K := len(env.Task.Clients)
 	index := map[int]int{}
 	for i, c := range env.Task.Clients {
 		index[c.ID] = i
@@ -190,7 +190,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		Strategy: func(init tensor.Named) federation.Strategy {
 			return &server{inner: &strategy.FedAvg{Shared: federation.Names(ParamGlobal), Uniform: true,
 				Initial: tensor.Named{ParamGlobal: init[ParamGlobal].Clone()}, EvaluateGlobal: true},
-				std: cfg.NoiseStd / float64(max(K, 1)), lr: env.Train.Rate, seed: env.Seed, replay: s.replay,
+				std: cfg.NoiseStd, lr: env.Train.Rate, seed: env.Seed, replay: s.replay,
 				sigma: s.Sigma(), delta: s.Delta}
 		}}
 	plan, err := promptfed.Build(env, spec)
@@ -247,7 +247,7 @@ func (c *client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 // resumed round draws the same noise).
 type server struct {
 	inner  *strategy.FedAvg
-	std    float64 // ν's standard deviation s/K (gradient units)
+	std    float64 // s: ν's standard deviation is s/K for K participants (gradient units)
 	lr     func(round, epoch int) float64
 	seed   uint64
 	replay tensor.Named
@@ -308,7 +308,7 @@ func (s *server) Aggregate(round int, results []federation.FitResult, failures [
 			}
 			copy(nu, r.Data)
 		} else {
-			_ = RNGSource{RNG: rand.New(rand.NewPCG(s.seed, 0xd9f1<<32|uint64(round)))}.Gaussian(nu, s.std, "server_noise")
+			_ = RNGSource{RNG: rand.New(rand.NewPCG(s.seed, 0xd9f1<<32|uint64(round)))}.Gaussian(nu, s.std/float64(len(results)), "server_noise")
 		}
 		for i, v := range nu {
 			t.Data[i] = float32(float64(t.Data[i]) - eta*float64(v))
@@ -395,15 +395,10 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+		return New(m, tokens, p.cfg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	l, err := New(m, tokens, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := prompt.Load(l.Params(), p.saved); err != nil {
 		return nil, fmt.Errorf("dpfpl: saved site: %w", err)
 	}
 	sl := &spaceLearner{Learner: l}

@@ -182,6 +182,21 @@ func TestServerNoise(t *testing.T) {
 	if slices.Equal(nu, other) {
 		t.Error("two rounds drew the same noise")
 	}
+	// one participant: ν ∼ N(0, s²)
+	if err := plan.Strategy.Init(infos); err != nil {
+		t.Fatal(err)
+	}
+	if err := plan.Strategy.Aggregate(5, results[:1], nil); err != nil {
+		t.Fatal(err)
+	}
+	ss = 0
+	for i, v := range plan.Global()[ParamGlobal].Data {
+		d := (float64(a.Data[i]) - float64(v)) / env.Train.LR
+		ss += d * d
+	}
+	if sd1 := math.Sqrt(ss / float64(len(nu))); math.Abs(sd1-2*want) > 0.2*want {
+		t.Errorf("one participant: noise sd %g, want %g", sd1, 2*want)
+	}
 	// with ε = 0 the server is the plain uniform mean
 	s0 := smallSettings()
 	s0.Epsilon = 0

@@ -68,27 +68,18 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 		return nil, 0, err
 	}
 	model := f.Model
-	d, ctxLen := model.W.Config.EmbedDim, model.W.Config.Text.ContextLength
+	d := model.W.Config.EmbedDim
 	p, err := checked(f.Params, d, "parameters")
 	if err != nil {
 		return nil, 0, err
 	}
-	tokens, err := f.IntsOf("tokens")
+	tokens, C, err := f.ClassTokens()
 	if err != nil {
 		return nil, 0, fmt.Errorf("fedclip: %w", err)
 	}
-	C := len(tokens) / ctxLen
-	if C == 0 || len(tokens) != C*ctxLen {
-		return nil, 0, fmt.Errorf("fedclip: tensor \"tokens\": %d ids, want [C, %d]", len(tokens), ctxLen)
-	}
-	labels, err := f.IntsOf("labels")
+	labels, err := f.Labels(C)
 	if err != nil {
 		return nil, 0, fmt.Errorf("fedclip: %w", err)
-	}
-	for i, y := range labels {
-		if y < 0 || y >= C {
-			return nil, 0, fmt.Errorf("fedclip: tensor \"labels\": label %d of image %d outside 0..%d", y, i, C-1)
-		}
 	}
 	B := len(labels)
 	if B == 0 {

@@ -200,20 +200,11 @@ func TestStepGrad(t *testing.T) {
 	}
 }
 
-// featureEnv is methodtest's feature Env (no domain shifts) and the frozen
-// "text features": perturbed class means.
-func featureEnv(t testing.TB, d, K, clients, n int, opts train.Options) (*methods.Env, []float32) {
-	return methodtest.FeatureEnv(t, d, K, clients, n, opts, false)
-}
-
-func testOpts() train.Options {
-	return train.Options{Epochs: 1, Batch: 16, Optimizer: "sgd", LR: 0.05, Momentum: 0.9, WD: 5e-4}
-}
-
-// build makes the method on a feature env whose text features are
+// build makes the method on methodtest.FeatureEnv (no domain shifts)
+// whose text features, the perturbed class means, are
 // installed in the frozen scorer's place.
 func build(t testing.TB, s *Settings, d, K, clients, n int, opts train.Options) *methods.Plan {
-	env, txt := featureEnv(t, d, K, clients, n, opts)
+	env, txt := methodtest.FeatureEnv(t, d, K, clients, n, opts, false)
 	plan, err := Method{}.Build(env, s)
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +218,7 @@ func build(t testing.TB, s *Settings, d, K, clients, n int, opts train.Options) 
 // adapter too, and training moved it.
 func TestResumeBitIdentical(t *testing.T) {
 	s := &Settings{LR: 0.2}
-	mk := func() *methods.Plan { return build(t, s, 16, 5, 4, 24, testOpts()) }
+	mk := func() *methods.Plan { return build(t, s, 16, 5, 4, 24, methodtest.FeatureOptions()) }
 	ref, resumed := methodtest.ResumeCoordinator(t, mk)
 	if d := tensortest.BitsDiff(resumed.Global(), ref.Global()); d != "" || tensortest.BitsDiff(ref.Global(), mk().Global()) == "" {
 		t.Errorf("global adapter differs after resuming (%q), or training did not move it", d)
@@ -239,7 +230,7 @@ func TestResumeBitIdentical(t *testing.T) {
 // evaluation set all clients report the same accuracy; the global scorer
 // uses the averaged adapter.
 func TestGlobalModel(t *testing.T) {
-	plan := build(t, &Settings{}, 16, 5, 3, 24, testOpts())
+	plan := build(t, &Settings{}, 16, 5, 3, 24, methodtest.FeatureOptions())
 	var tasks []*protocol.ClientTask
 	for _, c := range plan.Clients {
 		tasks = append(tasks, c.(*Client).Task)
@@ -258,7 +249,7 @@ func TestGlobalModel(t *testing.T) {
 // contrastive training lowers the loss and raises the global model's
 // accuracy above the untrained adapter's (logits ×100: lr 0.01).
 func TestTrainingLearns(t *testing.T) {
-	opts := testOpts()
+	opts := methodtest.FeatureOptions()
 	opts.Epochs = 3
 	plan := build(t, &Settings{LR: 0.01}, 16, 20, 3, 48, opts)
 	before, err := plan.Clients[0].Evaluate(context.Background(), federation.EvaluateIns{})
@@ -285,14 +276,14 @@ func TestTrainingLearns(t *testing.T) {
 // (methodtest.EvaluateReceivesGlobal); a restarted site holds the adapter
 // it scored.
 func TestEvaluateReceivesGlobal(t *testing.T) {
-	plan := build(t, &Settings{}, 16, 5, 2, 24, testOpts())
+	plan := build(t, &Settings{}, 16, 5, 2, 24, methodtest.FeatureOptions())
 	c := plan.Clients[0].(*Client)
 	methodtest.EvaluateReceivesGlobal(t, plan, c.P)
 	st, err := c.State()
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := build(t, &Settings{}, 16, 5, 2, 24, testOpts()).Clients[0].(*Client)
+	fresh := build(t, &Settings{}, 16, 5, 2, 24, methodtest.FeatureOptions()).Clients[0].(*Client)
 	if err := fresh.LoadState(st); err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/eval"
-	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -208,31 +206,15 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 // images (as the production path caches them), or its image_features when
 // given, and its labels, each in 0..K−1.
 func fixtureBatch(f *fixture.Fixture, K int) ([]float32, []int, error) {
-	labels, err := f.IntsOf("labels")
+	labels, err := f.Labels(K)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fedot: %w", err)
 	}
-	for i, y := range labels {
-		if y < 0 || y >= K {
-			return nil, nil, fmt.Errorf("fedot: tensor \"labels\": label %d of image %d outside 0..%d", y, i, K-1)
-		}
-	}
-	B, S, d := len(labels), f.Model.W.Config.Vision.ImageSize, f.Model.W.Config.EmbedDim
-	if t, ok := f.Batch["image_features"]; ok {
-		if B == 0 || len(t.Data) != B*d {
-			return nil, nil, fmt.Errorf("fedot: tensor \"image_features\": shape %v for %d labels, want [%d, %d]", t.Shape, B, B, d)
-		}
-		return slices.Clone(t.Data), labels, nil
-	}
-	images, err := f.Tensor("images")
+	img, err := f.ImageFeatures(len(labels))
 	if err != nil {
 		return nil, nil, fmt.Errorf("fedot: %w", err)
 	}
-	if B == 0 || len(images.Data) != B*3*S*S {
-		return nil, nil, fmt.Errorf("fedot: tensor \"images\": shape %v for %d labels, want [%d, 3, %d, %d]", images.Shape, B, B, S, S)
-	}
-	methods.DetachAll(f.Model)
-	return prefixcache.ImageRecords(f.Model, methods.Features, images.Data, B, nil), labels, nil
+	return img, labels, nil
 }
 
 // FixtureRound implements fixture.Rounder: the plain round of

@@ -5,22 +5,8 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 )
-
-// benchTokens returns C synthetic prompts "SOT X×nCtx class . EOT" [C, 77]
-// with the real model's SOT/EOT ids.
-func benchTokens(C, nCtx int) []int {
-	tok := make([]int, C*77)
-	for c := 0; c < C; c++ {
-		row := tok[c*77:]
-		row[0] = 49406
-		for i := 1; i <= nCtx; i++ {
-			row[i] = 343
-		}
-		row[nCtx+1], row[nCtx+2], row[nCtx+3] = 1000+c, 269, 49407
-	}
-	return tok
-}
 
 // BenchmarkStepViTB16 is one FedOTP step at ViT-B/16 shapes: 196 patches,
 // 24 classes, two prompts of 16 context tokens, batch 32, the scripts' COT
@@ -28,7 +14,7 @@ func benchTokens(C, nCtx int) []int {
 func BenchmarkStepViTB16(b *testing.B) {
 	const B, C = 32, 24
 	m := clip.New(clip.Random(clip.ViTB16(), 1))
-	l, err := New(m, benchTokens(C, 16), DefaultConfig())
+	l, err := New(m, methodtest.BenchTokens(C, 16), DefaultConfig())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -46,12 +46,15 @@ type Config struct {
 	OT        ot.Config // ot, eps, thresh, max_iter, top_percent
 	InitStd   float64   // init_std: contexts drawn N(0, InitStd²) (0.02)
 	Seed      uint64    // seed of that draw
+	// Position is CoOp's class_token_position of every prompt: "end"
+	// (default, also ""), "middle" or "front" (see prompt.NewEncoderAt).
+	Position string
 }
 
 // DefaultConfig returns the few-shot scripts' settings.
 func DefaultConfig() Config {
 	return Config{
-		NCtx: 16, NumPrompt: 2, AvgPrompt: 1, InitStd: 0.02,
+		NCtx: 16, NumPrompt: 2, AvgPrompt: 1, InitStd: 0.02, Position: prompt.PositionEnd,
 		OT: ot.Config{Method: ot.COT, Eps: 0.01, Thresh: 1e-3, MaxIter: 100, TopPercent: 0.8},
 	}
 }
@@ -70,6 +73,11 @@ func (c Config) Validate() error {
 	}
 	if err := c.OT.Validate(); err != nil {
 		return fmt.Errorf("fedotp: %w", err)
+	}
+	if c.Position != "" {
+		if err := prompt.CheckPosition(c.Position); err != nil {
+			return fmt.Errorf("fedotp: %w", err)
+		}
 	}
 	return nil
 }
@@ -100,7 +108,11 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	for n := 0; n < cfg.NumPrompt; n++ {
 		rows = append(rows, tokens...)
 	}
-	enc, err := prompt.NewEncoder(m, rows, cfg.NCtx)
+	pos := cfg.Position
+	if pos == "" {
+		pos = prompt.PositionEnd
+	}
+	enc, err := prompt.NewEncoderAt(m, rows, cfg.NCtx, pos)
 	if err != nil {
 		return nil, fmt.Errorf("fedotp: %w", err)
 	}

@@ -105,8 +105,14 @@ func TestHeadGradient(t *testing.T) {
 // respect to the contexts by finite differences on the tiny model, with the
 // plan held fixed.
 func TestStepGradient(t *testing.T) {
+	checkStepGradient(t, "../../testdata/fedotp/step.safetensors")
+}
+
+// checkStepGradient is TestStepGradient on the settings, rows and image
+// features of the step file path.
+func checkStepGradient(t *testing.T, path string) {
 	m := fixturetest.Model(t)
-	ref, meta := fixturetest.Read(t, "../../testdata/fedotp/step.safetensors")
+	ref, meta := fixturetest.Read(t, path)
 	cfg, err := ConfigFromMeta(meta)
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,8 @@ import (
 )
 
 // ConfigFromMeta reads n_ctx, num_prompt, avg_prompt, ot, eps, thresh,
-// max_iter and top_percent (init_std and seed when present) from fixture
-// metadata.
+// max_iter and top_percent (init_std and class_token_position when present)
+// from fixture metadata.
 func ConfigFromMeta(meta map[string]string) (Config, error) {
 	c := DefaultConfig()
 	var err error
@@ -37,6 +37,9 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 		if c.InitStd, err = prompt.MetaFloat(meta, "init_std"); err != nil {
 			return c, fmt.Errorf("fedotp: %w", err)
 		}
+	}
+	if c.Position, err = prompt.MetaPosition(meta); err != nil {
+		return c, fmt.Errorf("fedotp: %w", err)
 	}
 	return c, c.Validate()
 }

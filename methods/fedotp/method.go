@@ -10,6 +10,7 @@ import (
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/ot"
+	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -27,6 +28,9 @@ type Settings struct {
 	MaxIter    int     `yaml:"max_iter"`    // OT iterations at most (100)
 	TopPercent float64 `yaml:"top_percent"` // COT's transported mass (0.8)
 	InitStd    float64 `yaml:"init_std"`    // σ of the contexts' N(0, σ²) init (0.02)
+	// ClassTokenPosition is CoOp's class_token_position of every prompt:
+	// end (default), middle or front.
+	ClassTokenPosition string `yaml:"class_token_position"`
 	// LR and LocalEpochs, when set, replace the run's optimizer.lr and
 	// federation.local_epochs for this method; 0 keeps the run's.
 	LR          float64 `yaml:"lr"`
@@ -51,19 +55,23 @@ func (s *Settings) Check(c *config.Checker) {
 	c.Positive("top_percent", s.TopPercent) // COT transports a positive mass
 	c.Range("top_percent", s.TopPercent, 0, 1)
 	c.NonNegative("init_std", s.InitStd)
+	if s.ClassTokenPosition != "" {
+		c.OneOf("class_token_position", s.ClassTokenPosition, prompt.PositionEnd, prompt.PositionMiddle, prompt.PositionFront)
+	}
 	c.NonNegative("lr", s.LR)
 	c.AtLeast("local_epochs", s.LocalEpochs, 0)
-	c.AtMost("local_epochs", s.LocalEpochs, config.MaxLocalEpochs)
+	c.AtMost("local_epochs", s.LocalEpochs, config.MaxOwnLocalEpochs)
 }
 
 func (s *Settings) config(seed uint64) Config {
-	return Config{NCtx: s.NCtx, NumPrompt: s.NumPrompt, AvgPrompt: s.AvgPrompt, InitStd: s.InitStd, Seed: seed,
+	return Config{NCtx: s.NCtx, NumPrompt: s.NumPrompt, AvgPrompt: s.AvgPrompt, InitStd: s.InitStd, Seed: seed, Position: s.ClassTokenPosition,
 		OT: ot.Config{Method: s.OT, Eps: s.Eps, Thresh: s.Thresh, MaxIter: s.MaxIter, TopPercent: s.TopPercent}}
 }
 
 func fromConfig(c Config) *Settings {
 	return &Settings{NCtx: c.NCtx, NumPrompt: c.NumPrompt, AvgPrompt: c.AvgPrompt, OT: c.OT.Method, Eps: c.OT.Eps,
-		Thresh: c.OT.Thresh, MaxIter: c.OT.MaxIter, TopPercent: c.OT.TopPercent, InitStd: c.InitStd}
+		Thresh: c.OT.Thresh, MaxIter: c.OT.MaxIter, TopPercent: c.OT.TopPercent, InitStd: c.InitStd,
+		ClassTokenPosition: c.Position}
 }
 
 // Method is FedOTP for the methods registry.

@@ -55,11 +55,16 @@ type Config struct {
 	Temp       float64 // temp: τ of the contrastive term (0.5)
 	InitStd    float64 // init_std: U, V, sigma drawn N(0, InitStd²) (0.02)
 	Seed       uint64  // seed of that draw
+	// Position is CoOp's class_token_position of every learned prompt (f_P,
+	// f_G): "end" (default, also ""), "middle" or "front" (see
+	// prompt.NewEncoderAt). The anchor f_0 stays the literal "X … X
+	// {class}." in its written order, as the authors' code keeps it.
+	Position string
 }
 
 // DefaultConfig returns the run scripts' settings (see the package doc).
 func DefaultConfig() Config {
-	return Config{NCtx: 16, Bottleneck: 8, NumPrompt: 1, Mu: 0.5, Temp: 0.5, InitStd: 0.02}
+	return Config{NCtx: 16, Bottleneck: 8, NumPrompt: 1, Mu: 0.5, Temp: 0.5, InitStd: 0.02, Position: prompt.PositionEnd}
 }
 
 // Validate names the first bad setting.
@@ -78,7 +83,20 @@ func (c Config) Validate() error {
 	case !(c.InitStd >= 0) || math.IsInf(c.InitStd, 0):
 		return fmt.Errorf("fedpgp: init_std %g: must not be negative", c.InitStd)
 	}
+	if c.Position != "" {
+		if err := prompt.CheckPosition(c.Position); err != nil {
+			return fmt.Errorf("fedpgp: %w", err)
+		}
+	}
 	return nil
+}
+
+// position is Position with "" read as "end".
+func (c Config) position() string {
+	if c.Position == "" {
+		return prompt.PositionEnd
+	}
+	return c.Position
 }
 
 // Learner trains one client's FedPGP prompts on a frozen CLIP. f_P and f_G
@@ -125,7 +143,7 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	for i := 0; i < 2*N; i++ {
 		rows = append(rows, tokens...)
 	}
-	enc, err := prompt.NewEncoder(m, rows, cfg.NCtx)
+	enc, err := prompt.NewEncoderAt(m, rows, cfg.NCtx, cfg.position())
 	if err != nil {
 		return nil, fmt.Errorf("fedpgp: %w", err)
 	}
@@ -140,8 +158,16 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 			p.Data[i] = float32(rng.NormFloat64() * cfg.InitStd)
 		}
 	}
-	// f_0: the literal prompts, encoded once.
-	f, err := enc.Forward(enc.TokenContext(), enc.R, false)
+	// f_0: the literal prompts "X … X {class}." (in that order whatever the
+	// position: the authors' anchor is the unrearranged token embedding),
+	// encoded once.
+	anchor := enc
+	if cfg.position() != prompt.PositionEnd {
+		if anchor, err = prompt.NewEncoder(m, rows[:len(rows)/2], cfg.NCtx); err != nil {
+			return nil, fmt.Errorf("fedpgp: anchor: %w", err)
+		}
+	}
+	f, err := anchor.Forward(anchor.TokenContext(), anchor.R, false)
 	if err != nil {
 		return nil, fmt.Errorf("fedpgp: anchor: %w", err)
 	}
@@ -256,7 +282,7 @@ func (l *Learner) Step(imgFeat []float32, labels []int) (float64, map[string]flo
 func (l *Learner) TextFeatures() ([]float32, error) {
 	if l.evalEnc == nil {
 		var err error
-		if l.evalEnc, err = prompt.NewEncoder(l.model, l.tokens, l.Cfg.NCtx); err != nil {
+		if l.evalEnc, err = prompt.NewEncoderAt(l.model, l.tokens, l.Cfg.NCtx, l.Cfg.position()); err != nil {
 			return nil, fmt.Errorf("fedpgp: %w", err)
 		}
 	}

@@ -42,9 +42,13 @@ func TestStepFarFixture(t *testing.T) {
 }
 
 func TestRoundFixture(t *testing.T) {
+	checkRound(t, "../../testdata/fedpgp/init.safetensors", "../../testdata/fedpgp/round.safetensors")
+}
+
+func checkRound(t *testing.T, initPath, roundPath string) {
 	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/fedpgp/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/fedpgp/round.safetensors")
+	init, _ := fixturetest.Read(t, initPath)
+	ref, meta := fixturetest.Read(t, roundPath)
 	out, err := RoundFromFile(m, init, ref, meta)
 	if err != nil {
 		t.Fatal(err)

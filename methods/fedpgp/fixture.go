@@ -12,8 +12,8 @@ import (
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// ConfigFromMeta reads n_ctx, bottleneck, num_prompt, mu and temp from
-// fixture metadata.
+// ConfigFromMeta reads n_ctx, bottleneck, num_prompt, mu, temp and
+// class_token_position (optional, "end") from fixture metadata.
 func ConfigFromMeta(meta map[string]string) (Config, error) {
 	c := DefaultConfig()
 	ints := map[string]*int{"n_ctx": &c.NCtx, "bottleneck": &c.Bottleneck, "num_prompt": &c.NumPrompt}
@@ -30,6 +30,10 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 			return c, fmt.Errorf("fedpgp: %w", err)
 		}
 		*dst = v
+	}
+	var err error
+	if c.Position, err = prompt.MetaPosition(meta); err != nil {
+		return c, fmt.Errorf("fedpgp: %w", err)
 	}
 	return c, c.Validate()
 }

@@ -19,11 +19,16 @@ func randomModel(C, nCtx int) (*clip.Model, []int) {
 
 // TestGradCheck checks every parameter's gradient of the whole loss (CE and
 // the contrastive term through both arguments of both cosines), for one and
-// for two prompts.
+// for two prompts, with the class token at the end, in the middle and in
+// front.
 func TestGradCheck(t *testing.T) {
-	for _, N := range []int{1, 2} {
+	for _, tc := range []struct {
+		N   int
+		pos string
+	}{{1, "end"}, {2, "end"}, {1, "middle"}, {2, "middle"}, {1, "front"}} {
+		N := tc.N
 		m, tokens := randomModel(4, 3)
-		l, err := New(m, tokens, Config{NCtx: 3, Bottleneck: 2, NumPrompt: N, Mu: 2, Temp: 0.3, InitStd: 0.7, Seed: 4})
+		l, err := New(m, tokens, Config{NCtx: 3, Bottleneck: 2, NumPrompt: N, Mu: 2, Temp: 0.3, InitStd: 0.7, Seed: 4, Position: tc.pos})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,15 +47,15 @@ func TestGradCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(logits) != 5*N*4 {
-			t.Errorf("N=%d: %d logits, want %d", N, len(logits), 5*N*4)
+			t.Errorf("N=%d %s: %d logits, want %d", N, tc.pos, len(logits), 5*N*4)
 		}
 		if terms["loss_con"] <= 0 || terms["cos_neg"] > 0.999 {
-			t.Errorf("N=%d: terms %v: want a contrastive term away from its trivial point", N, terms)
+			t.Errorf("N=%d %s: terms %v: want a contrastive term away from its trivial point", N, tc.pos, terms)
 		}
 		grads := l.Grads().Clone() // each check's loss calls leave other gradients behind
 		for name, p := range l.Params() {
 			if err := gradcheck.Check(name, p.Data, grads[name].Data, loss, 1e-2, 2e-2, 40, rng); err != nil {
-				t.Errorf("N=%d: %v", N, err)
+				t.Errorf("N=%d %s: %v", N, tc.pos, err)
 			}
 		}
 	}

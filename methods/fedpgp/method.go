@@ -8,6 +8,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -22,6 +23,9 @@ type Settings struct {
 	Mu         float64 `yaml:"mu"`         // weight μ of the contrastive term (0.5)
 	Temp       float64 `yaml:"temp"`       // temperature τ of the contrastive term (0.5)
 	InitStd    float64 `yaml:"init_std"`   // σ of the N(0, σ²) init (0.02)
+	// ClassTokenPosition is CoOp's class_token_position of the learned
+	// prompts: end (default), middle or front.
+	ClassTokenPosition string `yaml:"class_token_position"`
 }
 
 // Check implements config.Section.
@@ -35,14 +39,17 @@ func (s *Settings) Check(c *config.Checker) {
 	c.NonNegative("mu", s.Mu)
 	c.Positive("temp", s.Temp)
 	c.NonNegative("init_std", s.InitStd)
+	if s.ClassTokenPosition != "" {
+		c.OneOf("class_token_position", s.ClassTokenPosition, prompt.PositionEnd, prompt.PositionMiddle, prompt.PositionFront)
+	}
 }
 
 func (s *Settings) config(seed uint64) Config {
-	return Config{NCtx: s.NCtx, Bottleneck: s.Bottleneck, NumPrompt: s.NumPrompt, Mu: s.Mu, Temp: s.Temp, InitStd: s.InitStd, Seed: seed}
+	return Config{NCtx: s.NCtx, Bottleneck: s.Bottleneck, NumPrompt: s.NumPrompt, Mu: s.Mu, Temp: s.Temp, InitStd: s.InitStd, Seed: seed, Position: s.ClassTokenPosition}
 }
 
 func fromConfig(c Config) *Settings {
-	return &Settings{NCtx: c.NCtx, Bottleneck: c.Bottleneck, NumPrompt: c.NumPrompt, Mu: c.Mu, Temp: c.Temp, InitStd: c.InitStd}
+	return &Settings{NCtx: c.NCtx, Bottleneck: c.Bottleneck, NumPrompt: c.NumPrompt, Mu: c.Mu, Temp: c.Temp, InitStd: c.InitStd, ClassTokenPosition: c.Position}
 }
 
 // Method is FedPGP for the methods registry.

@@ -20,6 +20,9 @@ import (
 func ConfigFromMeta(meta map[string]string) (Config, error) {
 	c := DefaultConfig()
 	var err error
+	if err = prompt.EndOnly(meta["class_token_position"], noPosition); err != nil {
+		return c, fmt.Errorf("fedpha: metadata %w", err)
+	}
 	if c.NCtx, err = prompt.MetaInt(meta, "n_ctx"); err != nil {
 		return c, fmt.Errorf("fedpha: %w", err)
 	}

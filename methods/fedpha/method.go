@@ -8,10 +8,15 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 func init() { methods.Register(Method{}) }
+
+// noPosition says why class_token_position is refused: FedPHA's code has
+// no position other than end.
+const noPosition = "the FedPHA code (PMFLT model/FedPHA.py) builds only the local prompts for middle and front and fails on the undefined global and projected prompts (UnboundLocalError); only end is supported"
 
 // Settings is the fedpha config section (defaults: PMFLT's fedpha.yaml; see
 // the package doc).
@@ -22,10 +27,16 @@ type Settings struct {
 	LambdaPull float64 `yaml:"lambda_pull"` // weight of the pull term (1)
 	LambdaPush float64 `yaml:"lambda_push"` // weight of the push term (1)
 	InitStd    float64 `yaml:"init_std"`    // σ of the contexts' N(0, σ²) init (0.02)
+	// ClassTokenPosition is CoOp's class_token_position, accepted only as
+	// end (see noPosition).
+	ClassTokenPosition string `yaml:"class_token_position,omitempty"`
 }
 
 // Check implements config.Section.
 func (s *Settings) Check(c *config.Checker) {
+	if p := s.ClassTokenPosition; p != "" && p != prompt.PositionEnd {
+		c.Fail("class_token_position", "%q: %s", p, noPosition)
+	}
 	c.AtLeast("n_ctx", s.NCtx, 1)
 	c.AtMost("n_ctx", s.NCtx, 64)
 	c.Range("ratio", s.Ratio, 0, 1)

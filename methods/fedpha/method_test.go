@@ -106,13 +106,9 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	s := DefaultConfig()
 	s.NCtx = 4
 	classes := []string{"red_circle", "blue square", "green triangle"}
-	var tokens []int
-	for _, c := range classes {
-		ids, err := tok.Tokenize(promptfed.Placeholder(s.NCtx)+" "+strings.ReplaceAll(c, "_", " ")+".", m.W.Config.Text.ContextLength, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tokens = append(tokens, ids...)
+	tokens, err := methods.PredictEnv{Model: m, Tok: tok}.ClassPromptTokens(classes, promptfed.Placeholder(s.NCtx))
+	if err != nil {
+		t.Fatal(err)
 	}
 	l, err := New(m, tokens, s)
 	if err != nil {

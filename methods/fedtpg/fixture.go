@@ -21,6 +21,9 @@ import (
 // absent), the server's mean from aggregation or weighted_mean; prompt_dim
 // and textemb_dim, when given, must be the model's widths.
 func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+	if err := prompt.EndOnly(f.Meta["class_token_position"], noPosition); err != nil {
+		return nil, fmt.Errorf("fedtpg: metadata %w", err)
+	}
 	s := fromConfig(DefaultConfig())
 	for key, dst := range map[string]*int{"n_ctx": &s.NCtx, "d_ctx": &s.DCtx, "depth": &s.Depth,
 		"cross_heads": &s.CrossHeads, "self_heads": &s.SelfHeads, "ff_mult": &s.FFMult} {

@@ -69,6 +69,10 @@ import (
 
 func init() { methods.Register(Method{}) }
 
+// noPosition says why class_token_position is refused: FedTPG's code has
+// no position other than end.
+const noPosition = "the authors' FedTPG code (boschresearch/FedTPG model/FedTPG.py) has no class-token position: the generated context always precedes the class name (only end)"
+
 // Settings is the fedtpg config section.
 type Settings struct {
 	// NCtx is the number of generated prompt vectors (the authors' 4).
@@ -94,6 +98,9 @@ type Settings struct {
 	// entropy over them — as the authors' cross-class clients (true); false
 	// trains over the client's whole label space.
 	OwnClasses bool `yaml:"own_classes"`
+	// ClassTokenPosition is CoOp's class_token_position, accepted only as
+	// end (see noPosition).
+	ClassTokenPosition string `yaml:"class_token_position,omitempty"`
 	// LR, when set, replaces the run's optimizer.lr for this method; 0
 	// keeps the run's.
 	LR float64 `yaml:"lr"`
@@ -101,6 +108,9 @@ type Settings struct {
 
 // Check implements config.Section.
 func (s *Settings) Check(c *config.Checker) {
+	if p := s.ClassTokenPosition; p != "" && p != prompt.PositionEnd {
+		c.Fail("class_token_position", "%q: %s", p, noPosition)
+	}
 	c.AtLeast("n_ctx", s.NCtx, 1)
 	c.AtMost("n_ctx", s.NCtx, 64)
 	if s.DCtx != 1 {

@@ -17,6 +17,10 @@ import (
 
 func init() { methods.Register(Method{}) }
 
+// noPosition says why class_token_position is refused: KgCoOp's code has
+// no position other than end.
+const noPosition = "the authors' KgCoOp prompt learner (htyao89/KgCoOp trainers/kgcoop.py) reads CLASS_TOKEN_POSITION but always builds [SOS][context][name] (only end)"
+
 // Settings is the kgcoop config section. The hand-crafted prompts whose
 // text features the context is pulled towards are the run's template
 // (prompt_template, "a photo of a {}."; the authors' CUSTOM_TEMPLATES per
@@ -31,10 +35,16 @@ type Settings struct {
 	CtxInit string `yaml:"ctx_init"`
 	// InitStd is the standard deviation of the random context init (0.02).
 	InitStd float64 `yaml:"init_std"`
+	// ClassTokenPosition is CoOp's class_token_position, accepted only as
+	// end (see noPosition).
+	ClassTokenPosition string `yaml:"class_token_position,omitempty"`
 }
 
 // Check implements config.Section.
 func (s *Settings) Check(c *config.Checker) {
+	if p := s.ClassTokenPosition; p != "" && p != prompt.PositionEnd {
+		c.Fail("class_token_position", "%q: %s", p, noPosition)
+	}
 	c.AtLeast("n_ctx", s.NCtx, 1)
 	c.AtMost("n_ctx", s.NCtx, 64)
 	c.NonNegative("init_std", s.InitStd)

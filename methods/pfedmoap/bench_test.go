@@ -5,20 +5,8 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/internal/methodtest"
 )
-
-func benchTokens(C, nCtx int) []int {
-	tok := make([]int, C*77)
-	for c := 0; c < C; c++ {
-		row := tok[c*77:]
-		row[0] = 49406
-		for i := 1; i <= nCtx; i++ {
-			row[i] = 343
-		}
-		row[nCtx+1], row[nCtx+2], row[nCtx+3] = 1000+c, 269, 49407
-	}
-	return tok
-}
 
 // BenchmarkStepViTB16 is one pFedMoAP step at ViT-B/16 shapes: 24 classes,
 // 16 context tokens, batch 32, the authors' gate (128 wide, 8 heads) over
@@ -28,7 +16,7 @@ func BenchmarkStepViTB16(b *testing.B) {
 	const B, C = 32, 24
 	m := clip.New(clip.Random(clip.ViTB16(), 1))
 	cfg := DefaultConfig()
-	l, err := New(m, benchTokens(C, 16), cfg)
+	l, err := New(m, methodtest.BenchTokens(C, 16), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,7 +19,8 @@ import (
 
 // ConfigFromMeta reads n_ctx, gating_embed_dim, gating_heads, scaling,
 // lambda, num_experts, lr, momentum, weight_decay, gating_lr,
-// gating_momentum and gating_weight_decay (init_std when present) from
+// gating_momentum and gating_weight_decay (init_std and
+// class_token_position when present) from
 // fixture metadata. Fixture learning rates are constant (CosinePrompt off).
 func ConfigFromMeta(meta map[string]string) (Config, error) {
 	c := DefaultConfig()
@@ -42,6 +43,9 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 		if c.InitStd, err = prompt.MetaFloat(meta, "init_std"); err != nil {
 			return c, fmt.Errorf("pfedmoap: %w", err)
 		}
+	}
+	if c.Position, err = prompt.MetaPosition(meta); err != nil {
+		return c, fmt.Errorf("pfedmoap: %w", err)
 	}
 	return c, c.Validate()
 }

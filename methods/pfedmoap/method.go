@@ -12,6 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -35,6 +36,9 @@ type Settings struct {
 	GateMomentum    float64 `yaml:"gate_momentum"`     // 0.9
 	GateWeightDecay float64 `yaml:"gate_weight_decay"` // 5e-4
 	InitStd         float64 `yaml:"init_std"`          // σ of the prompt's N(0, σ²) init (0.02)
+	// ClassTokenPosition is CoOp's class_token_position of the local and
+	// the expert prompts: end (default), middle or front.
+	ClassTokenPosition string `yaml:"class_token_position"`
 }
 
 // Check implements config.Section.
@@ -56,19 +60,23 @@ func (s *Settings) Check(c *config.Checker) {
 	c.Range("gate_momentum", s.GateMomentum, 0, 0.999)
 	c.NonNegative("gate_weight_decay", s.GateWeightDecay)
 	c.NonNegative("init_std", s.InitStd)
+	if s.ClassTokenPosition != "" {
+		c.OneOf("class_token_position", s.ClassTokenPosition, prompt.PositionEnd, prompt.PositionMiddle, prompt.PositionFront)
+	}
 }
 
 func (s *Settings) config(seed uint64) Config {
 	c := DefaultConfig()
 	c.NCtx, c.GateWidth, c.GateHeads, c.Scaling, c.Lambda, c.NumExperts = s.NCtx, s.GateWidth, s.GateHeads, s.Scaling, s.Lambda, s.NumExperts
 	c.GateLR, c.GateMomentum, c.GateWeightDecay, c.InitStd, c.Seed = s.GateLR, s.GateMomentum, s.GateWeightDecay, s.InitStd, seed
+	c.Position = s.ClassTokenPosition
 	return c
 }
 
 func fromConfig(c Config) *Settings {
 	return &Settings{NCtx: c.NCtx, GateWidth: c.GateWidth, GateHeads: c.GateHeads, Scaling: c.Scaling, Lambda: c.Lambda,
 		NumExperts: c.NumExperts, Selection: "nearest", GateLR: c.GateLR, GateMomentum: c.GateMomentum,
-		GateWeightDecay: c.GateWeightDecay, InitStd: c.InitStd}
+		GateWeightDecay: c.GateWeightDecay, InitStd: c.InitStd, ClassTokenPosition: c.Position}
 }
 
 // Method is pFedMoAP for the methods registry.

@@ -49,6 +49,10 @@ type Config struct {
 	NumExperts int     // num_experts: prompts the gate mixes, the local one included (10)
 	InitStd    float64 // init_std: the prompt is drawn N(0, InitStd²) (0.02)
 	Seed       uint64  // seed of the prompt and gate draws
+	// Position is CoOp's class_token_position of the local and the expert
+	// prompts: "end" (default, also ""), "middle" or "front" (see
+	// prompt.NewEncoderAt).
+	Position string
 
 	// Optimizers (the caller runs them): prompt SGD with a cosine schedule,
 	// gate SGD with a constant rate.
@@ -60,7 +64,7 @@ type Config struct {
 // DefaultConfig returns the authors' settings.
 func DefaultConfig() Config {
 	return Config{
-		NCtx: 16, GateWidth: 128, GateHeads: 8, Scaling: 10, Lambda: 0.5, NumExperts: 10, InitStd: 0.02,
+		NCtx: 16, GateWidth: 128, GateHeads: 8, Scaling: 10, Lambda: 0.5, NumExperts: 10, InitStd: 0.02, Position: prompt.PositionEnd,
 		LR: 0.002, Momentum: 0.9, WeightDecay: 5e-4,
 		GateLR: 0.01, GateMomentum: 0.9, GateWeightDecay: 5e-4, CosinePrompt: true,
 	}
@@ -91,6 +95,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pfedmoap: momentum %g / gating_momentum %g: must not be negative", c.Momentum, c.GateMomentum)
 	case !(c.WeightDecay >= 0) || !(c.GateWeightDecay >= 0) || math.IsInf(c.WeightDecay, 0) || math.IsInf(c.GateWeightDecay, 0):
 		return fmt.Errorf("pfedmoap: weight_decay %g / gating_weight_decay %g: must not be negative", c.WeightDecay, c.GateWeightDecay)
+	}
+	if c.Position != "" {
+		if err := prompt.CheckPosition(c.Position); err != nil {
+			return fmt.Errorf("pfedmoap: %w", err)
+		}
 	}
 	return nil
 }
@@ -146,7 +155,11 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	if E%cfg.GateWidth != 0 {
 		return nil, fmt.Errorf("pfedmoap: gate_width (gating_embed_dim) %d: must divide the model's feature dim %d", cfg.GateWidth, E)
 	}
-	enc, err := prompt.NewEncoder(m, tokens, cfg.NCtx)
+	pos := cfg.Position
+	if pos == "" {
+		pos = prompt.PositionEnd
+	}
+	enc, err := prompt.NewEncoderAt(m, tokens, cfg.NCtx, pos)
 	if err != nil {
 		return nil, fmt.Errorf("pfedmoap: %w", err)
 	}

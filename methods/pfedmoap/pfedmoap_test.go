@@ -78,9 +78,15 @@ func zeroBias(name string) bool {
 }
 
 func TestStepFixture(t *testing.T) {
+	checkStepFixture(t, "../../testdata/pfedmoap/")
+}
+
+// checkStepFixture compares the step of dir's init and step files with
+// the fixture: forward values, gradients, the step and its update.
+func checkStepFixture(t *testing.T, dir string) {
 	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/pfedmoap/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/pfedmoap/step.safetensors")
+	init, _ := fixturetest.Read(t, dir+"init.safetensors")
+	ref, meta := fixturetest.Read(t, dir+"step.safetensors")
 	batch := tensor.Named{"tokens": ref["tokens"], "labels": ref["labels"], "images": ref["images"]}
 	out, err := StepFromFile(m, init, batch, meta)
 	if err != nil {
@@ -111,9 +117,15 @@ func TestStepFixture(t *testing.T) {
 }
 
 func TestRoundFixture(t *testing.T) {
+	checkRoundFixture(t, "../../testdata/pfedmoap/")
+}
+
+// checkRoundFixture replays dir's round file (selection, then client 0's
+// local epoch) and compares it with the fixture, values and updates.
+func checkRoundFixture(t *testing.T, dir string) {
 	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/pfedmoap/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/pfedmoap/round.safetensors")
+	init, _ := fixturetest.Read(t, dir+"init.safetensors")
+	ref, meta := fixturetest.Read(t, dir+"round.safetensors")
 	params := tensor.Named{}
 	for name, v := range init {
 		if IsGate(name) {

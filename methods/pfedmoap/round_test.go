@@ -21,8 +21,14 @@ import (
 // mean batch loss and every trained tensor and its update p − init agree
 // with the authors' code.
 func TestRoundFixtureProductionPath(t *testing.T) {
+	checkRoundProduction(t, "pfedmoap/")
+}
+
+// checkRoundProduction runs dir's (under testdata) init and round files
+// through the production path and compares it with the round file.
+func checkRoundProduction(t *testing.T, dir string) {
 	m := fixturetest.Model(t)
-	f, err := fixture.Load(m, fixturetest.Testdata+"pfedmoap/init.safetensors", []string{fixturetest.Testdata + "pfedmoap/round.safetensors"}, nil)
+	f, err := fixture.Load(m, fixturetest.Testdata+dir+"init.safetensors", []string{fixturetest.Testdata + dir + "round.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,8 +36,8 @@ func TestRoundFixtureProductionPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, _ := fixturetest.Read(t, fixturetest.Testdata+"pfedmoap/round.safetensors")
-	init, _ := fixturetest.Read(t, fixturetest.Testdata+"pfedmoap/init.safetensors")
+	ref, _ := fixturetest.Read(t, fixturetest.Testdata+dir+"round.safetensors")
+	init, _ := fixturetest.Read(t, fixturetest.Testdata+dir+"init.safetensors")
 	if got, want := out["selected"].Data, ref["selected"].Data; !slices.Equal(got, want) {
 		t.Fatalf("the production strategy selected %v, the reference %v", got, want)
 	}

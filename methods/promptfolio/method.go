@@ -9,10 +9,15 @@ import (
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 func init() { methods.Register(Method{}) }
+
+// noPosition says why class_token_position is refused: PromptFolio's code has
+// no position other than end.
+const noPosition = "the authors' PromptFolio code (PanBikang/PromptFolio trainers/PromptFolio.py) builds only the first n_cls of its num_prompt·n_cls prompt rows for middle and front, so the local prompt's text features are empty and the mix fails; only end is supported"
 
 // Settings is the promptfolio config section (defaults: the code's
 // argparse; see the package doc).
@@ -24,6 +29,9 @@ type Settings struct {
 	Theta float64 `yaml:"theta"`
 	// InitStd is the standard deviation of the contexts' N(0, σ²) init (0.02).
 	InitStd float64 `yaml:"init_std"`
+	// ClassTokenPosition is CoOp's class_token_position, accepted only as
+	// end (see noPosition).
+	ClassTokenPosition string `yaml:"class_token_position,omitempty"`
 	// LR, when set, replaces the run's optimizer.lr for this method; 0
 	// keeps the run's.
 	LR float64 `yaml:"lr"`
@@ -31,6 +39,9 @@ type Settings struct {
 
 // Check implements config.Section.
 func (s *Settings) Check(c *config.Checker) {
+	if p := s.ClassTokenPosition; p != "" && p != prompt.PositionEnd {
+		c.Fail("class_token_position", "%q: %s", p, noPosition)
+	}
 	c.AtLeast("n_ctx", s.NCtx, 1)
 	c.AtMost("n_ctx", s.NCtx, 64)
 	c.Range("theta", s.Theta, 0, 1)

@@ -113,13 +113,9 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	m := clip.New(w)
 	s := &Settings{NCtx: 4, Theta: 0.3, InitStd: 0.02}
 	classes := []string{"red_circle", "blue square", "green triangle"}
-	var tokens []int
-	for _, c := range classes {
-		ids, err := tok.Tokenize(promptfed.Placeholder(s.NCtx)+" "+strings.ReplaceAll(c, "_", " ")+".", m.W.Config.Text.ContextLength, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tokens = append(tokens, ids...)
+	tokens, err := methods.PredictEnv{Model: m, Tok: tok}.ClassPromptTokens(classes, promptfed.Placeholder(s.NCtx))
+	if err != nil {
+		t.Fatal(err)
 	}
 	l, err := New(m, tokens, s.config(3))
 	if err != nil {
