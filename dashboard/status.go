@@ -28,6 +28,8 @@ type SiteStatus struct {
 	// Online is true when the site was heard from within three heartbeat
 	// intervals.
 	Online bool `json:"online"`
+	// Refused counts the site's refused uploads by reason.
+	Refused map[string]int `json:"refused,omitempty"`
 }
 
 // Status is the federation's state, as shown by the page.
@@ -41,7 +43,9 @@ type Status struct {
 	Sites  []SiteStatus `json:"sites"`
 	// History holds the completed rounds' reports.
 	History []federation.RoundReport `json:"history"`
-	Updated time.Time                `json:"updated"`
+	// Events are the latest lines of the event log, oldest first.
+	Events  []Event   `json:"events"`
+	Updated time.Time `json:"updated"`
 }
 
 // Source provides the Status and signals its changes.

@@ -32,7 +32,8 @@ type CoordinatorConfig struct {
 	// Insecure serves in clear text (--insecure-dev), loudly.
 	Insecure bool
 	// StatePath is the SQLite database of the coordinator's state; a run
-	// whose database holds a checkpoint resumes from it.
+	// whose database holds a checkpoint resumes from it. The event log,
+	// EventsFile, is written beside it.
 	StatePath string
 	// Spec and Limits validate uploads; see ServerConfig.
 	Spec   Spec
@@ -92,8 +93,13 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		return nil, err
 	}
 	defer store.Close()
+	events, err := OpenEvents(cfg.StatePath)
+	if err != nil {
+		return nil, err
+	}
+	defer events.Close()
 	srv, err := NewServer(ServerConfig{Sites: sites, TLS: tlsCfg, Insecure: cfg.Insecure, Spec: cfg.Spec, Limits: cfg.Limits,
-		Store: store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, Logger: log})
+		Store: store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, Logger: log, Events: events})
 	if err != nil {
 		return nil, err
 	}

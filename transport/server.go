@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -63,7 +64,9 @@ type ServerConfig struct {
 	Heartbeat time.Duration
 	// Metrics receives the Prometheus series (nil: new ones).
 	Metrics *dashboard.Metrics
-	Logger  *slog.Logger
+	// Events receives the event (audit) log (nil: kept in memory only).
+	Events *dashboard.EventLog
+	Logger *slog.Logger
 }
 
 // Server is the coordinator's gRPC service and the source of its proxies
@@ -86,6 +89,7 @@ type Server struct {
 	finished bool
 	subs     map[chan struct{}]bool
 	regWake  chan struct{}
+	started  int // the latest round whose first task was enqueued (-1: none)
 }
 
 type siteState struct {
@@ -96,6 +100,7 @@ type siteState struct {
 	lastContact time.Time
 	state       string
 	toldDone    bool
+	refused     map[string]int // refused uploads by reason
 	queue       []*task
 	wake        chan struct{}
 }
@@ -147,10 +152,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = dashboard.NewMetrics()
 	}
+	if cfg.Events == nil {
+		cfg.Events = &dashboard.EventLog{}
+	}
 	s := &Server{
 		cfg: cfg, lim: cfg.Limits.withDefaults(), log: cfg.Logger, metrics: cfg.Metrics,
 		byName: map[string]*siteState{}, closed: map[string]int{}, answered: map[string]bool{},
-		subs: map[chan struct{}]bool{}, regWake: make(chan struct{}),
+		subs: map[chan struct{}]bool{}, regWake: make(chan struct{}), started: -1,
 	}
 	for i, name := range cfg.Sites {
 		if _, dup := s.byName[name]; dup {
@@ -183,6 +191,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s.grpc = grpc.NewServer(opts...)
 	pb.RegisterFederationServer(s.grpc, s)
+	s.metrics.Watch(s.Status)
 	return s, nil
 }
 
@@ -277,7 +286,7 @@ func (s *Server) Observe(coord *federation.Coordinator, done []federation.RoundR
 		s.status.History = append(s.status.History, rep)
 		s.status.Round = rep.Round + 1
 		s.mu.Unlock()
-		s.event(rep.Round, "", "round", fmt.Sprintf("round %d done: %d selected, %d failed", rep.Round, len(rep.Selected), len(rep.Failures)))
+		s.roundEnded(rep)
 		s.changed()
 		if onRound != nil {
 			return onRound(rep)
@@ -299,18 +308,16 @@ func (s *Server) Status() dashboard.Status {
 	out := s.status
 	out.History = slices.Clone(s.status.History)
 	out.Updated = time.Now()
-	online := 0
 	for _, st := range s.sites {
 		ss := dashboard.SiteStatus{Name: st.name, ID: st.id, Registered: st.registered, NumExamples: st.numExamples,
-			State: st.state, LastContact: st.lastContact, Online: time.Since(st.lastContact) < 3*s.cfg.Heartbeat}
-		if ss.Online {
-			online++
-		} else if st.registered && st.state != "done" {
+			State: st.state, LastContact: st.lastContact, Online: time.Since(st.lastContact) < 3*s.cfg.Heartbeat,
+			Refused: maps.Clone(st.refused)}
+		if !ss.Online && st.registered && st.state != "done" {
 			ss.State = "offline"
 		}
 		out.Sites = append(out.Sites, ss)
 	}
-	s.metrics.SitesConnected.Set(float64(online))
+	out.Events = s.cfg.Events.Recent()
 	return out
 }
 
@@ -339,6 +346,7 @@ func (s *Server) changed() {
 }
 
 func (s *Server) event(round int, site, kind, msg string) {
+	s.audit(dashboard.Event{Round: round, Site: site, Kind: kind, Message: msg})
 	if s.cfg.Store == nil {
 		return
 	}
@@ -556,6 +564,7 @@ func (s *Server) finish(t *task, res taskResult) {
 
 func (s *Server) refused(st *siteState, round int, taskID string, r *refusal) {
 	s.metrics.Refused.WithLabelValues(r.code).Inc()
+	s.siteRefused(st, round, r)
 	s.log.Warn("upload refused", "round", round, "site", st.name, "task", taskID, "reason", r.code, "detail", r.msg)
 	if s.cfg.Store != nil {
 		if err := s.cfg.Store.RecordRefusal(round, st.name, taskID, r.code+": "+r.msg); err != nil {
@@ -723,6 +732,7 @@ func (p *RemoteProxy) Evaluate(ctx context.Context, ins federation.EvaluateIns) 
 
 func (p *RemoteProxy) run(ctx context.Context, t *task) (taskResult, error) {
 	s := p.s
+	s.roundStarted(t.round)
 	s.mu.Lock()
 	t.site.queue = append(t.site.queue, t)
 	close(t.site.wake)
