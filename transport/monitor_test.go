@@ -2,17 +2,14 @@ package transport
 
 import (
 	"bufio"
-	"crypto/tls"
 	"encoding/json"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/dashboard"
 	"github.com/pfedmma/pfedmma/transport/internal/toy"
 )
@@ -28,11 +25,7 @@ func TestGaugesAndEventLog(t *testing.T) {
 		c.Delay = 500 * time.Millisecond
 		return c
 	}})
-	pool, err := certs.CAPool(f.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}}, Timeout: 5 * time.Second}
+	cli := operatorClient(t, f.dir)
 	t0 := time.Now()
 	metrics := func() string {
 		resp, err := cli.Get("https://" + f.httpAddr + "/metrics")

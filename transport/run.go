@@ -22,8 +22,15 @@ type CoordinatorConfig struct {
 	// Addr is the gRPC listen address (host:port; port 0 picks one).
 	Addr string
 	// HTTPAddr, when set, serves the dashboard, /metrics and /healthz (over
-	// TLS with the coordinator's certificate unless Insecure).
-	HTTPAddr string
+	// TLS with the coordinator's certificate unless Insecure); a bare port
+	// listens on loopback only (HTTPListenAddr). Everything but /healthz
+	// requires an operator certificate (certs.AddOperator) or the bearer
+	// token of HTTPTokenFile.
+	HTTPAddr      string
+	HTTPTokenFile string
+	// HTTPLinger keeps the dashboard up that long after the last round
+	// (--linger), so that the finished run can still be looked at.
+	HTTPLinger time.Duration
 	// CertsDir is the certificates folder (certs.Init): the server's mTLS
 	// configuration and, when Sites is empty, the site list come from it.
 	CertsDir string
@@ -81,7 +88,7 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		if tlsCfg, err = certs.ServerTLS(cfg.CertsDir, log); err != nil {
 			return nil, err
 		}
-		if httpTLS, err = certs.ServerOnlyTLS(cfg.CertsDir); err != nil {
+		if httpTLS, err = certs.OperatorsTLS(cfg.CertsDir); err != nil {
 			return nil, err
 		}
 	}
@@ -111,11 +118,22 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	defer srv.GRPC().Stop()
 	httpAddr := ""
 	if cfg.HTTPAddr != "" {
-		hl, err := net.Listen("tcp", cfg.HTTPAddr)
+		addr, err := HTTPListenAddr(cfg.HTTPAddr)
 		if err != nil {
-			return nil, fmt.Errorf("transport: listen %s: %w", cfg.HTTPAddr, err)
+			return nil, err
 		}
-		hs := &http.Server{Handler: dashboard.Handler(srv, srv.Metrics()), TLSConfig: httpTLS, ReadHeaderTimeout: 10 * time.Second}
+		token := ""
+		if cfg.HTTPTokenFile != "" {
+			if token, err = ReadToken(cfg.HTTPTokenFile); err != nil {
+				return nil, err
+			}
+		}
+		hl, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("transport: listen %s: %w", addr, err)
+		}
+		h := operatorsOnly(dashboard.Handler(srv, srv.Metrics()), token, httpTLS == nil && token == "")
+		hs := &http.Server{Handler: h, TLSConfig: httpTLS, ReadHeaderTimeout: 10 * time.Second}
 		if httpTLS != nil {
 			go hs.ServeTLS(hl, "", "")
 		} else {
@@ -163,6 +181,13 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	deadline := time.Now().Add(linger)
 	for !srv.AllToldDone() && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
+	}
+	if httpAddr != "" && cfg.HTTPLinger > 0 {
+		log.Info("federation done; the dashboard stays up (--linger)", "http", httpAddr, "for", cfg.HTTPLinger)
+		select {
+		case <-ctx.Done():
+		case <-time.After(cfg.HTTPLinger):
+		}
 	}
 	return hist, nil
 }

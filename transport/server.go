@@ -597,6 +597,9 @@ func (s *Server) UploadUpdate(stream grpc.ClientStreamingServer[pb.UpdateChunk, 
 		return stream.SendAndClose(&pb.UploadReply{Reason: rf.code + ": " + rf.msg})
 	}
 	params, n, rf := s.receive(stream, h)
+	if rf == nil {
+		rf = s.checkDeclared(st, h.NumExamples)
+	}
 	if rf != nil {
 		s.refused(st, round, h.TaskId, rf)
 		s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: upload refused: %s", st.name, round, rf.msg)})
