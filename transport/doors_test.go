@@ -153,3 +153,65 @@ func TestUploadExampleCountChecked(t *testing.T) {
 		t.Fatalf("site-1's refusals %v", f.srv.Status().Sites[1].Refused)
 	}
 }
+
+// TestRevokedConnectedSiteCutOff: `certs revoke` of a site that is
+// connected and training takes effect within seconds: its task fails, the
+// rounds go on without it and nothing of it is aggregated afterwards.
+func TestRevokedConnectedSiteCutOff(t *testing.T) {
+	const rounds = 8
+	f := startFed(t, fedOpts{n: 3, rounds: rounds, fraction: 1, seed: 1, timeout: time.Minute, minFit: 2,
+		clients: func(i int) *toy.Client {
+			c := toy.New(i)
+			c.Delay = 400 * time.Millisecond
+			return c
+		}})
+	deadline := time.Now().Add(30 * time.Second)
+	for f.srv == nil || len(f.srv.Status().History) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no round completed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := certs.Revoke(f.dir, "site-1"); err != nil {
+		t.Fatal(err)
+	}
+	revokedAt := time.Now()
+	f.wait(t)
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	// once a round is without site-1, every later one is
+	var cut bool
+	for _, r := range f.hist.Rounds {
+		if _, ok := r.Fit[1]; !ok {
+			cut = true
+			if !strings.Contains(r.Failures[1], "revoked") {
+				t.Errorf("round %d: site-1's failure %q does not say it was revoked", r.Round, r.Failures[1])
+			}
+			continue
+		}
+		if cut {
+			t.Fatalf("round %d aggregated site-1 after it was cut off", r.Round)
+		}
+	}
+	if !cut {
+		t.Fatalf("site-1 was never cut off (revoked %v ago)", time.Since(revokedAt))
+	}
+	if _, ok := f.hist.Rounds[rounds-1].Fit[1]; ok {
+		t.Fatal("the last round aggregated the revoked site")
+	}
+	// cut off within seconds: at most the rounds of ~3 s after revocation
+	// can still hold it (each round lasts ≈ 0.4 s)
+	with := 0
+	for _, r := range f.hist.Rounds[1:] {
+		if _, ok := r.Fit[1]; ok {
+			with++
+		}
+	}
+	if with > 5 {
+		t.Fatalf("site-1 was aggregated in %d rounds after its revocation", with)
+	}
+	if st := f.srv.Status(); st.Sites[1].State != "revoked" {
+		t.Errorf("site-1's state %q, want revoked", st.Sites[1].State)
+	}
+}

@@ -116,6 +116,11 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	}
 	go srv.GRPC().Serve(lis)
 	defer srv.GRPC().Stop()
+	if cfg.CertsDir != "" {
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go srv.WatchRevocations(wctx, cfg.CertsDir, RevocationInterval)
+	}
 	httpAddr := ""
 	if cfg.HTTPAddr != "" {
 		addr, err := HTTPListenAddr(cfg.HTTPAddr)

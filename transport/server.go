@@ -101,6 +101,7 @@ type siteState struct {
 	state       string
 	toldDone    bool
 	refused     map[string]int // refused uploads by reason
+	revoked     bool           // cut off by Revoke
 	queue       []*task
 	wake        chan struct{}
 }
@@ -259,7 +260,7 @@ func (s *Server) AllToldDone() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, st := range s.sites {
-		if st.registered && !st.toldDone {
+		if st.registered && !st.toldDone && !st.revoked {
 			return false
 		}
 	}
@@ -312,7 +313,7 @@ func (s *Server) Status() dashboard.Status {
 		ss := dashboard.SiteStatus{Name: st.name, ID: st.id, Registered: st.registered, NumExamples: st.numExamples,
 			State: st.state, LastContact: st.lastContact, Online: time.Since(st.lastContact) < 3*s.cfg.Heartbeat,
 			Refused: maps.Clone(st.refused)}
-		if !ss.Online && st.registered && st.state != "done" {
+		if !ss.Online && st.registered && st.state != "done" && !st.revoked {
 			ss.State = "offline"
 		}
 		out.Sites = append(out.Sites, ss)
@@ -394,6 +395,9 @@ func (s *Server) caller(ctx context.Context, claimed string) (*siteState, error)
 		s.log.Warn("refused: unknown site", "site", name)
 		return nil, status.Errorf(codes.PermissionDenied, "unknown site %q", name)
 	}
+	if st.revoked {
+		return nil, status.Errorf(codes.PermissionDenied, "site %q is revoked", name)
+	}
 	st.lastContact = time.Now()
 	return st, nil
 }
@@ -472,7 +476,7 @@ func (s *Server) GetTask(req *pb.TaskRequest, stream grpc.ServerStreamingServer[
 				break
 			}
 		}
-		finished, wake := s.finished, st.wake
+		finished, wake, revoked := s.finished, st.wake, st.revoked
 		if t == nil && finished {
 			st.toldDone, st.state = true, "done"
 		}
@@ -481,6 +485,8 @@ func (s *Server) GetTask(req *pb.TaskRequest, stream grpc.ServerStreamingServer[
 		}
 		s.mu.Unlock()
 		switch {
+		case revoked:
+			return status.Errorf(codes.PermissionDenied, "site %q is revoked", st.name)
 		case t != nil:
 			s.changed()
 			return s.sendTask(stream, t)
@@ -737,6 +743,10 @@ func (p *RemoteProxy) run(ctx context.Context, t *task) (taskResult, error) {
 	s := p.s
 	s.roundStarted(t.round)
 	s.mu.Lock()
+	if t.site.revoked {
+		s.mu.Unlock()
+		return taskResult{}, fmt.Errorf("site %q round %d %s: the site's certificate was revoked", t.site.name, t.round, t.kind)
+	}
 	t.site.queue = append(t.site.queue, t)
 	close(t.site.wake)
 	t.site.wake = make(chan struct{})
