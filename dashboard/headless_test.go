@@ -42,6 +42,7 @@ func TestHeadlessLoadFinishes(t *testing.T) {
 		{Round: 1, Selected: []int{0, 1, 2}, Eval: per, EvalMean: mean, FitMean: federation.Metrics{"loss": 0.75},
 			Strategy: federation.Metrics{"dp_epsilon": 2.5}, BytesUp: 333, BytesDown: 444, Seconds: 2},
 	}
+	src.st.Fingerprint = "fp-1234abcd"
 	src.st.Events = []Event{{Time: time.Now(), Round: 1, Site: "site-b", Kind: "refused", Reason: "examples", Message: "claims 9 examples"}}
 	ts := httptest.NewServer(Handler(src, NewMetrics()))
 	defer ts.Close()
@@ -63,6 +64,7 @@ func TestHeadlessLoadFinishes(t *testing.T) {
 		"<td>0.7500</td>",                        // training loss
 		"<td>444</td>", "<td>333</td>",           // bytes
 		"claims 9 examples", "refused (examples)", // the event log
+		`<code id="fingerprint">fp-1234abcd</code>`,
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the page lacks %q", want)

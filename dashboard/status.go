@@ -36,11 +36,13 @@ type SiteStatus struct {
 type Status struct {
 	// Phase is "waiting" (for sites to register), "running", "done" or
 	// "failed".
-	Phase  string       `json:"phase"`
-	Error  string       `json:"error,omitempty"`
-	Round  int          `json:"round"`
-	Rounds int          `json:"rounds"`
-	Sites  []SiteStatus `json:"sites"`
+	Phase string `json:"phase"`
+	Error string `json:"error,omitempty"`
+	Round int    `json:"round"`
+	// Fingerprint is the configuration's fingerprint (sites must match it).
+	Fingerprint string       `json:"fingerprint,omitempty"`
+	Rounds      int          `json:"rounds"`
+	Sites       []SiteStatus `json:"sites"`
 	// History holds the completed rounds' reports.
 	History []federation.RoundReport `json:"history"`
 	// Events are the latest lines of the event log, oldest first.

@@ -80,7 +80,7 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 		logger = slog.Default()
 	}
 	hist, err := transport.RunCoordinator(ctx, transport.CoordinatorConfig{
-		Addr: c.Listen, HTTPAddr: c.HTTP, HTTPTokenFile: c.HTTPTokenFile, HTTPLinger: c.Linger, CertsDir: c.Certs, Insecure: c.Insecure,
+		Addr: c.Listen, HTTPAddr: c.HTTP, HTTPTokenFile: c.HTTPTokenFile, HTTPLinger: c.Linger, Fingerprint: e.Fingerprint(), CertsDir: c.Certs, Insecure: c.Insecure,
 		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Logger: logger,
 	}, coord)
 	if err != nil {

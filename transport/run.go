@@ -31,6 +31,9 @@ type CoordinatorConfig struct {
 	// HTTPLinger keeps the dashboard up that long after the last round
 	// (--linger), so that the finished run can still be looked at.
 	HTTPLinger time.Duration
+	// Fingerprint is the configuration's fingerprint, shown on the
+	// dashboard.
+	Fingerprint string
 	// CertsDir is the certificates folder (certs.Init): the server's mTLS
 	// configuration and, when Sites is empty, the site list come from it.
 	CertsDir string
@@ -110,6 +113,9 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	if err != nil {
 		return nil, err
 	}
+	srv.mu.Lock()
+	srv.status.Fingerprint = cfg.Fingerprint
+	srv.mu.Unlock()
 	lis, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen %s: %w", cfg.Addr, err)
