@@ -73,6 +73,9 @@ func TestHeadlessLoadFinishes(t *testing.T) {
 	if n := strings.Count(dom, `<tr class="round"><td>`) - strings.Count(dom, `<tr class="round"><td>${`); n != 2 {
 		t.Errorf("rounds table has %d rows, want 2", n)
 	}
+	if n := strings.Count(dom, "<title>site ") - strings.Count(dom, "<title>site ${"); n != 3 {
+		t.Errorf("the curve has %d per-site lines, want 3", n)
+	}
 	if mean["hm"] == (per[0]["hm"]+per[1]["hm"]+per[2]["hm"])/3 {
 		t.Fatal("test data does not tell the HM definitions apart")
 	}
