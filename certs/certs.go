@@ -274,7 +274,7 @@ func verifySite(dir string, pool *x509.CertPool, raw [][]byte) (string, error) {
 	if err != nil {
 		return cn, err
 	}
-	if !slices.Contains(sites, cn) {
+	if !slices.Contains(sites, cn) || IsOperator(leaf) {
 		return cn, fmt.Errorf("unknown site %q", cn)
 	}
 	rev, err := Revoked(dir)

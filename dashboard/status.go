@@ -28,20 +28,26 @@ type SiteStatus struct {
 	// Online is true when the site was heard from within three heartbeat
 	// intervals.
 	Online bool `json:"online"`
+	// Refused counts the site's refused uploads by reason.
+	Refused map[string]int `json:"refused,omitempty"`
 }
 
 // Status is the federation's state, as shown by the page.
 type Status struct {
 	// Phase is "waiting" (for sites to register), "running", "done" or
 	// "failed".
-	Phase  string       `json:"phase"`
-	Error  string       `json:"error,omitempty"`
-	Round  int          `json:"round"`
-	Rounds int          `json:"rounds"`
-	Sites  []SiteStatus `json:"sites"`
+	Phase string `json:"phase"`
+	Error string `json:"error,omitempty"`
+	Round int    `json:"round"`
+	// Fingerprint is the configuration's fingerprint (sites must match it).
+	Fingerprint string       `json:"fingerprint,omitempty"`
+	Rounds      int          `json:"rounds"`
+	Sites       []SiteStatus `json:"sites"`
 	// History holds the completed rounds' reports.
 	History []federation.RoundReport `json:"history"`
-	Updated time.Time                `json:"updated"`
+	// Events are the latest lines of the event log, oldest first.
+	Events  []Event   `json:"events"`
+	Updated time.Time `json:"updated"`
 }
 
 // Source provides the Status and signals its changes.

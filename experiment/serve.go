@@ -25,8 +25,13 @@ type ServeConfig struct {
 	Experiment *config.Experiment
 	// Model is the checkpoint (the configuration's model, resolved).
 	Model string
-	// Listen is the gRPC address, HTTP the dashboard's (empty: none).
-	Listen, HTTP string
+	// Listen is the gRPC address, HTTP the dashboard's (empty: none; a
+	// bare port is loopback only). HTTPTokenFile holds a bearer token that
+	// opens the dashboard besides operator certificates; Linger keeps the
+	// dashboard up that long after the last round.
+	Listen, HTTP  string
+	HTTPTokenFile string
+	Linger        time.Duration
 	// Certs is the certificates folder (pfedmma certs init); Insecure runs
 	// without TLS (local development only).
 	Certs    string
@@ -75,7 +80,7 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 		logger = slog.Default()
 	}
 	hist, err := transport.RunCoordinator(ctx, transport.CoordinatorConfig{
-		Addr: c.Listen, HTTPAddr: c.HTTP, CertsDir: c.Certs, Insecure: c.Insecure,
+		Addr: c.Listen, HTTPAddr: c.HTTP, HTTPTokenFile: c.HTTPTokenFile, HTTPLinger: c.Linger, Fingerprint: e.Fingerprint(), CertsDir: c.Certs, Insecure: c.Insecure,
 		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Logger: logger,
 	}, coord)
 	if err != nil {

@@ -77,11 +77,13 @@ func cloneMetrics(m map[string]float64) Metrics {
 }
 
 // meanMetrics is, per metric name, the unweighted mean over the clients that
-// report it, summed in client-ID order.
+// report it, summed in client-ID order; "hm" is the harmonic mean of the
+// averaged local, base and novel (eval.ClientMean, the papers' HM), the one
+// definition used by the report, the dashboard and the coordinator's log.
 func meanMetrics(per map[int]Metrics) Metrics {
 	sets := make([]Metrics, 0, len(per))
 	for _, id := range slices.Sorted(maps.Keys(per)) {
 		sets = append(sets, per[id])
 	}
-	return eval.MeanOf(sets...)
+	return eval.ClientMean(sets...)
 }

@@ -22,8 +22,18 @@ type CoordinatorConfig struct {
 	// Addr is the gRPC listen address (host:port; port 0 picks one).
 	Addr string
 	// HTTPAddr, when set, serves the dashboard, /metrics and /healthz (over
-	// TLS with the coordinator's certificate unless Insecure).
-	HTTPAddr string
+	// TLS with the coordinator's certificate unless Insecure); a bare port
+	// listens on loopback only (HTTPListenAddr). Everything but /healthz
+	// requires an operator certificate (certs.AddOperator) or the bearer
+	// token of HTTPTokenFile.
+	HTTPAddr      string
+	HTTPTokenFile string
+	// HTTPLinger keeps the dashboard up that long after the last round
+	// (--linger), so that the finished run can still be looked at.
+	HTTPLinger time.Duration
+	// Fingerprint is the configuration's fingerprint, shown on the
+	// dashboard.
+	Fingerprint string
 	// CertsDir is the certificates folder (certs.Init): the server's mTLS
 	// configuration and, when Sites is empty, the site list come from it.
 	CertsDir string
@@ -32,7 +42,8 @@ type CoordinatorConfig struct {
 	// Insecure serves in clear text (--insecure-dev), loudly.
 	Insecure bool
 	// StatePath is the SQLite database of the coordinator's state; a run
-	// whose database holds a checkpoint resumes from it.
+	// whose database holds a checkpoint resumes from it. The event log,
+	// EventsFile, is written beside it.
 	StatePath string
 	// Spec and Limits validate uploads; see ServerConfig.
 	Spec   Spec
@@ -80,7 +91,7 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		if tlsCfg, err = certs.ServerTLS(cfg.CertsDir, log); err != nil {
 			return nil, err
 		}
-		if httpTLS, err = certs.ServerOnlyTLS(cfg.CertsDir); err != nil {
+		if httpTLS, err = certs.OperatorsTLS(cfg.CertsDir); err != nil {
 			return nil, err
 		}
 	}
@@ -92,24 +103,48 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		return nil, err
 	}
 	defer store.Close()
-	srv, err := NewServer(ServerConfig{Sites: sites, TLS: tlsCfg, Insecure: cfg.Insecure, Spec: cfg.Spec, Limits: cfg.Limits,
-		Store: store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, Logger: log})
+	events, err := OpenEvents(cfg.StatePath)
 	if err != nil {
 		return nil, err
 	}
+	defer events.Close()
+	srv, err := NewServer(ServerConfig{Sites: sites, TLS: tlsCfg, Insecure: cfg.Insecure, Spec: cfg.Spec, Limits: cfg.Limits,
+		Store: store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, Logger: log, Events: events})
+	if err != nil {
+		return nil, err
+	}
+	srv.mu.Lock()
+	srv.status.Fingerprint = cfg.Fingerprint
+	srv.mu.Unlock()
 	lis, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen %s: %w", cfg.Addr, err)
 	}
 	go srv.GRPC().Serve(lis)
 	defer srv.GRPC().Stop()
+	if cfg.CertsDir != "" {
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go srv.WatchRevocations(wctx, cfg.CertsDir, RevocationInterval)
+	}
 	httpAddr := ""
 	if cfg.HTTPAddr != "" {
-		hl, err := net.Listen("tcp", cfg.HTTPAddr)
+		addr, err := HTTPListenAddr(cfg.HTTPAddr)
 		if err != nil {
-			return nil, fmt.Errorf("transport: listen %s: %w", cfg.HTTPAddr, err)
+			return nil, err
 		}
-		hs := &http.Server{Handler: dashboard.Handler(srv, srv.Metrics()), TLSConfig: httpTLS, ReadHeaderTimeout: 10 * time.Second}
+		token := ""
+		if cfg.HTTPTokenFile != "" {
+			if token, err = ReadToken(cfg.HTTPTokenFile); err != nil {
+				return nil, err
+			}
+		}
+		hl, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("transport: listen %s: %w", addr, err)
+		}
+		h := operatorsOnly(dashboard.Handler(srv, srv.Metrics()), token, httpTLS == nil && token == "")
+		hs := &http.Server{Handler: h, TLSConfig: httpTLS, ReadHeaderTimeout: 10 * time.Second}
 		if httpTLS != nil {
 			go hs.ServeTLS(hl, "", "")
 		} else {
@@ -157,6 +192,13 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	deadline := time.Now().Add(linger)
 	for !srv.AllToldDone() && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
+	}
+	if httpAddr != "" && cfg.HTTPLinger > 0 {
+		log.Info("federation done; the dashboard stays up (--linger)", "http", httpAddr, "for", cfg.HTTPLinger)
+		select {
+		case <-ctx.Done():
+		case <-time.After(cfg.HTTPLinger):
+		}
 	}
 	return hist, nil
 }

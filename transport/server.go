@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -63,7 +64,9 @@ type ServerConfig struct {
 	Heartbeat time.Duration
 	// Metrics receives the Prometheus series (nil: new ones).
 	Metrics *dashboard.Metrics
-	Logger  *slog.Logger
+	// Events receives the event (audit) log (nil: kept in memory only).
+	Events *dashboard.EventLog
+	Logger *slog.Logger
 }
 
 // Server is the coordinator's gRPC service and the source of its proxies
@@ -86,6 +89,7 @@ type Server struct {
 	finished bool
 	subs     map[chan struct{}]bool
 	regWake  chan struct{}
+	started  int // the latest round whose first task was enqueued (-1: none)
 }
 
 type siteState struct {
@@ -96,6 +100,8 @@ type siteState struct {
 	lastContact time.Time
 	state       string
 	toldDone    bool
+	refused     map[string]int // refused uploads by reason
+	revoked     bool           // cut off by Revoke
 	queue       []*task
 	wake        chan struct{}
 }
@@ -147,10 +153,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = dashboard.NewMetrics()
 	}
+	if cfg.Events == nil {
+		cfg.Events = &dashboard.EventLog{}
+	}
 	s := &Server{
 		cfg: cfg, lim: cfg.Limits.withDefaults(), log: cfg.Logger, metrics: cfg.Metrics,
 		byName: map[string]*siteState{}, closed: map[string]int{}, answered: map[string]bool{},
-		subs: map[chan struct{}]bool{}, regWake: make(chan struct{}),
+		subs: map[chan struct{}]bool{}, regWake: make(chan struct{}), started: -1,
 	}
 	for i, name := range cfg.Sites {
 		if _, dup := s.byName[name]; dup {
@@ -183,6 +192,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s.grpc = grpc.NewServer(opts...)
 	pb.RegisterFederationServer(s.grpc, s)
+	s.metrics.Watch(s.Status)
 	return s, nil
 }
 
@@ -250,7 +260,7 @@ func (s *Server) AllToldDone() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, st := range s.sites {
-		if st.registered && !st.toldDone {
+		if st.registered && !st.toldDone && !st.revoked {
 			return false
 		}
 	}
@@ -277,7 +287,7 @@ func (s *Server) Observe(coord *federation.Coordinator, done []federation.RoundR
 		s.status.History = append(s.status.History, rep)
 		s.status.Round = rep.Round + 1
 		s.mu.Unlock()
-		s.event(rep.Round, "", "round", fmt.Sprintf("round %d done: %d selected, %d failed", rep.Round, len(rep.Selected), len(rep.Failures)))
+		s.roundEnded(rep)
 		s.changed()
 		if onRound != nil {
 			return onRound(rep)
@@ -299,18 +309,16 @@ func (s *Server) Status() dashboard.Status {
 	out := s.status
 	out.History = slices.Clone(s.status.History)
 	out.Updated = time.Now()
-	online := 0
 	for _, st := range s.sites {
 		ss := dashboard.SiteStatus{Name: st.name, ID: st.id, Registered: st.registered, NumExamples: st.numExamples,
-			State: st.state, LastContact: st.lastContact, Online: time.Since(st.lastContact) < 3*s.cfg.Heartbeat}
-		if ss.Online {
-			online++
-		} else if st.registered && st.state != "done" {
+			State: st.state, LastContact: st.lastContact, Online: time.Since(st.lastContact) < 3*s.cfg.Heartbeat,
+			Refused: maps.Clone(st.refused)}
+		if !ss.Online && st.registered && st.state != "done" && !st.revoked {
 			ss.State = "offline"
 		}
 		out.Sites = append(out.Sites, ss)
 	}
-	s.metrics.SitesConnected.Set(float64(online))
+	out.Events = s.cfg.Events.Recent()
 	return out
 }
 
@@ -339,6 +347,7 @@ func (s *Server) changed() {
 }
 
 func (s *Server) event(round int, site, kind, msg string) {
+	s.audit(dashboard.Event{Round: round, Site: site, Kind: kind, Message: msg})
 	if s.cfg.Store == nil {
 		return
 	}
@@ -385,6 +394,9 @@ func (s *Server) caller(ctx context.Context, claimed string) (*siteState, error)
 	if st == nil {
 		s.log.Warn("refused: unknown site", "site", name)
 		return nil, status.Errorf(codes.PermissionDenied, "unknown site %q", name)
+	}
+	if st.revoked {
+		return nil, status.Errorf(codes.PermissionDenied, "site %q is revoked", name)
 	}
 	st.lastContact = time.Now()
 	return st, nil
@@ -464,7 +476,7 @@ func (s *Server) GetTask(req *pb.TaskRequest, stream grpc.ServerStreamingServer[
 				break
 			}
 		}
-		finished, wake := s.finished, st.wake
+		finished, wake, revoked := s.finished, st.wake, st.revoked
 		if t == nil && finished {
 			st.toldDone, st.state = true, "done"
 		}
@@ -473,6 +485,8 @@ func (s *Server) GetTask(req *pb.TaskRequest, stream grpc.ServerStreamingServer[
 		}
 		s.mu.Unlock()
 		switch {
+		case revoked:
+			return status.Errorf(codes.PermissionDenied, "site %q is revoked", st.name)
 		case t != nil:
 			s.changed()
 			return s.sendTask(stream, t)
@@ -556,6 +570,7 @@ func (s *Server) finish(t *task, res taskResult) {
 
 func (s *Server) refused(st *siteState, round int, taskID string, r *refusal) {
 	s.metrics.Refused.WithLabelValues(r.code).Inc()
+	s.siteRefused(st, round, r)
 	s.log.Warn("upload refused", "round", round, "site", st.name, "task", taskID, "reason", r.code, "detail", r.msg)
 	if s.cfg.Store != nil {
 		if err := s.cfg.Store.RecordRefusal(round, st.name, taskID, r.code+": "+r.msg); err != nil {
@@ -588,6 +603,9 @@ func (s *Server) UploadUpdate(stream grpc.ClientStreamingServer[pb.UpdateChunk, 
 		return stream.SendAndClose(&pb.UploadReply{Reason: rf.code + ": " + rf.msg})
 	}
 	params, n, rf := s.receive(stream, h)
+	if rf == nil {
+		rf = s.checkDeclared(st, h.NumExamples)
+	}
 	if rf != nil {
 		s.refused(st, round, h.TaskId, rf)
 		s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: upload refused: %s", st.name, round, rf.msg)})
@@ -723,7 +741,12 @@ func (p *RemoteProxy) Evaluate(ctx context.Context, ins federation.EvaluateIns) 
 
 func (p *RemoteProxy) run(ctx context.Context, t *task) (taskResult, error) {
 	s := p.s
+	s.roundStarted(t.round)
 	s.mu.Lock()
+	if t.site.revoked {
+		s.mu.Unlock()
+		return taskResult{}, fmt.Errorf("site %q round %d %s: the site's certificate was revoked", t.site.name, t.round, t.kind)
+	}
 	t.site.queue = append(t.site.queue, t)
 	close(t.site.wake)
 	t.site.wake = make(chan struct{})

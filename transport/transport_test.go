@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -95,6 +94,9 @@ func startFed(t *testing.T, o fedOpts) *fed {
 	if f.dir == "" {
 		f.dir = t.TempDir()
 		if err := certs.Init(f.dir, f.sites, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := certs.AddOperator(f.dir, "ops"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -262,11 +264,7 @@ func TestDashboardEndpoints(t *testing.T) {
 		c.Delay = 300 * time.Millisecond
 		return c
 	}})
-	pool, err := certs.CAPool(f.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}}, Timeout: 5 * time.Second}
+	cli := operatorClient(t, f.dir)
 	get := func(path string) string {
 		t.Helper()
 		resp, err := cli.Get("https://" + f.httpAddr + path)

@@ -73,6 +73,30 @@ func newCertsCmd() *cobra.Command {
 		},
 	}
 	revCmd.Flags().StringVar(&revDir, "dir", "", "certificates folder")
-	cmd.AddCommand(initCmd, addCmd, revCmd)
+	var opDir string
+	opCmd := &cobra.Command{
+		Use:   "add-operator --dir D NAME",
+		Short: "Issue an operator certificate: it opens the dashboard, /api/status and /metrics (never the federation)",
+		Long: `Issue an operator certificate, signed by the federation's CA, as operators/NAME.crt and
+operators/NAME.key in the certificates folder. The coordinator's dashboard, /api/status and
+/metrics (pfedmma serve --http) answer only clients presenting such a certificate, or the
+bearer token of --http-token-file. With curl:
+  curl --cacert D/ca.crt --cert D/operators/NAME.crt --key D/operators/NAME.key https://HOST:7444/api/status
+A browser needs them as a PKCS#12 bundle:
+  openssl pkcs12 -export -in D/operators/NAME.crt -inkey D/operators/NAME.key -out NAME.p12`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if opDir == "" {
+				return fmt.Errorf("certs add-operator: --dir is required")
+			}
+			if err := certs.AddOperator(opDir, args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "operator %s: %s/%s.crt and .key\n", args[0], certs.OperatorsDir, args[0])
+			return nil
+		},
+	}
+	opCmd.Flags().StringVar(&opDir, "dir", "", "certificates folder")
+	cmd.AddCommand(initCmd, addCmd, revCmd, opCmd)
 	return cmd
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -26,6 +27,9 @@ random state stay in --state (default ./site-SITE), with the site's metrics
 retries while the coordinator is away and exits 0 when the federation ends.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if c.Insecure && c.Certs != "" {
+				return errors.New("site: --insecure-dev and --certs exclude each other (--insecure-dev connects in clear text and would ignore the certificates)")
+			}
 			var err error
 			if c.Experiment, c.Model, err = x.compose(); err != nil {
 				return err
