@@ -101,17 +101,17 @@ def read(name):
     return json.load(open(p)) if os.path.exists(p) else None
 def f(x):
     return f"{x:.2f}" if x else "—"
-print("| method | reference train / eval images/s | pfedmma fp32 train / eval images/s | ratio fp32 train / eval | pfedmma bf16 train / eval images/s | ratio bf16 train / eval | kernel | GFLOP/s |")
-print("|---|---|---|---|---|---|---|---|")
+print("| method | reference train / eval images/s | pfedmma fp32 train / eval images/s | ratio fp32 train / eval | pfedmma bf16 train / eval images/s | ratio bf16 train / eval | kernel | pfedmma caches | GFLOP/s |")
+print("|---|---|---|---|---|---|---|---|---|")
 conf = set()
 for m in methods:
     ref = read(f"{m}-ref.json")
     if ref is None:
-        print(f"| {m} | not run | | | | | | |")
+        print(f"| {m} | not run | | | | | | | |")
         continue
     conf.add(ref.get("config", "?"))
     row = [m, f"{f(ref['train_images_per_s'])} / {f(ref['eval_images_per_s'])}"]
-    kernel, gflops = "—", "—"
+    kernel, cached, gflops = "—", "—", "—"
     for prec in ["fp32", "bf16"]:
         r = read(f"{m}-{prec}.json")
         if r is None:
@@ -121,9 +121,10 @@ for m in methods:
         row.append(f"**{r['speedup_train']:.1f}×** / **{r['speedup_eval']:.1f}×**")
         if prec == "fp32":
             kernel = f"{r['backend']} {r['kernel']} ({r['threads']} threads)"
+            cached = r.get("cached", "—")
         if r.get("gemm_gflops"):
             gflops = f"{r['gemm_gflops']:.0f}"
-    row += [kernel, gflops]
+    row += [kernel, cached, gflops]
     print("| " + " | ".join(row) + " |")
 print()
 for c in sorted(conf):
