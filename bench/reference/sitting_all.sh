@@ -20,6 +20,7 @@
 #   PFEDMOAP_REPO     github.com/ljaiverson/pFedMoAP   pfedmoap
 #   FEDTPG_REPO       github.com/boschresearch/FedTPG  fedtpg
 #   PROMPTFOLIO_REPO  github.com/PanBikang/PromptFolio promptfolio
+#   COOP_REPO         github.com/KaiyangZhou/CoOp      cocoop
 # STEPS (default 10) timed steps on each side; METHOD... limits the sitting
 # to those methods. REF_ARGS and BENCH_ARGS add flags to every harness and every
 # `pfedmma bench train` (for a smoke test only, e.g. REF_ARGS="--batch 2"
@@ -40,7 +41,7 @@ if [ -z "${PFEDMMA:-}" ]; then
 	PFEDMMA=$out/pfedmma
 fi
 load() { printf '%s  load %s\n' "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1-3 /proc/loadavg)"; }
-methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora pfedmoap fedtpg promptfolio}
+methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora pfedmoap fedtpg promptfolio cocoop}
 start=$(date +%s)
 
 # harness METHOD: prints "script repo-args" for METHOD's harness, or nothing
@@ -57,6 +58,7 @@ harness() {
 	pfedmoap) [ -n "${PFEDMOAP_REPO:-}" ] && echo "pfedmoap_ref.py --repo $PFEDMOAP_REPO" ;;
 	fedtpg) [ -n "${FEDTPG_REPO:-}" ] && echo "fedtpg_ref.py --repo $FEDTPG_REPO" ;;
 	promptfolio) [ -n "${PROMPTFOLIO_REPO:-}" ] && echo "promptfolio_ref.py --repo $PROMPTFOLIO_REPO" ;;
+	cocoop) [ -n "${COOP_REPO:-}" ] && echo "cocoop_ref.py --repo $COOP_REPO" ;;
 	*) echo "sitting_all: no reference harness for method $1" >&2; return 1 ;;
 	esac
 	return 0
