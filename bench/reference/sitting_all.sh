@@ -20,6 +20,7 @@
 #   PFEDMOAP_REPO     github.com/ljaiverson/pFedMoAP   pfedmoap
 #   FEDTPG_REPO       github.com/boschresearch/FedTPG  fedtpg
 #   PROMPTFOLIO_REPO  github.com/PanBikang/PromptFolio promptfolio
+#   COOP_REPO         github.com/KaiyangZhou/CoOp      cocoop
 # STEPS (default 10) timed steps on each side; METHOD... limits the sitting
 # to those methods. REF_ARGS and BENCH_ARGS add flags to every harness and every
 # `pfedmma bench train` (for a smoke test only, e.g. REF_ARGS="--batch 2"
@@ -40,7 +41,7 @@ if [ -z "${PFEDMMA:-}" ]; then
 	PFEDMMA=$out/pfedmma
 fi
 load() { printf '%s  load %s\n' "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1-3 /proc/loadavg)"; }
-methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora pfedmoap fedtpg promptfolio}
+methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora pfedmoap fedtpg promptfolio cocoop}
 start=$(date +%s)
 
 # harness METHOD: prints "script repo-args" for METHOD's harness, or nothing
@@ -57,6 +58,7 @@ harness() {
 	pfedmoap) [ -n "${PFEDMOAP_REPO:-}" ] && echo "pfedmoap_ref.py --repo $PFEDMOAP_REPO" ;;
 	fedtpg) [ -n "${FEDTPG_REPO:-}" ] && echo "fedtpg_ref.py --repo $FEDTPG_REPO" ;;
 	promptfolio) [ -n "${PROMPTFOLIO_REPO:-}" ] && echo "promptfolio_ref.py --repo $PROMPTFOLIO_REPO" ;;
+	cocoop) [ -n "${COOP_REPO:-}" ] && echo "cocoop_ref.py --repo $COOP_REPO" ;;
 	*) echo "sitting_all: no reference harness for method $1" >&2; return 1 ;;
 	esac
 	return 0
@@ -101,17 +103,17 @@ def read(name):
     return json.load(open(p)) if os.path.exists(p) else None
 def f(x):
     return f"{x:.2f}" if x else "—"
-print("| method | reference train / eval images/s | pfedmma fp32 train / eval images/s | ratio fp32 train / eval | pfedmma bf16 train / eval images/s | ratio bf16 train / eval | kernel | GFLOP/s |")
-print("|---|---|---|---|---|---|---|---|")
+print("| method | reference train / eval images/s | pfedmma fp32 train / eval images/s | ratio fp32 train / eval | pfedmma bf16 train / eval images/s | ratio bf16 train / eval | kernel | pfedmma caches | GFLOP/s |")
+print("|---|---|---|---|---|---|---|---|---|")
 conf = set()
 for m in methods:
     ref = read(f"{m}-ref.json")
     if ref is None:
-        print(f"| {m} | not run | | | | | | |")
+        print(f"| {m} | not run | | | | | | | |")
         continue
     conf.add(ref.get("config", "?"))
     row = [m, f"{f(ref['train_images_per_s'])} / {f(ref['eval_images_per_s'])}"]
-    kernel, gflops = "—", "—"
+    kernel, cached, gflops = "—", "—", "—"
     for prec in ["fp32", "bf16"]:
         r = read(f"{m}-{prec}.json")
         if r is None:
@@ -121,9 +123,10 @@ for m in methods:
         row.append(f"**{r['speedup_train']:.1f}×** / **{r['speedup_eval']:.1f}×**")
         if prec == "fp32":
             kernel = f"{r['backend']} {r['kernel']} ({r['threads']} threads)"
+            cached = r.get("cached", "—")
         if r.get("gemm_gflops"):
             gflops = f"{r['gemm_gflops']:.0f}"
-    row += [kernel, gflops]
+    row += [kernel, cached, gflops]
     print("| " + " | ".join(row) + " |")
 print()
 for c in sorted(conf):
