@@ -9,7 +9,7 @@ BIN       := bin/pfedmma
 # Idle OpenBLAS threads sleep instead of spinning (see gemm.TuneCPU).
 export OPENBLAS_THREAD_TIMEOUT ?= 4
 
-.PHONY: run test deps build bench fuzz proto clean fixtures-maple fixtures verify-fixtures fixtures-dpfpl
+.PHONY: run test deps build bench fuzz proto clean fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp
 
 # Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
 # path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
@@ -86,6 +86,16 @@ fixtures-maple:
 fixtures-dpfpl:
 	$(FIXTURE_PY) tools/fixtures/make_dpfpl.py
 	$(FIXTURE_PY) tools/fixtures/verify_dpfpl.py
+
+# FedMVP reference fixtures (testdata/fedmvp) from the authors' code
+# (mainaksingha01/FedMVP, read from its git mirror FEDMVP_REF), checked by an
+# independent float64 numpy FedMVP (finite differences at sampled
+# coordinates). Not part of build or test; needs Debian's python3-torch.
+fixtures-fedmvp:
+	FEDMVP_REF=$(FEDMVP_REF) $(FIXTURE_PY) tools/fixtures/fedmvp/make_fixture.py
+	$(FIXTURE_PY) -u tools/fixtures/fedmvp/verify.py
+
+FEDMVP_REF ?= /work/.mirror/mainaksingha01+FedMVP/repo
 
 # Reference fixtures of testdata/cocoop, testdata/kgcoop and testdata/coop-positions,
 # made by running the authors' PyTorch code (Debian's python3-torch, float32, CPU) and

@@ -74,6 +74,11 @@ func (v *Vision) EmbedForward(pixels []float32, B int) []float32 {
 	return v.x0
 }
 
+// EmbedInput returns ln_pre's input of the last EmbedForward, x = [class |
+// patches·conv1ᵀ] + pos [B, T, D] (owned by the encoder, valid until the next
+// call): FedMVP's cross-attention reads the patch rows before ln_pre.
+func (v *Vision) EmbedInput() []float32 { return v.pre[:v.embB*v.Cfg.Tokens()*v.Cfg.Width] }
+
 // AdaptEmbed applies the index-0 adapter: x0' = h + A(h) for h = x0 [B, T, D]
 // (returns h itself when there is no embedding adapter).
 func (v *Vision) AdaptEmbed(h []float32, B int) []float32 {

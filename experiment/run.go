@@ -272,7 +272,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 func backboneFits(resNet bool, method string, depth int) error {
 	if resNet && depth != methods.Features && depth != methods.AnyDepth {
 		what := fmt.Sprintf("runs blocks %d.. of a ViT image encoder", depth)
-		if depth == methods.TokenFeatures {
+		if depth == methods.TokenFeatures || depth == methods.Embeddings {
 			what = "needs the image encoder's patch tokens"
 		}
 		return fmt.Errorf("method %s %s; the model is a ResNet CLIP (use a ViT checkpoint, or a method on image features: %s)", method, what, strings.Join(featureMethods(), ", "))

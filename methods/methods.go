@@ -45,6 +45,12 @@ const (
 	// [T, E] (FedOTP's optimal transport over patches); token 0 is the
 	// image feature.
 	TokenFeatures = prefixcache.TokenFeatures
+	// Embeddings caches ln_pre's input [T, Dv] (class and patch embeddings
+	// plus positions, before ln_pre), then the frozen image features [E] of
+	// the image and [E] of its horizontal mirror (FedMVP: visual prompts from
+	// the patch embeddings, a consistency loss against zero-shot CLIP on a
+	// randomly flipped view).
+	Embeddings = prefixcache.Embeddings
 )
 
 // Method is one federated method.
@@ -56,7 +62,7 @@ type Method interface {
 	// Depth is ℓ, the first block of the encoders the method runs per step
 	// given its settings and the model's depth (blocks before ℓ are the
 	// frozen prefix, cached once per image; 0: the embeddings run too), or
-	// Features, TokenFeatures or AnyDepth.
+	// Features, TokenFeatures, Embeddings or AnyDepth.
 	Depth(sec config.Section, layers int) (int, error)
 	// Build makes the method's clients (one per task client, in task
 	// order) and its server strategy on env. A nil Strategy means the

@@ -92,6 +92,14 @@ func (z *FrozenScorer) ImageFeatures(prefix []float32, B int) []float32 {
 			copy(z.feat[b*E:(b+1)*E], prefix[b*T*E:b*T*E+E])
 		}
 		return z.feat
+	case Embeddings:
+		n := z.Env.Prefixer.RecordLen()
+		TD := n - 2*E
+		z.feat = nn.Grow(z.feat, B*E)
+		for b := 0; b < B; b++ {
+			copy(z.feat[b*E:(b+1)*E], prefix[b*n+TD:b*n+TD+E])
+		}
+		return z.feat
 	}
 	DetachAll(m)
 	v := m.Vision

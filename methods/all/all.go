@@ -9,6 +9,7 @@ import (
 	_ "github.com/pfedmma/pfedmma/methods/cocoop"      // CoCoOp (federated as FLiP / PMFLT)
 	_ "github.com/pfedmma/pfedmma/methods/dpfpl"       // DP-FPL
 	_ "github.com/pfedmma/pfedmma/methods/fedclip"     // FedCLIP
+	_ "github.com/pfedmma/pfedmma/methods/fedmvp"      // FedMVP
 	_ "github.com/pfedmma/pfedmma/methods/fedot"       // FedOT, FedOT(+B) and their ablations
 	_ "github.com/pfedmma/pfedmma/methods/fedotp"      // FedOTP
 	_ "github.com/pfedmma/pfedmma/methods/fedpgp"      // FedPGP

@@ -26,29 +26,9 @@ import (
 // mechanism, "raw_grad" (∂loss/∂ctx), "noise_std" and "step1.<p>" (one
 // step of a fresh SGD).
 func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
-	h, err := prompt.ReadHyper(meta, false)
-	if err != nil {
-		return nil, fmt.Errorf("dpfpl: %w", err)
-	}
-	s, err := settingsFromMeta(meta)
+	l, h, err := replay.Learner(m, params, batch, meta, false)
 	if err != nil {
 		return nil, err
-	}
-	B, err := prompt.MetaInt(meta, "batch_size")
-	if err != nil {
-		return nil, fmt.Errorf("dpfpl: %w", err)
-	}
-	tokens, err := prompt.Ints(batch, "tokens")
-	if err != nil {
-		return nil, fmt.Errorf("dpfpl: %w", err)
-	}
-	l, err := New(m, tokens, s.config(0, B))
-	if err != nil {
-		return nil, err
-	}
-	l.LogitScale = float32(h.LogitScale)
-	if err := prompt.Load(l.Params(), params); err != nil {
-		return nil, fmt.Errorf("dpfpl: %w", err)
 	}
 	img, nb, err := prompt.ImageFeatures(m, batch, "")
 	if err != nil {
@@ -87,6 +67,22 @@ func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]str
 	maps.Copy(out, step)
 	return out, nil
 }
+
+// replay rebuilds the learner of a fixture file (batch_size is the batch
+// of the privacy accounting).
+var replay = prompt.Replay[*Learner, Config]{Name: "dpfpl", New: New,
+	Config: func(meta map[string]string) (Config, error) {
+		s, err := settingsFromMeta(meta)
+		if err != nil {
+			return Config{}, err
+		}
+		B, err := prompt.MetaInt(meta, "batch_size")
+		if err != nil {
+			return Config{}, fmt.Errorf("dpfpl: %w", err)
+		}
+		return s.config(0, B), nil
+	},
+	Scale: func(l *Learner, s float32) { l.LogitScale = s }}
 
 func vec(x []float32, shape ...int) *tensor.Tensor {
 	return &tensor.Tensor{Shape: shape, Data: append([]float32(nil), x[:tensor.Numel(shape)]...)}

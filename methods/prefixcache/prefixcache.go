@@ -27,6 +27,9 @@ const (
 	// TokenFeatures caches every token's features after ln_post @ proj,
 	// [T, E]; token 0 is the image feature.
 	TokenFeatures = -3
+	// Embeddings caches ln_pre's input [T, Dv], then the frozen image
+	// features [E] of the image and [E] of its horizontal mirror.
+	Embeddings = -4
 )
 
 // Store keeps fixed-size prefix records (one image's activations at the
@@ -56,6 +59,8 @@ func (p *Prefixer) RecordLen() int {
 		return p.Model.W.Config.EmbedDim
 	case TokenFeatures:
 		return v.Tokens() * p.Model.W.Config.EmbedDim
+	case Embeddings:
+		return v.Tokens()*v.Width + 2*p.Model.W.Config.EmbedDim
 	}
 	return v.Tokens() * v.Width
 }
@@ -89,8 +94,44 @@ func ImageRecords(m *clip.Model, start int, pixels []float32, B int, dst []float
 		dst = nn.Grow(dst, B*T*E)
 		v.HeadForward(dst, out, B*T)
 		return dst
+	case Embeddings:
+		return embeddingRecords(m, pixels, B, dst)
 	}
 	return clip.ImagePrefix(m, start, pixels, B, dst)
+}
+
+// embeddingRecords writes the Embeddings records of B images: ln_pre's
+// input [T, Dv], the frozen features [E] and the frozen features of the
+// horizontal mirror [E], per image.
+func embeddingRecords(m *clip.Model, pixels []float32, B int, dst []float32) []float32 {
+	v := m.Vision
+	c := m.W.Config.Vision
+	E, S := m.W.Config.EmbedDim, c.ImageSize
+	TD := c.Tokens() * c.Width
+	n := TD + 2*E
+	dst = nn.Grow(dst, B*n)
+	v.EmbedForward(pixels, B)
+	x := v.EmbedInput()
+	for b := 0; b < B; b++ {
+		copy(dst[b*n:b*n+TD], x[b*TD:(b+1)*TD])
+	}
+	feat := make([]float32, B*E)
+	v.Encode(feat, pixels, B)
+	// mirror[b, ch, y, x] = pixels[b, ch, y, S−1−x]
+	mirror := make([]float32, B*3*S*S)
+	for r := 0; r < B*3*S; r++ {
+		src, out := pixels[r*S:(r+1)*S], mirror[r*S:(r+1)*S]
+		for i := range out {
+			out[i] = src[S-1-i]
+		}
+	}
+	flipped := make([]float32, B*E)
+	v.Encode(flipped, mirror, B)
+	for b := 0; b < B; b++ {
+		copy(dst[b*n+TD:b*n+TD+E], feat[b*E:(b+1)*E])
+		copy(dst[b*n+TD+E:(b+1)*n], flipped[b*E:(b+1)*E])
+	}
+	return dst
 }
 
 // View names one preprocessed version of an item: view 0 of an eval

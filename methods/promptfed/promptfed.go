@@ -54,6 +54,10 @@ type Spec struct {
 	// image encoder's first block (ln_pre output, depth 0 or 1) instead of
 	// frozen image features: methods that prompt the image encoder (MaPLe).
 	Prefixes bool
+	// Embeddings, when set, makes the learners take methods.Embeddings
+	// records (ln_pre's input and frozen features of the image and its
+	// mirror): FedMVP.
+	Embeddings bool
 	// NewLearner builds the learner of a label space from its class
 	// prompts [C, ctx].
 	NewLearner func(tokens []int) (Learner, error)
@@ -80,7 +84,11 @@ type Spec struct {
 	// Trained, when set, selects the parameters the training loop's
 	// optimizer updates (default: all of P); AfterBackward then updates
 	// the others itself (a second optimizer), after each batch's backward.
-	Trained       func(c *Client, name string) bool
+	Trained func(c *Client, name string) bool
+	// BeforeStep, when set, runs before each training batch's learner Step
+	// (after the batch's records are loaded) with the batch: per-batch draws
+	// from its random generator (FedMVP's flip of the consistency view).
+	BeforeStep    func(c *Client, b train.Batch) error
 	AfterBackward func(c *Client, b train.Batch) error
 	// Train, when set, turns the run's local-training settings into the
 	// method's own (its section's lr, local epochs).
@@ -134,6 +142,9 @@ func Placeholder(n int) string { return strings.TrimSpace(strings.Repeat("X ", n
 // Build makes the clients and the strategy of a prompt method on env.
 func Build(env *methods.Env, spec *Spec) (*methods.Plan, error) {
 	switch {
+	case spec.Embeddings && env.Start != methods.Embeddings:
+		return nil, fmt.Errorf("%s: needs the cached patch embeddings and frozen features (methods.Embeddings), the run caches depth %d", spec.Name, env.Start)
+	case spec.Embeddings:
 	case spec.Prefixes && env.Start != 0 && env.Start != 1:
 		return nil, fmt.Errorf("%s: needs the cached input of the first image block (depth 0 or 1), the run caches depth %d", spec.Name, env.Start)
 	case !spec.Prefixes && env.Start != methods.Features && env.Start != methods.TokenFeatures:
@@ -272,6 +283,11 @@ func (c *Client) Step(ctx context.Context, b train.Batch) (float64, int, error) 
 	}
 	if err := c.Load(c.l); err != nil {
 		return 0, 0, err
+	}
+	if c.Spec.BeforeStep != nil {
+		if err := c.Spec.BeforeStep(c, b); err != nil {
+			return 0, 0, err
+		}
 	}
 	loss, _, logits, err := c.l.Step(c.Env.TrainBuf, c.labels)
 	if err != nil {
