@@ -57,6 +57,8 @@ type fed struct {
 	hist     *federation.History
 	err      error
 	done     chan struct{}
+	// cancel stops site i (a dead site: its heartbeats stop).
+	cancel []context.CancelFunc
 }
 
 type fedOpts struct {
@@ -79,6 +81,14 @@ type fedOpts struct {
 	// wrap, when set, wraps each site's client.
 	evalGlobal bool
 	wrap       func(i int, c federation.Client) federation.Client
+	// liveness: tolerate failures without a timeout, the registration
+	// deadline, the retry period of a round below min-fit, and the
+	// coordinator's and each site's settings.
+	tolerate        bool
+	registerTimeout time.Duration
+	retryEvery      time.Duration
+	coordSettings   []string
+	siteSettings    func(i int) []string
 }
 
 // startFed runs RunCoordinator and one RunSite per site in goroutines over
@@ -111,13 +121,13 @@ func startFed(t *testing.T, o fedOpts) *fed {
 	strat.EvaluateGlobal = o.evalGlobal
 	f.strat = strat
 	coord := &federation.Coordinator{Strategy: strat, Rounds: o.rounds, Fraction: o.fraction, Seed: o.seed, Parallel: o.n,
-		TolerateFailures: o.timeout > 0, MinFit: o.minFit, RoundTimeout: o.timeout, Logger: quietLogger()}
+		TolerateFailures: o.timeout > 0 || o.tolerate, RetryEvery: o.retryEvery, MinFit: o.minFit, RoundTimeout: o.timeout, Logger: quietLogger()}
 	ready := make(chan struct{})
 	go func() {
 		defer close(f.done)
 		f.hist, f.err = RunCoordinator(o.ctx, CoordinatorConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", CertsDir: f.dir,
 			Insecure: o.insecure, StatePath: o.state, Spec: o.spec, Limits: o.limits, PollWait: o.pollWait, Heartbeat: 200 * time.Millisecond,
-			Logger: quietLogger(), Linger: 3 * time.Second,
+			Logger: quietLogger(), Linger: 3 * time.Second, RegisterTimeout: o.registerTimeout, Settings: o.coordSettings,
 			Ready: func(g, h string, s *Server) { f.grpcAddr, f.httpAddr, f.srv = g, h, s; close(ready) }}, coord)
 	}()
 	select {
@@ -125,10 +135,13 @@ func startFed(t *testing.T, o fedOpts) *fed {
 	case <-f.done:
 		t.Fatalf("coordinator: %v", f.err)
 	}
+	f.cancel = make([]context.CancelFunc, o.n)
 	for i := range o.n {
 		if o.skipSite[i] {
 			continue
 		}
+		sctx, cancel := context.WithCancel(o.ctx)
+		f.cancel[i] = cancel
 		c := toy.New(i)
 		if o.clients != nil {
 			c = o.clients(i)
@@ -137,8 +150,12 @@ func startFed(t *testing.T, o fedOpts) *fed {
 		if o.wrap != nil {
 			fc = o.wrap(i, c)
 		}
+		var settings []string
+		if o.siteSettings != nil {
+			settings = o.siteSettings(i)
+		}
 		go func() {
-			err := RunSite(o.ctx, SiteConfig{Addr: f.grpcAddr, CertsDir: f.dir, Name: f.sites[i], Insecure: o.insecure,
+			err := RunSite(sctx, SiteConfig{Addr: f.grpcAddr, CertsDir: f.dir, Name: f.sites[i], Insecure: o.insecure, Settings: settings,
 				StateDir: filepath.Join(f.dir, "state", f.sites[i]), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 				Logger: quietLogger()}, fc)
 			if o.siteErrs != nil {
