@@ -111,8 +111,11 @@ type siteState struct {
 	lastContact time.Time
 	// session is the registration token of the site process serving it;
 	// live is set once it registered with this coordinator process.
-	session  string
-	live     bool
+	session string
+	live    bool
+	// knocked is when another session last asked to register (a
+	// restarted site, or a duplicate): its task is kept for it meanwhile.
+	knocked  time.Time
 	state    string
 	toldDone bool
 	queue    []*task
@@ -569,6 +572,7 @@ func (s *Server) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Reg
 	}
 	s.mu.Lock()
 	if session != "" && st.session != "" && st.session != session && s.alive(st) {
+		st.knocked = time.Now()
 		s.mu.Unlock()
 		s.metrics.Refused.WithLabelValues(ReasonDuplicate).Inc()
 		s.log.Error("refused: a second process uses this site's certificate while the first is connected (or a restarted site before its old session expires)", "site", st.name, "peer", peerAddr(ctx), "expires_in", s.cfg.OfflineAfter-time.Since(st.lastContact))
@@ -917,7 +921,9 @@ wait:
 			break wait
 		case <-tk.C:
 			s.mu.Lock()
-			gone := s.cfg.GiveUpOffline && t.state == taskPending && !s.alive(t.site)
+			// a site whose restarted process waits to take over keeps
+			// its task
+			gone := s.cfg.GiveUpOffline && t.state == taskPending && !s.alive(t.site) && time.Since(t.site.knocked) > s.cfg.OfflineAfter
 			s.mu.Unlock()
 			if gone {
 				offline = true
