@@ -90,6 +90,33 @@ type Reference struct {
 	EvalImagesPerS  float64 `json:"eval_images_per_s"`
 	PeakRSSMiB      float64 `json:"peak_rss_mib"`
 	Config          string  `json:"config,omitempty"`
+	// The setting the reference was timed at, when its harness records it
+	// (bench/reference/*_ref.py do): checked against the benchmark's.
+	Method  string `json:"method,omitempty"`
+	Batch   int    `json:"batch,omitempty"`
+	Classes int    `json:"classes,omitempty"`
+	Image   int    `json:"image,omitempty"`
+	path    string
+}
+
+// Check reports an error naming the file and the key when the reference
+// was timed at another setting than method, batch, classes and image
+// (keys the reference does not record are not checked).
+func (r *Reference) Check(method string, batch, classes, image int) error {
+	bad := func(key string, got, want any) error {
+		return fmt.Errorf("bench: reference %s: %s is %v, the benchmark's is %v: time the reference at the same setting", r.path, key, got, want)
+	}
+	switch {
+	case r.Method != "" && r.Method != method:
+		return bad("method", r.Method, method)
+	case r.Batch > 0 && r.Batch != batch:
+		return bad("batch", r.Batch, batch)
+	case r.Classes > 0 && r.Classes != classes:
+		return bad("classes", r.Classes, classes)
+	case r.Image > 0 && r.Image != image:
+		return bad("image", r.Image, image)
+	}
+	return nil
 }
 
 // Label is what is printed beside a ratio to this reference: the
@@ -121,5 +148,6 @@ func LoadReference(path string) (*Reference, error) {
 	if r.PeakRSSMiB < 0 {
 		return nil, fmt.Errorf("bench: reference %s: peak_rss_mib = %v, want ≥ 0", path, r.PeakRSSMiB)
 	}
+	r.path = path
 	return &r, nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -118,5 +119,40 @@ func TestTrainRows(t *testing.T) {
 		if train := g.Reference == 0.5; train != (g.Name[:5] == "train") {
 			t.Errorf("row %d %q divides by the reference rate %v", i, g.Name, g.Reference)
 		}
+	}
+}
+
+func TestReferenceCheck(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "ref.json")
+	body := `{"train_images_per_s": 1, "eval_images_per_s": 2, "method": "promptfl", "batch": 32, "classes": 24, "image": 224}`
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := LoadReference(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Check("promptfl", 32, 24, 224); err != nil {
+		t.Errorf("same setting: %v", err)
+	}
+	for _, c := range []struct {
+		method                string
+		batch, classes, image int
+		key                   string
+	}{
+		{"fedpgp", 32, 24, 224, "method"},
+		{"promptfl", 2, 24, 224, "batch"},
+		{"promptfl", 32, 10, 224, "classes"},
+		{"promptfl", 32, 24, 32, "image"},
+	} {
+		err := r.Check(c.method, c.batch, c.classes, c.image)
+		if err == nil || !strings.Contains(err.Error(), c.key+" is") || !strings.Contains(err.Error(), p) {
+			t.Errorf("Check(%s, %d, %d, %d) = %v, want an error naming %s and the file", c.method, c.batch, c.classes, c.image, err, c.key)
+		}
+	}
+	// a reference that records no setting (pfedmma_ref.py's) is not checked
+	bare := &Reference{TrainImagesPerS: 1, EvalImagesPerS: 1}
+	if err := bare.Check("fedpgp", 4, 3, 64); err != nil {
+		t.Errorf("bare reference: %v", err)
 	}
 }

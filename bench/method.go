@@ -118,6 +118,11 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 		return nil, fmt.Errorf("%s does not train", o.Method)
 	}
 	S := m.W.Config.Vision.ImageSize
+	if o.Reference != nil {
+		if err := o.Reference.Check(o.Method, o.Batch, o.Classes, S); err != nil {
+			return nil, err
+		}
+	}
 	r := rand.New(rand.NewPCG(3, 4))
 	px := make([]float32, o.Batch*3*S*S)
 	for i := range px {

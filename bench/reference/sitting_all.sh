@@ -1,0 +1,135 @@
+#!/bin/sh
+# One sitting for every method with a reference harness: for each method in
+# turn, the authors' code timed by bench/reference/<method>_ref.py, then
+# `pfedmma bench train --method M` in fp32 and in bf16 (where the method
+# supports it) against that reference, so both sides of each ratio are
+# measured minutes apart on the same machine. Writes the JSON of every run
+# and a markdown table (table.md) into $OUT (default: a fresh temporary folder).
+#
+#   PFEDMMA_REPO=/tmp/pfedmma-ref FEDOTP_REPO=/tmp/fedotp \
+#   CLIPADAPTER_REPO=/tmp/clip-adapter CLIPLORA_REPO=/tmp/clip-lora \
+#       sh bench/reference/sitting_all.sh [STEPS] [METHOD...]
+#
+# Checkouts (git clone of the authors' repositories; a method whose checkout
+# is not given is skipped, and says so):
+#   PFEDMMA_REPO      github.com/sajjad-ucsb/pFedMMA   pfedmma, promptfl, fedpgp
+#                                                      (and clip/model.py for clip_adapter)
+#   FEDOTP_REPO       github.com/HongxiaLee/FedOTP     fedotp
+#   CLIPADAPTER_REPO  github.com/gaopengcuhk/CLIP-Adapter  clip_adapter
+#   CLIPLORA_REPO     github.com/MaxZanella/CLIP-LoRA  clip_lora
+#   PFEDMOAP_REPO     github.com/ljaiverson/pFedMoAP   pfedmoap
+#   FEDTPG_REPO       github.com/boschresearch/FedTPG  fedtpg
+#   PROMPTFOLIO_REPO  github.com/PanBikang/PromptFolio promptfolio
+# STEPS (default 10) timed steps on each side; METHOD... limits the sitting
+# to those methods. REF_ARGS and BENCH_ARGS add flags to every harness and every
+# `pfedmma bench train` (for a smoke test only, e.g. REF_ARGS="--batch 2"
+# BENCH_ARGS="--batch 2": pfedmma refuses a reference of another batch or image size)
+# Needs Debian's python3-torch (/usr/bin/python3) and a Go
+# toolchain (pfedmma is built from this checkout, or taken from $PFEDMMA).
+# Runtime on an idle 2-core machine with STEPS=10: roughly 10-15 minutes per
+# method (estimated, not measured).
+set -eu
+steps=${1:-10}
+[ $# -gt 0 ] && shift
+here=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+py=${PYTHON:-/usr/bin/python3}
+if [ -z "${PFEDMMA:-}" ]; then
+	(cd "$here" && go build -o "$out/pfedmma" ./cmd/pfedmma)
+	PFEDMMA=$out/pfedmma
+fi
+load() { printf '%s  load %s\n' "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1-3 /proc/loadavg)"; }
+methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora pfedmoap fedtpg promptfolio}
+start=$(date +%s)
+
+# harness METHOD: prints "script repo-args" for METHOD's harness, or nothing
+# when its checkout is not given.
+harness() {
+	case $1 in
+	pfedmma) [ -n "${PFEDMMA_REPO:-}" ] && echo "pfedmma_ref.py --repo $PFEDMMA_REPO" ;;
+	promptfl) [ -n "${PFEDMMA_REPO:-}" ] && echo "promptfl_ref.py --repo $PFEDMMA_REPO" ;;
+	fedpgp) [ -n "${PFEDMMA_REPO:-}" ] && echo "fedpgp_ref.py --repo $PFEDMMA_REPO" ;;
+	fedotp) [ -n "${FEDOTP_REPO:-}" ] && echo "fedotp_ref.py --repo $FEDOTP_REPO" ;;
+	clip_adapter) [ -n "${CLIPADAPTER_REPO:-}" ] && [ -n "${PFEDMMA_REPO:-}" ] &&
+		echo "clipadapter_ref.py --repo $CLIPADAPTER_REPO --clip-repo $PFEDMMA_REPO" ;;
+	clip_lora) [ -n "${CLIPLORA_REPO:-}" ] && echo "cliplora_ref.py --repo $CLIPLORA_REPO" ;;
+	pfedmoap) [ -n "${PFEDMOAP_REPO:-}" ] && echo "pfedmoap_ref.py --repo $PFEDMOAP_REPO" ;;
+	fedtpg) [ -n "${FEDTPG_REPO:-}" ] && echo "fedtpg_ref.py --repo $FEDTPG_REPO" ;;
+	promptfolio) [ -n "${PROMPTFOLIO_REPO:-}" ] && echo "promptfolio_ref.py --repo $PROMPTFOLIO_REPO" ;;
+	*) echo "sitting_all: no reference harness for method $1" >&2; return 1 ;;
+	esac
+	return 0
+}
+
+for m in $methods; do
+	h=$(harness "$m") || exit 2
+	if [ -z "$h" ]; then
+		echo "== $m: skipped (its checkout is not given; see the header of this script)"
+		continue
+	fi
+	echo "== $m: reference ($h, $steps steps each)"
+	load
+	# shellcheck disable=SC2086 # h holds the script and its arguments
+	if ! $py "$here/bench/reference/"$h --steps "$steps" ${REF_ARGS:-} >"$out/$m-ref.json" 2>"$out/$m-ref.log"; then
+		echo "reference failed: see $out/$m-ref.log"
+		tail -n 5 "$out/$m-ref.log"
+		continue
+	fi
+	cat "$out/$m-ref.json"
+	load
+	for prec in fp32 bf16; do
+		echo "== $m: pfedmma bench train --method $m --precision $prec"
+		load
+		if ! "$PFEDMMA" bench train --method "$m" --steps "$steps" --precision "$prec" --reference "$out/$m-ref.json" --json ${BENCH_ARGS:-} \
+			>"$out/$m-$prec.json" 2>"$out/$m-$prec.log"; then
+			echo "pfedmma $prec: not run ($(tail -n 1 "$out/$m-$prec.log"))"
+			rm -f "$out/$m-$prec.json"
+		else
+			cat "$out/$m-$prec.json"
+		fi
+		load
+	done
+done
+
+# the table, from the JSON files
+$py - "$out" $methods >"$out/table.md" <<'PY'
+import json, os, sys
+out, methods = sys.argv[1], sys.argv[2:]
+def read(name):
+    p = os.path.join(out, name)
+    return json.load(open(p)) if os.path.exists(p) else None
+def f(x):
+    return f"{x:.2f}" if x else "—"
+print("| method | reference train / eval images/s | pfedmma fp32 train / eval images/s | ratio fp32 train / eval | pfedmma bf16 train / eval images/s | ratio bf16 train / eval | kernel | GFLOP/s |")
+print("|---|---|---|---|---|---|---|---|")
+conf = set()
+for m in methods:
+    ref = read(f"{m}-ref.json")
+    if ref is None:
+        print(f"| {m} | not run | | | | | | |")
+        continue
+    conf.add(ref.get("config", "?"))
+    row = [m, f"{f(ref['train_images_per_s'])} / {f(ref['eval_images_per_s'])}"]
+    kernel, gflops = "—", "—"
+    for prec in ["fp32", "bf16"]:
+        r = read(f"{m}-{prec}.json")
+        if r is None:
+            row += ["not run", "—"]
+            continue
+        row.append(f"{f(r['train_images_per_s'])} ±{100 * r['train_spread']:.0f}% / {f(r['eval_images_per_s'])} ±{100 * r['eval_spread']:.0f}%")
+        row.append(f"**{r['speedup_train']:.1f}×** / **{r['speedup_eval']:.1f}×**")
+        if prec == "fp32":
+            kernel = f"{r['backend']} {r['kernel']} ({r['threads']} threads)"
+        if r.get("gemm_gflops"):
+            gflops = f"{r['gemm_gflops']:.0f}"
+    row += [kernel, gflops]
+    print("| " + " | ".join(row) + " |")
+print()
+for c in sorted(conf):
+    print(f"Reference configuration: {c}.")
+PY
+echo
+cat "$out/table.md"
+echo
+echo "sitting took $(($(date +%s) - start)) s; files in $out"
