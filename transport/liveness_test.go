@@ -180,3 +180,27 @@ func TestDuplicateSessionRefused(t *testing.T) {
 		t.Fatal(f.err)
 	}
 }
+
+// TestSitesLearnCoordinatorFailed: when the coordinator's run fails (here:
+// a poisoned upload with no failure tolerated), the connected sites are
+// told and end with ErrCoordinatorFailed instead of "done".
+func TestSitesLearnCoordinatorFailed(t *testing.T) {
+	errs := make(chan error, 2)
+	f := startFed(t, fedOpts{n: 2, rounds: 3, fraction: 1, seed: 1, siteErrs: errs, clients: func(i int) *toy.Client {
+		c := toy.New(i)
+		c.Poison = i == 1
+		return c
+	}})
+	f.waitFor(t, 20*time.Second)
+	if f.err == nil {
+		t.Fatal("the coordinator did not fail")
+	}
+	select {
+	case err := <-errs:
+		if !errors.Is(err, ErrCoordinatorFailed) {
+			t.Fatalf("site: %v, want ErrCoordinatorFailed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no site learned that the coordinator failed")
+	}
+}

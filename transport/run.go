@@ -170,9 +170,8 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		return nil, lerr
 	}
 	srv.Finish(hist, err)
-	if err != nil {
-		return hist, err
-	}
+	// linger so that every site learns the federation is over (or that
+	// the coordinator failed: it then exits non-zero)
 	linger := cfg.Linger
 	if linger <= 0 {
 		linger = srv.cfg.PollWait + 2*time.Second
@@ -181,7 +180,7 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	for !srv.AllToldDone() && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
 	}
-	return hist, nil
+	return hist, err
 }
 
 // SiteConfig is everything `pfedmma site` needs besides its client.
