@@ -54,19 +54,24 @@ func (c *checker) between(path string, v, lo, hi int) {
 // Upper bounds of the sizes: far above any real run, low enough that a
 // typo (an extra digit or three) is refused before anything is allocated.
 const (
-	MaxBatchSize   = 4096    // batch_size, eval.batch_size
-	MaxShots       = 100000  // dataset.shots (images per class)
-	MaxImageSize   = 2048    // dataset.image_size (pixels per side)
-	MaxNumClasses  = 10000   // dataset.num_classes
-	MaxClients     = 10000   // federation.clients
-	MaxRounds      = 100000  // federation.rounds, eval_every
-	MaxLocalEpochs = 10000   // federation.local_epochs
-	MaxPerDomain   = 1000    // protocol.clients_per_domain
-	MaxMinSamples  = 1000000 // protocol.min_samples
-	MaxThreads     = 4096    // threads
-	MaxSeeds       = 1000    // seeds (runs repeated)
-	MaxCacheMiB    = 1 << 24 // cache.memory_mib (16 TiB)
-	maxNameLen     = 200     // name
+	MaxBatchSize   = 4096   // batch_size, eval.batch_size
+	MaxShots       = 100000 // dataset.shots (images per class)
+	MaxImageSize   = 2048   // dataset.image_size (pixels per side)
+	MaxNumClasses  = 10000  // dataset.num_classes
+	MaxClients     = 10000  // federation.clients
+	MaxRounds      = 100000 // federation.rounds, eval_every
+	MaxLocalEpochs = 10000  // federation.local_epochs
+	// MaxOwnLocalEpochs bounds a method's own local_epochs (the override
+	// of federation.local_epochs that CLIP-LoRA, FedCLIP, FedOTP and FedMVP
+	// take): their papers train 1–10 epochs a round, so 100 leaves room and
+	// keeps the documented maximum runnable in the conformance suite.
+	MaxOwnLocalEpochs = 100
+	MaxPerDomain      = 1000    // protocol.clients_per_domain
+	MaxMinSamples     = 1000000 // protocol.min_samples
+	MaxThreads        = 4096    // threads
+	MaxSeeds          = 1000    // seeds (runs repeated)
+	MaxCacheMiB       = 1 << 24 // cache.memory_mib (16 TiB)
+	maxNameLen        = 200     // name
 )
 
 // checkName accepts a plain file name: the run's default output folder is

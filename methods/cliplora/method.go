@@ -70,7 +70,7 @@ func (s *Settings) Check(c *config.Checker) {
 	c.NonNegative("lr", s.LR)
 	c.NonNegative("weight_decay", s.WeightDecay)
 	c.AtLeast("local_epochs", s.LocalEpochs, 0)
-	c.AtMost("local_epochs", s.LocalEpochs, config.MaxLocalEpochs)
+	c.AtMost("local_epochs", s.LocalEpochs, config.MaxOwnLocalEpochs)
 }
 
 func (s *Settings) scale() float32 {

@@ -92,7 +92,7 @@ type Settings struct {
 func (s *Settings) Check(c *config.Checker) {
 	c.NonNegative("lr", s.LR)
 	c.AtLeast("local_epochs", s.LocalEpochs, 0)
-	c.AtMost("local_epochs", s.LocalEpochs, config.MaxLocalEpochs)
+	c.AtMost("local_epochs", s.LocalEpochs, config.MaxOwnLocalEpochs)
 }
 
 // Method is FedCLIP for the methods registry.

@@ -60,7 +60,7 @@ func (s *Settings) Check(c *config.Checker) {
 	}
 	c.NonNegative("lr", s.LR)
 	c.AtLeast("local_epochs", s.LocalEpochs, 0)
-	c.AtMost("local_epochs", s.LocalEpochs, config.MaxLocalEpochs)
+	c.AtMost("local_epochs", s.LocalEpochs, config.MaxOwnLocalEpochs)
 }
 
 func (s *Settings) config(seed uint64) Config {
