@@ -46,6 +46,18 @@ var fingerprintSkip = []string{"name", "threads", "cache", "output", "aggregatio
 // to Experiment later leaves old fingerprints unchanged while it holds its
 // zero value.
 func (e *Experiment) Fingerprint() string {
+	sum := sha256.Sum256([]byte(strings.Join(e.fingerprintLines(), "\n")))
+	return hex.EncodeToString(sum[:])
+}
+
+// Settings returns the sorted "key=value" lines the Fingerprint hashes,
+// without dataset.root (a folder on each machine): what a federation's
+// coordinator and sites compare to name the keys on which they differ.
+func (e *Experiment) Settings() []string {
+	return slices.DeleteFunc(e.fingerprintLines(), func(l string) bool { return strings.HasPrefix(l, "dataset.root=") })
+}
+
+func (e *Experiment) fingerprintLines() []string {
 	var lines []string
 	flatten(reflect.ValueOf(*e), "", &lines)
 	for _, name := range slices.Sorted(maps.Keys(e.Sections)) {
@@ -56,8 +68,7 @@ func (e *Experiment) Fingerprint() string {
 		return len(e.Seeds) > 0 && strings.HasPrefix(l, "seed=")
 	})
 	slices.Sort(lines)
-	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
-	return hex.EncodeToString(sum[:])
+	return lines
 }
 
 // flatten appends "path=value" for every non-zero leaf of v.

@@ -3,11 +3,13 @@ package experiment
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/transport"
@@ -43,7 +45,12 @@ type ServeConfig struct {
 	// RoundTimeout the deadline of each round's training and evaluation.
 	MinFit       int
 	RoundTimeout time.Duration
-	Logger       *slog.Logger
+	// RegisterTimeout, when positive, is how long the coordinator waits
+	// for every site to register before starting with those online (at
+	// least MinFit); OfflineAfter is how long without contact makes a site
+	// offline (not asked; default three heartbeats, 15 s).
+	RegisterTimeout, OfflineAfter time.Duration
+	Logger                        *slog.Logger
 }
 
 // Serve runs the coordinator until the federation's last round, then writes
@@ -71,6 +78,19 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.Certs != "" {
+		names, err := certs.Sites(c.Certs)
+		if err != nil {
+			return nil, err
+		}
+		if len(names) != len(f.Task.Clients) {
+			return nil, fmt.Errorf("%s lists %d sites but the configuration's federation.clients is %d: make them agree (certs add-site, or --set federation.clients=%d)",
+				filepath.Join(c.Certs, "sites.txt"), len(names), len(f.Task.Clients), len(names))
+		}
+	}
+	if c.MinFit > len(f.Task.Clients) {
+		return nil, fmt.Errorf("--min-fit %d is larger than the federation (federation.clients=%d)", c.MinFit, len(f.Task.Clients))
+	}
 	coord := serveCoordinator(o, f.Plan.Strategy, len(f.Task.Clients), c.MinFit, c.RoundTimeout, e.Fingerprint())
 	if err := os.MkdirAll(c.State, 0o755); err != nil {
 		return nil, err
@@ -82,6 +102,7 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	hist, err := transport.RunCoordinator(ctx, transport.CoordinatorConfig{
 		Addr: c.Listen, HTTPAddr: c.HTTP, HTTPTokenFile: c.HTTPTokenFile, HTTPLinger: c.Linger, Fingerprint: e.Fingerprint(), CertsDir: c.Certs, Insecure: c.Insecure,
 		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Logger: logger,
+		RegisterTimeout: c.RegisterTimeout, OfflineAfter: c.OfflineAfter, Settings: e.Settings(),
 	}, coord)
 	if err != nil {
 		return nil, err

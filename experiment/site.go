@@ -79,7 +79,7 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 	state := filepath.Join(c.State, "state")
 	sc := &siteClient{Client: f.Client(id), fingerprint: e.Fingerprint(), metrics: filepath.Join(c.State, "metrics.jsonl")}
 	err = transport.RunSite(ctx, transport.SiteConfig{Addr: c.Server, CertsDir: c.Certs, Name: c.Name,
-		Insecure: c.Insecure, StateDir: state, Logger: logger}, sc)
+		Insecure: c.Insecure, StateDir: state, Logger: logger, Settings: e.Settings()}, sc)
 	if err != nil {
 		return nil, err
 	}

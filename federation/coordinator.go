@@ -51,6 +51,18 @@ type Coordinator struct {
 	TolerateFailures bool
 	MinFit           int
 	RoundTimeout     time.Duration
+	// Available, when set, says whether a client is reachable now: a
+	// selected client that is not is recorded as a failure ("offline") at
+	// once instead of being waited for (with TolerateFailures).
+	Available func(id int) bool
+	// RetryEvery, when positive, makes a round that got fewer than MinFit
+	// answers wait and run again instead of ending the run: it waits until
+	// Available reports enough of the selected clients (or, without
+	// Available, RetryEvery), logging the missing clients every
+	// RetryEvery.
+	RetryEvery time.Duration
+	// Name, when set, names a client in log lines.
+	Name func(id int) string
 	// FitConfig, when set, gives the per-round settings sent in FitIns.
 	FitConfig func(round int) map[string]string
 	// OnRound, when set, is called after each round's checkpoint is written;
@@ -172,7 +184,17 @@ func (c *Coordinator) loop(ctx context.Context, start int, smp *Sampler, hist *H
 			return hist, fmt.Errorf("federation: stopped before round %d: %w", r, err)
 		}
 		t0 := time.Now()
-		rep, err := c.round(ctx, r, smp.Sample(r, ids), ids, byID)
+		selected := smp.Sample(r, ids)
+		rep, err := c.round(ctx, r, selected, ids, byID)
+		for errors.Is(err, errBelowMinFit) && c.RetryEvery > 0 {
+			c.logger().Warn("round below --min-fit: waiting for the missing clients, then retrying the round",
+				"round", r, "err", err, "missing", c.names(rep.Absent))
+			if werr := c.waitAvailable(ctx, r, selected); werr != nil {
+				return hist, fmt.Errorf("federation round %d: %w", r, werr)
+			}
+			t0 = time.Now()
+			rep, err = c.round(ctx, r, selected, ids, byID)
+		}
 		if err != nil {
 			return hist, fmt.Errorf("federation round %d: %w", r, err)
 		}
@@ -192,6 +214,60 @@ func (c *Coordinator) loop(ctx context.Context, start int, smp *Sampler, hist *H
 		}
 	}
 	return hist, nil
+}
+
+// errBelowMinFit marks a round that got fewer answers than MinFit.
+var errBelowMinFit = errors.New("too few clients answered")
+
+// names returns the clients' names (their IDs without Name).
+func (c *Coordinator) names(ids []int) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = fmt.Sprint(id)
+		if c.Name != nil {
+			out[i] = c.Name(id)
+		}
+	}
+	return out
+}
+
+// waitAvailable waits until at least max(MinFit, 1) of the selected
+// clients are available (or RetryEvery has passed, without Available),
+// logging the missing ones every RetryEvery.
+func (c *Coordinator) waitAvailable(ctx context.Context, r int, selected []int) error {
+	need := max(c.MinFit, 1)
+	if c.Available == nil {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(c.RetryEvery):
+			return nil
+		}
+	}
+	tk := time.NewTicker(min(c.RetryEvery, 100*time.Millisecond))
+	defer tk.Stop()
+	last := time.Now()
+	for {
+		var missing []int
+		for _, id := range selected {
+			if !c.Available(id) {
+				missing = append(missing, id)
+			}
+		}
+		if len(selected)-len(missing) >= need {
+			return nil
+		}
+		if time.Since(last) >= c.RetryEvery {
+			c.logger().Warn("still waiting for clients to reach --min-fit", "round", r, "need", need,
+				"available", len(selected)-len(missing), "missing", c.names(missing))
+			last = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tk.C:
+		}
+	}
 }
 
 // call runs fn for each id, Parallel at a time (in id order when
@@ -255,6 +331,9 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 		if in == nil {
 			in = tensor.Named{}
 		}
+		if c.Available != nil && !c.Available(id) {
+			return errOffline
+		}
 		out, err := byID[id].Fit(ctx, FitIns{Round: r, Params: in, Config: cfg})
 		if err != nil {
 			return err
@@ -284,15 +363,18 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 		rep.BytesUp += PayloadBytes(res[i].Params)
 		rep.Fit[id] = cloneMetrics(res[i].Metrics)
 		results = append(results, FitResult{ClientID: id, NumExamples: res[i].NumExamples, Params: res[i].Params, Metrics: res[i].Metrics})
+		rep.Participants = append(rep.Participants, id)
 	}
 	if len(failures) > 0 {
 		rep.Failures = map[int]string{}
 		for _, f := range failures {
 			rep.Failures[f.ClientID] = f.Err.Error()
+			rep.Absent = append(rep.Absent, f.ClientID)
 			c.logger().Warn("client failed", "round", r, "client", f.ClientID, "err", f.Err)
 		}
 		if need := max(c.MinFit, 1); len(results) < need {
-			return rep, fmt.Errorf("%d of %d selected clients answered, %d needed", len(results), len(selected), need)
+			return rep, fmt.Errorf("%w: %d of %d selected clients answered, %d needed (missing %v)",
+				errBelowMinFit, len(results), len(selected), need, c.names(rep.Absent))
 		}
 	}
 	t1 := time.Now()
@@ -317,6 +399,9 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 	done = 0
 	ectx, cancel := c.phase(ctx)
 	errs = c.call(ectx, all, func(ctx context.Context, i, id int) error {
+		if c.Available != nil && !c.Available(id) {
+			return errOffline
+		}
 		out, err := byID[id].Evaluate(ctx, EvaluateIns{Round: r, Params: eins[id].Clone(), Config: cfg})
 		if err != nil {
 			return err
@@ -339,6 +424,10 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 				return rep, fmt.Errorf("client %d evaluate: %w", id, errs[i])
 			}
 			c.logger().Warn("client evaluation failed", "round", r, "client", id, "err", errs[i])
+			if !slices.Contains(rep.Absent, id) {
+				rep.Absent = append(rep.Absent, id)
+				slices.Sort(rep.Absent)
+			}
 			continue
 		}
 		rep.Eval[id] = cloneMetrics(evals[i].Metrics)
@@ -348,6 +437,9 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 	rep.EvalSeconds = time.Since(t2).Seconds()
 	return rep, nil
 }
+
+// errOffline is the failure of a client that Available reports offline.
+var errOffline = errors.New("offline (heartbeat missed): not asked")
 
 func (c *Coordinator) progress(p Progress) {
 	if c.Progress != nil {

@@ -30,6 +30,11 @@ type RoundReport struct {
 	// Failures holds the selected clients that delivered nothing (when the
 	// coordinator tolerates failures), with the reason.
 	Failures map[int]string `json:"failures,omitempty"`
+	// Participants are the selected clients whose training was aggregated;
+	// Absent the clients that were selected or asked to evaluate but did
+	// not answer (offline, failed or late), in ascending order.
+	Participants []int `json:"participants,omitempty"`
+	Absent       []int `json:"absent,omitempty"`
 	// BytesDown and BytesUp are the tensor payloads sent to and received
 	// from the clients (PayloadBytes; BytesDown counts the evaluation
 	// instructions too).

@@ -36,6 +36,11 @@ type RoundRecord struct {
 	Seconds float64         `json:"seconds,omitempty"` // wall time of the round
 	Mean    Metrics         `json:"mean"`
 	Clients []ClientMetrics `json:"clients,omitempty"`
+	// Participants are the clients whose training the round aggregated;
+	// Absent those selected or asked to evaluate that did not answer
+	// (networked federations: offline, failed or late sites).
+	Participants []int `json:"participants,omitempty"`
+	Absent       []int `json:"absent,omitempty"`
 }
 
 // validate checks r and fills Mean from Clients when it is nil.

@@ -48,8 +48,18 @@ type CoordinatorConfig struct {
 	// Spec and Limits validate uploads; see ServerConfig.
 	Spec   Spec
 	Limits Limits
-	// PollWait and Heartbeat: see ServerConfig.
-	PollWait, Heartbeat time.Duration
+	// PollWait, Heartbeat, OfflineAfter and Settings: see ServerConfig.
+	PollWait, Heartbeat, OfflineAfter time.Duration
+	Settings                          []string
+	// RegisterTimeout, when positive, is how long the coordinator waits
+	// for every site to register before it starts with the sites online
+	// (at least coord.MinFit of them), logging the missing ones; zero
+	// waits for all.
+	RegisterTimeout time.Duration
+	// RetryEvery is how often a round below coord.MinFit logs the missing
+	// sites while it waits for them (default 1 minute); see
+	// federation.Coordinator.RetryEvery.
+	RetryEvery time.Duration
 	// Linger is how long the coordinator keeps serving after the last round
 	// so that every site learns the federation is over (default PollWait +
 	// 2 s).
@@ -95,6 +105,9 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 			return nil, err
 		}
 	}
+	if coord.MinFit > len(sites) {
+		return nil, fmt.Errorf("--min-fit %d is larger than the federation's %d sites", coord.MinFit, len(sites))
+	}
 	if cfg.StatePath == "" {
 		return nil, errors.New("transport: no state database path")
 	}
@@ -109,7 +122,8 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	}
 	defer events.Close()
 	srv, err := NewServer(ServerConfig{Sites: sites, TLS: tlsCfg, Insecure: cfg.Insecure, Spec: cfg.Spec, Limits: cfg.Limits,
-		Store: store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, Logger: log, Events: events})
+		Store: store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, OfflineAfter: cfg.OfflineAfter, Settings: cfg.Settings,
+		GiveUpOffline: coord.TolerateFailures, Logger: log, Events: events})
 	if err != nil {
 		return nil, err
 	}
@@ -158,10 +172,20 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	if cfg.Ready != nil {
 		cfg.Ready(lis.Addr().String(), httpAddr, srv)
 	}
-	if err := srv.WaitRegistered(ctx); err != nil {
+	if err := srv.WaitRegistered(ctx, cfg.RegisterTimeout, coord.MinFit); err != nil {
 		return nil, err
 	}
 	coord.Proxies = srv.Proxies()
+	coord.Name = srv.SiteName
+	if coord.TolerateFailures {
+		coord.Available = srv.Available
+	}
+	if coord.TolerateFailures && coord.RetryEvery <= 0 {
+		coord.RetryEvery = cfg.RetryEvery
+		if coord.RetryEvery <= 0 {
+			coord.RetryEvery = time.Minute
+		}
+	}
 	coord.Store = store
 	done, err := store.Rounds()
 	if err != nil {
@@ -182,9 +206,8 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		return nil, lerr
 	}
 	srv.Finish(hist, err)
-	if err != nil {
-		return hist, err
-	}
+	// linger so that every site learns the federation is over (or that
+	// the coordinator failed: it then exits non-zero)
 	linger := cfg.Linger
 	if linger <= 0 {
 		linger = srv.cfg.PollWait + 2*time.Second
@@ -200,7 +223,7 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		case <-time.After(cfg.HTTPLinger):
 		}
 	}
-	return hist, nil
+	return hist, err
 }
 
 // SiteConfig is everything `pfedmma site` needs besides its client.
@@ -216,7 +239,12 @@ type SiteConfig struct {
 	// StateDir is the site's state folder (federation.SiteStore).
 	StateDir               string
 	MinBackoff, MaxBackoff time.Duration
-	Logger                 *slog.Logger
+	// Settings is the site's resolved configuration ("key=value" lines),
+	// checked by the coordinator at registration.
+	Settings []string
+	// DuplicateGrace: see SiteRunner.
+	DuplicateGrace time.Duration
+	Logger         *slog.Logger
 }
 
 // RunSite serves client as site cfg.Name, its state kept in cfg.StateDir,
@@ -224,7 +252,7 @@ type SiteConfig struct {
 // (certs.SiteID).
 func RunSite(ctx context.Context, cfg SiteConfig, client federation.Client) error {
 	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: federation.NewSite(client, cfg.StateDir),
-		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger}
+		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace}
 	if !cfg.Insecure {
 		host := cfg.ServerName
 		if host == "" {

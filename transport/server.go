@@ -25,12 +25,14 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -62,6 +64,17 @@ type ServerConfig struct {
 	// Heartbeat the interval sites are asked to keep (default 5 s).
 	PollWait  time.Duration
 	Heartbeat time.Duration
+	// OfflineAfter is how long without contact makes a site offline: it is
+	// then not asked, and its pending task fails (default 3 heartbeats).
+	OfflineAfter time.Duration
+	// Settings, when set, is the coordinator's resolved configuration as
+	// sorted "key=value" lines: a site that registers with other settings
+	// is refused with the keys that differ.
+	Settings []string
+	// GiveUpOffline fails a site's pending task as soon as the site is
+	// offline instead of waiting for it to come back (set when the
+	// coordinator tolerates failures).
+	GiveUpOffline bool
 	// Metrics receives the Prometheus series (nil: new ones).
 	Metrics *dashboard.Metrics
 	// Events receives the event (audit) log (nil: kept in memory only).
@@ -87,6 +100,7 @@ type Server struct {
 	answered map[string]bool // task IDs whose answer was accepted or refused
 	status   dashboard.Status
 	finished bool
+	failure  string // why the federation failed, told to the sites
 	subs     map[chan struct{}]bool
 	regWake  chan struct{}
 	started  int // the latest round whose first task was enqueued (-1: none)
@@ -98,12 +112,19 @@ type siteState struct {
 	registered  bool
 	numExamples int
 	lastContact time.Time
-	state       string
-	toldDone    bool
-	refused     map[string]int // refused uploads by reason
-	revoked     bool           // cut off by Revoke
-	queue       []*task
-	wake        chan struct{}
+	// session is the registration token of the site process serving it;
+	// live is set once it registered with this coordinator process.
+	session string
+	live    bool
+	// knocked is when another session last asked to register (a
+	// restarted site, or a duplicate): its task is kept for it meanwhile.
+	knocked  time.Time
+	state    string
+	toldDone bool
+	refused  map[string]int // refused uploads by reason
+	revoked  bool           // cut off by Revoke
+	queue    []*task
+	wake     chan struct{}
 }
 
 type taskState int
@@ -146,6 +167,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 5 * time.Second
+	}
+	if cfg.OfflineAfter <= 0 {
+		cfg.OfflineAfter = 3 * cfg.Heartbeat
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -211,28 +235,80 @@ func (s *Server) Proxies() []federation.ClientProxy {
 	return out
 }
 
-// WaitRegistered blocks until every site has registered (now or, with a
-// Store, in an earlier run of the coordinator) or ctx ends.
-func (s *Server) WaitRegistered(ctx context.Context) error {
+// WaitRegistered blocks until every site has registered with this
+// coordinator process or ctx ends. After deadline (when positive) it
+// returns once at least minLive sites are online, logging the missing ones
+// (and, until then, every deadline).
+func (s *Server) WaitRegistered(ctx context.Context, deadline time.Duration, minLive int) error {
+	var expire <-chan time.Time
+	if deadline > 0 {
+		tm := time.NewTimer(deadline)
+		defer tm.Stop()
+		expire = tm.C
+	}
+	late := false
 	for {
 		s.mu.Lock()
 		var missing []string
 		for _, st := range s.sites {
-			if !st.registered {
+			if !st.live || !s.alive(st) {
 				missing = append(missing, st.name)
 			}
 		}
 		wake := s.regWake
 		s.mu.Unlock()
+		online := len(s.sites) - len(missing)
 		if len(missing) == 0 {
 			return nil
+		}
+		if late && online >= max(minLive, 1) {
+			s.log.Warn("registration deadline passed: starting without the missing sites", "online", online, "missing", missing)
+			s.event(0, "", "register-timeout", fmt.Sprintf("started without %v", missing))
+			return nil
+		}
+		var tick <-chan time.Time
+		if late {
+			tick = time.After(min(deadline, time.Minute))
+		} else {
+			tick = time.After(min(time.Minute, s.cfg.OfflineAfter))
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("transport: waiting for sites %v to register: %w", missing, ctx.Err())
 		case <-wake:
+		case <-expire:
+			late, expire = true, nil
+			if online < max(minLive, 1) {
+				s.log.Warn("registration deadline passed with too few sites online (--min-fit): waiting", "online", online, "need", max(minLive, 1), "missing", missing)
+			}
+		case <-tick:
+			if late {
+				s.log.Warn("waiting for sites to register", "online", online, "need", max(minLive, 1), "missing", missing)
+			}
 		}
 	}
+}
+
+// alive reports whether st is online: registered with this coordinator
+// process and heard from within OfflineAfter. s.mu must be held.
+func (s *Server) alive(st *siteState) bool {
+	return st.live && time.Since(st.lastContact) < s.cfg.OfflineAfter
+}
+
+// Available reports whether client id is online (see ServerConfig.OfflineAfter);
+// it is the federation.Coordinator's Available.
+func (s *Server) Available(id int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return id >= 0 && id < len(s.sites) && s.alive(s.sites[id])
+}
+
+// SiteName returns client id's site name.
+func (s *Server) SiteName(id int) string {
+	if id >= 0 && id < len(s.sites) {
+		return s.sites[id].name
+	}
+	return fmt.Sprint(id)
 }
 
 // Finish marks the federation over: sites polling for tasks are told so.
@@ -245,6 +321,7 @@ func (s *Server) Finish(hist *federation.History, err error) {
 	s.status.Phase = "done"
 	if err != nil {
 		s.status.Phase, s.status.Error = "failed", err.Error()
+		s.failure = err.Error()
 	}
 	for _, st := range s.sites {
 		close(st.wake)
@@ -356,6 +433,61 @@ func (s *Server) event(round int, site, kind, msg string) {
 	}
 }
 
+// round is the current round. s.mu must not be held.
+func (s *Server) round() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status.Round
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return "?"
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+// SettingsDiff compares two resolved configurations given as "key=value"
+// lines and names each key whose value differs, with both values.
+func SettingsDiff(coordinator, site []string) []string {
+	parse := func(lines []string) map[string]string {
+		m := map[string]string{}
+		for _, l := range lines {
+			k, v, _ := strings.Cut(l, "=")
+			m[k] = v
+		}
+		return m
+	}
+	a, b := parse(coordinator), parse(site)
+	keys := map[string]bool{}
+	for k := range a {
+		keys[k] = true
+	}
+	for k := range b {
+		keys[k] = true
+	}
+	show := func(m map[string]string, k string) string {
+		if v, ok := m[k]; ok {
+			return v
+		}
+		return "(unset)"
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if show(a, k) != show(b, k) {
+			out = append(out, fmt.Sprintf("%s: coordinator %s, site %s", k, show(a, k), show(b, k)))
+		}
+	}
+	return out
+}
+
 func newTaskID() string {
 	var b [16]byte
 	rand.Read(b[:])
@@ -376,6 +508,12 @@ func (s *Server) checkVersion(v uint32, site string) error {
 // (which must agree with the claimed name, when one is given), or the
 // claimed name in insecure mode. It updates the site's last contact.
 func (s *Server) caller(ctx context.Context, claimed string) (*siteState, error) {
+	return s.callerLive(ctx, claimed, true)
+}
+
+// callerLive is caller; with needLive, a site that has not registered with
+// this coordinator process (it restarted) is told to register again.
+func (s *Server) callerLive(ctx context.Context, claimed string, needLive bool) (*siteState, error) {
 	name := claimed
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
@@ -398,6 +536,16 @@ func (s *Server) caller(ctx context.Context, claimed string) (*siteState, error)
 	if st.revoked {
 		return nil, status.Errorf(codes.PermissionDenied, "site %q is revoked", name)
 	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	if sess := first(md.Get(sessionHeader)); sess != "" && st.session != "" && sess != st.session {
+		if needLive {
+			return nil, status.Errorf(codes.AlreadyExists, "site %q is served by another process now (one certificate, two sessions)", name)
+		}
+		return st, nil // Register decides; the other session's contact is kept
+	}
+	if needLive && !st.live {
+		return nil, status.Errorf(codes.Unavailable, "site %q is not registered with this coordinator (it restarted): register again", name)
+	}
 	st.lastContact = time.Now()
 	return st, nil
 }
@@ -407,7 +555,7 @@ func (s *Server) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Reg
 	if err := s.checkVersion(req.ProtocolVersion, req.Site); err != nil {
 		return nil, err
 	}
-	st, err := s.caller(ctx, req.Site)
+	st, err := s.callerLive(ctx, req.Site, false)
 	if err != nil {
 		return nil, err
 	}
@@ -420,7 +568,29 @@ func (s *Server) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Reg
 		s.log.Warn("refused: example count", "site", st.name, "num_examples", req.NumExamples)
 		return nil, status.Errorf(codes.InvalidArgument, "example count %d outside [%d, %d]", req.NumExamples, s.lim.MinExamples, s.lim.MaxExamples)
 	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	session := first(md.Get(sessionHeader))
+	if s.cfg.Settings != nil {
+		if theirs := md.Get(settingsHeader); len(theirs) > 0 {
+			if diff := SettingsDiff(s.cfg.Settings, theirs); len(diff) > 0 {
+				s.metrics.Refused.WithLabelValues(ReasonConfig).Inc()
+				s.log.Error("refused: site's configuration differs", "site", st.name, "differing", diff)
+				s.event(s.round(), st.name, "refused", "configuration differs: "+strings.Join(diff, "; "))
+				return nil, status.Errorf(codes.FailedPrecondition, "this site's configuration differs from the coordinator's in %d setting(s): %s; start the site with the coordinator's --config/--preset/--set",
+					len(diff), strings.Join(diff, "; "))
+			}
+		}
+	}
 	s.mu.Lock()
+	if session != "" && st.session != "" && st.session != session && s.alive(st) {
+		st.knocked = time.Now()
+		s.mu.Unlock()
+		s.metrics.Refused.WithLabelValues(ReasonDuplicate).Inc()
+		s.log.Error("refused: a second process uses this site's certificate while the first is connected (or a restarted site before its old session expires)", "site", st.name, "peer", peerAddr(ctx), "expires_in", s.cfg.OfflineAfter-time.Since(st.lastContact))
+		s.event(s.round(), st.name, "refused", "second session on one certificate, from "+peerAddr(ctx))
+		return nil, status.Errorf(codes.AlreadyExists, "site %q is already connected from another process (one certificate, two sessions): stop the other process", st.name)
+	}
+	st.session, st.live = session, true
 	first := !st.registered
 	st.registered, st.numExamples = true, int(req.NumExamples)
 	if st.state == "unregistered" || st.state == "offline" {
@@ -433,7 +603,8 @@ func (s *Server) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Reg
 	s.mu.Unlock()
 	if s.cfg.Store != nil {
 		if err := s.cfg.Store.PutSite(rec); err != nil {
-			return nil, status.Errorf(codes.Internal, "registry: %v", err)
+			s.log.Error("coordinator storage error: site registry not written", "site", st.name, "err", err)
+			return nil, status.Error(codes.Unavailable, "coordinator error: registration could not be recorded; retrying")
 		}
 	}
 	s.log.Info("site registered", "round", round, "site", st.name, "client", st.id, "num_examples", req.NumExamples, "first", first)
@@ -476,7 +647,7 @@ func (s *Server) GetTask(req *pb.TaskRequest, stream grpc.ServerStreamingServer[
 				break
 			}
 		}
-		finished, wake, revoked := s.finished, st.wake, st.revoked
+		finished, wake, revoked, failure := s.finished, st.wake, st.revoked, s.failure
 		if t == nil && finished {
 			st.toldDone, st.state = true, "done"
 		}
@@ -492,7 +663,11 @@ func (s *Server) GetTask(req *pb.TaskRequest, stream grpc.ServerStreamingServer[
 			return s.sendTask(stream, t)
 		case finished:
 			s.changed()
-			return stream.Send(&pb.TaskChunk{Part: &pb.TaskChunk_Header{Header: &pb.TaskHeader{ProtocolVersion: ProtocolVersion, Kind: pb.TaskKind_TASK_KIND_DONE}}})
+			h := &pb.TaskHeader{ProtocolVersion: ProtocolVersion, Kind: pb.TaskKind_TASK_KIND_DONE}
+			if failure != "" {
+				h.Config = map[string]string{FailureKey: failure}
+			}
+			return stream.Send(&pb.TaskChunk{Part: &pb.TaskChunk_Header{Header: h}})
 		}
 		select {
 		case <-wake:
@@ -616,7 +791,8 @@ func (s *Server) UploadUpdate(stream grpc.ClientStreamingServer[pb.UpdateChunk, 
 			NumExamples: int(h.NumExamples), Bytes: n, SHA256: hexSum(h.Params.GetSha256())}); err != nil {
 			rf := refuse(ReasonReplay, "%v", err)
 			if !errors.Is(err, coordstore.ErrReplay) {
-				rf = refuse(ReasonMalformed, "not recorded: %v", err)
+				s.log.Error("coordinator storage error: upload not recorded", "round", round, "site", st.name, "err", err)
+				rf = refuse(ReasonCoordinator, "coordinator error: the upload could not be recorded; it will be asked again")
 			}
 			s.refused(st, round, h.TaskId, rf)
 			s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: %s", st.name, round, rf.msg)})
@@ -683,6 +859,10 @@ func (s *Server) ReportEval(ctx context.Context, req *pb.EvalReport) (*pb.Upload
 	if s.cfg.Store != nil {
 		if err := s.cfg.Store.RecordUpdate(coordstore.Update{TaskID: t.id, Round: round, Site: st.name, Kind: "evaluate", NumExamples: int(req.NumExamples)}); err != nil {
 			rf := refuse(ReasonReplay, "%v", err)
+			if !errors.Is(err, coordstore.ErrReplay) {
+				s.log.Error("coordinator storage error: evaluation not recorded", "round", round, "site", st.name, "err", err)
+				rf = refuse(ReasonCoordinator, "coordinator error: the evaluation could not be recorded")
+			}
 			s.refused(st, round, req.TaskId, rf)
 			s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: %s", st.name, round, rf.msg)})
 			return &pb.UploadReply{Reason: rf.code + ": " + rf.msg}, nil
@@ -751,10 +931,27 @@ func (p *RemoteProxy) run(ctx context.Context, t *task) (taskResult, error) {
 	close(t.site.wake)
 	t.site.wake = make(chan struct{})
 	s.mu.Unlock()
-	select {
-	case r := <-t.done:
-		return r, r.err
-	case <-ctx.Done():
+	tk := time.NewTicker(min(s.cfg.Heartbeat, s.cfg.OfflineAfter))
+	defer tk.Stop()
+	offline := false
+wait:
+	for {
+		select {
+		case r := <-t.done:
+			return r, r.err
+		case <-ctx.Done():
+			break wait
+		case <-tk.C:
+			s.mu.Lock()
+			// a site whose restarted process waits to take over keeps
+			// its task
+			gone := s.cfg.GiveUpOffline && t.state == taskPending && !s.alive(t.site) && time.Since(t.site.knocked) > s.cfg.OfflineAfter
+			s.mu.Unlock()
+			if gone {
+				offline = true
+				break wait
+			}
+		}
 	}
 	s.mu.Lock()
 	if t.state == taskAnswering || t.state == taskDone {
@@ -767,6 +964,11 @@ func (p *RemoteProxy) run(ctx context.Context, t *task) (taskResult, error) {
 	s.closed[t.id] = t.round
 	t.site.queue = slices.DeleteFunc(t.site.queue, func(q *task) bool { return q == t })
 	s.mu.Unlock()
+	if offline {
+		s.log.Warn("site went offline (heartbeat missed): not waiting for its answer", "round", t.round, "site", t.site.name, "kind", t.kind.String())
+		s.event(t.round, t.site.name, "offline", fmt.Sprintf("%s task given up: no contact for %s", t.kind, s.cfg.OfflineAfter))
+		return taskResult{}, fmt.Errorf("site %q round %d %s: offline (no contact for %s)", t.site.name, t.round, t.kind, s.cfg.OfflineAfter)
+	}
 	s.log.Warn("round closed without the site's answer", "round", t.round, "site", t.site.name, "kind", t.kind.String())
 	return taskResult{}, fmt.Errorf("site %q round %d %s: no answer: %w", t.site.name, t.round, t.kind, ctx.Err())
 }

@@ -2,18 +2,22 @@ package transport
 
 import (
 	"context"
+	crand "crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/pfedmma/pfedmma/federation"
@@ -43,11 +47,37 @@ type SiteRunner struct {
 	// Version overrides the protocol version sent (tests only; 0 means
 	// ProtocolVersion).
 	Version uint32
+	// Settings is the site's resolved configuration ("key=value" lines),
+	// sent at registration: a coordinator with other settings refuses the
+	// site, naming them.
+	Settings []string
+	// DuplicateGrace is how long the site keeps retrying while the
+	// coordinator says another process serves this site (a restarted
+	// site's old session expires) before it gives up (default 1 minute).
+	DuplicateGrace time.Duration
+
+	session string
 }
 
 // ErrRefused wraps a refusal the site cannot recover from by retrying
 // (another protocol version, an unknown site name, a wrong client ID).
 var ErrRefused = errors.New("refused by the coordinator")
+
+// ErrCoordinatorFailed is returned when the coordinator ended the
+// federation with an error.
+var ErrCoordinatorFailed = errors.New("the coordinator failed")
+
+// isCertError reports whether err is a TLS certificate failure (the
+// chain rejected by either side): retrying cannot help.
+func isCertError(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"x509:", "certificate signed by unknown authority", "bad certificate", "certificate required", "unknown certificate", "certificate revoked", "tls: failed to verify"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
 
 func (r *SiteRunner) version() uint32 {
 	if r.Version != 0 {
@@ -94,10 +124,35 @@ func (r *SiteRunner) Run(ctx context.Context) error {
 		maxB = max(5*time.Second, minB)
 	}
 	backoff := minB
+	var b [16]byte
+	crand.Read(b[:])
+	r.session = hex.EncodeToString(b[:])
+	ctx = metadata.AppendToOutgoingContext(ctx, sessionHeader, r.session)
+	grace := r.DuplicateGrace
+	if grace <= 0 {
+		grace = time.Minute
+	}
+	var dupSince time.Time
 	for {
-		err := r.session(ctx, cli)
+		err := r.serve(ctx, cli)
 		if err == nil || errors.Is(err, ErrRefused) {
 			return err
+		}
+		if errors.Is(err, ErrCoordinatorFailed) {
+			return err
+		}
+		if status.Code(errors.Unwrap(err)) == codes.AlreadyExists || status.Code(err) == codes.AlreadyExists {
+			if dupSince.IsZero() {
+				dupSince = time.Now()
+			}
+			if time.Since(dupSince) > grace {
+				return fmt.Errorf("site %q: %w: %s", r.Name, ErrRefused, status.Convert(err).Message())
+			}
+		} else {
+			dupSince = time.Time{}
+		}
+		if isCertError(err) {
+			return fmt.Errorf("site %q: %w: TLS certificate rejected: %v", r.Name, ErrRefused, err)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -122,8 +177,12 @@ var errProgress = errors.New("session made progress")
 
 // session registers and serves tasks until the federation is over or an
 // RPC fails.
-func (r *SiteRunner) session(ctx context.Context, cli pb.FederationClient) error {
-	reg, err := cli.Register(ctx, &pb.RegisterRequest{ProtocolVersion: r.version(), Site: r.Name,
+func (r *SiteRunner) serve(ctx context.Context, cli pb.FederationClient) error {
+	rctx := ctx
+	for _, l := range r.Settings {
+		rctx = metadata.AppendToOutgoingContext(rctx, settingsHeader, l)
+	}
+	reg, err := cli.Register(rctx, &pb.RegisterRequest{ProtocolVersion: r.version(), Site: r.Name,
 		NumExamples: int64(r.Site.NumExamples()), ClientId: int64(r.Site.ID())}, grpc.WaitForReady(false))
 	if err != nil {
 		return r.classify(err)
@@ -134,6 +193,9 @@ func (r *SiteRunner) session(ctx context.Context, cli pb.FederationClient) error
 	go r.heartbeat(hctx, cli, time.Duration(reg.HeartbeatSeconds*float64(time.Second)))
 	for {
 		done, err := r.step(ctx, cli)
+		if errors.Is(err, ErrCoordinatorFailed) {
+			return fmt.Errorf("site %q: %w", r.Name, err)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %w", errProgress, r.classify(err))
 		}
@@ -201,6 +263,9 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 	case pb.TaskKind_TASK_KIND_NONE:
 		return false, nil
 	case pb.TaskKind_TASK_KIND_DONE:
+		if why, ok := h.Config[FailureKey]; ok {
+			return true, fmt.Errorf("%w: %s", ErrCoordinatorFailed, why)
+		}
 		return true, nil
 	case pb.TaskKind_TASK_KIND_FIT:
 		params, rf := decodeBlob(data, h.Params, nil, Limits{MaxTensorBytes: 1 << 40}.withDefaults())

@@ -76,7 +76,23 @@ const (
 	ReasonNonFinite    = "non_finite"
 	ReasonMetrics      = "metrics"
 	ReasonTaskMismatch = "task_kind"
+	ReasonConfig       = "config"
+	ReasonDuplicate    = "duplicate_session"
+	// ReasonCoordinator is the coordinator's own failure (its storage),
+	// not the site's fault.
+	ReasonCoordinator = "coordinator_error"
 )
+
+// Metadata headers of the registration: the site process's session token
+// and its resolved configuration ("key=value" lines).
+const (
+	sessionHeader  = "pfedmma-session"
+	settingsHeader = "pfedmma-settings-bin"
+)
+
+// FailureKey, in a DONE task's settings, carries why the coordinator
+// failed: the site then exits with an error.
+const FailureKey = "coordinator_failed"
 
 // refusal is a refused upload: a reason code and a message for the site.
 type refusal struct {

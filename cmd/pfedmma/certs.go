@@ -25,7 +25,7 @@ func newCertsCmd() *cobra.Command {
 		Long: "Makes, in --dir, a CA (ca.crt, ca.key: keep the key offline), a coordinator certificate for\n" +
 			"localhost, 127.0.0.1, ::1 and every --host, and one client certificate per site under sites/.\n" +
 			"A site's identity is its certificate's CN; the i-th site of --sites is client ID i (sites.txt).\n" +
-			"Give each site ca.crt and its own sites/<name>.crt and .key.",
+			"Give each site ca.crt, sites.txt (it finds its client ID there) and its own sites/<name>.crt and .key.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" || sites == "" {

@@ -121,6 +121,13 @@ func TestServeSitesEqualRun(t *testing.T) {
 			t.Errorf("global %s differs between run and serve + sites", k)
 		}
 	}
+	// serve's output folder is a run folder: `pfedmma report` reads it
+	if out := run("report", "coord/out", "--out", "rep"); !strings.Contains(out, "pfedmma") {
+		t.Errorf("report on serve's output: %s", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "coord/out/run.json")); err != nil {
+		t.Errorf("serve wrote no run.json: %v", err)
+	}
 	table := func(s string) string { return s[strings.Index(s, "Method"):strings.Index(s, "results")] }
 	if table(sim) != table(coordLog.String()[strings.LastIndex(coordLog.String(), "world —"):]) {
 		t.Errorf("tables differ:\nrun:\n%s\nserve:\n%s", sim, coordLog.String())

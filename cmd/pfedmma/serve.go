@@ -130,8 +130,10 @@ global/METHOD.safetensors) to --out and exits 0.
 	fl.StringVar(&c.HTTPTokenFile, "http-token-file", "", "file holding a bearer token that opens the dashboard, /api/status and /metrics (besides operator certificates from 'pfedmma certs add-operator')")
 	fl.DurationVar(&c.Linger, "linger", 0, "keep the dashboard up this long after the last round (e.g. 10m)")
 	fl.BoolVar(&c.Insecure, "insecure-dev", false, "NO TLS: clear-text gRPC and HTTP, for local development only")
-	fl.IntVar(&c.MinFit, "min-fit", 1, "fewest sites that must answer for a round to close")
+	fl.IntVar(&c.MinFit, "min-fit", 1, "fewest sites that must answer for a round to close; with fewer the round waits for the missing sites and runs again (logged each minute); more than the federation is refused")
 	fl.DurationVar(&c.RoundTimeout, "round-timeout", 10*time.Minute, "deadline of each round's training (and of its evaluation)")
+	fl.DurationVar(&c.RegisterTimeout, "register-timeout", 0, "start after this long with the sites registered (at least --min-fit; the missing ones are logged); 0: wait for every site")
+	fl.DurationVar(&c.OfflineAfter, "offline-after", 15*time.Second, "a site not heard from for this long is offline: not asked, its task given up (a round below --min-fit then waits for it)")
 	r.add(fl)
 	rootCmd.AddCommand(cmd)
 }
