@@ -55,6 +55,9 @@ type Coordinator struct {
 	// selected client that is not is recorded as a failure ("offline") at
 	// once instead of being waited for (with TolerateFailures).
 	Available func(id int) bool
+	// Unavailable, when set, says why a client Available reports not
+	// reachable is not ("revoked", "offline …"); its failure reads so.
+	Unavailable func(id int) string
 	// RetryEvery, when positive, makes a round that got fewer than MinFit
 	// answers wait and run again instead of ending the run: it waits until
 	// Available reports enough of the selected clients (or, without
@@ -332,7 +335,7 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 			in = tensor.Named{}
 		}
 		if c.Available != nil && !c.Available(id) {
-			return errOffline
+			return c.unavailable(id)
 		}
 		out, err := byID[id].Fit(ctx, FitIns{Round: r, Params: in, Config: cfg})
 		if err != nil {
@@ -400,7 +403,7 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 	ectx, cancel := c.phase(ctx)
 	errs = c.call(ectx, all, func(ctx context.Context, i, id int) error {
 		if c.Available != nil && !c.Available(id) {
-			return errOffline
+			return c.unavailable(id)
 		}
 		out, err := byID[id].Evaluate(ctx, EvaluateIns{Round: r, Params: eins[id].Clone(), Config: cfg})
 		if err != nil {
@@ -440,6 +443,17 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 
 // errOffline is the failure of a client that Available reports offline.
 var errOffline = errors.New("offline (heartbeat missed): not asked")
+
+// unavailable is the failure of client id, which Available reports not
+// reachable: Unavailable's reason, or errOffline.
+func (c *Coordinator) unavailable(id int) error {
+	if c.Unavailable != nil {
+		if why := c.Unavailable(id); why != "" {
+			return errors.New(why + ": not asked")
+		}
+	}
+	return errOffline
+}
 
 func (c *Coordinator) progress(p Progress) {
 	if c.Progress != nil {

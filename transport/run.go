@@ -105,7 +105,7 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 			return nil, err
 		}
 	}
-	if coord.MinFit > len(sites) {
+	if coord != nil && coord.MinFit > len(sites) {
 		return nil, fmt.Errorf("--min-fit %d is larger than the federation's %d sites", coord.MinFit, len(sites))
 	}
 	if cfg.StatePath == "" {
@@ -123,7 +123,7 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	defer events.Close()
 	srv, err := NewServer(ServerConfig{Sites: sites, TLS: tlsCfg, Insecure: cfg.Insecure, Spec: cfg.Spec, Limits: cfg.Limits,
 		Store: store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, OfflineAfter: cfg.OfflineAfter, Settings: cfg.Settings,
-		GiveUpOffline: coord.TolerateFailures, Logger: log, Events: events})
+		GiveUpOffline: coord != nil && coord.TolerateFailures, Logger: log, Events: events})
 	if err != nil {
 		return nil, err
 	}
@@ -172,13 +172,18 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	if cfg.Ready != nil {
 		cfg.Ready(lis.Addr().String(), httpAddr, srv)
 	}
+	if coord == nil {
+		// nothing to coordinate: serve the endpoints until ctx ends
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	if err := srv.WaitRegistered(ctx, cfg.RegisterTimeout, coord.MinFit); err != nil {
 		return nil, err
 	}
 	coord.Proxies = srv.Proxies()
 	coord.Name = srv.SiteName
 	if coord.TolerateFailures {
-		coord.Available = srv.Available
+		coord.Available, coord.Unavailable = srv.Available, srv.Unavailable
 	}
 	if coord.TolerateFailures && coord.RetryEvery <= 0 {
 		coord.RetryEvery = cfg.RetryEvery

@@ -292,7 +292,23 @@ func (s *Server) WaitRegistered(ctx context.Context, deadline time.Duration, min
 // alive reports whether st is online: registered with this coordinator
 // process and heard from within OfflineAfter. s.mu must be held.
 func (s *Server) alive(st *siteState) bool {
-	return st.live && time.Since(st.lastContact) < s.cfg.OfflineAfter
+	return st.live && !st.revoked && time.Since(st.lastContact) < s.cfg.OfflineAfter
+}
+
+// Unavailable says why client id is not available ("" when it is): it
+// is the federation.Coordinator's Unavailable.
+func (s *Server) Unavailable(id int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case id < 0 || id >= len(s.sites):
+		return "unknown site"
+	case s.sites[id].revoked:
+		return fmt.Sprintf("site %q is revoked", s.sites[id].name)
+	case !s.alive(s.sites[id]):
+		return "offline (heartbeat missed)"
+	}
+	return ""
 }
 
 // Available reports whether client id is online (see ServerConfig.OfflineAfter);
