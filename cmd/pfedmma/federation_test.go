@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"image/png"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pfedmma/pfedmma/safetensors"
+	"github.com/pfedmma/pfedmma/world"
 )
 
 // TestServeSitesEqualRun runs the default world job as a real federation —
@@ -147,6 +149,41 @@ func TestServeSitesEqualRun(t *testing.T) {
 			if !bytes.Equal(w, got[k]) {
 				t.Errorf("site %s keeps another %s than the simulation's site", s, k)
 			}
+		}
+		// the README's recipe: copy the site's files into serve's output
+		// folder, and predict works there as on the simulated run
+		dst := filepath.Join(dir, "coord/out/sites/pfedmma", filepath.Base(path))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, _ := world.New(world.DefaultConfig())
+	img, err := w.Render(world.Spec{Split: world.TestSplit, Class: w.Classes()[0], Domain: world.Photo}, 48)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgPath := filepath.Join(dir, "x.png")
+	f, err := os.Create(imgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := png.Encode(f, img); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for client := range 3 {
+		c := fmt.Sprint(client)
+		wantOut := run("predict", "--run", "sim", "--client", c, "--image", imgPath, "--top", "5")
+		gotOut := run("predict", "--run", "coord/out", "--client", c, "--image", imgPath, "--top", "5")
+		if !strings.Contains(wantOut, "%") || gotOut != wantOut {
+			t.Errorf("predict client %s on serve's output folder:\n%s\non the simulated run:\n%s", c, gotOut, wantOut)
 		}
 	}
 }
