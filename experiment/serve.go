@@ -35,9 +35,11 @@ type ServeConfig struct {
 	HTTPTokenFile string
 	Linger        time.Duration
 	// Certs is the certificates folder (pfedmma certs init); Insecure runs
-	// without TLS (local development only).
+	// without TLS (local development only), with the site names of Sites
+	// (client i is Sites[i]) instead of a certificates folder's.
 	Certs    string
 	Insecure bool
+	Sites    []string
 	// State holds the coordinator's database; Out the run's outputs
 	// (default State/out).
 	State, Out string
@@ -60,6 +62,14 @@ type ServeConfig struct {
 func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	if c.State == "" || (c.Certs == "" && !c.Insecure) || c.Listen == "" {
 		return nil, errors.New("--listen, --certs and --state are required")
+	}
+	switch {
+	case c.Insecure && c.Certs != "":
+		return nil, errors.New("--insecure-dev and --certs exclude each other (--insecure-dev serves clear text and would ignore the certificates; name the sites with --sites)")
+	case c.Insecure && len(c.Sites) == 0:
+		return nil, errors.New("--insecure-dev needs --sites NAME,… (client i is the i-th name; with certificates they come from the certificates folder)")
+	case !c.Insecure && len(c.Sites) > 0:
+		return nil, errors.New("--sites is for --insecure-dev only (with certificates the sites are the certificates folder's sites.txt)")
 	}
 	if c.Out == "" {
 		c.Out = filepath.Join(c.State, "out")
@@ -100,7 +110,7 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 		logger = slog.Default()
 	}
 	hist, err := transport.RunCoordinator(ctx, transport.CoordinatorConfig{
-		Addr: c.Listen, HTTPAddr: c.HTTP, HTTPTokenFile: c.HTTPTokenFile, HTTPLinger: c.Linger, Fingerprint: e.Fingerprint(), CertsDir: c.Certs, Insecure: c.Insecure,
+		Addr: c.Listen, HTTPAddr: c.HTTP, HTTPTokenFile: c.HTTPTokenFile, HTTPLinger: c.Linger, Fingerprint: e.Fingerprint(), CertsDir: c.Certs, Insecure: c.Insecure, Sites: c.Sites,
 		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Logger: logger,
 		RegisterTimeout: c.RegisterTimeout, OfflineAfter: c.OfflineAfter, Settings: e.Settings(),
 	}, coord)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/config"
@@ -26,6 +27,9 @@ type SiteConfig struct {
 	Server, Name string
 	Certs        string
 	Insecure     bool
+	// Sites, with Insecure, names the federation's sites in client order
+	// (with certificates they come from Certs' sites.txt).
+	Sites []string
 	// Data is the dataset folder, or "world" (generated).
 	Data string
 	// State holds the site's private state, metrics and final parameters
@@ -56,7 +60,7 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 	if err := siteData(e, c.Data); err != nil {
 		return nil, err
 	}
-	id, err := certs.SiteID(c.Certs, c.Name)
+	id, err := siteID(c)
 	if err != nil {
 		return nil, err
 	}
@@ -144,4 +148,24 @@ func (s *siteClient) Evaluate(ctx context.Context, ins federation.EvaluateIns) (
 	defer fh.Close()
 	_, err = fh.Write(append(line, '\n'))
 	return res, err
+}
+
+// siteID is the site's client number: its place in the certificates
+// folder's sites.txt, or with --insecure-dev in --sites.
+func siteID(c SiteConfig) (int, error) {
+	switch {
+	case c.Insecure && c.Certs != "":
+		return 0, errors.New("--insecure-dev and --certs exclude each other (--insecure-dev connects in clear text and would ignore the certificates; name the sites with --sites)")
+	case c.Insecure && len(c.Sites) == 0:
+		return 0, errors.New("--insecure-dev needs --sites NAME,… as the coordinator's (client i is the i-th name)")
+	case !c.Insecure && len(c.Sites) > 0:
+		return 0, errors.New("--sites is for --insecure-dev only (with certificates the sites are the certificates folder's sites.txt)")
+	case c.Insecure:
+		i := slices.Index(c.Sites, c.Name)
+		if i < 0 {
+			return 0, fmt.Errorf("--name %q is not among --sites %v", c.Name, c.Sites)
+		}
+		return i, nil
+	}
+	return certs.SiteID(c.Certs, c.Name)
 }

@@ -43,3 +43,30 @@ func TestCertsAddOperator(t *testing.T) {
 		t.Fatalf("second add-operator alice: %v, want a refusal", err)
 	}
 }
+
+// TestServeInsecureFlags: serve --insecure-dev would ignore the
+// certificates of --certs, so the two are refused together; its sites are
+// then named with --sites, which certificates make unnecessary.
+func TestServeInsecureFlags(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "coord")
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--insecure-dev", "--certs", t.TempDir()}, []string{"--insecure-dev", "--certs", "--sites"}},
+		{[]string{"--insecure-dev"}, []string{"--insecure-dev", "--sites"}},
+		{[]string{"--certs", t.TempDir(), "--sites", "a,b,c"}, []string{"--sites", "--insecure-dev"}},
+	} {
+		args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state", state}, c.args...)
+		_, err := execute(t, args...)
+		if err == nil {
+			t.Errorf("serve %v: accepted", c.args)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("serve %v: %v, want it to name %s", c.args, err, w)
+			}
+		}
+	}
+}

@@ -178,6 +178,28 @@ func TestServeSitesEqualRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
+	// clear text for local development: the sites named with --sites
+	// instead of a certificates folder, the same result
+	serve2, serve2Log := start("serve", "serve", "--listen", addr, "--insecure-dev", "--sites", "site-a,site-b,site-c", "--state", "coord-dev")
+	for _, s := range []string{"site-a", "site-b", "site-c"} {
+		start(s, "site", "--server", addr, "--insecure-dev", "--sites", "site-a,site-b,site-c", "--name", s, "--data", "world", "--state", "dev-"+s)
+	}
+	done2 := make(chan error, 1)
+	go func() { done2 <- serve2.Wait() }()
+	select {
+	case err := <-done2:
+		if err != nil {
+			t.Fatalf("serve --insecure-dev --sites: %v\n%s", err, serve2Log.String())
+		}
+	case <-time.After(120 * time.Second):
+		t.Fatalf("serve --insecure-dev --sites did not finish:\n%s", serve2Log.String())
+	}
+	dev := readTensors(t, filepath.Join(dir, "coord-dev/out/global/pfedmma.safetensors"))
+	for k, w := range want {
+		if !bytes.Equal(w, dev[k]) {
+			t.Errorf("global %s differs between run and serve --insecure-dev --sites", k)
+		}
+	}
 	for client := range 3 {
 		c := fmt.Sprint(client)
 		wantOut := run("predict", "--run", "sim", "--client", c, "--image", imgPath, "--top", "5")

@@ -49,6 +49,7 @@ retries while the coordinator is away and exits 0 when the federation ends.`,
 	fl.StringVar(&c.Name, "name", "", "this site's name (its certificate's CN)")
 	fl.StringVar(&c.Data, "data", "", "this site's data: a dataset folder, or world")
 	fl.StringVar(&c.State, "state", "", "this site's state folder (default site-NAME)")
-	fl.BoolVar(&c.Insecure, "insecure-dev", false, "NO TLS: clear-text gRPC, for local development only")
+	fl.BoolVar(&c.Insecure, "insecure-dev", false, "NO TLS: clear-text gRPC, for local development only (with --sites instead of --certs)")
+	fl.StringSliceVar(&c.Sites, "sites", nil, "with --insecure-dev: the federation's site names as given to serve, client i being the i-th")
 	rootCmd.AddCommand(cmd)
 }
