@@ -152,7 +152,7 @@ func (r *SiteRunner) Run(ctx context.Context) error {
 			dupSince = time.Time{}
 		}
 		if isCertError(err) {
-			return fmt.Errorf("site %q: %w: TLS certificate rejected: %v", r.Name, ErrRefused, err)
+			return fmt.Errorf("site %q: %w: TLS certificate rejected (revoked with `pfedmma certs revoke`, expired, or issued by another federation's CA): %v", r.Name, ErrRefused, err)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()

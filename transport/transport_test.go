@@ -449,3 +449,26 @@ type failing struct{ federation.ClientProxy }
 func (failing) Fit(context.Context, federation.FitIns) (federation.FitRes, error) {
 	return federation.FitRes{}, errors.New("always fails")
 }
+
+// TestRevokedSiteEnds: a site whose certificate was revoked ends at once
+// with the cause instead of retrying as "coordinator unreachable" (the TLS
+// alert cannot say why, so the site names the possible causes).
+func TestRevokedSiteEnds(t *testing.T) {
+	f := startFed(t, fedOpts{n: 2, rounds: 1, fraction: 1, seed: 1, skipSite: map[int]bool{0: true}})
+	if err := certs.Revoke(f.dir, "site-0"); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := certs.SiteTLS(f.dir, "site-0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * RevocationInterval) // the coordinator re-reads the list
+	r := &SiteRunner{Addr: f.grpcAddr, TLS: tc, Name: "site-0", Site: federation.NewSite(toy.New(0), ""), Logger: quietLogger(),
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "certificate rejected") || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("revoked site: %v, want a refusal naming the rejected certificate and revocation", err)
+	}
+}
