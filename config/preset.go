@@ -40,6 +40,8 @@ var presets = []preset{
 		"(the paper's text says blocks 10-12, α=0.005)"}, referenceCode},
 	{PresetInfo{"world-base2novel", "the default quick job: base-to-novel on the generated world dataset (20 classes, " +
 		"16 shots) with the embedded tiny model, 10 clients, 5 rounds, zero-shot CLIP vs pFedMMA"}, worldBaseToNovel},
+	{PresetInfo{"world-deploy", "the README's deployment walkthrough: the default world job with pFedMMA only, 3 sites and " +
+		"60 rounds (a few minutes: time to watch the dashboard and kill things)"}, worldDeploy},
 	{PresetInfo{"world-dirichlet", "label shift on the world dataset: 10 clients by Dirichlet β=0.5, 50% participation, 5 rounds"}, worldDirichlet},
 	{PresetInfo{"world-domains", "feature + label shift on the world dataset: 4 styles × 2 clients by Dirichlet β=0.5, 5 rounds"}, worldDomains},
 	{PresetInfo{"paper-promptfl", "PromptFL in the pFedMMA paper's base-to-novel comparison (caltech101 under DATA): " +
@@ -240,6 +242,15 @@ func world() *Experiment {
 func worldBaseToNovel() *Experiment {
 	e := world()
 	e.Name = "world-base2novel"
+	return e
+}
+
+func worldDeploy() *Experiment {
+	e := world()
+	e.Name = "world-deploy"
+	e.Methods = []string{"pfedmma"}
+	e.Federation.Clients = 3
+	e.Federation.Rounds = 60
 	return e
 }
 
