@@ -228,6 +228,14 @@ type Federation struct {
 	// EvalEvery evaluates every client after rounds k, 2k, … (1-based) and
 	// always after the last round; 0 evaluates only after the last round.
 	EvalEvery int `yaml:"eval_every"`
+
+	// SecureAggregation aggregates the shared tensors with secure
+	// aggregation (package secagg, SecAgg+): the coordinator only holds
+	// masked updates and their sum; updates are quantised (error ≤ 2^-25
+	// per value of the weighted mean), in `run` as in `serve`. Methods whose
+	// server needs each site's update, and aggregation rules other than the
+	// mean, clip_norm and dp at the server, are refused with it.
+	SecureAggregation bool `yaml:"secure_aggregation"`
 }
 
 // Optimizer names.
