@@ -15,6 +15,8 @@ func init() {
 	var o bench.ExperimentOptions
 	var asJSON bool
 	var ref string
+	var ps bench.PaperScaleOptions
+	var psOut, psDType string
 	cmd := &cobra.Command{
 		Use:   "experiment [--rounds N] [--clients N] [--shots N] [--reference FILE.json] [--json]",
 		Short: "A whole base-to-novel experiment at ViT-B/16 shapes: seconds per round by phase, FLOPs, projection",
@@ -28,6 +30,9 @@ divides the authors' per-round cost - every client's 2 epochs of training plus o
 evaluation of its test sets, at their measured images/s - by ours: speedup_per_round.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(ps.Presets) > 0 {
+				return paperScale(cmd, ps, psDType, psOut, asJSON)
+			}
 			if ref != "" {
 				r, err := bench.LoadReference(ref)
 				if err != nil {
@@ -67,5 +72,41 @@ evaluation of its test sets, at their measured images/s - by ours: speedup_per_r
 	f.IntVar(&o.TestPerClass, "test-per-class", 10, "test images per class")
 	f.StringVar(&ref, "reference", "", "the authors' figures (JSON: train_images_per_s, eval_images_per_s, peak_rss_mib)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.StringArrayVar(&ps.Presets, "preset", nil, "project this paper preset (NAME or NAME:DATASET, e.g. paper-cifar:cifar100; repeatable) from measured rounds: see Paper-scale runs in the README")
+	f.IntVar(&ps.RoundsMeasured, "rounds-measured", 2, "with --preset: measured rounds (≥ 2; the first fills the cache)")
+	f.Float64Var(&ps.Scale, "scale", 1, "with --preset: fraction of the shots and test images per class the measured run generates (classes, model, method stay the preset's)")
+	f.IntVar(&ps.ClientsMeasured, "clients-measured", 0, "with --preset: clients of the measured run (0: the preset's, at most 10)")
+	f.IntVar(&ps.MemoryBudgetMiB, "memory-budget", 8192, "with --preset: RAM budget of the prefix cache in MiB (cache.memory_mib); beyond it records spill to a memory-mapped file")
+	f.StringVar(&psDType, "cache-dtype", "bfloat16", "with --preset: storage of the cached prefixes, bfloat16 or float32 (cache.dtype)")
+	f.BoolVar(&ps.SpillCompare, "spill-compare", true, "with --preset: measure the rounds again with every cached record spilled (the spill's cost)")
+	f.StringVar(&psOut, "out", "", "with --preset: write paperscale.json, paperscale.md and paperscale.png here")
 	benchCmd.AddCommand(cmd)
+}
+
+// paperScale runs `bench experiment --preset`: the measured rounds, the
+// projection table (or JSON) and, with --out, the JSON, table and plot.
+func paperScale(cmd *cobra.Command, o bench.PaperScaleOptions, dtype, out string, asJSON bool) error {
+	switch dtype {
+	case "bfloat16", "bf16":
+		o.CacheBF16 = true
+	case "float32":
+	default:
+		return fmt.Errorf("bench experiment: --cache-dtype %q: want bfloat16 or float32", dtype)
+	}
+	o.Log = func(s string) { fmt.Fprintln(os.Stderr, "bench experiment:", s) }
+	r, err := bench.PaperScale(cmd.Context(), o)
+	if err != nil {
+		return fmt.Errorf("bench experiment: %w", err)
+	}
+	if out != "" {
+		if err := r.WriteFiles(out); err != nil {
+			return fmt.Errorf("bench experiment: %w", err)
+		}
+	}
+	if asJSON {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	return r.WriteTable(cmd.OutOrStdout())
 }
