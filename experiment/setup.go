@@ -142,5 +142,6 @@ func (b *siteBytes) extra() map[string]any {
 // (federation.eval_every as FromConfig maps it) — for strat: `run` and
 // `serve` start from it alike.
 func (o Options) coordinator(strat federation.Strategy) *federation.Coordinator {
-	return &federation.Coordinator{Strategy: strat, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed, EvalEvery: o.EvalEvery}
+	return &federation.Coordinator{Strategy: strat, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed, EvalEvery: o.EvalEvery,
+		EvaluateAlone: o.EvaluateAlone}
 }
