@@ -143,5 +143,5 @@ func (b *siteBytes) extra() map[string]any {
 // `serve` start from it alike.
 func (o Options) coordinator(strat federation.Strategy) *federation.Coordinator {
 	return &federation.Coordinator{Strategy: strat, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed, EvalEvery: o.EvalEvery,
-		Secure: o.secure(strat)}
+		EvaluateAlone: o.EvaluateAlone, Secure: o.secure(strat)}
 }
