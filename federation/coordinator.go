@@ -180,6 +180,9 @@ func (c *Coordinator) setup() (map[int]ClientProxy, []ClientInfo, error) {
 		infos = append(infos, ClientInfo{ID: p.ID(), NumExamples: p.NumExamples()})
 	}
 	sort.Slice(infos, func(i, j int) bool { return infos[i].ID < infos[j].ID })
+	if err := c.checkSecure(); err != nil {
+		return nil, nil, err
+	}
 	return byID, infos, nil
 }
 

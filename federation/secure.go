@@ -178,3 +178,15 @@ func (c *Coordinator) combineSecure(ctx context.Context, r int, results []FitRes
 	}
 	return []FitResult{comb}, nil
 }
+
+// checkSecure refuses secure aggregation when a sampled round would take a
+// single client: its "sum" would be its update.
+func (c *Coordinator) checkSecure() error {
+	if c.Secure == nil {
+		return nil
+	}
+	if n := NewSampler(c.Fraction, 0).Count(len(c.Proxies)); n < 2 {
+		return fmt.Errorf("secure aggregation needs at least 2 clients a round: %d clients at fraction %g give %d (raise federation.fraction or federation.clients)", len(c.Proxies), c.Fraction, n)
+	}
+	return nil
+}

@@ -13,9 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/pfedmma/pfedmma/coordstore"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/secagg"
@@ -303,7 +300,9 @@ func (s *Server) SecAgg(ctx context.Context, req *pb.SecAggRequest) (*pb.SecAggR
 	a := s.secAgg
 	s.mu.Unlock()
 	if a == nil {
-		return nil, status.Error(codes.FailedPrecondition, "this federation does not use secure aggregation")
+		// (a refusal, not an error: a restarted coordinator answers so
+		// until its rounds start)
+		return secAggRefuse("this coordinator runs no secure aggregation now"), nil
 	}
 	a.mu.Lock()
 	r := a.cur
