@@ -185,6 +185,7 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		return nil, err
 	}
 	coord.Proxies = srv.Proxies()
+	srv.useSecureAggregation(coord)
 	coord.Name = srv.SiteName
 	if coord.TolerateFailures {
 		coord.Available, coord.Unavailable = srv.Available, srv.Unavailable
@@ -254,6 +255,8 @@ type SiteConfig struct {
 	// DuplicateGrace: see SiteRunner.
 	DuplicateGrace time.Duration
 	Logger         *slog.Logger
+	// SecAggHook: see SiteRunner.
+	SecAggHook func(step string, round int)
 }
 
 // RunSite serves client as site cfg.Name, its state kept in cfg.StateDir,
@@ -261,7 +264,8 @@ type SiteConfig struct {
 // (certs.SiteID).
 func RunSite(ctx context.Context, cfg SiteConfig, client federation.Client) error {
 	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: federation.NewSite(client, cfg.StateDir),
-		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace}
+		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace,
+		SecAggHook: cfg.SecAggHook}
 	if !cfg.Insecure {
 		host := cfg.ServerName
 		if host == "" {

@@ -98,7 +98,8 @@ type Server struct {
 	failure  string // why the federation failed, told to the sites
 	subs     map[chan struct{}]bool
 	regWake  chan struct{}
-	started  int // the latest round whose first task was enqueued (-1: none)
+	started  int            // the latest round whose first task was enqueued (-1: none)
+	secAgg   *secAggregator // secure aggregation (transport/secagg.go), nil when off
 }
 
 type siteState struct {
