@@ -101,8 +101,14 @@ type RegisterRequest struct {
 	Site            string                 `protobuf:"bytes,2,opt,name=site,proto3" json:"site,omitempty"`
 	NumExamples     int64                  `protobuf:"varint,3,opt,name=num_examples,json=numExamples,proto3" json:"num_examples,omitempty"`
 	ClientId        int64                  `protobuf:"varint,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// task_wanted asks for the task (RegisterReply.task) before the site
+	// builds its client: nothing is registered, num_examples is not read.
+	TaskWanted bool `protobuf:"varint,10,opt,name=task_wanted,json=taskWanted,proto3" json:"task_wanted,omitempty"`
+	// task_refused, when set, says that the site's policy refuses the task
+	// and why; the coordinator logs and records it, registers nothing.
+	TaskRefused   string `protobuf:"bytes,11,opt,name=task_refused,json=taskRefused,proto3" json:"task_refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
@@ -163,14 +169,30 @@ func (x *RegisterRequest) GetClientId() int64 {
 	return 0
 }
 
+func (x *RegisterRequest) GetTaskWanted() bool {
+	if x != nil {
+		return x.TaskWanted
+	}
+	return false
+}
+
+func (x *RegisterRequest) GetTaskRefused() string {
+	if x != nil {
+		return x.TaskRefused
+	}
+	return ""
+}
+
 type RegisterReply struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	ClientId        int64                  `protobuf:"varint,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	// Seconds between heartbeats the coordinator expects.
 	HeartbeatSeconds float64 `protobuf:"fixed64,3,opt,name=heartbeat_seconds,json=heartbeatSeconds,proto3" json:"heartbeat_seconds,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The task, answering a RegisterRequest with task_wanted.
+	Task          *TaskExperiment `protobuf:"bytes,10,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterReply) Reset() {
@@ -224,6 +246,91 @@ func (x *RegisterReply) GetHeartbeatSeconds() float64 {
 	return 0
 }
 
+func (x *RegisterReply) GetTask() *TaskExperiment {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+// TaskExperiment is what a site needs to build its client: the
+// coordinator's resolved experiment without the site-local settings
+// (data, model and vocabulary paths, threads, cache) and the model's
+// identity. A site never downloads weights: it uses its own copy of the
+// model, which must have this SHA-256.
+type TaskExperiment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The experiment as YAML (config.yaml's format, config.TaskYAML).
+	ExperimentYaml []byte `protobuf:"bytes,1,opt,name=experiment_yaml,json=experimentYaml,proto3" json:"experiment_yaml,omitempty"`
+	// SHA-256 (64 hex digits) of the model's weight file(s).
+	ModelSha256 string `protobuf:"bytes,2,opt,name=model_sha256,json=modelSha256,proto3" json:"model_sha256,omitempty"`
+	// The experiment's fingerprint (sent with every round).
+	Fingerprint string `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// Bytes of one upload of the trained method's shared tensors (float32),
+	// for a site's --max-upload-mib.
+	UploadBytes   int64 `protobuf:"varint,4,opt,name=upload_bytes,json=uploadBytes,proto3" json:"upload_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskExperiment) Reset() {
+	*x = TaskExperiment{}
+	mi := &file_federation_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskExperiment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskExperiment) ProtoMessage() {}
+
+func (x *TaskExperiment) ProtoReflect() protoreflect.Message {
+	mi := &file_federation_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskExperiment.ProtoReflect.Descriptor instead.
+func (*TaskExperiment) Descriptor() ([]byte, []int) {
+	return file_federation_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TaskExperiment) GetExperimentYaml() []byte {
+	if x != nil {
+		return x.ExperimentYaml
+	}
+	return nil
+}
+
+func (x *TaskExperiment) GetModelSha256() string {
+	if x != nil {
+		return x.ModelSha256
+	}
+	return ""
+}
+
+func (x *TaskExperiment) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *TaskExperiment) GetUploadBytes() int64 {
+	if x != nil {
+		return x.UploadBytes
+	}
+	return 0
+}
+
 type TaskRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
@@ -234,7 +341,7 @@ type TaskRequest struct {
 
 func (x *TaskRequest) Reset() {
 	*x = TaskRequest{}
-	mi := &file_federation_proto_msgTypes[2]
+	mi := &file_federation_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -246,7 +353,7 @@ func (x *TaskRequest) String() string {
 func (*TaskRequest) ProtoMessage() {}
 
 func (x *TaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[2]
+	mi := &file_federation_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -259,7 +366,7 @@ func (x *TaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRequest.ProtoReflect.Descriptor instead.
 func (*TaskRequest) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{2}
+	return file_federation_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TaskRequest) GetProtocolVersion() uint32 {
@@ -287,7 +394,7 @@ type TensorInfo struct {
 
 func (x *TensorInfo) Reset() {
 	*x = TensorInfo{}
-	mi := &file_federation_proto_msgTypes[3]
+	mi := &file_federation_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +406,7 @@ func (x *TensorInfo) String() string {
 func (*TensorInfo) ProtoMessage() {}
 
 func (x *TensorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[3]
+	mi := &file_federation_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +419,7 @@ func (x *TensorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TensorInfo.ProtoReflect.Descriptor instead.
 func (*TensorInfo) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{3}
+	return file_federation_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TensorInfo) GetName() string {
@@ -348,7 +455,7 @@ type Blob struct {
 
 func (x *Blob) Reset() {
 	*x = Blob{}
-	mi := &file_federation_proto_msgTypes[4]
+	mi := &file_federation_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +467,7 @@ func (x *Blob) String() string {
 func (*Blob) ProtoMessage() {}
 
 func (x *Blob) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[4]
+	mi := &file_federation_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +480,7 @@ func (x *Blob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Blob.ProtoReflect.Descriptor instead.
 func (*Blob) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{4}
+	return file_federation_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Blob) GetTensors() []*TensorInfo {
@@ -413,7 +520,7 @@ type TaskHeader struct {
 
 func (x *TaskHeader) Reset() {
 	*x = TaskHeader{}
-	mi := &file_federation_proto_msgTypes[5]
+	mi := &file_federation_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +532,7 @@ func (x *TaskHeader) String() string {
 func (*TaskHeader) ProtoMessage() {}
 
 func (x *TaskHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[5]
+	mi := &file_federation_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +545,7 @@ func (x *TaskHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskHeader.ProtoReflect.Descriptor instead.
 func (*TaskHeader) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{5}
+	return file_federation_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TaskHeader) GetProtocolVersion() uint32 {
@@ -496,7 +603,7 @@ type TaskChunk struct {
 
 func (x *TaskChunk) Reset() {
 	*x = TaskChunk{}
-	mi := &file_federation_proto_msgTypes[6]
+	mi := &file_federation_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +615,7 @@ func (x *TaskChunk) String() string {
 func (*TaskChunk) ProtoMessage() {}
 
 func (x *TaskChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[6]
+	mi := &file_federation_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +628,7 @@ func (x *TaskChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskChunk.ProtoReflect.Descriptor instead.
 func (*TaskChunk) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{6}
+	return file_federation_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TaskChunk) GetPart() isTaskChunk_Part {
@@ -580,7 +687,7 @@ type UpdateHeader struct {
 
 func (x *UpdateHeader) Reset() {
 	*x = UpdateHeader{}
-	mi := &file_federation_proto_msgTypes[7]
+	mi := &file_federation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +699,7 @@ func (x *UpdateHeader) String() string {
 func (*UpdateHeader) ProtoMessage() {}
 
 func (x *UpdateHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[7]
+	mi := &file_federation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +712,7 @@ func (x *UpdateHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateHeader.ProtoReflect.Descriptor instead.
 func (*UpdateHeader) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{7}
+	return file_federation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateHeader) GetProtocolVersion() uint32 {
@@ -670,7 +777,7 @@ type UpdateChunk struct {
 
 func (x *UpdateChunk) Reset() {
 	*x = UpdateChunk{}
-	mi := &file_federation_proto_msgTypes[8]
+	mi := &file_federation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +789,7 @@ func (x *UpdateChunk) String() string {
 func (*UpdateChunk) ProtoMessage() {}
 
 func (x *UpdateChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[8]
+	mi := &file_federation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +802,7 @@ func (x *UpdateChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateChunk.ProtoReflect.Descriptor instead.
 func (*UpdateChunk) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{8}
+	return file_federation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateChunk) GetPart() isUpdateChunk_Part {
@@ -749,7 +856,7 @@ type UploadReply struct {
 
 func (x *UploadReply) Reset() {
 	*x = UploadReply{}
-	mi := &file_federation_proto_msgTypes[9]
+	mi := &file_federation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +868,7 @@ func (x *UploadReply) String() string {
 func (*UploadReply) ProtoMessage() {}
 
 func (x *UploadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[9]
+	mi := &file_federation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +881,7 @@ func (x *UploadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadReply.ProtoReflect.Descriptor instead.
 func (*UploadReply) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{9}
+	return file_federation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UploadReply) GetAccepted() bool {
@@ -805,7 +912,7 @@ type EvalReport struct {
 
 func (x *EvalReport) Reset() {
 	*x = EvalReport{}
-	mi := &file_federation_proto_msgTypes[10]
+	mi := &file_federation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +924,7 @@ func (x *EvalReport) String() string {
 func (*EvalReport) ProtoMessage() {}
 
 func (x *EvalReport) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[10]
+	mi := &file_federation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +937,7 @@ func (x *EvalReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvalReport.ProtoReflect.Descriptor instead.
 func (*EvalReport) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{10}
+	return file_federation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EvalReport) GetProtocolVersion() uint32 {
@@ -885,7 +992,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_federation_proto_msgTypes[11]
+	mi := &file_federation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1004,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[11]
+	mi := &file_federation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1017,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{11}
+	return file_federation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HeartbeatRequest) GetProtocolVersion() uint32 {
@@ -936,7 +1043,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_federation_proto_msgTypes[12]
+	mi := &file_federation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1055,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[12]
+	mi := &file_federation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1068,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{12}
+	return file_federation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HeartbeatReply) GetRound() int64 {
@@ -975,16 +1082,27 @@ var File_federation_proto protoreflect.FileDescriptor
 
 const file_federation_proto_rawDesc = "" +
 	"\n" +
-	"\x10federation.proto\x12\x14pfedmma.transport.v1\"\x90\x01\n" +
+	"\x10federation.proto\x12\x14pfedmma.transport.v1\"\xd4\x01\n" +
 	"\x0fRegisterRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x12\n" +
 	"\x04site\x18\x02 \x01(\tR\x04site\x12!\n" +
 	"\fnum_examples\x18\x03 \x01(\x03R\vnumExamples\x12\x1b\n" +
-	"\tclient_id\x18\x04 \x01(\x03R\bclientId\"\x84\x01\n" +
+	"\tclient_id\x18\x04 \x01(\x03R\bclientId\x12\x1f\n" +
+	"\vtask_wanted\x18\n" +
+	" \x01(\bR\n" +
+	"taskWanted\x12!\n" +
+	"\ftask_refused\x18\v \x01(\tR\vtaskRefused\"\xbe\x01\n" +
 	"\rRegisterReply\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\x03R\bclientId\x12+\n" +
-	"\x11heartbeat_seconds\x18\x03 \x01(\x01R\x10heartbeatSeconds\"L\n" +
+	"\x11heartbeat_seconds\x18\x03 \x01(\x01R\x10heartbeatSeconds\x128\n" +
+	"\x04task\x18\n" +
+	" \x01(\v2$.pfedmma.transport.v1.TaskExperimentR\x04task\"\xa1\x01\n" +
+	"\x0eTaskExperiment\x12'\n" +
+	"\x0fexperiment_yaml\x18\x01 \x01(\fR\x0eexperimentYaml\x12!\n" +
+	"\fmodel_sha256\x18\x02 \x01(\tR\vmodelSha256\x12 \n" +
+	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint\x12!\n" +
+	"\fupload_bytes\x18\x04 \x01(\x03R\vuploadBytes\"L\n" +
 	"\vTaskRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x12\n" +
 	"\x04site\x18\x02 \x01(\tR\x04site\"L\n" +
@@ -1074,51 +1192,53 @@ func file_federation_proto_rawDescGZIP() []byte {
 }
 
 var file_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_federation_proto_goTypes = []any{
 	(TaskKind)(0),            // 0: pfedmma.transport.v1.TaskKind
 	(*RegisterRequest)(nil),  // 1: pfedmma.transport.v1.RegisterRequest
 	(*RegisterReply)(nil),    // 2: pfedmma.transport.v1.RegisterReply
-	(*TaskRequest)(nil),      // 3: pfedmma.transport.v1.TaskRequest
-	(*TensorInfo)(nil),       // 4: pfedmma.transport.v1.TensorInfo
-	(*Blob)(nil),             // 5: pfedmma.transport.v1.Blob
-	(*TaskHeader)(nil),       // 6: pfedmma.transport.v1.TaskHeader
-	(*TaskChunk)(nil),        // 7: pfedmma.transport.v1.TaskChunk
-	(*UpdateHeader)(nil),     // 8: pfedmma.transport.v1.UpdateHeader
-	(*UpdateChunk)(nil),      // 9: pfedmma.transport.v1.UpdateChunk
-	(*UploadReply)(nil),      // 10: pfedmma.transport.v1.UploadReply
-	(*EvalReport)(nil),       // 11: pfedmma.transport.v1.EvalReport
-	(*HeartbeatRequest)(nil), // 12: pfedmma.transport.v1.HeartbeatRequest
-	(*HeartbeatReply)(nil),   // 13: pfedmma.transport.v1.HeartbeatReply
-	nil,                      // 14: pfedmma.transport.v1.TaskHeader.ConfigEntry
-	nil,                      // 15: pfedmma.transport.v1.UpdateHeader.MetricsEntry
-	nil,                      // 16: pfedmma.transport.v1.EvalReport.MetricsEntry
+	(*TaskExperiment)(nil),   // 3: pfedmma.transport.v1.TaskExperiment
+	(*TaskRequest)(nil),      // 4: pfedmma.transport.v1.TaskRequest
+	(*TensorInfo)(nil),       // 5: pfedmma.transport.v1.TensorInfo
+	(*Blob)(nil),             // 6: pfedmma.transport.v1.Blob
+	(*TaskHeader)(nil),       // 7: pfedmma.transport.v1.TaskHeader
+	(*TaskChunk)(nil),        // 8: pfedmma.transport.v1.TaskChunk
+	(*UpdateHeader)(nil),     // 9: pfedmma.transport.v1.UpdateHeader
+	(*UpdateChunk)(nil),      // 10: pfedmma.transport.v1.UpdateChunk
+	(*UploadReply)(nil),      // 11: pfedmma.transport.v1.UploadReply
+	(*EvalReport)(nil),       // 12: pfedmma.transport.v1.EvalReport
+	(*HeartbeatRequest)(nil), // 13: pfedmma.transport.v1.HeartbeatRequest
+	(*HeartbeatReply)(nil),   // 14: pfedmma.transport.v1.HeartbeatReply
+	nil,                      // 15: pfedmma.transport.v1.TaskHeader.ConfigEntry
+	nil,                      // 16: pfedmma.transport.v1.UpdateHeader.MetricsEntry
+	nil,                      // 17: pfedmma.transport.v1.EvalReport.MetricsEntry
 }
 var file_federation_proto_depIdxs = []int32{
-	4,  // 0: pfedmma.transport.v1.Blob.tensors:type_name -> pfedmma.transport.v1.TensorInfo
-	0,  // 1: pfedmma.transport.v1.TaskHeader.kind:type_name -> pfedmma.transport.v1.TaskKind
-	14, // 2: pfedmma.transport.v1.TaskHeader.config:type_name -> pfedmma.transport.v1.TaskHeader.ConfigEntry
-	5,  // 3: pfedmma.transport.v1.TaskHeader.params:type_name -> pfedmma.transport.v1.Blob
-	6,  // 4: pfedmma.transport.v1.TaskChunk.header:type_name -> pfedmma.transport.v1.TaskHeader
-	15, // 5: pfedmma.transport.v1.UpdateHeader.metrics:type_name -> pfedmma.transport.v1.UpdateHeader.MetricsEntry
-	5,  // 6: pfedmma.transport.v1.UpdateHeader.params:type_name -> pfedmma.transport.v1.Blob
-	8,  // 7: pfedmma.transport.v1.UpdateChunk.header:type_name -> pfedmma.transport.v1.UpdateHeader
-	16, // 8: pfedmma.transport.v1.EvalReport.metrics:type_name -> pfedmma.transport.v1.EvalReport.MetricsEntry
-	1,  // 9: pfedmma.transport.v1.Federation.Register:input_type -> pfedmma.transport.v1.RegisterRequest
-	3,  // 10: pfedmma.transport.v1.Federation.GetTask:input_type -> pfedmma.transport.v1.TaskRequest
-	9,  // 11: pfedmma.transport.v1.Federation.UploadUpdate:input_type -> pfedmma.transport.v1.UpdateChunk
-	11, // 12: pfedmma.transport.v1.Federation.ReportEval:input_type -> pfedmma.transport.v1.EvalReport
-	12, // 13: pfedmma.transport.v1.Federation.Heartbeat:input_type -> pfedmma.transport.v1.HeartbeatRequest
-	2,  // 14: pfedmma.transport.v1.Federation.Register:output_type -> pfedmma.transport.v1.RegisterReply
-	7,  // 15: pfedmma.transport.v1.Federation.GetTask:output_type -> pfedmma.transport.v1.TaskChunk
-	10, // 16: pfedmma.transport.v1.Federation.UploadUpdate:output_type -> pfedmma.transport.v1.UploadReply
-	10, // 17: pfedmma.transport.v1.Federation.ReportEval:output_type -> pfedmma.transport.v1.UploadReply
-	13, // 18: pfedmma.transport.v1.Federation.Heartbeat:output_type -> pfedmma.transport.v1.HeartbeatReply
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	3,  // 0: pfedmma.transport.v1.RegisterReply.task:type_name -> pfedmma.transport.v1.TaskExperiment
+	5,  // 1: pfedmma.transport.v1.Blob.tensors:type_name -> pfedmma.transport.v1.TensorInfo
+	0,  // 2: pfedmma.transport.v1.TaskHeader.kind:type_name -> pfedmma.transport.v1.TaskKind
+	15, // 3: pfedmma.transport.v1.TaskHeader.config:type_name -> pfedmma.transport.v1.TaskHeader.ConfigEntry
+	6,  // 4: pfedmma.transport.v1.TaskHeader.params:type_name -> pfedmma.transport.v1.Blob
+	7,  // 5: pfedmma.transport.v1.TaskChunk.header:type_name -> pfedmma.transport.v1.TaskHeader
+	16, // 6: pfedmma.transport.v1.UpdateHeader.metrics:type_name -> pfedmma.transport.v1.UpdateHeader.MetricsEntry
+	6,  // 7: pfedmma.transport.v1.UpdateHeader.params:type_name -> pfedmma.transport.v1.Blob
+	9,  // 8: pfedmma.transport.v1.UpdateChunk.header:type_name -> pfedmma.transport.v1.UpdateHeader
+	17, // 9: pfedmma.transport.v1.EvalReport.metrics:type_name -> pfedmma.transport.v1.EvalReport.MetricsEntry
+	1,  // 10: pfedmma.transport.v1.Federation.Register:input_type -> pfedmma.transport.v1.RegisterRequest
+	4,  // 11: pfedmma.transport.v1.Federation.GetTask:input_type -> pfedmma.transport.v1.TaskRequest
+	10, // 12: pfedmma.transport.v1.Federation.UploadUpdate:input_type -> pfedmma.transport.v1.UpdateChunk
+	12, // 13: pfedmma.transport.v1.Federation.ReportEval:input_type -> pfedmma.transport.v1.EvalReport
+	13, // 14: pfedmma.transport.v1.Federation.Heartbeat:input_type -> pfedmma.transport.v1.HeartbeatRequest
+	2,  // 15: pfedmma.transport.v1.Federation.Register:output_type -> pfedmma.transport.v1.RegisterReply
+	8,  // 16: pfedmma.transport.v1.Federation.GetTask:output_type -> pfedmma.transport.v1.TaskChunk
+	11, // 17: pfedmma.transport.v1.Federation.UploadUpdate:output_type -> pfedmma.transport.v1.UploadReply
+	11, // 18: pfedmma.transport.v1.Federation.ReportEval:output_type -> pfedmma.transport.v1.UploadReply
+	14, // 19: pfedmma.transport.v1.Federation.Heartbeat:output_type -> pfedmma.transport.v1.HeartbeatReply
+	15, // [15:20] is the sub-list for method output_type
+	10, // [10:15] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_federation_proto_init() }
@@ -1126,11 +1246,11 @@ func file_federation_proto_init() {
 	if File_federation_proto != nil {
 		return
 	}
-	file_federation_proto_msgTypes[6].OneofWrappers = []any{
+	file_federation_proto_msgTypes[7].OneofWrappers = []any{
 		(*TaskChunk_Header)(nil),
 		(*TaskChunk_Data)(nil),
 	}
-	file_federation_proto_msgTypes[8].OneofWrappers = []any{
+	file_federation_proto_msgTypes[9].OneofWrappers = []any{
 		(*UpdateChunk_Header)(nil),
 		(*UpdateChunk_Data)(nil),
 	}
@@ -1140,7 +1260,7 @@ func file_federation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_federation_proto_rawDesc), len(file_federation_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
