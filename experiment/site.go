@@ -95,10 +95,12 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 	}
 	tc := c.transport()
 	task, err := transport.FetchTask(ctx, tc, id, own)
-	if err != nil {
+	var e *config.Experiment
+	if err == nil {
+		e, err = AcceptTask(task, c, modelSHA)
+	} else if !errors.Is(err, transport.ErrMalformedTask) {
 		return nil, err
 	}
-	e, err := AcceptTask(task, c, modelSHA)
 	if err == nil {
 		err = siteData(e, c.Data)
 	}

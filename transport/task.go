@@ -25,6 +25,9 @@ import (
 // task (RegisterRequest.task_refused).
 const ReasonTaskRefused = "task_refused"
 
+// ErrMalformedTask wraps the errors of a task that TaskFromProto refuses.
+var ErrMalformedTask = errors.New("malformed task from the coordinator")
+
 // MaxTaskBytes bounds the experiment YAML of a task (a configuration is at
 // most 1 MiB, config.MaxFileBytes).
 const MaxTaskBytes = 1 << 20
@@ -72,7 +75,7 @@ func TaskFromProto(m *pb.TaskExperiment) (*Task, error) {
 		errs = append(errs, fmt.Errorf("task field upload_bytes: %d, want a positive size", m.UploadBytes))
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("malformed task from the coordinator: %w", errors.Join(errs...))
+		return nil, fmt.Errorf("%w: %w", ErrMalformedTask, errors.Join(errs...))
 	}
 	return &Task{Experiment: m.ExperimentYaml, ModelSHA256: m.ModelSha256, Fingerprint: m.Fingerprint, UploadBytes: m.UploadBytes}, nil
 }
