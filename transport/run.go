@@ -54,6 +54,8 @@ type CoordinatorConfig struct {
 	// PollWait, Heartbeat, OfflineAfter and Settings: see ServerConfig.
 	PollWait, Heartbeat, OfflineAfter time.Duration
 	Settings                          []string
+	// Task is sent to the sites that ask for it; see ServerConfig.
+	Task *Task
 	// RegisterTimeout, when positive, is how long the coordinator waits
 	// for every site to register before it starts with the sites online
 	// (at least coord.MinFit of them), logging the missing ones; zero
@@ -126,7 +128,7 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	defer events.Close()
 	srv, err := NewServer(ServerConfig{Sites: sites, TLS: tlsCfg, Insecure: cfg.Insecure, Spec: cfg.Spec, Limits: cfg.Limits,
 		Compress: cfg.Compress,
-		Store:    store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, OfflineAfter: cfg.OfflineAfter, Settings: cfg.Settings,
+		Store:    store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, OfflineAfter: cfg.OfflineAfter, Settings: cfg.Settings, Task: cfg.Task,
 		GiveUpOffline: coord != nil && coord.TolerateFailures, Logger: log, Events: events})
 	if err != nil {
 		return nil, err
