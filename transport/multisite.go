@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/pfedmma/pfedmma/federation"
@@ -40,26 +41,38 @@ func RunSites(ctx context.Context, sites []HostedSite, turns int) error {
 			site := &inTurn{ClientProxy: federation.NewSite(h.Client, h.Config.StateDir), turn: turn}
 			errs[i] = runSite(ctx, h.Config, site)
 			if errs[i] != nil && ctx.Err() == nil {
-				cancel(fmt.Errorf("site %q stopped the process's other sites: %w", h.Config.Name, errs[i]))
+				cancel(fmt.Errorf("%w: site %q: %w", errHostedFailed, h.Config.Name, errs[i]))
 			}
 		})
 	}
 	wg.Wait()
 	var failed []error
-	for _, err := range errs {
-		// the sites stopped because another failed report that one's error
-		if err != nil && !errors.Is(err, context.Canceled) {
+	var stopped []string
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+			// stopped: because another hosted site failed, or the
+			// process is being stopped (ctx.Err below)
+			if errors.Is(context.Cause(ctx), errHostedFailed) {
+				stopped = append(stopped, sites[i].Config.Name)
+			}
+		default:
 			failed = append(failed, err)
 		}
 	}
 	if len(failed) > 0 {
+		if len(stopped) > 0 {
+			failed = append(failed, fmt.Errorf("this process's other hosted sites were stopped: %s", strings.Join(stopped, ", ")))
+		}
 		return errors.Join(failed...)
-	}
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
 	}
 	return ctx.Err()
 }
+
+// errHostedFailed is the cause of the context a multi-client process's
+// sites are stopped with when one of them failed.
+var errHostedFailed = errors.New("a hosted site failed")
 
 // inTurn lets at most cap(turn) of a process's hosted sites train or
 // evaluate at once.
