@@ -265,7 +265,12 @@ type SiteConfig struct {
 // until the federation is over. client.ID() must be the site's client ID
 // (certs.SiteID).
 func RunSite(ctx context.Context, cfg SiteConfig, client federation.Client) error {
-	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: federation.NewSite(client, cfg.StateDir),
+	return runSite(ctx, cfg, federation.NewSite(client, cfg.StateDir))
+}
+
+// runSite serves site (a *federation.Site, possibly wrapped) as RunSite.
+func runSite(ctx context.Context, cfg SiteConfig, site federation.ClientProxy) error {
+	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: site,
 		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace,
 		SecAggHook: cfg.SecAggHook}
 	if !cfg.Insecure {
