@@ -52,7 +52,8 @@ type ServerConfig struct {
 	// uploads and events.
 	Store *coordstore.Store
 	// PollWait is how long GetTask waits for a task (default 10 s);
-	// Heartbeat the interval sites are asked to keep (default 5 s).
+	// Heartbeat the interval sites are asked to keep (default 5 s, at most
+	// OfflineAfter/3).
 	PollWait  time.Duration
 	Heartbeat time.Duration
 	// OfflineAfter is how long without contact makes a site offline: it is
@@ -161,6 +162,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.OfflineAfter <= 0 {
 		cfg.OfflineAfter = 3 * cfg.Heartbeat
+	}
+	if cfg.Heartbeat > cfg.OfflineAfter/3 {
+		// a short --offline-after needs sites that check in as often:
+		// else a live site between two heartbeats would read offline
+		cfg.Heartbeat = max(cfg.OfflineAfter/3, time.Millisecond)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
