@@ -252,13 +252,13 @@ func (s *Server) Finish(hist *federation.History, err error) {
 	s.changed()
 }
 
-// AllToldDone reports whether every registered site was told the
-// federation is over.
+// AllToldDone reports whether every registered site that is online was
+// told the federation is over (an offline one is not waited for).
 func (s *Server) AllToldDone() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, st := range s.sites {
-		if st.registered && !st.toldDone && !st.revoked {
+		if st.registered && !st.toldDone && !st.revoked && s.alive(st) {
 			return false
 		}
 	}
