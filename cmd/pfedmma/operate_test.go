@@ -7,9 +7,17 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"image/png"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +27,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pfedmma/pfedmma/certs"
 )
 
 var (
@@ -372,4 +382,225 @@ func TestOperateRevokedSiteCutOff(t *testing.T) {
 	if cut < 0 || cut > rounds-3 {
 		t.Fatalf("site-b was cut off from round %d of %d", cut, rounds)
 	}
+}
+
+// opsChromium finds headless Chromium: under CI=true it must be there,
+// otherwise the test is skipped naming it.
+func opsChromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium not found (the Debian package chromium is installed by make deps)")
+	}
+	t.Skip("chromium not found: install the Debian package chromium (make deps) to run this test")
+	return ""
+}
+
+// TestOperateDashboard runs a real federation with --http and --linger and,
+// once it is over, checks the doors (the dashboard, /api/status and
+// /metrics answer 401 without a certificate or with a site's, 200 with an
+// operator's from `certs add-operator`), then loads the finished run's
+// dashboard in headless Chromium (through a proxy holding the bearer
+// token of --http-token-file): the screenshot is a PNG of the window's
+// size that is not blank, and the page shows the configuration's
+// fingerprint, every round, the loss curve with metrics.jsonl's losses and
+// the mean row with summary.json's numbers.
+func TestOperateDashboard(t *testing.T) {
+	chromium := opsChromium(t)
+	const rounds = 3
+	f := newOpsFed(t, rounds)
+	if out, err := f.cmd("certs", "add-operator", "--dir", "certs", "ops").CombinedOutput(); err != nil {
+		t.Fatalf("certs add-operator: %v\n%s", err, out)
+	}
+	const token = "dashboard-token-0123456789"
+	if err := os.WriteFile(filepath.Join(f.dir, "token"), []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := l.Addr().String()
+	l.Close()
+	serve := f.serve("--http", httpAddr, "--http-token-file", "token", "--linger", "2m")
+	sites := []*opsProc{f.site("site-a"), f.site("site-b"), f.site("site-c")}
+	serve.waitLine(t, 60*time.Second, "the dashboard stays up")
+
+	certsDir := filepath.Join(f.dir, "certs")
+	pool, err := certs.CAPool(certsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	siteTLS, err := certs.SiteTLS(certsDir, "site-a", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opsTLS, err := certs.OperatorClientTLS(certsDir, "ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := func(c *tls.Config) *http.Client {
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: c}, Timeout: 10 * time.Second}
+	}
+	get := func(c *http.Client, path string) (int, string) {
+		t.Helper()
+		resp, err := c.Get("https://" + httpAddr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	none := client(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	for _, path := range []string{"/", "/api/status", "/metrics"} {
+		if code, _ := get(none, path); code != http.StatusUnauthorized {
+			t.Errorf("%s without a certificate: %d, want 401", path, code)
+		}
+		if code, _ := get(client(siteTLS), path); code != http.StatusUnauthorized {
+			t.Errorf("%s with a site's certificate: %d, want 401", path, code)
+		}
+		if code, body := get(client(opsTLS), path); code != http.StatusOK || len(body) == 0 {
+			t.Errorf("%s with the operator's certificate: %d, want 200", path, code)
+		}
+	}
+	if _, body := get(client(opsTLS), "/metrics"); !strings.Contains(body, "pfedmma_sites_connected") {
+		t.Errorf("/metrics lacks pfedmma_sites_connected:\n%s", tail(body))
+	}
+
+	// Chromium cannot present a client certificate headless: it goes
+	// through a proxy that adds the bearer token
+	target, _ := url.Parse("https://" + httpAddr)
+	proxy := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Header.Set("Authorization", "Bearer "+token)
+		},
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
+	})
+	defer proxy.Close()
+	const width, height = 900, 1800
+	shot := filepath.Join(f.dir, "dashboard.png")
+	chrome := func(args ...string) []byte {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		all := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=5000",
+			fmt.Sprintf("--window-size=%d,%d", width, height), "--user-data-dir=" + filepath.Join(f.dir, "chromium")}, args...)
+		out, err := exec.CommandContext(ctx, chromium, append(all, proxy.URL+"/")...).Output()
+		if err != nil {
+			t.Fatalf("chromium %v: %v", args, err)
+		}
+		return out
+	}
+	chrome("--screenshot=" + shot)
+	dom := string(chrome("--dump-dom"))
+
+	// the run's outputs are written once serve stops lingering: SIGTERM
+	if err := serve.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	expectExit(t, serve, 30*time.Second, 0)
+	for _, s := range sites {
+		expectExit(t, s, 10*time.Second, 0)
+	}
+
+	if d := os.Getenv("PFEDMMA_KEEP_SCREENSHOT"); d != "" {
+		_ = exec.Command("cp", shot, d).Run()
+	}
+	pf, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(pf)
+	pf.Close()
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != width || b.Dy() != height {
+		t.Fatalf("screenshot of %dx%d, want %dx%d", b.Dx(), b.Dy(), width, height)
+	}
+	colors, white := map[[3]uint32]bool{}, 0
+	for y := 0; y < height; y += 2 {
+		for x := 0; x < width; x += 2 {
+			r, g, b, _ := img.At(x, y).RGBA()
+			colors[[3]uint32{r >> 8, g >> 8, b >> 8}] = true
+			if r>>8 > 250 && g>>8 > 250 && b>>8 > 250 {
+				white++
+			}
+		}
+	}
+	if n := width * height / 4; len(colors) < 20 || white > n*995/1000 {
+		t.Fatalf("the screenshot looks blank: %d colours, %d of %d sampled pixels white", len(colors), white, n)
+	}
+
+	var summary struct {
+		Methods map[string]map[string]float64 `json:"methods"`
+	}
+	if err := json.Unmarshal([]byte(readFileString(t, filepath.Join(f.coordOut, "summary.json"))), &summary); err != nil {
+		t.Fatal(err)
+	}
+	final := summary.Methods["pfedmma"]
+	if len(final) == 0 {
+		t.Fatalf("summary.json has no pfedmma numbers")
+	}
+	x := experimentFlags{}
+	for i := 1; i < len(f.sets); i += 2 {
+		x.sets = append(x.sets, f.sets[i])
+	}
+	e, _, err := x.compose()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`<span id="phase">done</span>`,
+		fmt.Sprintf(`<span id="round">%d</span>`, rounds),
+		fmt.Sprintf(`<code id="fingerprint">%s</code>`, e.Fingerprint()),
+		`<polyline id="curve-line"`, `<polyline id="loss-line"`,
+		"<td>site-a</td>", "<td>site-b</td>", "<td>site-c</td>",
+	}
+	for _, m := range []string{"local", "base", "novel", "hm"} {
+		want = append(want, fmt.Sprintf("<th>%.4f</th>", final[m])) // the mean row
+	}
+	for _, r := range readRoundMeans(t, f.coordOut) {
+		want = append(want, fmt.Sprintf("<title>round %d: %.4f</title>", r.Round, r.Mean["loss"]))
+	}
+	for _, w := range want {
+		if !strings.Contains(dom, w) {
+			t.Errorf("the dashboard lacks %q", w)
+		}
+	}
+	if n := strings.Count(dom, `<tr class="round"><td>`) - strings.Count(dom, `<tr class="round"><td>${`); n != rounds {
+		t.Errorf("the rounds table has %d rows, want %d", n, rounds)
+	}
+	// per-site lines: three on the evaluation curve, three on the loss's
+	if n := strings.Count(dom, "<title>site ") - strings.Count(dom, "<title>site ${"); n != 6 {
+		t.Errorf("the curves have %d per-site lines, want 6", n)
+	}
+	if t.Failed() {
+		t.Logf("page:\n%s", tail(dom))
+	}
+}
+
+// opsMeans is one round's mean metrics in metrics.jsonl.
+type opsMeans struct {
+	Round int                `json:"round"`
+	Mean  map[string]float64 `json:"mean"`
+}
+
+func readRoundMeans(t *testing.T, runDir string) []opsMeans {
+	t.Helper()
+	var out []opsMeans
+	for _, l := range strings.Split(strings.TrimSpace(readFileString(t, filepath.Join(runDir, "metrics.jsonl"))), "\n") {
+		var r opsMeans
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
 }
