@@ -96,6 +96,11 @@ type Server struct {
 	subs     map[chan struct{}]bool
 	regWake  chan struct{}
 	started  int // the latest round whose first task was enqueued (-1: none)
+
+	// storageErr is the first failure of the coordinator's storage;
+	// stopRun ends the run when it happens (storage.go).
+	storageErr error
+	stopRun    func(error)
 }
 
 type siteState struct {
@@ -243,6 +248,9 @@ func (s *Server) Finish(hist *federation.History, err error) {
 	if err != nil {
 		s.status.Phase, s.status.Error = "failed", err.Error()
 		s.failure = err.Error()
+		if errors.Is(err, ErrCoordinatorStorage) {
+			s.failure = ErrCoordinatorStorage.Error() + " (its operator has the details in its log)"
+		}
 	}
 	for _, st := range s.sites {
 		close(st.wake)
