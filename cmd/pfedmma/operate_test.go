@@ -245,10 +245,12 @@ func expectExit(t *testing.T, p *opsProc, d time.Duration, want int) {
 // (forever, or for the deadline every round), serve ends 0, and
 // metrics.jsonl and report.md name it absent.
 func TestOperateDeadSite(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ name, timeout string }{{"no-deadline", "0"}, {"deadline", "60s"}} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			f := newOpsFed(t, 8)
-			serve := f.serve("--round-timeout", c.timeout, "--offline-after", "1500ms")
+			serve := f.serve("--round-timeout", c.timeout, "--offline-after", "2s")
 			sites := []*opsProc{f.site("site-a"), f.site("site-b"), f.site("site-c")}
 			serve.waitLine(t, 60*time.Second, `msg="round done"`, "round=0")
 			sites[2].kill()
@@ -280,8 +282,9 @@ func TestOperateDeadSite(t *testing.T) {
 // with the two sites that came, logs the missing one by name, and every
 // round names it absent.
 func TestOperateSiteNeverRegisters(t *testing.T) {
+	t.Parallel()
 	f := newOpsFed(t, 3)
-	serve := f.serve("--register-timeout", "2s", "--min-fit", "2", "--offline-after", "1500ms")
+	serve := f.serve("--register-timeout", "2s", "--min-fit", "2", "--offline-after", "2s")
 	a, b := f.site("site-a"), f.site("site-b")
 	serve.waitLine(t, 30*time.Second, "registration deadline passed", "site-c")
 	expectExit(t, serve, 60*time.Second, 0)
@@ -302,8 +305,9 @@ func TestOperateSiteNeverRegisters(t *testing.T) {
 // once the site is started again from its state folder the run finishes
 // with every round aggregating all three.
 func TestOperateMinFitWaitsAndResumes(t *testing.T) {
+	t.Parallel()
 	f := newOpsFed(t, 5)
-	serve := f.serve("--min-fit", "3", "--offline-after", "1500ms")
+	serve := f.serve("--min-fit", "3", "--offline-after", "2s")
 	sites := []*opsProc{f.site("site-a"), f.site("site-b"), f.site("site-c")}
 	serve.waitLine(t, 60*time.Second, `msg="round done"`, "round=0")
 	sites[2].kill()
@@ -332,6 +336,7 @@ func TestOperateMinFitWaitsAndResumes(t *testing.T) {
 // refused at registration: it exits non-zero naming the key and both
 // values, and the coordinator logs the refusal with the key.
 func TestOperateConfigMismatch(t *testing.T) {
+	t.Parallel()
 	f := newOpsFed(t, 2)
 	serve := f.serve()
 	site := f.site("site-c", "--set", "federation.local_epochs=7")
@@ -350,6 +355,7 @@ func TestOperateConfigMismatch(t *testing.T) {
 // was revoked, the run finishes without it, and once a round is without
 // it no later round aggregates it.
 func TestOperateRevokedSiteCutOff(t *testing.T) {
+	t.Parallel()
 	const rounds = 16
 	f := newOpsFed(t, rounds)
 	f.sets = append(f.sets, "--set", "federation.local_epochs=4")
@@ -379,6 +385,7 @@ func TestOperateRevokedSiteCutOff(t *testing.T) {
 			t.Fatalf("round %d aggregated site-b after round %d went without it", r.Round, cut)
 		}
 	}
+	t.Logf("site-b revoked after round 1, cut off from round %d of %d", cut, rounds)
 	if cut < 0 || cut > rounds-3 {
 		t.Fatalf("site-b was cut off from round %d of %d", cut, rounds)
 	}
@@ -410,6 +417,7 @@ func opsChromium(t *testing.T) string {
 // fingerprint, every round, the loss curve with metrics.jsonl's losses and
 // the mean row with summary.json's numbers.
 func TestOperateDashboard(t *testing.T) {
+	t.Parallel()
 	chromium := opsChromium(t)
 	const rounds = 3
 	f := newOpsFed(t, rounds)
@@ -497,8 +505,7 @@ func TestOperateDashboard(t *testing.T) {
 		}
 		return out
 	}
-	chrome("--screenshot=" + shot)
-	dom := string(chrome("--dump-dom"))
+	dom := string(chrome("--screenshot="+shot, "--dump-dom"))
 
 	// the run's outputs are written once serve stops lingering: SIGTERM
 	if err := serve.cmd.Process.Signal(syscall.SIGTERM); err != nil {
