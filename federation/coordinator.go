@@ -73,6 +73,10 @@ type Coordinator struct {
 	OnRound func(RoundReport) error
 	// Progress, when set, is called after each client's fit and evaluation.
 	Progress func(Progress)
+	// PayloadBytes, when set, weighs a message's tensors as they travel
+	// (compressed) for RoundReport.BytesDown and BytesUp; nil counts 4
+	// bytes per value (the package's PayloadBytes).
+	PayloadBytes func(tensor.Named) int64
 	// Logger receives one line per round; nil means slog.Default().
 	Logger *slog.Logger
 	// EvaluateAlone asks every client through its own proxy even where
@@ -375,8 +379,8 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 			failures = append(failures, Failure{ClientID: id, Err: errs[i]})
 			continue
 		}
-		rep.BytesDown += PayloadBytes(ins[id])
-		rep.BytesUp += PayloadBytes(res[i].Params)
+		rep.BytesDown += c.payloadBytes(ins[id])
+		rep.BytesUp += c.payloadBytes(res[i].Params)
 		rep.Fit[id] = cloneMetrics(res[i].Metrics)
 		results = append(results, FitResult{ClientID: id, NumExamples: res[i].NumExamples, Params: res[i].Params, Metrics: res[i].Metrics})
 		rep.Participants = append(rep.Participants, id)
@@ -442,7 +446,7 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 			continue
 		}
 		rep.Eval[id] = cloneMetrics(evals[i].Metrics)
-		rep.BytesDown += PayloadBytes(eins[id])
+		rep.BytesDown += c.payloadBytes(eins[id])
 	}
 	rep.EvalMean = meanMetrics(rep.Eval)
 	rep.EvalSeconds = time.Since(t2).Seconds()
@@ -461,6 +465,13 @@ func (c *Coordinator) unavailable(id int) error {
 		}
 	}
 	return errOffline
+}
+
+func (c *Coordinator) payloadBytes(n tensor.Named) int64 {
+	if c.PayloadBytes != nil {
+		return c.PayloadBytes(n)
+	}
+	return PayloadBytes(n)
 }
 
 func (c *Coordinator) progress(p Progress) {
