@@ -21,8 +21,9 @@ import (
 // global tensors equal `pfedmma run` with federation.secure_aggregation
 // bit for bit (the simulation quantises as the sites do; the masked sum is
 // exact), and are within 1e-4 of the plain run's (2^-25 per value and
-// aggregation, carried through 3 rounds of training). The coordinator's
-// log shows only masked updates.
+// aggregation, carried through 3 rounds of training). The sites are
+// started with no experiment flags: the setting comes with the task. The
+// coordinator's log shows only masked updates.
 func TestServeSitesSecureAggregation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the multi-process federation test")
@@ -62,7 +63,8 @@ func TestServeSitesSecureAggregation(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = coord.Process.Kill(); _ = coord.Wait() })
 	for _, s := range strings.Split(names, ",") {
-		c := exec.Command(bin, append([]string{"site", "--server", addr, "--insecure-dev", "--sites", names, "--name", s, "--data", "world", "--state", "state-" + s}, secure...)...)
+		// the experiment, secure aggregation included, comes with the task
+		c := exec.Command(bin, "site", "--server", addr, "--insecure-dev", "--sites", names, "--name", s, "--data", "world", "--state", "state-"+s)
 		c.Dir = dir
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
