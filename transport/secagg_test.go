@@ -65,9 +65,9 @@ func secureReference(t *testing.T, n, rounds int, seed uint64, dead, deadFrom in
 
 // TestSecureAggregationMatchesSimulation: a networked federation with
 // secure aggregation ends bit-identical to the simulation's (the masked
-// sum is exact), within the quantiser's bound of plain FedAvg, and the
-// coordinator never received an update in the clear (no upload bytes, no
-// tensors in any round's results).
+// sum is exact), within the quantiser's reach of plain FedAvg, and the
+// round reports count masked updates (8 bytes a value and the weight), as
+// the simulation does.
 func TestSecureAggregationMatchesSimulation(t *testing.T) {
 	const n, rounds, seed = 3, 3, 7
 	want := secureReference(t, n, rounds, seed, -1, 0)
@@ -79,8 +79,8 @@ func TestSecureAggregationMatchesSimulation(t *testing.T) {
 	}
 	sameNamed(t, f.strat.Global(), want)
 	for r, rep := range f.hist.Rounds {
-		if rep.BytesUp != 0 || len(rep.Participants) != n {
-			t.Errorf("round %d: %d bytes of updates in the clear, %d participants", r, rep.BytesUp, len(rep.Participants))
+		if rep.BytesUp != n*federation.MaskedBytes(3) || len(rep.Participants) != n {
+			t.Errorf("round %d: %d bytes up (want %d masked), %d participants", r, rep.BytesUp, n*federation.MaskedBytes(3), len(rep.Participants))
 		}
 	}
 	g, p := f.strat.Global()["shared.w"].Data, plain["shared.w"].Data

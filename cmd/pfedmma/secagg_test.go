@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"math"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -119,6 +122,22 @@ func TestServeSitesSecureAggregation(t *testing.T) {
 		t.Errorf("secure aggregation's global is %g from the plain run's", diff)
 	}
 	t.Logf("secure vs plain global: max difference %g", diff)
+	// the bytes per round are the masked updates', in run as in serve
+	bytesUp := func(path string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum map[string]any
+		if err := json.Unmarshal(b, &sum); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(sum["update_bytes_per_round_per_site"])
+	}
+	if s, n := bytesUp("sim/summary.json"), bytesUp("coord/out/summary.json"); s != n || s == "<nil>" {
+		t.Errorf("update bytes per round per site: run %s, serve %s", s, n)
+	}
 }
 
 // TestSecureAggregationFlag: serve's --secure-aggregation is the key

@@ -29,8 +29,18 @@ func TestSimulatedSecureEqualsFedAvg(t *testing.T) {
 				if secure {
 					sim.Secure = &SimulatedSecure{Quant: q, Uniform: uniform}
 				}
-				if _, err := sim.Run(context.Background()); err != nil {
+				hist, err := sim.Run(context.Background())
+				if err != nil {
 					t.Fatal(err)
+				}
+				for _, rep := range hist.Rounds {
+					want := int64(len(rep.Participants)) * 4 * 3 // float32 shared.w [3]
+					if secure {
+						want = int64(len(rep.Participants)) * 8 * 4 // 3 values and the weight in 64-bit words
+					}
+					if rep.BytesUp != want {
+						t.Fatalf("secure %v round %d: %d bytes up, want %d", secure, rep.Round, rep.BytesUp, want)
+					}
 				}
 				return fa
 			}
