@@ -40,8 +40,11 @@ const secAggPoll = 50 * time.Millisecond
 // aggregation (federation.SimulatedSecure, what `pfedmma run` uses) by the
 // networked protocol with the same quantiser and weights: the result has
 // the same bits, and the coordinator never holds an update in the clear.
+// Every selected site's task must be out at once (the steps wait for all
+// of them): the coordinator asks all its proxies in parallel.
 func (s *Server) useSecureAggregation(coord *federation.Coordinator) {
 	if sim, ok := coord.Secure.(*federation.SimulatedSecure); ok {
+		coord.Parallel = max(coord.Parallel, len(coord.Proxies))
 		coord.Secure = &secAggregator{s: s, quant: sim.Quant, uniform: sim.Uniform}
 		s.mu.Lock()
 		s.secAgg = coord.Secure.(*secAggregator)
