@@ -97,7 +97,14 @@ type secRound struct {
 	revealed map[int]bool
 
 	stop     chan struct{} // closed (end) when a newer session or the combination ends this one
+	arrived  chan struct{} // closed and remade (under the aggregator's lock) when a step's message arrives
 	stopOnce sync.Once
+}
+
+// arrive wakes the barriers (the aggregator's lock held).
+func (r *secRound) arrive() {
+	close(r.arrived)
+	r.arrived = make(chan struct{})
 }
 
 // end stops the session's barriers and waiting steps.
@@ -123,7 +130,7 @@ func (a *secAggregator) Begin(round int, selected []int) (map[string]string, err
 		advertised: map[int]bool{}, keysDone: make(chan struct{}),
 		shared: map[int]bool{}, sharesDone: make(chan struct{}),
 		masked: map[int]int{}, metrics: map[int]map[string]float64{}, maskedDone: make(chan struct{}),
-		revealed: map[int]bool{}, stop: make(chan struct{})}
+		revealed: map[int]bool{}, stop: make(chan struct{}), arrived: make(chan struct{})}
 	r.opts.Degree, r.opts.Threshold = cfg.Degree, cfg.Threshold
 	a.mu.Lock()
 	if a.cur != nil {
@@ -145,7 +152,8 @@ func (a *secAggregator) Begin(round int, selected []int) (map[string]string, err
 }
 
 // waitSites waits until every site of want has done (per done) or is no
-// longer alive; false when the session was stopped.
+// longer alive; false when the session was stopped. It looks again when a
+// message arrives, and at least every secAggPoll (liveness).
 func (a *secAggregator) waitSites(r *secRound, want []int, done func(id int) bool) bool {
 	tk := time.NewTicker(secAggPoll)
 	defer tk.Stop()
@@ -158,6 +166,7 @@ func (a *secAggregator) waitSites(r *secRound, want []int, done func(id int) boo
 				break
 			}
 		}
+		arrived := r.arrived
 		a.mu.Unlock()
 		if ready {
 			return true
@@ -165,6 +174,7 @@ func (a *secAggregator) waitSites(r *secRound, want []int, done func(id int) boo
 		select {
 		case <-r.stop:
 			return false
+		case <-arrived:
 		case <-tk.C:
 		}
 	}
@@ -413,6 +423,7 @@ func (a *secAggregator) advertise(ctx context.Context, r *secRound, st *siteStat
 	}
 	if err == nil {
 		r.advertised[st.id] = true
+		r.arrive()
 	}
 	a.mu.Unlock()
 	if err != nil {
@@ -439,6 +450,7 @@ func (a *secAggregator) share(ctx context.Context, r *secRound, st *siteState, r
 	}
 	if err == nil {
 		r.shared[st.id] = true
+		r.arrive()
 	}
 	a.mu.Unlock()
 	if err != nil {
@@ -539,6 +551,7 @@ func (a *secAggregator) reveal(r *secRound, st *siteState, req *pb.SecAggRequest
 	}
 	if err == nil {
 		r.revealed[st.id] = true
+		r.arrive()
 	}
 	a.mu.Unlock()
 	if err != nil {
