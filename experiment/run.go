@@ -99,6 +99,10 @@ type Options struct {
 	// logits of each of the client's evaluation sets (methods.Env's
 	// OnEvaluate): conformance tests compare them with `pfedmma predict`.
 	OnEvaluate func(method string, c *protocol.ClientTask, logits [][]float32)
+	// EvaluateAlone evaluates every client on its own even where its
+	// method can evaluate the clients together (federation.GroupEvaluator):
+	// the same results, slower; benchmarks and tests compare the two.
+	EvaluateAlone bool
 
 	// Aggregation hardens every trained method's aggregation (robust
 	// rules, clipping, differential privacy; off when zero).

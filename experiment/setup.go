@@ -153,5 +153,5 @@ func (b *siteBytes) extra() map[string]any {
 // `serve` start from it alike.
 func (o Options) coordinator(strat federation.Strategy) *federation.Coordinator {
 	return &federation.Coordinator{Strategy: strat, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed, EvalEvery: o.EvalEvery,
-		PayloadBytes: o.Compress.Bytes}
+		PayloadBytes: o.Compress.Bytes, EvaluateAlone: o.EvaluateAlone}
 }

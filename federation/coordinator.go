@@ -79,6 +79,9 @@ type Coordinator struct {
 	PayloadBytes func(tensor.Named) int64
 	// Logger receives one line per round; nil means slog.Default().
 	Logger *slog.Logger
+	// EvaluateAlone asks every client through its own proxy even where
+	// in-process clients could be evaluated together (GroupEvaluator).
+	EvaluateAlone bool
 }
 
 // CheckpointStore keeps the coordinator's latest Checkpoint.
@@ -402,23 +405,15 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 	if err != nil {
 		return rep, fmt.Errorf("configure evaluate: %w", err)
 	}
-	evals := make([]EvaluateRes, len(all))
 	done = 0
 	ectx, cancel := c.phase(ctx)
-	errs = c.call(ectx, all, func(ctx context.Context, i, id int) error {
-		if c.Available != nil && !c.Available(id) {
-			return c.unavailable(id)
-		}
-		out, err := byID[id].Evaluate(ctx, EvaluateIns{Round: r, Params: eins[id].Clone(), Config: cfg})
-		if err != nil {
-			return err
-		}
-		evals[i] = out
+	evals, errs := c.evaluate(ectx, all, byID, func(id int) EvaluateIns {
+		return EvaluateIns{Round: r, Params: eins[id].Clone(), Config: cfg}
+	}, func(id int) {
 		mu.Lock()
 		done++
 		c.progress(Progress{Round: r, Rounds: c.Rounds, Phase: "eval", ClientID: id, Done: done, Total: len(all)})
 		mu.Unlock()
-		return nil
 	})
 	cancel()
 	if err := ctx.Err(); err != nil {
