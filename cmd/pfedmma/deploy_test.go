@@ -373,26 +373,29 @@ func TestDeployFiles(t *testing.T) {
 		t.Errorf("the coordinator StatefulSet: want one replica and a volume claim for its state")
 	}
 
-	// the README's code blocks
-	readme, err := os.ReadFile(filepath.Join(deployDir, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := false
-	var block strings.Builder
-	for _, l := range strings.Split(string(readme), "\n") {
-		if strings.HasPrefix(l, "```") {
-			if in {
-				for _, a := range pfedmmaArgs(block.String()) {
-					cmds = append(cmds, deployCommand{"deploy/README.md", a})
+	// the code blocks of deploy/README.md and of the README
+	for _, p := range []string{filepath.Join(deployDir, "README.md"), "../../README.md"} {
+		readme, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, shell := false, false // in a code block; a shell one (```sh)
+		var block strings.Builder
+		for _, l := range strings.Split(string(readme), "\n") {
+			if fence := strings.TrimSpace(l); strings.HasPrefix(fence, "```") {
+				if in && shell {
+					for _, a := range pfedmmaArgs(block.String()) {
+						cmds = append(cmds, deployCommand{p, a})
+					}
 				}
 				block.Reset()
+				in = !in
+				shell = in && (fence == "```sh" || fence == "```bash")
+				continue
 			}
-			in = !in
-			continue
-		}
-		if in {
-			block.WriteString(l + "\n")
+			if in {
+				block.WriteString(l + "\n")
+			}
 		}
 	}
 
