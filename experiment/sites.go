@@ -89,6 +89,8 @@ func HostSites(ctx context.Context, c SiteConfig, spec string) ([]HostedSiteResu
 		return nil, errors.New("--name and --clients exclude each other: with --clients each hosted client speaks with its own site certificate, named by the certificates folder's sites.txt (or --sites with --insecure-dev)")
 	case c.Server == "" || c.Data == "" || (c.Certs == "" && !c.Insecure):
 		return nil, errors.New("--server, --certs, --clients and --data are required")
+	case c.Experiment == nil:
+		return nil, errors.New("--clients needs the experiment's --config/--preset/--set (hosted clients do not yet receive the task from the coordinator)")
 	}
 	ids, err := ParseClients(spec)
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 // hostSites runs `pfedmma site --clients SPEC`: one process serving
 // several clients of the federation.
 func hostSites(cmd *cobra.Command, c experiment.SiteConfig, spec string) error {
-	if c.Experiment.Threads > 0 && !cmd.Flags().Changed("threads") {
+	if c.Experiment != nil && c.Experiment.Threads > 0 && !cmd.Flags().Changed("threads") {
 		setThreads(c.Experiment.Threads)
 	}
 	res, err := experiment.HostSites(cmd.Context(), c, spec)
