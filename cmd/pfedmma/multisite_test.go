@@ -14,7 +14,9 @@ import (
 
 // TestMultiClientSitesEqualRun runs a five-client world job as a
 // coordinator and two multi-client site processes (`site --clients 0-2` and
-// `site --clients 3,4`) over mTLS and checks that the global tensors, the
+// `site --clients 3,4`, started with only --server, --certs, --clients,
+// --data and --state: they receive the task from the coordinator) over
+// mTLS and checks that the global tensors, the
 // table and what every hosted client keeps equal those of `pfedmma run`,
 // bit for bit. Before the second process starts, a third one asking for
 // clients 1-2, which the first already serves, is refused (one certificate,
@@ -52,7 +54,7 @@ func TestMultiClientSitesEqualRun(t *testing.T) {
 	l.Close()
 	start := func(args ...string) (*exec.Cmd, *bytes.Buffer) {
 		var buf bytes.Buffer
-		cmd := exec.Command(bin, append(args, sets...)...)
+		cmd := exec.Command(bin, args...)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &buf, &buf
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -75,7 +77,7 @@ func TestMultiClientSitesEqualRun(t *testing.T) {
 	site := func(clients, state string) (*exec.Cmd, *bytes.Buffer) {
 		return start("site", "--server", addr, "--certs", "certs", "--clients", clients, "--data", "world", "--state", state)
 	}
-	coord, coordLog := start("serve", "--listen", addr, "--certs", "certs", "--state", "coord")
+	coord, coordLog := start(append([]string{"serve", "--listen", addr, "--certs", "certs", "--state", "coord"}, sets...)...)
 	a, aLog := site("0-2", "hosts-a")
 	deadline := time.Now().Add(90 * time.Second)
 	for strings.Count(coordLog.String(), `msg="site registered"`) < 3 {
@@ -138,6 +140,9 @@ func TestMultiClientSitesEqualRun(t *testing.T) {
 			if !bytes.Equal(w, got[k]) {
 				t.Errorf("client %d keeps another %s than the simulation's", i, k)
 			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, host, "site-"+s, "task.yaml")); err != nil {
+			t.Errorf("client %d did not keep the task it received: %v", i, err)
 		}
 		if m, err := os.ReadFile(filepath.Join(dir, host, "site-"+s, "metrics.jsonl")); err != nil || !bytes.Contains(m, []byte(`"round"`)) {
 			t.Errorf("client %d wrote no metrics in its folder: %v %q", i, err, m)
