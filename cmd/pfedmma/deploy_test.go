@@ -237,12 +237,25 @@ func stringList(v any) []string {
 // code blocks uses only subcommands and flags the real binary accepts.
 func TestDeployFiles(t *testing.T) {
 	var cmds []deployCommand
+	// shellcheck, where installed (Debian: apt-get install shellcheck), also
+	// lints the scripts
+	lint, _ := exec.LookPath("shellcheck")
+	if lint == "" {
+		t.Log("shellcheck is not installed: the scripts are checked with sh -n only")
+	}
 	shellCheck := func(where, script string) {
 		t.Helper()
 		c := exec.Command("sh", "-n")
 		c.Stdin = strings.NewReader(script)
 		if out, err := c.CombinedOutput(); err != nil {
 			t.Errorf("%s is not valid sh: %v\n%s", where, err, out)
+		}
+		if lint != "" {
+			c := exec.Command(lint, "-s", "sh", "-")
+			c.Stdin = strings.NewReader(script)
+			if out, err := c.CombinedOutput(); err != nil {
+				t.Errorf("shellcheck %s: %v\n%s", where, err, out)
+			}
 		}
 		for _, a := range pfedmmaArgs(script) {
 			cmds = append(cmds, deployCommand{where, a})
