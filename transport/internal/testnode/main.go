@@ -24,6 +24,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/secagg"
 	"github.com/pfedmma/pfedmma/transport"
 	"github.com/pfedmma/pfedmma/transport/internal/toy"
 )
@@ -40,14 +41,16 @@ func main() {
 	seed := flag.Uint64("seed", 7, "sampler seed")
 	delay := flag.Duration("delay", 0, "site: extra time per fit")
 	timeout := flag.Duration("round-timeout", 0, "coord: round deadline")
-	tolerate := flag.Bool("tolerate", false, "coord: tolerate failed sites (as serve does; implied by -round-timeout)")
-	minFit := flag.Int("min-fit", 0, "coord: fewest answers that close a round")
+	tolerate := flag.Bool("tolerate", false, "coord: tolerate failed sites without a deadline (as serve does; implied by -round-timeout)")
+	minFit := flag.Int("min-fit", 1, "coord: fewest answers that close a round")
 	retryEvery := flag.Duration("retry-every", 0, "coord: log interval of a round below -min-fit")
 	offlineAfter := flag.Duration("offline-after", 0, "coord: no contact for this long makes a site offline")
 	registerTimeout := flag.Duration("register-timeout", 0, "coord: start after this long with the sites there")
 	settings := flag.String("settings", "", "coord and site: resolved configuration, k=v,k=v")
 	grace := flag.Duration("duplicate-grace", 0, "site: give up after this long refused as a second session")
-	fullDisk := flag.Int("full-disk-after-round", -1, "coord: after this round, writes past the state files' current sizes fail (RLIMIT_FSIZE)")
+	fullDisk := flag.Int("full-disk-after-round", -1, "coord: after this round, writes past the state database's current size fail (RLIMIT_FSIZE)")
+	secure := flag.Bool("secure", false, "coord: secure aggregation")
+	stall := flag.Int("stall-after-share", -1, "site: stall (to be killed) after sharing its keys in this round")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -66,6 +69,9 @@ func main() {
 		coord := &federation.Coordinator{Strategy: strat, Rounds: *rounds, Fraction: *fraction, Seed: *seed,
 			Parallel: len(sites), RoundTimeout: *timeout, TolerateFailures: *tolerate || *timeout > 0, MinFit: *minFit,
 			RetryEvery: *retryEvery, Logger: log}
+		if *secure {
+			coord.Secure = &federation.SimulatedSecure{Quant: secagg.Quantizer{Clip: secagg.DefaultClip, ScaleBits: secagg.DefaultScaleBits}}
+		}
 		coord.OnRound = func(rep federation.RoundReport) error {
 			js, _ := json.Marshal(map[string]any{"round": rep.Round, "participants": rep.Participants, "absent": rep.Absent, "failures": rep.Failures})
 			fmt.Printf("ROUND %s\n", js)
@@ -95,8 +101,14 @@ func main() {
 		}
 		c := toy.New(id)
 		c.Delay = *delay
+		hook := func(step string, round int) {
+			if step == "SEC_AGG_STEP_SHARE" && round == *stall {
+				log.Info("stalling after key sharing", "round", round)
+				<-ctx.Done()
+			}
+		}
 		if err := transport.RunSite(ctx, transport.SiteConfig{Addr: *addr, CertsDir: *dir, Name: *site, StateDir: *state,
-			MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Settings: sets, DuplicateGrace: *grace, Logger: log}, c); err != nil {
+			MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Settings: sets, DuplicateGrace: *grace, Logger: log, SecAggHook: hook}, c); err != nil {
 			fail(err)
 		}
 	default:
