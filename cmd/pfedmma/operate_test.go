@@ -137,12 +137,11 @@ func (p *opsProc) kill() {
 // opsFed is a federation folder: certificates for site-a, site-b and
 // site-c, and the settings every process shares.
 type opsFed struct {
-	t         *testing.T
-	bin, dir  string
-	addr      string
-	sets      []string
-	coordOut  string
-	stateRoot string
+	t        *testing.T
+	bin, dir string
+	addr     string
+	sets     []string
+	coordOut string
 }
 
 var opsSites = []string{"site-a", "site-b", "site-c"}
