@@ -54,6 +54,8 @@ type CoordinatorConfig struct {
 	// PollWait, Heartbeat, OfflineAfter and Settings: see ServerConfig.
 	PollWait, Heartbeat, OfflineAfter time.Duration
 	Settings                          []string
+	// Task is sent to the sites that ask for it; see ServerConfig.
+	Task *Task
 	// RegisterTimeout, when positive, is how long the coordinator waits
 	// for every site to register before it starts with the sites online
 	// (at least coord.MinFit of them), logging the missing ones; zero
@@ -126,7 +128,7 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	defer events.Close()
 	srv, err := NewServer(ServerConfig{Sites: sites, TLS: tlsCfg, Insecure: cfg.Insecure, Spec: cfg.Spec, Limits: cfg.Limits,
 		Compress: cfg.Compress,
-		Store:    store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, OfflineAfter: cfg.OfflineAfter, Settings: cfg.Settings,
+		Store:    store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, OfflineAfter: cfg.OfflineAfter, Settings: cfg.Settings, Task: cfg.Task,
 		GiveUpOffline: coord != nil && coord.TolerateFailures, Logger: log, Events: events})
 	if err != nil {
 		return nil, err
@@ -276,7 +278,12 @@ type SiteConfig struct {
 // until the federation is over. client.ID() must be the site's client ID
 // (certs.SiteID).
 func RunSite(ctx context.Context, cfg SiteConfig, client federation.Client) error {
-	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: federation.NewSite(client, cfg.StateDir),
+	return runSite(ctx, cfg, federation.NewSite(client, cfg.StateDir))
+}
+
+// runSite serves site (a *federation.Site, possibly wrapped) as RunSite.
+func runSite(ctx context.Context, cfg SiteConfig, site federation.ClientProxy) error {
+	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: site,
 		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace,
 		SecAggHook: cfg.SecAggHook}
 	if !cfg.Insecure {

@@ -67,6 +67,9 @@ type ServerConfig struct {
 	// sorted "key=value" lines: a site that registers with other settings
 	// is refused with the keys that differ.
 	Settings []string
+	// Task, when set, is sent to the sites that ask for it at registration
+	// (task.go): they build their clients from it.
+	Task *Task
 	// GiveUpOffline fails a site's pending task as soon as the site is
 	// offline instead of waiting for it to come back (set when the
 	// coordinator tolerates failures).

@@ -161,8 +161,14 @@ type RegisterRequest struct {
 	Site            string                 `protobuf:"bytes,2,opt,name=site,proto3" json:"site,omitempty"`
 	NumExamples     int64                  `protobuf:"varint,3,opt,name=num_examples,json=numExamples,proto3" json:"num_examples,omitempty"`
 	ClientId        int64                  `protobuf:"varint,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// task_wanted asks for the task (RegisterReply.task) before the site
+	// builds its client: nothing is registered, num_examples is not read.
+	TaskWanted bool `protobuf:"varint,10,opt,name=task_wanted,json=taskWanted,proto3" json:"task_wanted,omitempty"`
+	// task_refused, when set, says that the site's policy refuses the task
+	// and why; the coordinator logs and records it, registers nothing.
+	TaskRefused   string `protobuf:"bytes,11,opt,name=task_refused,json=taskRefused,proto3" json:"task_refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
@@ -223,14 +229,30 @@ func (x *RegisterRequest) GetClientId() int64 {
 	return 0
 }
 
+func (x *RegisterRequest) GetTaskWanted() bool {
+	if x != nil {
+		return x.TaskWanted
+	}
+	return false
+}
+
+func (x *RegisterRequest) GetTaskRefused() string {
+	if x != nil {
+		return x.TaskRefused
+	}
+	return ""
+}
+
 type RegisterReply struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	ClientId        int64                  `protobuf:"varint,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	// Seconds between heartbeats the coordinator expects.
 	HeartbeatSeconds float64 `protobuf:"fixed64,3,opt,name=heartbeat_seconds,json=heartbeatSeconds,proto3" json:"heartbeat_seconds,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The task, answering a RegisterRequest with task_wanted.
+	Task          *TaskExperiment `protobuf:"bytes,10,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterReply) Reset() {
@@ -284,6 +306,91 @@ func (x *RegisterReply) GetHeartbeatSeconds() float64 {
 	return 0
 }
 
+func (x *RegisterReply) GetTask() *TaskExperiment {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+// TaskExperiment is what a site needs to build its client: the
+// coordinator's resolved experiment without the site-local settings
+// (data, model and vocabulary paths, threads, cache) and the model's
+// identity. A site never downloads weights: it uses its own copy of the
+// model, which must have this SHA-256.
+type TaskExperiment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The experiment as YAML (config.yaml's format, config.TaskYAML).
+	ExperimentYaml []byte `protobuf:"bytes,1,opt,name=experiment_yaml,json=experimentYaml,proto3" json:"experiment_yaml,omitempty"`
+	// SHA-256 (64 hex digits) of the model's weight file(s).
+	ModelSha256 string `protobuf:"bytes,2,opt,name=model_sha256,json=modelSha256,proto3" json:"model_sha256,omitempty"`
+	// The experiment's fingerprint (sent with every round).
+	Fingerprint string `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// Bytes of one upload of the trained method's shared tensors (float32),
+	// for a site's --max-upload-mib.
+	UploadBytes   int64 `protobuf:"varint,4,opt,name=upload_bytes,json=uploadBytes,proto3" json:"upload_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskExperiment) Reset() {
+	*x = TaskExperiment{}
+	mi := &file_federation_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskExperiment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskExperiment) ProtoMessage() {}
+
+func (x *TaskExperiment) ProtoReflect() protoreflect.Message {
+	mi := &file_federation_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskExperiment.ProtoReflect.Descriptor instead.
+func (*TaskExperiment) Descriptor() ([]byte, []int) {
+	return file_federation_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TaskExperiment) GetExperimentYaml() []byte {
+	if x != nil {
+		return x.ExperimentYaml
+	}
+	return nil
+}
+
+func (x *TaskExperiment) GetModelSha256() string {
+	if x != nil {
+		return x.ModelSha256
+	}
+	return ""
+}
+
+func (x *TaskExperiment) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *TaskExperiment) GetUploadBytes() int64 {
+	if x != nil {
+		return x.UploadBytes
+	}
+	return 0
+}
+
 type TaskRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
@@ -294,7 +401,7 @@ type TaskRequest struct {
 
 func (x *TaskRequest) Reset() {
 	*x = TaskRequest{}
-	mi := &file_federation_proto_msgTypes[2]
+	mi := &file_federation_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +413,7 @@ func (x *TaskRequest) String() string {
 func (*TaskRequest) ProtoMessage() {}
 
 func (x *TaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[2]
+	mi := &file_federation_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +426,7 @@ func (x *TaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRequest.ProtoReflect.Descriptor instead.
 func (*TaskRequest) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{2}
+	return file_federation_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TaskRequest) GetProtocolVersion() uint32 {
@@ -347,7 +454,7 @@ type TensorInfo struct {
 
 func (x *TensorInfo) Reset() {
 	*x = TensorInfo{}
-	mi := &file_federation_proto_msgTypes[3]
+	mi := &file_federation_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +466,7 @@ func (x *TensorInfo) String() string {
 func (*TensorInfo) ProtoMessage() {}
 
 func (x *TensorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[3]
+	mi := &file_federation_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +479,7 @@ func (x *TensorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TensorInfo.ProtoReflect.Descriptor instead.
 func (*TensorInfo) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{3}
+	return file_federation_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TensorInfo) GetName() string {
@@ -416,7 +523,7 @@ type Blob struct {
 
 func (x *Blob) Reset() {
 	*x = Blob{}
-	mi := &file_federation_proto_msgTypes[4]
+	mi := &file_federation_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +535,7 @@ func (x *Blob) String() string {
 func (*Blob) ProtoMessage() {}
 
 func (x *Blob) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[4]
+	mi := &file_federation_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +548,7 @@ func (x *Blob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Blob.ProtoReflect.Descriptor instead.
 func (*Blob) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{4}
+	return file_federation_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Blob) GetTensors() []*TensorInfo {
@@ -498,7 +605,7 @@ type TaskHeader struct {
 
 func (x *TaskHeader) Reset() {
 	*x = TaskHeader{}
-	mi := &file_federation_proto_msgTypes[5]
+	mi := &file_federation_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +617,7 @@ func (x *TaskHeader) String() string {
 func (*TaskHeader) ProtoMessage() {}
 
 func (x *TaskHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[5]
+	mi := &file_federation_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +630,7 @@ func (x *TaskHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskHeader.ProtoReflect.Descriptor instead.
 func (*TaskHeader) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{5}
+	return file_federation_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TaskHeader) GetProtocolVersion() uint32 {
@@ -588,7 +695,7 @@ type TaskChunk struct {
 
 func (x *TaskChunk) Reset() {
 	*x = TaskChunk{}
-	mi := &file_federation_proto_msgTypes[6]
+	mi := &file_federation_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +707,7 @@ func (x *TaskChunk) String() string {
 func (*TaskChunk) ProtoMessage() {}
 
 func (x *TaskChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[6]
+	mi := &file_federation_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +720,7 @@ func (x *TaskChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskChunk.ProtoReflect.Descriptor instead.
 func (*TaskChunk) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{6}
+	return file_federation_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TaskChunk) GetPart() isTaskChunk_Part {
@@ -672,7 +779,7 @@ type UpdateHeader struct {
 
 func (x *UpdateHeader) Reset() {
 	*x = UpdateHeader{}
-	mi := &file_federation_proto_msgTypes[7]
+	mi := &file_federation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +791,7 @@ func (x *UpdateHeader) String() string {
 func (*UpdateHeader) ProtoMessage() {}
 
 func (x *UpdateHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[7]
+	mi := &file_federation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +804,7 @@ func (x *UpdateHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateHeader.ProtoReflect.Descriptor instead.
 func (*UpdateHeader) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{7}
+	return file_federation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateHeader) GetProtocolVersion() uint32 {
@@ -762,7 +869,7 @@ type UpdateChunk struct {
 
 func (x *UpdateChunk) Reset() {
 	*x = UpdateChunk{}
-	mi := &file_federation_proto_msgTypes[8]
+	mi := &file_federation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +881,7 @@ func (x *UpdateChunk) String() string {
 func (*UpdateChunk) ProtoMessage() {}
 
 func (x *UpdateChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[8]
+	mi := &file_federation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +894,7 @@ func (x *UpdateChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateChunk.ProtoReflect.Descriptor instead.
 func (*UpdateChunk) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{8}
+	return file_federation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateChunk) GetPart() isUpdateChunk_Part {
@@ -841,7 +948,7 @@ type UploadReply struct {
 
 func (x *UploadReply) Reset() {
 	*x = UploadReply{}
-	mi := &file_federation_proto_msgTypes[9]
+	mi := &file_federation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +960,7 @@ func (x *UploadReply) String() string {
 func (*UploadReply) ProtoMessage() {}
 
 func (x *UploadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[9]
+	mi := &file_federation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +973,7 @@ func (x *UploadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadReply.ProtoReflect.Descriptor instead.
 func (*UploadReply) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{9}
+	return file_federation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UploadReply) GetAccepted() bool {
@@ -897,7 +1004,7 @@ type EvalReport struct {
 
 func (x *EvalReport) Reset() {
 	*x = EvalReport{}
-	mi := &file_federation_proto_msgTypes[10]
+	mi := &file_federation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1016,7 @@ func (x *EvalReport) String() string {
 func (*EvalReport) ProtoMessage() {}
 
 func (x *EvalReport) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[10]
+	mi := &file_federation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1029,7 @@ func (x *EvalReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvalReport.ProtoReflect.Descriptor instead.
 func (*EvalReport) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{10}
+	return file_federation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EvalReport) GetProtocolVersion() uint32 {
@@ -977,7 +1084,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_federation_proto_msgTypes[11]
+	mi := &file_federation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1096,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[11]
+	mi := &file_federation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1109,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{11}
+	return file_federation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HeartbeatRequest) GetProtocolVersion() uint32 {
@@ -1028,7 +1135,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_federation_proto_msgTypes[12]
+	mi := &file_federation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1147,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[12]
+	mi := &file_federation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1160,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{12}
+	return file_federation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HeartbeatReply) GetRound() int64 {
@@ -1086,7 +1193,7 @@ type SecAggRequest struct {
 
 func (x *SecAggRequest) Reset() {
 	*x = SecAggRequest{}
-	mi := &file_federation_proto_msgTypes[13]
+	mi := &file_federation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1205,7 @@ func (x *SecAggRequest) String() string {
 func (*SecAggRequest) ProtoMessage() {}
 
 func (x *SecAggRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[13]
+	mi := &file_federation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1218,7 @@ func (x *SecAggRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggRequest.ProtoReflect.Descriptor instead.
 func (*SecAggRequest) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{13}
+	return file_federation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SecAggRequest) GetProtocolVersion() uint32 {
@@ -1197,7 +1304,7 @@ type SecAggReply struct {
 
 func (x *SecAggReply) Reset() {
 	*x = SecAggReply{}
-	mi := &file_federation_proto_msgTypes[14]
+	mi := &file_federation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1316,7 @@ func (x *SecAggReply) String() string {
 func (*SecAggReply) ProtoMessage() {}
 
 func (x *SecAggReply) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[14]
+	mi := &file_federation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1329,7 @@ func (x *SecAggReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggReply.ProtoReflect.Descriptor instead.
 func (*SecAggReply) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{14}
+	return file_federation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SecAggReply) GetAccepted() bool {
@@ -1250,16 +1357,27 @@ var File_federation_proto protoreflect.FileDescriptor
 
 const file_federation_proto_rawDesc = "" +
 	"\n" +
-	"\x10federation.proto\x12\x14pfedmma.transport.v1\"\x90\x01\n" +
+	"\x10federation.proto\x12\x14pfedmma.transport.v1\"\xd4\x01\n" +
 	"\x0fRegisterRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x12\n" +
 	"\x04site\x18\x02 \x01(\tR\x04site\x12!\n" +
 	"\fnum_examples\x18\x03 \x01(\x03R\vnumExamples\x12\x1b\n" +
-	"\tclient_id\x18\x04 \x01(\x03R\bclientId\"\x84\x01\n" +
+	"\tclient_id\x18\x04 \x01(\x03R\bclientId\x12\x1f\n" +
+	"\vtask_wanted\x18\n" +
+	" \x01(\bR\n" +
+	"taskWanted\x12!\n" +
+	"\ftask_refused\x18\v \x01(\tR\vtaskRefused\"\xbe\x01\n" +
 	"\rRegisterReply\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\x03R\bclientId\x12+\n" +
-	"\x11heartbeat_seconds\x18\x03 \x01(\x01R\x10heartbeatSeconds\"L\n" +
+	"\x11heartbeat_seconds\x18\x03 \x01(\x01R\x10heartbeatSeconds\x128\n" +
+	"\x04task\x18\n" +
+	" \x01(\v2$.pfedmma.transport.v1.TaskExperimentR\x04task\"\xa1\x01\n" +
+	"\x0eTaskExperiment\x12'\n" +
+	"\x0fexperiment_yaml\x18\x01 \x01(\fR\x0eexperimentYaml\x12!\n" +
+	"\fmodel_sha256\x18\x02 \x01(\tR\vmodelSha256\x12 \n" +
+	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint\x12!\n" +
+	"\fupload_bytes\x18\x04 \x01(\x03R\vuploadBytes\"L\n" +
 	"\vTaskRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x12\n" +
 	"\x04site\x18\x02 \x01(\tR\x04site\"L\n" +
@@ -1381,60 +1499,62 @@ func file_federation_proto_rawDescGZIP() []byte {
 }
 
 var file_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_federation_proto_goTypes = []any{
 	(TaskKind)(0),            // 0: pfedmma.transport.v1.TaskKind
 	(SecAggStep)(0),          // 1: pfedmma.transport.v1.SecAggStep
 	(*RegisterRequest)(nil),  // 2: pfedmma.transport.v1.RegisterRequest
 	(*RegisterReply)(nil),    // 3: pfedmma.transport.v1.RegisterReply
-	(*TaskRequest)(nil),      // 4: pfedmma.transport.v1.TaskRequest
-	(*TensorInfo)(nil),       // 5: pfedmma.transport.v1.TensorInfo
-	(*Blob)(nil),             // 6: pfedmma.transport.v1.Blob
-	(*TaskHeader)(nil),       // 7: pfedmma.transport.v1.TaskHeader
-	(*TaskChunk)(nil),        // 8: pfedmma.transport.v1.TaskChunk
-	(*UpdateHeader)(nil),     // 9: pfedmma.transport.v1.UpdateHeader
-	(*UpdateChunk)(nil),      // 10: pfedmma.transport.v1.UpdateChunk
-	(*UploadReply)(nil),      // 11: pfedmma.transport.v1.UploadReply
-	(*EvalReport)(nil),       // 12: pfedmma.transport.v1.EvalReport
-	(*HeartbeatRequest)(nil), // 13: pfedmma.transport.v1.HeartbeatRequest
-	(*HeartbeatReply)(nil),   // 14: pfedmma.transport.v1.HeartbeatReply
-	(*SecAggRequest)(nil),    // 15: pfedmma.transport.v1.SecAggRequest
-	(*SecAggReply)(nil),      // 16: pfedmma.transport.v1.SecAggReply
-	nil,                      // 17: pfedmma.transport.v1.TaskHeader.ConfigEntry
-	nil,                      // 18: pfedmma.transport.v1.UpdateHeader.MetricsEntry
-	nil,                      // 19: pfedmma.transport.v1.EvalReport.MetricsEntry
-	nil,                      // 20: pfedmma.transport.v1.SecAggRequest.MetricsEntry
+	(*TaskExperiment)(nil),   // 4: pfedmma.transport.v1.TaskExperiment
+	(*TaskRequest)(nil),      // 5: pfedmma.transport.v1.TaskRequest
+	(*TensorInfo)(nil),       // 6: pfedmma.transport.v1.TensorInfo
+	(*Blob)(nil),             // 7: pfedmma.transport.v1.Blob
+	(*TaskHeader)(nil),       // 8: pfedmma.transport.v1.TaskHeader
+	(*TaskChunk)(nil),        // 9: pfedmma.transport.v1.TaskChunk
+	(*UpdateHeader)(nil),     // 10: pfedmma.transport.v1.UpdateHeader
+	(*UpdateChunk)(nil),      // 11: pfedmma.transport.v1.UpdateChunk
+	(*UploadReply)(nil),      // 12: pfedmma.transport.v1.UploadReply
+	(*EvalReport)(nil),       // 13: pfedmma.transport.v1.EvalReport
+	(*HeartbeatRequest)(nil), // 14: pfedmma.transport.v1.HeartbeatRequest
+	(*HeartbeatReply)(nil),   // 15: pfedmma.transport.v1.HeartbeatReply
+	(*SecAggRequest)(nil),    // 16: pfedmma.transport.v1.SecAggRequest
+	(*SecAggReply)(nil),      // 17: pfedmma.transport.v1.SecAggReply
+	nil,                      // 18: pfedmma.transport.v1.TaskHeader.ConfigEntry
+	nil,                      // 19: pfedmma.transport.v1.UpdateHeader.MetricsEntry
+	nil,                      // 20: pfedmma.transport.v1.EvalReport.MetricsEntry
+	nil,                      // 21: pfedmma.transport.v1.SecAggRequest.MetricsEntry
 }
 var file_federation_proto_depIdxs = []int32{
-	5,  // 0: pfedmma.transport.v1.Blob.tensors:type_name -> pfedmma.transport.v1.TensorInfo
-	0,  // 1: pfedmma.transport.v1.TaskHeader.kind:type_name -> pfedmma.transport.v1.TaskKind
-	17, // 2: pfedmma.transport.v1.TaskHeader.config:type_name -> pfedmma.transport.v1.TaskHeader.ConfigEntry
-	6,  // 3: pfedmma.transport.v1.TaskHeader.params:type_name -> pfedmma.transport.v1.Blob
-	7,  // 4: pfedmma.transport.v1.TaskChunk.header:type_name -> pfedmma.transport.v1.TaskHeader
-	18, // 5: pfedmma.transport.v1.UpdateHeader.metrics:type_name -> pfedmma.transport.v1.UpdateHeader.MetricsEntry
-	6,  // 6: pfedmma.transport.v1.UpdateHeader.params:type_name -> pfedmma.transport.v1.Blob
-	9,  // 7: pfedmma.transport.v1.UpdateChunk.header:type_name -> pfedmma.transport.v1.UpdateHeader
-	19, // 8: pfedmma.transport.v1.EvalReport.metrics:type_name -> pfedmma.transport.v1.EvalReport.MetricsEntry
-	1,  // 9: pfedmma.transport.v1.SecAggRequest.step:type_name -> pfedmma.transport.v1.SecAggStep
-	5,  // 10: pfedmma.transport.v1.SecAggRequest.layout:type_name -> pfedmma.transport.v1.TensorInfo
-	20, // 11: pfedmma.transport.v1.SecAggRequest.metrics:type_name -> pfedmma.transport.v1.SecAggRequest.MetricsEntry
-	2,  // 12: pfedmma.transport.v1.Federation.Register:input_type -> pfedmma.transport.v1.RegisterRequest
-	4,  // 13: pfedmma.transport.v1.Federation.GetTask:input_type -> pfedmma.transport.v1.TaskRequest
-	10, // 14: pfedmma.transport.v1.Federation.UploadUpdate:input_type -> pfedmma.transport.v1.UpdateChunk
-	12, // 15: pfedmma.transport.v1.Federation.ReportEval:input_type -> pfedmma.transport.v1.EvalReport
-	13, // 16: pfedmma.transport.v1.Federation.Heartbeat:input_type -> pfedmma.transport.v1.HeartbeatRequest
-	15, // 17: pfedmma.transport.v1.Federation.SecAgg:input_type -> pfedmma.transport.v1.SecAggRequest
-	3,  // 18: pfedmma.transport.v1.Federation.Register:output_type -> pfedmma.transport.v1.RegisterReply
-	8,  // 19: pfedmma.transport.v1.Federation.GetTask:output_type -> pfedmma.transport.v1.TaskChunk
-	11, // 20: pfedmma.transport.v1.Federation.UploadUpdate:output_type -> pfedmma.transport.v1.UploadReply
-	11, // 21: pfedmma.transport.v1.Federation.ReportEval:output_type -> pfedmma.transport.v1.UploadReply
-	14, // 22: pfedmma.transport.v1.Federation.Heartbeat:output_type -> pfedmma.transport.v1.HeartbeatReply
-	16, // 23: pfedmma.transport.v1.Federation.SecAgg:output_type -> pfedmma.transport.v1.SecAggReply
-	18, // [18:24] is the sub-list for method output_type
-	12, // [12:18] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	4,  // 0: pfedmma.transport.v1.RegisterReply.task:type_name -> pfedmma.transport.v1.TaskExperiment
+	6,  // 1: pfedmma.transport.v1.Blob.tensors:type_name -> pfedmma.transport.v1.TensorInfo
+	0,  // 2: pfedmma.transport.v1.TaskHeader.kind:type_name -> pfedmma.transport.v1.TaskKind
+	18, // 3: pfedmma.transport.v1.TaskHeader.config:type_name -> pfedmma.transport.v1.TaskHeader.ConfigEntry
+	7,  // 4: pfedmma.transport.v1.TaskHeader.params:type_name -> pfedmma.transport.v1.Blob
+	8,  // 5: pfedmma.transport.v1.TaskChunk.header:type_name -> pfedmma.transport.v1.TaskHeader
+	19, // 6: pfedmma.transport.v1.UpdateHeader.metrics:type_name -> pfedmma.transport.v1.UpdateHeader.MetricsEntry
+	7,  // 7: pfedmma.transport.v1.UpdateHeader.params:type_name -> pfedmma.transport.v1.Blob
+	10, // 8: pfedmma.transport.v1.UpdateChunk.header:type_name -> pfedmma.transport.v1.UpdateHeader
+	20, // 9: pfedmma.transport.v1.EvalReport.metrics:type_name -> pfedmma.transport.v1.EvalReport.MetricsEntry
+	1,  // 10: pfedmma.transport.v1.SecAggRequest.step:type_name -> pfedmma.transport.v1.SecAggStep
+	6,  // 11: pfedmma.transport.v1.SecAggRequest.layout:type_name -> pfedmma.transport.v1.TensorInfo
+	21, // 12: pfedmma.transport.v1.SecAggRequest.metrics:type_name -> pfedmma.transport.v1.SecAggRequest.MetricsEntry
+	2,  // 13: pfedmma.transport.v1.Federation.Register:input_type -> pfedmma.transport.v1.RegisterRequest
+	5,  // 14: pfedmma.transport.v1.Federation.GetTask:input_type -> pfedmma.transport.v1.TaskRequest
+	11, // 15: pfedmma.transport.v1.Federation.UploadUpdate:input_type -> pfedmma.transport.v1.UpdateChunk
+	13, // 16: pfedmma.transport.v1.Federation.ReportEval:input_type -> pfedmma.transport.v1.EvalReport
+	14, // 17: pfedmma.transport.v1.Federation.Heartbeat:input_type -> pfedmma.transport.v1.HeartbeatRequest
+	16, // 18: pfedmma.transport.v1.Federation.SecAgg:input_type -> pfedmma.transport.v1.SecAggRequest
+	3,  // 19: pfedmma.transport.v1.Federation.Register:output_type -> pfedmma.transport.v1.RegisterReply
+	9,  // 20: pfedmma.transport.v1.Federation.GetTask:output_type -> pfedmma.transport.v1.TaskChunk
+	12, // 21: pfedmma.transport.v1.Federation.UploadUpdate:output_type -> pfedmma.transport.v1.UploadReply
+	12, // 22: pfedmma.transport.v1.Federation.ReportEval:output_type -> pfedmma.transport.v1.UploadReply
+	15, // 23: pfedmma.transport.v1.Federation.Heartbeat:output_type -> pfedmma.transport.v1.HeartbeatReply
+	17, // 24: pfedmma.transport.v1.Federation.SecAgg:output_type -> pfedmma.transport.v1.SecAggReply
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_federation_proto_init() }
@@ -1442,11 +1562,11 @@ func file_federation_proto_init() {
 	if File_federation_proto != nil {
 		return
 	}
-	file_federation_proto_msgTypes[6].OneofWrappers = []any{
+	file_federation_proto_msgTypes[7].OneofWrappers = []any{
 		(*TaskChunk_Header)(nil),
 		(*TaskChunk_Data)(nil),
 	}
-	file_federation_proto_msgTypes[8].OneofWrappers = []any{
+	file_federation_proto_msgTypes[9].OneofWrappers = []any{
 		(*UpdateChunk_Header)(nil),
 		(*UpdateChunk_Data)(nil),
 	}
@@ -1456,7 +1576,7 @@ func file_federation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_federation_proto_rawDesc), len(file_federation_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
