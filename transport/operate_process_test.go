@@ -67,7 +67,9 @@ func ended(t *testing.T, p *proc, d time.Duration) error {
 // result is the uninterrupted one (nothing of the second process was
 // aggregated).
 func TestProcessDuplicateSession(t *testing.T) {
-	const n, rounds, seed = 3, 8, 7
+	// rounds enough that the first session is still connected when the
+	// second one gives up (-duplicate-grace)
+	const n, rounds, seed = 3, 20, 7
 	f := newProcFed(t, n)
 	want, _ := reference(t, n, rounds, 1, seed)
 	coord := f.coord(t, "-rounds", fmt.Sprint(rounds), "-seed", fmt.Sprint(seed))
