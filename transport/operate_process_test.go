@@ -72,7 +72,9 @@ func TestProcessDuplicateSession(t *testing.T) {
 	const n, rounds, seed = 3, 20, 7
 	f := newProcFed(t, n)
 	want, _ := reference(t, n, rounds, 1, seed)
-	coord := f.coord(t, "-rounds", fmt.Sprint(rounds), "-seed", fmt.Sprint(seed))
+	// -offline-after: a loaded machine must not make the first session
+	// look gone (then the second would take over, as it should)
+	coord := f.coord(t, "-rounds", fmt.Sprint(rounds), "-seed", fmt.Sprint(seed), "-offline-after", "10s")
 	var sites []*proc
 	for i := range n {
 		sites = append(sites, f.site(t, i, "", "-delay", "150ms"))
@@ -110,7 +112,9 @@ func TestProcessFullDisk(t *testing.T) {
 	const n, rounds, seed = 3, 6, 7
 	f := newProcFed(t, n)
 	want, _ := reference(t, n, rounds, 1, seed)
-	args := []string{"-rounds", fmt.Sprint(rounds), "-seed", fmt.Sprint(seed), "-tolerate", "-retry-every", "200ms"}
+	// -offline-after: no site read offline on a loaded machine (the
+	// result must be the uninterrupted run's)
+	args := []string{"-rounds", fmt.Sprint(rounds), "-seed", fmt.Sprint(seed), "-tolerate", "-retry-every", "200ms", "-offline-after", "10s"}
 	coord := f.coord(t, append(args, "-full-disk-after-round", "2")...)
 	var sites []*proc
 	for i := range n {
