@@ -54,7 +54,8 @@ func (s *Server) UploadUpdate(stream grpc.ClientStreamingServer[pb.UpdateChunk, 
 			rf := refuse(ReasonReplay, "%v", err)
 			if !errors.Is(err, coordstore.ErrReplay) {
 				s.log.Error("coordinator storage error: upload not recorded", "round", round, "site", st.name, "err", err)
-				rf = refuse(ReasonCoordinator, "coordinator error: the upload could not be recorded; it will be asked again")
+				rf = refuse(ReasonCoordinator, "coordinator error: the upload could not be recorded")
+				defer s.storageFailed(err)
 			}
 			s.refused(st, round, h.TaskId, rf)
 			s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: %s", st.name, round, rf.msg)})
@@ -96,6 +97,9 @@ func (s *Server) receive(stream grpc.ClientStreamingServer[pb.UpdateChunk, pb.Up
 		}
 		data = append(data, d...)
 	}
+	if rf := s.checkCompression(h.Params); rf != nil {
+		return nil, 0, rf
+	}
 	params, rf := decodeBlob(data, h.Params, s.cfg.Spec, s.lim)
 	if rf != nil {
 		return nil, 0, rf
@@ -124,6 +128,7 @@ func (s *Server) ReportEval(ctx context.Context, req *pb.EvalReport) (*pb.Upload
 			if !errors.Is(err, coordstore.ErrReplay) {
 				s.log.Error("coordinator storage error: evaluation not recorded", "round", round, "site", st.name, "err", err)
 				rf = refuse(ReasonCoordinator, "coordinator error: the evaluation could not be recorded")
+				defer s.storageFailed(err)
 			}
 			s.refused(st, round, req.TaskId, rf)
 			s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: %s", st.name, round, rf.msg)})
