@@ -87,6 +87,9 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 	}
 	modelSHA, err := ModelSHA256(c.Model)
 	if err != nil {
+		if c.ModelArg != "" {
+			return nil, fmt.Errorf("--model %s: %w", c.ModelArg, err)
+		}
 		return nil, err
 	}
 	var own []string
@@ -108,8 +111,12 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 		err = keepTask(c.State, task)
 	}
 	if err != nil {
-		c.Logger.Error("the site refuses the coordinator's task", "site", c.Name, "reason", err)
-		if rerr := transport.RefuseTask(ctx, tc, id, err.Error()); rerr != nil {
+		reason := err.Error()
+		if r, ok := errors.AsType[*TaskRefusal](err); ok {
+			reason = r.Reason
+		}
+		c.Logger.Error("the site refuses the coordinator's task", "site", c.Name, "reason", reason)
+		if rerr := transport.RefuseTask(ctx, tc, id, reason); rerr != nil {
 			c.Logger.Warn("the refusal could not be sent to the coordinator", "site", c.Name, "err", rerr)
 		}
 		return nil, err

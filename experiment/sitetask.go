@@ -117,7 +117,7 @@ func AcceptTask(task *transport.Task, c SiteConfig, modelSHA string) (*config.Ex
 		return nil, &TaskRefusal{fmt.Sprintf("method %s is not among --accept-methods %s", method, strings.Join(c.Policy.AcceptMethods, ","))}
 	}
 	if lim := c.Policy.MaxUploadMiB; lim > 0 && float64(task.UploadBytes) > lim*(1<<20) {
-		return nil, &TaskRefusal{fmt.Sprintf("one upload of method %s weighs %.2f MiB, over --max-upload-mib %g", method, float64(task.UploadBytes)/(1<<20), lim)}
+		return nil, &TaskRefusal{fmt.Sprintf("one upload of method %s weighs %.4g MiB (%d bytes), over --max-upload-mib %g", method, float64(task.UploadBytes)/(1<<20), task.UploadBytes, lim)}
 	}
 	return e, nil
 }
