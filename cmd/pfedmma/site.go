@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -55,10 +56,14 @@ ends.`,
 			fl := cmd.Flags()
 			c.Local = nil
 			ownExperiment := fl.Changed("config") || fl.Changed("preset")
+			setModel := ""
 			for _, kv := range x.sets {
-				path, _, err := config.ParseSet(kv)
+				path, value, err := config.ParseSet(kv)
 				if err != nil {
 					return fmt.Errorf("site: --set %s: %w", kv, err)
+				}
+				if path == "model" {
+					setModel = value
 				}
 				if config.IsSiteLocal(path) {
 					c.Local = append(c.Local, kv)
@@ -71,7 +76,7 @@ ends.`,
 					return err
 				}
 			}
-			c.ModelArg = modelFlag
+			c.ModelArg = cmp.Or(modelFlag, setModel)
 			if c.ModelArg == "" && c.Experiment != nil {
 				c.ModelArg = c.Experiment.Model
 			}
