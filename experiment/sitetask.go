@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/transport"
@@ -56,15 +57,20 @@ func taskSettings(e *config.Experiment, modelSHA string) []string {
 
 // serveTask is the task Serve sends its sites: the experiment without
 // site-local settings, the model's hash, the fingerprint and the size of
-// one upload (spec: the shared tensors' shapes).
+// one upload (spec: the shared tensors' shapes, encoded as
+// federation.compress says).
 func serveTask(e *config.Experiment, modelSHA string, spec map[string][]int) (*transport.Task, error) {
 	y, err := e.TaskYAML()
 	if err != nil {
 		return nil, err
 	}
+	codec, err := compress.Parse(e.Federation.Compress)
+	if err != nil {
+		return nil, fmt.Errorf("federation.compress: %w", err)
+	}
 	var bytes int64
 	for _, shape := range spec {
-		bytes += 4 * int64(tensor.Numel(shape))
+		bytes += int64(codec.Size(tensor.Numel(shape)))
 	}
 	return &transport.Task{Experiment: y, ModelSHA256: modelSHA, Fingerprint: e.Fingerprint(), UploadBytes: bytes}, nil
 }

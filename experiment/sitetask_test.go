@@ -37,6 +37,9 @@ func TestAcceptTask(t *testing.T) {
 	if task.UploadBytes != 4*(6+4) || task.Fingerprint != coord.Fingerprint() || task.ModelSHA256 != sha {
 		t.Errorf("task: upload %d fingerprint %s model %s", task.UploadBytes, task.Fingerprint, task.ModelSHA256)
 	}
+	if _, half := coordinatorTask(t, sha, "federation.compress=fp16"); half.UploadBytes != 2*(6+4) {
+		t.Errorf("fp16 upload estimated at %d bytes, want %d", half.UploadBytes, 2*(6+4))
+	}
 	site := SiteConfig{Data: "world", Local: []string{"threads=2"}}
 	e, err := AcceptTask(task, site, sha)
 	if err != nil {

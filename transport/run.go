@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pfedmma/pfedmma/certs"
+	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/coordstore"
 	"github.com/pfedmma/pfedmma/dashboard"
 	"github.com/pfedmma/pfedmma/federation"
@@ -48,6 +49,8 @@ type CoordinatorConfig struct {
 	// Spec and Limits validate uploads; see ServerConfig.
 	Spec   Spec
 	Limits Limits
+	// Compress encodes every message's tensors (federation.compress).
+	Compress compress.Codec
 	// PollWait, Heartbeat, OfflineAfter and Settings: see ServerConfig.
 	PollWait, Heartbeat, OfflineAfter time.Duration
 	Settings                          []string
@@ -124,7 +127,8 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	}
 	defer events.Close()
 	srv, err := NewServer(ServerConfig{Sites: sites, TLS: tlsCfg, Insecure: cfg.Insecure, Spec: cfg.Spec, Limits: cfg.Limits,
-		Store: store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, OfflineAfter: cfg.OfflineAfter, Settings: cfg.Settings, Task: cfg.Task,
+		Compress: cfg.Compress,
+		Store:    store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, OfflineAfter: cfg.OfflineAfter, Settings: cfg.Settings, Task: cfg.Task,
 		GiveUpOffline: coord != nil && coord.TolerateFailures, Logger: log, Events: events})
 	if err != nil {
 		return nil, err
@@ -183,6 +187,7 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		return nil, err
 	}
 	coord.Proxies = srv.Proxies()
+	srv.useSecureAggregation(coord)
 	coord.Name = srv.SiteName
 	if coord.TolerateFailures {
 		coord.Available, coord.Unavailable = srv.Available, srv.Unavailable
@@ -252,6 +257,8 @@ type SiteConfig struct {
 	// DuplicateGrace: see SiteRunner.
 	DuplicateGrace time.Duration
 	Logger         *slog.Logger
+	// SecAggHook: see SiteRunner.
+	SecAggHook func(step string, round int)
 }
 
 // RunSite serves client as site cfg.Name, its state kept in cfg.StateDir,
@@ -259,7 +266,8 @@ type SiteConfig struct {
 // (certs.SiteID).
 func RunSite(ctx context.Context, cfg SiteConfig, client federation.Client) error {
 	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: federation.NewSite(client, cfg.StateDir),
-		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace}
+		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace,
+		SecAggHook: cfg.SecAggHook}
 	if !cfg.Insecure {
 		host := cfg.ServerName
 		if host == "" {

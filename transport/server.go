@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
+	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/coordstore"
 	"github.com/pfedmma/pfedmma/dashboard"
 	"github.com/pfedmma/pfedmma/federation"
@@ -48,6 +49,9 @@ type ServerConfig struct {
 	// Spec declares the tensors a site uploads; Limits bound them.
 	Spec   Spec
 	Limits Limits
+	// Compress encodes the tensors of every task and upload
+	// (federation.compress; "" or none: float32 safetensors).
+	Compress compress.Codec
 	// Store, when set, records the site registry, accepted and refused
 	// uploads and events.
 	Store *coordstore.Store
@@ -97,7 +101,8 @@ type Server struct {
 	failure  string // why the federation failed, told to the sites
 	subs     map[chan struct{}]bool
 	regWake  chan struct{}
-	started  int // the latest round whose first task was enqueued (-1: none)
+	started  int            // the latest round whose first task was enqueued (-1: none)
+	secAgg   *secAggregator // secure aggregation (transport/secagg.go), nil when off
 }
 
 type siteState struct {

@@ -44,7 +44,8 @@ type Task struct {
 	// Fingerprint is the experiment's fingerprint, sent with every round.
 	Fingerprint string
 	// UploadBytes is what one upload of the method's shared tensors
-	// weighs (float32), for the site's --max-upload-mib.
+	// weighs (encoded as federation.compress says), for the site's
+	// --max-upload-mib.
 	UploadBytes int64
 }
 

@@ -21,6 +21,8 @@
 #   FEDTPG_REPO       github.com/boschresearch/FedTPG  fedtpg
 #   PROMPTFOLIO_REPO  github.com/PanBikang/PromptFolio promptfolio
 #   COOP_REPO         github.com/KaiyangZhou/CoOp      cocoop
+#   KGCOOP_REPO       github.com/htyao89/KgCoOp        kgcoop
+#   MAPLE_REPO        github.com/muzairkhattak/multimodal-prompt-learning  maple
 # STEPS (default 10) timed steps on each side; METHOD... limits the sitting
 # to those methods. REF_ARGS and BENCH_ARGS add flags to every harness and every
 # `pfedmma bench train` (for a smoke test only, e.g. REF_ARGS="--batch 2"
@@ -41,7 +43,7 @@ if [ -z "${PFEDMMA:-}" ]; then
 	PFEDMMA=$out/pfedmma
 fi
 load() { printf '%s  load %s\n' "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1-3 /proc/loadavg)"; }
-methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora pfedmoap fedtpg promptfolio cocoop}
+methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora pfedmoap fedtpg promptfolio cocoop kgcoop maple}
 start=$(date +%s)
 
 # harness METHOD: prints "script repo-args" for METHOD's harness, or nothing
@@ -59,6 +61,8 @@ harness() {
 	fedtpg) [ -n "${FEDTPG_REPO:-}" ] && echo "fedtpg_ref.py --repo $FEDTPG_REPO" ;;
 	promptfolio) [ -n "${PROMPTFOLIO_REPO:-}" ] && echo "promptfolio_ref.py --repo $PROMPTFOLIO_REPO" ;;
 	cocoop) [ -n "${COOP_REPO:-}" ] && echo "cocoop_ref.py --repo $COOP_REPO" ;;
+	kgcoop) [ -n "${KGCOOP_REPO:-}" ] && echo "kgcoop_ref.py --repo $KGCOOP_REPO" ;;
+	maple) [ -n "${MAPLE_REPO:-}" ] && echo "maple_ref.py --repo $MAPLE_REPO" ;;
 	*) echo "sitting_all: no reference harness for method $1" >&2; return 1 ;;
 	esac
 	return 0

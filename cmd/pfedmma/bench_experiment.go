@@ -15,6 +15,8 @@ func init() {
 	var o bench.ExperimentOptions
 	var asJSON bool
 	var ref string
+	var ps bench.PaperScaleOptions
+	var psOut, psDType string
 	cmd := &cobra.Command{
 		Use:   "experiment [--rounds N] [--clients N] [--shots N] [--reference FILE.json] [--json]",
 		Short: "A whole base-to-novel experiment at ViT-B/16 shapes: seconds per round by phase, FLOPs, projection",
@@ -28,6 +30,12 @@ divides the authors' per-round cost - every client's 2 epochs of training plus o
 evaluation of its test sets, at their measured images/s - by ours: speedup_per_round.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Precision != "fp32" && o.Precision != "bf16" {
+				return fmt.Errorf("bench experiment: --precision %q: want fp32 or bf16", o.Precision)
+			}
+			if len(ps.Presets) > 0 {
+				return paperScale(cmd, ps, psDType, psOut, asJSON)
+			}
 			if ref != "" {
 				r, err := bench.LoadReference(ref)
 				if err != nil {
@@ -46,7 +54,10 @@ evaluation of its test sets, at their measured images/s - by ours: speedup_per_r
 				return enc.Encode(r)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "GEMM backend\t%s (%s, %d threads)\n", r.Backend, r.Kernel, r.Threads)
+			fmt.Fprintf(tw, "GEMM backend\t%s (%s, %d threads), precision %s\n", r.Backend, r.Kernel, r.Threads, r.Precision)
+			if r.EvaluatedAlone {
+				fmt.Fprintf(tw, "evaluation\tevery client alone (--evaluate-alone)\n")
+			}
 			fmt.Fprintf(tw, "cache fill\t%.1f s\n", r.CacheFillSeconds)
 			fmt.Fprintf(tw, "first round (with the cache fill)\t%.1f s\n", r.FirstRoundSeconds)
 			fmt.Fprintf(tw, "seconds per round (median)\t%.2f s: training %.2f, aggregation %.4f, evaluation %.2f\n", r.SecondsPerRound, r.TrainSecondsPerRound, r.AggSecondsPerRound, r.EvalSecondsPerRound)
@@ -55,6 +66,8 @@ evaluation of its test sets, at their measured images/s - by ours: speedup_per_r
 			fmt.Fprintf(tw, "projected 50 rounds\t%.0f s\n", r.Projected50Seconds)
 			if r.SpeedupPerRound > 0 {
 				fmt.Fprintf(tw, "reference per round\t%.1f s (speed-up %.1f×)\n", r.ReferencePerRound, r.SpeedupPerRound)
+				fmt.Fprintf(tw, "reference training per round\t%.1f s (speed-up %.1f×)\n", r.ReferenceTrainPerRound, r.SpeedupTrain)
+				fmt.Fprintf(tw, "reference evaluation per round\t%.1f s (speed-up %.1f×)\n", r.ReferenceEvalPerRound, r.SpeedupEval)
 			}
 			return tw.Flush()
 		},
@@ -67,5 +80,43 @@ evaluation of its test sets, at their measured images/s - by ours: speedup_per_r
 	f.IntVar(&o.TestPerClass, "test-per-class", 10, "test images per class")
 	f.StringVar(&ref, "reference", "", "the authors' figures (JSON: train_images_per_s, eval_images_per_s, peak_rss_mib)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.StringArrayVar(&ps.Presets, "preset", nil, "project this paper preset (NAME or NAME:DATASET, e.g. paper-cifar:cifar100; repeatable) from measured rounds: see Paper-scale runs in the README")
+	f.IntVar(&ps.RoundsMeasured, "rounds-measured", 2, "with --preset: measured rounds (≥ 2; the first fills the cache)")
+	f.Float64Var(&ps.Scale, "scale", 1, "with --preset: fraction of the shots and test images per class the measured run generates (classes, model, method stay the preset's)")
+	f.IntVar(&ps.ClientsMeasured, "clients-measured", 0, "with --preset: clients of the measured run (0: the preset's, at most 10)")
+	f.IntVar(&ps.MemoryBudgetMiB, "memory-budget", 8192, "with --preset: RAM budget of the prefix cache in MiB (cache.memory_mib); beyond it records spill to a memory-mapped file")
+	f.StringVar(&psDType, "cache-dtype", "bfloat16", "with --preset: storage of the cached prefixes, bfloat16 or float32 (cache.dtype)")
+	f.BoolVar(&ps.SpillCompare, "spill-compare", true, "with --preset: measure the rounds again with every cached record spilled (the spill's cost)")
+	f.StringVar(&psOut, "out", "", "with --preset: write paperscale.json, paperscale.md and paperscale.png here")
+	f.StringVar(&o.Precision, "precision", "fp32", "frozen weights' products: fp32 (exact) or bf16")
+	f.BoolVar(&o.EvaluateAlone, "evaluate-alone", false, "evaluate every client on its own (the baseline of evaluating a method's clients together)")
 	benchCmd.AddCommand(cmd)
+}
+
+// paperScale runs `bench experiment --preset`: the measured rounds, the
+// projection table (or JSON) and, with --out, the JSON, table and plot.
+func paperScale(cmd *cobra.Command, o bench.PaperScaleOptions, dtype, out string, asJSON bool) error {
+	switch dtype {
+	case "bfloat16", "bf16":
+		o.CacheBF16 = true
+	case "float32":
+	default:
+		return fmt.Errorf("bench experiment: --cache-dtype %q: want bfloat16 or float32", dtype)
+	}
+	o.Log = func(s string) { fmt.Fprintln(os.Stderr, "bench experiment:", s) }
+	r, err := bench.PaperScale(cmd.Context(), o)
+	if err != nil {
+		return fmt.Errorf("bench experiment: %w", err)
+	}
+	if out != "" {
+		if err := r.WriteFiles(out); err != nil {
+			return fmt.Errorf("bench experiment: %w", err)
+		}
+	}
+	if asJSON {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	return r.WriteTable(cmd.OutOrStdout())
 }

@@ -90,6 +90,7 @@ func init() {
 	var x experimentFlags
 	var r robustFlags
 	var quiet bool
+	var cf compressFlag
 	c := experiment.ServeConfig{}
 	cmd := &cobra.Command{
 		Use:   "serve [--config EXP.yaml] [--preset NAME] [--set k=v]... --listen ADDR --certs D --state DIR [--out DIR] [--http ADDR]",
@@ -109,6 +110,11 @@ global/METHOD.safetensors) to --out and exits 0.
 			if err != nil {
 				return fmt.Errorf("serve: %w", err)
 			}
+			csets, err := cf.sets(cmd.Flags())
+			if err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			sets = append(sets, csets...)
 			xs := x // the flags after the user's --set: they win
 			xs.sets = append(append([]string(nil), x.sets...), sets...)
 			if c.Experiment, c.Model, err = xs.compose(); err != nil {
@@ -144,5 +150,6 @@ global/METHOD.safetensors) to --out and exits 0.
 	fl.DurationVar(&c.OfflineAfter, "offline-after", 15*time.Second, "a site not heard from for this long is offline: not asked, its task given up (a round below --min-fit then waits for it)")
 	fl.BoolVar(&quiet, "quiet", false, "no progress: log only warnings and errors, then print the results table")
 	r.add(fl)
+	cf.add(fl)
 	rootCmd.AddCommand(cmd)
 }

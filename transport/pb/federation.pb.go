@@ -95,6 +95,66 @@ func (TaskKind) EnumDescriptor() ([]byte, []int) {
 	return file_federation_proto_rawDescGZIP(), []int{0}
 }
 
+// SecAggStep is one of the site's steps of secure aggregation.
+type SecAggStep int32
+
+const (
+	SecAggStep_SEC_AGG_STEP_UNSPECIFIED SecAggStep = 0
+	// The site's public keys and self-mask commitment (secagg.Advertise).
+	SecAggStep_SEC_AGG_STEP_ADVERTISE SecAggStep = 1
+	// The site's encrypted shares for its neighbours.
+	SecAggStep_SEC_AGG_STEP_SHARE SecAggStep = 2
+	// The site's masked update: the fit task's answer.
+	SecAggStep_SEC_AGG_STEP_MASKED SecAggStep = 3
+	// The site's revealed shares for the unmasking.
+	SecAggStep_SEC_AGG_STEP_REVEAL SecAggStep = 4
+)
+
+// Enum value maps for SecAggStep.
+var (
+	SecAggStep_name = map[int32]string{
+		0: "SEC_AGG_STEP_UNSPECIFIED",
+		1: "SEC_AGG_STEP_ADVERTISE",
+		2: "SEC_AGG_STEP_SHARE",
+		3: "SEC_AGG_STEP_MASKED",
+		4: "SEC_AGG_STEP_REVEAL",
+	}
+	SecAggStep_value = map[string]int32{
+		"SEC_AGG_STEP_UNSPECIFIED": 0,
+		"SEC_AGG_STEP_ADVERTISE":   1,
+		"SEC_AGG_STEP_SHARE":       2,
+		"SEC_AGG_STEP_MASKED":      3,
+		"SEC_AGG_STEP_REVEAL":      4,
+	}
+)
+
+func (x SecAggStep) Enum() *SecAggStep {
+	p := new(SecAggStep)
+	*p = x
+	return p
+}
+
+func (x SecAggStep) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SecAggStep) Descriptor() protoreflect.EnumDescriptor {
+	return file_federation_proto_enumTypes[1].Descriptor()
+}
+
+func (SecAggStep) Type() protoreflect.EnumType {
+	return &file_federation_proto_enumTypes[1]
+}
+
+func (x SecAggStep) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SecAggStep.Descriptor instead.
+func (SecAggStep) EnumDescriptor() ([]byte, []int) {
+	return file_federation_proto_rawDescGZIP(), []int{1}
+}
+
 type RegisterRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
@@ -266,8 +326,9 @@ type TaskExperiment struct {
 	ModelSha256 string `protobuf:"bytes,2,opt,name=model_sha256,json=modelSha256,proto3" json:"model_sha256,omitempty"`
 	// The experiment's fingerprint (sent with every round).
 	Fingerprint string `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
-	// Bytes of one upload of the trained method's shared tensors (float32),
-	// for a site's --max-upload-mib.
+	// Bytes of one upload of the trained method's shared tensors (encoded
+	// as the experiment's federation.compress says), for a site's
+	// --max-upload-mib.
 	UploadBytes   int64 `protobuf:"varint,4,opt,name=upload_bytes,json=uploadBytes,proto3" json:"upload_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -445,10 +506,18 @@ func (x *TensorInfo) GetShape() []int64 {
 
 // Blob describes a safetensors payload that follows in chunks.
 type Blob struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tensors       []*TensorInfo          `protobuf:"bytes,1,rep,name=tensors,proto3" json:"tensors,omitempty"`
-	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	Sha256        []byte                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Tensors []*TensorInfo          `protobuf:"bytes,1,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	Size    int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256  []byte                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// compression, when set, says how the tensors are encoded (package
+	// compress): "fp16" or "int8". The payload is then the concatenation of
+	// every tensor's encoding in the order of tensors (whose dtype and shape
+	// are those after decoding, F32), not safetensors bytes; size and sha256
+	// are those of the payload. Empty: safetensors bytes of F32 tensors.
+	Compression string `protobuf:"bytes,10,opt,name=compression,proto3" json:"compression,omitempty"`
+	// block_size is the number of values per float32 scale under "int8".
+	BlockSize     int32 `protobuf:"varint,11,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -504,6 +573,20 @@ func (x *Blob) GetSha256() []byte {
 	return nil
 }
 
+func (x *Blob) GetCompression() string {
+	if x != nil {
+		return x.Compression
+	}
+	return ""
+}
+
+func (x *Blob) GetBlockSize() int32 {
+	if x != nil {
+		return x.BlockSize
+	}
+	return 0
+}
+
 type TaskHeader struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
@@ -513,9 +596,12 @@ type TaskHeader struct {
 	Config          map[string]string      `protobuf:"bytes,5,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The task's tensors: for a fit, the strategy's download; for an
 	// evaluation, the tensors to install before scoring (may be empty).
-	Params        *Blob `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Params *Blob `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"`
+	// upload_compression is how the site must encode a fit task's upload
+	// (see Blob.compression; empty: uncompressed).
+	UploadCompression string `protobuf:"bytes,30,opt,name=upload_compression,json=uploadCompression,proto3" json:"upload_compression,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TaskHeader) Reset() {
@@ -588,6 +674,13 @@ func (x *TaskHeader) GetParams() *Blob {
 		return x.Params
 	}
 	return nil
+}
+
+func (x *TaskHeader) GetUploadCompression() string {
+	if x != nil {
+		return x.UploadCompression
+	}
+	return ""
 }
 
 type TaskChunk struct {
@@ -1078,6 +1171,189 @@ func (x *HeartbeatReply) GetRound() int64 {
 	return 0
 }
 
+type SecAggRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	Site            string                 `protobuf:"bytes,2,opt,name=site,proto3" json:"site,omitempty"`
+	// The fit task this secure aggregation belongs to, its round and the
+	// round's secure-aggregation session (from the task's settings).
+	TaskId  string     `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Round   int64      `protobuf:"varint,4,opt,name=round,proto3" json:"round,omitempty"`
+	Session string     `protobuf:"bytes,5,opt,name=session,proto3" json:"session,omitempty"`
+	Step    SecAggStep `protobuf:"varint,6,opt,name=step,proto3,enum=pfedmma.transport.v1.SecAggStep" json:"step,omitempty"`
+	// The step's message in package secagg's binary encoding.
+	Payload []byte `protobuf:"bytes,7,opt,name=payload,proto3" json:"payload,omitempty"`
+	// ADVERTISE: the tensors the masked update will hold, in its order.
+	Layout []*TensorInfo `protobuf:"bytes,8,rep,name=layout,proto3" json:"layout,omitempty"`
+	// MASKED: the fit task's example count and training metrics.
+	NumExamples   int64              `protobuf:"varint,9,opt,name=num_examples,json=numExamples,proto3" json:"num_examples,omitempty"`
+	Metrics       map[string]float64 `protobuf:"bytes,10,rep,name=metrics,proto3" json:"metrics,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggRequest) Reset() {
+	*x = SecAggRequest{}
+	mi := &file_federation_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggRequest) ProtoMessage() {}
+
+func (x *SecAggRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_federation_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggRequest.ProtoReflect.Descriptor instead.
+func (*SecAggRequest) Descriptor() ([]byte, []int) {
+	return file_federation_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SecAggRequest) GetProtocolVersion() uint32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
+}
+
+func (x *SecAggRequest) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *SecAggRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *SecAggRequest) GetRound() int64 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *SecAggRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *SecAggRequest) GetStep() SecAggStep {
+	if x != nil {
+		return x.Step
+	}
+	return SecAggStep_SEC_AGG_STEP_UNSPECIFIED
+}
+
+func (x *SecAggRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *SecAggRequest) GetLayout() []*TensorInfo {
+	if x != nil {
+		return x.Layout
+	}
+	return nil
+}
+
+func (x *SecAggRequest) GetNumExamples() int64 {
+	if x != nil {
+		return x.NumExamples
+	}
+	return 0
+}
+
+func (x *SecAggRequest) GetMetrics() map[string]float64 {
+	if x != nil {
+		return x.Metrics
+	}
+	return nil
+}
+
+type SecAggReply struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Accepted bool                   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	Reason   string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// ADVERTISE: the relayed keys; SHARE: the site's inbox of shares;
+	// MASKED: the survivors.
+	Payload       []byte `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggReply) Reset() {
+	*x = SecAggReply{}
+	mi := &file_federation_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggReply) ProtoMessage() {}
+
+func (x *SecAggReply) ProtoReflect() protoreflect.Message {
+	mi := &file_federation_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggReply.ProtoReflect.Descriptor instead.
+func (*SecAggReply) Descriptor() ([]byte, []int) {
+	return file_federation_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SecAggReply) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
+}
+
+func (x *SecAggReply) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SecAggReply) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
 var File_federation_proto protoreflect.FileDescriptor
 
 const file_federation_proto_rawDesc = "" +
@@ -1110,11 +1386,15 @@ const file_federation_proto_rawDesc = "" +
 	"TensorInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05dtype\x18\x02 \x01(\tR\x05dtype\x12\x14\n" +
-	"\x05shape\x18\x03 \x03(\x03R\x05shape\"n\n" +
+	"\x05shape\x18\x03 \x03(\x03R\x05shape\"\xaf\x01\n" +
 	"\x04Blob\x12:\n" +
 	"\atensors\x18\x01 \x03(\v2 .pfedmma.transport.v1.TensorInfoR\atensors\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\fR\x06sha256\"\xcf\x02\n" +
+	"\x06sha256\x18\x03 \x01(\fR\x06sha256\x12 \n" +
+	"\vcompression\x18\n" +
+	" \x01(\tR\vcompression\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\v \x01(\x05R\tblockSize\"\xfe\x02\n" +
 	"\n" +
 	"TaskHeader\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x17\n" +
@@ -1122,7 +1402,8 @@ const file_federation_proto_rawDesc = "" +
 	"\x05round\x18\x03 \x01(\x03R\x05round\x122\n" +
 	"\x04kind\x18\x04 \x01(\x0e2\x1e.pfedmma.transport.v1.TaskKindR\x04kind\x12D\n" +
 	"\x06config\x18\x05 \x03(\v2,.pfedmma.transport.v1.TaskHeader.ConfigEntryR\x06config\x122\n" +
-	"\x06params\x18\x06 \x01(\v2\x1a.pfedmma.transport.v1.BlobR\x06params\x1a9\n" +
+	"\x06params\x18\x06 \x01(\v2\x1a.pfedmma.transport.v1.BlobR\x06params\x12-\n" +
+	"\x12upload_compression\x18\x1e \x01(\tR\x11uploadCompression\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
@@ -1163,13 +1444,39 @@ const file_federation_proto_rawDesc = "" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x12\n" +
 	"\x04site\x18\x02 \x01(\tR\x04site\"&\n" +
 	"\x0eHeartbeatReply\x12\x14\n" +
-	"\x05round\x18\x01 \x01(\x03R\x05round*x\n" +
+	"\x05round\x18\x01 \x01(\x03R\x05round\"\xcc\x03\n" +
+	"\rSecAggRequest\x12)\n" +
+	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x12\n" +
+	"\x04site\x18\x02 \x01(\tR\x04site\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x14\n" +
+	"\x05round\x18\x04 \x01(\x03R\x05round\x12\x18\n" +
+	"\asession\x18\x05 \x01(\tR\asession\x124\n" +
+	"\x04step\x18\x06 \x01(\x0e2 .pfedmma.transport.v1.SecAggStepR\x04step\x12\x18\n" +
+	"\apayload\x18\a \x01(\fR\apayload\x128\n" +
+	"\x06layout\x18\b \x03(\v2 .pfedmma.transport.v1.TensorInfoR\x06layout\x12!\n" +
+	"\fnum_examples\x18\t \x01(\x03R\vnumExamples\x12J\n" +
+	"\ametrics\x18\n" +
+	" \x03(\v20.pfedmma.transport.v1.SecAggRequest.MetricsEntryR\ametrics\x1a:\n" +
+	"\fMetricsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"[\n" +
+	"\vSecAggReply\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload*x\n" +
 	"\bTaskKind\x12\x19\n" +
 	"\x15TASK_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eTASK_KIND_NONE\x10\x01\x12\x11\n" +
 	"\rTASK_KIND_FIT\x10\x02\x12\x16\n" +
 	"\x12TASK_KIND_EVALUATE\x10\x03\x12\x12\n" +
-	"\x0eTASK_KIND_DONE\x10\x042\xbb\x03\n" +
+	"\x0eTASK_KIND_DONE\x10\x04*\x90\x01\n" +
+	"\n" +
+	"SecAggStep\x12\x1c\n" +
+	"\x18SEC_AGG_STEP_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16SEC_AGG_STEP_ADVERTISE\x10\x01\x12\x16\n" +
+	"\x12SEC_AGG_STEP_SHARE\x10\x02\x12\x17\n" +
+	"\x13SEC_AGG_STEP_MASKED\x10\x03\x12\x17\n" +
+	"\x13SEC_AGG_STEP_REVEAL\x10\x042\x8d\x04\n" +
 	"\n" +
 	"Federation\x12V\n" +
 	"\bRegister\x12%.pfedmma.transport.v1.RegisterRequest\x1a#.pfedmma.transport.v1.RegisterReply\x12O\n" +
@@ -1177,7 +1484,8 @@ const file_federation_proto_rawDesc = "" +
 	"\fUploadUpdate\x12!.pfedmma.transport.v1.UpdateChunk\x1a!.pfedmma.transport.v1.UploadReply(\x01\x12Q\n" +
 	"\n" +
 	"ReportEval\x12 .pfedmma.transport.v1.EvalReport\x1a!.pfedmma.transport.v1.UploadReply\x12Y\n" +
-	"\tHeartbeat\x12&.pfedmma.transport.v1.HeartbeatRequest\x1a$.pfedmma.transport.v1.HeartbeatReplyB)Z'github.com/pfedmma/pfedmma/transport/pbb\x06proto3"
+	"\tHeartbeat\x12&.pfedmma.transport.v1.HeartbeatRequest\x1a$.pfedmma.transport.v1.HeartbeatReply\x12P\n" +
+	"\x06SecAgg\x12#.pfedmma.transport.v1.SecAggRequest\x1a!.pfedmma.transport.v1.SecAggReplyB)Z'github.com/pfedmma/pfedmma/transport/pbb\x06proto3"
 
 var (
 	file_federation_proto_rawDescOnce sync.Once
@@ -1191,54 +1499,63 @@ func file_federation_proto_rawDescGZIP() []byte {
 	return file_federation_proto_rawDescData
 }
 
-var file_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_federation_proto_goTypes = []any{
 	(TaskKind)(0),            // 0: pfedmma.transport.v1.TaskKind
-	(*RegisterRequest)(nil),  // 1: pfedmma.transport.v1.RegisterRequest
-	(*RegisterReply)(nil),    // 2: pfedmma.transport.v1.RegisterReply
-	(*TaskExperiment)(nil),   // 3: pfedmma.transport.v1.TaskExperiment
-	(*TaskRequest)(nil),      // 4: pfedmma.transport.v1.TaskRequest
-	(*TensorInfo)(nil),       // 5: pfedmma.transport.v1.TensorInfo
-	(*Blob)(nil),             // 6: pfedmma.transport.v1.Blob
-	(*TaskHeader)(nil),       // 7: pfedmma.transport.v1.TaskHeader
-	(*TaskChunk)(nil),        // 8: pfedmma.transport.v1.TaskChunk
-	(*UpdateHeader)(nil),     // 9: pfedmma.transport.v1.UpdateHeader
-	(*UpdateChunk)(nil),      // 10: pfedmma.transport.v1.UpdateChunk
-	(*UploadReply)(nil),      // 11: pfedmma.transport.v1.UploadReply
-	(*EvalReport)(nil),       // 12: pfedmma.transport.v1.EvalReport
-	(*HeartbeatRequest)(nil), // 13: pfedmma.transport.v1.HeartbeatRequest
-	(*HeartbeatReply)(nil),   // 14: pfedmma.transport.v1.HeartbeatReply
-	nil,                      // 15: pfedmma.transport.v1.TaskHeader.ConfigEntry
-	nil,                      // 16: pfedmma.transport.v1.UpdateHeader.MetricsEntry
-	nil,                      // 17: pfedmma.transport.v1.EvalReport.MetricsEntry
+	(SecAggStep)(0),          // 1: pfedmma.transport.v1.SecAggStep
+	(*RegisterRequest)(nil),  // 2: pfedmma.transport.v1.RegisterRequest
+	(*RegisterReply)(nil),    // 3: pfedmma.transport.v1.RegisterReply
+	(*TaskExperiment)(nil),   // 4: pfedmma.transport.v1.TaskExperiment
+	(*TaskRequest)(nil),      // 5: pfedmma.transport.v1.TaskRequest
+	(*TensorInfo)(nil),       // 6: pfedmma.transport.v1.TensorInfo
+	(*Blob)(nil),             // 7: pfedmma.transport.v1.Blob
+	(*TaskHeader)(nil),       // 8: pfedmma.transport.v1.TaskHeader
+	(*TaskChunk)(nil),        // 9: pfedmma.transport.v1.TaskChunk
+	(*UpdateHeader)(nil),     // 10: pfedmma.transport.v1.UpdateHeader
+	(*UpdateChunk)(nil),      // 11: pfedmma.transport.v1.UpdateChunk
+	(*UploadReply)(nil),      // 12: pfedmma.transport.v1.UploadReply
+	(*EvalReport)(nil),       // 13: pfedmma.transport.v1.EvalReport
+	(*HeartbeatRequest)(nil), // 14: pfedmma.transport.v1.HeartbeatRequest
+	(*HeartbeatReply)(nil),   // 15: pfedmma.transport.v1.HeartbeatReply
+	(*SecAggRequest)(nil),    // 16: pfedmma.transport.v1.SecAggRequest
+	(*SecAggReply)(nil),      // 17: pfedmma.transport.v1.SecAggReply
+	nil,                      // 18: pfedmma.transport.v1.TaskHeader.ConfigEntry
+	nil,                      // 19: pfedmma.transport.v1.UpdateHeader.MetricsEntry
+	nil,                      // 20: pfedmma.transport.v1.EvalReport.MetricsEntry
+	nil,                      // 21: pfedmma.transport.v1.SecAggRequest.MetricsEntry
 }
 var file_federation_proto_depIdxs = []int32{
-	3,  // 0: pfedmma.transport.v1.RegisterReply.task:type_name -> pfedmma.transport.v1.TaskExperiment
-	5,  // 1: pfedmma.transport.v1.Blob.tensors:type_name -> pfedmma.transport.v1.TensorInfo
+	4,  // 0: pfedmma.transport.v1.RegisterReply.task:type_name -> pfedmma.transport.v1.TaskExperiment
+	6,  // 1: pfedmma.transport.v1.Blob.tensors:type_name -> pfedmma.transport.v1.TensorInfo
 	0,  // 2: pfedmma.transport.v1.TaskHeader.kind:type_name -> pfedmma.transport.v1.TaskKind
-	15, // 3: pfedmma.transport.v1.TaskHeader.config:type_name -> pfedmma.transport.v1.TaskHeader.ConfigEntry
-	6,  // 4: pfedmma.transport.v1.TaskHeader.params:type_name -> pfedmma.transport.v1.Blob
-	7,  // 5: pfedmma.transport.v1.TaskChunk.header:type_name -> pfedmma.transport.v1.TaskHeader
-	16, // 6: pfedmma.transport.v1.UpdateHeader.metrics:type_name -> pfedmma.transport.v1.UpdateHeader.MetricsEntry
-	6,  // 7: pfedmma.transport.v1.UpdateHeader.params:type_name -> pfedmma.transport.v1.Blob
-	9,  // 8: pfedmma.transport.v1.UpdateChunk.header:type_name -> pfedmma.transport.v1.UpdateHeader
-	17, // 9: pfedmma.transport.v1.EvalReport.metrics:type_name -> pfedmma.transport.v1.EvalReport.MetricsEntry
-	1,  // 10: pfedmma.transport.v1.Federation.Register:input_type -> pfedmma.transport.v1.RegisterRequest
-	4,  // 11: pfedmma.transport.v1.Federation.GetTask:input_type -> pfedmma.transport.v1.TaskRequest
-	10, // 12: pfedmma.transport.v1.Federation.UploadUpdate:input_type -> pfedmma.transport.v1.UpdateChunk
-	12, // 13: pfedmma.transport.v1.Federation.ReportEval:input_type -> pfedmma.transport.v1.EvalReport
-	13, // 14: pfedmma.transport.v1.Federation.Heartbeat:input_type -> pfedmma.transport.v1.HeartbeatRequest
-	2,  // 15: pfedmma.transport.v1.Federation.Register:output_type -> pfedmma.transport.v1.RegisterReply
-	8,  // 16: pfedmma.transport.v1.Federation.GetTask:output_type -> pfedmma.transport.v1.TaskChunk
-	11, // 17: pfedmma.transport.v1.Federation.UploadUpdate:output_type -> pfedmma.transport.v1.UploadReply
-	11, // 18: pfedmma.transport.v1.Federation.ReportEval:output_type -> pfedmma.transport.v1.UploadReply
-	14, // 19: pfedmma.transport.v1.Federation.Heartbeat:output_type -> pfedmma.transport.v1.HeartbeatReply
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	18, // 3: pfedmma.transport.v1.TaskHeader.config:type_name -> pfedmma.transport.v1.TaskHeader.ConfigEntry
+	7,  // 4: pfedmma.transport.v1.TaskHeader.params:type_name -> pfedmma.transport.v1.Blob
+	8,  // 5: pfedmma.transport.v1.TaskChunk.header:type_name -> pfedmma.transport.v1.TaskHeader
+	19, // 6: pfedmma.transport.v1.UpdateHeader.metrics:type_name -> pfedmma.transport.v1.UpdateHeader.MetricsEntry
+	7,  // 7: pfedmma.transport.v1.UpdateHeader.params:type_name -> pfedmma.transport.v1.Blob
+	10, // 8: pfedmma.transport.v1.UpdateChunk.header:type_name -> pfedmma.transport.v1.UpdateHeader
+	20, // 9: pfedmma.transport.v1.EvalReport.metrics:type_name -> pfedmma.transport.v1.EvalReport.MetricsEntry
+	1,  // 10: pfedmma.transport.v1.SecAggRequest.step:type_name -> pfedmma.transport.v1.SecAggStep
+	6,  // 11: pfedmma.transport.v1.SecAggRequest.layout:type_name -> pfedmma.transport.v1.TensorInfo
+	21, // 12: pfedmma.transport.v1.SecAggRequest.metrics:type_name -> pfedmma.transport.v1.SecAggRequest.MetricsEntry
+	2,  // 13: pfedmma.transport.v1.Federation.Register:input_type -> pfedmma.transport.v1.RegisterRequest
+	5,  // 14: pfedmma.transport.v1.Federation.GetTask:input_type -> pfedmma.transport.v1.TaskRequest
+	11, // 15: pfedmma.transport.v1.Federation.UploadUpdate:input_type -> pfedmma.transport.v1.UpdateChunk
+	13, // 16: pfedmma.transport.v1.Federation.ReportEval:input_type -> pfedmma.transport.v1.EvalReport
+	14, // 17: pfedmma.transport.v1.Federation.Heartbeat:input_type -> pfedmma.transport.v1.HeartbeatRequest
+	16, // 18: pfedmma.transport.v1.Federation.SecAgg:input_type -> pfedmma.transport.v1.SecAggRequest
+	3,  // 19: pfedmma.transport.v1.Federation.Register:output_type -> pfedmma.transport.v1.RegisterReply
+	9,  // 20: pfedmma.transport.v1.Federation.GetTask:output_type -> pfedmma.transport.v1.TaskChunk
+	12, // 21: pfedmma.transport.v1.Federation.UploadUpdate:output_type -> pfedmma.transport.v1.UploadReply
+	12, // 22: pfedmma.transport.v1.Federation.ReportEval:output_type -> pfedmma.transport.v1.UploadReply
+	15, // 23: pfedmma.transport.v1.Federation.Heartbeat:output_type -> pfedmma.transport.v1.HeartbeatReply
+	17, // 24: pfedmma.transport.v1.Federation.SecAgg:output_type -> pfedmma.transport.v1.SecAggReply
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_federation_proto_init() }
@@ -1259,8 +1576,8 @@ func file_federation_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_federation_proto_rawDesc), len(file_federation_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   17,
+			NumEnums:      2,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,6 +20,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/secagg"
 	"github.com/pfedmma/pfedmma/transport"
 	"github.com/pfedmma/pfedmma/transport/internal/toy"
 )
@@ -36,6 +37,9 @@ func main() {
 	seed := flag.Uint64("seed", 7, "sampler seed")
 	delay := flag.Duration("delay", 0, "site: extra time per fit")
 	timeout := flag.Duration("round-timeout", 0, "coord: round deadline")
+	secure := flag.Bool("secure", false, "coord: secure aggregation")
+	tolerate := flag.Bool("tolerate", false, "coord: tolerate failures (without a deadline)")
+	stall := flag.Int("stall-after-share", -1, "site: stall (to be killed) after sharing its keys in this round")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -48,7 +52,10 @@ func main() {
 			fail(err)
 		}
 		coord := &federation.Coordinator{Strategy: strat, Rounds: *rounds, Fraction: *fraction, Seed: *seed,
-			Parallel: len(sites), RoundTimeout: *timeout, TolerateFailures: *timeout > 0, Logger: log}
+			Parallel: len(sites), RoundTimeout: *timeout, TolerateFailures: *timeout > 0 || *tolerate, MinFit: 1, Logger: log}
+		if *secure {
+			coord.Secure = &federation.SimulatedSecure{Quant: secagg.Quantizer{Clip: secagg.DefaultClip, ScaleBits: secagg.DefaultScaleBits}}
+		}
 		_, err = transport.RunCoordinator(ctx, transport.CoordinatorConfig{Addr: *addr, CertsDir: *dir, StatePath: *state,
 			Spec: toy.Spec(), PollWait: time.Second, Heartbeat: 300 * time.Millisecond, Linger: 3 * time.Second, Logger: log,
 			Ready: func(g, _ string, _ *transport.Server) {
@@ -69,8 +76,14 @@ func main() {
 		}
 		c := toy.New(id)
 		c.Delay = *delay
+		hook := func(step string, round int) {
+			if step == "SEC_AGG_STEP_SHARE" && round == *stall {
+				log.Info("stalling after key sharing", "round", round)
+				<-ctx.Done()
+			}
+		}
 		if err := transport.RunSite(ctx, transport.SiteConfig{Addr: *addr, CertsDir: *dir, Name: *site, StateDir: *state,
-			MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Logger: log}, c); err != nil {
+			MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Logger: log, SecAggHook: hook}, c); err != nil {
 			fail(err)
 		}
 	default:

@@ -1,0 +1,154 @@
+package bench
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+)
+
+// smallModel writes a tiny random CLIP: the projection reads the model
+// file only through the configuration's checks (its record size is
+// ViT-B/16's).
+func smallModel(t *testing.T) string {
+	t.Helper()
+	cfg := clip.Config{EmbedDim: 16,
+		Vision: clip.VisionConfig{ImageSize: 32, PatchSize: 16, Width: 32, Layers: 12, Heads: 1, MLPWidth: 64},
+		Text:   clip.TextConfig{ContextLength: 16, VocabSize: 600, Width: 32, Layers: 12, Heads: 1, MLPWidth: 64}}
+	p := filepath.Join(t.TempDir(), "model.safetensors")
+	if err := checkpoint.Save(p, clip.Random(cfg, 1), checkpoint.OpenAI); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func preset(t *testing.T, name, ds string) *config.Experiment {
+	t.Helper()
+	e, err := config.Preset(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds != "" {
+		e.Dataset.Name = ds
+	}
+	return e
+}
+
+// TestProjectBaseToNovel: the projection of paper-base2novel on
+// Caltech101's real counts counts the images the recipe pushes (50 base
+// classes × 16 shots × 2 epochs per round, evaluation after rounds 5, 10,
+// … 50), sizes the cache of the test images (training is augmented online:
+// no training records) and applies the spill's measured cost only when the
+// cache exceeds the RAM budget.
+func TestProjectBaseToNovel(t *testing.T) {
+	model := smallModel(t)
+	e := preset(t, "paper-base2novel", "")
+	real := PaperDatasets["caltech101"]
+	m := &MeasuredRun{TrainSecondsPerImg: 0.5, EvalSecondsPerImg: 0.1, FillSecondsPerRec: 0.2, PeakRSSMiB: 3000, CachedRecords: 100, SpillFactor: 1.5}
+	o := PaperScaleOptions{MemoryBudgetMiB: 8192, CacheBF16: true}
+	p, err := projectPreset(e, real, model, m, o, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.TrainImagesRound0 != 2*50*16 || p.TrainImagesPerRound != 2*50*16 || p.PerRound != 10 {
+		t.Errorf("training images %d / %d per round, %d clients per round; want 1600 / 1600, 10", p.TrainImagesRound0, p.TrainImagesPerRound, p.PerRound)
+	}
+	if p.Evaluations != 10 || p.Seeds != 3 || p.Rounds != 50 {
+		t.Errorf("%d evaluations, %d seeds, %d rounds; want 10, 3, 50", p.Evaluations, p.Seeds, p.Rounds)
+	}
+	// every client evaluates at least its local and the novel test images
+	if p.EvalImagesPerEval < 10*real.Test/2 {
+		t.Errorf("%d evaluation images per evaluation, want ≥ %d", p.EvalImagesPerEval, 10*real.Test/2)
+	}
+	rec := float64(197 * 768 * 2)
+	if p.CachedRecords != int64(real.Test) || math.Abs(p.CacheGiB-float64(real.Test)*rec/(1<<30)) > 1e-9 || p.Spilled || p.SpillGiB != 0 {
+		t.Errorf("cache %d records, %.3f GiB, spilled %v (%.3f GiB)", p.CachedRecords, p.CacheGiB, p.Spilled, p.SpillGiB)
+	}
+	wantSeed := float64(real.Test)*0.2 + 1600*0.5 + 49*1600*0.5 + 10*float64(p.EvalImagesPerEval)*0.1
+	if math.Abs(p.SeedSeconds-wantSeed) > 1e-6*wantSeed || math.Abs(p.Hours-3*wantSeed/3600) > 1e-9*p.Hours {
+		t.Errorf("seconds per seed %.1f, hours %.3f; want %.1f, %.3f", p.SeedSeconds, p.Hours, wantSeed, 3*wantSeed/3600)
+	}
+	wantPeak := (3000*float64(1<<20) - 100*rec + float64(real.Test)*rec) / (1 << 30)
+	if math.Abs(p.PeakGiB-wantPeak) > 1e-9 {
+		t.Errorf("peak %.3f GiB, want %.3f", p.PeakGiB, wantPeak)
+	}
+
+	// a budget of 100 MiB: 50 MiB for the test store, the rest spilled and
+	// every round slower by the measured factor
+	o.MemoryBudgetMiB = 100
+	q, err := projectPreset(e, real, model, m, o, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !q.Spilled || math.Abs(q.CacheRAMGiB-50.0/1024) > 1e-9 || math.Abs(q.SpillGiB-(q.CacheGiB-50.0/1024)) > 1e-9 {
+		t.Errorf("budget 100 MiB: spilled %v, RAM %.4f GiB, disk %.4f GiB of %.4f", q.Spilled, q.CacheRAMGiB, q.SpillGiB, q.CacheGiB)
+	}
+	if math.Abs(q.RoundSeconds-1.5*p.RoundSeconds) > 1e-9*q.RoundSeconds || q.PeakGiB >= p.PeakGiB {
+		t.Errorf("spilled round %.1f s (in RAM %.1f s), peak %.2f GiB (in RAM %.2f)", q.RoundSeconds, p.RoundSeconds, q.PeakGiB, p.PeakGiB)
+	}
+
+	// more rounds and more shots cost more
+	r, err := projectPreset(e, real, model, m, o, 0, 4, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Rounds != 100 || r.TrainImagesPerRound != 2*50*4 || r.Evaluations != 20 {
+		t.Errorf("shots 4, rounds 100: %d rounds, %d training images per round, %d evaluations", r.Rounds, r.TrainImagesPerRound, r.Evaluations)
+	}
+}
+
+// TestProjectCIFAR100: paper-cifar on CIFAR-100 (100 clients, 10% per
+// round, the full training set, no augmentation) caches all 60,000 images;
+// at bf16 that is ~17 GiB, 10 of it spilled under an 8 GiB budget.
+func TestProjectCIFAR100(t *testing.T) {
+	model := smallModel(t)
+	e := preset(t, "paper-cifar", "cifar100")
+	m := &MeasuredRun{TrainSecondsPerImg: 1, EvalSecondsPerImg: 0.1, FillSecondsPerRec: 0.1, PeakRSSMiB: 2000, SpillFactor: 1.2}
+	p, err := projectPreset(e, PaperDatasets["cifar100"], model, m, PaperScaleOptions{MemoryBudgetMiB: 8192, CacheBF16: true}, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Clients != 100 || p.PerRound != 10 || p.TrainImagesRound0 != 50000 || p.TrainImagesPerRound != 5000 {
+		t.Errorf("%d clients (%d per round), training images %d then %d; want 100 (10), 50000 then 5000", p.Clients, p.PerRound, p.TrainImagesRound0, p.TrainImagesPerRound)
+	}
+	// the budget is split between the training and the test store: 4 GiB
+	// of training records, the 10,000 test records whole
+	if p.CachedRecords != 60000 || !p.Spilled || math.Abs(p.CacheRAMGiB-(4+10000*197*768*2.0/(1<<30))) > 1e-9 {
+		t.Errorf("cache %d records (%.1f GiB, %.1f in RAM), spilled %v", p.CachedRecords, p.CacheGiB, p.CacheRAMGiB, p.Spilled)
+	}
+	if p.Evaluations != 10 || p.EvalImagesPerEval != 10000 {
+		t.Errorf("%d evaluations of %d images; want 10 of 10000 (every client its own test images)", p.Evaluations, p.EvalImagesPerEval)
+	}
+}
+
+// TestPaperScaleFiles: the table names every preset and the measured
+// rounds; the plot is a PNG.
+func TestPaperScaleFiles(t *testing.T) {
+	r := &PaperScaleResult{Backend: "openblas", Kernel: "k", Threads: 2, CPUs: 2, MemoryBudgetMiB: 8192, CacheDType: "bfloat16", Scale: 0.5,
+		Presets: []PresetScale{{Preset: "paper-base2novel", Dataset: "caltech101", Method: "pfedmma",
+			Measured:   MeasuredRun{Rounds: []RoundTiming{{Seconds: 12.5, Fit: 10, Eval: 2.5}}, SpillFactor: 1.25, SecondsPerRound: 8, SpilledSecondsPerRound: 10},
+			Projection: Projection{Hours: 7.25},
+			Scaling:    []ScalePoint{{"clients", 5, 1, 2}, {"clients", 10, 2, 2}, {"shots", 1, 1, 2}, {"shots", 16, 3, 2}, {"rounds", 10, 1, 2}, {"rounds", 50, 4, 2}}}}}
+	dir := t.TempDir()
+	if err := r.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "paperscale.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"paper-base2novel (caltech101, pfedmma)", "**7.2**", "12.5 (10.0, 2.5)", "10.0 s vs 8.0 s (×1.25)"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("table lacks %q:\n%s", want, md)
+		}
+	}
+	png, err := os.ReadFile(filepath.Join(dir, "paperscale.png"))
+	if err != nil || len(png) < 1000 || string(png[1:4]) != "PNG" {
+		t.Errorf("plot: %d bytes, %v", len(png), err)
+	}
+}
