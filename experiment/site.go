@@ -81,6 +81,11 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 	if err := checkData(c.Data); err != nil {
 		return nil, err
 	}
+	if c.Experiment != nil { // experiment flags: --data checked before any connection
+		if err := siteData(c.Experiment.Clone(), c.Data); err != nil {
+			return nil, err
+		}
+	}
 	id, err := siteID(c)
 	if err != nil {
 		return nil, err
