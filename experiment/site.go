@@ -34,7 +34,8 @@ type SiteConfig struct {
 	// Model is the site's checkpoint, resolved (the embedded model's folder
 	// when ModelArg is empty); its SHA-256 must be the coordinator's.
 	// ModelArg is the path as given (--model; empty: the embedded model).
-	Model, ModelArg string
+	// Vocab is the site's vocabulary (empty: the one beside the model).
+	Model, ModelArg, Vocab string
 	// Policy refuses tasks the site does not accept.
 	Policy SitePolicy
 	// Server is the coordinator's address; Name the site's certificate CN
@@ -90,7 +91,7 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	modelSHA, err := ModelSHA256(c.Model)
+	modelID, err := IdentifyModel(c.Model, c.Vocab)
 	if err != nil {
 		if c.ModelArg != "" {
 			return nil, fmt.Errorf("--model %s: %w", c.ModelArg, err)
@@ -99,13 +100,13 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 	}
 	var own []string
 	if c.Experiment != nil {
-		own = taskSettings(c.Experiment, modelSHA)
+		own = taskSettings(c.Experiment, modelID)
 	}
 	tc := c.transport()
 	task, err := transport.FetchTask(ctx, tc, id, own)
 	var e *config.Experiment
 	if err == nil {
-		e, err = AcceptTask(task, c, modelSHA)
+		e, err = AcceptTask(task, c, modelID)
 	} else if !errors.Is(err, transport.ErrMalformedTask) {
 		return nil, err
 	}
@@ -127,7 +128,7 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 		return nil, err
 	}
 	c.Logger.Info("task accepted", "site", c.Name, "client", id, "fingerprint", task.Fingerprint, "methods", e.Methods, "rounds", e.Federation.Rounds)
-	return SiteFromTask(ctx, c, e, task.Fingerprint, modelSHA, id)
+	return SiteFromTask(ctx, c, e, task.Fingerprint, modelID, id)
 }
 
 // transport is the site's connection settings.
@@ -164,12 +165,12 @@ func taskFingerprint(data []byte) string {
 }
 
 // SiteFromTask builds client id of experiment e (the coordinator's task as
-// AcceptTask returns it; fingerprint and modelSHA are the task's) and
+// AcceptTask returns it; fingerprint and model are the task's) and
 // serves it as site c until the federation ends. Its private state stays
 // in State/state; its evaluations go to State/metrics.jsonl and, at the
 // end, what it keeps to State/sites/<method>/client_NNN.safetensors, the
 // file `pfedmma run` writes for that client.
-func SiteFromTask(ctx context.Context, c SiteConfig, e *config.Experiment, fingerprint, modelSHA string, id int) (*SiteResult, error) {
+func SiteFromTask(ctx context.Context, c SiteConfig, e *config.Experiment, fingerprint string, model ModelID, id int) (*SiteResult, error) {
 	o, err := FromConfig(e, c.Model, e.Seed, c.State)
 	if err != nil {
 		return nil, err
@@ -189,7 +190,7 @@ func SiteFromTask(ctx context.Context, c SiteConfig, e *config.Experiment, finge
 	state := filepath.Join(c.State, "state")
 	sc := &siteClient{Client: f.Client(id), fingerprint: fingerprint, metrics: filepath.Join(c.State, "metrics.jsonl")}
 	tc := c.transport()
-	tc.Logger, tc.StateDir, tc.Settings = logger, state, taskSettings(e, modelSHA)
+	tc.Logger, tc.StateDir, tc.Settings = logger, state, taskSettings(e, model)
 	if err := transport.RunSite(ctx, tc, sc); err != nil {
 		return nil, err
 	}

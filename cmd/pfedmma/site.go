@@ -57,13 +57,17 @@ ends.`,
 			c.Local = nil
 			ownExperiment := fl.Changed("config") || fl.Changed("preset")
 			setModel := ""
+			c.Vocab = ""
 			for _, kv := range x.sets {
 				path, value, err := config.ParseSet(kv)
 				if err != nil {
 					return fmt.Errorf("site: --set %s: %w", kv, err)
 				}
-				if path == "model" {
+				switch path {
+				case "model":
 					setModel = value
+				case "vocab":
+					c.Vocab = value
 				}
 				if config.IsSiteLocal(path) {
 					c.Local = append(c.Local, kv)
@@ -77,8 +81,8 @@ ends.`,
 				}
 			}
 			c.ModelArg = cmp.Or(modelFlag, setModel)
-			if c.ModelArg == "" && c.Experiment != nil {
-				c.ModelArg = c.Experiment.Model
+			if c.Experiment != nil {
+				c.ModelArg, c.Vocab = cmp.Or(c.ModelArg, c.Experiment.Model), c.Experiment.Vocab
 			}
 			if c.ModelArg == "embedded" {
 				c.ModelArg = ""
