@@ -165,6 +165,7 @@ func (s *Server) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Reg
 	if s.cfg.Store != nil {
 		if err := s.cfg.Store.PutSite(rec); err != nil {
 			s.log.Error("coordinator storage error: site registry not written", "site", st.name, "err", err)
+			s.storageFailed(err)
 			return nil, status.Error(codes.Unavailable, "coordinator error: registration could not be recorded; retrying")
 		}
 	}

@@ -183,39 +183,12 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	if err := srv.WaitRegistered(ctx, cfg.RegisterTimeout, coord.MinFit); err != nil {
-		return nil, err
-	}
-	coord.Proxies = srv.Proxies()
-	srv.useSecureAggregation(coord)
-	coord.Name = srv.SiteName
-	if coord.TolerateFailures {
-		coord.Available, coord.Unavailable = srv.Available, srv.Unavailable
-	}
-	if coord.TolerateFailures && coord.RetryEvery <= 0 {
-		coord.RetryEvery = cfg.RetryEvery
-		if coord.RetryEvery <= 0 {
-			coord.RetryEvery = time.Minute
-		}
-	}
-	coord.Store = store
-	done, err := store.Rounds()
-	if err != nil {
-		return nil, err
-	}
-	ck, lerr := store.Load()
-	if lerr == nil {
-		done = ck.History.Rounds
-	}
-	srv.Observe(coord, done)
-	var hist *federation.History
-	if lerr == nil {
-		log.Info("resuming from the state database", "round", ck.NextRound)
-		hist, err = coord.Resume(ctx)
-	} else if errors.Is(lerr, federation.ErrNoCheckpoint) {
-		hist, err = coord.Run(ctx)
-	} else {
-		return nil, lerr
+	// a failure of the coordinator's storage stops the run (storage.go)
+	rctx, stopRun := srv.withStorageStop(ctx)
+	defer stopRun()
+	hist, err := runCoordinator(rctx, cfg, coord, srv, store)
+	if err = srv.storageResult(err); errors.Is(err, ErrCoordinatorStorage) {
+		log.Error("the coordinator's storage failed: stopping (the sites are told)", "err", err)
 	}
 	srv.Finish(hist, err)
 	// linger so that every site learns the federation is over (or that
@@ -234,6 +207,46 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		case <-ctx.Done():
 		case <-time.After(cfg.HTTPLinger):
 		}
+	}
+	return hist, err
+}
+
+// runCoordinator waits for the sites, then runs or resumes coord.
+func runCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federation.Coordinator, srv *Server, store *coordstore.Store) (*federation.History, error) {
+	log := srv.log
+	if err := srv.WaitRegistered(ctx, cfg.RegisterTimeout, coord.MinFit); err != nil {
+		return nil, err
+	}
+	coord.Proxies = srv.Proxies()
+	srv.useSecureAggregation(coord)
+	coord.Name = srv.SiteName
+	if coord.TolerateFailures {
+		coord.Available, coord.Unavailable = srv.Available, srv.Unavailable
+	}
+	if coord.TolerateFailures && coord.RetryEvery <= 0 {
+		coord.RetryEvery = cfg.RetryEvery
+		if coord.RetryEvery <= 0 {
+			coord.RetryEvery = time.Minute
+		}
+	}
+	coord.Store = checkpointStore{store, srv}
+	done, err := store.Rounds()
+	if err != nil {
+		return nil, err
+	}
+	ck, lerr := store.Load()
+	if lerr == nil {
+		done = ck.History.Rounds
+	}
+	srv.Observe(coord, done)
+	var hist *federation.History
+	if lerr == nil {
+		log.Info("resuming from the state database", "round", ck.NextRound)
+		hist, err = coord.Resume(ctx)
+	} else if errors.Is(lerr, federation.ErrNoCheckpoint) {
+		hist, err = coord.Run(ctx)
+	} else {
+		return nil, lerr
 	}
 	return hist, err
 }
@@ -265,7 +278,12 @@ type SiteConfig struct {
 // until the federation is over. client.ID() must be the site's client ID
 // (certs.SiteID).
 func RunSite(ctx context.Context, cfg SiteConfig, client federation.Client) error {
-	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: federation.NewSite(client, cfg.StateDir),
+	return runSite(ctx, cfg, federation.NewSite(client, cfg.StateDir))
+}
+
+// runSite serves site (a *federation.Site, possibly wrapped) as RunSite.
+func runSite(ctx context.Context, cfg SiteConfig, site federation.ClientProxy) error {
+	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: site,
 		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace,
 		SecAggHook: cfg.SecAggHook}
 	if !cfg.Insecure {

@@ -56,7 +56,8 @@ type ServerConfig struct {
 	// uploads and events.
 	Store *coordstore.Store
 	// PollWait is how long GetTask waits for a task (default 10 s);
-	// Heartbeat the interval sites are asked to keep (default 5 s).
+	// Heartbeat the interval sites are asked to keep (default 5 s, at most
+	// OfflineAfter/3).
 	PollWait  time.Duration
 	Heartbeat time.Duration
 	// OfflineAfter is how long without contact makes a site offline: it is
@@ -103,6 +104,11 @@ type Server struct {
 	regWake  chan struct{}
 	started  int            // the latest round whose first task was enqueued (-1: none)
 	secAgg   *secAggregator // secure aggregation (transport/secagg.go), nil when off
+
+	// storageErr is the first failure of the coordinator's storage;
+	// stopRun ends the run when it happens (storage.go).
+	storageErr error
+	stopRun    func(error)
 }
 
 type siteState struct {
@@ -169,6 +175,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.OfflineAfter <= 0 {
 		cfg.OfflineAfter = 3 * cfg.Heartbeat
+	}
+	if cfg.Heartbeat > cfg.OfflineAfter/3 {
+		// a short --offline-after needs sites that check in as often:
+		// else a live site between two heartbeats would read offline
+		cfg.Heartbeat = max(cfg.OfflineAfter/3, time.Millisecond)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -245,6 +256,9 @@ func (s *Server) Finish(hist *federation.History, err error) {
 	if err != nil {
 		s.status.Phase, s.status.Error = "failed", err.Error()
 		s.failure = err.Error()
+		if errors.Is(err, ErrCoordinatorStorage) {
+			s.failure = ErrCoordinatorStorage.Error() + " (its operator has the details in its log)"
+		}
 	}
 	for _, st := range s.sites {
 		close(st.wake)
@@ -254,13 +268,13 @@ func (s *Server) Finish(hist *federation.History, err error) {
 	s.changed()
 }
 
-// AllToldDone reports whether every registered site was told the
-// federation is over.
+// AllToldDone reports whether every registered site that is online was
+// told the federation is over (an offline one is not waited for).
 func (s *Server) AllToldDone() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, st := range s.sites {
-		if st.registered && !st.toldDone && !st.revoked {
+		if st.registered && !st.toldDone && !st.revoked && s.alive(st) {
 			return false
 		}
 	}

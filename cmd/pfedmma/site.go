@@ -16,9 +16,10 @@ import (
 func init() {
 	var x experimentFlags
 	var c experiment.SiteConfig
+	var clients string
 	var modelFlag string
 	cmd := &cobra.Command{
-		Use:   "site --server ADDR --certs D --name SITE --data DIR|world [--state DIR] [--model FILE] [--accept-methods M,…] [--max-upload-mib N]",
+		Use:   "site --server ADDR --certs D (--name SITE | --clients 0-49) --data DIR|world [--state DIR] [--model FILE] [--accept-methods M,…] [--max-upload-mib N]",
 		Short: "Serve one site of a federation: train on local data, upload only the shared tensors",
 		Long: `Join the federation coordinated by 'pfedmma serve' as site SITE (its certificate's CN; the
 i-th site of 'certs init --sites' is client i). The site receives the experiment from the
@@ -38,7 +39,11 @@ Private parameters, optimizer and random state stay in --state (default ./site-S
 task received (task.yaml), the site's metrics (metrics.jsonl) and, at the end, its
 personalised parameters (sites/METHOD/client_NNN.safetensors, the file 'pfedmma run' writes
 for client NNN). It retries while the coordinator is away and exits 0 when the federation
-ends.`,
+ends.
+With --clients instead of --name, one process hosts several clients (a simulation spread over
+a few machines): each speaks with its own certificate and keeps its own folder,
+STATE/site-NAME (--state default: the working folder); they share the loaded model and take
+turns to train.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if c.Insecure && c.Certs != "" {
@@ -90,6 +95,9 @@ ends.`,
 			if c.Model, err = resolveModelPath(c.ModelArg); err != nil {
 				return fmt.Errorf("site: --model: %w", err)
 			}
+			if clients != "" {
+				return hostSites(cmd, c, clients)
+			}
 			res, err := experiment.Site(cmd.Context(), c)
 			if err != nil {
 				return fmt.Errorf("%s: %w", strings.TrimSpace("site "+c.Name), err)
@@ -104,11 +112,12 @@ ends.`,
 	fl.StringVar(&c.Certs, "certs", "", "certificates folder (ca.crt and sites/<name>.crt/.key)")
 	fl.StringVar(&c.Name, "name", "", "this site's name (its certificate's CN)")
 	fl.StringVar(&c.Data, "data", "", "this site's data: a dataset folder, or world")
-	fl.StringVar(&c.State, "state", "", "this site's state folder (default site-NAME)")
+	fl.StringVar(&c.State, "state", "", "this site's state folder (default site-NAME); with --clients the folder holding each hosted client's site-NAME (default: the working folder)")
 	fl.StringVar(&modelFlag, "model", "", "this site's copy of the coordinator's checkpoint (its SHA-256 must match; a site never downloads weights); default or \"embedded\": the tiny model in the binary")
 	fl.StringSliceVar(&c.Policy.AcceptMethods, "accept-methods", nil, "refuse a task whose trained method is not one of these (e.g. pfedmma,promptfl); default: any")
 	fl.Float64Var(&c.Policy.MaxUploadMiB, "max-upload-mib", 0, "refuse a task whose upload per round would exceed this many MiB; 0: no limit")
 	fl.BoolVar(&c.Insecure, "insecure-dev", false, "NO TLS: clear-text gRPC, for local development only (with --sites instead of --certs)")
 	fl.StringSliceVar(&c.Sites, "sites", nil, "with --insecure-dev: the federation's site names as given to serve, client i being the i-th")
+	fl.StringVar(&clients, "clients", "", "host these clients in this one process instead of --name: numbers and ranges such as 0-49 or 0-9,20, each speaking with its own site certificate (sites.txt line i is client i); see 'Scale-out' in the README")
 	rootCmd.AddCommand(cmd)
 }
