@@ -91,6 +91,34 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	rt, err := ReceiveTask(ctx, c, id)
+	if err != nil {
+		return nil, err
+	}
+	return SiteFromTask(ctx, c, rt.Experiment, rt.Fingerprint, rt.Model, id)
+}
+
+// ReceivedTask is a coordinator's task as a site accepted it.
+type ReceivedTask struct {
+	// Experiment is what the site runs: the coordinator's experiment with
+	// the site's data, model and site-local settings.
+	Experiment *config.Experiment
+	// Fingerprint is the coordinator's, sent with every round.
+	Fingerprint string
+	// Model is the identity of the site's model (the coordinator's).
+	Model ModelID
+}
+
+// ReceiveTask asks the coordinator for its task as site c.Name (client
+// id), checks it against the site's policy, model and data, and keeps it
+// in c.State/task.yaml. A refusal (*TaskRefusal) or a task the site cannot
+// run is logged, sent to the coordinator (which logs it naming the site)
+// and returned. A process hosting several clients calls it once and
+// SiteFromTask per client.
+func ReceiveTask(ctx context.Context, c SiteConfig, id int) (*ReceivedTask, error) {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	modelID, err := IdentifyModel(c.Model, c.Vocab)
 	if err != nil {
 		if c.ModelArg != "" {
@@ -128,7 +156,7 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 		return nil, err
 	}
 	c.Logger.Info("task accepted", "site", c.Name, "client", id, "fingerprint", task.Fingerprint, "methods", e.Methods, "rounds", e.Federation.Rounds)
-	return SiteFromTask(ctx, c, e, task.Fingerprint, modelID, id)
+	return &ReceivedTask{Experiment: e, Fingerprint: task.Fingerprint, Model: modelID}, nil
 }
 
 // transport is the site's connection settings.

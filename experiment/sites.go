@@ -76,7 +76,9 @@ type HostedSiteResult struct {
 // (`pfedmma site --clients SPEC`): client i speaks with its own site
 // certificate, the i-th of the certificates folder's sites.txt (with
 // --insecure-dev, the i-th of --sites), so that the coordinator checks each
-// hosted client as it checks a site process of its own. c.Name must be
+// hosted client as it checks a site process of its own. The experiment is
+// the coordinator's task, received once as the first hosted client
+// (ReceiveTask: the site's policy, model and data checked). c.Name must be
 // empty. The clients share one loaded model and frozen-prefix cache, and
 // train and evaluate one after the other (the process's threads go to the
 // client at work); each keeps its private state, metrics and final
@@ -89,27 +91,40 @@ func HostSites(ctx context.Context, c SiteConfig, spec string) ([]HostedSiteResu
 		return nil, errors.New("--name and --clients exclude each other: with --clients each hosted client speaks with its own site certificate, named by the certificates folder's sites.txt (or --sites with --insecure-dev)")
 	case c.Server == "" || c.Data == "" || (c.Certs == "" && !c.Insecure):
 		return nil, errors.New("--server, --certs, --clients and --data are required")
-	case c.Experiment == nil:
-		return nil, errors.New("--clients needs the experiment's --config/--preset/--set (hosted clients do not yet receive the task from the coordinator)")
 	}
 	ids, err := ParseClients(spec)
 	if err != nil {
 		return nil, err
 	}
-	e := c.Experiment
-	if n := e.Federation.Clients; n > 0 && ids[len(ids)-1] >= n {
-		return nil, fmt.Errorf("--clients %s: client %d is beyond the federation's clients 0..%d (federation.clients=%d)", spec, ids[len(ids)-1], n-1, n)
+	if err := checkData(c.Data); err != nil {
+		return nil, err
+	}
+	if e := c.Experiment; e != nil { // experiment flags: checked before any connection
+		if n := e.Federation.Clients; n > 0 && ids[len(ids)-1] >= n {
+			return nil, fmt.Errorf("--clients %s: client %d is beyond the federation's clients 0..%d (federation.clients=%d)", spec, ids[len(ids)-1], n-1, n)
+		}
+		if err := siteData(e.Clone(), c.Data); err != nil {
+			return nil, err
+		}
 	}
 	names, err := hostedNames(c, spec, ids)
 	if err != nil {
 		return nil, err
 	}
-	if err := siteData(e, c.Data); err != nil {
-		return nil, err
-	}
 	root := c.State
 	if root == "" {
 		root = "."
+	}
+	// the task, received once, as the first hosted client
+	first := c
+	first.Name, first.State = names[0], filepath.Join(root, "site-"+names[0])
+	rt, err := ReceiveTask(ctx, first, ids[0])
+	if err != nil {
+		return nil, fmt.Errorf("site %s (client %d): %w", names[0], ids[0], err)
+	}
+	e, model := rt.Experiment, rt.Model
+	if n := e.Federation.Clients; n > 0 && ids[len(ids)-1] >= n {
+		return nil, fmt.Errorf("--clients %s: client %d is beyond the federation's clients 0..%d (federation.clients=%d)", spec, ids[len(ids)-1], n-1, n)
 	}
 	o, err := FromConfig(e, c.Model, e.Seed, root)
 	if err != nil {
@@ -124,10 +139,6 @@ func HostSites(ctx context.Context, c SiteConfig, spec string) ([]HostedSiteResu
 	if logger == nil {
 		logger = slog.Default()
 	}
-	model, err := IdentifyModel(c.Model, e.Vocab)
-	if err != nil {
-		return nil, err
-	}
 	res := make([]HostedSiteResult, len(ids))
 	hosted := make([]transport.HostedSite, len(ids))
 	for i, id := range ids {
@@ -139,7 +150,7 @@ func HostSites(ctx context.Context, c SiteConfig, spec string) ([]HostedSiteResu
 		hosted[i] = transport.HostedSite{
 			Config: transport.SiteConfig{Addr: c.Server, CertsDir: c.Certs, Name: names[i], Insecure: c.Insecure,
 				StateDir: filepath.Join(dir, "state"), Logger: logger.With("client", id), Settings: taskSettings(e, model)},
-			Client: &siteClient{Client: f.Client(id), fingerprint: e.Fingerprint(), metrics: filepath.Join(dir, "metrics.jsonl")},
+			Client: &siteClient{Client: f.Client(id), fingerprint: rt.Fingerprint, metrics: filepath.Join(dir, "metrics.jsonl")},
 		}
 	}
 	logger.Info("hosting clients", "clients", spec, "sites", strings.Join(names, ","), "state", root)

@@ -52,7 +52,7 @@ func TestMultiClientSitesEqualRun(t *testing.T) {
 	l.Close()
 	start := func(args ...string) (*exec.Cmd, *bytes.Buffer) {
 		var buf bytes.Buffer
-		cmd := exec.Command(bin, append(args, sets...)...)
+		cmd := exec.Command(bin, args...)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &buf, &buf
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -75,7 +75,8 @@ func TestMultiClientSitesEqualRun(t *testing.T) {
 	site := func(clients, state string) (*exec.Cmd, *bytes.Buffer) {
 		return start("site", "--server", addr, "--certs", "certs", "--clients", clients, "--data", "world", "--state", state)
 	}
-	coord, coordLog := start("serve", "--listen", addr, "--certs", "certs", "--state", "coord")
+	// the hosting processes receive the experiment from the coordinator
+	coord, coordLog := start(append([]string{"serve", "--listen", addr, "--certs", "certs", "--state", "coord"}, sets...)...)
 	a, aLog := site("0-2", "hosts-a")
 	deadline := time.Now().Add(90 * time.Second)
 	for strings.Count(coordLog.String(), `msg="site registered"`) < 3 {
