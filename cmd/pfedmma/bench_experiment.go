@@ -18,7 +18,7 @@ func init() {
 	var ps bench.PaperScaleOptions
 	var psOut, psDType string
 	cmd := &cobra.Command{
-		Use:   "experiment [--rounds N] [--clients N] [--shots N] [--reference FILE.json] [--json]",
+		Use:   "experiment [--rounds N] [--clients N] [--shots N] [--reference FILE.json] [--json] | --preset NAME[:DATASET]... [--rounds-measured N] [--scale F] [--memory-budget MiB] [--out DIR]",
 		Short: "A whole base-to-novel experiment at ViT-B/16 shapes: seconds per round by phase, FLOPs, projection",
 		Long: `Runs the pFedMMA paper's base-to-novel recipe (10 clients, adapters in blocks 10-12, r 32,
 16 shots, 2 local epochs, evaluation every round) for a few rounds at ViT-B/16 shapes (random
@@ -27,7 +27,20 @@ round split into training, aggregation and evaluation (median over the rounds af
 first), the GEMM FLOPs per round and the projection for 50 rounds. With --reference (the
 JSON a reference harness prints: train_images_per_s, eval_images_per_s, peak_rss_mib) it
 divides the authors' per-round cost - every client's 2 epochs of training plus one
-evaluation of its test sets, at their measured images/s - by ours: speedup_per_round.`,
+evaluation of its test sets, at their measured images/s - by ours: speedup_per_round.
+
+With --preset (repeatable; e.g. --preset paper-base2novel --preset paper-cifar:cifar100) it
+projects each paper preset whole - every seed, every round, evaluation as its eval_every says,
+the first round's cache fill, round 0 training every client - from --rounds-measured rounds of
+the preset's trained method at ViT-B/16 shapes (random weights) on generated images with the
+dataset's real class count (--scale shrinks the shots and test images per class of the
+measured run; the datasets themselves are not downloaded). The projection builds the preset's
+task on the dataset's real counts, multiplies by the measured seconds per training image,
+evaluation image and cached record, and sizes the prefix cache under --memory-budget (bf16 by
+default; records beyond it spill to a memory-mapped file, whose cost --spill-compare measures
+by running the rounds again with every record spilled). It prints a table; --out DIR writes
+paperscale.json, paperscale.md and paperscale.png (projected hours against clients, shots and
+rounds).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(ps.Presets) > 0 {
