@@ -37,7 +37,13 @@ type ExperimentOptions struct {
 	Method string
 	// Reference, when set, holds the authors' images/s (Reference JSON).
 	Reference *Reference
-	Log       func(string)
+	// Precision of the frozen weights' products (engine.precision; the
+	// preset's, float32, when unset).
+	Precision string
+	// EvaluateAlone evaluates every client on its own, as before the
+	// clients of a method were evaluated together (the A/B baseline).
+	EvaluateAlone bool
+	Log           func(string)
 }
 
 // RoundTiming is one round's seconds by phase.
@@ -50,9 +56,12 @@ type RoundTiming struct {
 
 // ExperimentResult is what `pfedmma bench experiment --json` prints.
 type ExperimentResult struct {
-	Backend string `json:"backend"`
-	Kernel  string `json:"kernel"`
-	Threads int    `json:"threads"`
+	Backend   string `json:"backend"`
+	Kernel    string `json:"kernel"`
+	Threads   int    `json:"threads"`
+	Precision string `json:"precision"`
+	// EvaluatedAlone: every client evaluated on its own (no group).
+	EvaluatedAlone bool `json:"evaluated_alone,omitempty"`
 	// CacheFillSeconds computes every frozen prefix once (before round 0).
 	CacheFillSeconds float64 `json:"cache_fill_seconds"`
 	// FirstRoundSeconds includes the cache fill, as the authors' first
@@ -60,17 +69,24 @@ type ExperimentResult struct {
 	// full model.
 	FirstRoundSeconds float64 `json:"first_round_seconds"`
 	// SecondsPerRound is the median over the rounds after the first.
-	SecondsPerRound      float64       `json:"seconds_per_round"`
-	TrainSecondsPerRound float64       `json:"train_seconds_per_round"`
-	EvalSecondsPerRound  float64       `json:"eval_seconds_per_round"`
-	AggSecondsPerRound   float64       `json:"aggregation_seconds_per_round"`
-	GFLOPPerRound        float64       `json:"gflop_per_round"`
-	TrainImagesPerRound  int           `json:"train_images_per_round"`
-	EvalImagesPerRound   int           `json:"eval_images_per_round"`
-	Projected50Seconds   float64       `json:"projected_50_rounds_seconds"`
-	ReferencePerRound    float64       `json:"reference_seconds_per_round,omitempty"`
-	SpeedupPerRound      float64       `json:"speedup_per_round,omitempty"`
-	Rounds               []RoundTiming `json:"rounds"`
+	SecondsPerRound      float64 `json:"seconds_per_round"`
+	TrainSecondsPerRound float64 `json:"train_seconds_per_round"`
+	EvalSecondsPerRound  float64 `json:"eval_seconds_per_round"`
+	AggSecondsPerRound   float64 `json:"aggregation_seconds_per_round"`
+	GFLOPPerRound        float64 `json:"gflop_per_round"`
+	TrainImagesPerRound  int     `json:"train_images_per_round"`
+	EvalImagesPerRound   int     `json:"eval_images_per_round"`
+	Projected50Seconds   float64 `json:"projected_50_rounds_seconds"`
+	ReferencePerRound    float64 `json:"reference_seconds_per_round,omitempty"`
+	SpeedupPerRound      float64 `json:"speedup_per_round,omitempty"`
+	// ReferenceTrainPerRound and ReferenceEvalPerRound are the authors'
+	// seconds for the round's training and evaluation images at their
+	// measured images/s; SpeedupTrain and SpeedupEval divide them by ours.
+	ReferenceTrainPerRound float64       `json:"reference_train_seconds_per_round,omitempty"`
+	ReferenceEvalPerRound  float64       `json:"reference_eval_seconds_per_round,omitempty"`
+	SpeedupTrain           float64       `json:"speedup_train,omitempty"`
+	SpeedupEval            float64       `json:"speedup_eval,omitempty"`
+	Rounds                 []RoundTiming `json:"rounds"`
 }
 
 // Experiment runs the benchmark.
@@ -120,6 +136,9 @@ func Experiment(ctx context.Context, o ExperimentOptions) (*ExperimentResult, er
 	e.Augment = config.Augment{Mode: config.AugmentNone}
 	e.Seeds = nil
 	e.Output = config.Output{}
+	if o.Precision != "" {
+		e.Engine.Precision = o.Precision
+	}
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}
@@ -128,7 +147,9 @@ func Experiment(ctx context.Context, o ExperimentOptions) (*ExperimentResult, er
 	if err != nil {
 		return nil, err
 	}
-	res := &ExperimentResult{Backend: gemm.Backend(), Kernel: gemm.CoreName(), Threads: gemm.Threads()}
+	opts.EvaluateAlone = o.EvaluateAlone
+	res := &ExperimentResult{Backend: gemm.Backend(), Kernel: gemm.CoreName(), Threads: gemm.Threads(),
+		Precision: opts.Precision.String(), EvaluatedAlone: o.EvaluateAlone}
 	gemm.EnableStats(true)
 	defer gemm.EnableStats(false)
 	last := gemm.ReadStats()
@@ -169,8 +190,16 @@ func Experiment(ctx context.Context, o ExperimentOptions) (*ExperimentResult, er
 	}
 	res.Projected50Seconds = res.FirstRoundSeconds + 49*res.SecondsPerRound
 	if ref := o.Reference; ref != nil {
-		res.ReferencePerRound = float64(res.TrainImagesPerRound)/ref.TrainImagesPerS + float64(res.EvalImagesPerRound)/ref.EvalImagesPerS
+		res.ReferenceTrainPerRound = float64(res.TrainImagesPerRound) / ref.TrainImagesPerS
+		res.ReferenceEvalPerRound = float64(res.EvalImagesPerRound) / ref.EvalImagesPerS
+		res.ReferencePerRound = res.ReferenceTrainPerRound + res.ReferenceEvalPerRound
 		res.SpeedupPerRound = res.ReferencePerRound / res.SecondsPerRound
+		if res.TrainSecondsPerRound > 0 {
+			res.SpeedupTrain = res.ReferenceTrainPerRound / res.TrainSecondsPerRound
+		}
+		if res.EvalSecondsPerRound > 0 {
+			res.SpeedupEval = res.ReferenceEvalPerRound / res.EvalSecondsPerRound
+		}
 	}
 	return res, nil
 }

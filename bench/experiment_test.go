@@ -35,6 +35,14 @@ func TestExperimentBenchmark(t *testing.T) {
 	if r.ReferencePerRound != want || r.SpeedupPerRound != want/r.SecondsPerRound {
 		t.Errorf("reference %.3f s (want %.3f), speed-up %.3f", r.ReferencePerRound, want, r.SpeedupPerRound)
 	}
+	if r.ReferenceTrainPerRound != float64(r.TrainImagesPerRound)/2 || r.ReferenceEvalPerRound != float64(r.EvalImagesPerRound)/4 ||
+		r.SpeedupTrain != r.ReferenceTrainPerRound/r.TrainSecondsPerRound || r.SpeedupEval != r.ReferenceEvalPerRound/r.EvalSecondsPerRound {
+		t.Errorf("per phase: reference training %.3f s (speed-up %.3f), evaluation %.3f s (speed-up %.3f)",
+			r.ReferenceTrainPerRound, r.SpeedupTrain, r.ReferenceEvalPerRound, r.SpeedupEval)
+	}
+	if r.Precision != "fp32" || r.EvaluatedAlone {
+		t.Errorf("precision %q, evaluated alone %v: want the preset's fp32, clients together", r.Precision, r.EvaluatedAlone)
+	}
 	p := filepath.Join(t.TempDir(), "ref.json")
 	if err := os.WriteFile(p, []byte(`{"train_images_per_s": 0, "eval_images_per_s": 3}`), 0o644); err != nil {
 		t.Fatal(err)

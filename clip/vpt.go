@@ -26,7 +26,11 @@ import (
 // written: the blocks are private copies without gradient buffers, so the
 // backward pass runs only the input-gradient GEMMs, and the activations of a
 // train-mode Forward are the PromptedVision's own (other users of the model
-// do not disturb them). It is not safe for concurrent use.
+// do not disturb them). The frozen products (the blocks' and the q|k of the
+// last block), forward and input gradient, run in the precision the model
+// had when NewPromptedVision was called (Model.SetPrecision): bfloat16 with
+// float32 accumulation under gemm.BF16; the prompts' gradient, LayerNorms,
+// attention and the head stay float32. It is not safe for concurrent use.
 type PromptedVision struct {
 	N int // prompt tokens
 
@@ -55,7 +59,7 @@ func NewPromptedVision(m *Model, n int) (*PromptedVision, error) {
 	}
 	p := &PromptedVision{N: n, vis: Vision{Cfg: m.Vision.Cfg, W: m.Vision.W}, D: m.Vision.Cfg.Width, E: m.W.Config.EmbedDim}
 	for i, b := range blocks {
-		c := &Block{W: b.W, D: b.D, H: b.H, MLP: b.MLP}
+		c := b.frozenCopy() // the model's precision, no activations shared
 		if i < len(blocks)-1 {
 			p.body.Blocks = append(p.body.Blocks, c)
 		} else {
@@ -102,7 +106,7 @@ func (p *PromptedVision) Forward(x0, prompts []float32, B int, train bool) (feat
 	p.h, p.mean, p.rstd = nn.Grow(p.h, R*D), nn.Grow(p.mean, R), nn.Grow(p.rstd, R)
 	nn.LayerNormForward(p.h, p.mean, p.rstd, p.rows, last.W.Ln1W, last.W.Ln1B, R, D)
 	p.qk = nn.Grow(p.qk, R*2*D)
-	nn.LinearForward(p.qk, p.h, last.W.InProjW[:2*D*D], last.W.InProjB[:2*D], R, D, 2*D)
+	last.linearForward(p.qk, p.h, last.W.InProjW[:2*D*D], last.inProjRows(0, 2*D), last.W.InProjB[:2*D], R, D, 2*D)
 	p.q, p.k = nn.Grow(p.q, B*D), nn.Grow(p.k, B*n*D)
 	for b := 0; b < B; b++ {
 		r := p.qk[b*(1+n)*2*D:]
@@ -146,7 +150,7 @@ func (p *PromptedVision) Backward(dfeat, dq, dk []float32) []float32 {
 		}
 		p.dh = nn.Grow(p.dh, R*D)
 		clear(p.dh)
-		nn.LinearBackward(p.dh, nil, nil, p.dqk, p.h, last.W.InProjW[:2*D*D], R, D, 2*D)
+		last.linearBackward(p.dh, nil, nil, p.dqk, p.h, last.W.InProjW[:2*D*D], last.inProjRows(0, 2*D), R, D, 2*D)
 		p.drows = nn.Grow(p.drows, R*D)
 		clear(p.drows)
 		nn.LayerNormBackward(p.drows, nil, nil, p.dh, p.rows, p.mean, p.rstd, last.W.Ln1W, R, D)

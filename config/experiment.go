@@ -228,6 +228,14 @@ type Federation struct {
 	// EvalEvery evaluates every client after rounds k, 2k, … (1-based) and
 	// always after the last round; 0 evaluates only after the last round.
 	EvalEvery int `yaml:"eval_every"`
+
+	// Compress is how the tensors of every message between the coordinator
+	// and a site are encoded, both directions (package compress): none
+	// (float32, exact; also the empty value), fp16 (half precision, round
+	// to nearest even) or int8 (blockwise, one float32 scale per 64
+	// values). `pfedmma run` applies the same encoding to its simulated
+	// messages, so serve + sites still equal run.
+	Compress string `yaml:"compress,omitempty"`
 }
 
 // Optimizer names.

@@ -130,6 +130,9 @@ func Compose(s Sources) (*Experiment, error) {
 		setFrom[path] = "--set " + kv
 	}
 	e.dropPresetDomains(presetDataset, lines, setFrom)
+	if e.Federation.Compress == "none" {
+		e.Federation.Compress = "" // the same run as no federation.compress
+	}
 	fes := e.check()
 	if len(fes) == 0 {
 		return e, nil

@@ -159,6 +159,9 @@ func (e *Experiment) check() []*FieldError {
 	c.between("federation.rounds", f.Rounds, 1, MaxRounds)
 	c.between("federation.local_epochs", f.LocalEpochs, 1, MaxLocalEpochs)
 	c.between("federation.eval_every", f.EvalEvery, 0, MaxRounds)
+	if f.Compress != "" {
+		c.oneOf("federation.compress", f.Compress, "none", "fp16", "int8")
+	}
 	e.Aggregation.Check(&Checker{prefix: "aggregation", c: c})
 
 	o := e.Optimizer

@@ -209,6 +209,7 @@ func WriteFederationReports(o Options, f *Federated, hist *federation.History) (
 		sum.Set(f.Name, finalMetrics(f.Task, last))
 	}
 	bytes := newSiteBytes(len(f.Task.Clients))
+	bytes.codec = o.Compress
 	for _, r := range hist.Rounds {
 		bytes.add(f.Name, r)
 	}

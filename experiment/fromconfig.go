@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/gemm"
@@ -51,6 +52,10 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 	if evalEvery == 0 {
 		evalEvery = e.Federation.Rounds
 	}
+	codec, err := compress.Parse(e.Federation.Compress)
+	if err != nil {
+		return Options{}, fmt.Errorf("federation.compress: %w", err)
+	}
 	resolved, err := e.Resolved()
 	if err != nil {
 		return Options{}, err
@@ -67,7 +72,7 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 		Train: train.Options{Epochs: e.Federation.LocalEpochs, Batch: e.BatchSize, Optimizer: e.Optimizer.Name,
 			LR: e.Optimizer.LR, Momentum: e.Optimizer.Momentum, WD: e.Optimizer.WeightDecay, Schedule: sched,
 			ResetOptimizer: e.Optimizer.ResetEachRound},
-		Rounds: e.Federation.Rounds, Fraction: e.Federation.Fraction, EvalEvery: evalEvery,
+		Rounds: e.Federation.Rounds, Fraction: e.Federation.Fraction, EvalEvery: evalEvery, Compress: codec,
 		Augment: e.Augment.String(), Template: e.Prompt, Seed: seed, EvalBatch: e.Eval.BatchSize,
 		OutDir: outDir, SaveAdapters: e.Output.SaveAdapters, Plots: e.Output.Plots, ConfigYAML: resolved,
 		Precision: prec, CacheMiB: e.Cache.MemoryMiB, SpillDir: e.Cache.SpillDir, CacheBF16: e.Cache.DType == "bfloat16",

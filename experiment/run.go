@@ -15,6 +15,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/actcache"
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/eval"
@@ -51,6 +52,9 @@ type Options struct {
 	// EvalEvery evaluates after rounds k-1, 2k-1, … and the last (≤ 1:
 	// every round).
 	EvalEvery int
+	// Compress encodes every message's tensors (federation.compress); the
+	// simulation applies the encoding as the wire does (compressProxy).
+	Compress compress.Codec
 	// Augment is "none", "views:K" or "online".
 	Augment string
 	// NoCache recomputes every prefix whenever it is needed instead of
@@ -95,6 +99,10 @@ type Options struct {
 	// logits of each of the client's evaluation sets (methods.Env's
 	// OnEvaluate): conformance tests compare them with `pfedmma predict`.
 	OnEvaluate func(method string, c *protocol.ClientTask, logits [][]float32)
+	// EvaluateAlone evaluates every client on its own even where its
+	// method can evaluate the clients together (federation.GroupEvaluator):
+	// the same results, slower; benchmarks and tests compare the two.
+	EvaluateAlone bool
 
 	// Aggregation hardens every trained method's aggregation (robust
 	// rules, clipping, differential privacy; off when zero).
@@ -236,6 +244,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// round of the run — those a resumed run replays from its checkpoints
 	// too
 	bytes := newSiteBytes(len(task.Clients))
+	bytes.codec = o.Compress
 	o.countRound = bytes.add
 	var lastRecords []report.RoundRecord // each method's, for the summary's dp
 	if err := checkAggregation(o, s.methods, envs, depths); err != nil {
@@ -349,7 +358,7 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 	}
 	proxies := make([]federation.ClientProxy, len(plan.Clients))
 	for i, c := range plan.Clients {
-		proxies[i] = federation.NewSite(c, filepath.Join(ckdir, fmt.Sprintf("site-%03d", c.ID())))
+		proxies[i] = o.compressed(federation.NewSite(c, filepath.Join(ckdir, fmt.Sprintf("site-%03d", c.ID()))))
 	}
 	bar := progress.New(o.Progress, o.Rounds, name+" round", "round", progress.WithMode(o.ProgressMode))
 	env.RoundBar = bar

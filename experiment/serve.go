@@ -111,7 +111,7 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	}
 	hist, err := transport.RunCoordinator(ctx, transport.CoordinatorConfig{
 		Addr: c.Listen, HTTPAddr: c.HTTP, HTTPTokenFile: c.HTTPTokenFile, HTTPLinger: c.Linger, Fingerprint: e.Fingerprint(), CertsDir: c.Certs, Insecure: c.Insecure, Sites: c.Sites,
-		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Logger: logger,
+		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Compress: o.Compress, Logger: logger,
 		RegisterTimeout: c.RegisterTimeout, OfflineAfter: c.OfflineAfter, Settings: e.Settings(),
 	}, coord)
 	if err != nil {

@@ -1,9 +1,11 @@
 package experiment
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/inputfile"
@@ -109,10 +111,15 @@ type siteBytes struct {
 	clients  int
 	up, down map[string]float64
 	rounds   map[string]int
+	// totals over every round (all sites), and the encoding counted
+	// (federation.compress: the on-wire bytes of the tensors)
+	totalUp, totalDown map[string]int64
+	codec              compress.Codec
 }
 
 func newSiteBytes(clients int) *siteBytes {
-	return &siteBytes{clients: max(clients, 1), up: map[string]float64{}, down: map[string]float64{}, rounds: map[string]int{}}
+	return &siteBytes{clients: max(clients, 1), up: map[string]float64{}, down: map[string]float64{}, rounds: map[string]int{},
+		totalUp: map[string]int64{}, totalDown: map[string]int64{}}
 }
 
 // add counts one round of method's federation.
@@ -121,6 +128,8 @@ func (b *siteBytes) add(method string, r federation.RoundReport) {
 		b.up[method] += float64(r.BytesUp) / float64(n)
 		b.down[method] += float64(r.BytesDown) / float64(b.clients)
 		b.rounds[method]++
+		b.totalUp[method] += r.BytesUp
+		b.totalDown[method] += r.BytesDown
 	}
 }
 
@@ -134,7 +143,8 @@ func (b *siteBytes) extra() map[string]any {
 		up[m] = b.up[m] / float64(n)
 		down[m] = b.down[m] / float64(n)
 	}
-	return map[string]any{"update_bytes_per_round_per_site": up, "download_bytes_per_round_per_site": down}
+	return map[string]any{"update_bytes_per_round_per_site": up, "download_bytes_per_round_per_site": down,
+		"update_bytes_total": b.totalUp, "download_bytes_total": b.totalDown, "compress": cmp.Or(string(b.codec), string(compress.None))}
 }
 
 // coordinator is o's federation schedule — the rounds, the sampling of
@@ -142,5 +152,6 @@ func (b *siteBytes) extra() map[string]any {
 // (federation.eval_every as FromConfig maps it) — for strat: `run` and
 // `serve` start from it alike.
 func (o Options) coordinator(strat federation.Strategy) *federation.Coordinator {
-	return &federation.Coordinator{Strategy: strat, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed, EvalEvery: o.EvalEvery}
+	return &federation.Coordinator{Strategy: strat, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed, EvalEvery: o.EvalEvery,
+		EvaluateAlone: o.EvaluateAlone, PayloadBytes: o.Compress.Bytes}
 }

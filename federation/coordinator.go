@@ -73,8 +73,15 @@ type Coordinator struct {
 	OnRound func(RoundReport) error
 	// Progress, when set, is called after each client's fit and evaluation.
 	Progress func(Progress)
+	// PayloadBytes, when set, weighs a message's tensors as they travel
+	// (compressed) for RoundReport.BytesDown and BytesUp; nil counts 4
+	// bytes per value (the package's PayloadBytes).
+	PayloadBytes func(tensor.Named) int64
 	// Logger receives one line per round; nil means slog.Default().
 	Logger *slog.Logger
+	// EvaluateAlone asks every client through its own proxy even where
+	// in-process clients could be evaluated together (GroupEvaluator).
+	EvaluateAlone bool
 }
 
 // CheckpointStore keeps the coordinator's latest Checkpoint.
@@ -362,8 +369,8 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 			failures = append(failures, Failure{ClientID: id, Err: errs[i]})
 			continue
 		}
-		rep.BytesDown += PayloadBytes(ins[id])
-		rep.BytesUp += PayloadBytes(res[i].Params)
+		rep.BytesDown += c.payloadBytes(ins[id])
+		rep.BytesUp += c.payloadBytes(res[i].Params)
 		rep.Fit[id] = cloneMetrics(res[i].Metrics)
 		results = append(results, FitResult{ClientID: id, NumExamples: res[i].NumExamples, Params: res[i].Params, Metrics: res[i].Metrics})
 		rep.Participants = append(rep.Participants, id)
@@ -398,23 +405,15 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 	if err != nil {
 		return rep, fmt.Errorf("configure evaluate: %w", err)
 	}
-	evals := make([]EvaluateRes, len(all))
 	done = 0
 	ectx, cancel := c.phase(ctx)
-	errs = c.call(ectx, all, func(ctx context.Context, i, id int) error {
-		if c.Available != nil && !c.Available(id) {
-			return c.unavailable(id)
-		}
-		out, err := byID[id].Evaluate(ctx, EvaluateIns{Round: r, Params: eins[id].Clone(), Config: cfg})
-		if err != nil {
-			return err
-		}
-		evals[i] = out
+	evals, errs := c.evaluate(ectx, all, byID, func(id int) EvaluateIns {
+		return EvaluateIns{Round: r, Params: eins[id].Clone(), Config: cfg}
+	}, func(id int) {
 		mu.Lock()
 		done++
 		c.progress(Progress{Round: r, Rounds: c.Rounds, Phase: "eval", ClientID: id, Done: done, Total: len(all)})
 		mu.Unlock()
-		return nil
 	})
 	cancel()
 	if err := ctx.Err(); err != nil {
@@ -434,7 +433,7 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 			continue
 		}
 		rep.Eval[id] = cloneMetrics(evals[i].Metrics)
-		rep.BytesDown += PayloadBytes(eins[id])
+		rep.BytesDown += c.payloadBytes(eins[id])
 	}
 	rep.EvalMean = meanMetrics(rep.Eval)
 	rep.EvalSeconds = time.Since(t2).Seconds()
@@ -453,6 +452,13 @@ func (c *Coordinator) unavailable(id int) error {
 		}
 	}
 	return errOffline
+}
+
+func (c *Coordinator) payloadBytes(n tensor.Named) int64 {
+	if c.PayloadBytes != nil {
+		return c.PayloadBytes(n)
+	}
+	return PayloadBytes(n)
 }
 
 func (c *Coordinator) progress(p Progress) {

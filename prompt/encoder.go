@@ -166,7 +166,9 @@ func NewEncoderAt(m *clip.Model, tokens []int, nCtx int, pos string) (*Encoder, 
 // NewEncoder prepares tokens [R, Ctx] (R = len(tokens)/Ctx rows) of the
 // text tower of m for context vectors at positions 1..nCtx. Each row's EOT
 // (its largest id) must come after the context. The model's weights are
-// shared, never written.
+// shared, never written; their products (forward and input gradient) run
+// in the precision the model has now (Model.SetPrecision: bfloat16 with
+// float32 accumulation under gemm.BF16).
 func NewEncoder(m *clip.Model, tokens []int, nCtx int) (*Encoder, error) {
 	cfg := m.Text.Cfg
 	ctxLen, D := cfg.ContextLength, cfg.Width
@@ -191,7 +193,7 @@ func NewEncoder(m *clip.Model, tokens []int, nCtx int) (*Encoder, error) {
 	}
 	e.text = clip.Text{Cfg: cfg, W: m.Text.W}
 	for _, b := range m.Text.Stack.Blocks {
-		e.text.Stack.Blocks = append(e.text.Stack.Blocks, &clip.Block{W: b.W, D: b.D, H: b.H, MLP: b.MLP, Causal: b.Causal})
+		e.text.Stack.Blocks = append(e.text.Stack.Blocks, b.FrozenCopy()) // the model's precision
 	}
 
 	// Embeddings of the full rows, then cut to T and add the positions.

@@ -147,16 +147,16 @@ func (s *sharedPrefix) blockForward(b *clip.Block, a *packedActs, x []float32) {
 	a.fc, a.gelu = g(a.fc, N*MLP), g(a.gelu, N*MLP)
 
 	nn.LayerNormForward(a.ln1, a.mean1, a.rstd1, x, w.Ln1W, w.Ln1B, N, D)
-	nn.LinearForward(a.qkv, a.ln1, w.InProjW, w.InProjB, N, D, 3*D)
+	b.FrozenLinear(clip.InProj, a.qkv, a.ln1, N)
 	s.attnForward(a.att, a.probs, a.qkv, b.H, D/b.H)
-	nn.LinearForward(a.x2, a.att, w.OutProjW, w.OutProjB, N, D, D)
+	b.FrozenLinear(clip.OutProj, a.x2, a.att, N)
 	for i, v := range x[:N*D] {
 		a.x2[i] += v
 	}
 	nn.LayerNormForward(a.ln2, a.mean2, a.rstd2, a.x2, w.Ln2W, w.Ln2B, N, D)
-	nn.LinearForward(a.fc, a.ln2, w.FcW, w.FcB, N, D, MLP)
+	b.FrozenLinear(clip.Fc, a.fc, a.ln2, N)
 	nn.QuickGELUForward(a.gelu, a.fc, N*MLP)
-	nn.LinearForward(a.out, a.gelu, w.ProjW, w.ProjB, N, MLP, D)
+	b.FrozenLinear(clip.Proj, a.out, a.gelu, N)
 	for i, v := range a.x2 {
 		a.out[i] += v
 	}
@@ -174,13 +174,13 @@ func (s *sharedPrefix) blockBackward(b *clip.Block, a *packedActs) {
 		clear(buf)
 	}
 	copy(s.dx2, s.dy)
-	nn.LinearBackward(s.dgelu, nil, nil, s.dy, a.gelu, w.ProjW, N, MLP, D)
+	b.FrozenLinearInputGrad(clip.Proj, s.dgelu, s.dy, N)
 	nn.QuickGELUBackward(s.dfc, s.dgelu, a.fc, N*MLP)
-	nn.LinearBackward(s.dln2, nil, nil, s.dfc, a.ln2, w.FcW, N, D, MLP)
+	b.FrozenLinearInputGrad(clip.Fc, s.dln2, s.dfc, N)
 	nn.LayerNormBackward(s.dx2, nil, nil, s.dln2, a.x2, a.mean2, a.rstd2, w.Ln2W, N, D)
-	nn.LinearBackward(s.datt, nil, nil, s.dx2, a.att, w.OutProjW, N, D, D)
+	b.FrozenLinearInputGrad(clip.OutProj, s.datt, s.dx2, N)
 	s.attnBackward(s.dqkv, s.datt, a.probs, a.qkv, b.H, D/b.H)
-	nn.LinearBackward(s.dln1, nil, nil, s.dqkv, a.ln1, w.InProjW, N, D, 3*D)
+	b.FrozenLinearInputGrad(clip.InProj, s.dln1, s.dqkv, N)
 	copy(s.dx, s.dx2)
 	nn.LayerNormBackward(s.dx, nil, nil, s.dln1, a.x, a.mean1, a.rstd1, w.Ln1W, N, D)
 }

@@ -32,7 +32,7 @@ func (p *RemoteProxy) NumExamples() int {
 
 // Fit implements federation.ClientProxy.
 func (p *RemoteProxy) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	data, blob, err := encodeBlob(ins.Params)
+	data, blob, err := encodeMessage(ins.Params, p.s.cfg.Compress)
 	if err != nil {
 		return federation.FitRes{}, fmt.Errorf("site %q round %d: %w", p.st.name, ins.Round, err)
 	}
@@ -46,7 +46,7 @@ func (p *RemoteProxy) Fit(ctx context.Context, ins federation.FitIns) (federatio
 // the strategy's evaluation tensors (ins.Params) as a fit task carries its
 // download.
 func (p *RemoteProxy) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
-	data, blob, err := encodeBlob(ins.Params)
+	data, blob, err := encodeMessage(ins.Params, p.s.cfg.Compress)
 	if err != nil {
 		return federation.EvaluateRes{}, fmt.Errorf("site %q round %d: %w", p.st.name, ins.Round, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pfedmma/pfedmma/certs"
+	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/coordstore"
 	"github.com/pfedmma/pfedmma/dashboard"
 	"github.com/pfedmma/pfedmma/federation"
@@ -48,6 +49,8 @@ type CoordinatorConfig struct {
 	// Spec and Limits validate uploads; see ServerConfig.
 	Spec   Spec
 	Limits Limits
+	// Compress encodes every message's tensors (federation.compress).
+	Compress compress.Codec
 	// PollWait, Heartbeat, OfflineAfter and Settings: see ServerConfig.
 	PollWait, Heartbeat, OfflineAfter time.Duration
 	Settings                          []string
@@ -122,7 +125,8 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	}
 	defer events.Close()
 	srv, err := NewServer(ServerConfig{Sites: sites, TLS: tlsCfg, Insecure: cfg.Insecure, Spec: cfg.Spec, Limits: cfg.Limits,
-		Store: store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, OfflineAfter: cfg.OfflineAfter, Settings: cfg.Settings,
+		Compress: cfg.Compress,
+		Store:    store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, OfflineAfter: cfg.OfflineAfter, Settings: cfg.Settings,
 		GiveUpOffline: coord != nil && coord.TolerateFailures, Logger: log, Events: events})
 	if err != nil {
 		return nil, err

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
+	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/coordstore"
 	"github.com/pfedmma/pfedmma/dashboard"
 	"github.com/pfedmma/pfedmma/federation"
@@ -48,6 +49,9 @@ type ServerConfig struct {
 	// Spec declares the tensors a site uploads; Limits bound them.
 	Spec   Spec
 	Limits Limits
+	// Compress encodes the tensors of every task and upload
+	// (federation.compress; "" or none: float32 safetensors).
+	Compress compress.Codec
 	// Store, when set, records the site registry, accepted and refused
 	// uploads and events.
 	Store *coordstore.Store

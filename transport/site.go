@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/transport/pb"
 )
@@ -314,7 +315,11 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 }
 
 func (r *SiteRunner) upload(ctx context.Context, cli pb.FederationClient, h *pb.TaskHeader, res federation.FitRes, log *slog.Logger) error {
-	data, blob, err := encodeBlob(res.Params)
+	codec, err := compress.Parse(h.UploadCompression)
+	if err != nil {
+		return fmt.Errorf("task %s: upload_compression: %w", h.TaskId, err)
+	}
+	data, blob, err := encodeMessage(res.Params, codec)
 	if err != nil {
 		log.Error("upload not encodable", "err", err)
 		return nil

@@ -64,7 +64,8 @@ func (s *Server) GetTask(req *pb.TaskRequest, stream grpc.ServerStreamingServer[
 }
 
 func (s *Server) sendTask(stream grpc.ServerStreamingServer[pb.TaskChunk], t *task) error {
-	h := &pb.TaskHeader{ProtocolVersion: ProtocolVersion, TaskId: t.id, Round: int64(t.round), Kind: t.kind, Config: t.config, Params: t.blob}
+	h := &pb.TaskHeader{ProtocolVersion: ProtocolVersion, TaskId: t.id, Round: int64(t.round), Kind: t.kind, Config: t.config, Params: t.blob,
+		UploadCompression: s.uploadCompression()}
 	if err := stream.Send(&pb.TaskChunk{Part: &pb.TaskChunk_Header{Header: h}}); err != nil {
 		return err
 	}

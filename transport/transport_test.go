@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pfedmma/pfedmma/certs"
+	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/coordstore"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -88,6 +89,8 @@ type fedOpts struct {
 	retryEvery      time.Duration
 	coordSettings   []string
 	siteSettings    func(i int) []string
+	// compress encodes every message (federation.compress).
+	compress compress.Codec
 }
 
 // startFed runs RunCoordinator and one RunSite per site in goroutines over
@@ -123,13 +126,14 @@ func startFed(t *testing.T, o fedOpts) *fed {
 	strat.EvaluateGlobal = o.evalGlobal
 	f.strat = strat
 	coord := &federation.Coordinator{Strategy: strat, Rounds: o.rounds, Fraction: o.fraction, Seed: o.seed, Parallel: o.n,
-		TolerateFailures: o.timeout > 0 || o.tolerate, RetryEvery: o.retryEvery, MinFit: o.minFit, RoundTimeout: o.timeout, Logger: quietLogger()}
+		TolerateFailures: o.timeout > 0 || o.tolerate, RetryEvery: o.retryEvery, MinFit: o.minFit, RoundTimeout: o.timeout, Logger: quietLogger(),
+		PayloadBytes: o.compress.Bytes}
 	ready := make(chan struct{})
 	go func() {
 		defer close(f.done)
 		f.hist, f.err = RunCoordinator(o.ctx, CoordinatorConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", CertsDir: f.dir,
 			Insecure: o.insecure, StatePath: o.state, Spec: o.spec, Limits: o.limits, PollWait: o.pollWait, Heartbeat: 200 * time.Millisecond,
-			Logger: quietLogger(), Linger: 3 * time.Second, RegisterTimeout: o.registerTimeout, Settings: o.coordSettings,
+			Logger: quietLogger(), Linger: 3 * time.Second, RegisterTimeout: o.registerTimeout, Settings: o.coordSettings, Compress: o.compress,
 			Ready: func(g, h string, s *Server) { f.grpcAddr, f.httpAddr, f.srv = g, h, s; close(ready) }}, coord)
 	}()
 	select {

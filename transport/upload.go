@@ -96,6 +96,9 @@ func (s *Server) receive(stream grpc.ClientStreamingServer[pb.UpdateChunk, pb.Up
 		}
 		data = append(data, d...)
 	}
+	if rf := s.checkCompression(h.Params); rf != nil {
+		return nil, 0, rf
+	}
 	params, rf := decodeBlob(data, h.Params, s.cfg.Spec, s.lim)
 	if rf != nil {
 		return nil, 0, rf

@@ -163,6 +163,9 @@ func decodeBlob(data []byte, b *pb.Blob, spec Spec, lim Limits) (tensor.Named, *
 	if !bytes.Equal(sum[:], b.Sha256) {
 		return nil, refuse(ReasonChecksum, "SHA-256 %s does not match the declared %s", hexSum(sum[:]), hexSum(b.Sha256))
 	}
+	if isCompressed(b) {
+		return decodeCompressed(data, b, spec, lim)
+	}
 	f, err := safetensors.Parse(data, "upload")
 	if err != nil {
 		return nil, refuse(ReasonMalformed, "%v", err)

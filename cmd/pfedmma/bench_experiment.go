@@ -43,6 +43,9 @@ paperscale.json, paperscale.md and paperscale.png (projected hours against clien
 rounds).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Precision != "fp32" && o.Precision != "bf16" {
+				return fmt.Errorf("bench experiment: --precision %q: want fp32 or bf16", o.Precision)
+			}
 			if len(ps.Presets) > 0 {
 				return paperScale(cmd, ps, psDType, psOut, asJSON)
 			}
@@ -64,7 +67,10 @@ rounds).`,
 				return enc.Encode(r)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "GEMM backend\t%s (%s, %d threads)\n", r.Backend, r.Kernel, r.Threads)
+			fmt.Fprintf(tw, "GEMM backend\t%s (%s, %d threads), precision %s\n", r.Backend, r.Kernel, r.Threads, r.Precision)
+			if r.EvaluatedAlone {
+				fmt.Fprintf(tw, "evaluation\tevery client alone (--evaluate-alone)\n")
+			}
 			fmt.Fprintf(tw, "cache fill\t%.1f s\n", r.CacheFillSeconds)
 			fmt.Fprintf(tw, "first round (with the cache fill)\t%.1f s\n", r.FirstRoundSeconds)
 			fmt.Fprintf(tw, "seconds per round (median)\t%.2f s: training %.2f, aggregation %.4f, evaluation %.2f\n", r.SecondsPerRound, r.TrainSecondsPerRound, r.AggSecondsPerRound, r.EvalSecondsPerRound)
@@ -73,6 +79,8 @@ rounds).`,
 			fmt.Fprintf(tw, "projected 50 rounds\t%.0f s\n", r.Projected50Seconds)
 			if r.SpeedupPerRound > 0 {
 				fmt.Fprintf(tw, "reference per round\t%.1f s (speed-up %.1f×)\n", r.ReferencePerRound, r.SpeedupPerRound)
+				fmt.Fprintf(tw, "reference training per round\t%.1f s (speed-up %.1f×)\n", r.ReferenceTrainPerRound, r.SpeedupTrain)
+				fmt.Fprintf(tw, "reference evaluation per round\t%.1f s (speed-up %.1f×)\n", r.ReferenceEvalPerRound, r.SpeedupEval)
 			}
 			return tw.Flush()
 		},
@@ -93,6 +101,8 @@ rounds).`,
 	f.StringVar(&psDType, "cache-dtype", "bfloat16", "with --preset: storage of the cached prefixes, bfloat16 or float32 (cache.dtype)")
 	f.BoolVar(&ps.SpillCompare, "spill-compare", true, "with --preset: measure the rounds again with every cached record spilled (the spill's cost)")
 	f.StringVar(&psOut, "out", "", "with --preset: write paperscale.json, paperscale.md and paperscale.png here")
+	f.StringVar(&o.Precision, "precision", "fp32", "frozen weights' products: fp32 (exact) or bf16")
+	f.BoolVar(&o.EvaluateAlone, "evaluate-alone", false, "evaluate every client on its own (the baseline of evaluating a method's clients together)")
 	benchCmd.AddCommand(cmd)
 }
 

@@ -88,6 +88,7 @@ func (r *robustFlags) sets(fl *pflag.FlagSet) ([]string, error) {
 func init() {
 	var x experimentFlags
 	var r robustFlags
+	var cf compressFlag
 	c := experiment.ServeConfig{}
 	cmd := &cobra.Command{
 		Use:   "serve [--config EXP.yaml] [--preset NAME] [--set k=v]... --listen ADDR --certs D --state DIR [--out DIR] [--http ADDR]",
@@ -106,6 +107,11 @@ global/METHOD.safetensors) to --out and exits 0.
 			if err != nil {
 				return fmt.Errorf("serve: %w", err)
 			}
+			csets, err := cf.sets(cmd.Flags())
+			if err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			sets = append(sets, csets...)
 			xs := x // the flags after the user's --set: they win
 			xs.sets = append(append([]string(nil), x.sets...), sets...)
 			if c.Experiment, c.Model, err = xs.compose(); err != nil {
@@ -136,5 +142,6 @@ global/METHOD.safetensors) to --out and exits 0.
 	fl.DurationVar(&c.RegisterTimeout, "register-timeout", 0, "start after this long with the sites registered (at least --min-fit; the missing ones are logged); 0: wait for every site")
 	fl.DurationVar(&c.OfflineAfter, "offline-after", 15*time.Second, "a site not heard from for this long is offline: not asked, its task given up (a round below --min-fit then waits for it)")
 	r.add(fl)
+	cf.add(fl)
 	rootCmd.AddCommand(cmd)
 }

@@ -23,6 +23,8 @@ type client struct {
 	loop    *train.Loop
 	txt     map[int][]float32
 	labels  []int
+	// group evaluates the run's clients together (nil: alone).
+	group *evalGroup
 }
 
 func newClient(env *methods.Env, task *protocol.ClientTask, init *Adapters, ws *Workspace) (*client, error) {

@@ -156,11 +156,16 @@ func (m Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, erro
 	ws := env.Shared("pfedmma.workspace", func() any { return NewWorkspace() }).(*Workspace)
 	plan := &methods.Plan{}
 	var clients []*client
+	var group *evalGroup
+	if cfg.Start >= 1 {
+		group = &evalGroup{env: env, start: cfg.Start}
+	}
 	for i := range env.Task.Clients {
 		cl, err := newClient(env, &env.Task.Clients[i], init, ws)
 		if err != nil {
 			return nil, err
 		}
+		cl.group = group
 		clients = append(clients, cl)
 		plan.Clients = append(plan.Clients, cl)
 	}

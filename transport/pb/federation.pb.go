@@ -338,10 +338,18 @@ func (x *TensorInfo) GetShape() []int64 {
 
 // Blob describes a safetensors payload that follows in chunks.
 type Blob struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tensors       []*TensorInfo          `protobuf:"bytes,1,rep,name=tensors,proto3" json:"tensors,omitempty"`
-	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	Sha256        []byte                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Tensors []*TensorInfo          `protobuf:"bytes,1,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	Size    int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256  []byte                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// compression, when set, says how the tensors are encoded (package
+	// compress): "fp16" or "int8". The payload is then the concatenation of
+	// every tensor's encoding in the order of tensors (whose dtype and shape
+	// are those after decoding, F32), not safetensors bytes; size and sha256
+	// are those of the payload. Empty: safetensors bytes of F32 tensors.
+	Compression string `protobuf:"bytes,10,opt,name=compression,proto3" json:"compression,omitempty"`
+	// block_size is the number of values per float32 scale under "int8".
+	BlockSize     int32 `protobuf:"varint,11,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -397,6 +405,20 @@ func (x *Blob) GetSha256() []byte {
 	return nil
 }
 
+func (x *Blob) GetCompression() string {
+	if x != nil {
+		return x.Compression
+	}
+	return ""
+}
+
+func (x *Blob) GetBlockSize() int32 {
+	if x != nil {
+		return x.BlockSize
+	}
+	return 0
+}
+
 type TaskHeader struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
@@ -406,9 +428,12 @@ type TaskHeader struct {
 	Config          map[string]string      `protobuf:"bytes,5,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The task's tensors: for a fit, the strategy's download; for an
 	// evaluation, the tensors to install before scoring (may be empty).
-	Params        *Blob `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Params *Blob `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"`
+	// upload_compression is how the site must encode a fit task's upload
+	// (see Blob.compression; empty: uncompressed).
+	UploadCompression string `protobuf:"bytes,30,opt,name=upload_compression,json=uploadCompression,proto3" json:"upload_compression,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TaskHeader) Reset() {
@@ -481,6 +506,13 @@ func (x *TaskHeader) GetParams() *Blob {
 		return x.Params
 	}
 	return nil
+}
+
+func (x *TaskHeader) GetUploadCompression() string {
+	if x != nil {
+		return x.UploadCompression
+	}
+	return ""
 }
 
 type TaskChunk struct {
@@ -992,11 +1024,15 @@ const file_federation_proto_rawDesc = "" +
 	"TensorInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05dtype\x18\x02 \x01(\tR\x05dtype\x12\x14\n" +
-	"\x05shape\x18\x03 \x03(\x03R\x05shape\"n\n" +
+	"\x05shape\x18\x03 \x03(\x03R\x05shape\"\xaf\x01\n" +
 	"\x04Blob\x12:\n" +
 	"\atensors\x18\x01 \x03(\v2 .pfedmma.transport.v1.TensorInfoR\atensors\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\fR\x06sha256\"\xcf\x02\n" +
+	"\x06sha256\x18\x03 \x01(\fR\x06sha256\x12 \n" +
+	"\vcompression\x18\n" +
+	" \x01(\tR\vcompression\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\v \x01(\x05R\tblockSize\"\xfe\x02\n" +
 	"\n" +
 	"TaskHeader\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x17\n" +
@@ -1004,7 +1040,8 @@ const file_federation_proto_rawDesc = "" +
 	"\x05round\x18\x03 \x01(\x03R\x05round\x122\n" +
 	"\x04kind\x18\x04 \x01(\x0e2\x1e.pfedmma.transport.v1.TaskKindR\x04kind\x12D\n" +
 	"\x06config\x18\x05 \x03(\v2,.pfedmma.transport.v1.TaskHeader.ConfigEntryR\x06config\x122\n" +
-	"\x06params\x18\x06 \x01(\v2\x1a.pfedmma.transport.v1.BlobR\x06params\x1a9\n" +
+	"\x06params\x18\x06 \x01(\v2\x1a.pfedmma.transport.v1.BlobR\x06params\x12-\n" +
+	"\x12upload_compression\x18\x1e \x01(\tR\x11uploadCompression\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
