@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -71,6 +72,7 @@ type PaperScaleOptions struct {
 // MeasuredRun is one preset's measured rounds at ViT-B/16 shapes.
 type MeasuredRun struct {
 	Dataset            string        `json:"generated_dataset"`
+	Scale              float64       `json:"scale"` // of the shots and test images per class
 	Classes            int           `json:"classes"`
 	Clients            int           `json:"clients"`
 	TrainImages        int           `json:"train_images_per_round"` // local epochs × every client's images
@@ -139,8 +141,41 @@ type PaperScaleResult struct {
 	CPUs            int           `json:"cpus"`
 	MemoryBudgetMiB int           `json:"memory_budget_mib"`
 	CacheDType      string        `json:"cache_dtype"`
-	Scale           float64       `json:"measured_scale"`
 	Presets         []PresetScale `json:"presets"`
+}
+
+// MergePaperScale reads the JSON of earlier `bench experiment --preset`
+// runs (paperscale.json) and joins their presets, so that one table and
+// one plot show presets measured in separate runs (same machine, budget
+// and cache storage: the first file's are kept, a difference is an error).
+func MergePaperScale(paths []string) (*PaperScaleResult, error) {
+	var out *PaperScaleResult
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("--merge: %w", err)
+		}
+		var r PaperScaleResult
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("--merge %s: %w", p, err)
+		}
+		if len(r.Presets) == 0 {
+			return nil, fmt.Errorf("--merge %s: no presets", p)
+		}
+		if out == nil {
+			out = &r
+			continue
+		}
+		if r.MemoryBudgetMiB != out.MemoryBudgetMiB || r.CacheDType != out.CacheDType {
+			return nil, fmt.Errorf("--merge %s: memory_budget_mib %d, cache_dtype %s; %s has %d, %s: project with the same settings",
+				p, r.MemoryBudgetMiB, r.CacheDType, paths[0], out.MemoryBudgetMiB, out.CacheDType)
+		}
+		out.Presets = append(out.Presets, r.Presets...)
+	}
+	if out == nil {
+		return nil, fmt.Errorf("--merge: no files")
+	}
+	return out, nil
 }
 
 // PaperScale measures each preset's rounds at ViT-B/16 shapes on generated
@@ -172,7 +207,7 @@ func PaperScale(ctx context.Context, o PaperScaleOptions) (*PaperScaleResult, er
 		dir = d
 	}
 	res := &PaperScaleResult{Backend: gemm.Backend(), Kernel: gemm.CoreName(), Threads: gemm.Threads(),
-		CPUs: numCPU(), MemoryBudgetMiB: o.MemoryBudgetMiB, CacheDType: "float32", Scale: o.Scale}
+		CPUs: numCPU(), MemoryBudgetMiB: o.MemoryBudgetMiB, CacheDType: "float32"}
 	if o.CacheBF16 {
 		res.CacheDType = "bfloat16"
 	}
@@ -275,7 +310,7 @@ func measurePreset(ctx context.Context, o PaperScaleOptions, e *config.Experimen
 	if err := writeDTD(root, real.Classes, shotsM, testM); err != nil {
 		return nil, err
 	}
-	m := &MeasuredRun{Dataset: "dtd layout (generated)", Classes: real.Classes, Clients: clients, LoadBefore: loadAvg()}
+	m := &MeasuredRun{Dataset: "dtd layout (generated)", Scale: o.Scale, Classes: real.Classes, Clients: clients, LoadBefore: loadAvg()}
 	run := func(budgetMiB int, tag string) ([]RoundTiming, float64, *experiment.Options, error) {
 		me := *e
 		me.Methods = []string{method}

@@ -17,6 +17,7 @@ func init() {
 	var ref string
 	var ps bench.PaperScaleOptions
 	var psOut, psDType string
+	var psMerge []string
 	cmd := &cobra.Command{
 		Use:   "experiment [--rounds N] [--clients N] [--shots N] [--reference FILE.json] [--json] | --preset NAME[:DATASET]... [--rounds-measured N] [--scale F] [--memory-budget MiB] [--out DIR]",
 		Short: "A whole base-to-novel experiment at ViT-B/16 shapes: seconds per round by phase, FLOPs, projection",
@@ -45,6 +46,13 @@ rounds).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Precision != "fp32" && o.Precision != "bf16" {
 				return fmt.Errorf("bench experiment: --precision %q: want fp32 or bf16", o.Precision)
+			}
+			if len(psMerge) > 0 {
+				r, err := bench.MergePaperScale(psMerge)
+				if err != nil {
+					return fmt.Errorf("bench experiment: %w", err)
+				}
+				return writePaperScale(cmd, r, psOut, asJSON)
 			}
 			if len(ps.Presets) > 0 {
 				return paperScale(cmd, ps, psDType, psOut, asJSON)
@@ -100,6 +108,7 @@ rounds).`,
 	f.IntVar(&ps.MemoryBudgetMiB, "memory-budget", 8192, "with --preset: RAM budget of the prefix cache in MiB (cache.memory_mib); beyond it records spill to a memory-mapped file")
 	f.StringVar(&psDType, "cache-dtype", "bfloat16", "with --preset: storage of the cached prefixes, bfloat16 or float32 (cache.dtype)")
 	f.BoolVar(&ps.SpillCompare, "spill-compare", true, "with --preset: measure the rounds again with every cached record spilled (the spill's cost)")
+	f.StringArrayVar(&psMerge, "merge", nil, "instead of measuring: join the presets of earlier --preset runs' paperscale.json files (repeatable) into one table and plot")
 	f.StringVar(&psOut, "out", "", "with --preset: write paperscale.json, paperscale.md and paperscale.png here")
 	f.StringVar(&o.Precision, "precision", "fp32", "frozen weights' products: fp32 (exact) or bf16")
 	f.BoolVar(&o.EvaluateAlone, "evaluate-alone", false, "evaluate every client on its own (the baseline of evaluating a method's clients together)")
@@ -121,6 +130,12 @@ func paperScale(cmd *cobra.Command, o bench.PaperScaleOptions, dtype, out string
 	if err != nil {
 		return fmt.Errorf("bench experiment: %w", err)
 	}
+	return writePaperScale(cmd, r, out, asJSON)
+}
+
+// writePaperScale writes r's files into out (when set) and prints its
+// table or JSON.
+func writePaperScale(cmd *cobra.Command, r *bench.PaperScaleResult, out string, asJSON bool) error {
 	if out != "" {
 		if err := r.WriteFiles(out); err != nil {
 			return fmt.Errorf("bench experiment: %w", err)
