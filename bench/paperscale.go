@@ -377,6 +377,8 @@ func measurePreset(ctx context.Context, o PaperScaleOptions, e *config.Experimen
 	m.TrainSecondsPerImg = median(fit) / float64(max(m.TrainImages, 1))
 	m.EvalSecondsPerImg = median(ev) / float64(max(m.EvalImages, 1))
 	m.FillSecondsPerRec = fill / float64(max(m.CachedRecords, 1))
+	logf(fmt.Sprintf("%s: cache fill %.1f s (%d records), %d training and %d evaluation images per round: %.3f s per training image, %.3f s per evaluation image, peak RSS %.0f MiB",
+		method, fill, m.CachedRecords, m.TrainImages, m.EvalImages, m.TrainSecondsPerImg, m.EvalSecondsPerImg, m.PeakRSSMiB))
 	if o.SpillCompare {
 		sr, _, _, err := run(1, "spilled") // 1 MiB: every record but a few spilled
 		if err != nil {
