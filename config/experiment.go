@@ -236,6 +236,13 @@ type Federation struct {
 	// values). `pfedmma run` applies the same encoding to its simulated
 	// messages, so serve + sites still equal run.
 	Compress string `yaml:"compress,omitempty"`
+	// SecureAggregation aggregates the shared tensors with secure
+	// aggregation (package secagg, SecAgg+): the coordinator only holds
+	// masked updates and their sum; updates are quantised (error ≤ 2^-25
+	// per value of the weighted mean), in `run` as in `serve`. Methods whose
+	// server needs each site's update, and aggregation rules other than the
+	// mean, clip_norm and dp at the server, are refused with it.
+	SecureAggregation bool `yaml:"secure_aggregation"`
 }
 
 // Optimizer names.

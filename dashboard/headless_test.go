@@ -65,6 +65,8 @@ func TestHeadlessLoadFinishes(t *testing.T) {
 		"<td>444</td>", "<td>333</td>",           // bytes
 		"claims 9 examples", "refused (examples)", // the event log
 		`<code id="fingerprint">fp-1234abcd</code>`,
+		`<polyline id="loss-line"`,       // the training-loss chart
+		"<title>round 1: 0.7500</title>", // its point of round 1
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the page lacks %q", want)

@@ -20,6 +20,9 @@ func buildPlan(o Options, meth methods.Method, env *methods.Env, name string) (*
 	if err != nil || plan.Strategy == nil {
 		return plan, err
 	}
+	if err := checkSecure(o, plan.Strategy); err != nil {
+		return nil, err
+	}
 	if plan.Strategy, err = robust.FromConfig(plan.Strategy, o.Aggregation, o.Seed, slog.Default()); err != nil {
 		return nil, err
 	}
@@ -31,7 +34,7 @@ func buildPlan(o Options, meth methods.Method, env *methods.Env, name string) (*
 // that a method whose strategy cannot take it (pFedMoAP's pool with a
 // median) is refused at start, not after the methods before it trained.
 func checkAggregation(o Options, ms []methods.Method, envs map[int]*methods.Env, depths []int) error {
-	if !o.Aggregation.Active() || len(ms) < 2 {
+	if (!o.Aggregation.Active() && !o.SecureAggregation) || len(ms) < 2 {
 		return nil // a single method is refused when its plan is built
 	}
 	for i, meth := range ms {

@@ -68,7 +68,7 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 			Beta: e.Protocol.Beta, PerDomain: e.Protocol.ClientsPerDomain, MinSamples: minSamples,
 			UseVal: e.Eval.Split == "val", OthersBase: e.Protocol.BaseSet == "others", HeldOut: e.Protocol.HeldOut,
 			Validation: e.Protocol.Validation},
-		Methods: e.Methods, Sections: e.Sections, Aggregation: e.Aggregation,
+		Methods: e.Methods, Sections: e.Sections, Aggregation: e.Aggregation, SecureAggregation: e.Federation.SecureAggregation,
 		Train: train.Options{Epochs: e.Federation.LocalEpochs, Batch: e.BatchSize, Optimizer: e.Optimizer.Name,
 			LR: e.Optimizer.LR, Momentum: e.Optimizer.Momentum, WD: e.Optimizer.WeightDecay, Schedule: sched,
 			ResetOptimizer: e.Optimizer.ResetEachRound},

@@ -107,6 +107,10 @@ type Options struct {
 	// Aggregation hardens every trained method's aggregation (robust
 	// rules, clipping, differential privacy; off when zero).
 	Aggregation config.Aggregation
+
+	// SecureAggregation aggregates with secure aggregation
+	// (federation.secure_aggregation; see checkSecure).
+	SecureAggregation bool
 }
 
 // Result is what Run produced.

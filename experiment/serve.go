@@ -101,6 +101,14 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	if c.MinFit > len(f.Task.Clients) {
 		return nil, fmt.Errorf("--min-fit %d is larger than the federation (federation.clients=%d)", c.MinFit, len(f.Task.Clients))
 	}
+	modelSHA, err := ModelSHA256(c.Model)
+	if err != nil {
+		return nil, err
+	}
+	task, err := serveTask(e, modelSHA, spec)
+	if err != nil {
+		return nil, err
+	}
 	coord := serveCoordinator(o, f.Plan.Strategy, len(f.Task.Clients), c.MinFit, c.RoundTimeout, e.Fingerprint())
 	if err := os.MkdirAll(c.State, 0o755); err != nil {
 		return nil, err
@@ -109,10 +117,11 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	coord.Logger = logger
 	hist, err := transport.RunCoordinator(ctx, transport.CoordinatorConfig{
 		Addr: c.Listen, HTTPAddr: c.HTTP, HTTPTokenFile: c.HTTPTokenFile, HTTPLinger: c.Linger, Fingerprint: e.Fingerprint(), CertsDir: c.Certs, Insecure: c.Insecure, Sites: c.Sites,
 		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Compress: o.Compress, Logger: logger,
-		RegisterTimeout: c.RegisterTimeout, OfflineAfter: c.OfflineAfter, Settings: e.Settings(),
+		RegisterTimeout: c.RegisterTimeout, OfflineAfter: c.OfflineAfter, Settings: taskSettings(e, modelSHA), Task: task,
 	}, coord)
 	if err != nil {
 		return nil, err

@@ -153,5 +153,6 @@ func (b *siteBytes) extra() map[string]any {
 // `serve` start from it alike.
 func (o Options) coordinator(strat federation.Strategy) *federation.Coordinator {
 	return &federation.Coordinator{Strategy: strat, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed, EvalEvery: o.EvalEvery,
-		EvaluateAlone: o.EvaluateAlone, PayloadBytes: o.Compress.Bytes}
+		EvaluateAlone: o.EvaluateAlone, PayloadBytes: o.Compress.Bytes,
+		Secure: o.secure(strat)}
 }

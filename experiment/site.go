@@ -9,19 +9,34 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/transport"
 )
 
 // SiteConfig is one site of a federation over the network (`pfedmma
-// site`), configured as the coordinator is.
+// site`). The experiment comes from the coordinator (the task it sends at
+// registration); the site keeps its data, model, state and compute
+// settings.
 type SiteConfig struct {
+	// Experiment, when set, is the site's own configuration (a scripted
+	// setup's experiment flags): the coordinator refuses the site, naming
+	// the keys, unless it is the coordinator's. Nil: the site runs the
+	// coordinator's task.
 	Experiment *config.Experiment
-	// Model is the checkpoint (the configuration's model, resolved).
-	Model string
+	// Local are the site's site-local overrides (config.IsSiteLocal:
+	// threads=…, cache.…=…) applied to the coordinator's task.
+	Local []string
+	// Model is the site's checkpoint, resolved (the embedded model's folder
+	// when ModelArg is empty); its SHA-256 must be the coordinator's.
+	// ModelArg is the path as given (--model; empty: the embedded model).
+	Model, ModelArg string
+	// Policy refuses tasks the site does not accept.
+	Policy SitePolicy
 	// Server is the coordinator's address; Name the site's certificate CN
 	// (the i-th site of `certs init --sites` is client i).
 	Server, Name string
@@ -45,10 +60,14 @@ type SiteResult struct {
 	State string
 }
 
-// Site runs one site until the federation ends. Its private state stays in State/state; its evaluations go to
-// State/metrics.jsonl and, at the end, what it keeps to
-// State/sites/<method>/client_NNN.safetensors, the file `pfedmma run`
-// writes for that client.
+// TaskFile is the coordinator's task as a site received it, kept in the
+// site's state folder.
+const TaskFile = "task.yaml"
+
+// Site runs one site until the federation ends: it receives the
+// coordinator's task, checks it against the site's policy and model
+// (refusals are sent to the coordinator and returned as *TaskRefusal),
+// then serves the client it builds from it (SiteFromTask).
 func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 	if c.Server == "" || c.Name == "" || c.Data == "" || (c.Certs == "" && !c.Insecure) {
 		return nil, errors.New("--server, --certs, --name and --data are required")
@@ -56,14 +75,89 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 	if c.State == "" {
 		c.State = "site-" + c.Name
 	}
-	e := c.Experiment
-	if err := siteData(e, c.Data); err != nil {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if err := checkData(c.Data); err != nil {
 		return nil, err
 	}
 	id, err := siteID(c)
 	if err != nil {
 		return nil, err
 	}
+	modelSHA, err := ModelSHA256(c.Model)
+	if err != nil {
+		return nil, err
+	}
+	var own []string
+	if c.Experiment != nil {
+		own = taskSettings(c.Experiment, modelSHA)
+	}
+	tc := c.transport()
+	task, err := transport.FetchTask(ctx, tc, id, own)
+	var e *config.Experiment
+	if err == nil {
+		e, err = AcceptTask(task, c, modelSHA)
+	} else if !errors.Is(err, transport.ErrMalformedTask) {
+		return nil, err
+	}
+	if err == nil {
+		err = siteData(e, c.Data)
+	}
+	if err == nil {
+		err = keepTask(c.State, task)
+	}
+	if err != nil {
+		c.Logger.Error("the site refuses the coordinator's task", "site", c.Name, "reason", err)
+		if rerr := transport.RefuseTask(ctx, tc, id, err.Error()); rerr != nil {
+			c.Logger.Warn("the refusal could not be sent to the coordinator", "site", c.Name, "err", rerr)
+		}
+		return nil, err
+	}
+	c.Logger.Info("task accepted", "site", c.Name, "client", id, "fingerprint", task.Fingerprint, "methods", e.Methods, "rounds", e.Federation.Rounds)
+	return SiteFromTask(ctx, c, e, task.Fingerprint, modelSHA, id)
+}
+
+// transport is the site's connection settings.
+func (c SiteConfig) transport() transport.SiteConfig {
+	return transport.SiteConfig{Addr: c.Server, CertsDir: c.Certs, Name: c.Name, Insecure: c.Insecure, Logger: c.Logger}
+}
+
+// keepTask writes the task to state/task.yaml; a state folder that holds
+// another experiment's state (another fingerprint) is refused, not
+// overwritten.
+func keepTask(state string, task *transport.Task) error {
+	path := filepath.Join(state, TaskFile)
+	if old, err := os.ReadFile(path); err == nil {
+		if fp := taskFingerprint(old); fp != "" && fp != task.Fingerprint {
+			if entries, _ := os.ReadDir(filepath.Join(state, "state")); len(entries) > 0 {
+				return fmt.Errorf("--state %s holds the state of another experiment (fingerprint %s, the coordinator's is %s): give another --state folder, or remove this one to start afresh", state, fp, task.Fingerprint)
+			}
+		}
+	}
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return err
+	}
+	return atomicfile.WriteBytes(path, task.Experiment)
+}
+
+// taskFingerprint reads the "# fingerprint: …" line of a task file.
+func taskFingerprint(data []byte) string {
+	for _, l := range strings.Split(string(data), "\n") {
+		if fp, ok := strings.CutPrefix(l, "# fingerprint: "); ok {
+			return strings.TrimSpace(fp)
+		}
+	}
+	return ""
+}
+
+// SiteFromTask builds client id of experiment e (the coordinator's task as
+// AcceptTask returns it; fingerprint and modelSHA are the task's) and
+// serves it as site c until the federation ends. Its private state stays
+// in State/state; its evaluations go to State/metrics.jsonl and, at the
+// end, what it keeps to State/sites/<method>/client_NNN.safetensors, the
+// file `pfedmma run` writes for that client.
+func SiteFromTask(ctx context.Context, c SiteConfig, e *config.Experiment, fingerprint, modelSHA string, id int) (*SiteResult, error) {
 	o, err := FromConfig(e, c.Model, e.Seed, c.State)
 	if err != nil {
 		return nil, err
@@ -81,10 +175,10 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 		logger = slog.Default()
 	}
 	state := filepath.Join(c.State, "state")
-	sc := &siteClient{Client: f.Client(id), fingerprint: e.Fingerprint(), metrics: filepath.Join(c.State, "metrics.jsonl")}
-	err = transport.RunSite(ctx, transport.SiteConfig{Addr: c.Server, CertsDir: c.Certs, Name: c.Name,
-		Insecure: c.Insecure, StateDir: state, Logger: logger, Settings: e.Settings()}, sc)
-	if err != nil {
+	sc := &siteClient{Client: f.Client(id), fingerprint: fingerprint, metrics: filepath.Join(c.State, "metrics.jsonl")}
+	tc := c.transport()
+	tc.Logger, tc.StateDir, tc.Settings = logger, state, taskSettings(e, modelSHA)
+	if err := transport.RunSite(ctx, tc, sc); err != nil {
 		return nil, err
 	}
 	// a site restarted after its last task holds its initial state in
@@ -96,6 +190,19 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 		return nil, err
 	}
 	return &SiteResult{ID: id, State: c.State}, nil
+}
+
+// checkData checks --data before anything is asked of the coordinator.
+func checkData(data string) error {
+	if data == "world" {
+		return nil
+	}
+	if fi, err := os.Stat(data); err != nil {
+		return fmt.Errorf("--data %s: %w", data, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("--data %s: not a folder (give the dataset's folder, or world)", data)
+	}
+	return nil
 }
 
 // siteData points e's dataset at the site's --data (a folder, or world).
@@ -112,7 +219,7 @@ func siteData(e *config.Experiment, data string) error {
 		return fmt.Errorf("--data %s: not a folder (give the dataset's folder, or world)", data)
 	}
 	if e.Dataset.Name == "world" {
-		return fmt.Errorf("--data %s but the configuration's dataset is world, which is generated and reads no folder: pass --data world, or choose the dataset with --set dataset.name=NAME", data)
+		return fmt.Errorf("--data %s but the experiment's dataset is world, which is generated and reads no folder: pass --data world", data)
 	}
 	e.Dataset.Root = data
 	return nil
@@ -127,7 +234,7 @@ type siteClient struct {
 
 func (s *siteClient) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
 	if fp, ok := ins.Config[FingerprintKey]; ok && fp != s.fingerprint {
-		return federation.FitRes{}, fmt.Errorf("the coordinator's configuration (fingerprint %s) differs from this site's (%s): start the site with the coordinator's --config/--preset/--set", fp, s.fingerprint)
+		return federation.FitRes{}, fmt.Errorf("the coordinator's configuration (fingerprint %s) differs from the task this site received (%s): the coordinator was restarted with another experiment; restart the site", fp, s.fingerprint)
 	}
 	return s.Client.Fit(ctx, ins)
 }

@@ -82,6 +82,10 @@ type Coordinator struct {
 	// EvaluateAlone asks every client through its own proxy even where
 	// in-process clients could be evaluated together (GroupEvaluator).
 	EvaluateAlone bool
+	// Secure, when set, aggregates every round securely: the strategy
+	// receives the one result Secure.Combine returns (see
+	// SecureAggregator).
+	Secure SecureAggregator
 }
 
 // CheckpointStore keeps the coordinator's latest Checkpoint.
@@ -331,6 +335,9 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 	if c.FitConfig != nil {
 		cfg = c.FitConfig(r)
 	}
+	if cfg, err = c.beginSecure(r, selected, cfg); err != nil {
+		return rep, err
+	}
 	res := make([]FitRes, len(selected))
 	var mu sync.Mutex
 	t0 := time.Now()
@@ -389,6 +396,9 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 	}
 	t1 := time.Now()
 	rep.FitSeconds = t1.Sub(t0).Seconds()
+	if results, err = c.combineSecure(ctx, r, results); err != nil {
+		return rep, err
+	}
 	if err := c.Strategy.Aggregate(r, results, failures); err != nil {
 		return rep, err
 	}

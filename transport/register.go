@@ -129,6 +129,12 @@ func (s *Server) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Reg
 		s.log.Warn("refused: client ID", "site", st.name, "claimed_id", req.ClientId, "id", st.id)
 		return nil, status.Errorf(codes.InvalidArgument, "site %q is client %d, not %d", st.name, st.id, req.ClientId)
 	}
+	if err := s.checkSettings(ctx, st); err != nil {
+		return nil, err
+	}
+	if req.TaskWanted || req.TaskRefused != "" {
+		return s.answerTask(st, req)
+	}
 	if req.NumExamples < s.lim.MinExamples || req.NumExamples > s.lim.MaxExamples {
 		s.metrics.Refused.WithLabelValues(ReasonExamples).Inc()
 		s.log.Warn("refused: example count", "site", st.name, "num_examples", req.NumExamples)
@@ -136,17 +142,6 @@ func (s *Server) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Reg
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	session := first(md.Get(sessionHeader))
-	if s.cfg.Settings != nil {
-		if theirs := md.Get(settingsHeader); len(theirs) > 0 {
-			if diff := SettingsDiff(s.cfg.Settings, theirs); len(diff) > 0 {
-				s.metrics.Refused.WithLabelValues(ReasonConfig).Inc()
-				s.log.Error("refused: site's configuration differs", "site", st.name, "differing", diff)
-				s.event(s.round(), st.name, "refused", "configuration differs: "+strings.Join(diff, "; "))
-				return nil, status.Errorf(codes.FailedPrecondition, "this site's configuration differs from the coordinator's in %d setting(s): %s; start the site with the coordinator's --config/--preset/--set",
-					len(diff), strings.Join(diff, "; "))
-			}
-		}
-	}
 	s.mu.Lock()
 	if session != "" && st.session != "" && st.session != session && s.alive(st) {
 		st.knocked = time.Now()
@@ -170,6 +165,7 @@ func (s *Server) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Reg
 	if s.cfg.Store != nil {
 		if err := s.cfg.Store.PutSite(rec); err != nil {
 			s.log.Error("coordinator storage error: site registry not written", "site", st.name, "err", err)
+			s.storageFailed(err)
 			return nil, status.Error(codes.Unavailable, "coordinator error: registration could not be recorded; retrying")
 		}
 	}
@@ -177,6 +173,28 @@ func (s *Server) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Reg
 	s.event(round, st.name, "register", fmt.Sprintf("client %d, %d examples", st.id, req.NumExamples))
 	s.changed()
 	return &pb.RegisterReply{ProtocolVersion: ProtocolVersion, ClientId: int64(st.id), HeartbeatSeconds: s.cfg.Heartbeat.Seconds()}, nil
+}
+
+// checkSettings refuses a site whose resolved configuration (sent at
+// registration) differs from the coordinator's, naming the keys.
+func (s *Server) checkSettings(ctx context.Context, st *siteState) error {
+	if s.cfg.Settings == nil {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	theirs := md.Get(settingsHeader)
+	if len(theirs) == 0 {
+		return nil
+	}
+	diff := SettingsDiff(s.cfg.Settings, theirs)
+	if len(diff) == 0 {
+		return nil
+	}
+	s.metrics.Refused.WithLabelValues(ReasonConfig).Inc()
+	s.log.Error("refused: site's configuration differs", "site", st.name, "differing", diff)
+	s.event(s.round(), st.name, "refused", "configuration differs: "+strings.Join(diff, "; "))
+	return status.Errorf(codes.FailedPrecondition, "this site's configuration differs from the coordinator's in %d setting(s): %s; start the site with the coordinator's --config/--preset/--set, or with none (it then receives the coordinator's)",
+		len(diff), strings.Join(diff, "; "))
 }
 
 // Heartbeat implements pb.FederationServer.

@@ -54,6 +54,8 @@ type CoordinatorConfig struct {
 	// PollWait, Heartbeat, OfflineAfter and Settings: see ServerConfig.
 	PollWait, Heartbeat, OfflineAfter time.Duration
 	Settings                          []string
+	// Task is sent to the sites that ask for it; see ServerConfig.
+	Task *Task
 	// RegisterTimeout, when positive, is how long the coordinator waits
 	// for every site to register before it starts with the sites online
 	// (at least coord.MinFit of them), logging the missing ones; zero
@@ -126,7 +128,7 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	defer events.Close()
 	srv, err := NewServer(ServerConfig{Sites: sites, TLS: tlsCfg, Insecure: cfg.Insecure, Spec: cfg.Spec, Limits: cfg.Limits,
 		Compress: cfg.Compress,
-		Store:    store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, OfflineAfter: cfg.OfflineAfter, Settings: cfg.Settings,
+		Store:    store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, OfflineAfter: cfg.OfflineAfter, Settings: cfg.Settings, Task: cfg.Task,
 		GiveUpOffline: coord != nil && coord.TolerateFailures, Logger: log, Events: events})
 	if err != nil {
 		return nil, err
@@ -181,38 +183,12 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	if err := srv.WaitRegistered(ctx, cfg.RegisterTimeout, coord.MinFit); err != nil {
-		return nil, err
-	}
-	coord.Proxies = srv.Proxies()
-	coord.Name = srv.SiteName
-	if coord.TolerateFailures {
-		coord.Available, coord.Unavailable = srv.Available, srv.Unavailable
-	}
-	if coord.TolerateFailures && coord.RetryEvery <= 0 {
-		coord.RetryEvery = cfg.RetryEvery
-		if coord.RetryEvery <= 0 {
-			coord.RetryEvery = time.Minute
-		}
-	}
-	coord.Store = store
-	done, err := store.Rounds()
-	if err != nil {
-		return nil, err
-	}
-	ck, lerr := store.Load()
-	if lerr == nil {
-		done = ck.History.Rounds
-	}
-	srv.Observe(coord, done)
-	var hist *federation.History
-	if lerr == nil {
-		log.Info("resuming from the state database", "round", ck.NextRound)
-		hist, err = coord.Resume(ctx)
-	} else if errors.Is(lerr, federation.ErrNoCheckpoint) {
-		hist, err = coord.Run(ctx)
-	} else {
-		return nil, lerr
+	// a failure of the coordinator's storage stops the run (storage.go)
+	rctx, stopRun := srv.withStorageStop(ctx)
+	defer stopRun()
+	hist, err := runCoordinator(rctx, cfg, coord, srv, store)
+	if err = srv.storageResult(err); errors.Is(err, ErrCoordinatorStorage) {
+		log.Error("the coordinator's storage failed: stopping (the sites are told)", "err", err)
 	}
 	srv.Finish(hist, err)
 	// linger so that every site learns the federation is over (or that
@@ -231,6 +207,46 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		case <-ctx.Done():
 		case <-time.After(cfg.HTTPLinger):
 		}
+	}
+	return hist, err
+}
+
+// runCoordinator waits for the sites, then runs or resumes coord.
+func runCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federation.Coordinator, srv *Server, store *coordstore.Store) (*federation.History, error) {
+	log := srv.log
+	if err := srv.WaitRegistered(ctx, cfg.RegisterTimeout, coord.MinFit); err != nil {
+		return nil, err
+	}
+	coord.Proxies = srv.Proxies()
+	srv.useSecureAggregation(coord)
+	coord.Name = srv.SiteName
+	if coord.TolerateFailures {
+		coord.Available, coord.Unavailable = srv.Available, srv.Unavailable
+	}
+	if coord.TolerateFailures && coord.RetryEvery <= 0 {
+		coord.RetryEvery = cfg.RetryEvery
+		if coord.RetryEvery <= 0 {
+			coord.RetryEvery = time.Minute
+		}
+	}
+	coord.Store = checkpointStore{store, srv}
+	done, err := store.Rounds()
+	if err != nil {
+		return nil, err
+	}
+	ck, lerr := store.Load()
+	if lerr == nil {
+		done = ck.History.Rounds
+	}
+	srv.Observe(coord, done)
+	var hist *federation.History
+	if lerr == nil {
+		log.Info("resuming from the state database", "round", ck.NextRound)
+		hist, err = coord.Resume(ctx)
+	} else if errors.Is(lerr, federation.ErrNoCheckpoint) {
+		hist, err = coord.Run(ctx)
+	} else {
+		return nil, lerr
 	}
 	return hist, err
 }
@@ -254,14 +270,22 @@ type SiteConfig struct {
 	// DuplicateGrace: see SiteRunner.
 	DuplicateGrace time.Duration
 	Logger         *slog.Logger
+	// SecAggHook: see SiteRunner.
+	SecAggHook func(step string, round int)
 }
 
 // RunSite serves client as site cfg.Name, its state kept in cfg.StateDir,
 // until the federation is over. client.ID() must be the site's client ID
 // (certs.SiteID).
 func RunSite(ctx context.Context, cfg SiteConfig, client federation.Client) error {
-	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: federation.NewSite(client, cfg.StateDir),
-		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace}
+	return runSite(ctx, cfg, federation.NewSite(client, cfg.StateDir))
+}
+
+// runSite serves site (a *federation.Site, possibly wrapped) as RunSite.
+func runSite(ctx context.Context, cfg SiteConfig, site federation.ClientProxy) error {
+	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: site,
+		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace,
+		SecAggHook: cfg.SecAggHook}
 	if !cfg.Insecure {
 		host := cfg.ServerName
 		if host == "" {

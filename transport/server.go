@@ -56,7 +56,8 @@ type ServerConfig struct {
 	// uploads and events.
 	Store *coordstore.Store
 	// PollWait is how long GetTask waits for a task (default 10 s);
-	// Heartbeat the interval sites are asked to keep (default 5 s).
+	// Heartbeat the interval sites are asked to keep (default 5 s, at most
+	// OfflineAfter/3).
 	PollWait  time.Duration
 	Heartbeat time.Duration
 	// OfflineAfter is how long without contact makes a site offline: it is
@@ -66,6 +67,9 @@ type ServerConfig struct {
 	// sorted "key=value" lines: a site that registers with other settings
 	// is refused with the keys that differ.
 	Settings []string
+	// Task, when set, is sent to the sites that ask for it at registration
+	// (task.go): they build their clients from it.
+	Task *Task
 	// GiveUpOffline fails a site's pending task as soon as the site is
 	// offline instead of waiting for it to come back (set when the
 	// coordinator tolerates failures).
@@ -98,7 +102,13 @@ type Server struct {
 	failure  string // why the federation failed, told to the sites
 	subs     map[chan struct{}]bool
 	regWake  chan struct{}
-	started  int // the latest round whose first task was enqueued (-1: none)
+	started  int            // the latest round whose first task was enqueued (-1: none)
+	secAgg   *secAggregator // secure aggregation (transport/secagg.go), nil when off
+
+	// storageErr is the first failure of the coordinator's storage;
+	// stopRun ends the run when it happens (storage.go).
+	storageErr error
+	stopRun    func(error)
 }
 
 type siteState struct {
@@ -165,6 +175,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.OfflineAfter <= 0 {
 		cfg.OfflineAfter = 3 * cfg.Heartbeat
+	}
+	if cfg.Heartbeat > cfg.OfflineAfter/3 {
+		// a short --offline-after needs sites that check in as often:
+		// else a live site between two heartbeats would read offline
+		cfg.Heartbeat = max(cfg.OfflineAfter/3, time.Millisecond)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -241,6 +256,9 @@ func (s *Server) Finish(hist *federation.History, err error) {
 	if err != nil {
 		s.status.Phase, s.status.Error = "failed", err.Error()
 		s.failure = err.Error()
+		if errors.Is(err, ErrCoordinatorStorage) {
+			s.failure = ErrCoordinatorStorage.Error() + " (its operator has the details in its log)"
+		}
 	}
 	for _, st := range s.sites {
 		close(st.wake)
@@ -250,13 +268,13 @@ func (s *Server) Finish(hist *federation.History, err error) {
 	s.changed()
 }
 
-// AllToldDone reports whether every registered site was told the
-// federation is over.
+// AllToldDone reports whether every registered site that is online was
+// told the federation is over (an offline one is not waited for).
 func (s *Server) AllToldDone() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, st := range s.sites {
-		if st.registered && !st.toldDone && !st.revoked {
+		if st.registered && !st.toldDone && !st.revoked && s.alive(st) {
 			return false
 		}
 	}

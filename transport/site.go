@@ -56,6 +56,10 @@ type SiteRunner struct {
 	// coordinator says another process serves this site (a restarted
 	// site's old session expires) before it gives up (default 1 minute).
 	DuplicateGrace time.Duration
+	// SecAggHook, when set, is called after each step of secure
+	// aggregation the coordinator accepted (its pb.SecAggStep name) in
+	// round: for tests that stop a site between steps.
+	SecAggHook func(step string, round int)
 
 	session string
 }
@@ -274,8 +278,13 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 			log.Error("task refused", "reason", rf.code, "detail", rf.msg)
 			return false, fmt.Errorf("task %s: %s", h.TaskId, rf.msg)
 		}
+		cfg, sa, err := splitSecAgg(h.Config)
+		if err != nil {
+			log.Error("task refused", "err", err)
+			return false, fmt.Errorf("task %s: %w", h.TaskId, err)
+		}
 		t0 := time.Now()
-		res, err := r.Site.Fit(ctx, federation.FitIns{Round: int(h.Round), Params: params, Config: h.Config})
+		res, err := r.Site.Fit(ctx, federation.FitIns{Round: int(h.Round), Params: params, Config: cfg})
 		if err != nil {
 			if ctx.Err() != nil {
 				return false, ctx.Err()
@@ -286,6 +295,9 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 			return false, pause(ctx, time.Second)
 		}
 		log.Info("fit done", "seconds", time.Since(t0).Seconds())
+		if sa != nil {
+			return false, r.secAggUpload(ctx, cli, h, sa, res, log)
+		}
 		return false, r.upload(ctx, cli, h, res, log)
 	case pb.TaskKind_TASK_KIND_EVALUATE:
 		params, rf := decodeBlob(data, h.Params, nil, Limits{MaxTensorBytes: 1 << 40}.withDefaults())

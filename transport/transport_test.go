@@ -91,6 +91,10 @@ type fedOpts struct {
 	siteSettings    func(i int) []string
 	// compress encodes every message (federation.compress).
 	compress compress.Codec
+	// secure aggregation (secagg_test.go): on, and a hook called on site
+	// i after each of its steps with the site's stop function.
+	secure     bool
+	secAggHook func(i int, step string, round int, stop context.CancelFunc)
 }
 
 // startFed runs RunCoordinator and one RunSite per site in goroutines over
@@ -128,6 +132,9 @@ func startFed(t *testing.T, o fedOpts) *fed {
 	coord := &federation.Coordinator{Strategy: strat, Rounds: o.rounds, Fraction: o.fraction, Seed: o.seed, Parallel: o.n,
 		TolerateFailures: o.timeout > 0 || o.tolerate, RetryEvery: o.retryEvery, MinFit: o.minFit, RoundTimeout: o.timeout, Logger: quietLogger(),
 		PayloadBytes: o.compress.Bytes}
+	if o.secure {
+		coord.Secure = simulatedSecure()
+	}
 	ready := make(chan struct{})
 	go func() {
 		defer close(f.done)
@@ -160,10 +167,14 @@ func startFed(t *testing.T, o fedOpts) *fed {
 		if o.siteSettings != nil {
 			settings = o.siteSettings(i)
 		}
+		var hook func(string, int)
+		if o.secAggHook != nil {
+			hook = func(step string, round int) { o.secAggHook(i, step, round, cancel) }
+		}
 		go func() {
 			err := RunSite(sctx, SiteConfig{Addr: f.grpcAddr, CertsDir: f.dir, Name: f.sites[i], Insecure: o.insecure, Settings: settings,
 				StateDir: filepath.Join(f.dir, "state", f.sites[i]), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-				Logger: quietLogger()}, fc)
+				Logger: quietLogger(), SecAggHook: hook}, fc)
 			if o.siteErrs != nil {
 				o.siteErrs <- err
 			}

@@ -54,7 +54,8 @@ func (s *Server) UploadUpdate(stream grpc.ClientStreamingServer[pb.UpdateChunk, 
 			rf := refuse(ReasonReplay, "%v", err)
 			if !errors.Is(err, coordstore.ErrReplay) {
 				s.log.Error("coordinator storage error: upload not recorded", "round", round, "site", st.name, "err", err)
-				rf = refuse(ReasonCoordinator, "coordinator error: the upload could not be recorded; it will be asked again")
+				rf = refuse(ReasonCoordinator, "coordinator error: the upload could not be recorded")
+				defer s.storageFailed(err)
 			}
 			s.refused(st, round, h.TaskId, rf)
 			s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: %s", st.name, round, rf.msg)})
@@ -127,6 +128,7 @@ func (s *Server) ReportEval(ctx context.Context, req *pb.EvalReport) (*pb.Upload
 			if !errors.Is(err, coordstore.ErrReplay) {
 				s.log.Error("coordinator storage error: evaluation not recorded", "round", round, "site", st.name, "err", err)
 				rf = refuse(ReasonCoordinator, "coordinator error: the evaluation could not be recorded")
+				defer s.storageFailed(err)
 			}
 			s.refused(st, round, req.TaskId, rf)
 			s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: %s", st.name, round, rf.msg)})

@@ -18,7 +18,9 @@ import (
 )
 
 // TestServeSitesEqualRun runs the default world job as a real federation —
-// a coordinator and three site processes over mTLS on 127.0.0.1 — kills the
+// a coordinator and three site processes over mTLS on 127.0.0.1, the sites
+// started with only --server, --certs, --name and --data world (they
+// receive the experiment from the coordinator) — kills the
 // coordinator with SIGKILL after its second round, restarts it with the
 // same flags, then kills a site with SIGKILL after the third and restarts
 // it, and checks that the global tensors, the table and what every site
@@ -55,7 +57,7 @@ func TestServeSitesEqualRun(t *testing.T) {
 	l.Close()
 	start := func(name string, args ...string) (*exec.Cmd, *bytes.Buffer) {
 		var buf bytes.Buffer
-		cmd := exec.Command(bin, append(args, sets...)...)
+		cmd := exec.Command(bin, args...)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &buf, &buf
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -63,7 +65,7 @@ func TestServeSitesEqualRun(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		return cmd, &buf
 	}
-	serveArgs := []string{"serve", "--listen", addr, "--certs", "certs", "--state", "coord"}
+	serveArgs := append([]string{"serve", "--listen", addr, "--certs", "certs", "--state", "coord"}, sets...)
 	coord, coordLog := start("serve", serveArgs...)
 	var sites []*exec.Cmd
 	for _, s := range []string{"site-a", "site-b", "site-c"} {
@@ -178,11 +180,18 @@ func TestServeSitesEqualRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	// clear text for local development: the sites named with --sites
-	// instead of a certificates folder, the same result
-	serve2, serve2Log := start("serve", "serve", "--listen", addr, "--insecure-dev", "--sites", "site-a,site-b,site-c", "--state", "coord-dev")
+	for i, s := range []string{"site-a", "site-b", "site-c"} {
+		task, err := os.ReadFile(filepath.Join(dir, "site-"+s, "task.yaml"))
+		if err != nil || !strings.Contains(string(task), "rounds: 4") {
+			t.Errorf("site %d kept no task.yaml with the coordinator's rounds: %v\n%s", i, err, task)
+		}
+	}
+	// clear text for local development, and a scripted setup: the sites
+	// named with --sites instead of a certificates folder, started with
+	// the coordinator's experiment flags (checked, equal), the same result
+	serve2, serve2Log := start("serve", append([]string{"serve", "--listen", addr, "--insecure-dev", "--sites", "site-a,site-b,site-c", "--state", "coord-dev", "--quiet"}, sets...)...)
 	for _, s := range []string{"site-a", "site-b", "site-c"} {
-		start(s, "site", "--server", addr, "--insecure-dev", "--sites", "site-a,site-b,site-c", "--name", s, "--data", "world", "--state", "dev-"+s)
+		start(s, append([]string{"site", "--server", addr, "--insecure-dev", "--sites", "site-a,site-b,site-c", "--name", s, "--data", "world", "--state", "dev-" + s}, sets...)...)
 	}
 	done2 := make(chan error, 1)
 	go func() { done2 <- serve2.Wait() }()
@@ -193,6 +202,9 @@ func TestServeSitesEqualRun(t *testing.T) {
 		}
 	case <-time.After(120 * time.Second):
 		t.Fatalf("serve --insecure-dev --sites did not finish:\n%s", serve2Log.String())
+	}
+	if strings.Contains(serve2Log.String(), "level=INFO") || !strings.Contains(serve2Log.String(), "results in") {
+		t.Errorf("serve --quiet logged progress or no results:\n%s", serve2Log.String())
 	}
 	dev := readTensors(t, filepath.Join(dir, "coord-dev/out/global/pfedmma.safetensors"))
 	for k, w := range want {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -89,15 +90,17 @@ func init() {
 	var x experimentFlags
 	var r robustFlags
 	var cf compressFlag
+	var quiet bool
 	c := experiment.ServeConfig{}
 	cmd := &cobra.Command{
 		Use:   "serve [--config EXP.yaml] [--preset NAME] [--set k=v]... --listen ADDR --certs D --state DIR [--out DIR] [--http ADDR]",
 		Short: "Coordinate a federation over the network (gRPC, mTLS): the strategy, never data or private tensors",
 		Long: `Run the coordinator of a federation configured exactly as 'pfedmma run' is (one trained
 method). Sites ('pfedmma site') connect with the certificates made by 'pfedmma certs init';
-the i-th site of --sites there is client i. The coordinator's state (rounds, strategy,
-sampler, received updates) lives in an SQLite database in --state: restarted with the same
-flags after a crash it resumes where it stopped. After the last round it writes the run's
+the i-th site of --sites there is client i. Each site receives the experiment (the resolved
+configuration and the model's SHA-256) when it registers: sites need no experiment flags.
+The coordinator's state (rounds, strategy, sampler, received updates) lives in an SQLite
+database in --state: restarted with the same flags after a crash it resumes where it stopped. After the last round it writes the run's
 outputs (config.yaml, run.json, summary.json, report.md, figures, metrics,
 global/METHOD.safetensors) to --out and exits 0.
 --http serves the live dashboard, /metrics (Prometheus) and /healthz.`,
@@ -116,6 +119,10 @@ global/METHOD.safetensors) to --out and exits 0.
 			xs.sets = append(append([]string(nil), x.sets...), sets...)
 			if c.Experiment, c.Model, err = xs.compose(); err != nil {
 				return err
+			}
+			if quiet {
+				// warnings and errors only, then the results table
+				c.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			}
 			res, err := experiment.Serve(cmd.Context(), c)
 			if err != nil {
@@ -141,6 +148,7 @@ global/METHOD.safetensors) to --out and exits 0.
 	fl.DurationVar(&c.RoundTimeout, "round-timeout", 10*time.Minute, "deadline of each round's training (and of its evaluation)")
 	fl.DurationVar(&c.RegisterTimeout, "register-timeout", 0, "start after this long with the sites registered (at least --min-fit; the missing ones are logged); 0: wait for every site")
 	fl.DurationVar(&c.OfflineAfter, "offline-after", 15*time.Second, "a site not heard from for this long is offline: not asked, its task given up (a round below --min-fit then waits for it)")
+	fl.BoolVar(&quiet, "quiet", false, "no progress: log only warnings and errors, then print the results table")
 	r.add(fl)
 	cf.add(fl)
 	rootCmd.AddCommand(cmd)

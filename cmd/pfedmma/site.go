@@ -3,36 +3,91 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/experiment"
 )
 
 func init() {
 	var x experimentFlags
 	var c experiment.SiteConfig
+	var clients string
+	var modelFlag string
 	cmd := &cobra.Command{
-		Use:   "site --server ADDR --certs D --name SITE --data DIR|world [--state DIR] [--config EXP.yaml] [--preset NAME] [--set k=v]...",
+		Use:   "site --server ADDR --certs D (--name SITE | --clients 0-49) --data DIR|world [--state DIR] [--model FILE] [--accept-methods M,…] [--max-upload-mib N]",
 		Short: "Serve one site of a federation: train on local data, upload only the shared tensors",
 		Long: `Join the federation coordinated by 'pfedmma serve' as site SITE (its certificate's CN; the
-i-th site of 'certs init --sites' is client i). Give the same --config/--preset/--set as the
-coordinator (it refuses a site whose configuration differs). With --data world the site
-generates the configured world and trains on its share (client i of the protocol); with
---data DIR it reads the configured dataset from DIR. Private parameters, optimizer and
-random state stay in --state (default ./site-SITE), with the site's metrics
-(metrics.jsonl) and, at the end, its personalised parameters
-(sites/METHOD/client_NNN.safetensors, the file 'pfedmma run' writes for client NNN). It
-retries while the coordinator is away and exits 0 when the federation ends.`,
+i-th site of 'certs init --sites' is client i). The site receives the experiment from the
+coordinator when it registers (methods and their settings, protocol, rounds, seeds, and the
+model's SHA-256) and builds its client from it; its data, model, state, threads and cache stay
+its own. With --data world the site generates the world and trains on its share (client i of
+the protocol); with --data DIR it reads the experiment's dataset from DIR.
+
+A site never downloads weights: the model must be the embedded one or --model FILE, with the
+coordinator's SHA-256. --accept-methods and --max-upload-mib refuse tasks the site does not
+accept; a refused task is logged on both sides and the site exits non-zero with the reason.
+--config/--preset/--set stay allowed for scripted setups: the coordinator then refuses a site
+whose experiment differs, naming the settings (--set of site-local keys alone, threads=… or
+cache.…, only tune the site).
+
+Private parameters, optimizer and random state stay in --state (default ./site-SITE), with the
+task received (task.yaml), the site's metrics (metrics.jsonl) and, at the end, its
+personalised parameters (sites/METHOD/client_NNN.safetensors, the file 'pfedmma run' writes
+for client NNN). It retries while the coordinator is away and exits 0 when the federation
+ends.
+With --clients instead of --name, one process hosts several clients (a simulation spread over
+a few machines): each speaks with its own certificate and keeps its own folder,
+STATE/site-NAME (--state default: the working folder); they share the loaded model and take
+turns to train.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if c.Insecure && c.Certs != "" {
 				return errors.New("site: --insecure-dev and --certs exclude each other (--insecure-dev connects in clear text and would ignore the certificates)")
 			}
+			if c.Policy.MaxUploadMiB < 0 {
+				return fmt.Errorf("site: --max-upload-mib %g: want a positive size (0: no limit)", c.Policy.MaxUploadMiB)
+			}
+			for _, m := range c.Policy.AcceptMethods {
+				if !slices.Contains(config.Methods(), m) {
+					return fmt.Errorf("site: --accept-methods: %q is no method (pfedmma methods lists them)", m)
+				}
+			}
 			var err error
-			if c.Experiment, c.Model, err = x.compose(); err != nil {
-				return err
+			fl := cmd.Flags()
+			c.Local = nil
+			ownExperiment := fl.Changed("config") || fl.Changed("preset")
+			for _, kv := range x.sets {
+				path, _, err := config.ParseSet(kv)
+				if err != nil {
+					return fmt.Errorf("site: --set %s: %w", kv, err)
+				}
+				if config.IsSiteLocal(path) {
+					c.Local = append(c.Local, kv)
+				} else {
+					ownExperiment = true
+				}
+			}
+			if ownExperiment {
+				if c.Experiment, _, err = x.compose(); err != nil {
+					return err
+				}
+			}
+			c.ModelArg = modelFlag
+			if c.ModelArg == "" && c.Experiment != nil {
+				c.ModelArg = c.Experiment.Model
+			}
+			if c.ModelArg == "embedded" {
+				c.ModelArg = ""
+			}
+			if c.Model, err = resolveModelPath(c.ModelArg); err != nil {
+				return fmt.Errorf("site: --model: %w", err)
+			}
+			if clients != "" {
+				return hostSites(cmd, c, clients)
 			}
 			res, err := experiment.Site(cmd.Context(), c)
 			if err != nil {
@@ -48,8 +103,12 @@ retries while the coordinator is away and exits 0 when the federation ends.`,
 	fl.StringVar(&c.Certs, "certs", "", "certificates folder (ca.crt and sites/<name>.crt/.key)")
 	fl.StringVar(&c.Name, "name", "", "this site's name (its certificate's CN)")
 	fl.StringVar(&c.Data, "data", "", "this site's data: a dataset folder, or world")
-	fl.StringVar(&c.State, "state", "", "this site's state folder (default site-NAME)")
+	fl.StringVar(&c.State, "state", "", "this site's state folder (default site-NAME); with --clients the folder holding each hosted client's site-NAME (default: the working folder)")
+	fl.StringVar(&modelFlag, "model", "", "this site's copy of the coordinator's checkpoint (its SHA-256 must match; a site never downloads weights); default or \"embedded\": the tiny model in the binary")
+	fl.StringSliceVar(&c.Policy.AcceptMethods, "accept-methods", nil, "refuse a task whose trained method is not one of these (e.g. pfedmma,promptfl); default: any")
+	fl.Float64Var(&c.Policy.MaxUploadMiB, "max-upload-mib", 0, "refuse a task whose upload per round would exceed this many MiB; 0: no limit")
 	fl.BoolVar(&c.Insecure, "insecure-dev", false, "NO TLS: clear-text gRPC, for local development only (with --sites instead of --certs)")
 	fl.StringSliceVar(&c.Sites, "sites", nil, "with --insecure-dev: the federation's site names as given to serve, client i being the i-th")
+	fl.StringVar(&clients, "clients", "", "host these clients in this one process instead of --name: numbers and ranges such as 0-49 or 0-9,20, each speaking with its own site certificate (sites.txt line i is client i); see 'Scale-out' in the README")
 	rootCmd.AddCommand(cmd)
 }

@@ -95,14 +95,80 @@ func (TaskKind) EnumDescriptor() ([]byte, []int) {
 	return file_federation_proto_rawDescGZIP(), []int{0}
 }
 
+// SecAggStep is one of the site's steps of secure aggregation.
+type SecAggStep int32
+
+const (
+	SecAggStep_SEC_AGG_STEP_UNSPECIFIED SecAggStep = 0
+	// The site's public keys and self-mask commitment (secagg.Advertise).
+	SecAggStep_SEC_AGG_STEP_ADVERTISE SecAggStep = 1
+	// The site's encrypted shares for its neighbours.
+	SecAggStep_SEC_AGG_STEP_SHARE SecAggStep = 2
+	// The site's masked update: the fit task's answer.
+	SecAggStep_SEC_AGG_STEP_MASKED SecAggStep = 3
+	// The site's revealed shares for the unmasking.
+	SecAggStep_SEC_AGG_STEP_REVEAL SecAggStep = 4
+)
+
+// Enum value maps for SecAggStep.
+var (
+	SecAggStep_name = map[int32]string{
+		0: "SEC_AGG_STEP_UNSPECIFIED",
+		1: "SEC_AGG_STEP_ADVERTISE",
+		2: "SEC_AGG_STEP_SHARE",
+		3: "SEC_AGG_STEP_MASKED",
+		4: "SEC_AGG_STEP_REVEAL",
+	}
+	SecAggStep_value = map[string]int32{
+		"SEC_AGG_STEP_UNSPECIFIED": 0,
+		"SEC_AGG_STEP_ADVERTISE":   1,
+		"SEC_AGG_STEP_SHARE":       2,
+		"SEC_AGG_STEP_MASKED":      3,
+		"SEC_AGG_STEP_REVEAL":      4,
+	}
+)
+
+func (x SecAggStep) Enum() *SecAggStep {
+	p := new(SecAggStep)
+	*p = x
+	return p
+}
+
+func (x SecAggStep) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SecAggStep) Descriptor() protoreflect.EnumDescriptor {
+	return file_federation_proto_enumTypes[1].Descriptor()
+}
+
+func (SecAggStep) Type() protoreflect.EnumType {
+	return &file_federation_proto_enumTypes[1]
+}
+
+func (x SecAggStep) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SecAggStep.Descriptor instead.
+func (SecAggStep) EnumDescriptor() ([]byte, []int) {
+	return file_federation_proto_rawDescGZIP(), []int{1}
+}
+
 type RegisterRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	Site            string                 `protobuf:"bytes,2,opt,name=site,proto3" json:"site,omitempty"`
 	NumExamples     int64                  `protobuf:"varint,3,opt,name=num_examples,json=numExamples,proto3" json:"num_examples,omitempty"`
 	ClientId        int64                  `protobuf:"varint,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// task_wanted asks for the task (RegisterReply.task) before the site
+	// builds its client: nothing is registered, num_examples is not read.
+	TaskWanted bool `protobuf:"varint,10,opt,name=task_wanted,json=taskWanted,proto3" json:"task_wanted,omitempty"`
+	// task_refused, when set, says that the site's policy refuses the task
+	// and why; the coordinator logs and records it, registers nothing.
+	TaskRefused   string `protobuf:"bytes,11,opt,name=task_refused,json=taskRefused,proto3" json:"task_refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
@@ -163,14 +229,30 @@ func (x *RegisterRequest) GetClientId() int64 {
 	return 0
 }
 
+func (x *RegisterRequest) GetTaskWanted() bool {
+	if x != nil {
+		return x.TaskWanted
+	}
+	return false
+}
+
+func (x *RegisterRequest) GetTaskRefused() string {
+	if x != nil {
+		return x.TaskRefused
+	}
+	return ""
+}
+
 type RegisterReply struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	ClientId        int64                  `protobuf:"varint,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	// Seconds between heartbeats the coordinator expects.
 	HeartbeatSeconds float64 `protobuf:"fixed64,3,opt,name=heartbeat_seconds,json=heartbeatSeconds,proto3" json:"heartbeat_seconds,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The task, answering a RegisterRequest with task_wanted.
+	Task          *TaskExperiment `protobuf:"bytes,10,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterReply) Reset() {
@@ -224,6 +306,91 @@ func (x *RegisterReply) GetHeartbeatSeconds() float64 {
 	return 0
 }
 
+func (x *RegisterReply) GetTask() *TaskExperiment {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+// TaskExperiment is what a site needs to build its client: the
+// coordinator's resolved experiment without the site-local settings
+// (data, model and vocabulary paths, threads, cache) and the model's
+// identity. A site never downloads weights: it uses its own copy of the
+// model, which must have this SHA-256.
+type TaskExperiment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The experiment as YAML (config.yaml's format, config.TaskYAML).
+	ExperimentYaml []byte `protobuf:"bytes,1,opt,name=experiment_yaml,json=experimentYaml,proto3" json:"experiment_yaml,omitempty"`
+	// SHA-256 (64 hex digits) of the model's weight file(s).
+	ModelSha256 string `protobuf:"bytes,2,opt,name=model_sha256,json=modelSha256,proto3" json:"model_sha256,omitempty"`
+	// The experiment's fingerprint (sent with every round).
+	Fingerprint string `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// Bytes of one upload of the trained method's shared tensors (float32),
+	// for a site's --max-upload-mib.
+	UploadBytes   int64 `protobuf:"varint,4,opt,name=upload_bytes,json=uploadBytes,proto3" json:"upload_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskExperiment) Reset() {
+	*x = TaskExperiment{}
+	mi := &file_federation_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskExperiment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskExperiment) ProtoMessage() {}
+
+func (x *TaskExperiment) ProtoReflect() protoreflect.Message {
+	mi := &file_federation_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskExperiment.ProtoReflect.Descriptor instead.
+func (*TaskExperiment) Descriptor() ([]byte, []int) {
+	return file_federation_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TaskExperiment) GetExperimentYaml() []byte {
+	if x != nil {
+		return x.ExperimentYaml
+	}
+	return nil
+}
+
+func (x *TaskExperiment) GetModelSha256() string {
+	if x != nil {
+		return x.ModelSha256
+	}
+	return ""
+}
+
+func (x *TaskExperiment) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *TaskExperiment) GetUploadBytes() int64 {
+	if x != nil {
+		return x.UploadBytes
+	}
+	return 0
+}
+
 type TaskRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
@@ -234,7 +401,7 @@ type TaskRequest struct {
 
 func (x *TaskRequest) Reset() {
 	*x = TaskRequest{}
-	mi := &file_federation_proto_msgTypes[2]
+	mi := &file_federation_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -246,7 +413,7 @@ func (x *TaskRequest) String() string {
 func (*TaskRequest) ProtoMessage() {}
 
 func (x *TaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[2]
+	mi := &file_federation_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -259,7 +426,7 @@ func (x *TaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRequest.ProtoReflect.Descriptor instead.
 func (*TaskRequest) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{2}
+	return file_federation_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TaskRequest) GetProtocolVersion() uint32 {
@@ -287,7 +454,7 @@ type TensorInfo struct {
 
 func (x *TensorInfo) Reset() {
 	*x = TensorInfo{}
-	mi := &file_federation_proto_msgTypes[3]
+	mi := &file_federation_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +466,7 @@ func (x *TensorInfo) String() string {
 func (*TensorInfo) ProtoMessage() {}
 
 func (x *TensorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[3]
+	mi := &file_federation_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +479,7 @@ func (x *TensorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TensorInfo.ProtoReflect.Descriptor instead.
 func (*TensorInfo) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{3}
+	return file_federation_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TensorInfo) GetName() string {
@@ -356,7 +523,7 @@ type Blob struct {
 
 func (x *Blob) Reset() {
 	*x = Blob{}
-	mi := &file_federation_proto_msgTypes[4]
+	mi := &file_federation_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +535,7 @@ func (x *Blob) String() string {
 func (*Blob) ProtoMessage() {}
 
 func (x *Blob) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[4]
+	mi := &file_federation_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +548,7 @@ func (x *Blob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Blob.ProtoReflect.Descriptor instead.
 func (*Blob) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{4}
+	return file_federation_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Blob) GetTensors() []*TensorInfo {
@@ -438,7 +605,7 @@ type TaskHeader struct {
 
 func (x *TaskHeader) Reset() {
 	*x = TaskHeader{}
-	mi := &file_federation_proto_msgTypes[5]
+	mi := &file_federation_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +617,7 @@ func (x *TaskHeader) String() string {
 func (*TaskHeader) ProtoMessage() {}
 
 func (x *TaskHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[5]
+	mi := &file_federation_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +630,7 @@ func (x *TaskHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskHeader.ProtoReflect.Descriptor instead.
 func (*TaskHeader) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{5}
+	return file_federation_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TaskHeader) GetProtocolVersion() uint32 {
@@ -528,7 +695,7 @@ type TaskChunk struct {
 
 func (x *TaskChunk) Reset() {
 	*x = TaskChunk{}
-	mi := &file_federation_proto_msgTypes[6]
+	mi := &file_federation_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +707,7 @@ func (x *TaskChunk) String() string {
 func (*TaskChunk) ProtoMessage() {}
 
 func (x *TaskChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[6]
+	mi := &file_federation_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +720,7 @@ func (x *TaskChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskChunk.ProtoReflect.Descriptor instead.
 func (*TaskChunk) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{6}
+	return file_federation_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TaskChunk) GetPart() isTaskChunk_Part {
@@ -612,7 +779,7 @@ type UpdateHeader struct {
 
 func (x *UpdateHeader) Reset() {
 	*x = UpdateHeader{}
-	mi := &file_federation_proto_msgTypes[7]
+	mi := &file_federation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +791,7 @@ func (x *UpdateHeader) String() string {
 func (*UpdateHeader) ProtoMessage() {}
 
 func (x *UpdateHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[7]
+	mi := &file_federation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +804,7 @@ func (x *UpdateHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateHeader.ProtoReflect.Descriptor instead.
 func (*UpdateHeader) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{7}
+	return file_federation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateHeader) GetProtocolVersion() uint32 {
@@ -702,7 +869,7 @@ type UpdateChunk struct {
 
 func (x *UpdateChunk) Reset() {
 	*x = UpdateChunk{}
-	mi := &file_federation_proto_msgTypes[8]
+	mi := &file_federation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +881,7 @@ func (x *UpdateChunk) String() string {
 func (*UpdateChunk) ProtoMessage() {}
 
 func (x *UpdateChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[8]
+	mi := &file_federation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +894,7 @@ func (x *UpdateChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateChunk.ProtoReflect.Descriptor instead.
 func (*UpdateChunk) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{8}
+	return file_federation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateChunk) GetPart() isUpdateChunk_Part {
@@ -781,7 +948,7 @@ type UploadReply struct {
 
 func (x *UploadReply) Reset() {
 	*x = UploadReply{}
-	mi := &file_federation_proto_msgTypes[9]
+	mi := &file_federation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +960,7 @@ func (x *UploadReply) String() string {
 func (*UploadReply) ProtoMessage() {}
 
 func (x *UploadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[9]
+	mi := &file_federation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +973,7 @@ func (x *UploadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadReply.ProtoReflect.Descriptor instead.
 func (*UploadReply) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{9}
+	return file_federation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UploadReply) GetAccepted() bool {
@@ -837,7 +1004,7 @@ type EvalReport struct {
 
 func (x *EvalReport) Reset() {
 	*x = EvalReport{}
-	mi := &file_federation_proto_msgTypes[10]
+	mi := &file_federation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1016,7 @@ func (x *EvalReport) String() string {
 func (*EvalReport) ProtoMessage() {}
 
 func (x *EvalReport) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[10]
+	mi := &file_federation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1029,7 @@ func (x *EvalReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvalReport.ProtoReflect.Descriptor instead.
 func (*EvalReport) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{10}
+	return file_federation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EvalReport) GetProtocolVersion() uint32 {
@@ -917,7 +1084,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_federation_proto_msgTypes[11]
+	mi := &file_federation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1096,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[11]
+	mi := &file_federation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1109,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{11}
+	return file_federation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HeartbeatRequest) GetProtocolVersion() uint32 {
@@ -968,7 +1135,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_federation_proto_msgTypes[12]
+	mi := &file_federation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1147,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_proto_msgTypes[12]
+	mi := &file_federation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1160,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_federation_proto_rawDescGZIP(), []int{12}
+	return file_federation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HeartbeatReply) GetRound() int64 {
@@ -1003,20 +1170,214 @@ func (x *HeartbeatReply) GetRound() int64 {
 	return 0
 }
 
+type SecAggRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	Site            string                 `protobuf:"bytes,2,opt,name=site,proto3" json:"site,omitempty"`
+	// The fit task this secure aggregation belongs to, its round and the
+	// round's secure-aggregation session (from the task's settings).
+	TaskId  string     `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Round   int64      `protobuf:"varint,4,opt,name=round,proto3" json:"round,omitempty"`
+	Session string     `protobuf:"bytes,5,opt,name=session,proto3" json:"session,omitempty"`
+	Step    SecAggStep `protobuf:"varint,6,opt,name=step,proto3,enum=pfedmma.transport.v1.SecAggStep" json:"step,omitempty"`
+	// The step's message in package secagg's binary encoding.
+	Payload []byte `protobuf:"bytes,7,opt,name=payload,proto3" json:"payload,omitempty"`
+	// ADVERTISE: the tensors the masked update will hold, in its order.
+	Layout []*TensorInfo `protobuf:"bytes,8,rep,name=layout,proto3" json:"layout,omitempty"`
+	// MASKED: the fit task's example count and training metrics.
+	NumExamples   int64              `protobuf:"varint,9,opt,name=num_examples,json=numExamples,proto3" json:"num_examples,omitempty"`
+	Metrics       map[string]float64 `protobuf:"bytes,10,rep,name=metrics,proto3" json:"metrics,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggRequest) Reset() {
+	*x = SecAggRequest{}
+	mi := &file_federation_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggRequest) ProtoMessage() {}
+
+func (x *SecAggRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_federation_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggRequest.ProtoReflect.Descriptor instead.
+func (*SecAggRequest) Descriptor() ([]byte, []int) {
+	return file_federation_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SecAggRequest) GetProtocolVersion() uint32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
+}
+
+func (x *SecAggRequest) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *SecAggRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *SecAggRequest) GetRound() int64 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *SecAggRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *SecAggRequest) GetStep() SecAggStep {
+	if x != nil {
+		return x.Step
+	}
+	return SecAggStep_SEC_AGG_STEP_UNSPECIFIED
+}
+
+func (x *SecAggRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *SecAggRequest) GetLayout() []*TensorInfo {
+	if x != nil {
+		return x.Layout
+	}
+	return nil
+}
+
+func (x *SecAggRequest) GetNumExamples() int64 {
+	if x != nil {
+		return x.NumExamples
+	}
+	return 0
+}
+
+func (x *SecAggRequest) GetMetrics() map[string]float64 {
+	if x != nil {
+		return x.Metrics
+	}
+	return nil
+}
+
+type SecAggReply struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Accepted bool                   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	Reason   string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// ADVERTISE: the relayed keys; SHARE: the site's inbox of shares;
+	// MASKED: the survivors.
+	Payload       []byte `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggReply) Reset() {
+	*x = SecAggReply{}
+	mi := &file_federation_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggReply) ProtoMessage() {}
+
+func (x *SecAggReply) ProtoReflect() protoreflect.Message {
+	mi := &file_federation_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggReply.ProtoReflect.Descriptor instead.
+func (*SecAggReply) Descriptor() ([]byte, []int) {
+	return file_federation_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SecAggReply) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
+}
+
+func (x *SecAggReply) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SecAggReply) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
 var File_federation_proto protoreflect.FileDescriptor
 
 const file_federation_proto_rawDesc = "" +
 	"\n" +
-	"\x10federation.proto\x12\x14pfedmma.transport.v1\"\x90\x01\n" +
+	"\x10federation.proto\x12\x14pfedmma.transport.v1\"\xd4\x01\n" +
 	"\x0fRegisterRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x12\n" +
 	"\x04site\x18\x02 \x01(\tR\x04site\x12!\n" +
 	"\fnum_examples\x18\x03 \x01(\x03R\vnumExamples\x12\x1b\n" +
-	"\tclient_id\x18\x04 \x01(\x03R\bclientId\"\x84\x01\n" +
+	"\tclient_id\x18\x04 \x01(\x03R\bclientId\x12\x1f\n" +
+	"\vtask_wanted\x18\n" +
+	" \x01(\bR\n" +
+	"taskWanted\x12!\n" +
+	"\ftask_refused\x18\v \x01(\tR\vtaskRefused\"\xbe\x01\n" +
 	"\rRegisterReply\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\x03R\bclientId\x12+\n" +
-	"\x11heartbeat_seconds\x18\x03 \x01(\x01R\x10heartbeatSeconds\"L\n" +
+	"\x11heartbeat_seconds\x18\x03 \x01(\x01R\x10heartbeatSeconds\x128\n" +
+	"\x04task\x18\n" +
+	" \x01(\v2$.pfedmma.transport.v1.TaskExperimentR\x04task\"\xa1\x01\n" +
+	"\x0eTaskExperiment\x12'\n" +
+	"\x0fexperiment_yaml\x18\x01 \x01(\fR\x0eexperimentYaml\x12!\n" +
+	"\fmodel_sha256\x18\x02 \x01(\tR\vmodelSha256\x12 \n" +
+	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint\x12!\n" +
+	"\fupload_bytes\x18\x04 \x01(\x03R\vuploadBytes\"L\n" +
 	"\vTaskRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x12\n" +
 	"\x04site\x18\x02 \x01(\tR\x04site\"L\n" +
@@ -1082,13 +1443,39 @@ const file_federation_proto_rawDesc = "" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x12\n" +
 	"\x04site\x18\x02 \x01(\tR\x04site\"&\n" +
 	"\x0eHeartbeatReply\x12\x14\n" +
-	"\x05round\x18\x01 \x01(\x03R\x05round*x\n" +
+	"\x05round\x18\x01 \x01(\x03R\x05round\"\xcc\x03\n" +
+	"\rSecAggRequest\x12)\n" +
+	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x12\n" +
+	"\x04site\x18\x02 \x01(\tR\x04site\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x14\n" +
+	"\x05round\x18\x04 \x01(\x03R\x05round\x12\x18\n" +
+	"\asession\x18\x05 \x01(\tR\asession\x124\n" +
+	"\x04step\x18\x06 \x01(\x0e2 .pfedmma.transport.v1.SecAggStepR\x04step\x12\x18\n" +
+	"\apayload\x18\a \x01(\fR\apayload\x128\n" +
+	"\x06layout\x18\b \x03(\v2 .pfedmma.transport.v1.TensorInfoR\x06layout\x12!\n" +
+	"\fnum_examples\x18\t \x01(\x03R\vnumExamples\x12J\n" +
+	"\ametrics\x18\n" +
+	" \x03(\v20.pfedmma.transport.v1.SecAggRequest.MetricsEntryR\ametrics\x1a:\n" +
+	"\fMetricsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"[\n" +
+	"\vSecAggReply\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload*x\n" +
 	"\bTaskKind\x12\x19\n" +
 	"\x15TASK_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eTASK_KIND_NONE\x10\x01\x12\x11\n" +
 	"\rTASK_KIND_FIT\x10\x02\x12\x16\n" +
 	"\x12TASK_KIND_EVALUATE\x10\x03\x12\x12\n" +
-	"\x0eTASK_KIND_DONE\x10\x042\xbb\x03\n" +
+	"\x0eTASK_KIND_DONE\x10\x04*\x90\x01\n" +
+	"\n" +
+	"SecAggStep\x12\x1c\n" +
+	"\x18SEC_AGG_STEP_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16SEC_AGG_STEP_ADVERTISE\x10\x01\x12\x16\n" +
+	"\x12SEC_AGG_STEP_SHARE\x10\x02\x12\x17\n" +
+	"\x13SEC_AGG_STEP_MASKED\x10\x03\x12\x17\n" +
+	"\x13SEC_AGG_STEP_REVEAL\x10\x042\x8d\x04\n" +
 	"\n" +
 	"Federation\x12V\n" +
 	"\bRegister\x12%.pfedmma.transport.v1.RegisterRequest\x1a#.pfedmma.transport.v1.RegisterReply\x12O\n" +
@@ -1096,7 +1483,8 @@ const file_federation_proto_rawDesc = "" +
 	"\fUploadUpdate\x12!.pfedmma.transport.v1.UpdateChunk\x1a!.pfedmma.transport.v1.UploadReply(\x01\x12Q\n" +
 	"\n" +
 	"ReportEval\x12 .pfedmma.transport.v1.EvalReport\x1a!.pfedmma.transport.v1.UploadReply\x12Y\n" +
-	"\tHeartbeat\x12&.pfedmma.transport.v1.HeartbeatRequest\x1a$.pfedmma.transport.v1.HeartbeatReplyB)Z'github.com/pfedmma/pfedmma/transport/pbb\x06proto3"
+	"\tHeartbeat\x12&.pfedmma.transport.v1.HeartbeatRequest\x1a$.pfedmma.transport.v1.HeartbeatReply\x12P\n" +
+	"\x06SecAgg\x12#.pfedmma.transport.v1.SecAggRequest\x1a!.pfedmma.transport.v1.SecAggReplyB)Z'github.com/pfedmma/pfedmma/transport/pbb\x06proto3"
 
 var (
 	file_federation_proto_rawDescOnce sync.Once
@@ -1110,52 +1498,63 @@ func file_federation_proto_rawDescGZIP() []byte {
 	return file_federation_proto_rawDescData
 }
 
-var file_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_federation_proto_goTypes = []any{
 	(TaskKind)(0),            // 0: pfedmma.transport.v1.TaskKind
-	(*RegisterRequest)(nil),  // 1: pfedmma.transport.v1.RegisterRequest
-	(*RegisterReply)(nil),    // 2: pfedmma.transport.v1.RegisterReply
-	(*TaskRequest)(nil),      // 3: pfedmma.transport.v1.TaskRequest
-	(*TensorInfo)(nil),       // 4: pfedmma.transport.v1.TensorInfo
-	(*Blob)(nil),             // 5: pfedmma.transport.v1.Blob
-	(*TaskHeader)(nil),       // 6: pfedmma.transport.v1.TaskHeader
-	(*TaskChunk)(nil),        // 7: pfedmma.transport.v1.TaskChunk
-	(*UpdateHeader)(nil),     // 8: pfedmma.transport.v1.UpdateHeader
-	(*UpdateChunk)(nil),      // 9: pfedmma.transport.v1.UpdateChunk
-	(*UploadReply)(nil),      // 10: pfedmma.transport.v1.UploadReply
-	(*EvalReport)(nil),       // 11: pfedmma.transport.v1.EvalReport
-	(*HeartbeatRequest)(nil), // 12: pfedmma.transport.v1.HeartbeatRequest
-	(*HeartbeatReply)(nil),   // 13: pfedmma.transport.v1.HeartbeatReply
-	nil,                      // 14: pfedmma.transport.v1.TaskHeader.ConfigEntry
-	nil,                      // 15: pfedmma.transport.v1.UpdateHeader.MetricsEntry
-	nil,                      // 16: pfedmma.transport.v1.EvalReport.MetricsEntry
+	(SecAggStep)(0),          // 1: pfedmma.transport.v1.SecAggStep
+	(*RegisterRequest)(nil),  // 2: pfedmma.transport.v1.RegisterRequest
+	(*RegisterReply)(nil),    // 3: pfedmma.transport.v1.RegisterReply
+	(*TaskExperiment)(nil),   // 4: pfedmma.transport.v1.TaskExperiment
+	(*TaskRequest)(nil),      // 5: pfedmma.transport.v1.TaskRequest
+	(*TensorInfo)(nil),       // 6: pfedmma.transport.v1.TensorInfo
+	(*Blob)(nil),             // 7: pfedmma.transport.v1.Blob
+	(*TaskHeader)(nil),       // 8: pfedmma.transport.v1.TaskHeader
+	(*TaskChunk)(nil),        // 9: pfedmma.transport.v1.TaskChunk
+	(*UpdateHeader)(nil),     // 10: pfedmma.transport.v1.UpdateHeader
+	(*UpdateChunk)(nil),      // 11: pfedmma.transport.v1.UpdateChunk
+	(*UploadReply)(nil),      // 12: pfedmma.transport.v1.UploadReply
+	(*EvalReport)(nil),       // 13: pfedmma.transport.v1.EvalReport
+	(*HeartbeatRequest)(nil), // 14: pfedmma.transport.v1.HeartbeatRequest
+	(*HeartbeatReply)(nil),   // 15: pfedmma.transport.v1.HeartbeatReply
+	(*SecAggRequest)(nil),    // 16: pfedmma.transport.v1.SecAggRequest
+	(*SecAggReply)(nil),      // 17: pfedmma.transport.v1.SecAggReply
+	nil,                      // 18: pfedmma.transport.v1.TaskHeader.ConfigEntry
+	nil,                      // 19: pfedmma.transport.v1.UpdateHeader.MetricsEntry
+	nil,                      // 20: pfedmma.transport.v1.EvalReport.MetricsEntry
+	nil,                      // 21: pfedmma.transport.v1.SecAggRequest.MetricsEntry
 }
 var file_federation_proto_depIdxs = []int32{
-	4,  // 0: pfedmma.transport.v1.Blob.tensors:type_name -> pfedmma.transport.v1.TensorInfo
-	0,  // 1: pfedmma.transport.v1.TaskHeader.kind:type_name -> pfedmma.transport.v1.TaskKind
-	14, // 2: pfedmma.transport.v1.TaskHeader.config:type_name -> pfedmma.transport.v1.TaskHeader.ConfigEntry
-	5,  // 3: pfedmma.transport.v1.TaskHeader.params:type_name -> pfedmma.transport.v1.Blob
-	6,  // 4: pfedmma.transport.v1.TaskChunk.header:type_name -> pfedmma.transport.v1.TaskHeader
-	15, // 5: pfedmma.transport.v1.UpdateHeader.metrics:type_name -> pfedmma.transport.v1.UpdateHeader.MetricsEntry
-	5,  // 6: pfedmma.transport.v1.UpdateHeader.params:type_name -> pfedmma.transport.v1.Blob
-	8,  // 7: pfedmma.transport.v1.UpdateChunk.header:type_name -> pfedmma.transport.v1.UpdateHeader
-	16, // 8: pfedmma.transport.v1.EvalReport.metrics:type_name -> pfedmma.transport.v1.EvalReport.MetricsEntry
-	1,  // 9: pfedmma.transport.v1.Federation.Register:input_type -> pfedmma.transport.v1.RegisterRequest
-	3,  // 10: pfedmma.transport.v1.Federation.GetTask:input_type -> pfedmma.transport.v1.TaskRequest
-	9,  // 11: pfedmma.transport.v1.Federation.UploadUpdate:input_type -> pfedmma.transport.v1.UpdateChunk
-	11, // 12: pfedmma.transport.v1.Federation.ReportEval:input_type -> pfedmma.transport.v1.EvalReport
-	12, // 13: pfedmma.transport.v1.Federation.Heartbeat:input_type -> pfedmma.transport.v1.HeartbeatRequest
-	2,  // 14: pfedmma.transport.v1.Federation.Register:output_type -> pfedmma.transport.v1.RegisterReply
-	7,  // 15: pfedmma.transport.v1.Federation.GetTask:output_type -> pfedmma.transport.v1.TaskChunk
-	10, // 16: pfedmma.transport.v1.Federation.UploadUpdate:output_type -> pfedmma.transport.v1.UploadReply
-	10, // 17: pfedmma.transport.v1.Federation.ReportEval:output_type -> pfedmma.transport.v1.UploadReply
-	13, // 18: pfedmma.transport.v1.Federation.Heartbeat:output_type -> pfedmma.transport.v1.HeartbeatReply
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	4,  // 0: pfedmma.transport.v1.RegisterReply.task:type_name -> pfedmma.transport.v1.TaskExperiment
+	6,  // 1: pfedmma.transport.v1.Blob.tensors:type_name -> pfedmma.transport.v1.TensorInfo
+	0,  // 2: pfedmma.transport.v1.TaskHeader.kind:type_name -> pfedmma.transport.v1.TaskKind
+	18, // 3: pfedmma.transport.v1.TaskHeader.config:type_name -> pfedmma.transport.v1.TaskHeader.ConfigEntry
+	7,  // 4: pfedmma.transport.v1.TaskHeader.params:type_name -> pfedmma.transport.v1.Blob
+	8,  // 5: pfedmma.transport.v1.TaskChunk.header:type_name -> pfedmma.transport.v1.TaskHeader
+	19, // 6: pfedmma.transport.v1.UpdateHeader.metrics:type_name -> pfedmma.transport.v1.UpdateHeader.MetricsEntry
+	7,  // 7: pfedmma.transport.v1.UpdateHeader.params:type_name -> pfedmma.transport.v1.Blob
+	10, // 8: pfedmma.transport.v1.UpdateChunk.header:type_name -> pfedmma.transport.v1.UpdateHeader
+	20, // 9: pfedmma.transport.v1.EvalReport.metrics:type_name -> pfedmma.transport.v1.EvalReport.MetricsEntry
+	1,  // 10: pfedmma.transport.v1.SecAggRequest.step:type_name -> pfedmma.transport.v1.SecAggStep
+	6,  // 11: pfedmma.transport.v1.SecAggRequest.layout:type_name -> pfedmma.transport.v1.TensorInfo
+	21, // 12: pfedmma.transport.v1.SecAggRequest.metrics:type_name -> pfedmma.transport.v1.SecAggRequest.MetricsEntry
+	2,  // 13: pfedmma.transport.v1.Federation.Register:input_type -> pfedmma.transport.v1.RegisterRequest
+	5,  // 14: pfedmma.transport.v1.Federation.GetTask:input_type -> pfedmma.transport.v1.TaskRequest
+	11, // 15: pfedmma.transport.v1.Federation.UploadUpdate:input_type -> pfedmma.transport.v1.UpdateChunk
+	13, // 16: pfedmma.transport.v1.Federation.ReportEval:input_type -> pfedmma.transport.v1.EvalReport
+	14, // 17: pfedmma.transport.v1.Federation.Heartbeat:input_type -> pfedmma.transport.v1.HeartbeatRequest
+	16, // 18: pfedmma.transport.v1.Federation.SecAgg:input_type -> pfedmma.transport.v1.SecAggRequest
+	3,  // 19: pfedmma.transport.v1.Federation.Register:output_type -> pfedmma.transport.v1.RegisterReply
+	9,  // 20: pfedmma.transport.v1.Federation.GetTask:output_type -> pfedmma.transport.v1.TaskChunk
+	12, // 21: pfedmma.transport.v1.Federation.UploadUpdate:output_type -> pfedmma.transport.v1.UploadReply
+	12, // 22: pfedmma.transport.v1.Federation.ReportEval:output_type -> pfedmma.transport.v1.UploadReply
+	15, // 23: pfedmma.transport.v1.Federation.Heartbeat:output_type -> pfedmma.transport.v1.HeartbeatReply
+	17, // 24: pfedmma.transport.v1.Federation.SecAgg:output_type -> pfedmma.transport.v1.SecAggReply
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_federation_proto_init() }
@@ -1163,11 +1562,11 @@ func file_federation_proto_init() {
 	if File_federation_proto != nil {
 		return
 	}
-	file_federation_proto_msgTypes[6].OneofWrappers = []any{
+	file_federation_proto_msgTypes[7].OneofWrappers = []any{
 		(*TaskChunk_Header)(nil),
 		(*TaskChunk_Data)(nil),
 	}
-	file_federation_proto_msgTypes[8].OneofWrappers = []any{
+	file_federation_proto_msgTypes[9].OneofWrappers = []any{
 		(*UpdateChunk_Header)(nil),
 		(*UpdateChunk_Data)(nil),
 	}
@@ -1176,8 +1575,8 @@ func file_federation_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_federation_proto_rawDesc), len(file_federation_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   16,
+			NumEnums:      2,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

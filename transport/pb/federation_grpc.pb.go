@@ -41,6 +41,7 @@ const (
 	Federation_UploadUpdate_FullMethodName = "/pfedmma.transport.v1.Federation/UploadUpdate"
 	Federation_ReportEval_FullMethodName   = "/pfedmma.transport.v1.Federation/ReportEval"
 	Federation_Heartbeat_FullMethodName    = "/pfedmma.transport.v1.Federation/Heartbeat"
+	Federation_SecAgg_FullMethodName       = "/pfedmma.transport.v1.Federation/SecAgg"
 )
 
 // FederationClient is the client API for Federation service.
@@ -60,6 +61,14 @@ type FederationClient interface {
 	ReportEval(ctx context.Context, in *EvalReport, opts ...grpc.CallOption) (*UploadReply, error)
 	// Heartbeat marks the site alive.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatReply, error)
+	// SecAgg carries one step of secure aggregation (package secagg) for a
+	// fit task whose settings hold a secure-aggregation session: the site
+	// sends its keys, its encrypted shares, its masked update (which answers
+	// the fit task) and its revealed shares; each call returns when the
+	// coordinator closed that step for every site of the round, with what
+	// the site needs for the next (the relayed keys, its inbox of shares,
+	// the survivors).
+	SecAgg(ctx context.Context, in *SecAggRequest, opts ...grpc.CallOption) (*SecAggReply, error)
 }
 
 type federationClient struct {
@@ -132,6 +141,16 @@ func (c *federationClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, 
 	return out, nil
 }
 
+func (c *federationClient) SecAgg(ctx context.Context, in *SecAggRequest, opts ...grpc.CallOption) (*SecAggReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SecAggReply)
+	err := c.cc.Invoke(ctx, Federation_SecAgg_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FederationServer is the server API for Federation service.
 // All implementations must embed UnimplementedFederationServer
 // for forward compatibility.
@@ -149,6 +168,14 @@ type FederationServer interface {
 	ReportEval(context.Context, *EvalReport) (*UploadReply, error)
 	// Heartbeat marks the site alive.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatReply, error)
+	// SecAgg carries one step of secure aggregation (package secagg) for a
+	// fit task whose settings hold a secure-aggregation session: the site
+	// sends its keys, its encrypted shares, its masked update (which answers
+	// the fit task) and its revealed shares; each call returns when the
+	// coordinator closed that step for every site of the round, with what
+	// the site needs for the next (the relayed keys, its inbox of shares,
+	// the survivors).
+	SecAgg(context.Context, *SecAggRequest) (*SecAggReply, error)
 	mustEmbedUnimplementedFederationServer()
 }
 
@@ -173,6 +200,9 @@ func (UnimplementedFederationServer) ReportEval(context.Context, *EvalReport) (*
 }
 func (UnimplementedFederationServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedFederationServer) SecAgg(context.Context, *SecAggRequest) (*SecAggReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method SecAgg not implemented")
 }
 func (UnimplementedFederationServer) mustEmbedUnimplementedFederationServer() {}
 func (UnimplementedFederationServer) testEmbeddedByValue()                    {}
@@ -267,6 +297,24 @@ func _Federation_Heartbeat_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Federation_SecAgg_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SecAggRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FederationServer).SecAgg(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Federation_SecAgg_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FederationServer).SecAgg(ctx, req.(*SecAggRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Federation_ServiceDesc is the grpc.ServiceDesc for Federation service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -285,6 +333,10 @@ var Federation_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Heartbeat",
 			Handler:    _Federation_Heartbeat_Handler,
+		},
+		{
+			MethodName: "SecAgg",
+			Handler:    _Federation_SecAgg_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

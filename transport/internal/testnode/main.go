@@ -1,11 +1,13 @@
 // Command testnode runs a toy coordinator or site over the transport, for
-// the fault tests (kill -9 of real processes) and load runs.
+// the fault tests (kill -9 of real processes, dead, duplicate or revoked
+// sites, a full disk) and load runs.
 //
 //	testnode -role coord -certs D -state S -addr-file F [-rounds R ...]
 //	testnode -role site -certs D -site NAME -addr HOST:PORT -state DIR
 //
-// The coordinator writes its gRPC address to -addr-file once it listens and
-// prints "FINAL <json of the global tensors>" on success.
+// The coordinator writes its gRPC address to -addr-file once it listens,
+// prints "ROUND <json>" (round, participants, absent, failures) after every
+// round and "FINAL <json of the global tensors>" on success.
 package main
 
 import (
@@ -16,10 +18,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/secagg"
 	"github.com/pfedmma/pfedmma/transport"
 	"github.com/pfedmma/pfedmma/transport/internal/toy"
 )
@@ -36,10 +41,24 @@ func main() {
 	seed := flag.Uint64("seed", 7, "sampler seed")
 	delay := flag.Duration("delay", 0, "site: extra time per fit")
 	timeout := flag.Duration("round-timeout", 0, "coord: round deadline")
+	secure := flag.Bool("secure", false, "coord: secure aggregation")
+	stall := flag.Int("stall-after-share", -1, "site: stall (to be killed) after sharing its keys in this round")
+	tolerate := flag.Bool("tolerate", false, "coord: tolerate failed sites (as serve does; implied by -round-timeout)")
+	minFit := flag.Int("min-fit", 0, "coord: fewest answers that close a round")
+	retryEvery := flag.Duration("retry-every", 0, "coord: log interval of a round below -min-fit")
+	offlineAfter := flag.Duration("offline-after", 0, "coord: no contact for this long makes a site offline")
+	registerTimeout := flag.Duration("register-timeout", 0, "coord: start after this long with the sites there")
+	settings := flag.String("settings", "", "coord and site: resolved configuration, k=v,k=v")
+	grace := flag.Duration("duplicate-grace", 0, "site: give up after this long refused as a second session")
+	fullDisk := flag.Int("full-disk-after-round", -1, "coord: after this round, writes past the state files' current sizes fail (RLIMIT_FSIZE)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	var sets []string
+	if *settings != "" {
+		sets = strings.Split(*settings, ",")
+	}
 	switch *role {
 	case "coord":
 		strat := toy.Strategy()
@@ -48,9 +67,22 @@ func main() {
 			fail(err)
 		}
 		coord := &federation.Coordinator{Strategy: strat, Rounds: *rounds, Fraction: *fraction, Seed: *seed,
-			Parallel: len(sites), RoundTimeout: *timeout, TolerateFailures: *timeout > 0, Logger: log}
+			Parallel: len(sites), RoundTimeout: *timeout, TolerateFailures: *tolerate || *timeout > 0, MinFit: *minFit,
+			RetryEvery: *retryEvery, Logger: log}
+		if *secure {
+			coord.Secure = &federation.SimulatedSecure{Quant: secagg.Quantizer{Clip: secagg.DefaultClip, ScaleBits: secagg.DefaultScaleBits}}
+		}
+		coord.OnRound = func(rep federation.RoundReport) error {
+			js, _ := json.Marshal(map[string]any{"round": rep.Round, "participants": rep.Participants, "absent": rep.Absent, "failures": rep.Failures})
+			fmt.Printf("ROUND %s\n", js)
+			if rep.Round == *fullDisk {
+				diskFull(*state)
+			}
+			return nil
+		}
 		_, err = transport.RunCoordinator(ctx, transport.CoordinatorConfig{Addr: *addr, CertsDir: *dir, StatePath: *state,
-			Spec: toy.Spec(), PollWait: time.Second, Heartbeat: 300 * time.Millisecond, Linger: 3 * time.Second, Logger: log,
+			Spec: toy.Spec(), PollWait: time.Second, Heartbeat: 300 * time.Millisecond, OfflineAfter: *offlineAfter,
+			RegisterTimeout: *registerTimeout, Settings: sets, Linger: 3 * time.Second, Logger: log,
 			Ready: func(g, _ string, _ *transport.Server) {
 				if *addrFile != "" {
 					os.WriteFile(*addrFile+".tmp", []byte(g), 0o644)
@@ -69,13 +101,37 @@ func main() {
 		}
 		c := toy.New(id)
 		c.Delay = *delay
+		hook := func(step string, round int) {
+			if step == "SEC_AGG_STEP_SHARE" && round == *stall {
+				log.Info("stalling after key sharing", "round", round)
+				<-ctx.Done()
+			}
+		}
 		if err := transport.RunSite(ctx, transport.SiteConfig{Addr: *addr, CertsDir: *dir, Name: *site, StateDir: *state,
-			MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Logger: log}, c); err != nil {
+			MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Settings: sets, DuplicateGrace: *grace, Logger: log, SecAggHook: hook}, c); err != nil {
 			fail(err)
 		}
 	default:
 		fail(fmt.Errorf("-role must be coord or site"))
 	}
+}
+
+// diskFull makes every later write past the current end of the state
+// database's write-ahead log fail with EFBIG, as on a full disk:
+// RLIMIT_FSIZE at its size (SIGXFSZ ignored, so that the writes fail
+// instead of killing the process). The event log beside it fails too once
+// it reaches that size.
+func diskFull(statePath string) {
+	fi, err := os.Stat(statePath + "-wal")
+	if err != nil {
+		fail(fmt.Errorf("full disk: %w", err))
+	}
+	limit := uint64(fi.Size())
+	signal.Ignore(syscall.SIGXFSZ)
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: limit, Max: limit}); err != nil {
+		fail(err)
+	}
+	fmt.Fprintf(os.Stderr, "testnode: the disk is full now (RLIMIT_FSIZE %d)\n", limit)
 }
 
 func fail(err error) {

@@ -1,0 +1,188 @@
+package experiment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/pfedmma/pfedmma/certs"
+	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/transport"
+)
+
+// ParseClients reads a --clients value: client numbers and inclusive
+// ranges separated by commas ("0-49", "0-9,20,30-31"), each client once.
+// It returns them in increasing order.
+func ParseClients(spec string) ([]int, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("--clients %q: %s (give client numbers and ranges such as 0-9,20)", spec, fmt.Sprintf(format, a...))
+	}
+	if strings.TrimSpace(spec) == "" {
+		return nil, bad("empty")
+	}
+	seen := map[int]bool{}
+	var ids []int
+	num := func(s string) (int, error) {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 0 {
+			return 0, bad("%q is not a client number", strings.TrimSpace(s))
+		}
+		return n, nil
+	}
+	for _, part := range strings.Split(spec, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := num(lo)
+		if err != nil {
+			return nil, err
+		}
+		b := a
+		if isRange {
+			if b, err = num(hi); err != nil {
+				return nil, err
+			}
+			if b < a {
+				return nil, bad("range %s runs backwards", strings.TrimSpace(part))
+			}
+		}
+		if b-a >= 1<<20 {
+			return nil, bad("range %s is too long", strings.TrimSpace(part))
+		}
+		for i := a; i <= b; i++ {
+			if seen[i] {
+				return nil, bad("client %d is listed twice", i)
+			}
+			seen[i] = true
+			ids = append(ids, i)
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// HostedSiteResult is one client a multi-client site process served.
+type HostedSiteResult struct {
+	ID    int
+	Name  string
+	State string
+}
+
+// HostSites runs one site process for several clients of the federation
+// (`pfedmma site --clients SPEC`): client i speaks with its own site
+// certificate, the i-th of the certificates folder's sites.txt (with
+// --insecure-dev, the i-th of --sites), so that the coordinator checks each
+// hosted client as it checks a site process of its own. c.Name must be
+// empty. The clients share one loaded model and frozen-prefix cache, and
+// train and evaluate one after the other (the process's threads go to the
+// client at work); each keeps its private state, metrics and final
+// parameters in its own folder, STATE/site-NAME (STATE: c.State, default
+// the working folder), the folder a single `pfedmma site --name NAME`
+// started there keeps.
+func HostSites(ctx context.Context, c SiteConfig, spec string) ([]HostedSiteResult, error) {
+	switch {
+	case c.Name != "":
+		return nil, errors.New("--name and --clients exclude each other: with --clients each hosted client speaks with its own site certificate, named by the certificates folder's sites.txt (or --sites with --insecure-dev)")
+	case c.Server == "" || c.Data == "" || (c.Certs == "" && !c.Insecure):
+		return nil, errors.New("--server, --certs, --clients and --data are required")
+	case c.Experiment == nil:
+		return nil, errors.New("--clients needs the experiment's --config/--preset/--set (hosted clients do not yet receive the task from the coordinator)")
+	}
+	ids, err := ParseClients(spec)
+	if err != nil {
+		return nil, err
+	}
+	e := c.Experiment
+	if n := e.Federation.Clients; n > 0 && ids[len(ids)-1] >= n {
+		return nil, fmt.Errorf("--clients %s: client %d is beyond the federation's clients 0..%d (federation.clients=%d)", spec, ids[len(ids)-1], n-1, n)
+	}
+	names, err := hostedNames(c, spec, ids)
+	if err != nil {
+		return nil, err
+	}
+	if err := siteData(e, c.Data); err != nil {
+		return nil, err
+	}
+	root := c.State
+	if root == "" {
+		root = "."
+	}
+	o, err := FromConfig(e, c.Model, e.Seed, root)
+	if err != nil {
+		return nil, err
+	}
+	f, err := PrepareFederated(ctx, o, ids[len(ids)-1])
+	if err != nil {
+		return nil, fmt.Errorf("--clients %s: %w", spec, err)
+	}
+	defer f.Close()
+	logger := c.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	res := make([]HostedSiteResult, len(ids))
+	hosted := make([]transport.HostedSite, len(ids))
+	for i, id := range ids {
+		dir := filepath.Join(root, "site-"+names[i])
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		res[i] = HostedSiteResult{ID: id, Name: names[i], State: dir}
+		hosted[i] = transport.HostedSite{
+			Config: transport.SiteConfig{Addr: c.Server, CertsDir: c.Certs, Name: names[i], Insecure: c.Insecure,
+				StateDir: filepath.Join(dir, "state"), Logger: logger.With("client", id), Settings: e.Settings()},
+			Client: &siteClient{Client: f.Client(id), fingerprint: e.Fingerprint(), metrics: filepath.Join(dir, "metrics.jsonl")},
+		}
+	}
+	logger.Info("hosting clients", "clients", spec, "sites", strings.Join(names, ","), "state", root)
+	if err := transport.RunSites(ctx, hosted, 1); err != nil {
+		return nil, err
+	}
+	for i, id := range ids {
+		// a site restarted after its last task holds its initial state in
+		// memory: keep what it saved
+		if err := federation.NewSite(f.Client(id), hosted[i].Config.StateDir).Restore(); err != nil {
+			return nil, fmt.Errorf("site %s (client %d): %w", names[i], id, err)
+		}
+		if err := f.WriteSite(res[i].State, id, map[string]string{"site": names[i]}); err != nil {
+			return nil, fmt.Errorf("site %s (client %d): %w", names[i], id, err)
+		}
+	}
+	return res, nil
+}
+
+// hostedNames returns the site names of the hosted clients ids: their
+// lines of the certificates folder's sites.txt, or of --sites with
+// --insecure-dev.
+func hostedNames(c SiteConfig, spec string, ids []int) ([]string, error) {
+	var all []string
+	from := "--sites"
+	switch {
+	case c.Insecure && c.Certs != "":
+		return nil, errors.New("--insecure-dev and --certs exclude each other (--insecure-dev connects in clear text and would ignore the certificates; name the sites with --sites)")
+	case c.Insecure && len(c.Sites) == 0:
+		return nil, errors.New("--insecure-dev needs --sites NAME,… as the coordinator's (client i is the i-th name)")
+	case !c.Insecure && len(c.Sites) > 0:
+		return nil, errors.New("--sites is for --insecure-dev only (with certificates the sites are the certificates folder's sites.txt)")
+	case c.Insecure:
+		all = c.Sites
+	default:
+		var err error
+		if all, err = certs.Sites(c.Certs); err != nil {
+			return nil, err
+		}
+		from = filepath.Join(c.Certs, certs.SitesFile)
+	}
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		if id >= len(all) {
+			return nil, fmt.Errorf("--clients %s: client %d has no site: %s names %d sites (clients 0..%d)", spec, id, from, len(all), len(all)-1)
+		}
+		names[i] = all[id]
+	}
+	return names, nil
+}

@@ -1,0 +1,137 @@
+package experiment
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pfedmma/pfedmma/assets"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/transport"
+)
+
+// coordinatorTask is the task a coordinator with these --set overrides
+// would send (model hash sha).
+func coordinatorTask(t *testing.T, sha string, sets ...string) (*config.Experiment, *transport.Task) {
+	t.Helper()
+	e, err := config.Compose(config.Sources{Sets: append([]string{"methods=[pfedmma]", "federation.clients=3", "federation.rounds=4", "model=/coordinator/clip.safetensors"}, sets...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := serveTask(e, sha, map[string][]int{"a": {2, 3}, "b": {4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, task
+}
+
+// TestAcceptTask: the site runs the coordinator's experiment with its own
+// site-local settings, and its policy refuses what it does not accept.
+func TestAcceptTask(t *testing.T) {
+	sha := strings.Repeat("1a", 32)
+	coord, task := coordinatorTask(t, sha, "threads=8", "cache.memory_mib=512", "pfedmma.dim=8")
+	if task.UploadBytes != 4*(6+4) || task.Fingerprint != coord.Fingerprint() || task.ModelSHA256 != sha {
+		t.Errorf("task: upload %d fingerprint %s model %s", task.UploadBytes, task.Fingerprint, task.ModelSHA256)
+	}
+	site := SiteConfig{Data: "world", Local: []string{"threads=2"}}
+	e, err := AcceptTask(task, site, sha)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := taskSettings(e, sha), taskSettings(coord, sha); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the site's settings:\n%v\nthe coordinator's:\n%v", got, want)
+	}
+	if e.Threads != 2 || e.Cache.MemoryMiB == 512 || e.Model != "" {
+		t.Errorf("site-local settings: threads %d cache %d model %q (want the site's)", e.Threads, e.Cache.MemoryMiB, e.Model)
+	}
+	for _, c := range []struct {
+		name string
+		site SiteConfig
+		sha  string
+		want string
+	}{
+		{"another model", SiteConfig{Data: "world", ModelArg: "/site/clip.safetensors"}, strings.Repeat("2b", 32), "/site/clip.safetensors"},
+		{"method", SiteConfig{Data: "world", Policy: SitePolicy{AcceptMethods: []string{"promptfl"}}}, sha, "method pfedmma is not among --accept-methods promptfl"},
+		{"upload", SiteConfig{Data: "world", Policy: SitePolicy{MaxUploadMiB: 30.0 / (1 << 20)}}, sha, "over --max-upload-mib"},
+	} {
+		_, err := AcceptTask(task, c.site, c.sha)
+		var r *TaskRefusal
+		if !errors.As(err, &r) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want a refusal naming %q", c.name, err, c.want)
+		}
+	}
+	// 40 bytes is within 1 MiB: accepted
+	if _, err := AcceptTask(task, SiteConfig{Data: "world", Policy: SitePolicy{MaxUploadMiB: 1, AcceptMethods: []string{"pfedmma"}}}, sha); err != nil {
+		t.Errorf("a task within the policy: %v", err)
+	}
+	// a malformed task names the task and the key
+	bad := *task
+	bad.Experiment = []byte("federation:\n  rounds: many\n")
+	if _, err := AcceptTask(&bad, site, sha); err == nil || !strings.Contains(err.Error(), TaskName) || !strings.Contains(err.Error(), "federation.rounds") {
+		t.Errorf("malformed task: %v", err)
+	}
+	// a dataset on disk needs --data DIR, not world
+	_, disk := coordinatorTask(t, sha, "dataset.name=caltech101", "dataset.root=/coordinator/DATA")
+	if _, err := AcceptTask(disk, site, sha); err == nil || !strings.Contains(err.Error(), "--data") {
+		t.Errorf("--data world for caltech101: %v", err)
+	}
+	if e, err := AcceptTask(disk, SiteConfig{Data: "/site/DATA"}, sha); err != nil || e.Dataset.Root != "/site/DATA" {
+		t.Errorf("--data DIR for caltech101: %v", err)
+	}
+}
+
+// TestKeepTask: the task is kept in the state folder; a state folder
+// holding another experiment's state is refused, not overwritten.
+func TestKeepTask(t *testing.T) {
+	dir := t.TempDir()
+	_, a := coordinatorTask(t, strings.Repeat("1a", 32))
+	_, b := coordinatorTask(t, strings.Repeat("1a", 32), "federation.rounds=5")
+	if err := keepTask(dir, a); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, TaskFile)); string(got) != string(a.Experiment) {
+		t.Fatalf("task.yaml:\n%s", got)
+	}
+	if err := keepTask(dir, b); err != nil { // no state yet: a new task is fine
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "state", "round-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := keepTask(dir, b); err != nil { // the same experiment resumes
+		t.Fatal(err)
+	}
+	if err := keepTask(dir, a); err == nil || !strings.Contains(err.Error(), "another experiment") || !strings.Contains(err.Error(), a.Fingerprint) {
+		t.Errorf("another experiment's state: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, TaskFile)); string(got) != string(b.Experiment) {
+		t.Error("the kept task was overwritten by a refused one")
+	}
+}
+
+// TestModelSHA256: a single-file checkpoint's identity is its file's
+// SHA-256 (what sha256sum prints), its folder's the same.
+func TestModelSHA256(t *testing.T) {
+	dir, err := assets.DefaultModelDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, assets.ModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	want := hex.EncodeToString(sum[:])
+	for _, p := range []string{filepath.Join(dir, assets.ModelFile), dir} {
+		if got, err := ModelSHA256(p); err != nil || got != want {
+			t.Errorf("ModelSHA256(%s) = %s, %v; want %s", p, got, err, want)
+		}
+	}
+	if _, err := ModelSHA256(filepath.Join(t.TempDir(), "missing.safetensors")); err == nil || !strings.Contains(err.Error(), "model") {
+		t.Errorf("missing model: %v", err)
+	}
+}
