@@ -18,6 +18,7 @@ func init() {
 	var ps bench.PaperScaleOptions
 	var psOut, psDType string
 	var psMerge []string
+	var psReproject bool
 	cmd := &cobra.Command{
 		Use:   "experiment [--rounds N] [--clients N] [--shots N] [--reference FILE.json] [--json] | --preset NAME[:DATASET]... [--rounds-measured N] [--scale F] [--memory-budget MiB] [--out DIR]",
 		Short: "A whole base-to-novel experiment at ViT-B/16 shapes: seconds per round by phase, FLOPs, projection",
@@ -48,9 +49,22 @@ rounds).`,
 				return fmt.Errorf("bench experiment: --precision %q: want fp32 or bf16", o.Precision)
 			}
 			if len(psMerge) > 0 {
-				r, err := bench.MergePaperScale(psMerge)
+				r, err := bench.MergePaperScale(psMerge, !psReproject)
 				if err != nil {
 					return fmt.Errorf("bench experiment: %w", err)
+				}
+				if psReproject {
+					switch psDType {
+					case "bfloat16", "bf16":
+						ps.CacheBF16 = true
+					case "float32":
+					default:
+						return fmt.Errorf("bench experiment: --cache-dtype %q: want bfloat16 or float32", psDType)
+					}
+					ps.Log = func(s string) { fmt.Fprintln(os.Stderr, "bench experiment:", s) }
+					if err := bench.Reproject(r, ps); err != nil {
+						return fmt.Errorf("bench experiment: --reproject: %w", err)
+					}
 				}
 				return writePaperScale(cmd, r, psOut, asJSON)
 			}
@@ -109,6 +123,7 @@ rounds).`,
 	f.StringVar(&psDType, "cache-dtype", "bfloat16", "with --preset: storage of the cached prefixes, bfloat16 or float32 (cache.dtype)")
 	f.BoolVar(&ps.SpillCompare, "spill-compare", true, "with --preset: measure the rounds again with every cached record spilled (the spill's cost)")
 	f.StringArrayVar(&psMerge, "merge", nil, "instead of measuring: join the presets of earlier --preset runs' paperscale.json files (repeatable) into one table and plot")
+	f.BoolVar(&psReproject, "reproject", false, "with --merge: project the saved measurements again under --memory-budget and --cache-dtype")
 	f.StringVar(&psOut, "out", "", "with --preset: write paperscale.json, paperscale.md and paperscale.png here")
 	f.StringVar(&o.Precision, "precision", "fp32", "frozen weights' products: fp32 (exact) or bf16")
 	f.BoolVar(&o.EvaluateAlone, "evaluate-alone", false, "evaluate every client on its own (the baseline of evaluating a method's clients together)")
