@@ -122,18 +122,21 @@ func HostSites(ctx context.Context, c SiteConfig, spec string) ([]HostedSiteResu
 		hosted[i].Name, hosted[i].State = names[i], filepath.Join(root, "site-"+names[i])
 		hosted[i].Logger = c.Logger.With("client", ids[i])
 	}
-	modelSHA, err := ModelSHA256(c.Model)
+	modelID, err := IdentifyModel(c.Model, c.Vocab)
 	if err != nil {
+		if c.ModelArg != "" {
+			return nil, fmt.Errorf("--model %s: %w", c.ModelArg, err)
+		}
 		return nil, err
 	}
 	var own []string
 	if c.Experiment != nil {
-		own = taskSettings(c.Experiment, modelSHA)
+		own = taskSettings(c.Experiment, modelID)
 	}
 	task, err := transport.FetchTask(ctx, hosted[0].transport(), ids[0], own)
 	var e *config.Experiment
 	if err == nil {
-		e, err = AcceptTask(task, c, modelSHA)
+		e, err = AcceptTask(task, c, modelID)
 	} else if !errors.Is(err, transport.ErrMalformedTask) {
 		return nil, err
 	}
@@ -156,7 +159,7 @@ func HostSites(ctx context.Context, c SiteConfig, spec string) ([]HostedSiteResu
 		return nil, err
 	}
 	c.Logger.Info("task accepted", "clients", spec, "sites", strings.Join(names, ","), "fingerprint", task.Fingerprint, "methods", e.Methods, "rounds", e.Federation.Rounds)
-	return hostFromTask(ctx, hosted, ids, e, task.Fingerprint, modelSHA)
+	return hostFromTask(ctx, hosted, ids, e, task.Fingerprint, modelID)
 }
 
 // clientsWithin checks the hosted clients ids against e's federation.clients.
@@ -170,7 +173,7 @@ func clientsWithin(spec string, ids []int, e *config.Experiment) error {
 // hostFromTask builds the clients ids of experiment e once and serves them,
 // client ids[i] as site hosted[i], until the federation ends (SiteFromTask
 // for several clients).
-func hostFromTask(ctx context.Context, hosted []SiteConfig, ids []int, e *config.Experiment, fingerprint, modelSHA string) ([]HostedSiteResult, error) {
+func hostFromTask(ctx context.Context, hosted []SiteConfig, ids []int, e *config.Experiment, fingerprint string, model ModelID) ([]HostedSiteResult, error) {
 	o, err := FromConfig(e, hosted[0].Model, e.Seed, hosted[0].State)
 	if err != nil {
 		return nil, err
@@ -189,7 +192,7 @@ func hostFromTask(ctx context.Context, hosted []SiteConfig, ids []int, e *config
 		}
 		res[i] = HostedSiteResult{ID: id, Name: h.Name, State: h.State}
 		tc := h.transport()
-		tc.StateDir, tc.Settings = filepath.Join(h.State, "state"), taskSettings(e, modelSHA)
+		tc.StateDir, tc.Settings = filepath.Join(h.State, "state"), taskSettings(e, model)
 		sites[i] = transport.HostedSite{Config: tc,
 			Client: &siteClient{Client: f.Client(id), fingerprint: fingerprint, metrics: filepath.Join(h.State, "metrics.jsonl")}}
 	}

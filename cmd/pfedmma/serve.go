@@ -94,8 +94,8 @@ func (r *robustFlags) sets(fl *pflag.FlagSet) ([]string, error) {
 func init() {
 	var x experimentFlags
 	var r robustFlags
-	var cf compressFlag
 	var quiet bool
+	var cf compressFlag
 	c := experiment.ServeConfig{}
 	cmd := &cobra.Command{
 		Use:   "serve [--config EXP.yaml] [--preset NAME] [--set k=v]... --listen ADDR --certs D --state DIR [--out DIR] [--http ADDR]",
