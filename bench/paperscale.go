@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/dataset"
@@ -71,6 +73,7 @@ type PaperScaleOptions struct {
 // MeasuredRun is one preset's measured rounds at ViT-B/16 shapes.
 type MeasuredRun struct {
 	Dataset            string        `json:"generated_dataset"`
+	Scale              float64       `json:"scale"` // of the shots and test images per class
 	Classes            int           `json:"classes"`
 	Clients            int           `json:"clients"`
 	TrainImages        int           `json:"train_images_per_round"` // local epochs × every client's images
@@ -139,8 +142,41 @@ type PaperScaleResult struct {
 	CPUs            int           `json:"cpus"`
 	MemoryBudgetMiB int           `json:"memory_budget_mib"`
 	CacheDType      string        `json:"cache_dtype"`
-	Scale           float64       `json:"measured_scale"`
 	Presets         []PresetScale `json:"presets"`
+}
+
+// MergePaperScale reads the JSON of earlier `bench experiment --preset`
+// runs (paperscale.json) and joins their presets, so that one table and
+// one plot show presets measured in separate runs (same machine, budget
+// and cache storage: the first file's are kept, a difference is an error).
+func MergePaperScale(paths []string, sameSettings bool) (*PaperScaleResult, error) {
+	var out *PaperScaleResult
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("--merge: %w", err)
+		}
+		var r PaperScaleResult
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("--merge %s: %w", p, err)
+		}
+		if len(r.Presets) == 0 {
+			return nil, fmt.Errorf("--merge %s: no presets", p)
+		}
+		if out == nil {
+			out = &r
+			continue
+		}
+		if sameSettings && (r.MemoryBudgetMiB != out.MemoryBudgetMiB || r.CacheDType != out.CacheDType) {
+			return nil, fmt.Errorf("--merge %s: memory_budget_mib %d, cache_dtype %s; %s has %d, %s: project with the same settings",
+				p, r.MemoryBudgetMiB, r.CacheDType, paths[0], out.MemoryBudgetMiB, out.CacheDType)
+		}
+		out.Presets = append(out.Presets, r.Presets...)
+	}
+	if out == nil {
+		return nil, fmt.Errorf("--merge: no files")
+	}
+	return out, nil
 }
 
 // PaperScale measures each preset's rounds at ViT-B/16 shapes on generated
@@ -172,7 +208,7 @@ func PaperScale(ctx context.Context, o PaperScaleOptions) (*PaperScaleResult, er
 		dir = d
 	}
 	res := &PaperScaleResult{Backend: gemm.Backend(), Kernel: gemm.CoreName(), Threads: gemm.Threads(),
-		CPUs: numCPU(), MemoryBudgetMiB: o.MemoryBudgetMiB, CacheDType: "float32", Scale: o.Scale}
+		CPUs: numCPU(), MemoryBudgetMiB: o.MemoryBudgetMiB, CacheDType: "float32"}
 	if o.CacheBF16 {
 		res.CacheDType = "bfloat16"
 	}
@@ -204,33 +240,90 @@ func PaperScale(ctx context.Context, o PaperScaleOptions) (*PaperScaleResult, er
 			return nil, fmt.Errorf("--preset %s: %w", spec, err)
 		}
 		ps.Measured = *m
-		pr, err := projectPreset(e, real, model, m, o, 0, 0, 0)
-		if err != nil {
+		if err := ps.project(e, model, o, logf); err != nil {
 			return nil, fmt.Errorf("--preset %s: projection: %w", spec, err)
-		}
-		ps.Projection = *pr
-		for _, axis := range []string{"clients", "shots", "rounds"} {
-			for _, x := range scaleValues(axis, e) {
-				var c, s, r int
-				switch axis {
-				case "clients":
-					c = x
-				case "shots":
-					s = x
-				default:
-					r = x
-				}
-				p, err := projectPreset(e, real, model, m, o, c, s, r)
-				if err != nil {
-					logf(fmt.Sprintf("%s: %s %d: %v (left out)", name, axis, x, err))
-					continue
-				}
-				ps.Scaling = append(ps.Scaling, ScalePoint{Axis: axis, X: x, Hours: p.Hours, PeakGiB: p.PeakGiB})
-			}
 		}
 		res.Presets = append(res.Presets, ps)
 	}
 	return res, nil
+}
+
+// project fills ps's projection and scaling from its measured rates.
+func (ps *PresetScale) project(e *config.Experiment, model string, o PaperScaleOptions, logf func(string)) error {
+	m := &ps.Measured
+	pr, err := projectPreset(e, ps.Real, model, m, o, 0, 0, 0)
+	if err != nil {
+		return err
+	}
+	ps.Projection, ps.Scaling = *pr, nil
+	for _, axis := range []string{"clients", "shots", "rounds"} {
+		for _, x := range scaleValues(axis, e) {
+			var c, s, r int
+			switch axis {
+			case "clients":
+				c = x
+			case "shots":
+				s = x
+			default:
+				r = x
+			}
+			p, err := projectPreset(e, ps.Real, model, m, o, c, s, r)
+			if err != nil {
+				logf(fmt.Sprintf("%s: %s %d: %v (left out)", ps.Preset, axis, x, err))
+				continue
+			}
+			ps.Scaling = append(ps.Scaling, ScalePoint{Axis: axis, X: x, Hours: p.Hours, PeakGiB: p.PeakGiB})
+		}
+	}
+	return nil
+}
+
+// Reproject recomputes the projections of r's presets from their measured
+// rates under o's memory budget and cache storage (no new measurement).
+func Reproject(r *PaperScaleResult, o PaperScaleOptions) error {
+	if o.MemoryBudgetMiB < 1 {
+		return fmt.Errorf("--memory-budget %d: want a positive number of MiB", o.MemoryBudgetMiB)
+	}
+	logf := o.Log
+	if logf == nil {
+		logf = func(string) {}
+	}
+	dir, err := os.MkdirTemp("", "pfedmma-reproject-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	// the projection reads the model only for the configuration's checks;
+	// its record size is ViT-B/16's
+	model := filepath.Join(dir, "model.safetensors")
+	cfg := clip.Config{EmbedDim: 16,
+		Vision: clip.VisionConfig{ImageSize: 224, PatchSize: 16, Width: 32, Layers: 12, Heads: 1, MLPWidth: 64},
+		Text:   clip.TextConfig{ContextLength: 77, VocabSize: 600, Width: 32, Layers: 12, Heads: 1, MLPWidth: 64}}
+	if err := checkpoint.Save(model, clip.Random(cfg, 1), checkpoint.OpenAI); err != nil {
+		return err
+	}
+	r.MemoryBudgetMiB, r.CacheDType = o.MemoryBudgetMiB, "float32"
+	if o.CacheBF16 {
+		r.CacheDType = "bfloat16"
+	}
+	for i := range r.Presets {
+		ps := &r.Presets[i]
+		e, err := config.Preset(ps.Preset)
+		if err != nil {
+			return fmt.Errorf("preset %s: %w", ps.Preset, err)
+		}
+		e.Dataset.Name = ps.Dataset
+		if ps.Real.Classes == 0 {
+			ps.Real = PaperDatasets[ps.Dataset]
+		}
+		if ps.Real.Classes == 0 {
+			return fmt.Errorf("preset %s: dataset %q has no known counts (known: %s)", ps.Preset, ps.Dataset, knownDatasets())
+		}
+		if err := ps.project(e, model, o, logf); err != nil {
+			return fmt.Errorf("preset %s: projection: %w", ps.Preset, err)
+		}
+	}
+	return nil
 }
 
 func knownDatasets() string {
@@ -275,7 +368,7 @@ func measurePreset(ctx context.Context, o PaperScaleOptions, e *config.Experimen
 	if err := writeDTD(root, real.Classes, shotsM, testM); err != nil {
 		return nil, err
 	}
-	m := &MeasuredRun{Dataset: "dtd layout (generated)", Classes: real.Classes, Clients: clients, LoadBefore: loadAvg()}
+	m := &MeasuredRun{Dataset: "dtd layout (generated)", Scale: o.Scale, Classes: real.Classes, Clients: clients, LoadBefore: loadAvg()}
 	run := func(budgetMiB int, tag string) ([]RoundTiming, float64, *experiment.Options, error) {
 		me := *e
 		me.Methods = []string{method}
@@ -342,6 +435,8 @@ func measurePreset(ctx context.Context, o PaperScaleOptions, e *config.Experimen
 	m.TrainSecondsPerImg = median(fit) / float64(max(m.TrainImages, 1))
 	m.EvalSecondsPerImg = median(ev) / float64(max(m.EvalImages, 1))
 	m.FillSecondsPerRec = fill / float64(max(m.CachedRecords, 1))
+	logf(fmt.Sprintf("%s: cache fill %.1f s (%d records), %d training and %d evaluation images per round: %.3f s per training image, %.3f s per evaluation image, peak RSS %.0f MiB",
+		method, fill, m.CachedRecords, m.TrainImages, m.EvalImages, m.TrainSecondsPerImg, m.EvalSecondsPerImg, m.PeakRSSMiB))
 	if o.SpillCompare {
 		sr, _, _, err := run(1, "spilled") // 1 MiB: every record but a few spilled
 		if err != nil {

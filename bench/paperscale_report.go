@@ -40,8 +40,8 @@ func sortedStrings(s []string) []string {
 // rounds it comes from.
 func (r *PaperScaleResult) WriteTable(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "GEMM %s (%s, %d threads), %d CPUs; prefix cache %s, RAM budget %d MiB; measured at scale %.3g\n\n",
-		r.Backend, r.Kernel, r.Threads, r.CPUs, r.CacheDType, r.MemoryBudgetMiB, r.Scale)
+	fmt.Fprintf(&b, "GEMM %s (%s, %d threads), %d CPUs; prefix cache %s, RAM budget %d MiB\n\n",
+		r.Backend, r.Kernel, r.Threads, r.CPUs, r.CacheDType, r.MemoryBudgetMiB)
 	b.WriteString("| preset (dataset, method) | clients (per round) × rounds × seeds | training images round 0 / later rounds | evaluations × images | cache fill | round (training) | evaluation | **projected hours** | cache GiB (RAM / spilled) | **peak RAM GiB** |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range r.Presets {
@@ -52,7 +52,7 @@ func (r *PaperScaleResult) WriteTable(w io.Writer) error {
 			q.CacheGiB, q.CacheRAMGiB, q.SpillGiB, q.PeakGiB)
 	}
 	b.WriteString("\nMeasured rounds (ViT-B/16 shapes, random weights, generated images of the real class count; every client trained and evaluated every round):\n\n")
-	b.WriteString("| preset | classes, clients | training / evaluation images per round | cache fill (records) | rounds: total s (training, evaluation) | s per training / evaluation image | peak RSS | spilled round vs in RAM | load before → after |\n")
+	b.WriteString("| preset | scale, classes, clients | training / evaluation images per round | cache fill (records) | rounds: total s (training, evaluation) | s per training / evaluation image | peak RSS | spilled round vs in RAM | load before → after |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range r.Presets {
 		m := p.Measured
@@ -64,8 +64,8 @@ func (r *PaperScaleResult) WriteTable(w io.Writer) error {
 		if m.SpillFactor > 0 {
 			spill = fmt.Sprintf("%.1f s vs %.1f s (×%.2f)", m.SpilledSecondsPerRound, m.SecondsPerRound, m.SpillFactor)
 		}
-		fmt.Fprintf(&b, "| %s | %d, %d | %d / %d | %.1f s (%d) | %s | %.3f / %.3f | %.0f MiB | %s | %s → %s |\n",
-			p.Preset, m.Classes, m.Clients, m.TrainImages, m.EvalImages, m.CacheFillSeconds, m.CachedRecords,
+		fmt.Fprintf(&b, "| %s | %.3g, %d, %d | %d / %d | %.1f s (%d) | %s | %.3f / %.3f | %.0f MiB | %s | %s → %s |\n",
+			p.Preset, m.Scale, m.Classes, m.Clients, m.TrainImages, m.EvalImages, m.CacheFillSeconds, m.CachedRecords,
 			strings.Join(rs, "; "), m.TrainSecondsPerImg, m.EvalSecondsPerImg, m.PeakRSSMiB, spill, m.LoadBefore, m.LoadAfter)
 	}
 	_, err := io.WriteString(w, b.String())

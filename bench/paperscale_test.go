@@ -129,7 +129,7 @@ func TestProjectCIFAR100(t *testing.T) {
 // TestPaperScaleFiles: the table names every preset and the measured
 // rounds; the plot is a PNG.
 func TestPaperScaleFiles(t *testing.T) {
-	r := &PaperScaleResult{Backend: "openblas", Kernel: "k", Threads: 2, CPUs: 2, MemoryBudgetMiB: 8192, CacheDType: "bfloat16", Scale: 0.5,
+	r := &PaperScaleResult{Backend: "openblas", Kernel: "k", Threads: 2, CPUs: 2, MemoryBudgetMiB: 8192, CacheDType: "bfloat16",
 		Presets: []PresetScale{{Preset: "paper-base2novel", Dataset: "caltech101", Method: "pfedmma",
 			Measured:   MeasuredRun{Rounds: []RoundTiming{{Seconds: 12.5, Fit: 10, Eval: 2.5}}, SpillFactor: 1.25, SecondsPerRound: 8, SpilledSecondsPerRound: 10},
 			Projection: Projection{Hours: 7.25},
@@ -150,5 +150,39 @@ func TestPaperScaleFiles(t *testing.T) {
 	png, err := os.ReadFile(filepath.Join(dir, "paperscale.png"))
 	if err != nil || len(png) < 1000 || string(png[1:4]) != "PNG" {
 		t.Errorf("plot: %d bytes, %v", len(png), err)
+	}
+	// --merge joins two runs' presets and refuses another budget
+	m, err := MergePaperScale([]string{filepath.Join(dir, "paperscale.json"), filepath.Join(dir, "paperscale.json")}, true)
+	if err != nil || len(m.Presets) != 2 || m.Presets[1].Projection.Hours != 7.25 {
+		t.Fatalf("merge: %v, %+v", err, m)
+	}
+	r.MemoryBudgetMiB = 100
+	other := filepath.Join(t.TempDir(), "other")
+	if err := r.WriteFiles(other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MergePaperScale([]string{filepath.Join(dir, "paperscale.json"), filepath.Join(other, "paperscale.json")}, true); err == nil || !strings.Contains(err.Error(), "memory_budget_mib") {
+		t.Errorf("merging another budget: %v", err)
+	}
+}
+
+// TestReproject: a saved measurement projected again under another budget
+// gives the projection of its rates (the same as projecting directly) and
+// the scaling points.
+func TestReproject(t *testing.T) {
+	m := MeasuredRun{TrainSecondsPerImg: 1, EvalSecondsPerImg: 0.1, FillSecondsPerRec: 0.1, PeakRSSMiB: 2000, SpillFactor: 1.2}
+	r := &PaperScaleResult{MemoryBudgetMiB: 8192, CacheDType: "bfloat16",
+		Presets: []PresetScale{{Preset: "paper-cifar", Dataset: "cifar100", Method: "pfedmma", Measured: m}}}
+	o := PaperScaleOptions{MemoryBudgetMiB: 2048, CacheBF16: true}
+	if err := Reproject(r, o); err != nil {
+		t.Fatal(err)
+	}
+	want, err := projectPreset(preset(t, "paper-cifar", "cifar100"), PaperDatasets["cifar100"], smallModel(t), &m, o, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := r.Presets[0].Projection
+	if r.MemoryBudgetMiB != 2048 || got.Hours != want.Hours || got.CacheRAMGiB != 2 || len(r.Presets[0].Scaling) < 12 {
+		t.Errorf("reprojected: budget %d, %.2f h (want %.2f), cache RAM %.2f GiB (want 2), %d scaling points", r.MemoryBudgetMiB, got.Hours, want.Hours, got.CacheRAMGiB, len(r.Presets[0].Scaling))
 	}
 }

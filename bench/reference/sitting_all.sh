@@ -1,8 +1,9 @@
 #!/bin/sh
 # One sitting for every method with a reference harness: for each method in
 # turn, the authors' code timed by bench/reference/<method>_ref.py, then
-# `pfedmma bench train --method M` in fp32 and in bf16 (where the method
-# supports it) against that reference, so both sides of each ratio are
+# `pfedmma bench train --method M` against that reference in fp32 on the
+# cached production path and, with --uncached (the frozen records recomputed
+# every step, like for like), in fp32 and bf16 (where the method supports it), so both sides of each ratio are
 # measured minutes apart on the same machine. Writes the JSON of every run
 # and a markdown table (table.md) into $OUT (default: a fresh temporary folder).
 #
@@ -84,15 +85,21 @@ for m in $methods; do
 	fi
 	cat "$out/$m-ref.json"
 	load
-	for prec in fp32 bf16; do
-		echo "== $m: pfedmma bench train --method $m --precision $prec"
+	# fp32 on the cached production path; fp32 and bf16 uncached (the frozen
+	# records recomputed every step, like for like with the authors' code)
+	for run in fp32 fp32-uncached bf16-uncached; do
+		prec=${run%%-*}
+		flags=
+		[ "$run" != "$prec" ] && flags=--uncached
+		echo "== $m: pfedmma bench train --method $m --precision $prec $flags"
 		load
-		if ! "$PFEDMMA" bench train --method "$m" --steps "$steps" --precision "$prec" --reference "$out/$m-ref.json" --json ${BENCH_ARGS:-} \
-			>"$out/$m-$prec.json" 2>"$out/$m-$prec.log"; then
-			echo "pfedmma $prec: not run ($(tail -n 1 "$out/$m-$prec.log"))"
-			rm -f "$out/$m-$prec.json"
+		# shellcheck disable=SC2086 # flags and BENCH_ARGS hold several flags
+		if ! "$PFEDMMA" bench train --method "$m" --steps "$steps" --precision "$prec" $flags --reference "$out/$m-ref.json" --json ${BENCH_ARGS:-} \
+			>"$out/$m-$run.json" 2>"$out/$m-$run.log"; then
+			echo "pfedmma $run: not run ($(tail -n 1 "$out/$m-$run.log"))"
+			rm -f "$out/$m-$run.json"
 		else
-			cat "$out/$m-$prec.json"
+			cat "$out/$m-$run.json"
 		fi
 		load
 	done
@@ -107,30 +114,29 @@ def read(name):
     return json.load(open(p)) if os.path.exists(p) else None
 def f(x):
     return f"{x:.2f}" if x else "—"
-print("| method | reference train / eval images/s | pfedmma fp32 train / eval images/s | ratio fp32 train / eval | pfedmma bf16 train / eval images/s | ratio bf16 train / eval | kernel | pfedmma caches | GFLOP/s |")
-print("|---|---|---|---|---|---|---|---|---|")
+runs = [("fp32", "fp32 cached"), ("fp32-uncached", "fp32 uncached (like for like)"), ("bf16-uncached", "bf16 uncached")]
+print("| method | reference train / eval images/s | " + " | ".join(f"pfedmma {t} train / eval images/s | ratio" for _, t in runs) + " | kernel | pfedmma caches |")
+print("|---|---|" + "---|---|" * len(runs) + "---|---|")
 conf = set()
 for m in methods:
     ref = read(f"{m}-ref.json")
     if ref is None:
-        print(f"| {m} | not run | | | | | | | |")
+        print(f"| {m} | not run |" + " |" * (2 * len(runs) + 2))
         continue
     conf.add(ref.get("config", "?"))
     row = [m, f"{f(ref['train_images_per_s'])} / {f(ref['eval_images_per_s'])}"]
-    kernel, cached, gflops = "—", "—", "—"
-    for prec in ["fp32", "bf16"]:
-        r = read(f"{m}-{prec}.json")
+    kernel, cached = "—", "—"
+    for run, _ in runs:
+        r = read(f"{m}-{run}.json")
         if r is None:
             row += ["not run", "—"]
             continue
         row.append(f"{f(r['train_images_per_s'])} ±{100 * r['train_spread']:.0f}% / {f(r['eval_images_per_s'])} ±{100 * r['eval_spread']:.0f}%")
         row.append(f"**{r['speedup_train']:.1f}×** / **{r['speedup_eval']:.1f}×**")
-        if prec == "fp32":
+        if run == "fp32":
             kernel = f"{r['backend']} {r['kernel']} ({r['threads']} threads)"
             cached = r.get("cached", "—")
-        if r.get("gemm_gflops"):
-            gflops = f"{r['gemm_gflops']:.0f}"
-    row += [kernel, cached, gflops]
+    row += [kernel, cached]
     print("| " + " | ".join(row) + " |")
 print()
 for c in sorted(conf):

@@ -77,7 +77,7 @@ func init() {
 	engine.Flags().StringVar(&precision, "precision", "fp32", "frozen weights' products: fp32 or bf16")
 	benchCmd.AddCommand(engine)
 
-	var tJSON bool
+	var tJSON, tUncached bool
 	var tBatch, tSteps, tClasses, tStart, tDim int
 	var tPrecision, tReference, tMethod string
 	train := &cobra.Command{
@@ -105,7 +105,7 @@ harness prints for the same settings on the same machine, for example
 			logf := func(s string) { fmt.Fprintln(os.Stderr, "bench train:", s) }
 			if tMethod != "" {
 				return benchMethod(cmd, bench.MethodOptions{Method: tMethod, Batch: tBatch, Classes: tClasses, Steps: tSteps,
-					Precision: prec, Reference: ref, Log: logf}, tJSON)
+					Precision: prec, Reference: ref, Log: logf, Uncached: tUncached}, tJSON)
 			}
 			r, err := bench.Train(cmd.Context(), bench.TrainOptions{Batch: tBatch, Steps: tSteps, Classes: tClasses, Start: tStart, Dim: tDim,
 				Precision: prec, Reference: ref, Log: logf})
@@ -121,6 +121,7 @@ harness prints for the same settings on the same machine, for example
 		},
 	}
 	train.Flags().BoolVar(&tJSON, "json", false, "print JSON")
+	train.Flags().BoolVar(&tUncached, "uncached", false, "with --method: recompute the frozen records (image encoder up to the method's cache depth) at every step and evaluation, like for like with the authors' code")
 	train.Flags().IntVar(&tBatch, "batch", 32, "batch size")
 	train.Flags().IntVar(&tSteps, "steps", bench.MinSteps, "timed steps per measurement (after one warm-up step)")
 	train.Flags().IntVar(&tClasses, "classes", 24, "classes")
@@ -147,6 +148,9 @@ func benchMethod(cmd *cobra.Command, o bench.MethodOptions, asJSON bool) error {
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "GEMM library\t%s (%s, %d threads), %s\n", r.Backend, r.Core, r.Threads, r.Precision)
 	fmt.Fprintf(tw, "setting\t%s: batch %d, %d classes, cached %s\n", r.Method, r.Batch, r.Classes, r.Depth)
+	if r.Recomputed != "" {
+		fmt.Fprintf(tw, "recomputed every step\t%s\n", r.Recomputed)
+	}
 	line := func(name string, rate, spread, speedup, ref float64) {
 		if ref > 0 {
 			fmt.Fprintf(tw, "%s\t%.2f images/s ±%.0f%%\t%.1f× (%s)\n", name, rate, 100*spread, speedup, o.Reference.Label(ref))
