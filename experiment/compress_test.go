@@ -77,7 +77,7 @@ func TestTaskUploadBytesCompressed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		task, err := serveTask(e, ModelID{Weights: "sha"}, spec)
+		task, err := serveTask(e, ModelID{Weights: "sha", Vocab: "vocab"}, spec)
 		if err != nil {
 			t.Fatal(err)
 		}
