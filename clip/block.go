@@ -243,29 +243,25 @@ func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 
 	// MLP: y = x' + gelu · c_projᵀ
 	sc.dgelu = grow(sc.dgelu, rows*MLP)
-	clear(sc.dgelu)
-	b.linearBackward(sc.dgelu, gw.projW(), gw.projB(), dout, a.gelu, w.ProjW, b.bf.proj, rows, MLP, D)
+	b.inputGrad(sc.dgelu, gw.projW(), gw.projB(), dout, a.gelu, w.ProjW, b.bf.proj, rows, MLP, D)
 	sc.dfc = grow(sc.dfc, rows*MLP)
 	clear(sc.dfc)
 	nn.QuickGELUBackward(sc.dfc, sc.dgelu, a.fc, rows*MLP)
 	sc.dln2 = grow(sc.dln2, rows*D)
-	clear(sc.dln2)
-	b.linearBackward(sc.dln2, gw.fcW(), gw.fcB(), sc.dfc, a.ln2, w.FcW, b.bf.fc, rows, D, MLP)
+	b.inputGrad(sc.dln2, gw.fcW(), gw.fcB(), sc.dfc, a.ln2, w.FcW, b.bf.fc, rows, D, MLP)
 	nn.LayerNormBackward(sc.dx2, gw.ln2W(), gw.ln2B(), sc.dln2, a.x2, a.mean2, a.rstd2, w.Ln2W, rows, D)
 
 	// attention: x' = x + att · out_projᵀ
 	sc.datt = grow(sc.datt, rows*D)
-	clear(sc.datt)
-	b.linearBackward(sc.datt, gw.outW(), gw.outB(), sc.dx2, a.att, w.OutProjW, b.bf.outProj, rows, D, D)
+	b.inputGrad(sc.datt, gw.outW(), gw.outB(), sc.dx2, a.att, w.OutProjW, b.bf.outProj, rows, D, D)
 	s, q, k, v, _ := b.attnViews(a)
 	sc.dprob = grow(sc.dprob, B*b.H*s.Tq*T)
 	sc.dln1 = grow(sc.dln1, N*D)
-	clear(sc.dln1)
 	if a.pool == nil {
 		sc.dqkv = grow(sc.dqkv, N*3*D)
 		clear(sc.dqkv)
 		nn.AttentionBackward(sc.dqkv, sc.dqkv[D:], sc.dqkv[2*D:], sc.datt, a.probs, q, k, v, sc.dprob, s)
-		b.linearBackward(sc.dln1, gw.inW(0, 3*D, D), gw.inB(0, 3*D), sc.dqkv, a.ln1, w.InProjW, b.bf.inProj, N, D, 3*D)
+		b.inputGrad(sc.dln1, gw.inW(0, 3*D, D), gw.inB(0, 3*D), sc.dqkv, a.ln1, w.InProjW, b.bf.inProj, N, D, 3*D)
 		if b.QKV != nil {
 			for part := 0; part < 3; part++ {
 				b.QKV.Backward(part, sc.dln1, sc.dqkv[part*D:], 3*D, N)
@@ -280,10 +276,9 @@ func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 		sc.dq = grow(sc.dq, B*D)
 		clear(sc.dq)
 		nn.AttentionBackward(sc.dq, sc.dqkv, sc.dqkv[D:], sc.datt, a.probs, q, k, v, sc.dprob, s)
-		b.linearBackward(sc.dln1, gw.inW(D, 3*D, D), gw.inB(D, 3*D), sc.dqkv, a.ln1, w.InProjW[D*D:], b.bf.inKV, N, D, 2*D)
+		b.inputGrad(sc.dln1, gw.inW(D, 3*D, D), gw.inB(D, 3*D), sc.dqkv, a.ln1, w.InProjW[D*D:], b.bf.inKV, N, D, 2*D)
 		sc.dln1p = grow(sc.dln1p, B*D)
-		clear(sc.dln1p)
-		b.linearBackward(sc.dln1p, gw.inW(0, D, D), gw.inB(0, D), sc.dq, a.ln1p, w.InProjW[:D*D], b.bf.inQ, B, D, D)
+		b.inputGrad(sc.dln1p, gw.inW(0, D, D), gw.inB(0, D), sc.dq, a.ln1p, w.InProjW[:D*D], b.bf.inQ, B, D, D)
 		if b.QKV != nil {
 			b.QKV.Backward(1, sc.dln1, sc.dqkv, 2*D, N)
 			b.QKV.Backward(2, sc.dln1, sc.dqkv[D:], 2*D, N)

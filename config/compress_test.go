@@ -32,6 +32,13 @@ func TestCompressKey(t *testing.T) {
 			t.Errorf("federation.compress=%s missing from the settings a site compares", c)
 		}
 	}
+	_, err = compose("federation.compress=int8", "federation.secure_aggregation=true")
+	if err == nil || !strings.Contains(err.Error(), "federation.compress") || !strings.Contains(err.Error(), "secure_aggregation") {
+		t.Errorf("int8 with secure aggregation: %v, want a refusal naming both keys", err)
+	}
+	if _, err := compose("federation.compress=none", "federation.secure_aggregation=true"); err != nil {
+		t.Errorf("no compression with secure aggregation: %v", err)
+	}
 	_, err = compose("federation.compress=int4")
 	if err == nil || !strings.Contains(err.Error(), "federation.compress") || !strings.Contains(err.Error(), "int4") {
 		t.Errorf("federation.compress=int4: %v, want a refusal naming the key and the value", err)

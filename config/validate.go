@@ -161,6 +161,13 @@ func (e *Experiment) check() []*FieldError {
 	c.between("federation.eval_every", f.EvalEvery, 0, MaxRounds)
 	if f.Compress != "" {
 		c.oneOf("federation.compress", f.Compress, "none", "fp16", "int8")
+		if f.Compress != "none" && f.SecureAggregation {
+			// the masked update travels as secure aggregation's
+			// fixed-point numbers, by its own messages: run and serve
+			// would compress different things (a hook for the secure
+			// aggregation to lift when it compresses its own)
+			c.fail("federation.compress", "%s with federation.secure_aggregation: the masked uploads cannot be compressed; set federation.compress=none", f.Compress)
+		}
 	}
 	e.Aggregation.Check(&Checker{prefix: "aggregation", c: c})
 

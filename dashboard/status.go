@@ -40,9 +40,12 @@ type Status struct {
 	Error string `json:"error,omitempty"`
 	Round int    `json:"round"`
 	// Fingerprint is the configuration's fingerprint (sites must match it).
-	Fingerprint string       `json:"fingerprint,omitempty"`
-	Rounds      int          `json:"rounds"`
-	Sites       []SiteStatus `json:"sites"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Compress is how the tensors travel (federation.compress): the
+	// rounds' bytes are the encoded bytes.
+	Compress string       `json:"compress,omitempty"`
+	Rounds   int          `json:"rounds"`
+	Sites    []SiteStatus `json:"sites"`
 	// History holds the completed rounds' reports.
 	History []federation.RoundReport `json:"history"`
 	// Events are the latest lines of the event log, oldest first.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/secagg"
@@ -31,6 +32,8 @@ func checkSecure(o Options, strat federation.Strategy) error {
 		return fmt.Errorf("%s: aggregation.clip_norm clips each site's update at the server, which secure aggregation hides from it: clip at the site instead", secureKey)
 	case a.DP.On():
 		return fmt.Errorf("%s: aggregation.dp clips each site's update at the server before adding noise, which secure aggregation hides from it", secureKey)
+	case o.Compress != "" && o.Compress != compress.None:
+		return fmt.Errorf("%s: federation.compress %s: a masked update is uniform 64-bit words, which no codec shrinks; use one or the other", secureKey, o.Compress)
 	}
 	if _, err := secureUniform(strat); err != nil {
 		return fmt.Errorf("%s: %w", secureKey, err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/safetensors"
@@ -91,6 +92,11 @@ func TestRunSecureAggregation(t *testing.T) {
 	oc.Aggregation.ClipNorm = 1
 	if _, err := Run(context.Background(), oc); err == nil || !strings.Contains(err.Error(), "aggregation.clip_norm") {
 		t.Errorf("server clipping with secure aggregation: %v, want a refusal naming aggregation.clip_norm", err)
+	}
+	ox := base(true)
+	ox.Compress = compress.Int8
+	if _, err := Run(context.Background(), ox); err == nil || !strings.Contains(err.Error(), "federation.compress") {
+		t.Errorf("compression with secure aggregation: %v, want a refusal naming federation.compress", err)
 	}
 	// the simulation's quantiser is the protocol's default
 	if s, ok := secure.secure(nil).(*federation.SimulatedSecure); ok || s != nil {

@@ -101,11 +101,11 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	if c.MinFit > len(f.Task.Clients) {
 		return nil, fmt.Errorf("--min-fit %d is larger than the federation (federation.clients=%d)", c.MinFit, len(f.Task.Clients))
 	}
-	modelSHA, err := ModelSHA256(c.Model)
+	modelID, err := IdentifyModel(c.Model, e.Vocab)
 	if err != nil {
 		return nil, err
 	}
-	task, err := serveTask(e, modelSHA, spec)
+	task, err := serveTask(e, modelID, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	hist, err := transport.RunCoordinator(ctx, transport.CoordinatorConfig{
 		Addr: c.Listen, HTTPAddr: c.HTTP, HTTPTokenFile: c.HTTPTokenFile, HTTPLinger: c.Linger, Fingerprint: e.Fingerprint(), CertsDir: c.Certs, Insecure: c.Insecure, Sites: c.Sites,
 		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Compress: o.Compress, Logger: logger,
-		RegisterTimeout: c.RegisterTimeout, OfflineAfter: c.OfflineAfter, Settings: taskSettings(e, modelSHA), Task: task,
+		RegisterTimeout: c.RegisterTimeout, OfflineAfter: c.OfflineAfter, Settings: taskSettings(e, modelID), Task: task,
 	}, coord)
 	if err != nil {
 		return nil, err

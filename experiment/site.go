@@ -34,7 +34,8 @@ type SiteConfig struct {
 	// Model is the site's checkpoint, resolved (the embedded model's folder
 	// when ModelArg is empty); its SHA-256 must be the coordinator's.
 	// ModelArg is the path as given (--model; empty: the embedded model).
-	Model, ModelArg string
+	// Vocab is the site's vocabulary (empty: the one beside the model).
+	Model, ModelArg, Vocab string
 	// Policy refuses tasks the site does not accept.
 	Policy SitePolicy
 	// Server is the coordinator's address; Name the site's certificate CN
@@ -81,23 +82,59 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 	if err := checkData(c.Data); err != nil {
 		return nil, err
 	}
+	if c.Experiment != nil { // experiment flags: --data checked before any connection
+		if err := siteData(c.Experiment.Clone(), c.Data); err != nil {
+			return nil, err
+		}
+	}
 	id, err := siteID(c)
 	if err != nil {
 		return nil, err
 	}
-	modelSHA, err := ModelSHA256(c.Model)
+	rt, err := ReceiveTask(ctx, c, id)
 	if err != nil {
+		return nil, err
+	}
+	return SiteFromTask(ctx, c, rt.Experiment, rt.Fingerprint, rt.Model, id)
+}
+
+// ReceivedTask is a coordinator's task as a site accepted it.
+type ReceivedTask struct {
+	// Experiment is what the site runs: the coordinator's experiment with
+	// the site's data, model and site-local settings.
+	Experiment *config.Experiment
+	// Fingerprint is the coordinator's, sent with every round.
+	Fingerprint string
+	// Model is the identity of the site's model (the coordinator's).
+	Model ModelID
+}
+
+// ReceiveTask asks the coordinator for its task as site c.Name (client
+// id), checks it against the site's policy, model and data, and keeps it
+// in c.State/task.yaml. A refusal (*TaskRefusal) or a task the site cannot
+// run is logged, sent to the coordinator (which logs it naming the site)
+// and returned. A process hosting several clients calls it once and
+// SiteFromTask per client.
+func ReceiveTask(ctx context.Context, c SiteConfig, id int) (*ReceivedTask, error) {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	modelID, err := IdentifyModel(c.Model, c.Vocab)
+	if err != nil {
+		if c.ModelArg != "" {
+			return nil, fmt.Errorf("--model %s: %w", c.ModelArg, err)
+		}
 		return nil, err
 	}
 	var own []string
 	if c.Experiment != nil {
-		own = taskSettings(c.Experiment, modelSHA)
+		own = taskSettings(c.Experiment, modelID)
 	}
 	tc := c.transport()
 	task, err := transport.FetchTask(ctx, tc, id, own)
 	var e *config.Experiment
 	if err == nil {
-		e, err = AcceptTask(task, c, modelSHA)
+		e, err = AcceptTask(task, c, modelID)
 	} else if !errors.Is(err, transport.ErrMalformedTask) {
 		return nil, err
 	}
@@ -108,14 +145,18 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 		err = keepTask(c.State, task)
 	}
 	if err != nil {
-		c.Logger.Error("the site refuses the coordinator's task", "site", c.Name, "reason", err)
-		if rerr := transport.RefuseTask(ctx, tc, id, err.Error()); rerr != nil {
+		reason := err.Error()
+		if r, ok := errors.AsType[*TaskRefusal](err); ok {
+			reason = r.Reason
+		}
+		c.Logger.Error("the site refuses the coordinator's task", "site", c.Name, "reason", reason)
+		if rerr := transport.RefuseTask(ctx, tc, id, reason); rerr != nil {
 			c.Logger.Warn("the refusal could not be sent to the coordinator", "site", c.Name, "err", rerr)
 		}
 		return nil, err
 	}
 	c.Logger.Info("task accepted", "site", c.Name, "client", id, "fingerprint", task.Fingerprint, "methods", e.Methods, "rounds", e.Federation.Rounds)
-	return SiteFromTask(ctx, c, e, task.Fingerprint, modelSHA, id)
+	return &ReceivedTask{Experiment: e, Fingerprint: task.Fingerprint, Model: modelID}, nil
 }
 
 // transport is the site's connection settings.
@@ -152,12 +193,12 @@ func taskFingerprint(data []byte) string {
 }
 
 // SiteFromTask builds client id of experiment e (the coordinator's task as
-// AcceptTask returns it; fingerprint and modelSHA are the task's) and
+// AcceptTask returns it; fingerprint and model are the task's) and
 // serves it as site c until the federation ends. Its private state stays
 // in State/state; its evaluations go to State/metrics.jsonl and, at the
 // end, what it keeps to State/sites/<method>/client_NNN.safetensors, the
 // file `pfedmma run` writes for that client.
-func SiteFromTask(ctx context.Context, c SiteConfig, e *config.Experiment, fingerprint, modelSHA string, id int) (*SiteResult, error) {
+func SiteFromTask(ctx context.Context, c SiteConfig, e *config.Experiment, fingerprint string, model ModelID, id int) (*SiteResult, error) {
 	o, err := FromConfig(e, c.Model, e.Seed, c.State)
 	if err != nil {
 		return nil, err
@@ -177,7 +218,7 @@ func SiteFromTask(ctx context.Context, c SiteConfig, e *config.Experiment, finge
 	state := filepath.Join(c.State, "state")
 	sc := &siteClient{Client: f.Client(id), fingerprint: fingerprint, metrics: filepath.Join(c.State, "metrics.jsonl")}
 	tc := c.transport()
-	tc.Logger, tc.StateDir, tc.Settings = logger, state, taskSettings(e, modelSHA)
+	tc.Logger, tc.StateDir, tc.Settings = logger, state, taskSettings(e, model)
 	if err := transport.RunSite(ctx, tc, sc); err != nil {
 		return nil, err
 	}

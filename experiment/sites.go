@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/certs"
+	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/transport"
 )
@@ -77,79 +78,135 @@ type HostedSiteResult struct {
 // certificate, the i-th of the certificates folder's sites.txt (with
 // --insecure-dev, the i-th of --sites), so that the coordinator checks each
 // hosted client as it checks a site process of its own. c.Name must be
-// empty. The clients share one loaded model and frozen-prefix cache, and
-// train and evaluate one after the other (the process's threads go to the
-// client at work); each keeps its private state, metrics and final
-// parameters in its own folder, STATE/site-NAME (STATE: c.State, default
-// the working folder), the folder a single `pfedmma site --name NAME`
-// started there keeps.
+// empty. The task (the coordinator's experiment) is fetched once, with the
+// first hosted client's certificate, and checked as Site checks it; every
+// client then registers with its own settings. The clients share one
+// loaded model and frozen-prefix cache, and train and evaluate one after
+// the other (the process's threads go to the client at work); each keeps
+// its task, private state, metrics and final parameters in its own folder,
+// STATE/site-NAME (STATE: c.State, default the working folder), the folder
+// a single `pfedmma site --name NAME` started there keeps.
 func HostSites(ctx context.Context, c SiteConfig, spec string) ([]HostedSiteResult, error) {
 	switch {
 	case c.Name != "":
 		return nil, errors.New("--name and --clients exclude each other: with --clients each hosted client speaks with its own site certificate, named by the certificates folder's sites.txt (or --sites with --insecure-dev)")
 	case c.Server == "" || c.Data == "" || (c.Certs == "" && !c.Insecure):
 		return nil, errors.New("--server, --certs, --clients and --data are required")
-	case c.Experiment == nil:
-		return nil, errors.New("--clients needs the experiment's --config/--preset/--set (hosted clients do not yet receive the task from the coordinator)")
 	}
 	ids, err := ParseClients(spec)
 	if err != nil {
 		return nil, err
 	}
-	e := c.Experiment
-	if n := e.Federation.Clients; n > 0 && ids[len(ids)-1] >= n {
-		return nil, fmt.Errorf("--clients %s: client %d is beyond the federation's clients 0..%d (federation.clients=%d)", spec, ids[len(ids)-1], n-1, n)
+	if c.Experiment != nil {
+		if err := clientsWithin(spec, ids, c.Experiment); err != nil {
+			return nil, err
+		}
 	}
 	names, err := hostedNames(c, spec, ids)
 	if err != nil {
 		return nil, err
 	}
-	if err := siteData(e, c.Data); err != nil {
+	if err := checkData(c.Data); err != nil {
 		return nil, err
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	root := c.State
 	if root == "" {
 		root = "."
 	}
-	o, err := FromConfig(e, c.Model, e.Seed, root)
+	hosted := make([]SiteConfig, len(ids))
+	for i := range ids {
+		hosted[i] = c
+		hosted[i].Name, hosted[i].State = names[i], filepath.Join(root, "site-"+names[i])
+		hosted[i].Logger = c.Logger.With("client", ids[i])
+	}
+	modelID, err := IdentifyModel(c.Model, c.Vocab)
+	if err != nil {
+		if c.ModelArg != "" {
+			return nil, fmt.Errorf("--model %s: %w", c.ModelArg, err)
+		}
+		return nil, err
+	}
+	var own []string
+	if c.Experiment != nil {
+		own = taskSettings(c.Experiment, modelID)
+	}
+	task, err := transport.FetchTask(ctx, hosted[0].transport(), ids[0], own)
+	var e *config.Experiment
+	if err == nil {
+		e, err = AcceptTask(task, c, modelID)
+	} else if !errors.Is(err, transport.ErrMalformedTask) {
+		return nil, err
+	}
+	if err == nil {
+		err = siteData(e, c.Data)
+	}
+	if err == nil {
+		err = clientsWithin(spec, ids, e)
+	}
+	for i := range hosted {
+		if err == nil {
+			err = keepTask(hosted[i].State, task)
+		}
+	}
+	if err != nil {
+		c.Logger.Error("the site process refuses the coordinator's task", "clients", spec, "reason", err)
+		if rerr := transport.RefuseTask(ctx, hosted[0].transport(), ids[0], err.Error()); rerr != nil {
+			c.Logger.Warn("the refusal could not be sent to the coordinator", "site", names[0], "err", rerr)
+		}
+		return nil, err
+	}
+	c.Logger.Info("task accepted", "clients", spec, "sites", strings.Join(names, ","), "fingerprint", task.Fingerprint, "methods", e.Methods, "rounds", e.Federation.Rounds)
+	return hostFromTask(ctx, hosted, ids, e, task.Fingerprint, modelID)
+}
+
+// clientsWithin checks the hosted clients ids against e's federation.clients.
+func clientsWithin(spec string, ids []int, e *config.Experiment) error {
+	if n := e.Federation.Clients; n > 0 && ids[len(ids)-1] >= n {
+		return fmt.Errorf("--clients %s: client %d is beyond the federation's clients 0..%d (federation.clients=%d)", spec, ids[len(ids)-1], n-1, n)
+	}
+	return nil
+}
+
+// hostFromTask builds the clients ids of experiment e once and serves them,
+// client ids[i] as site hosted[i], until the federation ends (SiteFromTask
+// for several clients).
+func hostFromTask(ctx context.Context, hosted []SiteConfig, ids []int, e *config.Experiment, fingerprint string, model ModelID) ([]HostedSiteResult, error) {
+	o, err := FromConfig(e, hosted[0].Model, e.Seed, hosted[0].State)
 	if err != nil {
 		return nil, err
 	}
 	f, err := PrepareFederated(ctx, o, ids[len(ids)-1])
 	if err != nil {
-		return nil, fmt.Errorf("--clients %s: %w", spec, err)
+		return nil, fmt.Errorf("--clients: %w", err)
 	}
 	defer f.Close()
-	logger := c.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
 	res := make([]HostedSiteResult, len(ids))
-	hosted := make([]transport.HostedSite, len(ids))
+	sites := make([]transport.HostedSite, len(ids))
 	for i, id := range ids {
-		dir := filepath.Join(root, "site-"+names[i])
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		h := hosted[i]
+		if err := os.MkdirAll(h.State, 0o755); err != nil {
 			return nil, err
 		}
-		res[i] = HostedSiteResult{ID: id, Name: names[i], State: dir}
-		hosted[i] = transport.HostedSite{
-			Config: transport.SiteConfig{Addr: c.Server, CertsDir: c.Certs, Name: names[i], Insecure: c.Insecure,
-				StateDir: filepath.Join(dir, "state"), Logger: logger.With("client", id), Settings: e.Settings()},
-			Client: &siteClient{Client: f.Client(id), fingerprint: e.Fingerprint(), metrics: filepath.Join(dir, "metrics.jsonl")},
-		}
+		res[i] = HostedSiteResult{ID: id, Name: h.Name, State: h.State}
+		tc := h.transport()
+		tc.StateDir, tc.Settings = filepath.Join(h.State, "state"), taskSettings(e, model)
+		sites[i] = transport.HostedSite{Config: tc,
+			Client: &siteClient{Client: f.Client(id), fingerprint: fingerprint, metrics: filepath.Join(h.State, "metrics.jsonl")}}
 	}
-	logger.Info("hosting clients", "clients", spec, "sites", strings.Join(names, ","), "state", root)
-	if err := transport.RunSites(ctx, hosted, 1); err != nil {
+	if err := transport.RunSites(ctx, sites, 1); err != nil {
 		return nil, err
 	}
 	for i, id := range ids {
 		// a site restarted after its last task holds its initial state in
 		// memory: keep what it saved
-		if err := federation.NewSite(f.Client(id), hosted[i].Config.StateDir).Restore(); err != nil {
-			return nil, fmt.Errorf("site %s (client %d): %w", names[i], id, err)
+		if err := federation.NewSite(f.Client(id), sites[i].Config.StateDir).Restore(); err != nil {
+			return nil, fmt.Errorf("site %s (client %d): %w", res[i].Name, id, err)
 		}
-		if err := f.WriteSite(res[i].State, id, map[string]string{"site": names[i]}); err != nil {
-			return nil, fmt.Errorf("site %s (client %d): %w", names[i], id, err)
+		if err := f.WriteSite(res[i].State, id, map[string]string{"site": res[i].Name}); err != nil {
+			return nil, fmt.Errorf("site %s (client %d): %w", res[i].Name, id, err)
 		}
 	}
 	return res, nil

@@ -1,27 +1,52 @@
 package experiment
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/tensor"
+	"github.com/pfedmma/pfedmma/tokenizer"
 	"github.com/pfedmma/pfedmma/transport"
 )
 
-// ModelSHA256Key is the setting a coordinator and its sites compare for the
-// model's identity (its weights' SHA-256) in place of its path, which is
-// each machine's own.
-const ModelSHA256Key = "model_sha256"
+// ModelSHA256Key and VocabSHA256Key are the settings a coordinator and its
+// sites compare for the model's identity (the SHA-256 of its weights and
+// of its vocabulary) in place of their paths, which are each machine's own.
+const (
+	ModelSHA256Key = "model_sha256"
+	VocabSHA256Key = "vocab_sha256"
+)
 
 // TaskName names the coordinator's task in errors about its content.
 const TaskName = "the coordinator's task"
+
+// ModelID identifies a model by content: the SHA-256 of its weight file(s)
+// and of its tokenizer's vocabulary.
+type ModelID struct{ Weights, Vocab string }
+
+// IdentifyModel hashes the checkpoint at model (a file or a model folder)
+// and its vocabulary: vocab, or the one beside the model when empty.
+func IdentifyModel(model, vocab string) (ModelID, error) {
+	w, err := ModelSHA256(model)
+	if err != nil {
+		return ModelID{}, err
+	}
+	v, err := VocabSHA256(model, vocab)
+	if err != nil {
+		return ModelID{}, err
+	}
+	return ModelID{Weights: w, Vocab: v}, nil
+}
 
 // ModelSHA256 identifies a checkpoint (a file or a model folder) by the
 // SHA-256 of its weight file(s), read in the loader's order: for a single
@@ -31,42 +56,73 @@ func ModelSHA256(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("model: %w", err)
 	}
+	return hashFiles(info.Files...)
+}
+
+// VocabSHA256 identifies the vocabulary LoadModel reads for model: vocab,
+// or the one found beside the model when empty (a Hugging Face vocab.json
+// with its merges.txt).
+func VocabSHA256(model, vocab string) (string, error) {
+	if vocab == "" {
+		var err error
+		if vocab, err = tokenizer.FindVocab(model); err != nil {
+			return "", fmt.Errorf("vocabulary: %w", err)
+		}
+	}
+	files := []string{vocab}
+	if filepath.Base(vocab) == tokenizer.HFVocab {
+		files = append(files, filepath.Join(filepath.Dir(vocab), tokenizer.HFMerges))
+	}
+	h, err := hashFiles(files...)
+	if err != nil {
+		return "", fmt.Errorf("vocabulary: %w", err)
+	}
+	return h, nil
+}
+
+// hashFiles is the SHA-256 of the files' contents, one after the other.
+func hashFiles(names ...string) (string, error) {
 	h := sha256.New()
-	for _, name := range info.Files {
+	for _, name := range names {
 		f, err := os.Open(name)
 		if err != nil {
-			return "", fmt.Errorf("model: %w", err)
+			return "", err
 		}
 		_, err = io.Copy(h, f)
 		f.Close()
 		if err != nil {
-			return "", fmt.Errorf("model %s: %w", name, err)
+			return "", fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // taskSettings are the settings a coordinator and its sites compare: the
-// experiment's, with the model's hash for its path.
-func taskSettings(e *config.Experiment, modelSHA string) []string {
-	s := append(e.TaskSettings(), ModelSHA256Key+"="+modelSHA)
+// experiment's, with the model's identity for its paths.
+func taskSettings(e *config.Experiment, id ModelID) []string {
+	s := append(e.TaskSettings(), ModelSHA256Key+"="+id.Weights, VocabSHA256Key+"="+id.Vocab)
 	slices.Sort(s)
 	return s
 }
 
 // serveTask is the task Serve sends its sites: the experiment without
-// site-local settings, the model's hash, the fingerprint and the size of
-// one upload (spec: the shared tensors' shapes).
-func serveTask(e *config.Experiment, modelSHA string, spec map[string][]int) (*transport.Task, error) {
+// site-local settings, the model's identity, the fingerprint and the size
+// of one upload (spec: the shared tensors' shapes, encoded as
+// federation.compress says).
+func serveTask(e *config.Experiment, id ModelID, spec map[string][]int) (*transport.Task, error) {
 	y, err := e.TaskYAML()
 	if err != nil {
 		return nil, err
 	}
+	codec, err := compress.Parse(e.Federation.Compress)
+	if err != nil {
+		return nil, fmt.Errorf("federation.compress: %w", err)
+	}
 	var bytes int64
 	for _, shape := range spec {
-		bytes += 4 * int64(tensor.Numel(shape))
+		bytes += int64(codec.Size(tensor.Numel(shape)))
 	}
-	return &transport.Task{Experiment: y, ModelSHA256: modelSHA, Fingerprint: e.Fingerprint(), UploadBytes: bytes}, nil
+	return &transport.Task{Experiment: y, ModelSHA256: id.Weights, VocabSHA256: id.Vocab, Fingerprint: e.Fingerprint(), UploadBytes: bytes}, nil
 }
 
 // SitePolicy is what tasks a site accepts.
@@ -86,10 +142,10 @@ func (r *TaskRefusal) Error() string { return "the site refuses the coordinator'
 
 // AcceptTask reads the coordinator's task as site c (its data folder or
 // world, its model, its site-local overrides) and checks it against the
-// site's policy and model (modelSHA, the SHA-256 of c.Model). It returns
-// the experiment the site runs, or a *TaskRefusal, or an error naming what
-// is malformed in the task.
-func AcceptTask(task *transport.Task, c SiteConfig, modelSHA string) (*config.Experiment, error) {
+// site's policy and model (id, the identity of c.Model and its
+// vocabulary). It returns the experiment the site runs, or a *TaskRefusal,
+// or an error naming what is malformed in the task.
+func AcceptTask(task *transport.Task, c SiteConfig, id ModelID) (*config.Experiment, error) {
 	sets := slices.Clone(c.Local)
 	sets = append(sets, "model="+c.ModelArg)
 	if c.Data != "world" {
@@ -105,9 +161,13 @@ func AcceptTask(task *transport.Task, c SiteConfig, modelSHA string) (*config.Ex
 	if c.Experiment != nil { // site-local settings of the site's own configuration
 		e.Threads, e.Cache = c.Experiment.Threads, c.Experiment.Cache
 	}
-	if task.ModelSHA256 != modelSHA {
+	if task.ModelSHA256 != id.Weights {
 		return nil, &TaskRefusal{fmt.Sprintf("the coordinator's model has SHA-256 %s, this site's (%s) %s: give the coordinator's checkpoint with --model FILE (a site never downloads weights)",
-			task.ModelSHA256, modelName(c.ModelArg), modelSHA)}
+			task.ModelSHA256, modelName(c.ModelArg), id.Weights)}
+	}
+	if task.VocabSHA256 != id.Vocab {
+		return nil, &TaskRefusal{fmt.Sprintf("the coordinator's vocabulary has SHA-256 %s, this site's (%s) %s: put the coordinator's vocabulary beside the model or give it with --set vocab=FILE",
+			task.VocabSHA256, cmp.Or(e.Vocab, "beside "+modelName(c.ModelArg)), id.Vocab)}
 	}
 	method, err := TrainedMethod(e.Methods)
 	if err != nil {
@@ -117,7 +177,7 @@ func AcceptTask(task *transport.Task, c SiteConfig, modelSHA string) (*config.Ex
 		return nil, &TaskRefusal{fmt.Sprintf("method %s is not among --accept-methods %s", method, strings.Join(c.Policy.AcceptMethods, ","))}
 	}
 	if lim := c.Policy.MaxUploadMiB; lim > 0 && float64(task.UploadBytes) > lim*(1<<20) {
-		return nil, &TaskRefusal{fmt.Sprintf("one upload of method %s weighs %.2f MiB, over --max-upload-mib %g", method, float64(task.UploadBytes)/(1<<20), lim)}
+		return nil, &TaskRefusal{fmt.Sprintf("one upload of method %s weighs %.4g MiB (%d bytes), over --max-upload-mib %g", method, float64(task.UploadBytes)/(1<<20), task.UploadBytes, lim)}
 	}
 	return e, nil
 }

@@ -184,6 +184,9 @@ func (c *Coordinator) setup() (map[int]ClientProxy, []ClientInfo, error) {
 		infos = append(infos, ClientInfo{ID: p.ID(), NumExamples: p.NumExamples()})
 	}
 	sort.Slice(infos, func(i, j int) bool { return infos[i].ID < infos[j].ID })
+	if err := c.checkSecure(); err != nil {
+		return nil, nil, err
+	}
 	return byID, infos, nil
 }
 
@@ -396,7 +399,7 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 	}
 	t1 := time.Now()
 	rep.FitSeconds = t1.Sub(t0).Seconds()
-	if results, err = c.combineSecure(ctx, r, results); err != nil {
+	if results, err = c.combineSecure(ctx, r, results, &rep); err != nil {
 		return rep, err
 	}
 	if err := c.Strategy.Aggregate(r, results, failures); err != nil {

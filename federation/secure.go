@@ -167,8 +167,10 @@ func (c *Coordinator) beginSecure(r int, selected []int, cfg map[string]string) 
 	return out, nil
 }
 
-// combineSecure replaces the round's results by their secure aggregate.
-func (c *Coordinator) combineSecure(ctx context.Context, r int, results []FitResult) ([]FitResult, error) {
+// combineSecure replaces the round's results by their secure aggregate,
+// and counts as the round's upload what the sites sent of their updates:
+// MaskedBytes each (the same in simulation and over the network).
+func (c *Coordinator) combineSecure(ctx context.Context, r int, results []FitResult, rep *RoundReport) ([]FitResult, error) {
 	if c.Secure == nil {
 		return results, nil
 	}
@@ -176,5 +178,23 @@ func (c *Coordinator) combineSecure(ctx context.Context, r int, results []FitRes
 	if err != nil {
 		return nil, fmt.Errorf("secure aggregation: %w", err)
 	}
+	rep.BytesUp = int64(len(results)) * MaskedBytes(LayoutOf(comb.Params).Len())
 	return []FitResult{comb}, nil
+}
+
+// MaskedBytes is the size of a masked update of n values: n + 1 words
+// (the weight) of 8 bytes. Keys and shares, a few hundred bytes per
+// neighbour, are not counted.
+func MaskedBytes(n int) int64 { return 8 * int64(n+1) }
+
+// checkSecure refuses secure aggregation when a sampled round would take a
+// single client: its "sum" would be its update.
+func (c *Coordinator) checkSecure() error {
+	if c.Secure == nil {
+		return nil
+	}
+	if n := NewSampler(c.Fraction, 0).Count(len(c.Proxies)); n < 2 {
+		return fmt.Errorf("secure aggregation needs at least 2 clients a round: %d clients at fraction %g give %d (raise federation.fraction or federation.clients)", len(c.Proxies), c.Fraction, n)
+	}
+	return nil
 }

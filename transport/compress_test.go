@@ -16,6 +16,7 @@ import (
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/transport/internal/toy"
 	"github.com/pfedmma/pfedmma/transport/pb"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -78,6 +79,27 @@ func TestCompressedNetworkMatchesInProcess(t *testing.T) {
 			sameNamed(t, f.strat.Global(), strat.Global())
 			if slices.Equal(strat.Global()["shared.w"].Data, plain["shared.w"].Data) {
 				t.Errorf("%s left the global as without compression: not applied", c)
+			}
+			// the dashboard shows the encoded bytes, and the bytes
+			// counters count them
+			st := f.srv.Status()
+			var up int64
+			for r := range rounds {
+				up += f.hist.Rounds[r].BytesUp
+				if st.History[r].BytesUp != f.hist.Rounds[r].BytesUp || st.History[r].BytesDown != f.hist.Rounds[r].BytesDown {
+					t.Errorf("dashboard round %d: %d bytes up, %d down; the round report %d, %d", r,
+						st.History[r].BytesUp, st.History[r].BytesDown, f.hist.Rounds[r].BytesUp, f.hist.Rounds[r].BytesDown)
+				}
+			}
+			if st.Compress != string(c) {
+				t.Errorf("dashboard: compress %q, want %q", st.Compress, c)
+			}
+			var m dto.Metric
+			if err := f.srv.Metrics().BytesIn.Write(&m); err != nil {
+				t.Fatal(err)
+			}
+			if got := m.GetCounter().GetValue(); got != float64(up) {
+				t.Errorf("pfedmma_bytes_in_total %v, want the %d encoded bytes uploaded", got, up)
 			}
 			for r := range rounds {
 				g, w := f.hist.Rounds[r], wantHist.Rounds[r]

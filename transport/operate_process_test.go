@@ -67,10 +67,14 @@ func ended(t *testing.T, p *proc, d time.Duration) error {
 // result is the uninterrupted one (nothing of the second process was
 // aggregated).
 func TestProcessDuplicateSession(t *testing.T) {
-	const n, rounds, seed = 3, 8, 7
+	// rounds enough that the first session is still connected when the
+	// second one gives up (-duplicate-grace)
+	const n, rounds, seed = 3, 20, 7
 	f := newProcFed(t, n)
 	want, _ := reference(t, n, rounds, 1, seed)
-	coord := f.coord(t, "-rounds", fmt.Sprint(rounds), "-seed", fmt.Sprint(seed))
+	// -offline-after: a loaded machine must not make the first session
+	// look gone (then the second would take over, as it should)
+	coord := f.coord(t, "-rounds", fmt.Sprint(rounds), "-seed", fmt.Sprint(seed), "-offline-after", "10s")
 	var sites []*proc
 	for i := range n {
 		sites = append(sites, f.site(t, i, "", "-delay", "150ms"))
@@ -108,7 +112,9 @@ func TestProcessFullDisk(t *testing.T) {
 	const n, rounds, seed = 3, 6, 7
 	f := newProcFed(t, n)
 	want, _ := reference(t, n, rounds, 1, seed)
-	args := []string{"-rounds", fmt.Sprint(rounds), "-seed", fmt.Sprint(seed), "-tolerate", "-retry-every", "200ms"}
+	// -offline-after: no site read offline on a loaded machine (the
+	// result must be the uninterrupted run's)
+	args := []string{"-rounds", fmt.Sprint(rounds), "-seed", fmt.Sprint(seed), "-tolerate", "-retry-every", "200ms", "-offline-after", "10s"}
 	coord := f.coord(t, append(args, "-full-disk-after-round", "2")...)
 	var sites []*proc
 	for i := range n {

@@ -135,6 +135,9 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	}
 	srv.mu.Lock()
 	srv.status.Fingerprint = cfg.Fingerprint
+	if c := cmpCodec(cfg.Compress); c != compress.None {
+		srv.status.Compress = string(c)
+	}
 	srv.mu.Unlock()
 	lis, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

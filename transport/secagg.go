@@ -13,9 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/pfedmma/pfedmma/coordstore"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/secagg"
@@ -43,8 +40,11 @@ const secAggPoll = 50 * time.Millisecond
 // aggregation (federation.SimulatedSecure, what `pfedmma run` uses) by the
 // networked protocol with the same quantiser and weights: the result has
 // the same bits, and the coordinator never holds an update in the clear.
+// Every selected site's task must be out at once (the steps wait for all
+// of them): the coordinator asks all its proxies in parallel.
 func (s *Server) useSecureAggregation(coord *federation.Coordinator) {
 	if sim, ok := coord.Secure.(*federation.SimulatedSecure); ok {
+		coord.Parallel = max(coord.Parallel, len(coord.Proxies))
 		coord.Secure = &secAggregator{s: s, quant: sim.Quant, uniform: sim.Uniform}
 		s.mu.Lock()
 		s.secAgg = coord.Secure.(*secAggregator)
@@ -97,7 +97,14 @@ type secRound struct {
 	revealed map[int]bool
 
 	stop     chan struct{} // closed (end) when a newer session or the combination ends this one
+	arrived  chan struct{} // closed and remade (under the aggregator's lock) when a step's message arrives
 	stopOnce sync.Once
+}
+
+// arrive wakes the barriers (the aggregator's lock held).
+func (r *secRound) arrive() {
+	close(r.arrived)
+	r.arrived = make(chan struct{})
 }
 
 // end stops the session's barriers and waiting steps.
@@ -123,7 +130,7 @@ func (a *secAggregator) Begin(round int, selected []int) (map[string]string, err
 		advertised: map[int]bool{}, keysDone: make(chan struct{}),
 		shared: map[int]bool{}, sharesDone: make(chan struct{}),
 		masked: map[int]int{}, metrics: map[int]map[string]float64{}, maskedDone: make(chan struct{}),
-		revealed: map[int]bool{}, stop: make(chan struct{})}
+		revealed: map[int]bool{}, stop: make(chan struct{}), arrived: make(chan struct{})}
 	r.opts.Degree, r.opts.Threshold = cfg.Degree, cfg.Threshold
 	a.mu.Lock()
 	if a.cur != nil {
@@ -145,7 +152,8 @@ func (a *secAggregator) Begin(round int, selected []int) (map[string]string, err
 }
 
 // waitSites waits until every site of want has done (per done) or is no
-// longer alive; false when the session was stopped.
+// longer alive; false when the session was stopped. It looks again when a
+// message arrives, and at least every secAggPoll (liveness).
 func (a *secAggregator) waitSites(r *secRound, want []int, done func(id int) bool) bool {
 	tk := time.NewTicker(secAggPoll)
 	defer tk.Stop()
@@ -158,6 +166,7 @@ func (a *secAggregator) waitSites(r *secRound, want []int, done func(id int) boo
 				break
 			}
 		}
+		arrived := r.arrived
 		a.mu.Unlock()
 		if ready {
 			return true
@@ -165,6 +174,7 @@ func (a *secAggregator) waitSites(r *secRound, want []int, done func(id int) boo
 		select {
 		case <-r.stop:
 			return false
+		case <-arrived:
 		case <-tk.C:
 		}
 	}
@@ -303,7 +313,9 @@ func (s *Server) SecAgg(ctx context.Context, req *pb.SecAggRequest) (*pb.SecAggR
 	a := s.secAgg
 	s.mu.Unlock()
 	if a == nil {
-		return nil, status.Error(codes.FailedPrecondition, "this federation does not use secure aggregation")
+		// (a refusal, not an error: a restarted coordinator answers so
+		// until its rounds start)
+		return secAggRefuse("this coordinator runs no secure aggregation now"), nil
 	}
 	a.mu.Lock()
 	r := a.cur
@@ -411,6 +423,7 @@ func (a *secAggregator) advertise(ctx context.Context, r *secRound, st *siteStat
 	}
 	if err == nil {
 		r.advertised[st.id] = true
+		r.arrive()
 	}
 	a.mu.Unlock()
 	if err != nil {
@@ -437,6 +450,7 @@ func (a *secAggregator) share(ctx context.Context, r *secRound, st *siteState, r
 	}
 	if err == nil {
 		r.shared[st.id] = true
+		r.arrive()
 	}
 	a.mu.Unlock()
 	if err != nil {
@@ -537,6 +551,7 @@ func (a *secAggregator) reveal(r *secRound, st *siteState, req *pb.SecAggRequest
 	}
 	if err == nil {
 		r.revealed[st.id] = true
+		r.arrive()
 	}
 	a.mu.Unlock()
 	if err != nil {

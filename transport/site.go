@@ -329,7 +329,9 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 func (r *SiteRunner) upload(ctx context.Context, cli pb.FederationClient, h *pb.TaskHeader, res federation.FitRes, log *slog.Logger) error {
 	codec, err := compress.Parse(h.UploadCompression)
 	if err != nil {
-		return fmt.Errorf("task %s: upload_compression: %w", h.TaskId, err)
+		// a coordinator asking for an encoding this build lacks: retrying
+		// cannot help
+		return fmt.Errorf("site %q: %w: task %s: upload_compression: %w", r.Name, ErrRefused, h.TaskId, err)
 	}
 	data, blob, err := encodeMessage(res.Params, codec)
 	if err != nil {

@@ -41,16 +41,19 @@ type Task struct {
 	// ModelSHA256 identifies the model (64 hex digits): a site never
 	// downloads weights, it must hold a model with this hash.
 	ModelSHA256 string
+	// VocabSHA256 identifies the tokenizer's vocabulary (64 hex digits).
+	VocabSHA256 string
 	// Fingerprint is the experiment's fingerprint, sent with every round.
 	Fingerprint string
 	// UploadBytes is what one upload of the method's shared tensors
-	// weighs (float32), for the site's --max-upload-mib.
+	// weighs (encoded as federation.compress says), for the site's
+	// --max-upload-mib.
 	UploadBytes int64
 }
 
 // toProto is the wire form of t.
 func (t *Task) toProto() *pb.TaskExperiment {
-	return &pb.TaskExperiment{ExperimentYaml: t.Experiment, ModelSha256: t.ModelSHA256, Fingerprint: t.Fingerprint, UploadBytes: t.UploadBytes}
+	return &pb.TaskExperiment{ExperimentYaml: t.Experiment, ModelSha256: t.ModelSHA256, VocabSha256: t.VocabSHA256, Fingerprint: t.Fingerprint, UploadBytes: t.UploadBytes}
 }
 
 // TaskFromProto checks a task received from the coordinator; errors name
@@ -68,6 +71,9 @@ func TaskFromProto(m *pb.TaskExperiment) (*Task, error) {
 	if err := checkSHA256(m.ModelSha256); err != nil {
 		errs = append(errs, fmt.Errorf("task field model_sha256: %w", err))
 	}
+	if err := checkSHA256(m.VocabSha256); err != nil {
+		errs = append(errs, fmt.Errorf("task field vocab_sha256: %w", err))
+	}
 	if err := checkSHA256(m.Fingerprint); err != nil {
 		errs = append(errs, fmt.Errorf("task field fingerprint: %w", err))
 	}
@@ -77,7 +83,7 @@ func TaskFromProto(m *pb.TaskExperiment) (*Task, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrMalformedTask, errors.Join(errs...))
 	}
-	return &Task{Experiment: m.ExperimentYaml, ModelSHA256: m.ModelSha256, Fingerprint: m.Fingerprint, UploadBytes: m.UploadBytes}, nil
+	return &Task{Experiment: m.ExperimentYaml, ModelSHA256: m.ModelSha256, VocabSHA256: m.VocabSha256, Fingerprint: m.Fingerprint, UploadBytes: m.UploadBytes}, nil
 }
 
 // checkSHA256 accepts 64 lower-case hex digits.

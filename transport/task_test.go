@@ -13,7 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/transport/pb"
 )
 
-var testTask = &Task{Experiment: []byte("federation:\n  rounds: 3\n"), ModelSHA256: strings.Repeat("ab", 32),
+var testTask = &Task{Experiment: []byte("federation:\n  rounds: 3\n"), ModelSHA256: strings.Repeat("ab", 32), VocabSHA256: strings.Repeat("cd", 32),
 	Fingerprint: strings.Repeat("0f", 32), UploadBytes: 4096}
 
 // taskServer serves a coordinator with sites s0 and s1 (clear text) that
@@ -60,7 +60,7 @@ func TestFetchTask(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no task within 10 s of the coordinator's start")
 	}
-	if string(task.Experiment) != string(testTask.Experiment) || task.ModelSHA256 != testTask.ModelSHA256 ||
+	if string(task.Experiment) != string(testTask.Experiment) || task.ModelSHA256 != testTask.ModelSHA256 || task.VocabSHA256 != testTask.VocabSHA256 ||
 		task.Fingerprint != testTask.Fingerprint || task.UploadBytes != testTask.UploadBytes {
 		t.Errorf("task %+v, sent %+v", task, testTask)
 	}
@@ -133,6 +133,7 @@ func TestTaskFromProto(t *testing.T) {
 		{"experiment_yaml", func(m *pb.TaskExperiment) { m.ExperimentYaml = make([]byte, MaxTaskBytes+1) }},
 		{"model_sha256", func(m *pb.TaskExperiment) { m.ModelSha256 = "abc" }},
 		{"model_sha256", func(m *pb.TaskExperiment) { m.ModelSha256 = strings.Repeat("AB", 32) }},
+		{"vocab_sha256", func(m *pb.TaskExperiment) { m.VocabSha256 = "" }},
 		{"fingerprint", func(m *pb.TaskExperiment) { m.Fingerprint = strings.Repeat("zz", 32) }},
 		{"upload_bytes", func(m *pb.TaskExperiment) { m.UploadBytes = -1 }},
 	} {

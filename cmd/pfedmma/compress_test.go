@@ -15,10 +15,10 @@ import (
 
 // TestServeCompressedEqualsRun: CLIP-LoRA under aggregate: product (dense
 // D×D deltas) as a federation over the network with `serve --compress
-// int8` (sites with --set federation.compress=int8) ends with the global
-// tensors, the table and the summary's bytes of `pfedmma run --set
-// federation.compress=int8`, bit for bit; the summary counts the int8
-// bytes, under a third of float32's.
+// int8` (sites started with no experiment flags: the task carries the
+// setting) ends with the global tensors, the table and the summary's bytes
+// of `pfedmma run --set federation.compress=int8`, bit for bit; the
+// summary counts the int8 bytes, under a third of float32's.
 func TestServeCompressedEqualsRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the multi-process federation test")
@@ -51,7 +51,7 @@ func TestServeCompressedEqualsRun(t *testing.T) {
 	l.Close()
 	start := func(args ...string) (*exec.Cmd, *bytes.Buffer) {
 		var buf bytes.Buffer
-		cmd := exec.Command(bin, append(args, sets...)...)
+		cmd := exec.Command(bin, args...)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &buf, &buf
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -60,10 +60,11 @@ func TestServeCompressedEqualsRun(t *testing.T) {
 		return cmd, &buf
 	}
 	names := "site-a,site-b,site-c"
-	coord, coordLog := start("serve", "--listen", addr, "--insecure-dev", "--sites", names, "--state", "coord", "--compress", "int8")
+	coord, coordLog := start(append([]string{"serve", "--listen", addr, "--insecure-dev", "--sites", names, "--state", "coord", "--compress", "int8"}, sets...)...)
+	// the sites receive the experiment, compression included, from the
+	// coordinator
 	for _, s := range strings.Split(names, ",") {
-		start("site", "--server", addr, "--insecure-dev", "--sites", names, "--name", s, "--data", "world", "--state", "state-"+s,
-			"--set", "federation.compress=int8")
+		start("site", "--server", addr, "--insecure-dev", "--sites", names, "--name", s, "--data", "world", "--state", "state-"+s)
 	}
 	done := make(chan error, 1)
 	go func() { done <- coord.Wait() }()

@@ -237,12 +237,25 @@ func stringList(v any) []string {
 // code blocks uses only subcommands and flags the real binary accepts.
 func TestDeployFiles(t *testing.T) {
 	var cmds []deployCommand
+	// shellcheck, where installed (Debian: apt-get install shellcheck), also
+	// lints the scripts
+	lint, _ := exec.LookPath("shellcheck")
+	if lint == "" {
+		t.Log("shellcheck is not installed: the scripts are checked with sh -n only")
+	}
 	shellCheck := func(where, script string) {
 		t.Helper()
 		c := exec.Command("sh", "-n")
 		c.Stdin = strings.NewReader(script)
 		if out, err := c.CombinedOutput(); err != nil {
 			t.Errorf("%s is not valid sh: %v\n%s", where, err, out)
+		}
+		if lint != "" {
+			c := exec.Command(lint, "-s", "sh", "-")
+			c.Stdin = strings.NewReader(script)
+			if out, err := c.CombinedOutput(); err != nil {
+				t.Errorf("shellcheck %s: %v\n%s", where, err, out)
+			}
 		}
 		for _, a := range pfedmmaArgs(script) {
 			cmds = append(cmds, deployCommand{where, a})
@@ -373,26 +386,29 @@ func TestDeployFiles(t *testing.T) {
 		t.Errorf("the coordinator StatefulSet: want one replica and a volume claim for its state")
 	}
 
-	// the README's code blocks
-	readme, err := os.ReadFile(filepath.Join(deployDir, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := false
-	var block strings.Builder
-	for _, l := range strings.Split(string(readme), "\n") {
-		if strings.HasPrefix(l, "```") {
-			if in {
-				for _, a := range pfedmmaArgs(block.String()) {
-					cmds = append(cmds, deployCommand{"deploy/README.md", a})
+	// the code blocks of deploy/README.md and of the README
+	for _, p := range []string{filepath.Join(deployDir, "README.md"), "../../README.md"} {
+		readme, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, shell := false, false // in a code block; a shell one (```sh)
+		var block strings.Builder
+		for _, l := range strings.Split(string(readme), "\n") {
+			if fence := strings.TrimSpace(l); strings.HasPrefix(fence, "```") {
+				if in && shell {
+					for _, a := range pfedmmaArgs(block.String()) {
+						cmds = append(cmds, deployCommand{p, a})
+					}
 				}
 				block.Reset()
+				in = !in
+				shell = in && (fence == "```sh" || fence == "```bash")
+				continue
 			}
-			in = !in
-			continue
-		}
-		if in {
-			block.WriteString(l + "\n")
+			if in {
+				block.WriteString(l + "\n")
+			}
 		}
 	}
 

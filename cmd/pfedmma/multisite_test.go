@@ -8,15 +8,19 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
 // TestMultiClientSitesEqualRun runs a five-client world job as a
 // coordinator and two multi-client site processes (`site --clients 0-2` and
-// `site --clients 3,4`) over mTLS and checks that the global tensors, the
+// `site --clients 3,4`, started with only --server, --certs, --clients,
+// --data and --state: they receive the task from the coordinator) over
+// mTLS and checks that the global tensors, the
 // table and what every hosted client keeps equal those of `pfedmma run`,
-// bit for bit. Before the second process starts, a third one asking for
+// bit for bit, with the second process killed (SIGKILL) after round 1 and
+// started again. Before the second process starts, a third one asking for
 // clients 1-2, which the first already serves, is refused (one certificate,
 // two sessions) and exits non-zero naming them, without disturbing the
 // federation.
@@ -39,7 +43,7 @@ func TestMultiClientSitesEqualRun(t *testing.T) {
 		}
 		return string(out)
 	}
-	sets := []string{"--set", "methods=[pfedmma]", "--set", "federation.clients=5", "--set", "federation.rounds=3"}
+	sets := []string{"--set", "methods=[pfedmma]", "--set", "federation.clients=5", "--set", "federation.rounds=5"}
 	names := []string{"s0", "s1", "s2", "s3", "s4"}
 	run("certs", "init", "--dir", "certs", "--sites", strings.Join(names, ","))
 	sim := run(append([]string{"run", "--quiet", "--out", "sim"}, sets...)...)
@@ -52,7 +56,7 @@ func TestMultiClientSitesEqualRun(t *testing.T) {
 	l.Close()
 	start := func(args ...string) (*exec.Cmd, *bytes.Buffer) {
 		var buf bytes.Buffer
-		cmd := exec.Command(bin, append(args, sets...)...)
+		cmd := exec.Command(bin, args...)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &buf, &buf
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -75,7 +79,7 @@ func TestMultiClientSitesEqualRun(t *testing.T) {
 	site := func(clients, state string) (*exec.Cmd, *bytes.Buffer) {
 		return start("site", "--server", addr, "--certs", "certs", "--clients", clients, "--data", "world", "--state", state)
 	}
-	coord, coordLog := start("serve", "--listen", addr, "--certs", "certs", "--state", "coord")
+	coord, coordLog := start(append([]string{"serve", "--listen", addr, "--certs", "certs", "--state", "coord"}, sets...)...)
 	a, aLog := site("0-2", "hosts-a")
 	deadline := time.Now().Add(90 * time.Second)
 	for strings.Count(coordLog.String(), `msg="site registered"`) < 3 {
@@ -99,6 +103,20 @@ func TestMultiClientSitesEqualRun(t *testing.T) {
 		}
 	}
 	b, bLog := site("3,4", "hosts-b")
+	// SIGKILL the second process once round 1 is done, and start it again
+	// with the same flags: its clients resume from their folders
+	deadline = time.Now().Add(120 * time.Second)
+	for !strings.Contains(coordLog.String(), "round=1 clients=5") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the federation did not finish round 1:\n%s\n%s", coordLog.String(), bLog.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := b.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Wait()
+	b, bLog = site("3,4", "hosts-b")
 	if err := wait(coord, coordLog, "the coordinator", 180*time.Second); err != nil {
 		t.Fatalf("coordinator: %v\n%s", err, coordLog.String())
 	}
@@ -107,6 +125,9 @@ func TestMultiClientSitesEqualRun(t *testing.T) {
 		if err := wait(s, log, "a site process", 30*time.Second); err != nil {
 			t.Errorf("site process %d: %v\n%s", i, err, log.String())
 		}
+	}
+	if !strings.Contains(bLog.String(), `msg="fit done"`) {
+		t.Errorf("the restarted second process trained no round (killed too late?):\n%s", bLog.String())
 	}
 	if n := strings.Count(coordLog.String(), "refused: a second process"); n == 0 {
 		t.Errorf("the coordinator logged no refused second session:\n%s", coordLog.String())
@@ -138,6 +159,9 @@ func TestMultiClientSitesEqualRun(t *testing.T) {
 			if !bytes.Equal(w, got[k]) {
 				t.Errorf("client %d keeps another %s than the simulation's", i, k)
 			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, host, "site-"+s, "task.yaml")); err != nil {
+			t.Errorf("client %d did not keep the task it received: %v", i, err)
 		}
 		if m, err := os.ReadFile(filepath.Join(dir, host, "site-"+s, "metrics.jsonl")); err != nil || !bytes.Contains(m, []byte(`"round"`)) {
 			t.Errorf("client %d wrote no metrics in its folder: %v %q", i, err, m)

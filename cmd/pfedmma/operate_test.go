@@ -137,12 +137,11 @@ func (p *opsProc) kill() {
 // opsFed is a federation folder: certificates for site-a, site-b and
 // site-c, and the settings every process shares.
 type opsFed struct {
-	t         *testing.T
-	bin, dir  string
-	addr      string
-	sets      []string
-	coordOut  string
-	stateRoot string
+	t        *testing.T
+	bin, dir string
+	addr     string
+	sets     []string
+	coordOut string
 }
 
 var opsSites = []string{"site-a", "site-b", "site-c"}
@@ -250,7 +249,7 @@ func TestOperateDeadSite(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			f := newOpsFed(t, 8)
-			serve := f.serve("--round-timeout", c.timeout, "--offline-after", "2s")
+			serve := f.serve("--round-timeout", c.timeout, "--offline-after", "3s")
 			sites := []*opsProc{f.site("site-a"), f.site("site-b"), f.site("site-c")}
 			serve.waitLine(t, 60*time.Second, `msg="round done"`, "round=0")
 			sites[2].kill()
@@ -284,7 +283,7 @@ func TestOperateDeadSite(t *testing.T) {
 func TestOperateSiteNeverRegisters(t *testing.T) {
 	t.Parallel()
 	f := newOpsFed(t, 3)
-	serve := f.serve("--register-timeout", "2s", "--min-fit", "2", "--offline-after", "2s")
+	serve := f.serve("--register-timeout", "2s", "--min-fit", "2", "--offline-after", "3s")
 	a, b := f.site("site-a"), f.site("site-b")
 	serve.waitLine(t, 30*time.Second, "registration deadline passed", "site-c")
 	expectExit(t, serve, 60*time.Second, 0)
@@ -307,7 +306,7 @@ func TestOperateSiteNeverRegisters(t *testing.T) {
 func TestOperateMinFitWaitsAndResumes(t *testing.T) {
 	t.Parallel()
 	f := newOpsFed(t, 5)
-	serve := f.serve("--min-fit", "3", "--offline-after", "2s")
+	serve := f.serve("--min-fit", "3", "--offline-after", "3s")
 	sites := []*opsProc{f.site("site-a"), f.site("site-b"), f.site("site-c")}
 	serve.waitLine(t, 60*time.Second, `msg="round done"`, "round=0")
 	sites[2].kill()

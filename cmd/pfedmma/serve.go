@@ -49,6 +49,7 @@ func (x *experimentFlags) compose() (*config.Experiment, string, error) {
 type robustFlags struct {
 	aggregate                                string
 	trim, clipNorm, dpNoise, dpClip, dpDelta float64
+	secure                                   bool
 }
 
 func (r *robustFlags) add(fl *pflag.FlagSet) {
@@ -58,6 +59,7 @@ func (r *robustFlags) add(fl *pflag.FlagSet) {
 	fl.Float64Var(&r.dpNoise, "dp-noise-multiplier", 0, "differential privacy: Gaussian noise σ, 0: off (--set aggregation.dp.noise_multiplier=…)")
 	fl.Float64Var(&r.dpClip, "dp-clip", 1, "differential privacy: per-site L2 clip C (--set aggregation.dp.clip=…)")
 	fl.Float64Var(&r.dpDelta, "dp-delta", 1e-5, "differential privacy: δ of the reported ε (--set aggregation.dp.delta=…)")
+	fl.BoolVar(&r.secure, "secure-aggregation", false, "secure aggregation (SecAgg+): the coordinator holds only masked updates and their sum (--set federation.secure_aggregation=true; sites receive it with the task)")
 }
 
 // sets turns the flags given in fl into the --set overrides of the
@@ -83,14 +85,17 @@ func (r *robustFlags) sets(fl *pflag.FlagSet) ([]string, error) {
 			sets = append(sets, "aggregation."+f.key+"="+strconv.FormatFloat(f.v, 'g', -1, 64))
 		}
 	}
+	if fl.Changed("secure-aggregation") {
+		sets = append(sets, "federation.secure_aggregation="+strconv.FormatBool(r.secure))
+	}
 	return sets, nil
 }
 
 func init() {
 	var x experimentFlags
 	var r robustFlags
-	var cf compressFlag
 	var quiet bool
+	var cf compressFlag
 	c := experiment.ServeConfig{}
 	cmd := &cobra.Command{
 		Use:   "serve [--config EXP.yaml] [--preset NAME] [--set k=v]... --listen ADDR --certs D --state DIR [--out DIR] [--http ADDR]",

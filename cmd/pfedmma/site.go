@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -60,10 +61,18 @@ turns to train.`,
 			fl := cmd.Flags()
 			c.Local = nil
 			ownExperiment := fl.Changed("config") || fl.Changed("preset")
+			setModel := ""
+			c.Vocab = ""
 			for _, kv := range x.sets {
-				path, _, err := config.ParseSet(kv)
+				path, value, err := config.ParseSet(kv)
 				if err != nil {
 					return fmt.Errorf("site: --set %s: %w", kv, err)
+				}
+				switch path {
+				case "model":
+					setModel = value
+				case "vocab":
+					c.Vocab = value
 				}
 				if config.IsSiteLocal(path) {
 					c.Local = append(c.Local, kv)
@@ -76,9 +85,9 @@ turns to train.`,
 					return err
 				}
 			}
-			c.ModelArg = modelFlag
-			if c.ModelArg == "" && c.Experiment != nil {
-				c.ModelArg = c.Experiment.Model
+			c.ModelArg = cmp.Or(modelFlag, setModel)
+			if c.Experiment != nil {
+				c.ModelArg, c.Vocab = cmp.Or(c.ModelArg, c.Experiment.Model), c.Experiment.Vocab
 			}
 			if c.ModelArg == "embedded" {
 				c.ModelArg = ""

@@ -9,11 +9,9 @@ import (
 )
 
 // hostSites runs `pfedmma site --clients SPEC`: one process serving
-// several clients of the federation.
+// several clients of the federation (--threads, the root's flag, sets the
+// threads they take turns to use).
 func hostSites(cmd *cobra.Command, c experiment.SiteConfig, spec string) error {
-	if c.Experiment != nil && c.Experiment.Threads > 0 && !cmd.Flags().Changed("threads") {
-		setThreads(c.Experiment.Threads)
-	}
 	res, err := experiment.HostSites(cmd.Context(), c, spec)
 	if err != nil {
 		return fmt.Errorf("site --clients %s: %w", spec, err)

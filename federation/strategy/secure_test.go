@@ -3,6 +3,7 @@ package strategy
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 
 	. "github.com/pfedmma/pfedmma/federation"
@@ -28,8 +29,18 @@ func TestSimulatedSecureEqualsFedAvg(t *testing.T) {
 				if secure {
 					sim.Secure = &SimulatedSecure{Quant: q, Uniform: uniform}
 				}
-				if _, err := sim.Run(context.Background()); err != nil {
+				hist, err := sim.Run(context.Background())
+				if err != nil {
 					t.Fatal(err)
+				}
+				for _, rep := range hist.Rounds {
+					want := int64(len(rep.Participants)) * 4 * 3 // float32 shared.w [3]
+					if secure {
+						want = int64(len(rep.Participants)) * 8 * 4 // 3 values and the weight in 64-bit words
+					}
+					if rep.BytesUp != want {
+						t.Fatalf("secure %v round %d: %d bytes up, want %d", secure, rep.Round, rep.BytesUp, want)
+					}
 				}
 				return fa
 			}
@@ -94,5 +105,23 @@ func TestSimulatedSecureRefusesMismatch(t *testing.T) {
 	_, err = s.Combine(context.Background(), 0, []FitResult{{ClientID: 0, NumExamples: 0, Params: map[string]*tensor.Tensor{"a": vec(1)}}})
 	if err == nil {
 		t.Fatal("a result of 0 examples combined with FedAvg weights")
+	}
+}
+
+// A federation whose sampled rounds take one client is refused: its "sum"
+// would be that client's update.
+func TestSecureRefusesSingleClientRounds(t *testing.T) {
+	var clients []Client
+	for id := range 3 {
+		clients = append(clients, newToy(id, 0.1))
+	}
+	sim := &Coordinator{Logger: quiet, Strategy: &FedAvg{Shared: Names("shared.w")}, Proxies: sites(clients, ""), Rounds: 2, Fraction: 0.4,
+		Secure: &SimulatedSecure{Quant: secagg.Quantizer{Clip: 1, ScaleBits: 24}}}
+	if _, err := sim.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "federation.fraction") {
+		t.Fatalf("3 clients at fraction 0.4 with secure aggregation: %v, want a refusal naming federation.fraction", err)
+	}
+	sim.Fraction = 0.7
+	if _, err := sim.Run(context.Background()); err != nil {
+		t.Fatalf("2 clients a round: %v", err)
 	}
 }

@@ -76,8 +76,9 @@ type blockLoRA struct {
 	// aggregate: product installs (out += h Δᵀ, no dropout, no gradient);
 	// nil under aggregate: ab.
 	delta   [3][]float32
-	h       [3][]float32 // the (dropped-out) input of the last train forward [N, D]
-	mask    [3][]float32 // its dropout factors: 0 or 1/(1−p) [N, D]
+	h       [3][]float32 // the dropped-out input of the last train forward [N, D]
+	mask    [3][]float32 // its dropout factors: 0 or 1/(1−p) [N, D]; empty without dropout
+	in      [3][]float32 // the input Backward reads: h, or the block's ln_1 rows without dropout
 	z       [3][]float32 // h · Aᵀ [N, r]
 	n       [3]int
 	tmp, dz []float32
@@ -93,75 +94,78 @@ func (l *blockLoRA) Forward(part int, out []float32, stride int, h []float32, N 
 	if d := l.delta[part]; d != nil {
 		gemm.Sgemm(false, true, N, D, D, 1, in, D, d, D, 1, out, stride) // out += h Δᵀ
 	}
-	if train && l.dropout > 0 {
-		l.h[part] = nn.Grow(l.h[part], N*D)
-		l.mask[part] = nn.Grow(l.mask[part], N*D)
-		keep := float32(1 / (1 - l.dropout))
-		for i, v := range in {
-			m := keep
-			if l.rng.Float64() < l.dropout {
-				m = 0
-			}
-			l.mask[part][i] = m
-			l.h[part][i] = v * m
+	if train {
+		// Backward reads the layer input: the dropped-out copy, or h
+		// itself (the block keeps ln_1's output until its backward pass)
+		l.mask[part] = l.mask[part][:0]
+		if l.dropout > 0 {
+			l.h[part] = nn.Grow(l.h[part], N*D)
+			l.mask[part] = nn.Grow(l.mask[part], N*D)
+			dropoutForward(l.h[part][:N*D], l.mask[part][:N*D], in, l.dropout, l.rng)
+			in = l.h[part][:N*D]
 		}
-		in = l.h[part][:N*D]
-	} else if train {
-		l.h[part] = nn.Grow(l.h[part], N*D)
-		copy(l.h[part], in)
-		in = l.h[part][:N*D]
+		l.in[part] = in
 	}
 	l.z[part] = nn.Grow(l.z[part], N*R)
 	z := l.z[part][:N*R]
-	gemm.MatMul(false, true, N, R, D, in, l.A[part], z, false) // z = in · Aᵀ
-	l.tmp = nn.Grow(l.tmp, N*D)
-	t := l.tmp[:N*D]
-	gemm.MatMul(false, true, N, D, R, z, l.B[part], t, false) // t = z · Bᵀ
-	for n := 0; n < N; n++ {
-		row := out[n*stride : n*stride+D]
-		src := t[n*D : n*D+D]
-		for i := range row {
-			row[i] += l.scale * src[i]
+	gemm.MatMul(false, true, N, R, D, in, l.A[part], z, false)                    // z = in · Aᵀ       [N, r]
+	gemm.Sgemm(false, true, N, D, R, l.scale, z, R, l.B[part], R, 1, out, stride) // out += s · z · Bᵀ
+	l.n[part] = N
+}
+
+// dropoutForward draws the inverted-dropout mask of probability p —
+// mask[i] = 0 with probability p, else 1/(1−p) — and writes
+// h = in ⊙ mask. Each 64-bit draw of rng gives two 32-bit uniforms (u < p·2³²
+// drops), so p is exact to 2⁻³² (0.25 exactly).
+//
+//	in, h, mask: [n]
+func dropoutForward(h, mask, in []float32, p float64, rng *rand.Rand) {
+	keep := float32(1 / (1 - p))
+	thr := uint64(math.Ldexp(p, 32))
+	n := len(in)
+	for i := 0; i < n; i += 2 {
+		u := rng.Uint64()
+		for j, w := range [2]uint64{u & 0xffffffff, u >> 32} {
+			if i+j >= n {
+				break
+			}
+			m := keep
+			if w < thr {
+				m = 0
+			}
+			mask[i+j] = m
+			h[i+j] = in[i+j] * m
 		}
 	}
-	l.n[part] = N
 }
 
 // Backward implements clip.QKVAdapter.
 //
-//	dout rows [N, D] (stride apart); dB += scale·doutᵀ z; dz = scale·dout B;
+//	dout rows [N, D] (stride apart); dB += s·doutᵀ z; dz = s·dout B;
 //	dA += dzᵀ drop(h); dh += drop'(dz A)
 func (l *blockLoRA) Backward(part int, dh, dout []float32, stride, N int) {
-	D, R := l.D, l.R
+	D, R, s := l.D, l.R, l.scale
 	if d := l.delta[part]; d != nil {
 		gemm.Sgemm(false, false, N, D, D, 1, dout, stride, d, D, 1, dh, D) // dh += dout Δ
 	}
-	l.tmp = nn.Grow(l.tmp, N*D)
-	g := l.tmp[:N*D]
-	for n := 0; n < N; n++ {
-		src := dout[n*stride : n*stride+D]
-		dst := g[n*D : n*D+D]
-		for i, v := range src {
-			dst[i] = l.scale * v
-		}
-	}
 	z := l.z[part][:N*R]
-	gemm.MatMul(true, false, D, R, N, g, z, l.dB[part], true) // dB += gᵀ z
+	gemm.Sgemm(true, false, D, R, N, s, dout, stride, z, R, 1, l.dB[part], R) // dB += s · doutᵀ z
 	l.dz = nn.Grow(l.dz, N*R)
 	dz := l.dz[:N*R]
-	gemm.MatMul(false, false, N, R, D, g, l.B[part], dz, false) // dz = g · B
-	in := l.h[part][:N*D]
-	gemm.MatMul(true, false, R, D, N, dz, in, l.dA[part], true) // dA += dzᵀ · in
-	// dh += dz · A, through the dropout mask and its 1/(1−p)
+	gemm.Sgemm(false, false, N, R, D, s, dout, stride, l.B[part], R, 0, dz, R) // dz = s · dout · B
+	gemm.MatMul(true, false, R, D, N, dz, l.in[part][:N*D], l.dA[part], true)  // dA += dzᵀ · in
+	mask := l.mask[part]
+	if len(mask) == 0 {
+		gemm.MatMul(false, false, N, D, R, dz, l.A[part], dh[:N*D], true) // dh += dz · A
+		return
+	}
+	// dh += (dz · A) ⊙ mask (the dropout's zeros and 1/(1−p))
 	l.tmp = nn.Grow(l.tmp, N*D)
 	dhin := l.tmp[:N*D]
 	gemm.MatMul(false, false, N, D, R, dz, l.A[part], dhin, false)
-	if l.dropout > 0 {
-		for i, m := range l.mask[part][:N*D] {
-			dhin[i] *= m
-		}
+	for i, m := range mask[:N*D] {
+		dh[i] += dhin[i] * m
 	}
-	nn.AddInto(dh[:N*D], dhin)
 }
 
 // tower is one encoder's LoRA extent.

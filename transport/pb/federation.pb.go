@@ -326,9 +326,13 @@ type TaskExperiment struct {
 	ModelSha256 string `protobuf:"bytes,2,opt,name=model_sha256,json=modelSha256,proto3" json:"model_sha256,omitempty"`
 	// The experiment's fingerprint (sent with every round).
 	Fingerprint string `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
-	// Bytes of one upload of the trained method's shared tensors (float32),
-	// for a site's --max-upload-mib.
-	UploadBytes   int64 `protobuf:"varint,4,opt,name=upload_bytes,json=uploadBytes,proto3" json:"upload_bytes,omitempty"`
+	// Bytes of one upload of the trained method's shared tensors (encoded
+	// as the experiment's federation.compress says), for a site's
+	// --max-upload-mib.
+	UploadBytes int64 `protobuf:"varint,4,opt,name=upload_bytes,json=uploadBytes,proto3" json:"upload_bytes,omitempty"`
+	// SHA-256 (64 hex digits) of the tokenizer's vocabulary file(s) (the
+	// configuration's vocab, or the one beside the model).
+	VocabSha256   string `protobuf:"bytes,5,opt,name=vocab_sha256,json=vocabSha256,proto3" json:"vocab_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -389,6 +393,13 @@ func (x *TaskExperiment) GetUploadBytes() int64 {
 		return x.UploadBytes
 	}
 	return 0
+}
+
+func (x *TaskExperiment) GetVocabSha256() string {
+	if x != nil {
+		return x.VocabSha256
+	}
+	return ""
 }
 
 type TaskRequest struct {
@@ -1372,12 +1383,13 @@ const file_federation_proto_rawDesc = "" +
 	"\tclient_id\x18\x02 \x01(\x03R\bclientId\x12+\n" +
 	"\x11heartbeat_seconds\x18\x03 \x01(\x01R\x10heartbeatSeconds\x128\n" +
 	"\x04task\x18\n" +
-	" \x01(\v2$.pfedmma.transport.v1.TaskExperimentR\x04task\"\xa1\x01\n" +
+	" \x01(\v2$.pfedmma.transport.v1.TaskExperimentR\x04task\"\xc4\x01\n" +
 	"\x0eTaskExperiment\x12'\n" +
 	"\x0fexperiment_yaml\x18\x01 \x01(\fR\x0eexperimentYaml\x12!\n" +
 	"\fmodel_sha256\x18\x02 \x01(\tR\vmodelSha256\x12 \n" +
 	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint\x12!\n" +
-	"\fupload_bytes\x18\x04 \x01(\x03R\vuploadBytes\"L\n" +
+	"\fupload_bytes\x18\x04 \x01(\x03R\vuploadBytes\x12!\n" +
+	"\fvocab_sha256\x18\x05 \x01(\tR\vvocabSha256\"L\n" +
 	"\vTaskRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x12\n" +
 	"\x04site\x18\x02 \x01(\tR\x04site\"L\n" +
