@@ -429,6 +429,7 @@ func BenchmarkGetBatch(b *testing.B) {
 		{"spill", 0, Float32, 0},
 		{"ram-bf16", 1 << 40, BFloat16, 0},
 		{"ram-bf16-1worker", 1 << 40, BFloat16, 1},
+		{"spill-bf16", 0, BFloat16, 0},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			c, err := New(Options{RecordLen: recLen, MemoryBudget: bc.budget, SpillDir: b.TempDir(), DType: bc.dtype, Workers: bc.workers})

@@ -212,12 +212,14 @@ func PaperScale(ctx context.Context, o PaperScaleOptions) (*PaperScaleResult, er
 	if o.CacheBF16 {
 		res.CacheDType = "bfloat16"
 	}
-	logf("writing a random ViT-B/16")
-	model, err := writeViTB16(filepath.Join(dir, "model"))
-	if err != nil {
-		return nil, err
+	// every preset checked before the model is written
+	type job struct {
+		spec, name, method string
+		e                  *config.Experiment
+		real               DatasetCounts
 	}
-	for i, spec := range o.Presets {
+	var jobs []job
+	for _, spec := range o.Presets {
 		name, ds, _ := strings.Cut(spec, ":")
 		e, err := config.Preset(name)
 		if err != nil {
@@ -234,6 +236,15 @@ func PaperScale(ctx context.Context, o PaperScaleOptions) (*PaperScaleResult, er
 		if err != nil {
 			return nil, fmt.Errorf("--preset %s: %w", spec, err)
 		}
+		jobs = append(jobs, job{spec, name, method, e, real})
+	}
+	logf("writing a random ViT-B/16")
+	model, err := writeViTB16(filepath.Join(dir, "model"))
+	if err != nil {
+		return nil, err
+	}
+	for i, j := range jobs {
+		spec, name, method, e, real := j.spec, j.name, j.method, j.e, j.real
 		ps := PresetScale{Preset: name, Dataset: e.Dataset.Name, Method: method, Real: real}
 		m, err := measurePreset(ctx, o, e, method, real, model, filepath.Join(dir, fmt.Sprintf("p%d", i)), logf)
 		if err != nil {

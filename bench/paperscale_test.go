@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"math"
 	"os"
 	"path/filepath"
@@ -10,6 +11,10 @@ import (
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/tokenizer"
+	"github.com/pfedmma/pfedmma/world"
+
+	_ "github.com/pfedmma/pfedmma/methods/all" // the methods
 )
 
 // smallModel writes a tiny random CLIP: the projection reads the model
@@ -184,5 +189,51 @@ func TestReproject(t *testing.T) {
 	got := r.Presets[0].Projection
 	if r.MemoryBudgetMiB != 2048 || got.Hours != want.Hours || got.CacheRAMGiB != 2 || len(r.Presets[0].Scaling) < 12 {
 		t.Errorf("reprojected: budget %d, %.2f h (want %.2f), cache RAM %.2f GiB (want 2), %d scaling points", r.MemoryBudgetMiB, got.Hours, want.Hours, got.CacheRAMGiB, len(r.Presets[0].Scaling))
+	}
+}
+
+// TestMeasurePresetSmall runs the measured rounds of paper-base2novel end
+// to end on a tiny random CLIP (12 blocks, as the preset adapts blocks
+// 10-12) and 4 generated classes, in RAM and spilled: rates from the
+// rounds after the first, the spilled rerun timed.
+func TestMeasurePresetSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: renders images and runs two small experiments")
+	}
+	dir := t.TempDir()
+	w, err := world.New(world.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var corpus []string
+	for _, c := range w.Classes() {
+		corpus = append(corpus, "a photo of a "+c.Name()+".")
+	}
+	tok := tokenizer.FromMerges(tokenizer.Learn(corpus, 200))
+	mdir := filepath.Join(dir, "model")
+	if err := os.MkdirAll(mdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := tok.WriteBPEGz(filepath.Join(mdir, tokenizer.SimpleVocabGz)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := clip.Config{EmbedDim: 16,
+		Vision: clip.VisionConfig{ImageSize: 32, PatchSize: 16, Width: 32, Layers: 12, Heads: 1, MLPWidth: 64},
+		Text:   clip.TextConfig{ContextLength: 77, VocabSize: tok.VocabSize(), Width: 32, Layers: 12, Heads: 1, MLPWidth: 64}}
+	if err := checkpoint.Save(filepath.Join(mdir, "model.safetensors"), clip.Random(cfg, 1), checkpoint.OpenAI); err != nil {
+		t.Fatal(err)
+	}
+	e := preset(t, "paper-base2novel", "")
+	o := PaperScaleOptions{RoundsMeasured: 2, Scale: 1.0 / 16, MemoryBudgetMiB: 100, CacheBF16: true, SpillCompare: true}
+	m, err := measurePreset(context.Background(), o, e, "pfedmma", DatasetCounts{Classes: 4, Train: 64, Test: 16}, mdir, filepath.Join(dir, "p"), func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1 client (two base classes each), 2 base classes × 1 shot × 2 epochs
+	if m.Clients != 1 || m.TrainImages != 4 || m.EvalImages == 0 || m.CachedRecords == 0 {
+		t.Errorf("measured %d clients, %d training and %d evaluation images, %d records", m.Clients, m.TrainImages, m.EvalImages, m.CachedRecords)
+	}
+	if len(m.Rounds) != 2 || len(m.SpilledRounds) != 2 || !(m.TrainSecondsPerImg > 0) || !(m.EvalSecondsPerImg > 0) || !(m.SpillFactor > 0) || !(m.PeakRSSMiB > 0) {
+		t.Errorf("%+v", m)
 	}
 }
