@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/spf13/cobra"
 )
 
 // deployDir is the repository's deploy/ folder.
@@ -154,7 +155,7 @@ func checkPfedmmaArgs(args []string) error {
 			return errors.New(cmd.CommandPath() + " has no flag --" + name)
 		}
 		if f.Value.Type() == "bool" || hasValue {
-			if name == "preset" && !slices.Contains(config.PresetNames(), value) {
+			if name == "preset" && !isPreset(cmd, value) {
 				return errors.New("--preset " + value + " is not a preset")
 			}
 			continue
@@ -162,7 +163,7 @@ func checkPfedmmaArgs(args []string) error {
 		if i+1 >= len(args) || strings.HasPrefix(args[i+1], "--") {
 			return errors.New("--" + name + " has no value")
 		}
-		if name == "preset" && !slices.Contains(config.PresetNames(), args[i+1]) {
+		if name == "preset" && !isPreset(cmd, args[i+1]) {
 			return errors.New("--preset " + args[i+1] + " is not a preset")
 		}
 		i++
@@ -454,4 +455,13 @@ func TestDeployChecksBite(t *testing.T) {
 	if !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("pfedmmaArgs: %q, want %q", got, want)
 	}
+}
+
+// isPreset reports whether v names a preset; `bench experiment --preset`
+// also takes NAME:DATASET.
+func isPreset(cmd *cobra.Command, v string) bool {
+	if cmd.CommandPath() == "pfedmma bench experiment" {
+		v, _, _ = strings.Cut(v, ":")
+	}
+	return slices.Contains(config.PresetNames(), v)
 }
