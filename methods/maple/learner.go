@@ -27,9 +27,13 @@
 //
 // Where this differs from the authors' code, on purpose (testdata/README.md,
 // maple/, lists their bugs):
-//   - float32 throughout. Their configs run fp16 (the only precision that
+//   - float32 by default. Their configs run fp16 (the only precision that
 //     runs as shipped: PREC fp32 crashes on the fp16 proj), with ctx and proj
-//     as fp16 parameters.
+//     as fp16 parameters. engine.precision bf16 (Model.SetPrecision before
+//     New) runs only the frozen blocks' weight products of both encoders,
+//     forward and input gradient, in bfloat16 with float32 accumulation; the
+//     prompts, the couplings, LayerNorm, softmax, the heads and the loss stay
+//     float32.
 //   - Widths come from the model (the code hard-codes ViT-B/16's 512/768).
 //   - ctx_init as the code: with n_ctx ≤ 4 the prompts are
 //     "{ctx_init} {class}." and ctx starts as the token embeddings of their
@@ -98,8 +102,11 @@ func (c Config) Validate(layers int) error {
 
 // tower runs one encoder's blocks with n prompt rows per sequence replaced
 // at the input of blocks 1..J−1. Segment s < J−1 is block s alone; the last
-// segment is blocks J−1..L−1 (pooled). The blocks are private copies that
-// share the frozen weights.
+// segment is blocks J−1..L−1 (pooled). The blocks are private copies
+// (Block.FrozenCopy) that share the frozen weights and run in the precision
+// the model had when the learner was made: after Model.SetPrecision(BF16)
+// their weight products, forward and input gradient, run in bfloat16 with
+// float32 accumulation.
 type tower struct {
 	segs []clip.Stack
 	off  int // first prompt position of every sequence
@@ -113,15 +120,12 @@ type tower struct {
 
 func newTower(blocks []*clip.Block, J, off, n int) *tower {
 	t := &tower{off: off, n: n, D: blocks[0].D}
-	cp := func(b *clip.Block) *clip.Block {
-		return &clip.Block{W: b.W, D: b.D, H: b.H, MLP: b.MLP, Causal: b.Causal}
-	}
 	for s := 0; s < J-1; s++ {
-		t.segs = append(t.segs, clip.Stack{Blocks: []*clip.Block{cp(blocks[s])}})
+		t.segs = append(t.segs, clip.Stack{Blocks: []*clip.Block{blocks[s].FrozenCopy()}})
 	}
 	var last clip.Stack
 	for _, b := range blocks[J-1:] {
-		last.Blocks = append(last.Blocks, cp(b))
+		last.Blocks = append(last.Blocks, b.FrozenCopy())
 	}
 	t.segs = append(t.segs, last)
 	t.in = make([][]float32, len(t.segs))
