@@ -8,7 +8,8 @@ import (
 // TestBF16FullBackprop guards engine.precision: bf16 for the methods that
 // backpropagate through every frozen block (CLIP-LoRA: LoRA on q, k, v of
 // every block of both encoders; ADAPT: visual prompts through the image
-// encoder, text prompts through the text encoder) on world-compare (each
+// encoder, text prompts through the text encoder; MaPLe: deep prompts of
+// both encoders from block 0) on world-compare (each
 // method with its recipe, evaluated at the last round as
 // TestWorldCompareQualities does), on that guard's metric: Local in bf16
 // within 0.5 points of float32. The other metrics are logged: they move by
@@ -16,10 +17,10 @@ import (
 // (ADAPT's Base by 0.52 when measured). world-dg's unseen style is not held
 // here: README, "Full backpropagation in bf16", gives its numbers and why.
 func TestBF16FullBackprop(t *testing.T) {
-	sets := []string{"methods=[clip_lora,adapt]", "federation.eval_every=5"}
+	sets := []string{"methods=[clip_lora,adapt,maple]", "federation.eval_every=5"}
 	fp32 := runPreset(t, "world-compare", sets...)
 	bf16 := runPreset(t, "world-compare", append(sets, "engine.precision=bf16")...)
-	for _, method := range []string{"clip_lora", "adapt"} {
+	for _, method := range []string{"clip_lora", "adapt", "maple"} {
 		f, ok := fp32.Summary.Get(method)
 		if !ok {
 			t.Fatalf("fp32 run lacks %s", method)
