@@ -143,7 +143,15 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 	// two clients with the same batch: client 1 only takes part in round 0
 	// (it gives client 0 a pool entry, an expert for pFedMoAP)
 	tc := fixture.TensorClient{Pixels: px, Labels: labels}
-	env, err := fixture.TensorEnv(m, depth, classRows(o.Classes, m.W.Config.Text.ContextLength, m.W.Config.Text.VocabSize),
+	split, err := methods.SplitRecords(meth, sec, L)
+	if err != nil {
+		return nil, err
+	}
+	newEnv := fixture.TensorEnv
+	if split {
+		newEnv = fixture.SplitTensorEnv
+	}
+	env, err := newEnv(m, depth, classRows(o.Classes, m.W.Config.Text.ContextLength, m.W.Config.Text.VocabSize),
 		o.Classes, []fixture.TensorClient{tc, tc}, opts, 1)
 	if err != nil {
 		return nil, err
@@ -184,7 +192,7 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 		return nil, err
 	}
 	round := 1
-	frozen := frozenWork(o, m, depth, px)
+	frozen := frozenWork(o, env.Prefixer, px)
 	logf(fmt.Sprintf("timing %d training steps of batch %d", o.Steps, o.Batch))
 	tt, err := Measure(ctx, 1, o.Steps, func(int) error {
 		frozen()
@@ -209,6 +217,9 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 		return nil, err
 	}
 	depthName := fmt.Sprintf("prefix before block %d", depth)
+	if split {
+		depthName = fmt.Sprintf("block %d's frozen output and adapter input", depth)
+	}
 	switch depth {
 	case methods.Features:
 		depthName = "image features"

@@ -33,12 +33,21 @@ func TestFrozenWork(t *testing.T) {
 		f()
 		return gemm.ReadStats().Flops - before
 	}
-	if n := flops(frozenWork(MethodOptions{Batch: 2}, m, prefixcache.Features, px)); n != 0 {
+	feats := &prefixcache.Prefixer{Model: m, Start: prefixcache.Features}
+	if n := flops(frozenWork(MethodOptions{Batch: 2}, feats, px)); n != 0 {
 		t.Errorf("cached: %d FLOPs of frozen work per step, want 0", n)
 	}
 	want := flops(func() { prefixcache.ImageRecords(m, prefixcache.Features, px, 2, nil) })
-	if got := flops(frozenWork(MethodOptions{Batch: 2, Uncached: true}, m, prefixcache.Features, px)); got != want || want == 0 {
+	if got := flops(frozenWork(MethodOptions{Batch: 2, Uncached: true}, feats, px)); got != want || want == 0 {
 		t.Errorf("uncached: %d FLOPs of frozen work per step, want the image encoder's %d", got, want)
+	}
+	// split records recompute block ℓ too: the prefix before block 2 plus
+	// block 2
+	split := &prefixcache.Prefixer{Model: m, Start: 2, Split: true}
+	prefix := flops(func() { prefixcache.ImageRecords(m, 2, px, 2, nil) })
+	block := flops(func() { m.Vision.Stack.Forward(make([]float32, 2*17*64), 2, 17, 1, 2, nil, false) })
+	if got := flops(frozenWork(MethodOptions{Batch: 2, Uncached: true}, split, px)); got != prefix+block || block == 0 {
+		t.Errorf("uncached, split records: %d FLOPs of frozen work per step, want the prefix's %d + block 2's %d", got, prefix, block)
 	}
 }
 
