@@ -26,6 +26,8 @@
 #   MAPLE_REPO        github.com/muzairkhattak/multimodal-prompt-learning  maple
 #   PMFLT_REPO        github.com/Yuqin-G/PMFLT         fedpha, fedclip
 #   DPFPL_REPO        github.com/linhhtran/DP-FPL      dpfpl
+#   FEDMVP_REPO       github.com/mainaksingha01/FedMVP fedmvp (pfedmma's side needs a
+#                                                      tokenizer and says so: "not run")
 # STEPS (default 10) timed steps on each side; METHOD... limits the sitting
 # to those methods. REF_ARGS and BENCH_ARGS add flags to every harness and every
 # `pfedmma bench train` (for a smoke test only, e.g. REF_ARGS="--batch 2"
@@ -46,7 +48,7 @@ if [ -z "${PFEDMMA:-}" ]; then
 	PFEDMMA=$out/pfedmma
 fi
 load() { printf '%s  load %s\n' "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1-3 /proc/loadavg)"; }
-methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora pfedmoap fedtpg promptfolio cocoop kgcoop maple fedpha fedclip dpfpl}
+methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora pfedmoap fedtpg promptfolio cocoop kgcoop maple fedpha fedclip dpfpl fedmvp}
 start=$(date +%s)
 
 # harness METHOD: prints "script repo-args" for METHOD's harness, or nothing
@@ -69,6 +71,7 @@ harness() {
 	fedpha) [ -n "${PMFLT_REPO:-}" ] && echo "fedpha_ref.py --repo $PMFLT_REPO" ;;
 	fedclip) [ -n "${PMFLT_REPO:-}" ] && echo "fedclip_ref.py --repo $PMFLT_REPO" ;;
 	dpfpl) [ -n "${DPFPL_REPO:-}" ] && echo "dpfpl_ref.py --repo $DPFPL_REPO" ;;
+	fedmvp) [ -n "${FEDMVP_REPO:-}" ] && echo "fedmvp_ref.py --repo $FEDMVP_REPO" ;;
 	*) echo "sitting_all: no reference harness for method $1" >&2; return 1 ;;
 	esac
 	return 0
