@@ -13,6 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/tokenizer"
 )
 
 // MethodOptions configure the benchmark of one registered method's
@@ -34,6 +35,10 @@ type MethodOptions struct {
 	// to the method's cache depth) before every timed step and evaluation,
 	// as the authors' code runs it: like for like (uncached.go).
 	Uncached bool
+	// Vocab is CLIP's BPE vocabulary file (bpe_simple_vocab_16e6.txt.gz),
+	// for a method that tokenises text itself (FedMVP's class
+	// descriptions); empty: no tokenizer.
+	Vocab string
 }
 
 // MethodResult is what `pfedmma bench train --method NAME --json` prints.
@@ -157,6 +162,11 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 		return nil, err
 	}
 	defer env.TrainStore.Close()
+	if o.Vocab != "" {
+		if env.Tok, err = tokenizer.Load(o.Vocab); err != nil {
+			return nil, fmt.Errorf("--vocab: %w", err)
+		}
+	}
 	// the batch is also the client's evaluation set
 	task := &env.Task.Clients[0]
 	env.Task.Test = env.Task.Train
@@ -225,6 +235,8 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 		depthName = "image features"
 	case methods.TokenFeatures:
 		depthName = "every token's features"
+	case methods.Embeddings:
+		depthName = "patch embeddings and frozen features"
 	}
 	res := &MethodResult{Method: o.Method, Backend: gemm.Backend(), Core: gemm.CoreName(), Threads: gemm.Threads(),
 		Precision: o.Precision.String(), Batch: o.Batch, Classes: o.Classes, Depth: depthName,

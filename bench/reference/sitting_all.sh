@@ -26,8 +26,10 @@
 #   MAPLE_REPO        github.com/muzairkhattak/multimodal-prompt-learning  maple
 #   PMFLT_REPO        github.com/Yuqin-G/PMFLT         fedpha, fedclip
 #   DPFPL_REPO        github.com/linhhtran/DP-FPL      dpfpl
-#   FEDMVP_REPO       github.com/mainaksingha01/FedMVP fedmvp (pfedmma's side needs a
-#                                                      tokenizer and says so: "not run")
+#   FEDMVP_REPO       github.com/mainaksingha01/FedMVP fedmvp (pfedmma's side tokenises
+#                                                      the descriptions: CLIP_VOCAB below)
+#   CLIP_VOCAB        CLIP's bpe_simple_vocab_16e6.txt.gz, given to `pfedmma bench train
+#                     --method fedmvp --vocab` (default ../shared/clip-vocab/...)
 # STEPS (default 10) timed steps on each side; METHOD... limits the sitting
 # to those methods. REF_ARGS and BENCH_ARGS add flags to every harness and every
 # `pfedmma bench train` (for a smoke test only, e.g. REF_ARGS="--batch 2"
@@ -99,6 +101,7 @@ for m in $methods; do
 		prec=${run%%-*}
 		flags=
 		[ "$run" != "$prec" ] && flags=--uncached
+		[ "$m" = fedmvp ] && flags="$flags --vocab ${CLIP_VOCAB:-$here/../shared/clip-vocab/bpe_simple_vocab_16e6.txt.gz}"
 		echo "== $m: pfedmma bench train --method $m --precision $prec $flags"
 		load
 		# shellcheck disable=SC2086 # flags and BENCH_ARGS hold several flags

@@ -80,6 +80,7 @@ func init() {
 	var tJSON, tUncached bool
 	var tBatch, tSteps, tClasses, tStart, tDim int
 	var tSplit bool
+	var tVocab string
 	var tPrecision, tReference, tMethod string
 	train := &cobra.Command{
 		Use:   "train",
@@ -106,7 +107,7 @@ harness prints for the same settings on the same machine, for example
 			logf := func(s string) { fmt.Fprintln(os.Stderr, "bench train:", s) }
 			if tMethod != "" {
 				return benchMethod(cmd, bench.MethodOptions{Method: tMethod, Batch: tBatch, Classes: tClasses, Steps: tSteps,
-					Precision: prec, Reference: ref, Log: logf, Uncached: tUncached}, tJSON)
+					Precision: prec, Reference: ref, Log: logf, Uncached: tUncached, Vocab: tVocab}, tJSON)
 			}
 			r, err := bench.Train(cmd.Context(), bench.TrainOptions{Batch: tBatch, Steps: tSteps, Classes: tClasses, Start: tStart, Dim: tDim,
 				Precision: prec, Reference: ref, Log: logf, NoSplit: !tSplit})
@@ -129,6 +130,7 @@ harness prints for the same settings on the same machine, for example
 	train.Flags().IntVar(&tStart, "start", 10, "first adapted block")
 	train.Flags().IntVar(&tDim, "dim", 32, "adapter width r")
 	train.Flags().BoolVar(&tSplit, "cache-block-output", true, "cache block ℓ's frozen output and adapter input (pfedmma.cache_block_output); false caches the prefix before block ℓ")
+	train.Flags().StringVar(&tVocab, "vocab", "", "with --method: CLIP's BPE vocabulary (bpe_simple_vocab_16e6.txt.gz), for a method that tokenises text itself (fedmvp's class descriptions)")
 	train.Flags().StringVar(&tMethod, "method", "", "benchmark this registered method through its client and the training loop (default: the pFedMMA engine benchmark)")
 	train.Flags().StringVar(&tPrecision, "precision", "fp32", "frozen weights' products: fp32 or bf16")
 	train.Flags().StringVar(&tReference, "reference", "", "reference figures (JSON: train_images_per_s, eval_images_per_s, peak_rss_mib) to compute speedups against")
