@@ -13,6 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/tokenizer"
 )
 
 // MethodOptions configure the benchmark of one registered method's
@@ -34,6 +35,10 @@ type MethodOptions struct {
 	// to the method's cache depth) before every timed step and evaluation,
 	// as the authors' code runs it: like for like (uncached.go).
 	Uncached bool
+	// Vocab is CLIP's BPE vocabulary file (bpe_simple_vocab_16e6.txt.gz),
+	// for a method that tokenises text itself (FedMVP's class
+	// descriptions); empty: no tokenizer.
+	Vocab string
 }
 
 // MethodResult is what `pfedmma bench train --method NAME --json` prints.
@@ -143,12 +148,25 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 	// two clients with the same batch: client 1 only takes part in round 0
 	// (it gives client 0 a pool entry, an expert for pFedMoAP)
 	tc := fixture.TensorClient{Pixels: px, Labels: labels}
-	env, err := fixture.TensorEnv(m, depth, classRows(o.Classes, m.W.Config.Text.ContextLength, m.W.Config.Text.VocabSize),
+	split, err := methods.SplitRecords(meth, sec, L)
+	if err != nil {
+		return nil, err
+	}
+	newEnv := fixture.TensorEnv
+	if split {
+		newEnv = fixture.SplitTensorEnv
+	}
+	env, err := newEnv(m, depth, classRows(o.Classes, m.W.Config.Text.ContextLength, m.W.Config.Text.VocabSize),
 		o.Classes, []fixture.TensorClient{tc, tc}, opts, 1)
 	if err != nil {
 		return nil, err
 	}
 	defer env.TrainStore.Close()
+	if o.Vocab != "" {
+		if env.Tok, err = tokenizer.Load(o.Vocab); err != nil {
+			return nil, fmt.Errorf("--vocab: %w", err)
+		}
+	}
 	// the batch is also the client's evaluation set
 	task := &env.Task.Clients[0]
 	env.Task.Test = env.Task.Train
@@ -184,7 +202,7 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 		return nil, err
 	}
 	round := 1
-	frozen := frozenWork(o, m, depth, px)
+	frozen := frozenWork(o, env.Prefixer, px)
 	logf(fmt.Sprintf("timing %d training steps of batch %d", o.Steps, o.Batch))
 	tt, err := Measure(ctx, 1, o.Steps, func(int) error {
 		frozen()
@@ -209,11 +227,16 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 		return nil, err
 	}
 	depthName := fmt.Sprintf("prefix before block %d", depth)
+	if split {
+		depthName = fmt.Sprintf("block %d's frozen output and adapter input", depth)
+	}
 	switch depth {
 	case methods.Features:
 		depthName = "image features"
 	case methods.TokenFeatures:
 		depthName = "every token's features"
+	case methods.Embeddings:
+		depthName = "patch embeddings and frozen features"
 	}
 	res := &MethodResult{Method: o.Method, Backend: gemm.Backend(), Core: gemm.CoreName(), Threads: gemm.Threads(),
 		Precision: o.Precision.String(), Batch: o.Batch, Classes: o.Classes, Depth: depthName,

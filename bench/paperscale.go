@@ -16,6 +16,7 @@ import (
 	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/gemm"
+	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/protocol"
 )
 
@@ -465,6 +466,21 @@ func measurePreset(ctx context.Context, o PaperScaleOptions, e *config.Experimen
 	return m, nil
 }
 
+// splitRecords reports whether the trained method of opts caches split
+// records (methods.Splitter) on a model with layers blocks.
+func splitRecords(opts experiment.Options, layers int) bool {
+	name, err := experiment.TrainedMethod(opts.Methods)
+	if err != nil {
+		return false
+	}
+	meth, err := methods.Get(name)
+	if err != nil {
+		return false
+	}
+	split, err := methods.SplitRecords(meth, opts.Sections[name], layers)
+	return err == nil && split
+}
+
 // projectPreset projects the whole preset e (clients, shots, rounds
 // overridden when positive) from the measured rates, on a task built from
 // the real counts.
@@ -518,6 +534,9 @@ func projectPreset(e *config.Experiment, real DatasetCounts, model string, m *Me
 	recBytes := int64(v.Tokens()) * int64(v.Width) * 4
 	if o.CacheBF16 {
 		recBytes /= 2
+	}
+	if splitRecords(opts, v.Layers) {
+		recBytes *= 2 // block ℓ's frozen output and adapter input
 	}
 	half := int64(o.MemoryBudgetMiB) << 19 // experiment: the budget is split between the train and test stores
 	ram := min(trainRecs*recBytes, half) + min(testRecs*recBytes, half)

@@ -20,16 +20,19 @@ import (
 
 // TrainResult is what `pfedmma bench train` reports.
 type TrainResult struct {
-	Backend         string  `json:"backend"`
-	Core            string  `json:"core"`
-	BestCore        string  `json:"best_core"`
-	Precision       string  `json:"precision"`
-	Threads         int     `json:"threads"`
-	Steps           int     `json:"steps"`
-	Batch           int     `json:"batch"`
-	Classes         int     `json:"classes"`
-	Blocks          string  `json:"adapted_blocks"`
-	Dim             int     `json:"adapter_dim"`
+	Backend   string `json:"backend"`
+	Core      string `json:"core"`
+	BestCore  string `json:"best_core"`
+	Precision string `json:"precision"`
+	Threads   int    `json:"threads"`
+	Steps     int    `json:"steps"`
+	Batch     int    `json:"batch"`
+	Classes   int    `json:"classes"`
+	Blocks    string `json:"adapted_blocks"`
+	Dim       int    `json:"adapter_dim"`
+	// Split: the cache holds block ℓ's frozen output and adapter input
+	// (pfedmma.cache_block_output), not the prefix before block ℓ.
+	Split           bool    `json:"cache_block_output"`
 	TrainCachedPerS float64 `json:"train_images_per_s_cached"`
 	EvalCachedPerS  float64 `json:"eval_images_per_s_cached"`
 	TrainOnlinePerS float64 `json:"train_images_per_s_online"`
@@ -59,6 +62,9 @@ type TrainOptions struct {
 	Start   int // first adapted block (10)
 	Dim     int // adapter width (32)
 	Steps   int // timed steps per measurement (MinSteps when ≤ 0), after one warm-up step
+	// NoSplit caches the prefix before block ℓ instead of split records
+	// (block ℓ's frozen output and adapter input; pfedmma.cache_block_output).
+	NoSplit bool
 	// Precision of the frozen weights' products (FP32).
 	Precision gemm.Precision
 	// Reference, when set, gives the figures the speedups divide by.
@@ -115,6 +121,14 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.Split = !o.NoSplit && mma.CanSplit(o.Start, cfg.Vision.Layers)
+	// records: the prefix before block ℓ, or split records
+	records := func(pixels []float32, dst []float32) []float32 {
+		if l.Split {
+			return clip.ImageSplitRecords(m, o.Start, pixels, B, dst)
+		}
+		return clip.ImagePrefix(m, o.Start, pixels, B, dst)
+	}
 	l.Attach()
 	if err := l.SetClasses(tokens, C); err != nil {
 		return nil, err
@@ -155,7 +169,7 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 	}
 	augment(false, 0)
 	logf("prefix")
-	prefix := clip.ImagePrefix(m, o.Start, pixels, B, nil)
+	prefix := records(pixels, nil)
 
 	step := func(pre []float32) error {
 		a.ZeroGrads()
@@ -173,7 +187,7 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 	inUse, best := gemm.KernelFamily()
 	res := &TrainResult{Backend: gemm.Backend(), Core: inUse, BestCore: best, Precision: o.Precision.String(),
 		Threads: gemm.Threads(), Steps: o.Steps, Batch: B, Classes: C,
-		Blocks: strconv.Itoa(o.Start) + "-" + strconv.Itoa(cfg.Vision.Layers), Dim: o.Dim}
+		Blocks: strconv.Itoa(o.Start) + "-" + strconv.Itoa(cfg.Vision.Layers), Dim: o.Dim, Split: l.Split}
 	if err := timeIt("train cached", &res.TrainCachedPerS, &res.TrainCachedSpread, func(int) error { return step(prefix) }); err != nil {
 		return nil, err
 	}
@@ -191,14 +205,14 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 	var buf []float32
 	if err := timeIt("train online", &res.TrainOnlinePerS, &res.TrainOnlineSpread, func(i int) error {
 		augment(true, uint64(i+2))
-		buf = clip.ImagePrefix(m, o.Start, pixels, B, buf)
+		buf = records(pixels, buf)
 		return step(buf)
 	}); err != nil {
 		return nil, err
 	}
 	if err := timeIt("eval online", &res.EvalOnlinePerS, &res.EvalOnlineSpread, func(int) error {
 		augment(false, 0)
-		buf = clip.ImagePrefix(m, o.Start, pixels, B, buf)
+		buf = records(pixels, buf)
 		l.Logits(buf, B, txt) // text features are computed once per evaluation, as in the cached mode
 		return nil
 	}); err != nil {

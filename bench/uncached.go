@@ -1,9 +1,6 @@
 package bench
 
-import (
-	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/methods/prefixcache"
-)
+import "github.com/pfedmma/pfedmma/methods/prefixcache"
 
 // frozenWork returns what `bench train --method M --uncached` adds to every
 // timed step and evaluation: the frozen records of the batch at the
@@ -12,12 +9,13 @@ import (
 // code does at every step, into a scratch buffer (the step itself then
 // reads the cached records, which are the same values). Without Uncached
 // it does nothing: the production path computes them once per image.
-func frozenWork(o MethodOptions, m *clip.Model, depth int, pixels []float32) func() {
+// Split records (px.Split) include block ℓ's frozen output.
+func frozenWork(o MethodOptions, px *prefixcache.Prefixer, pixels []float32) func() {
 	if !o.Uncached {
 		return func() {}
 	}
 	var scratch []float32
 	return func() {
-		scratch = prefixcache.ImageRecords(m, depth, pixels, o.Batch, scratch)
+		scratch = px.Compute(pixels, o.Batch, scratch)
 	}
 }

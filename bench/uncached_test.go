@@ -2,8 +2,12 @@ package bench
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pfedmma/pfedmma/assets"
+	"github.com/pfedmma/pfedmma/experiment"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/gemm"
@@ -33,12 +37,21 @@ func TestFrozenWork(t *testing.T) {
 		f()
 		return gemm.ReadStats().Flops - before
 	}
-	if n := flops(frozenWork(MethodOptions{Batch: 2}, m, prefixcache.Features, px)); n != 0 {
+	feats := &prefixcache.Prefixer{Model: m, Start: prefixcache.Features}
+	if n := flops(frozenWork(MethodOptions{Batch: 2}, feats, px)); n != 0 {
 		t.Errorf("cached: %d FLOPs of frozen work per step, want 0", n)
 	}
 	want := flops(func() { prefixcache.ImageRecords(m, prefixcache.Features, px, 2, nil) })
-	if got := flops(frozenWork(MethodOptions{Batch: 2, Uncached: true}, m, prefixcache.Features, px)); got != want || want == 0 {
+	if got := flops(frozenWork(MethodOptions{Batch: 2, Uncached: true}, feats, px)); got != want || want == 0 {
 		t.Errorf("uncached: %d FLOPs of frozen work per step, want the image encoder's %d", got, want)
+	}
+	// split records recompute block ℓ too: the prefix before block 2 plus
+	// block 2
+	split := &prefixcache.Prefixer{Model: m, Start: 2, Split: true}
+	prefix := flops(func() { prefixcache.ImageRecords(m, 2, px, 2, nil) })
+	block := flops(func() { m.Vision.Stack.Forward(make([]float32, 2*17*64), 2, 17, 1, 2, nil, false) })
+	if got := flops(frozenWork(MethodOptions{Batch: 2, Uncached: true}, split, px)); got != prefix+block || block == 0 {
+		t.Errorf("uncached, split records: %d FLOPs of frozen work per step, want the prefix's %d + block 2's %d", got, prefix, block)
 	}
 }
 
@@ -50,6 +63,36 @@ func TestMethodBenchmarkUncached(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r.Depth != "none" || !strings.Contains(r.Recomputed, "image features") || !(r.TrainPerS > 0) || !(r.EvalPerS > 0) {
+		t.Errorf("%+v", r)
+	}
+}
+
+// TestMethodBenchmarkVocab: FedMVP tokenises its class descriptions, so
+// `bench train --method fedmvp` needs --vocab; without it the error says
+// so, and a missing file is named.
+func TestMethodBenchmarkVocab(t *testing.T) {
+	dir, err := assets.DefaultModelDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := experiment.LoadModel(filepath.Join(dir, "model.safetensors"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := MethodOptions{Method: "fedmvp", Batch: 2, Classes: 3, Steps: 1, Model: m}
+	if _, err := Method(context.Background(), o); err == nil || !strings.Contains(err.Error(), "tokenizer") {
+		t.Errorf("without a vocabulary: %v, want an error about the tokenizer", err)
+	}
+	o.Vocab = filepath.Join(t.TempDir(), "missing.txt.gz")
+	if _, err := Method(context.Background(), o); err == nil || !strings.Contains(err.Error(), "missing.txt.gz") {
+		t.Errorf("a missing vocabulary: %v, want an error naming the file", err)
+	}
+	o.Vocab = filepath.Join(dir, "bpe_simple_vocab_16e6.txt.gz")
+	r, err := Method(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(r.TrainPerS > 0) || !(r.EvalPerS > 0) || !strings.Contains(r.Depth, "embeddings") {
 		t.Errorf("%+v", r)
 	}
 }

@@ -10,6 +10,7 @@ type Stack struct {
 	outs    [][]float32  // train-mode outputs, one per block
 	grads   [2][]float32 // backward ping-pong
 	last    struct{ from, to, B, T int }
+	split   [2][]float32 // SplitRecords' h and f
 }
 
 // Forward runs blocks [from, to) (0-based) on x [B, T, D]. When pool is not

@@ -5,7 +5,7 @@ package config
 func init() {
 	RegisterMethod("zeroshot", nil)
 	RegisterMethod("pfedmma", func() Section {
-		return &testMMA{Start: 10, Dim: 32, Scale: 0.005, Activation: "relu"}
+		return &testMMA{Start: 10, Dim: 32, Scale: 0.005, Activation: "relu", CacheBlockOutput: true}
 	})
 	for _, m := range []string{"promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt", "promptfolio", "fedpha", "fedclip", "fedtpg", "maple", "cocoop", "kgcoop", "dpfpl", "fedmvp"} {
 		RegisterMethod(m, nil)
@@ -18,6 +18,8 @@ type testMMA struct {
 	Dim        int     `yaml:"dim"`
 	Scale      float64 `yaml:"scale"`
 	Activation string  `yaml:"activation"`
+	// CacheBlockOutput stands in for pfedmma.cache_block_output.
+	CacheBlockOutput bool `yaml:"cache_block_output"`
 }
 
 func (m *testMMA) Check(c *Checker) {

@@ -33,12 +33,12 @@ func buildPlan(o Options, meth methods.Method, env *methods.Env, name string) (*
 // the aggregation section is on and the run compares several methods, so
 // that a method whose strategy cannot take it (pFedMoAP's pool with a
 // median) is refused at start, not after the methods before it trained.
-func checkAggregation(o Options, ms []methods.Method, envs map[int]*methods.Env, depths []int) error {
+func checkAggregation(o Options, ms []methods.Method, envs map[cacheKey]*methods.Env, keys []cacheKey) error {
 	if (!o.Aggregation.Active() && !o.SecureAggregation) || len(ms) < 2 {
 		return nil // a single method is refused when its plan is built
 	}
 	for i, meth := range ms {
-		if _, err := buildPlan(o, meth, envs[depths[i]], o.Methods[i]); err != nil {
+		if _, err := buildPlan(o, meth, envs[keys[i]], o.Methods[i]); err != nil {
 			return fmt.Errorf("%s: %w", o.Methods[i], err)
 		}
 	}

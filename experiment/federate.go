@@ -103,6 +103,7 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 		return nil, err
 	}
 	meth, depth, task := s.methods[0], s.depths[0], s.task
+	key := cacheKey{depth, s.splits[0]}
 	if depth == methods.AnyDepth {
 		return nil, fmt.Errorf("%s does not train: nothing to federate", name)
 	}
@@ -119,18 +120,18 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 	f := &Federated{Name: name, Method: meth, Task: task, Dataset: s.ds.Name, template: s.tmpl}
 	var env *methods.Env
 	if site < 0 {
-		px := &prefixcache.Prefixer{Model: m, Start: depth, Transform: preprocess.CLIPTransform(m.W.Config.Vision.ImageSize), Batch: max(o.EvalBatch, 1)}
+		px := &prefixcache.Prefixer{Model: m, Start: depth, Transform: preprocess.CLIPTransform(m.W.Config.Vision.ImageSize), Batch: max(o.EvalBatch, 1), Split: key.split}
 		env = &methods.Env{Model: m, Tok: tok, Task: task, Start: depth, Template: s.tmpl, Seed: o.Seed, Train: o.Train,
 			Views: s.views, Online: s.online, Prefixer: px}
 	} else {
 		// the memory estimate of `pfedmma run` (the weights, loaded
 		// already, are out of what is available)
-		need := estimateMemory(o, m.W.Config, 0, task, []int{depth}, s.views, s.online, cacheBudget(o.CacheMiB)/2)
+		need := estimateMemory(o, m.W.Config, 0, task, []cacheKey{key}, s.views, s.online, cacheBudget(o.CacheMiB)/2)
 		if err := checkMemory(need, availableMiB()); err != nil {
 			return nil, fmt.Errorf("site %d: %w", site, err)
 		}
 		bar := progress.New(o.Progress, 0, "frozen prefixes", "img", progress.WithMode(o.ProgressMode))
-		env, err = newEnv(ctx, o, m, tok, task, s.tmpl, depth, s.views, s.online, cacheBudget(o.CacheMiB)/2, bar)
+		env, err = newEnv(ctx, o, m, tok, task, s.tmpl, key, s.views, s.online, cacheBudget(o.CacheMiB)/2, bar)
 		bar.Finish()
 		if err != nil {
 			return nil, err

@@ -64,7 +64,7 @@ const floatsPerActivation = 20
 // beyond it records spill to disk) and the activations of the adapted
 // blocks for one training batch (images and the class prompts) and one
 // evaluation batch.
-func estimateMemory(o Options, cfg clip.Config, params int64, task *protocol.Task, depths []int, views int, online bool, storeBudget int64) memoryNeed {
+func estimateMemory(o Options, cfg clip.Config, params int64, task *protocol.Task, keys []cacheKey, views int, online bool, storeBudget int64) memoryNeed {
 	const f32 = 4
 	var n memoryNeed
 	n.Model = params * f32
@@ -78,12 +78,16 @@ func estimateMemory(o Options, cfg clip.Config, params int64, task *protocol.Tas
 		trainRecs = 0
 	}
 	testRecs := int64(len(task.UsedTest()))
-	distinct := map[int]bool{}
-	for _, d := range depths {
-		distinct[d] = true
+	distinct := map[cacheKey]bool{}
+	for _, k := range keys {
+		distinct[k] = true
 	}
-	for range distinct {
-		n.Cache += min(trainRecs*recBytes, storeBudget) + min(testRecs*recBytes, storeBudget)
+	for k := range distinct {
+		rb := recBytes
+		if k.split {
+			rb *= 2 // block ℓ's branch input and frozen output
+		}
+		n.Cache += min(trainRecs*rb, storeBudget) + min(testRecs*rb, storeBudget)
 	}
 	// A training step sees at most a client's training items; the
 	// evaluation buffer is allocated at the configured size.
@@ -97,8 +101,8 @@ func estimateMemory(o Options, cfg clip.Config, params int64, task *protocol.Tas
 		evalB = 32
 	}
 	minDepth := v.Layers
-	for _, d := range depths {
-		minDepth = min(minDepth, d)
+	for _, k := range keys {
+		minDepth = min(minDepth, k.depth)
 	}
 	blocks := int64(max(v.Layers-minDepth, 1))
 	textBlocks := int64(max(tx.Layers-minDepth, 1))

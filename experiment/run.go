@@ -9,7 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -183,29 +183,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	task, depths := s.task, s.depths
+	task := s.task
 	if err := writeRunInfo(o, task, s.tmpl); err != nil {
 		return nil, err
 	}
-	// One cache of frozen prefixes per depth the methods need; methods of
-	// any depth (zero-shot) share the first.
-	var distinct []int
-	for _, d := range depths {
-		if d != methods.AnyDepth && !slices.Contains(distinct, d) {
-			distinct = append(distinct, d)
-		}
+	// One cache of frozen prefixes per depth (and record kind) the methods
+	// need; methods of any depth (zero-shot) share the first.
+	anyDepth := s.layers
+	if s.resNet {
+		anyDepth = methods.Features
 	}
-	if len(distinct) == 0 {
-		distinct = []int{s.layers}
-		if s.resNet {
-			distinct = []int{methods.Features}
-		}
-	}
-	for i := range depths {
-		if depths[i] == methods.AnyDepth {
-			depths[i] = distinct[0]
-		}
-	}
+	keys, distinct := s.keys(anyDepth)
 	budget := cacheBudget(o.CacheMiB) / int64(2*len(distinct)) // train and test store per depth
 	if err := checkMemory(estimateMemory(o, s.model.Config, s.model.Params, task, distinct, s.views, s.online, budget), availableMiB()); err != nil {
 		return nil, fmt.Errorf("experiment: %w", err)
@@ -222,7 +210,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		nViews += len(task.UsedTrain()) * max(s.views, 1)
 	}
 	root := progress.New(o.Progress, nViews*len(distinct), "frozen prefixes", "img", progress.WithMode(o.ProgressMode))
-	envs := map[int]*methods.Env{}
+	envs := map[cacheKey]*methods.Env{}
 	for _, d := range distinct {
 		env, err := newEnv(ctx, o, m, tok, task, s.tmpl, d, s.views, s.online, budget, root)
 		if err != nil {
@@ -234,7 +222,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	root.Finish()
 	slog.Info("experiment", "dataset", s.ds.Name, "protocol", task.Protocol, "clients", len(task.Clients),
-		"train", len(task.UsedTrain()), "test", len(task.UsedTest()), "depths", distinct)
+		"train", len(task.UsedTrain()), "test", len(task.UsedTest()), "depths", depthsOf(distinct))
 	prefixSeconds := time.Since(start).Seconds()
 
 	log, err := report.NewMetricsLog(o.OutDir)
@@ -251,13 +239,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	bytes.codec = o.Compress
 	o.countRound = bytes.add
 	var lastRecords []report.RoundRecord // each method's, for the summary's dp
-	if err := checkAggregation(o, s.methods, envs, depths); err != nil {
+	if err := checkAggregation(o, s.methods, envs, keys); err != nil {
 		return nil, err
 	}
 	for i, meth := range s.methods {
 		name := o.Methods[i]
 		t0 := time.Now()
-		recs, err := runMethod(ctx, o, envs[depths[i]], meth, name, log)
+		recs, err := runMethod(ctx, o, envs[keys[i]], meth, name, log)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -306,15 +294,30 @@ func featureMethods() []string {
 	return out
 }
 
-// newEnv builds the frozen prefixes of depth ℓ = start.
+// depthsOf lists the depths of cache keys, a split one as "ℓ+split".
+func depthsOf(keys []cacheKey) []string {
+	var out []string
+	for _, k := range keys {
+		s := strconv.Itoa(k.depth)
+		if k.split {
+			s += "+split"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// newEnv builds the frozen records of cache key: the prefixes of depth
+// ℓ = key.depth, split records when key.split.
 func newEnv(ctx context.Context, o Options, m *clip.Model, tok *tokenizer.Tokenizer, task *protocol.Task, tmpl string,
-	start, views int, online bool, budget int64, bar *progress.Bar) (*methods.Env, error) {
+	key cacheKey, views int, online bool, budget int64, bar *progress.Bar) (*methods.Env, error) {
 	S := m.W.Config.Vision.ImageSize
 	batch := o.EvalBatch
 	if batch <= 0 {
 		batch = 32
 	}
-	px := &prefixcache.Prefixer{Model: m, Start: start, Transform: preprocess.CLIPTransform(S), Batch: batch}
+	start := key.depth
+	px := &prefixcache.Prefixer{Model: m, Start: start, Transform: preprocess.CLIPTransform(S), Batch: batch, Split: key.split}
 	dtype := actcache.Float32
 	if o.CacheBF16 {
 		dtype = actcache.BFloat16

@@ -3,6 +3,7 @@ package experiment
 import (
 	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/compress"
@@ -23,6 +24,9 @@ type setup struct {
 	// depths[i] is methods[i]'s Depth on the model (AnyDepth for a method
 	// running from any cached prefix).
 	depths []int
+	// splits[i] says whether methods[i] wants split records
+	// (methods.Splitter).
+	splits []bool
 	model  checkpoint.Info
 	// layers is the model's depth: the fewer of its encoders' blocks.
 	layers int
@@ -34,11 +38,40 @@ type setup struct {
 	online bool
 }
 
+// cacheKey names one cache of frozen records: the depth ℓ and whether its
+// records are split (block ℓ's branch input and frozen output).
+type cacheKey struct {
+	depth int
+	split bool
+}
+
+// keys returns each method's cache; a method of any depth (zero-shot) runs
+// on the first other method's, or on anyDepth when there is none.
+func (s *setup) keys(anyDepth int) (perMethod, distinct []cacheKey) {
+	perMethod = make([]cacheKey, len(s.depths))
+	for i, d := range s.depths {
+		k := cacheKey{d, s.splits[i]}
+		perMethod[i] = k
+		if d != methods.AnyDepth && !slices.Contains(distinct, k) {
+			distinct = append(distinct, k)
+		}
+	}
+	if len(distinct) == 0 {
+		distinct = []cacheKey{{depth: anyDepth}}
+	}
+	for i := range perMethod {
+		if perMethod[i].depth == methods.AnyDepth {
+			perMethod[i] = distinct[0]
+		}
+	}
+	return perMethod, distinct
+}
+
 // newSetup resolves o for the methods names (each must be registered): it
 // reads the model's header (not its weights), checks that every method can
 // run on it and with the federation's clients, and builds the task.
 func newSetup(o Options, names []string) (*setup, error) {
-	s := &setup{names: names, methods: make([]methods.Method, len(names)), depths: make([]int, len(names))}
+	s := &setup{names: names, methods: make([]methods.Method, len(names)), depths: make([]int, len(names)), splits: make([]bool, len(names))}
 	var err error
 	if s.views, s.online, err = parseAugment(o.Augment); err != nil {
 		return nil, err
@@ -68,6 +101,9 @@ func newSetup(o Options, names []string) (*setup, error) {
 			return nil, err
 		}
 		if err := backboneFits(s.resNet, names[i], s.depths[i]); err != nil {
+			return nil, err
+		}
+		if s.splits[i], err = methods.SplitRecords(meth, o.Sections[names[i]], s.layers); err != nil {
 			return nil, err
 		}
 	}

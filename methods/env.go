@@ -166,6 +166,11 @@ func (e *Env) SpacePrompts(space int) ([]float32, []int, error) {
 	return p, e.spaceEOT[space], nil
 }
 
+// Split reports whether the image records are split records
+// (prefixcache.Prefixer.Split): [h | f] per image, block Start's branch input
+// and its frozen output.
+func (e *Env) Split() bool { return e.Prefixer != nil && e.Prefixer.Split }
+
 // TextStart is the block the text side of Start's prefixes starts at: Start,
 // or 1 (after the embeddings) when the image encoder is frozen whole.
 func (e *Env) TextStart() int {

@@ -73,6 +73,26 @@ type Method interface {
 	Predictor(p PredictEnv, sec config.Section, saved tensor.Named) (Predictor, error)
 }
 
+// Splitter is implemented by a method whose first block ℓ = Depth only adds
+// a branch parallel to the whole frozen block (pFedMMA's adapter): its
+// records may then be split records (prefixcache.Prefixer.Split), block ℓ's
+// branch input and frozen output, so that block ℓ runs once per image.
+type Splitter interface {
+	// SplitRecords reports whether the method wants split records given
+	// its settings and the model's depth.
+	SplitRecords(sec config.Section, layers int) (bool, error)
+}
+
+// SplitRecords reports whether meth wants split records (Splitter); false
+// for a method that is not a Splitter.
+func SplitRecords(meth Method, sec config.Section, layers int) (bool, error) {
+	s, ok := meth.(Splitter)
+	if !ok {
+		return false, nil
+	}
+	return s.SplitRecords(sec, layers)
+}
+
 // Plan is a method's federation on one Env.
 type Plan struct {
 	Clients  []federation.Client

@@ -43,9 +43,10 @@ func DetachAll(m *clip.Model) {
 // FrozenScorer is zero-shot CLIP run from the cached prefixes (exactly the
 // full encoders, no adapters).
 type FrozenScorer struct {
-	Env  *Env
-	txt  map[int][]float32
-	feat []float32
+	Env   *Env
+	txt   map[int][]float32
+	feat  []float32
+	split []float32 // block Start's frozen outputs of split records
 }
 
 // TextFeatures returns the frozen text features [C, E] of a label space.
@@ -103,7 +104,13 @@ func (z *FrozenScorer) ImageFeatures(prefix []float32, B int) []float32 {
 	}
 	DetachAll(m)
 	v := m.Vision
-	pooled := v.Stack.Forward(prefix, B, v.Cfg.Tokens(), max(z.Env.Start-1, 0), len(v.Stack.Blocks), clip.ClassPool(B), false)
+	from := max(z.Env.Start-1, 0)
+	if z.Env.Split() {
+		// block Start's frozen output is in the record: run from the next
+		z.split = clip.SplitOutputs(prefix, B, v.Cfg.Tokens(), v.Cfg.Width, z.split)
+		prefix, from = z.split, z.Env.Start
+	}
+	pooled := v.Stack.Forward(prefix, B, v.Cfg.Tokens(), from, len(v.Stack.Blocks), clip.ClassPool(B), false)
 	z.feat = nn.Grow(z.feat, B*m.W.Config.EmbedDim)
 	v.HeadForward(z.feat, pooled, B)
 	return z.feat

@@ -24,6 +24,12 @@
 #   COOP_REPO         github.com/KaiyangZhou/CoOp      cocoop
 #   KGCOOP_REPO       github.com/htyao89/KgCoOp        kgcoop
 #   MAPLE_REPO        github.com/muzairkhattak/multimodal-prompt-learning  maple
+#   PMFLT_REPO        github.com/Yuqin-G/PMFLT         fedpha, fedclip
+#   DPFPL_REPO        github.com/linhhtran/DP-FPL      dpfpl
+#   FEDMVP_REPO       github.com/mainaksingha01/FedMVP fedmvp (pfedmma's side tokenises
+#                                                      the descriptions: CLIP_VOCAB below)
+#   CLIP_VOCAB        CLIP's bpe_simple_vocab_16e6.txt.gz, given to `pfedmma bench train
+#                     --method fedmvp --vocab` (default ../shared/clip-vocab/...)
 # STEPS (default 10) timed steps on each side; METHOD... limits the sitting
 # to those methods. REF_ARGS and BENCH_ARGS add flags to every harness and every
 # `pfedmma bench train` (for a smoke test only, e.g. REF_ARGS="--batch 2"
@@ -44,7 +50,7 @@ if [ -z "${PFEDMMA:-}" ]; then
 	PFEDMMA=$out/pfedmma
 fi
 load() { printf '%s  load %s\n' "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1-3 /proc/loadavg)"; }
-methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora pfedmoap fedtpg promptfolio cocoop kgcoop maple}
+methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora pfedmoap fedtpg promptfolio cocoop kgcoop maple fedpha fedclip dpfpl fedmvp}
 start=$(date +%s)
 
 # harness METHOD: prints "script repo-args" for METHOD's harness, or nothing
@@ -64,6 +70,10 @@ harness() {
 	cocoop) [ -n "${COOP_REPO:-}" ] && echo "cocoop_ref.py --repo $COOP_REPO" ;;
 	kgcoop) [ -n "${KGCOOP_REPO:-}" ] && echo "kgcoop_ref.py --repo $KGCOOP_REPO" ;;
 	maple) [ -n "${MAPLE_REPO:-}" ] && echo "maple_ref.py --repo $MAPLE_REPO" ;;
+	fedpha) [ -n "${PMFLT_REPO:-}" ] && echo "fedpha_ref.py --repo $PMFLT_REPO" ;;
+	fedclip) [ -n "${PMFLT_REPO:-}" ] && echo "fedclip_ref.py --repo $PMFLT_REPO" ;;
+	dpfpl) [ -n "${DPFPL_REPO:-}" ] && echo "dpfpl_ref.py --repo $DPFPL_REPO" ;;
+	fedmvp) [ -n "${FEDMVP_REPO:-}" ] && echo "fedmvp_ref.py --repo $FEDMVP_REPO" ;;
 	*) echo "sitting_all: no reference harness for method $1" >&2; return 1 ;;
 	esac
 	return 0
@@ -91,6 +101,7 @@ for m in $methods; do
 		prec=${run%%-*}
 		flags=
 		[ "$run" != "$prec" ] && flags=--uncached
+		[ "$m" = fedmvp ] && flags="$flags --vocab ${CLIP_VOCAB:-$here/../shared/clip-vocab/bpe_simple_vocab_16e6.txt.gz}"
 		echo "== $m: pfedmma bench train --method $m --precision $prec $flags"
 		load
 		# shellcheck disable=SC2086 # flags and BENCH_ARGS hold several flags

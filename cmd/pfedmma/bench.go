@@ -79,6 +79,8 @@ func init() {
 
 	var tJSON, tUncached bool
 	var tBatch, tSteps, tClasses, tStart, tDim int
+	var tSplit bool
+	var tVocab string
 	var tPrecision, tReference, tMethod string
 	train := &cobra.Command{
 		Use:   "train",
@@ -105,10 +107,10 @@ harness prints for the same settings on the same machine, for example
 			logf := func(s string) { fmt.Fprintln(os.Stderr, "bench train:", s) }
 			if tMethod != "" {
 				return benchMethod(cmd, bench.MethodOptions{Method: tMethod, Batch: tBatch, Classes: tClasses, Steps: tSteps,
-					Precision: prec, Reference: ref, Log: logf, Uncached: tUncached}, tJSON)
+					Precision: prec, Reference: ref, Log: logf, Uncached: tUncached, Vocab: tVocab}, tJSON)
 			}
 			r, err := bench.Train(cmd.Context(), bench.TrainOptions{Batch: tBatch, Steps: tSteps, Classes: tClasses, Start: tStart, Dim: tDim,
-				Precision: prec, Reference: ref, Log: logf})
+				Precision: prec, Reference: ref, Log: logf, NoSplit: !tSplit})
 			if err != nil {
 				return fmt.Errorf("bench train: %w", err)
 			}
@@ -127,6 +129,8 @@ harness prints for the same settings on the same machine, for example
 	train.Flags().IntVar(&tClasses, "classes", 24, "classes")
 	train.Flags().IntVar(&tStart, "start", 10, "first adapted block")
 	train.Flags().IntVar(&tDim, "dim", 32, "adapter width r")
+	train.Flags().BoolVar(&tSplit, "cache-block-output", true, "cache block ℓ's frozen output and adapter input (pfedmma.cache_block_output); false caches the prefix before block ℓ")
+	train.Flags().StringVar(&tVocab, "vocab", "", "with --method: CLIP's BPE vocabulary (bpe_simple_vocab_16e6.txt.gz), for a method that tokenises text itself (fedmvp's class descriptions)")
 	train.Flags().StringVar(&tMethod, "method", "", "benchmark this registered method through its client and the training loop (default: the pFedMMA engine benchmark)")
 	train.Flags().StringVar(&tPrecision, "precision", "fp32", "frozen weights' products: fp32 or bf16")
 	train.Flags().StringVar(&tReference, "reference", "", "reference figures (JSON: train_images_per_s, eval_images_per_s, peak_rss_mib) to compute speedups against")
@@ -168,7 +172,11 @@ func benchMethod(cmd *cobra.Command, o bench.MethodOptions, asJSON bool) error {
 func writeTrainText(w io.Writer, r *bench.TrainResult, ref *bench.Reference) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "GEMM library\t%s\n", kernelLine(r.Backend, r.Core, r.BestCore, r.Threads, r.Precision, gemm.BF16Backend()))
-	fmt.Fprintf(tw, "setting\tbatch %d, %d classes, adapters on blocks %s, r %d\n", r.Batch, r.Classes, r.Blocks, r.Dim)
+	cached := "the prefix before the first adapted block"
+	if r.Split {
+		cached = "the first adapted block's frozen output and adapter input"
+	}
+	fmt.Fprintf(tw, "setting\tbatch %d, %d classes, adapters on blocks %s, r %d; cached: %s\n", r.Batch, r.Classes, r.Blocks, r.Dim, cached)
 	fmt.Fprintf(tw, "GEMM in a cached training step\t%.1f GFLOP/s\n", r.GemmGFLOPS)
 	if ref == nil {
 		fmt.Fprintf(tw, "\timages/s (median of %d ± IQR/median)\n", r.Steps)

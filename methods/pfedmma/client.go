@@ -36,6 +36,7 @@ func newClient(env *methods.Env, task *protocol.ClientTask, init *Adapters, ws *
 	if err != nil {
 		return nil, err
 	}
+	l.Split = env.Split()
 	loop, err := train.NewLoop(env.Train, len(task.Train), env.Seed, uint64(task.ID)+1, fmt.Sprintf("pfedmma client %d", task.ID))
 	if err != nil {
 		return nil, err

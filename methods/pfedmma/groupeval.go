@@ -57,9 +57,16 @@ func (g *evalGroup) pool(B int) []int {
 	return nil
 }
 
-// prepare runs the frozen block ℓ on a batch of test prefixes [B, T, Dv].
+// prepare runs the frozen block ℓ on a batch of test prefixes [B, T, Dv],
+// or reads its output from split records [B, 2, T, Dv].
 func (g *evalGroup) prepare(prefix []float32, B int) error {
 	v := g.env.Model.Vision
+	if g.env.Split() {
+		T := v.Cfg.Tokens()
+		g.h, g.frozen = clip.Unsplit(prefix, B, T, v.Cfg.Width, g.h, g.frozen)
+		g.rows, g.B = B*T, B
+		return nil
+	}
 	methods.DetachAll(g.env.Model)
 	blk := v.Stack.Blocks[g.start-1]
 	blk.Adapter = capture{g}

@@ -18,6 +18,12 @@ import (
 type Learner struct {
 	Model    *clip.Model
 	Adapters *Adapters
+	// Split says the image records are split records (clip.SplitRecords):
+	// block ℓ's adapter input ln_1(x) and frozen output per image, instead
+	// of the prefix x. The class prompts' block ℓ then also runs once per
+	// SetClassPrefix, and a step runs only block ℓ's adapter and blocks
+	// ℓ+1..L. Only for 1 ≤ ℓ < L (see CanSplit).
+	Split bool
 
 	vis, txt map[int]*Branch // adapter branches by block index (0 = embeddings)
 
@@ -28,7 +34,17 @@ type Learner struct {
 	textT      int       // prompt length actually run (≤ Ctx)
 
 	txtFeat, imgFeat, dTxt, dImg, dx0v, dx0t []float32
+
+	// split mode: block ℓ's adapter input and frozen output of the class
+	// prompts [C, textT, Dt] and of the image batch [B, T, Dv], the block
+	// outputs with the adapter added, and the gradients there
+	textH, textF, imgH, imgF, txtX, dTxtX, dImgF []float32
 }
+
+// CanSplit reports whether adapters starting at block start of a model with
+// layers blocks can run on split records: block start must be a full block
+// (1 ≤ start < layers; the last block is pruned to the pooled token).
+func CanSplit(start, layers int) bool { return start >= 1 && start < layers }
 
 // NewLearner binds adapters to a model. It checks the adapter widths and
 // block range against the model. Learners that run one at a time may share
@@ -105,6 +121,13 @@ func (l *Learner) SetClassPrefix(prefix []float32, eot []int, C int) {
 	if l.Adapters.Cfg.Start >= 1 {
 		l.textPrefix, l.textT = clip.TruncatePrefix(prefix, eot, C, t.Cfg.ContextLength, t.Cfg.Width)
 	}
+	if l.Split {
+		// block ℓ of the class prompts, once: its adapter input and frozen
+		// output
+		n := C * l.textT * t.Cfg.Width
+		l.textH, l.textF = nn.Grow(l.textH, n), nn.Grow(l.textF, n)
+		t.Stack.FrozenBlock(l.textH, l.textF, l.textPrefix, C, l.textT, l.Adapters.Cfg.Start-1)
+	}
 }
 
 // TextFeatures runs the adapted text blocks on the class prompts and returns
@@ -112,24 +135,43 @@ func (l *Learner) SetClassPrefix(prefix []float32, eot []int, C int) {
 func (l *Learner) TextFeatures(train bool) []float32 {
 	t, C := l.Model.Text, l.numClasses
 	x := l.textPrefix
-	if l.Adapters.Cfg.Start == 0 {
+	from := l.firstBlock()
+	switch {
+	case l.Split:
+		// block ℓ's output: its frozen output plus the adapter
+		start := l.Adapters.Cfg.Start
+		n := C * l.textT * t.Cfg.Width
+		l.txtX = nn.Grow(l.txtX, n)
+		copy(l.txtX, l.textF[:n])
+		l.txt[start].Forward(l.txtX, l.textH, C*l.textT)
+		x, from = l.txtX, start
+	case l.Adapters.Cfg.Start == 0:
 		x = t.EmbedForward(l.textPrefix, C)
 	}
-	pooled := t.Stack.Forward(x, C, l.textT, l.firstBlock(), len(t.Stack.Blocks), l.eot, train)
+	pooled := t.Stack.Forward(x, C, l.textT, from, len(t.Stack.Blocks), l.eot, train)
 	l.txtFeat = nn.Grow(l.txtFeat, C*l.Model.W.Config.EmbedDim)
 	t.HeadForward(l.txtFeat, pooled, C)
 	return l.txtFeat
 }
 
-// ImageFeatures runs the adapted image blocks on prefixes [B, T, Dv] and
-// returns raw features [B, E] (owned by the learner).
+// ImageFeatures runs the adapted image blocks on prefixes [B, T, Dv] (split
+// records [B, 2, T, Dv] when Split) and returns raw features [B, E] (owned
+// by the learner).
 func (l *Learner) ImageFeatures(prefix []float32, B int, train bool) []float32 {
 	v := l.Model.Vision
 	x := prefix
-	if l.Adapters.Cfg.Start == 0 {
+	from := l.firstBlock()
+	switch {
+	case l.Split:
+		// block ℓ's output: its frozen output plus the adapter
+		start := l.Adapters.Cfg.Start
+		l.imgH, l.imgF = clip.Unsplit(prefix, B, v.Cfg.Tokens(), v.Cfg.Width, l.imgH, l.imgF)
+		l.vis[start].Forward(l.imgF, l.imgH, B*v.Cfg.Tokens())
+		x, from = l.imgF, start
+	case l.Adapters.Cfg.Start == 0:
 		x = v.AdaptEmbed(prefix, B)
 	}
-	pooled := v.Stack.Forward(x, B, v.Cfg.Tokens(), l.firstBlock(), len(v.Stack.Blocks), clip.ClassPool(B), train)
+	pooled := v.Stack.Forward(x, B, v.Cfg.Tokens(), from, len(v.Stack.Blocks), clip.ClassPool(B), train)
 	l.imgFeat = nn.Grow(l.imgFeat, B*l.Model.W.Config.EmbedDim)
 	v.HeadForward(l.imgFeat, pooled, B)
 	return l.imgFeat
@@ -153,6 +195,10 @@ func (l *Learner) Step(prefix []float32, B int, labels []int) (float64, []float3
 
 	v, t := l.Model.Vision, l.Model.Text
 	dpool := v.HeadBackward(l.dImg)
+	if l.Split {
+		l.splitBackward(dpool, B)
+		return loss, logits, nil
+	}
 	if l.Adapters.Cfg.Start == 0 {
 		l.dx0v = nn.Grow(l.dx0v, B*v.Cfg.Tokens()*v.Cfg.Width)
 		clear(l.dx0v)
@@ -171,6 +217,27 @@ func (l *Learner) Step(prefix []float32, B int, labels []int) (float64, []float3
 		t.Stack.Backward(nil, dpool)
 	}
 	return loss, logits, nil
+}
+
+// splitBackward is Step's backward pass in split mode: blocks ℓ+1..L give
+// the gradient at block ℓ's output, which only block ℓ's adapter needs
+// (the frozen block below has no parameter). dpool is the image tower's
+// head gradient.
+func (l *Learner) splitBackward(dpool []float32, B int) {
+	v, t := l.Model.Vision, l.Model.Text
+	start := l.Adapters.Cfg.Start
+	N := B * v.Cfg.Tokens()
+	l.dImgF = nn.Grow(l.dImgF, N*v.Cfg.Width)
+	clear(l.dImgF)
+	v.Stack.Backward(l.dImgF, dpool)
+	l.vis[start].Backward(nil, l.dImgF, N)
+
+	dpool = t.HeadBackward(l.dTxt)
+	N = l.numClasses * l.textT
+	l.dTxtX = nn.Grow(l.dTxtX, N*t.Cfg.Width)
+	clear(l.dTxtX)
+	t.Stack.Backward(l.dTxtX, dpool)
+	l.txt[start].Backward(nil, l.dTxtX, N)
 }
 
 // Logits returns exp(logitScale)·cos for image prefixes [B, T, Dv] against

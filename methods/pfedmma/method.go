@@ -44,6 +44,13 @@ type Settings struct {
 	// code runs; the only one implemented) or gelu (the paper's "e.g.
 	// GELU"), refused when the run starts.
 	Activation string `yaml:"activation"`
+	// CacheBlockOutput keeps block ℓ's frozen output and its adapter input
+	// ln_1(x) in the prefix cache instead of the prefix x (split records,
+	// twice the cache): the adapter is a branch parallel to the whole
+	// frozen block, so block ℓ then runs once per image instead of at every
+	// step. Applies when 1 ≤ ℓ < L (the last block is pruned to the pooled
+	// token, and ℓ = 0 adapts the embeddings).
+	CacheBlockOutput bool `yaml:"cache_block_output"`
 }
 
 // Check implements config.Section.
@@ -111,7 +118,7 @@ func (Method) Info() methods.Info {
 
 // DefaultConfig implements methods.Method: the paper's settings.
 func (Method) DefaultConfig() config.Section {
-	return &Settings{Start: 10, End: 0, Dim: 32, Scale: 0.005, Activation: "relu"}
+	return &Settings{Start: 10, End: 0, Dim: 32, Scale: 0.005, Activation: "relu", CacheBlockOutput: true}
 }
 
 func settings(sec config.Section) (*Settings, error) {
@@ -132,6 +139,21 @@ func (Method) Depth(sec config.Section, layers int) (int, error) {
 	return cfg.Start, err
 }
 
+// SplitRecords implements methods.Splitter: block ℓ's adapter is a branch
+// parallel to the whole frozen block, so with cache_block_output the cache
+// keeps block ℓ's frozen output (1 ≤ ℓ < L).
+func (Method) SplitRecords(sec config.Section, layers int) (bool, error) {
+	s, err := settings(sec)
+	if err != nil {
+		return false, err
+	}
+	cfg, err := s.Adapters(layers)
+	if err != nil {
+		return false, err
+	}
+	return s.CacheBlockOutput && CanSplit(cfg.Start, layers), nil
+}
+
 // Build implements methods.Method: every client starts from the same
 // seeded adapters; the server averages the shared projections.
 func (m Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
@@ -146,6 +168,9 @@ func (m Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, erro
 	}
 	if cfg.Start != env.Start {
 		return nil, fmt.Errorf("pfedmma: adapters start at block %d, the cached prefixes at %d", cfg.Start, env.Start)
+	}
+	if env.Split() && !CanSplit(cfg.Start, min(c.Vision.Layers, c.Text.Layers)) {
+		return nil, fmt.Errorf("pfedmma: the cache holds block %d's output (split records), which needs 1 ≤ start < %d", cfg.Start, min(c.Vision.Layers, c.Text.Layers))
 	}
 	init := New(cfg, c.Vision.Width, c.Text.Width, rand.New(rand.NewPCG(env.Seed, 0x6d6d61)))
 	if env.Init != nil {
@@ -197,6 +222,7 @@ func (m Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, erro
 		if err != nil {
 			return nil, err
 		}
+		l.Split = env.Split()
 		return attachedScorer{&client{env: env, task: &protocol.ClientTask{ID: -1}, learner: l, txt: map[int][]float32{}}}, nil
 	}
 	return plan, nil
@@ -222,6 +248,8 @@ func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.
 	if err != nil {
 		return nil, err
 	}
+	// the run's records: split when it cached block ℓ's output
+	l.Split = s.CacheBlockOutput && CanSplit(cfg.Start, min(c.Vision.Layers, c.Text.Layers))
 	return predictor{l, pe}, nil
 }
 
@@ -241,8 +269,13 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 		return nil, err
 	}
 	txt := append([]float32(nil), p.l.TextFeatures(false)...)
-	prefix := clip.ImagePrefix(p.l.Model, p.l.Adapters.Cfg.Start, pixels, B, nil)
-	return p.l.Logits(prefix, B, txt), nil
+	var rec []float32
+	if p.l.Split {
+		rec = clip.ImageSplitRecords(p.l.Model, p.l.Adapters.Cfg.Start, pixels, B, nil)
+	} else {
+		rec = clip.ImagePrefix(p.l.Model, p.l.Adapters.Cfg.Start, pixels, B, nil)
+	}
+	return p.l.Logits(rec, B, txt), nil
 }
 
 // FitModel implements config.ModelFitter: a start block the model does not
@@ -262,3 +295,10 @@ func (s *Settings) FitModel(layers int) []string {
 	}
 	return out
 }
+
+// SmallSettings implements methods.SmallRun: the conformance suite's tiny
+// world runs adapters on the last two blocks, so that block ℓ is a full
+// block and the run caches split records (cache_block_output), the path
+// of the paper's settings (blocks 10–12); the world presets adapt only the
+// last block, which is never split.
+func (Method) SmallSettings(int) map[string]string { return map[string]string{"start": "-2"} }

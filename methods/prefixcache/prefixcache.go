@@ -48,6 +48,10 @@ type Prefixer struct {
 	Start     int // first adapted block ℓ
 	Transform preprocess.Transform
 	Batch     int
+	// Split keeps split records (clip.SplitRecords): block ℓ's branch input
+	// ln_1(x) and its frozen output, [2, T, D] per image, instead of the
+	// prefix x. Only for 1 ≤ ℓ < L.
+	Split bool
 }
 
 // RecordLen is the number of floats of one image prefix: [T, D] before
@@ -62,12 +66,18 @@ func (p *Prefixer) RecordLen() int {
 	case Embeddings:
 		return v.Tokens()*v.Width + 2*p.Model.W.Config.EmbedDim
 	}
+	if p.Split {
+		return clip.SplitLen(v.Tokens(), v.Width)
+	}
 	return v.Tokens() * v.Width
 }
 
 // Compute writes the records of B preprocessed images (pixels [B, 3, S, S])
 // into dst (grown as needed) and returns it.
 func (p *Prefixer) Compute(pixels []float32, B int, dst []float32) []float32 {
+	if p.Split {
+		return clip.ImageSplitRecords(p.Model, p.Start, pixels, B, dst)
+	}
 	return ImageRecords(p.Model, p.Start, pixels, B, dst)
 }
 
