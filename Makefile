@@ -40,7 +40,21 @@ test: deps
 	$(GO) test -count=1 -timeout 20m ./...
 	@echo "pure-Go fallback (-tags purego, no cgo): the engine's packages"
 	CGO_ENABLED=0 $(GO) vet -tags purego ./...
-	CGO_ENABLED=0 $(GO) test -count=1 -timeout 20m -tags purego ./gemm ./nn ./clip/... ./methods/... ./prompt ./ot
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout 20m -tags purego -skip '$(PUREGO_SKIP)' ./gemm ./nn ./clip/... ./methods/... ./prompt ./ot
+
+# The pure-Go pass re-checks what differs without cgo: the fallback GEMM and
+# kernels, CLIP, and each method's numerics against its fixtures (every
+# method package's tests, and methods/conformance's step contract of every
+# method). The seam's contracts (resume, network = simulation, privacy,
+# aggregation, setting edges) test the federation rather than the
+# arithmetic and run in the main pass only; predict = evaluation runs there
+# for every method and here for pFedMMA and PromptFL (conformance's
+# pureGoPredict), so the pure-Go path of a whole world run, its evaluation
+# and predict stays exercised. ADAPT's domain-generalisation accuracy guard
+# (a three-round training on the world at its full size) runs in the main
+# pass only: with it, methods/adapt took 316 s in this pass (27 s in the main
+# pass) on the 2-core machine.
+PUREGO_SKIP = ^TestUnseenStyleAtLeastZeroShot$$
 
 bench: build
 	./$(BIN) bench engine

@@ -10,7 +10,7 @@ import (
 // TestBF16DefaultJob guards the opt-in bf16 frozen path on the default
 // world job: every metric of every method within 0.5 points of float32.
 func TestBF16DefaultJob(t *testing.T) {
-	fp32 := runPreset(t, config.DefaultPreset)
+	fp32 := defaultJob.get(t, config.DefaultPreset)
 	bf16 := runPreset(t, config.DefaultPreset, "engine.precision=bf16")
 	for _, r := range fp32.Summary.Methods {
 		b, ok := bf16.Summary.Get(r.Method)

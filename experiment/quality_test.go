@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/assets"
@@ -14,41 +15,77 @@ import (
 // --set style overrides.
 func runPreset(t *testing.T, name string, sets ...string) *Result {
 	t.Helper()
-	e, err := config.Preset(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, kv := range sets {
-		path, value, err := config.ParseSet(kv)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Set(path, value); err != nil {
-			t.Fatal(err)
-		}
-	}
-	model, err := assets.DefaultModelDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, err := FromConfig(e, model, e.Seed, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.Plots, o.SaveAdapters = false, false
-	res, err := Run(context.Background(), o)
+	res, err := runPresetIn(t.TempDir(), name, sets...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return res
 }
 
+// runPresetIn is runPreset writing into dir, returning the error.
+func runPresetIn(dir, name string, sets ...string) (*Result, error) {
+	e, err := config.Preset(name)
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range sets {
+		path, value, err := config.ParseSet(kv)
+		if err != nil {
+			return nil, err
+		}
+		if err := e.Set(path, value); err != nil {
+			return nil, err
+		}
+	}
+	model, err := assets.DefaultModelDir()
+	if err != nil {
+		return nil, err
+	}
+	o, err := FromConfig(e, model, e.Seed, dir)
+	if err != nil {
+		return nil, err
+	}
+	o.Plots, o.SaveAdapters = false, false
+	return Run(context.Background(), o)
+}
+
+// sharedRun is a preset's run made once per test binary and shared by the
+// tests that check different things about it (they read its Result only).
+type sharedRun struct {
+	once sync.Once
+	res  *Result
+	err  error
+}
+
+// get runs (once) preset name with sets; its folder is removed once the
+// run is over.
+func (s *sharedRun) get(t *testing.T, name string, sets ...string) *Result {
+	t.Helper()
+	s.once.Do(func() {
+		dir, err := os.MkdirTemp("", "experiment-shared-")
+		if err != nil {
+			s.err = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		s.res, s.err = runPresetIn(dir, name, sets...)
+	})
+	if s.err != nil {
+		t.Fatalf("preset %s %v: %v", name, sets, s.err)
+	}
+	return s.res
+}
+
+// defaultJob is the default world job in float32, shared by
+// TestDefaultJobQualities and TestBF16DefaultJob.
+var defaultJob sharedRun
+
 // TestDefaultJobQualities guards the measured qualities of the default job
 // (README, "The default job") at generous thresholds: zero-shot transfer to
 // novel compositions far above chance, pFedMMA's local accuracy clearly above
 // zero-shot, its novel accuracy close to zero-shot's.
 func TestDefaultJobQualities(t *testing.T) {
-	res := runPreset(t, config.DefaultPreset)
+	res := defaultJob.get(t, config.DefaultPreset)
 	zs, _ := res.Summary.Get(ZeroShot)
 	pf, _ := res.Summary.Get(PFedMMA)
 	t.Logf("zero-shot %v\npFedMMA %v", zs, pf)

@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,24 +20,9 @@ import (
 // tensors, the table and the ε per round of `pfedmma run` with those
 // --set overrides, and another result than the run without them.
 func TestServeAggregationEqualsRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: skipping the multi-process federation test")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "pfedmma")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("pfedmma %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	t.Parallel() // its processes wait (rounds, retries) more than they compute
+	d := newProcDir(t)
+	dir, run := d.dir, d.run
 	run("certs", "init", "--dir", "certs", "--sites", "site-a,site-b,site-c")
 	base := []string{"--set", "methods=[pfedmma]", "--set", "federation.clients=3", "--set", "federation.rounds=2"}
 	run(append([]string{"run", "--quiet", "--out", "plain"}, base...)...)
@@ -61,49 +44,23 @@ func TestServeAggregationEqualsRun(t *testing.T) {
 			[]string{"aggregation.dp.noise_multiplier=0.5", "aggregation.dp.clip=0.05"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			d := d.sub(t)
 			sets := append([]string(nil), base...)
 			for _, s := range c.sets {
 				sets = append(sets, "--set", s)
 			}
-			sim := run(append([]string{"run", "--quiet", "--out", "sim-" + c.name}, sets...)...)
+			sim := d.run(append([]string{"run", "--quiet", "--out", "sim-" + c.name}, sets...)...)
 
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := l.Addr().String()
-			l.Close()
-			start := func(args ...string) (*exec.Cmd, *bytes.Buffer) {
-				var buf bytes.Buffer
-				cmd := exec.Command(bin, args...)
-				cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &buf, &buf
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-				return cmd, &buf
-			}
+			addr := freeAddr(t)
 			serve := append([]string{"serve", "--listen", addr, "--certs", "certs", "--state", "coord-" + c.name}, base...)
-			coord, coordLog := start(append(serve, c.flags...)...)
-			var sites []*exec.Cmd
+			coord := d.start("serve", append(serve, c.flags...)...)
+			var sites []*opsProc
 			for _, s := range []string{"site-a", "site-b", "site-c"} {
-				cmd, _ := start(append([]string{"site", "--server", addr, "--certs", "certs", "--name", s, "--data", "world", "--state", c.name + "-" + s}, sets...)...)
-				sites = append(sites, cmd)
+				sites = append(sites, d.start(s, append([]string{"site", "--server", addr, "--certs", "certs", "--name", s, "--data", "world", "--state", c.name + "-" + s}, sets...)...))
 			}
-			done := make(chan error, 1)
-			go func() { done <- coord.Wait() }()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("serve: %v\n%s", err, coordLog.String())
-				}
-			case <-time.After(180 * time.Second):
-				t.Fatalf("serve did not finish:\n%s", coordLog.String())
-			}
-			for i, s := range sites {
-				if err := s.Wait(); err != nil {
-					t.Errorf("site %d: %v", i, err)
-				}
+			expectExit(t, coord, 180*time.Second, 0)
+			for _, s := range sites {
+				expectExit(t, s, 60*time.Second, 0)
 			}
 			want := readTensors(t, filepath.Join(dir, "sim-"+c.name, "global", "pfedmma.safetensors"))
 			got := readTensors(t, filepath.Join(dir, "coord-"+c.name, "out", "global", "pfedmma.safetensors"))
@@ -121,7 +78,7 @@ func TestServeAggregationEqualsRun(t *testing.T) {
 			if same {
 				t.Errorf("run --set %v gives the global tensors of the run without them", c.sets)
 			}
-			log := coordLog.String()
+			log := coord.output()
 			if table(sim) != table(log[strings.LastIndex(log, "world —"):]) {
 				t.Errorf("tables differ:\nrun:\n%s\nserve:\n%s", sim, log)
 			}

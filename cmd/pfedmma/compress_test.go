@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,62 +18,23 @@ import (
 // of `pfedmma run --set federation.compress=int8`, bit for bit; the
 // summary counts the int8 bytes, under a third of float32's.
 func TestServeCompressedEqualsRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: skipping the multi-process federation test")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "pfedmma")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("pfedmma %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	t.Parallel() // its processes wait (rounds, retries) more than they compute
+	d := newProcDir(t)
+	dir, run := d.dir, d.run
 	sets := []string{"--set", "methods=[clip_lora]", "--set", "clip_lora.aggregate=product", "--set", "federation.clients=3",
 		"--set", "federation.rounds=2", "--set", "federation.local_epochs=1"}
 	sim := run(append([]string{"run", "--quiet", "--out", "sim", "--set", "federation.compress=int8"}, sets...)...)
 	run(append([]string{"run", "--quiet", "--out", "plain"}, sets...)...)
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	start := func(args ...string) (*exec.Cmd, *bytes.Buffer) {
-		var buf bytes.Buffer
-		cmd := exec.Command(bin, args...)
-		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &buf, &buf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd, &buf
-	}
+	addr := freeAddr(t)
 	names := "site-a,site-b,site-c"
-	coord, coordLog := start(append([]string{"serve", "--listen", addr, "--insecure-dev", "--sites", names, "--state", "coord", "--compress", "int8"}, sets...)...)
+	coord := d.start("serve", append([]string{"serve", "--listen", addr, "--insecure-dev", "--sites", names, "--state", "coord", "--compress", "int8"}, sets...)...)
 	// the sites receive the experiment, compression included, from the
 	// coordinator
 	for _, s := range strings.Split(names, ",") {
-		start("site", "--server", addr, "--insecure-dev", "--sites", names, "--name", s, "--data", "world", "--state", "state-"+s)
+		d.start(s, "site", "--server", addr, "--insecure-dev", "--sites", names, "--name", s, "--data", "world", "--state", "state-"+s)
 	}
-	done := make(chan error, 1)
-	go func() { done <- coord.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve --compress int8: %v\n%s", err, coordLog.String())
-		}
-	case <-time.After(180 * time.Second):
-		t.Fatalf("serve --compress int8 did not finish:\n%s", coordLog.String())
-	}
+	expectExit(t, coord, 180*time.Second, 0)
 	want := readTensors(t, filepath.Join(dir, "sim/global/clip_lora.safetensors"))
 	got := readTensors(t, filepath.Join(dir, "coord/out/global/clip_lora.safetensors"))
 	plain := readTensors(t, filepath.Join(dir, "plain/global/clip_lora.safetensors"))
@@ -93,8 +52,8 @@ func TestServeCompressedEqualsRun(t *testing.T) {
 		t.Error("int8 left every global tensor as without compression: not applied")
 	}
 	table := func(s string) string { return s[strings.Index(s, "Method"):strings.Index(s, "results")] }
-	if table(sim) != table(coordLog.String()[strings.LastIndex(coordLog.String(), "world —"):]) {
-		t.Errorf("tables differ:\nrun:\n%s\nserve:\n%s", sim, coordLog.String())
+	if log := coord.output(); table(sim) != table(log[strings.LastIndex(log, "world —"):]) {
+		t.Errorf("tables differ:\nrun:\n%s\nserve:\n%s", sim, log)
 	}
 	summary := func(dir string) map[string]any {
 		t.Helper()

@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"image/png"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,94 +24,34 @@ import (
 // keeps equal those of `pfedmma run` with the same configuration, bit for
 // bit.
 func TestServeSitesEqualRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: skipping the multi-process federation test")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "pfedmma")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("pfedmma %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	t.Parallel() // its processes wait (rounds, retries) more than they compute
+	d := newProcDir(t)
+	dir, run := d.dir, d.run
 	sets := []string{"--set", "methods=[pfedmma]", "--set", "federation.clients=3", "--set", "federation.rounds=4"}
 	run("certs", "init", "--dir", "certs", "--sites", "site-a,site-b,site-c")
 	sim := run(append([]string{"run", "--quiet", "--out", "sim"}, sets...)...)
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	start := func(name string, args ...string) (*exec.Cmd, *bytes.Buffer) {
-		var buf bytes.Buffer
-		cmd := exec.Command(bin, args...)
-		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &buf, &buf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd, &buf
-	}
+	addr := freeAddr(t)
 	serveArgs := append([]string{"serve", "--listen", addr, "--certs", "certs", "--state", "coord"}, sets...)
-	coord, coordLog := start("serve", serveArgs...)
-	var sites []*exec.Cmd
+	coord := d.start("serve", serveArgs...)
+	var sites []*opsProc
 	for _, s := range []string{"site-a", "site-b", "site-c"} {
-		c, _ := start(s, "site", "--server", addr, "--certs", "certs", "--name", s, "--data", "world")
-		sites = append(sites, c)
+		sites = append(sites, d.start(s, "site", "--server", addr, "--certs", "certs", "--name", s, "--data", "world"))
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for !strings.Contains(coordLog.String(), "round=1 clients=3") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the coordinator did not finish round 1:\n%s", coordLog.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err := coord.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = coord.Wait()
-	coord, coordLog = start("serve", serveArgs...)
+	coord.waitLine(t, 90*time.Second, "round=1 clients=3")
+	coord.kill()
+	coord = d.start("serve", serveArgs...)
 	// then SIGKILL site-b once the restarted coordinator is past round 2,
 	// and start it again from its state folder
-	deadline = time.Now().Add(90 * time.Second)
-	for !strings.Contains(coordLog.String(), "round=2 clients=") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the restarted coordinator did not finish round 2:\n%s", coordLog.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	coord.waitLine(t, 90*time.Second, "round=2 clients=")
+	sites[1].kill()
+	sites[1] = d.start("site-b", "site", "--server", addr, "--certs", "certs", "--name", "site-b", "--data", "world")
+	expectExit(t, coord, 120*time.Second, 0)
+	if !strings.Contains(coord.output(), "resum") {
+		t.Errorf("the restarted coordinator did not resume:\n%s", tail(coord.output()))
 	}
-	if err := sites[1].Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = sites[1].Wait()
-	sites[1], _ = start("site-b", "site", "--server", addr, "--certs", "certs", "--name", "site-b", "--data", "world")
-	done := make(chan error, 1)
-	go func() { done <- coord.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("restarted coordinator: %v\n%s", err, coordLog.String())
-		}
-	case <-time.After(120 * time.Second):
-		t.Fatalf("the restarted coordinator did not finish:\n%s", coordLog.String())
-	}
-	if !strings.Contains(coordLog.String(), "resum") {
-		t.Errorf("the restarted coordinator did not resume:\n%s", coordLog.String())
-	}
-	for i, s := range sites {
-		if err := s.Wait(); err != nil {
-			t.Errorf("site %d: %v", i, err)
-		}
+	for _, s := range sites {
+		expectExit(t, s, 60*time.Second, 0)
 	}
 	want, got := readTensors(t, filepath.Join(dir, "sim/global/pfedmma.safetensors")), readTensors(t, filepath.Join(dir, "coord/out/global/pfedmma.safetensors"))
 	if len(want) == 0 || len(want) != len(got) {
@@ -133,8 +70,8 @@ func TestServeSitesEqualRun(t *testing.T) {
 		t.Errorf("serve wrote no run.json: %v", err)
 	}
 	table := func(s string) string { return s[strings.Index(s, "Method"):strings.Index(s, "results")] }
-	if table(sim) != table(coordLog.String()[strings.LastIndex(coordLog.String(), "world —"):]) {
-		t.Errorf("tables differ:\nrun:\n%s\nserve:\n%s", sim, coordLog.String())
+	if log := coord.output(); table(sim) != table(log[strings.LastIndex(log, "world —"):]) {
+		t.Errorf("tables differ:\nrun:\n%s\nserve:\n%s", sim, log)
 	}
 	for i, s := range []string{"site-a", "site-b", "site-c"} {
 		path := filepath.Join(dir, "site-"+s, "sites", "pfedmma", fmt.Sprintf("client_%03d.safetensors", i))
@@ -189,22 +126,13 @@ func TestServeSitesEqualRun(t *testing.T) {
 	// clear text for local development, and a scripted setup: the sites
 	// named with --sites instead of a certificates folder, started with
 	// the coordinator's experiment flags (checked, equal), the same result
-	serve2, serve2Log := start("serve", append([]string{"serve", "--listen", addr, "--insecure-dev", "--sites", "site-a,site-b,site-c", "--state", "coord-dev", "--quiet"}, sets...)...)
+	serve2 := d.start("serve", append([]string{"serve", "--listen", addr, "--insecure-dev", "--sites", "site-a,site-b,site-c", "--state", "coord-dev", "--quiet"}, sets...)...)
 	for _, s := range []string{"site-a", "site-b", "site-c"} {
-		start(s, append([]string{"site", "--server", addr, "--insecure-dev", "--sites", "site-a,site-b,site-c", "--name", s, "--data", "world", "--state", "dev-" + s}, sets...)...)
+		d.start(s, append([]string{"site", "--server", addr, "--insecure-dev", "--sites", "site-a,site-b,site-c", "--name", s, "--data", "world", "--state", "dev-" + s}, sets...)...)
 	}
-	done2 := make(chan error, 1)
-	go func() { done2 <- serve2.Wait() }()
-	select {
-	case err := <-done2:
-		if err != nil {
-			t.Fatalf("serve --insecure-dev --sites: %v\n%s", err, serve2Log.String())
-		}
-	case <-time.After(120 * time.Second):
-		t.Fatalf("serve --insecure-dev --sites did not finish:\n%s", serve2Log.String())
-	}
-	if strings.Contains(serve2Log.String(), "level=INFO") || !strings.Contains(serve2Log.String(), "results in") {
-		t.Errorf("serve --quiet logged progress or no results:\n%s", serve2Log.String())
+	expectExit(t, serve2, 120*time.Second, 0)
+	if log := serve2.output(); strings.Contains(log, "level=INFO") || !strings.Contains(log, "results in") {
+		t.Errorf("serve --quiet logged progress or no results:\n%s", log)
 	}
 	dev := readTensors(t, filepath.Join(dir, "coord-dev/out/global/pfedmma.safetensors"))
 	for k, w := range want {

@@ -554,14 +554,8 @@ func badFiles(t *testing.T, dir string) map[string]string {
 // minute, and without a Go panic or fatal error (no "panic:", "fatal
 // error:" or goroutine dump on stderr).
 func TestEveryCommandRefusesBadFiles(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs it about a hundred times")
-	}
-	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "pfedmma")
-	if b, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
+	t.Parallel() // its processes wait (rounds, retries) more than they compute
+	bin, tmp := testBinary(t), t.TempDir()
 	td, err := filepath.Abs("../../testdata")
 	if err != nil {
 		t.Fatal(err)

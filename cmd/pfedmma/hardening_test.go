@@ -327,15 +327,7 @@ func TestPredictCommand(t *testing.T) {
 // an error saying how to resume; --resume then finishes with the summary an
 // uninterrupted run has.
 func TestSIGTERMStopsAndResumes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "pfedmma")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
+	bin, tmp := testBinary(t), t.TempDir()
 	model := tinyWorldModel(t)
 	const rounds = 6
 	full := filepath.Join(tmp, "full")

@@ -3,12 +3,9 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -25,112 +22,54 @@ import (
 // two sessions) and exits non-zero naming them, without disturbing the
 // federation.
 func TestMultiClientSitesEqualRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: skipping the multi-process federation test")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "pfedmma")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("pfedmma %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	t.Parallel() // its processes wait (rounds, retries) more than they compute
+	d := newProcDir(t)
+	dir, run := d.dir, d.run
 	sets := []string{"--set", "methods=[pfedmma]", "--set", "federation.clients=5", "--set", "federation.rounds=5"}
 	names := []string{"s0", "s1", "s2", "s3", "s4"}
 	run("certs", "init", "--dir", "certs", "--sites", strings.Join(names, ","))
 	sim := run(append([]string{"run", "--quiet", "--out", "sim"}, sets...)...)
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	addr := freeAddr(t)
+	site := func(clients, state string) *opsProc {
+		return d.start("site --clients "+clients, "site", "--server", addr, "--certs", "certs", "--clients", clients, "--data", "world", "--state", state)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	start := func(args ...string) (*exec.Cmd, *bytes.Buffer) {
-		var buf bytes.Buffer
-		cmd := exec.Command(bin, args...)
-		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &buf, &buf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd, &buf
-	}
-	wait := func(cmd *exec.Cmd, log *bytes.Buffer, what string, limit time.Duration) error {
-		t.Helper()
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(limit):
-			t.Fatalf("%s did not end within %v:\n%s", what, limit, log.String())
-			return nil
-		}
-	}
-	site := func(clients, state string) (*exec.Cmd, *bytes.Buffer) {
-		return start("site", "--server", addr, "--certs", "certs", "--clients", clients, "--data", "world", "--state", state)
-	}
-	coord, coordLog := start(append([]string{"serve", "--listen", addr, "--certs", "certs", "--state", "coord"}, sets...)...)
-	a, aLog := site("0-2", "hosts-a")
+	coord := d.start("serve", append([]string{"serve", "--listen", addr, "--certs", "certs", "--state", "coord"}, sets...)...)
+	a := site("0-2", "hosts-a")
 	deadline := time.Now().Add(90 * time.Second)
-	for strings.Count(coordLog.String(), `msg="site registered"`) < 3 {
+	for strings.Count(coord.output(), `msg="site registered"`) < 3 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the first site process did not register its three clients:\n%s\n%s", coordLog.String(), aLog.String())
+			t.Fatalf("the first site process did not register its three clients:\n%s\n%s", tail(coord.output()), tail(a.output()))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	// overlapping ranges: the second session of s1 and s2 is refused
-	dup, dupLog := site("1-2", "hosts-dup")
-	if err := wait(dup, dupLog, "the overlapping site process", 150*time.Second); err == nil {
-		t.Fatalf("a site process asking for clients 1-2, served already, exited 0:\n%s", dupLog.String())
-	}
+	dup := site("1-2", "hosts-dup")
+	expectExit(t, dup, 150*time.Second, -1)
 	// its last line is the error: the refused site, then the stopped one
 	// (which of s1 and s2 is refused first is up to the scheduler)
-	last := strings.TrimSpace(dupLog.String())
+	last := strings.TrimSpace(dup.output())
 	last = last[strings.LastIndex(last, "pfedmma: "):]
 	for _, want := range []string{"--clients 1-2", "s1", "s2", "refused by the coordinator", "already connected from another process"} {
 		if !strings.Contains(last, want) {
-			t.Errorf("the overlapping site process's error does not say %q:\n%s", want, tail(dupLog.String()))
+			t.Errorf("the overlapping site process's error does not say %q:\n%s", want, tail(dup.output()))
 		}
 	}
-	b, bLog := site("3,4", "hosts-b")
+	b := site("3,4", "hosts-b")
 	// SIGKILL the second process once round 1 is done, and start it again
 	// with the same flags: its clients resume from their folders
-	deadline = time.Now().Add(120 * time.Second)
-	for !strings.Contains(coordLog.String(), "round=1 clients=5") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the federation did not finish round 1:\n%s\n%s", coordLog.String(), bLog.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	coord.waitLine(t, 120*time.Second, "round=1 clients=5")
+	b.kill()
+	b = site("3,4", "hosts-b")
+	expectExit(t, coord, 180*time.Second, 0)
+	for _, s := range []*opsProc{a, b} {
+		expectExit(t, s, 30*time.Second, 0)
 	}
-	if err := b.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	if !strings.Contains(b.output(), `msg="fit done"`) {
+		t.Errorf("the restarted second process trained no round (killed too late?):\n%s", tail(b.output()))
 	}
-	_ = b.Wait()
-	b, bLog = site("3,4", "hosts-b")
-	if err := wait(coord, coordLog, "the coordinator", 180*time.Second); err != nil {
-		t.Fatalf("coordinator: %v\n%s", err, coordLog.String())
-	}
-	for i, s := range []*exec.Cmd{a, b} {
-		log := []*bytes.Buffer{aLog, bLog}[i]
-		if err := wait(s, log, "a site process", 30*time.Second); err != nil {
-			t.Errorf("site process %d: %v\n%s", i, err, log.String())
-		}
-	}
-	if !strings.Contains(bLog.String(), `msg="fit done"`) {
-		t.Errorf("the restarted second process trained no round (killed too late?):\n%s", bLog.String())
-	}
-	if n := strings.Count(coordLog.String(), "refused: a second process"); n == 0 {
-		t.Errorf("the coordinator logged no refused second session:\n%s", coordLog.String())
+	if n := strings.Count(coord.output(), "refused: a second process"); n == 0 {
+		t.Errorf("the coordinator logged no refused second session:\n%s", tail(coord.output()))
 	}
 	want, got := readTensors(t, filepath.Join(dir, "sim/global/pfedmma.safetensors")), readTensors(t, filepath.Join(dir, "coord/out/global/pfedmma.safetensors"))
 	if len(want) == 0 || len(want) != len(got) {
@@ -142,8 +81,8 @@ func TestMultiClientSitesEqualRun(t *testing.T) {
 		}
 	}
 	table := func(s string) string { return s[strings.Index(s, "Method"):strings.Index(s, "results")] }
-	if table(sim) != table(coordLog.String()[strings.LastIndex(coordLog.String(), "world —"):]) {
-		t.Errorf("tables differ:\nrun:\n%s\nserve:\n%s", sim, coordLog.String())
+	if log := coord.output(); table(sim) != table(log[strings.LastIndex(log, "world —"):]) {
+		t.Errorf("tables differ:\nrun:\n%s\nserve:\n%s", sim, log)
 	}
 	for i, s := range names {
 		host := "hosts-a"

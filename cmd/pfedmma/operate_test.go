@@ -5,15 +5,12 @@ package main
 // tiny world job, and are killed, revoked, misconfigured or left out.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"image/png"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -23,7 +20,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,114 +27,10 @@ import (
 	"github.com/pfedmma/pfedmma/certs"
 )
 
-var (
-	opsBinOnce sync.Once
-	opsBinPath string
-	opsBinErr  error
-)
-
-// opsBinary builds the pfedmma binary once per test binary.
-func opsBinary(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: skipping the multi-process federation test")
-	}
-	opsBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pfedmma-ops")
-		if err != nil {
-			opsBinErr = err
-			return
-		}
-		opsBinPath = filepath.Join(dir, "pfedmma")
-		if out, err := exec.Command("go", "build", "-o", opsBinPath, ".").CombinedOutput(); err != nil {
-			opsBinErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if opsBinErr != nil {
-		t.Fatal(opsBinErr)
-	}
-	return opsBinPath
-}
-
-// opsProc is a running pfedmma process whose output is kept.
-type opsProc struct {
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-	err  error
-}
-
-func (p *opsProc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *opsProc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
-// waitLine waits until a line of the output holds every one of subs.
-func (p *opsProc) waitLine(t *testing.T, d time.Duration, subs ...string) string {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		sc := bufio.NewScanner(strings.NewReader(p.output()))
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			ok := true
-			for _, s := range subs {
-				ok = ok && strings.Contains(sc.Text(), s)
-			}
-			if ok {
-				return sc.Text()
-			}
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("%s ended (%v) before a line with %q:\n%s", p.name, p.err, subs, tail(p.output()))
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no line with %q in %v:\n%s", p.name, subs, d, tail(p.output()))
-		}
-	}
-}
-
-// exit waits for the process to end and returns its exit code.
-func (p *opsProc) exit(t *testing.T, d time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(d):
-		t.Fatalf("%s still running after %v:\n%s", p.name, d, tail(p.output()))
-	}
-	return p.cmd.ProcessState.ExitCode()
-}
-
-func (p *opsProc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-func (p *opsProc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
 // opsFed is a federation folder: certificates for site-a, site-b and
 // site-c, and the settings every process shares.
 type opsFed struct {
-	t        *testing.T
-	bin, dir string
+	*procDir
 	addr     string
 	sets     []string
 	coordOut string
@@ -148,38 +40,13 @@ var opsSites = []string{"site-a", "site-b", "site-c"}
 
 func newOpsFed(t *testing.T, rounds int) *opsFed {
 	t.Helper()
-	f := &opsFed{t: t, bin: opsBinary(t), dir: t.TempDir()}
+	f := &opsFed{procDir: newProcDir(t)}
 	f.sets = []string{"--set", "methods=[pfedmma]", "--set", "federation.clients=3", "--set", fmt.Sprintf("federation.rounds=%d", rounds),
 		"--set", "dataset.num_classes=8", "--set", "pfedmma.dim=8"}
-	if out, err := f.cmd("certs", "init", "--dir", "certs", "--sites", strings.Join(opsSites, ",")).CombinedOutput(); err != nil {
-		t.Fatalf("certs init: %v\n%s", err, out)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.addr = l.Addr().String()
-	l.Close()
+	f.run("certs", "init", "--dir", "certs", "--sites", strings.Join(opsSites, ","))
+	f.addr = freeAddr(t)
 	f.coordOut = filepath.Join(f.dir, "coord", "out")
 	return f
-}
-
-func (f *opsFed) cmd(args ...string) *exec.Cmd {
-	c := exec.Command(f.bin, args...)
-	c.Dir = f.dir
-	return c
-}
-
-func (f *opsFed) start(name string, args ...string) *opsProc {
-	f.t.Helper()
-	p := &opsProc{name: name, cmd: f.cmd(args...), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	if err := p.cmd.Start(); err != nil {
-		f.t.Fatal(err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	f.t.Cleanup(p.kill)
-	return p
 }
 
 // serve starts the coordinator with the shared settings and args.
@@ -226,16 +93,6 @@ func readFileString(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-// expectExit fails unless p ends with code want (0) or any non-zero code
-// (want < 0) within d.
-func expectExit(t *testing.T, p *opsProc, d time.Duration, want int) {
-	t.Helper()
-	code := p.exit(t, d)
-	if (want >= 0 && code != want) || (want < 0 && code == 0) {
-		t.Fatalf("%s exited %d, want %s:\n%s", p.name, code, map[bool]string{true: "non-zero", false: fmt.Sprint(want)}[want < 0], tail(p.output()))
-	}
 }
 
 // TestOperateDeadSite: a site killed with SIGKILL after the first round,
@@ -433,12 +290,7 @@ func TestOperateDashboard(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.dir, "token"), []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpAddr := l.Addr().String()
-	l.Close()
+	httpAddr := freeAddr(t)
 	serve := f.serve("--http", httpAddr, "--http-token-file", "token", "--linger", "2m")
 	sites := []*opsProc{f.site("site-a"), f.site("site-b"), f.site("site-c")}
 	serve.waitLine(t, 60*time.Second, "the dashboard stays up")

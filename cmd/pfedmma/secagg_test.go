@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,63 +25,23 @@ import (
 // started with no experiment flags: the setting comes with the task. The
 // coordinator's log shows only masked updates.
 func TestServeSitesSecureAggregation(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: skipping the multi-process federation test")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "pfedmma")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("pfedmma %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	t.Parallel() // its processes wait (rounds, retries) more than they compute
+	d := newProcDir(t)
+	dir, run := d.dir, d.run
 	sets := []string{"--set", "methods=[pfedmma]", "--set", "federation.clients=3", "--set", "federation.rounds=3"}
 	secure := append([]string{"--set", "federation.secure_aggregation=true"}, sets...)
 	run(append([]string{"run", "--quiet", "--out", "plain"}, sets...)...)
 	run(append([]string{"run", "--quiet", "--out", "sim"}, secure...)...)
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freeAddr(t)
 	names := "site-a,site-b,site-c"
-	var coordLog bytes.Buffer
-	coord := exec.Command(bin, append([]string{"serve", "--listen", addr, "--insecure-dev", "--sites", names, "--state", "coord", "--secure-aggregation"}, sets...)...)
-	coord.Dir, coord.Stdout, coord.Stderr = dir, &coordLog, &coordLog
-	if err := coord.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = coord.Process.Kill(); _ = coord.Wait() })
+	coord := d.start("serve", append([]string{"serve", "--listen", addr, "--insecure-dev", "--sites", names, "--state", "coord", "--secure-aggregation"}, sets...)...)
 	for _, s := range strings.Split(names, ",") {
 		// the experiment, secure aggregation included, comes with the task
-		c := exec.Command(bin, "site", "--server", addr, "--insecure-dev", "--sites", names, "--name", s, "--data", "world", "--state", "state-"+s)
-		c.Dir = dir
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		d.start(s, "site", "--server", addr, "--insecure-dev", "--sites", names, "--name", s, "--data", "world", "--state", "state-"+s)
 	}
-	done := make(chan error, 1)
-	go func() { done <- coord.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve --secure-aggregation: %v\n%s", err, coordLog.String())
-		}
-	case <-time.After(180 * time.Second):
-		t.Fatalf("serve --secure-aggregation did not finish:\n%s", coordLog.String())
-	}
-	log := coordLog.String()
+	expectExit(t, coord, 180*time.Second, 0)
+	log := coord.output()
 	if strings.Count(log, `msg="masked update accepted"`) != 9 || strings.Contains(log, `msg="update accepted"`) {
 		t.Errorf("want 9 masked updates and none in the clear:\n%s", log)
 	}

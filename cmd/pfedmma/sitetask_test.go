@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"errors"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,14 +16,9 @@ import (
 // non-zero with the reason, which the coordinator logs naming the site; a
 // site holding an exact copy of the coordinator's model accepts.
 func TestSiteTaskPolicy(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: skipping the multi-process site policy test")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "pfedmma")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	t.Parallel() // its processes wait (rounds, retries) more than they compute
+	d := newProcDir(t)
+	dir := d.dir
 	// a copy of the embedded model (accepted) and one with a weight
 	// changed (refused by its hash), each with its vocabulary
 	src, err := assets.DefaultModelDir()
@@ -51,25 +42,11 @@ func TestSiteTaskPolicy(t *testing.T) {
 			}
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	var coordLog bytes.Buffer
+	addr := freeAddr(t)
 	sets := []string{"--set", "methods=[pfedmma]", "--set", "federation.clients=3", "--set", "federation.rounds=2"}
-	coord := exec.Command(bin, append([]string{"serve", "--listen", addr, "--insecure-dev", "--sites", "s0,s1,s2", "--state", "coord"}, sets...)...)
-	coord.Dir, coord.Stdout, coord.Stderr = dir, &coordLog, &coordLog
-	if err := coord.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = coord.Process.Kill(); _ = coord.Wait() })
-	site := func(name string, extra ...string) *exec.Cmd {
-		args := append([]string{"site", "--server", addr, "--insecure-dev", "--sites", "s0,s1,s2", "--name", name, "--data", "world", "--state", "st-" + name}, extra...)
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = dir
-		return cmd
+	coord := d.start("serve", append([]string{"serve", "--listen", addr, "--insecure-dev", "--sites", "s0,s1,s2", "--state", "coord"}, sets...)...)
+	site := func(name string, extra ...string) *opsProc {
+		return d.start(name, append([]string{"site", "--server", addr, "--insecure-dev", "--sites", "s0,s1,s2", "--name", name, "--data", "world", "--state", "st-" + name}, extra...)...)
 	}
 	for _, c := range []struct {
 		name, site string
@@ -81,41 +58,26 @@ func TestSiteTaskPolicy(t *testing.T) {
 		{"another model", "s2", []string{"--model", filepath.Join(dir, "other", assets.ModelFile)}, "the coordinator's model has SHA-256"},
 		{"flags differ", "s0", append(append([]string{}, sets...), "--set", "federation.rounds=5"), "federation.rounds: coordinator 2, site 5"},
 	} {
-		cmd := site(c.site, c.flags...)
-		done := make(chan struct{})
-		var out []byte
-		go func() { out, err = cmd.CombinedOutput(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(90 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Fatalf("%s: the site did not end within 90 s", c.name)
-		}
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() == 0 || !strings.Contains(string(out), c.want) {
-			t.Errorf("%s: site exit %v, want a non-zero exit naming %q:\n%s", c.name, err, c.want, out)
+		p := site(c.site, c.flags...)
+		p.name = c.name
+		if code := p.exit(t, 90*time.Second); code == 0 || !strings.Contains(p.output(), c.want) {
+			t.Errorf("%s: site exit %d, want a non-zero exit naming %q:\n%s", c.name, code, c.want, p.output())
 		}
 		// the coordinator logged the refusal, naming the site
 		deadline := time.Now().Add(5 * time.Second)
-		for !logged(coordLog.String(), c.site, c.want) && time.Now().Before(deadline) {
+		for !logged(coord.output(), c.site, c.want) && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}
-		if !logged(coordLog.String(), c.site, c.want) {
-			t.Errorf("%s: the coordinator did not log the refusal of site %s:\n%s", c.name, c.site, coordLog.String())
+		if !logged(coord.output(), c.site, c.want) {
+			t.Errorf("%s: the coordinator did not log the refusal of site %s:\n%s", c.name, c.site, tail(coord.output()))
 		}
 	}
 	// an exact copy of the coordinator's model passes the check
-	var out bytes.Buffer
 	ok := site("s1", "--model", filepath.Join(dir, "same", assets.ModelFile))
-	ok.Stdout, ok.Stderr = &out, &out
-	if err := ok.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ok.Process.Kill(); _ = ok.Wait() })
 	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(out.String(), "task accepted") {
-		if time.Now().After(deadline) || strings.Contains(out.String(), "refuses") {
-			t.Fatalf("a copy of the coordinator's model was not accepted:\n%s", out.String())
+	for !strings.Contains(ok.output(), "task accepted") {
+		if time.Now().After(deadline) || strings.Contains(ok.output(), "refuses") {
+			t.Fatalf("a copy of the coordinator's model was not accepted:\n%s", ok.output())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -37,7 +37,8 @@
 // A method's settings for the tiny run come from its defaults, with the
 // overrides it declares by implementing methods.SmallRun.
 //
-// make test's pure-Go pass (-tags purego) re-runs predict = evaluation and
-// the step contract under the fallback GEMM; the federation-level checks,
-// which do not depend on it, run in the main pass.
+// make test's pure-Go pass (-tags purego) re-runs the step contract of every
+// method and predict = evaluation of pFedMMA and PromptFL (pureGoPredict)
+// under the fallback GEMM; the federation-level checks, which do not depend
+// on it, and predict = evaluation of every method run in the main pass.
 package conformance
