@@ -17,9 +17,8 @@ import (
 // (ADAPT's Base by 0.52 when measured). world-dg's unseen style is not held
 // here: README, "Full backpropagation in bf16", gives its numbers and why.
 func TestBF16FullBackprop(t *testing.T) {
-	sets := []string{"methods=[clip_lora,adapt,maple]", "federation.eval_every=5"}
-	fp32 := runPreset(t, "world-compare", sets...)
-	bf16 := runPreset(t, "world-compare", append(sets, "engine.precision=bf16")...)
+	fp32 := worldCompareRun(t) // shared with TestWorldCompareQualities
+	bf16 := runPreset(t, "world-compare", "methods=[clip_lora,adapt,maple]", "federation.eval_every=5", "engine.precision=bf16")
 	for _, method := range []string{"clip_lora", "adapt", "maple"} {
 		f, ok := fp32.Summary.Get(method)
 		if !ok {
