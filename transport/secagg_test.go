@@ -143,8 +143,12 @@ func TestSecureAggregationProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := freePort(t)
+	// -offline-after: on a loaded machine a live site's heartbeat can be
+	// late by more than the default 900 ms, and a live site read offline
+	// makes the round unmask without it; the killed site is still found
+	// offline within seconds
 	coord := start(t, bin, "-role", "coord", "-certs", dir, "-state", filepath.Join(dir, "coord.db"), "-addr", addr,
-		"-rounds", fmt.Sprint(rounds), "-seed", fmt.Sprint(seed), "-secure", "-tolerate")
+		"-rounds", fmt.Sprint(rounds), "-seed", fmt.Sprint(seed), "-secure", "-tolerate", "-offline-after", "5s")
 	coord.waitLine(t, 10*time.Second, "coordinator listening")
 	procs := make([]*proc, n)
 	for i := range n {
