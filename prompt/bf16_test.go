@@ -1,24 +1,12 @@
 package prompt
 
 import (
-	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 )
-
-// relNorm is ‖got − ref‖ / ‖ref‖.
-func relNorm(got, ref []float32) float64 {
-	var num, den float64
-	for i := range ref {
-		d := float64(got[i] - ref[i])
-		num += d * d
-		den += float64(ref[i]) * float64(ref[i])
-	}
-	return math.Sqrt(num / den)
-}
 
 // TestBF16Encoder: an encoder made after Model.SetPrecision(BF16) runs the
 // frozen text blocks' products in bfloat16, on the shared-prefix path and
@@ -56,7 +44,7 @@ func TestBF16Encoder(t *testing.T) {
 			name     string
 			got, ref []float32
 		}{{"features", f16, f32}, {"context gradient", d16, d32}} {
-			r := relNorm(c.got, c.ref)
+			r := gradcheck.RelNorm(c.got, c.ref)
 			t.Logf("shared %v, %s: ‖bf16 − fp32‖/‖fp32‖ = %.3g (%s)", share, c.name, r, gemm.BF16Backend())
 			if r == 0 || r > 0.03 {
 				t.Errorf("shared %v, %s: relative difference %.3g, want in (0, 0.03]", share, c.name, r)

@@ -77,3 +77,14 @@ func Rand(rng *rand.Rand, n int, scale float32) []float32 {
 	}
 	return v
 }
+
+// RelNorm is ‖got − ref‖ / ‖ref‖ over the length of ref.
+func RelNorm(got, ref []float32) float64 {
+	var num, den float64
+	for i := range ref {
+		d := float64(got[i] - ref[i])
+		num += d * d
+		den += float64(ref[i]) * float64(ref[i])
+	}
+	return math.Sqrt(num / den)
+}

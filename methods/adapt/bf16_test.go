@@ -16,17 +16,6 @@ import (
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// relNorm is ‖got − ref‖ / ‖ref‖.
-func relNorm(got, ref []float32) float64 {
-	var num, den float64
-	for i := range ref {
-		d := float64(got[i] - ref[i])
-		num += d * d
-		den += float64(ref[i]) * float64(ref[i])
-	}
-	return math.Sqrt(num / den)
-}
-
 // TestBF16StepGradients compares the whole step of a learner made after
 // Model.SetPrecision(BF16) — the frozen products of the image encoder (and
 // the last block's q|k), and of the text encoder, forward and input
@@ -77,7 +66,7 @@ func TestBF16StepGradients(t *testing.T) {
 		if Relayed(name) && name != TextName(own) {
 			continue
 		}
-		d := relNorm(g16[name].Data, g.Data)
+		d := gradcheck.RelNorm(g16[name].Data, g.Data)
 		t.Logf("%s: ‖bf16 − fp32‖/‖fp32‖ = %.3g", name, d)
 		if d > 0.08 {
 			t.Errorf("%s: bf16 gradient differs from fp32 by %.3g (relative norm), want ≤ 0.08", name, d)

@@ -16,17 +16,6 @@ import (
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// relNorm is ‖got − ref‖ / ‖ref‖.
-func relNorm(got, ref []float32) float64 {
-	var num, den float64
-	for i := range ref {
-		d := float64(got[i] - ref[i])
-		num += d * d
-		den += float64(ref[i]) * float64(ref[i])
-	}
-	return math.Sqrt(num / den)
-}
-
 // towerBlocks returns every block the learner runs, both encoders.
 func towerBlocks(l *Learner) []*clip.Block {
 	var out []*clip.Block
@@ -92,11 +81,11 @@ func TestBF16StepGradients(t *testing.T) {
 		if math.Abs(l16-l32) > 0.02*math.Abs(l32) {
 			t.Errorf("J %d: bf16 loss %.6g differs from fp32 %.6g by more than 2%%", J, l16, l32)
 		}
-		if d := relNorm(z16, z32); d > 0.08 || d == 0 {
+		if d := gradcheck.RelNorm(z16, z32); d > 0.08 || d == 0 {
 			t.Errorf("J %d: bf16 logits differ from fp32 by %.3g (relative norm), want in (0, 0.08]", J, d)
 		}
 		for _, name := range slices.Sorted(maps.Keys(g32)) {
-			d := relNorm(g16[name].Data, g32[name].Data)
+			d := gradcheck.RelNorm(g16[name].Data, g32[name].Data)
 			t.Logf("J %d %s: ‖bf16 − fp32‖/‖fp32‖ = %.3g", J, name, d)
 			if d > 0.08 {
 				t.Errorf("J %d %s: bf16 gradient differs from fp32 by %.3g (relative norm), want ≤ 0.08", J, name, d)
