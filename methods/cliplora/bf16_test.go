@@ -12,20 +12,10 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/gemm"
+	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 )
-
-// relDiff is ‖got − ref‖ / ‖ref‖.
-func relDiff(got, ref []float32) float64 {
-	var num, den float64
-	for i := range ref {
-		d := float64(got[i] - ref[i])
-		num += d * d
-		den += float64(ref[i]) * float64(ref[i])
-	}
-	return math.Sqrt(num / den)
-}
 
 // TestBF16Gradients compares the LoRA gradients of the bfloat16 frozen path
 // (every block's weight products, forward and input gradient, in bfloat16
@@ -95,7 +85,7 @@ func TestBF16Gradients(t *testing.T) {
 	}
 	worst, same := 0.0, true
 	for _, name := range slices.Sorted(maps.Keys(g32)) {
-		d := relDiff(g16[name], g32[name])
+		d := gradcheck.RelNorm(g16[name], g32[name])
 		worst = max(worst, d)
 		if d > 0 {
 			same = false
