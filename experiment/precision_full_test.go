@@ -38,3 +38,30 @@ func TestBF16FullBackprop(t *testing.T) {
 		}
 	}
 }
+
+// TestBF16FedMVP guards engine.precision=bf16 for FedMVP, whose visual
+// prompts enter before block 1, so every step backpropagates through the
+// whole image encoder (its frozen products then run in bfloat16): its
+// world-compare row, evaluated at the last round, Local in bf16 within 0.5
+// points of float32.
+func TestBF16FedMVP(t *testing.T) {
+	sets := []string{"methods=[fedmvp]", "federation.eval_every=5"}
+	fp32 := runPreset(t, "world-compare", sets...)
+	bf16 := runPreset(t, "world-compare", append(sets, "engine.precision=bf16")...)
+	f, ok := fp32.Summary.Get("fedmvp")
+	if !ok {
+		t.Fatal("fp32 run lacks fedmvp")
+	}
+	b, ok := bf16.Summary.Get("fedmvp")
+	if !ok {
+		t.Fatal("bf16 run lacks fedmvp")
+	}
+	for k, v := range f {
+		t.Logf("fedmvp %s: fp32 %.2f bf16 %.2f", k, v, b[k])
+	}
+	if v, ok := f["local"]; !ok {
+		t.Fatalf("fedmvp has no local metric: %v", f)
+	} else if math.Abs(v-b["local"]) > 0.5 {
+		t.Errorf("fedmvp local: bf16 %.2f is more than 0.5 points from fp32 %.2f", b["local"], v)
+	}
+}

@@ -166,8 +166,11 @@ func New(m *clip.Model, text []float32, rowClass []int, C int, cfg Config) (*Lea
 		nn.AddScaledInto(l.classEmb[rowClass[n]*E:(rowClass[n]+1)*E], l.text[n*E:(n+1)*E], 1/float32(count[rowClass[n]]))
 	}
 	l.vis = clip.Vision{Cfg: m.Vision.Cfg, W: m.Vision.W}
+	// private copies of the image blocks (their activations are the
+	// learner's) in the model's precision: bf16 frozen products when the
+	// model runs in bf16
 	for _, b := range m.Vision.Stack.Blocks {
-		l.stack.Blocks = append(l.stack.Blocks, &clip.Block{W: b.W, D: b.D, H: b.H, MLP: b.MLP, Causal: b.Causal})
+		l.stack.Blocks = append(l.stack.Blocks, b.FrozenCopy())
 	}
 	l.pf = newPromptFormer(Dv, E, cfg.Heads, cfg.Rank, cfg.Prompts, N, T0-1)
 	l.initParams()
