@@ -17,6 +17,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/protocol"
 )
 
@@ -375,6 +376,12 @@ func measurePreset(ctx context.Context, o PaperScaleOptions, e *config.Experimen
 	if e.Protocol.Name == config.ProtocolBaseToNovel {
 		clients = min(clients, real.Classes/4) // two base classes per client
 	}
+	// a method whose settings need a pool of clients (pFedMoAP's
+	// num_experts) is measured with at least that many
+	if mc, ok := e.Section(method).(interface{ MinClients() int }); ok && mc.MinClients() > clients {
+		logf(fmt.Sprintf("%s: measuring %d clients, not %d: its settings need at least %d", method, min(mc.MinClients(), e.Federation.Clients), clients, mc.MinClients()))
+		clients = min(mc.MinClients(), e.Federation.Clients)
+	}
 	root := filepath.Join(dir, "DATA")
 	logf(fmt.Sprintf("%s: generating %d classes × (%d train + %d test) images at 224 px", method, real.Classes, shotsM, testM))
 	if err := writeDTD(root, real.Classes, shotsM, testM); err != nil {
@@ -481,6 +488,25 @@ func splitRecords(opts experiment.Options, layers int) bool {
 	return err == nil && split
 }
 
+// methodDepth is the cache depth of the trained method of opts on a model
+// of layers blocks (methods.Method.Depth); 0, the largest record, when it
+// cannot be told.
+func methodDepth(opts experiment.Options, layers int) int {
+	name, err := experiment.TrainedMethod(opts.Methods)
+	if err != nil {
+		return 0
+	}
+	meth, err := methods.Get(name)
+	if err != nil {
+		return 0
+	}
+	d, err := meth.Depth(opts.Sections[name], layers)
+	if err != nil || d == methods.AnyDepth {
+		return 0
+	}
+	return d
+}
+
 // projectPreset projects the whole preset e (clients, shots, rounds
 // overridden when positive) from the measured rates, on a task built from
 // the real counts.
@@ -530,13 +556,13 @@ func projectPreset(e *config.Experiment, real DatasetCounts, model string, m *Me
 	}
 	testRecs := int64(len(task.UsedTest()))
 	pr.CachedRecords = trainRecs + testRecs
-	v := clip.ViTB16().Vision
-	recBytes := int64(v.Tokens()) * int64(v.Width) * 4
+	// the trained method's record: image features, token features,
+	// embeddings or a prefix (split: block ℓ's frozen output and adapter
+	// input)
+	vit := clip.ViTB16()
+	recBytes := int64(prefixcache.RecordFloats(vit, methodDepth(opts, vit.Vision.Layers), splitRecords(opts, vit.Vision.Layers))) * 4
 	if o.CacheBF16 {
 		recBytes /= 2
-	}
-	if splitRecords(opts, v.Layers) {
-		recBytes *= 2 // block ℓ's frozen output and adapter input
 	}
 	half := int64(o.MemoryBudgetMiB) << 19 // experiment: the budget is split between the train and test stores
 	ram := min(trainRecs*recBytes, half) + min(testRecs*recBytes, half)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,6 +132,31 @@ func TestProjectCIFAR100(t *testing.T) {
 	}
 }
 
+// TestProjectFeatureCache: paper-pfedmoap on CIFAR-100 caches pFedMoAP's
+// image features, one [E] = 512 record per image (60,000 × 512 bfloat16:
+// 59 MiB, nothing spilled), not a ViT-B/16 prefix; training pushes 5 local
+// epochs of the sampled tenth.
+func TestProjectFeatureCache(t *testing.T) {
+	model := smallModel(t)
+	e := preset(t, "paper-pfedmoap", "cifar100")
+	m := &MeasuredRun{TrainSecondsPerImg: 0.04, EvalSecondsPerImg: 0.1, FillSecondsPerRec: 0.2, PeakRSSMiB: 2000, CachedRecords: 800, SpillFactor: 1.1}
+	p, err := projectPreset(e, PaperDatasets["cifar100"], model, m, PaperScaleOptions{MemoryBudgetMiB: 8192, CacheBF16: true}, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := 512 * 2.0
+	if p.CachedRecords != 60000 || math.Abs(p.CacheGiB-60000*rec/(1<<30)) > 1e-9 || p.Spilled || p.SpillGiB != 0 {
+		t.Errorf("cache %d records, %.4f GiB (want %.4f), spilled %v (%.3f GiB)", p.CachedRecords, p.CacheGiB, 60000*rec/(1<<30), p.Spilled, p.SpillGiB)
+	}
+	wantPeak := (2000*float64(1<<20) - 800*rec + 60000*rec) / (1 << 30)
+	if math.Abs(p.PeakGiB-wantPeak) > 1e-9 {
+		t.Errorf("peak %.4f GiB, want %.4f", p.PeakGiB, wantPeak)
+	}
+	if p.TrainImagesPerRound != 5*5000 || p.Rounds != 120 {
+		t.Errorf("%d training images per round over %d rounds; want 25000 over 120", p.TrainImagesPerRound, p.Rounds)
+	}
+}
+
 // TestPaperScaleFiles: the table names every preset and the measured
 // rounds; the plot is a PNG.
 func TestPaperScaleFiles(t *testing.T) {
@@ -192,15 +218,11 @@ func TestReproject(t *testing.T) {
 	}
 }
 
-// TestMeasurePresetSmall runs the measured rounds of paper-base2novel end
-// to end on a tiny random CLIP (12 blocks, as the preset adapts blocks
-// 10-12) and 4 generated classes, in RAM and spilled: rates from the
-// rounds after the first, the spilled rerun timed.
-func TestMeasurePresetSmall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: renders images and runs two small experiments")
-	}
-	dir := t.TempDir()
+// tinyModelDir writes a tiny random 12-block CLIP (as paper-base2novel
+// adapts blocks 10-12) with a vocabulary learnt from the world's class
+// prompts into dir/model and returns that folder.
+func tinyModelDir(t *testing.T, dir string) string {
+	t.Helper()
 	w, err := world.New(world.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -223,6 +245,19 @@ func TestMeasurePresetSmall(t *testing.T) {
 	if err := checkpoint.Save(filepath.Join(mdir, "model.safetensors"), clip.Random(cfg, 1), checkpoint.OpenAI); err != nil {
 		t.Fatal(err)
 	}
+	return mdir
+}
+
+// TestMeasurePresetSmall runs the measured rounds of paper-base2novel end
+// to end on a tiny random CLIP (12 blocks, as the preset adapts blocks
+// 10-12) and 4 generated classes, in RAM and spilled: rates from the
+// rounds after the first, the spilled rerun timed.
+func TestMeasurePresetSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: renders images and runs two small experiments")
+	}
+	dir := t.TempDir()
+	mdir := tinyModelDir(t, dir)
 	e := preset(t, "paper-base2novel", "")
 	o := PaperScaleOptions{RoundsMeasured: 2, Scale: 1.0 / 16, MemoryBudgetMiB: 100, CacheBF16: true, SpillCompare: true}
 	m, err := measurePreset(context.Background(), o, e, "pfedmma", DatasetCounts{Classes: 4, Train: 64, Test: 16}, mdir, filepath.Join(dir, "p"), func(string) {})
@@ -235,5 +270,34 @@ func TestMeasurePresetSmall(t *testing.T) {
 	}
 	if len(m.Rounds) != 2 || len(m.SpilledRounds) != 2 || !(m.TrainSecondsPerImg > 0) || !(m.EvalSecondsPerImg > 0) || !(m.SpillFactor > 0) || !(m.PeakRSSMiB > 0) {
 		t.Errorf("%+v", m)
+	}
+}
+
+// TestMeasurePresetPool: a method whose settings need a pool of clients
+// (pFedMoAP's num_experts, 3 here) is measured with that many clients, not
+// the 2 asked for, and the run goes through.
+func TestMeasurePresetPool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: renders images and runs a small experiment")
+	}
+	dir := t.TempDir()
+	mdir := tinyModelDir(t, dir)
+	e := preset(t, "paper-pfedmoap", "")
+	for _, kv := range [][2]string{{"pfedmoap.num_experts", "3"}, {"pfedmoap.gate_width", "16"}} { // the tiny model's 16 features
+		if err := e.Set(kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var log []string
+	o := PaperScaleOptions{RoundsMeasured: 2, Scale: 0.25, ClientsMeasured: 2, MemoryBudgetMiB: 100, CacheBF16: true}
+	m, err := measurePreset(context.Background(), o, e, "pfedmoap", DatasetCounts{Classes: 6, Train: 96, Test: 24}, mdir, filepath.Join(dir, "p"), func(s string) { log = append(log, s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Clients != 3 || m.TrainImages == 0 || !(m.TrainSecondsPerImg > 0) {
+		t.Errorf("measured %d clients (want 3, pfedmoap.num_experts), %d training images, %g s each", m.Clients, m.TrainImages, m.TrainSecondsPerImg)
+	}
+	if !slices.ContainsFunc(log, func(s string) bool { return strings.Contains(s, "measuring 3 clients, not 2") }) {
+		t.Errorf("the log does not say why 3 clients were measured:\n%s", strings.Join(log, "\n"))
 	}
 }

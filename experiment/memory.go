@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/protocol"
 )
 
@@ -69,10 +70,11 @@ func estimateMemory(o Options, cfg clip.Config, params int64, task *protocol.Tas
 	var n memoryNeed
 	n.Model = params * f32
 	v, tx := cfg.Vision, cfg.Text
-	recBytes := int64(v.Tokens()) * int64(v.Width) * f32
+	storage := int64(f32)
 	if o.CacheBF16 {
-		recBytes /= 2
+		storage = 2
 	}
+	recBytes := int64(v.Tokens()) * int64(v.Width) * storage // an evaluation batch's prefix
 	trainRecs := int64(len(task.UsedTrain())) * int64(max(views, 1))
 	if online {
 		trainRecs = 0
@@ -83,10 +85,9 @@ func estimateMemory(o Options, cfg clip.Config, params int64, task *protocol.Tas
 		distinct[k] = true
 	}
 	for k := range distinct {
-		rb := recBytes
-		if k.split {
-			rb *= 2 // block ℓ's branch input and frozen output
-		}
+		// features, token features, embeddings or a prefix (split: block
+		// ℓ's branch input and frozen output)
+		rb := int64(prefixcache.RecordFloats(cfg, k.depth, k.split)) * storage
 		n.Cache += min(trainRecs*rb, storeBudget) + min(testRecs*rb, storeBudget)
 	}
 	// A training step sees at most a client's training items; the

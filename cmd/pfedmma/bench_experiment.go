@@ -118,7 +118,7 @@ rounds).`,
 	f.StringArrayVar(&ps.Presets, "preset", nil, "project this paper preset (NAME or NAME:DATASET, e.g. paper-cifar:cifar100; repeatable) from measured rounds: see Paper-scale runs in the README")
 	f.IntVar(&ps.RoundsMeasured, "rounds-measured", 2, "with --preset: measured rounds (≥ 2; the first fills the cache)")
 	f.Float64Var(&ps.Scale, "scale", 0.25, "with --preset: fraction of the shots and test images per class the measured run generates (classes, model, method stay the preset's)")
-	f.IntVar(&ps.ClientsMeasured, "clients-measured", 2, "with --preset: clients of the measured run (0: the preset's, at most 10)")
+	f.IntVar(&ps.ClientsMeasured, "clients-measured", 2, "with --preset: clients of the measured run (0: the preset's, at most 10; at least what the method needs, e.g. pfedmoap.num_experts)")
 	f.IntVar(&ps.MemoryBudgetMiB, "memory-budget", 8192, "with --preset: RAM budget of the prefix cache in MiB (cache.memory_mib); beyond it records spill to a memory-mapped file")
 	f.StringVar(&psDType, "cache-dtype", "bfloat16", "with --preset: storage of the cached prefixes, bfloat16 or float32 (cache.dtype)")
 	f.BoolVar(&ps.SpillCompare, "spill-compare", true, "with --preset: measure the rounds again with every cached record spilled (the spill's cost)")

@@ -111,6 +111,11 @@ func settings(sec config.Section) (*Settings, error) {
 	return s, s.config(0).Validate()
 }
 
+// MinClients is the smallest federation these settings run in: the
+// num_experts prompts the gate mixes come from that many clients
+// (`bench experiment --preset` measures at least that many).
+func (s *Settings) MinClients() int { return s.NumExperts }
+
 // CheckTask implements methods.TaskChecker: the experts come from the other
 // clients, so num_experts cannot exceed the number of clients.
 func (Method) CheckTask(sec config.Section, clients int) error {

@@ -57,16 +57,24 @@ type Prefixer struct {
 // RecordLen is the number of floats of one image prefix: [T, D] before
 // block ℓ, [E] for Features, [T, E] for TokenFeatures.
 func (p *Prefixer) RecordLen() int {
-	v := p.Model.W.Config.Vision
-	switch p.Start {
+	return RecordFloats(p.Model.W.Config, p.Start, p.Split)
+}
+
+// RecordFloats is the number of floats of one cached image record of a
+// model of architecture cfg at depth start: [T, D] before block start (two
+// of them with split records), [E] for Features, [T, E] for TokenFeatures,
+// [T, D] + 2·[E] for Embeddings.
+func RecordFloats(cfg clip.Config, start int, split bool) int {
+	v := cfg.Vision
+	switch start {
 	case Features:
-		return p.Model.W.Config.EmbedDim
+		return cfg.EmbedDim
 	case TokenFeatures:
-		return v.Tokens() * p.Model.W.Config.EmbedDim
+		return v.Tokens() * cfg.EmbedDim
 	case Embeddings:
-		return v.Tokens()*v.Width + 2*p.Model.W.Config.EmbedDim
+		return v.Tokens()*v.Width + 2*cfg.EmbedDim
 	}
-	if p.Split {
+	if split {
 		return clip.SplitLen(v.Tokens(), v.Width)
 	}
 	return v.Tokens() * v.Width
