@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/cliplora"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
@@ -94,12 +95,18 @@ func worldCompareRun(t *testing.T) *Result {
 	return worldCompareJob.get(t, "world-compare", "methods=[zeroshot,"+strings.Join(worldCompareGuarded, ",")+"]", "federation.eval_every=5")
 }
 
-// TestEveryMethodInOneRun: all eighteen methods run in one experiment on the
-// same clients (four cache depths: features, patch tokens, block 1 and the
-// last block), one round each, and each gets a row with finite metrics.
+// TestEveryMethodInOneRun: every registered method runs in one experiment
+// on the same clients (five cache depths: features, patch tokens, the
+// embeddings, block 1 and the last block), one round each, and each gets a
+// row with finite metrics.
 func TestEveryMethodInOneRun(t *testing.T) {
-	all := []string{"zeroshot", "pfedmma", "promptfl", "fedpgp", "fedotp", "clip_adapter", "clip_lora", "pfedmoap", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "maple", "cocoop", "kgcoop", "dpfpl"}
-	res := runPreset(t, "world-compare", "methods=[zeroshot,pfedmma,promptfl,fedpgp,fedotp,clip_adapter,clip_lora,pfedmoap,fedot,adapt,fedtpg,promptfolio,fedpha,fedclip,maple,cocoop,kgcoop,dpfpl]",
+	all := []string{"zeroshot", "pfedmma", "promptfl", "fedpgp", "fedotp", "clip_adapter", "clip_lora", "pfedmoap", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "maple", "cocoop", "kgcoop", "dpfpl", "fedmvp"}
+	for _, name := range methods.Names() {
+		if !slices.Contains(all, name) && !strings.HasPrefix(name, "probe_") { // declare_test.go's probes
+			t.Errorf("registered method %s is not in the run: add it", name)
+		}
+	}
+	res := runPreset(t, "world-compare", "methods=["+strings.Join(all, ",")+"]",
 		"dataset.num_classes=8", "dataset.shots=4", "federation.clients=2", "federation.rounds=1", "federation.local_epochs=1",
 		"pfedmoap.num_experts=2")
 	if len(res.Summary.Methods) != len(all) {
