@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/config"
@@ -50,8 +51,12 @@ type SiteConfig struct {
 	Data string
 	// State holds the site's private state, metrics and final parameters
 	// (default site-NAME).
-	State  string
-	Logger *slog.Logger
+	State string
+	// DuplicateGrace is how long the site keeps retrying while the
+	// coordinator says another process already serves it (a restarted
+	// site's old session expiring) before it gives up (0: one minute).
+	DuplicateGrace time.Duration
+	Logger         *slog.Logger
 }
 
 // SiteResult is what Site did: the site's client number and its state
@@ -161,7 +166,7 @@ func ReceiveTask(ctx context.Context, c SiteConfig, id int) (*ReceivedTask, erro
 
 // transport is the site's connection settings.
 func (c SiteConfig) transport() transport.SiteConfig {
-	return transport.SiteConfig{Addr: c.Server, CertsDir: c.Certs, Name: c.Name, Insecure: c.Insecure, Logger: c.Logger}
+	return transport.SiteConfig{Addr: c.Server, CertsDir: c.Certs, Name: c.Name, Insecure: c.Insecure, DuplicateGrace: c.DuplicateGrace, Logger: c.Logger}
 }
 
 // keepTask writes the task to state/task.yaml; a state folder that holds

@@ -44,7 +44,7 @@ func TestMultiClientSitesEqualRun(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// overlapping ranges: the second session of s1 and s2 is refused
-	dup := site("1-2", "hosts-dup")
+	dup := d.start("site --clients 1-2", "site", "--server", addr, "--certs", "certs", "--clients", "1-2", "--data", "world", "--state", "hosts-dup", "--duplicate-grace", "3s")
 	expectExit(t, dup, 150*time.Second, -1)
 	// its last line is the error: the refused site, then the stopped one
 	// (which of s1 and s2 is refused first is up to the scheduler)

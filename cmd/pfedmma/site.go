@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -51,6 +52,9 @@ turns to train.`,
 			}
 			if c.Policy.MaxUploadMiB < 0 {
 				return fmt.Errorf("site: --max-upload-mib %g: want a positive size (0: no limit)", c.Policy.MaxUploadMiB)
+			}
+			if c.DuplicateGrace <= 0 {
+				return fmt.Errorf("site: --duplicate-grace %s: want a positive duration", c.DuplicateGrace)
 			}
 			for _, m := range c.Policy.AcceptMethods {
 				if !slices.Contains(config.Methods(), m) {
@@ -119,5 +123,6 @@ turns to train.`,
 	fl.BoolVar(&c.Insecure, "insecure-dev", false, "NO TLS: clear-text gRPC, for local development only (with --sites instead of --certs)")
 	fl.StringSliceVar(&c.Sites, "sites", nil, "with --insecure-dev: the federation's site names as given to serve, client i being the i-th")
 	fl.StringVar(&clients, "clients", "", "host these clients in this one process instead of --name: numbers and ranges such as 0-49 or 0-9,20, each speaking with its own site certificate (sites.txt line i is client i); see 'Scale-out' in the README")
+	fl.DurationVar(&c.DuplicateGrace, "duplicate-grace", time.Minute, "while the coordinator says another process already serves this site, keep retrying this long (the old session of a restarted site expiring) before exiting non-zero")
 	rootCmd.AddCommand(cmd)
 }
