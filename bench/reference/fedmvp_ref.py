@@ -50,9 +50,8 @@ tools/fixtures/fedmvp/make_fixture.py makes the same changes):
   imports (unused on this path) are stubs; .cuda()/.to('cuda') stay on the CPU.
 
 Note: `pfedmma bench train --method fedmvp` needs CLIP's tokenizer for the
-descriptions and refuses to run without one (the benchmark's environment
-ships none), so this reference has nothing to be compared with until it
-does.
+descriptions: give it `--vocab` (CLIP's bpe_simple_vocab_16e6.txt.gz;
+sitting_all.sh passes $CLIP_VOCAB).
 
 Usage: /usr/bin/python3 fedmvp_ref.py --repo CHECKOUT [--steps 10] [--image 224]
 Prints the JSON that `pfedmma bench train --method fedmvp --reference FILE` reads.
