@@ -473,38 +473,26 @@ func measurePreset(ctx context.Context, o PaperScaleOptions, e *config.Experimen
 	return m, nil
 }
 
-// splitRecords reports whether the trained method of opts caches split
-// records (methods.Splitter) on a model with layers blocks.
-func splitRecords(opts experiment.Options, layers int) bool {
+// methodRecord is the cache record of the trained method of opts on a
+// model of layers blocks: its depth (methods.Method.Depth; 0, the largest
+// record, when it cannot be told) and whether it caches split records
+// (methods.Splitter).
+func methodRecord(opts experiment.Options, layers int) (depth int, split bool) {
 	name, err := experiment.TrainedMethod(opts.Methods)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	meth, err := methods.Get(name)
 	if err != nil {
-		return false
+		return 0, false
 	}
-	split, err := methods.SplitRecords(meth, opts.Sections[name], layers)
-	return err == nil && split
-}
-
-// methodDepth is the cache depth of the trained method of opts on a model
-// of layers blocks (methods.Method.Depth); 0, the largest record, when it
-// cannot be told.
-func methodDepth(opts experiment.Options, layers int) int {
-	name, err := experiment.TrainedMethod(opts.Methods)
-	if err != nil {
-		return 0
+	split, err = methods.SplitRecords(meth, opts.Sections[name], layers)
+	split = err == nil && split
+	depth, err = meth.Depth(opts.Sections[name], layers)
+	if err != nil || depth == methods.AnyDepth {
+		depth = 0
 	}
-	meth, err := methods.Get(name)
-	if err != nil {
-		return 0
-	}
-	d, err := meth.Depth(opts.Sections[name], layers)
-	if err != nil || d == methods.AnyDepth {
-		return 0
-	}
-	return d
+	return depth, split
 }
 
 // projectPreset projects the whole preset e (clients, shots, rounds
@@ -560,7 +548,8 @@ func projectPreset(e *config.Experiment, real DatasetCounts, model string, m *Me
 	// embeddings or a prefix (split: block ℓ's frozen output and adapter
 	// input)
 	vit := clip.ViTB16()
-	recBytes := int64(prefixcache.RecordFloats(vit, methodDepth(opts, vit.Vision.Layers), splitRecords(opts, vit.Vision.Layers))) * 4
+	depth, split := methodRecord(opts, vit.Vision.Layers)
+	recBytes := int64(prefixcache.RecordFloats(vit, depth, split)) * 4
 	if o.CacheBF16 {
 		recBytes /= 2
 	}
