@@ -126,7 +126,7 @@ func MatMulBF16(transW bool, m, n, k int, a []float32, w *BF16Weights, bias, c [
 		}
 		return
 	}
-	if !statsOn.Load() || inParallel.Load() {
+	if !statsOn.Load() || inParallel.Load() > 0 {
 		matMulBF16(transW, m, n, k, a, w, bias, c, accumulate)
 		return
 	}
