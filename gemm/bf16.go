@@ -16,25 +16,33 @@ const (
 	// BF16 rounds the frozen weights and the activations multiplied by them
 	// to bfloat16 and accumulates in float32.
 	BF16
+	// Auto is BF16 where a start-up probe at the model's shapes measures it
+	// faster than FP32 on this machine, else FP32 (ProbePrecision).
+	Auto
 )
 
-// String is the configuration spelling: "fp32" or "bf16".
+// String is the configuration spelling: "fp32", "bf16" or "auto".
 func (p Precision) String() string {
-	if p == BF16 {
+	switch p {
+	case BF16:
 		return "bf16"
+	case Auto:
+		return "auto"
 	}
 	return "fp32"
 }
 
-// ParsePrecision reads "fp32" (or "") and "bf16" (also "bfloat16").
+// ParsePrecision reads "fp32" (or ""), "bf16" (also "bfloat16") and "auto".
 func ParsePrecision(s string) (Precision, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", "fp32", "float32":
 		return FP32, nil
 	case "bf16", "bfloat16":
 		return BF16, nil
+	case "auto":
+		return Auto, nil
 	}
-	return FP32, fmt.Errorf("gemm: unknown precision %q (want fp32 or bf16)", s)
+	return FP32, fmt.Errorf("gemm: unknown precision %q (want fp32, bf16 or auto)", s)
 }
 
 // BF16Backend names the implementation of MatMulBF16: "onednn" (bfloat16
