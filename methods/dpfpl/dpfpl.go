@@ -41,7 +41,17 @@
 //
 // which is not ∂loss/∂L (see SurrogateGradient). The server averages the
 // clipped global gradients and adds N(0, (s/K)²) for K clients (global DP);
-// see the package's method.go for how that maps onto rounds.
+// see the package's method.go for how that maps onto rounds. The sites
+// upload without noise, so "global DP" protects a site's examples against
+// the other sites and whoever sees the published global context, not
+// against the coordinator, which sees each upload in the clear.
+//
+// Accounting (accountant.go, Ledger): every Gaussian release is counted —
+// gU and gV at every local step, the server's noise once a round at the
+// sensitivity of S local steps' upload (UploadFactor) — at two per-example
+// sensitivities: the code's stated C/B (which would hold for per-example
+// clipping, not done here) and 2C, what clipping the batch-mean gradient to
+// norm C actually bounds one example's effect by.
 package dpfpl
 
 import (
