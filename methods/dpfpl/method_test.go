@@ -4,8 +4,10 @@ import (
 	"context"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
@@ -274,4 +276,53 @@ func TestSettingsErrors(t *testing.T) {
 	if _, err := settingsFromMeta(map[string]string{"n_ctx": "4"}); err == nil {
 		t.Error("metadata without rank accepted")
 	}
+}
+
+// TestFactorizationRefused: the authors' --factorization variants other
+// than dpfpl (dplora: U·V without the residual; promptfl, fedotp, fedpgp)
+// are not implemented, and every way in refuses them naming the key and
+// the value instead of running dpfpl under their name: the run
+// configuration (dpfpl.factorization), the settings, and the step and round
+// fixtures' metadata (`pfedmma step/round --set factorization=…`).
+func TestFactorizationRefused(t *testing.T) {
+	refused := func(where string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "factorization") || !strings.Contains(err.Error(), "dplora") {
+			t.Errorf("%s: factorization dplora gave %v, want an error naming the key and the value", where, err)
+		}
+	}
+	e, err := config.Preset("world-compare")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Methods = []string{"dpfpl"} // the only method this package registers
+	if err := e.Set("dpfpl.factorization", "dplora"); err != nil {
+		t.Fatal(err)
+	}
+	refused("run configuration", e.Validate())
+	if err := e.Set("dpfpl.factorization", "dpfpl"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Validate(); err != nil {
+		t.Errorf("factorization dpfpl: %v", err)
+	}
+	s := smallSettings()
+	s.Factorization = "dplora"
+	_, err = settings(s)
+	refused("settings", err)
+
+	m := fixturetest.Model(t)
+	td := fixturetest.Testdata + "dpfpl/"
+	f, err := fixture.Load(m, td+"init.safetensors", []string{td + "step.safetensors"}, []string{"factorization=dplora"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Method{}.Step(context.Background(), f)
+	refused("step", err)
+	f, err = fixture.Load(m, td+"init.safetensors", []string{td + "round.safetensors"}, []string{"factorization=dplora"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Method{}.SettingsFrom(f)
+	refused("round", err)
 }
