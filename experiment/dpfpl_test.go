@@ -19,7 +19,9 @@ import (
 //   - global: the server's one Gaussian a round, on uploads that carry 3
 //     momentum steps: a change Δ of each step's gradient moves the upload by
 //     η·((1+0.9+0.81) + (1+0.9) + 1) = 5.61·η·Δ, multiplier σ/5.61 (σ/(64·5.61)
-//     at 2C).
+//     at 2C);
+//   - total: both composed (the published global context depends on the
+//     local context, which carries the data through the local releases).
 //
 // The code before counted one release a step and σ for the server (README:
 // 0.81 local, 0.45 global after 5 rounds; by this count 1.19 and 2.96).
@@ -44,6 +46,17 @@ func TestDPFPLReportsEpsilon(t *testing.T) {
 		}
 		return v
 	}
+	// both ledgers composed: n Gaussians at z, m at z2
+	eps2 := func(z float64, n int, z2 float64, m int) float64 {
+		var a dpfpl.Accountant
+		a.Spend(1, z, n)
+		a.Spend(1, z2, m)
+		v, err := a.Epsilon(s.Delta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
 	var want map[string]float64
 	n := 0
 	for _, r := range res.Records {
@@ -56,6 +69,8 @@ func TestDPFPLReportsEpsilon(t *testing.T) {
 			"dp_epsilon_global":            eps(sigma/5.61, k),
 			"dp_epsilon_local_batch_clip":  eps(sigma/64, 2*3*k),
 			"dp_epsilon_global_batch_clip": eps(sigma/(64*5.61), k),
+			"dp_epsilon_total":             eps2(sigma, 2*3*k, sigma/5.61, k),
+			"dp_epsilon_total_batch_clip":  eps2(sigma/64, 2*3*k, sigma/(64*5.61), k),
 		}
 		for name, w := range want {
 			if g := r.Mean[name]; math.Abs(g-w) > 1e-6*w {

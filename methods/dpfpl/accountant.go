@@ -201,7 +201,25 @@ const (
 	// changes (multipliers σ/(2B) and σ/(2B·UploadFactor)).
 	MetricLocalBatchClip  = "dp_epsilon_local_batch_clip"
 	MetricGlobalBatchClip = "dp_epsilon_global_batch_clip"
+	// MetricTotal and MetricTotalBatchClip compose both ledgers: the
+	// global context a site uploads depends on its local context, which
+	// carries its data through the local releases, so what is published
+	// (the global context, and the site's personal model) is bounded by all
+	// releases together.
+	MetricTotal          = "dp_epsilon_total"
+	MetricTotalBatchClip = "dp_epsilon_total_batch_clip"
 )
+
+// Which figures bound the mechanism as it runs: C/B is one example's share
+// of a mean of per-example clipped gradients at the same parameters. The
+// code clips the batch mean (one example moves it by up to 2C), and after
+// a round's first local step the neighbouring runs' global contexts differ
+// (the local steps are not noised), so every example's gradient may
+// differ: only the batch-clip (2C) figures bound that, as any two clipped
+// means differ by at most 2C. The C/B figures are the code's own
+// calibration, counted correctly; they hold for per-example clipping with
+// one local step a round (the authors' per-batch communication), which is
+// not what runs here.
 
 // Ledger is one site's privacy spending as DP-FPL runs: its local steps so
 // far (each releases gU and gV through Gaussians of standard deviation
@@ -231,18 +249,25 @@ func (l Ledger) Epsilons(sigma float64, batch int, delta float64) (map[string]fl
 		}
 		out[name] = eps
 	}
-	for name, div := range map[string]float64{MetricGlobal: 1, MetricGlobalBatchClip: clip2} {
+	for _, m := range []struct {
+		global, total string
+		div           float64
+	}{{MetricGlobal, MetricTotal, 1}, {MetricGlobalBatchClip, MetricTotalBatchClip, clip2}} {
 		var a Accountant
 		for _, f := range l.UploadFactors {
 			if f > 0 {
-				a.Spend(1, sigma/(div*f), 1)
+				a.Spend(1, sigma/(m.div*f), 1)
 			}
 		}
 		eps, err := a.Epsilon(delta)
 		if err != nil {
 			return nil, err
 		}
-		out[name] = eps
+		out[m.global] = eps
+		a.Spend(1, sigma/m.div, 2*l.LocalSteps)
+		if out[m.total], err = a.Epsilon(delta); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

@@ -259,6 +259,17 @@ func TestREADMEJobEpsilon(t *testing.T) {
 			t.Errorf("%s = %.10g, oracle %.10g", name, got[name], want)
 		}
 	}
+	// the totals compose both: 30 local and 5 server Gaussians
+	for name, z := range map[string][2]float64{MetricTotal: {sigma, sigma / 5.61}, MetricTotalBatchClip: {sigma / 64, sigma / (64 * 5.61)}} {
+		var a Accountant
+		a.Spend(1, z[0], 30)
+		a.Spend(1, z[1], 5)
+		want, _ := a.Epsilon(s.Delta)
+		if math.Abs(got[name]-want) > 1e-6*want || !(want > got[MetricLocal]) {
+			t.Errorf("%s = %.10g, want %.10g", name, got[name], want)
+		}
+	}
+	t.Logf("README job: %v", got)
 	if _, err := (Ledger{}).Epsilons(0, 32, 1e-5); err == nil {
 		t.Error("σ 0 accepted")
 	}

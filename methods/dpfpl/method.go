@@ -377,7 +377,7 @@ func (s *server) Aggregate(round int, results []federation.FitResult, failures [
 	}
 	s.spent = nil
 	for _, r := range results {
-		for _, k := range []string{MetricLocal, MetricGlobal, MetricLocalBatchClip, MetricGlobalBatchClip} {
+		for _, k := range []string{MetricLocal, MetricGlobal, MetricLocalBatchClip, MetricGlobalBatchClip, MetricTotal, MetricTotalBatchClip} {
 			if v, ok := r.Metrics[k]; ok {
 				if s.spent == nil {
 					s.spent = federation.Metrics{}

@@ -120,6 +120,9 @@ func TestEpsilonPerRound(t *testing.T) {
 			"dp_epsilon_global":            epsAt(t, 1, 0, s.Delta, global...),
 			"dp_epsilon_local_batch_clip":  epsAt(t, sigma/8, steps, s.Delta),
 			"dp_epsilon_global_batch_clip": epsAt(t, 1, 0, s.Delta, global8...),
+			// everything released: both ledgers composed
+			"dp_epsilon_total":            epsAt(t, sigma, steps, s.Delta, global...),
+			"dp_epsilon_total_batch_clip": epsAt(t, sigma/8, steps, s.Delta, global8...),
 		}
 		for k, w := range want {
 			if !near(res.Metrics[k], w) {
