@@ -229,6 +229,11 @@ const (
 type Ledger struct {
 	LocalSteps    int
 	UploadFactors []float64
+	// PerExample: the site runs DP-SGD (Settings.PerExampleDP): three
+	// releases a step (the global gradient, gU, gV), each per-example
+	// clipped and noised on the site, sensitivity C/B; the server's noise
+	// is then post-processing and not counted.
+	PerExample bool
 }
 
 // Epsilons returns the ε at delta of the releases so far at both
@@ -239,6 +244,18 @@ func (l Ledger) Epsilons(sigma float64, batch int, delta float64) (map[string]fl
 		return nil, fmt.Errorf("dpfpl accountant: noise multiplier %g, batch %d", sigma, batch)
 	}
 	out := map[string]float64{}
+	if l.PerExample {
+		for name, n := range map[string]int{MetricLocal: 2 * l.LocalSteps, MetricGlobal: l.LocalSteps, MetricTotal: 3 * l.LocalSteps} {
+			var a Accountant
+			a.Spend(1, sigma, n)
+			eps, err := a.Epsilon(delta)
+			if err != nil {
+				return nil, err
+			}
+			out[name] = eps
+		}
+		return out, nil
+	}
 	clip2 := 2 * float64(batch) // 2C over the sensitivity C/B the noise is scaled for
 	for name, z := range map[string]float64{MetricLocal: sigma, MetricLocalBatchClip: sigma / clip2} {
 		var a Accountant

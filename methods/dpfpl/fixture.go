@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
@@ -127,6 +128,13 @@ func settingsFromMeta(meta map[string]string) (*Settings, error) {
 	}
 	if f, ok := meta["factorization"]; ok {
 		s.Factorization = f
+	}
+	if v, ok := meta["per_example_dp"]; ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("dpfpl: per_example_dp %q: want true or false", v)
+		}
+		s.PerExampleDP = b
 	}
 	return settings(s)
 }

@@ -38,6 +38,12 @@ type Settings struct {
 	// (low-rank + residual) is implemented; their promptfl, fedotp, fedpgp
 	// and dplora variants are refused, naming the key.
 	Factorization string `yaml:"factorization"`
+	// PerExampleDP (not the authors'; off by default) replaces their
+	// mechanism by DP-SGD's: per-example clipping of the global gradient
+	// and of gU and gV, and noise on all three on the site at every step,
+	// so that the upload itself is private, against the coordinator too,
+	// at the sensitivity C/B the noise is calibrated for.
+	PerExampleDP bool `yaml:"per_example_dp"`
 
 	replay tensor.Named // recorded draws of a fixture (not a config key)
 }
@@ -90,7 +96,8 @@ func (s *Settings) noiseStd(batch int) float64 {
 }
 
 func (s *Settings) config(seed uint64, batch int) Config {
-	return Config{NCtx: s.NCtx, Rank: s.Rank, ClipNorm: s.NormThresh, NoiseStd: s.noiseStd(batch), InitStd: s.InitStd, Seed: seed}
+	return Config{NCtx: s.NCtx, Rank: s.Rank, ClipNorm: s.NormThresh, NoiseStd: s.noiseStd(batch), InitStd: s.InitStd, Seed: seed,
+		PerExampleDP: s.PerExampleDP, DPBatch: max(batch, 1)}
 }
 
 func defaultSettings() *Settings {
@@ -241,7 +248,8 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	}
 	sigma := s.Sigma()
 	for i, c := range plan.Clients {
-		plan.Clients[i] = &client{Client: c.(*promptfed.Client), index: index, sigma: sigma, delta: s.Delta, train: env.Train}
+		plan.Clients[i] = &client{Client: c.(*promptfed.Client), index: index, sigma: sigma, delta: s.Delta, train: env.Train,
+			perExample: s.PerExampleDP}
 	}
 	return plan, nil
 }
@@ -262,6 +270,8 @@ type client struct {
 	sigma float64
 	delta float64
 	train train.Options
+	// perExample: the site runs DP-SGD (Settings.PerExampleDP)
+	perExample bool
 }
 
 // Fit implements federation.Client: after the local training it records
@@ -279,6 +289,7 @@ func (c *client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 	carried := !c.train.ResetOptimizer && st.ledger.LocalSteps > len(st.lrs)
 	f := UploadFactor(st.lrs, c.train.Rate(ins.Round, 0), c.train.Momentum, carried)
 	st.ledger.UploadFactors = append(st.ledger.UploadFactors, float64(float32(f))) // as saved
+	st.ledger.PerExample = c.perExample
 	eps, err := st.ledger.Epsilons(c.sigma, c.train.Batch, c.delta)
 	if err != nil {
 		return res, err
