@@ -219,7 +219,10 @@ const (
 // means differ by at most 2C. The C/B figures are the code's own
 // calibration, counted correctly; they hold for per-example clipping with
 // one local step a round (the authors' per-batch communication), which is
-// not what runs here.
+// not what runs here by default. With Ledger.PerExample (DP-SGD on the site,
+// Settings.PerExampleDP) C/B holds at every step and MetricGlobal counts the
+// site's noise on the global gradient, one release a step; no batch-clip
+// figures are reported.
 
 // Ledger is one site's privacy spending as DP-FPL runs: its local steps so
 // far (each releases gU and gV through Gaussians of standard deviation

@@ -52,6 +52,14 @@
 // sensitivities: the code's stated C/B (which would hold for per-example
 // clipping, not done here) and 2C, what clipping the batch-mean gradient to
 // norm C actually bounds one example's effect by.
+//
+// Config.PerExampleDP (the per_example_dp setting, not the authors') runs
+// DP-SGD instead: each example's gradient of the context, its gU and its
+// gV clipped to C, summed, divided by B, and N(0, s²) added to all three on
+// the site at every step. Every parameter is then a function of noised
+// releases, so one example moves each release by at most C/B and the
+// upload is private against the coordinator too; the training loss and
+// the evaluation accuracies a site reports are not privatised.
 package dpfpl
 
 import (

@@ -186,8 +186,11 @@ const (
 // (UploadFactor); each at the code's stated per-example sensitivity C/B
 // (dp_epsilon_local, dp_epsilon_global) and at the one its batch-mean
 // clipping has, 2C (dp_epsilon_local_batch_clip,
-// dp_epsilon_global_batch_clip). The coordinator receives each upload
-// without noise: against it the global context has no DP at all.
+// dp_epsilon_global_batch_clip), and both composed (dp_epsilon_total,
+// dp_epsilon_total_batch_clip). The coordinator receives each upload
+// without noise: against it the global context has no DP at all, unless
+// per_example_dp runs DP-SGD on the site (three releases a step at C/B,
+// the upload private against the coordinator too).
 func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
 	s, err := settings(sec)
 	if err != nil {
