@@ -113,7 +113,7 @@ type Method struct{}
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "dpfpl",
 		Trains: "a global and a local CoOp context; the local one's gradient rebuilt from a low-rank factorisation + residual, with local DP noise on the factors' gradients",
-		Shares: "the global context, clipped but not noised on the site (the coordinator sees it in the clear); the server adds Gaussian noise to the uniform mean (global DP: against other sites and the published global context, not the coordinator); the local context stays on the site",
+		Shares: "the global context, clipped but not noised on the site unless per_example_dp (the coordinator sees it in the clear); the server adds Gaussian noise to the uniform mean (global DP: against other sites and the published global context, not the coordinator); the local context stays on the site",
 		Paper:  "Tran et al., Privacy-Preserving Personalized Federated Prompt Learning for Multimodal Large Language Models (ICLR 2025)"}
 }
 
