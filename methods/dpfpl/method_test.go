@@ -329,3 +329,29 @@ func TestFactorizationRefused(t *testing.T) {
 	_, err = Method{}.SettingsFrom(f)
 	refused("round", err)
 }
+
+// TestLedgerState: a site's ledger survives its state; a state without the
+// upload factors (written before they were counted) or with a wrong count is
+// refused naming the key, rather than resuming with an under-count.
+func TestLedgerState(t *testing.T) {
+	l := Ledger{LocalSteps: 7, UploadFactors: []float64{2.5, 20}}
+	got, err := loadLedger(saveLedger(l))
+	if err != nil || got.LocalSteps != 7 || !slices.Equal(got.UploadFactors, l.UploadFactors) {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	st := saveLedger(l)
+	delete(st, factorsKey)
+	if _, err := loadLedger(st); err == nil || !strings.Contains(err.Error(), factorsKey) {
+		t.Errorf("state without %s: %v", factorsKey, err)
+	}
+	st = saveLedger(l)
+	st[factorsKey].Data[0] = 3
+	if _, err := loadLedger(st); err == nil || !strings.Contains(err.Error(), factorsKey) {
+		t.Errorf("wrong count: %v", err)
+	}
+	st = saveLedger(l)
+	delete(st, stepsKey)
+	if _, err := loadLedger(st); err == nil || !strings.Contains(err.Error(), stepsKey) {
+		t.Errorf("state without %s: %v", stepsKey, err)
+	}
+}
