@@ -174,11 +174,9 @@ const (
 // participants; the code's USERS, as every client takes part): for one
 // local step per round this is the code's update of the global context
 // with the noised mean gradient exactly (the code communicates after every
-// batch). Clients report "dp_epsilon_local" (the local mechanism's
-// applications so far) and "dp_epsilon_global" (one server Gaussian per
-// round) in their training metrics, the server "dp_epsilon_global" in its
-// round metrics, all RDP at the noise multiplier σ with the code's
-// sensitivity C/B (see testdata/README.md, dpfpl/, on that sensitivity).
+// batch). Each client reports the ε its examples have spent in its
+// training metrics, the server the largest of the round's in its round
+// metrics (see testdata/README.md, dpfpl/, on the sensitivity).
 //
 // Every Gaussian release is counted (Ledger): gU and gV at every local step
 // (two releases a step) and the server's noise once a round, at the
