@@ -59,6 +59,7 @@ type BF16Weights struct {
 	Rows, Cols int
 	bits       []uint16  // bfloat16 values (oneDNN)
 	f32        []float32 // the same values widened back to float32 (emulation)
+	packs      packs     // bits reordered into oneDNN's layouts (made on first use)
 }
 
 // NewBF16Weights rounds w [rows, cols] (row-major) to bfloat16. It returns
