@@ -135,10 +135,17 @@ func (r *round) measure(xs map[int][]float32, ws map[int]uint64, drop map[int]bo
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
+	lap(&server)
+	sigs, err := consistency(r.srv, r.clients, alive)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	lap(&site)
 	for _, id := range alive {
-		down += len(MarshalSurvivors(alive))
+		down += len(MarshalSurvivors(alive)) + len(MarshalConsistencyList(sigs))
+		up += len(MarshalConsistency(Consistency{From: id}))
 		lap(&server)
-		rv, err := r.clients[id].Unmask(alive)
+		rv, err := r.clients[id].Unmask(sigs)
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}
