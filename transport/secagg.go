@@ -150,8 +150,12 @@ func (a *secAggregator) Begin(round int, selected []int) (map[string]string, err
 	for i, id := range selected {
 		ids[i] = strconv.Itoa(id)
 	}
+	sites := strings.Join(ids, ",")
+	if a.s.secAggTamper != nil {
+		sites = string(a.s.secAggTamper(-1, "sites", []byte(sites)))
+	}
 	return map[string]string{
-		SecAggSessionKey: r.id, secAggSitesKey: strings.Join(ids, ","),
+		SecAggSessionKey: r.id, secAggSitesKey: sites,
 		secAggDegreeKey: strconv.Itoa(cfg.Degree), secAggThresholdKey: strconv.Itoa(cfg.Threshold),
 		secAggClipKey: strconv.FormatFloat(a.quant.Clip, 'g', -1, 64), secAggScaleKey: strconv.Itoa(int(a.quant.ScaleBits)),
 		secAggUniformKey: strconv.FormatBool(a.uniform),
@@ -190,7 +194,8 @@ func (a *secAggregator) waitSites(r *secRound, want []int, done func(id int) boo
 // drive closes the key-advertisement and key-sharing steps: each when every
 // selected site has done it or is offline.
 func (a *secAggregator) drive(r *secRound) {
-	if !a.waitSites(r, r.selected, func(id int) bool { return r.advertised[id] }) {
+	// (a site that gave up — refused the round — is not waited for)
+	if !a.waitSites(r, r.selected, func(id int) bool { return r.advertised[id] || r.gaveUp[id] }) {
 		return
 	}
 	a.mu.Lock()
@@ -209,7 +214,7 @@ func (a *secAggregator) drive(r *secRound) {
 		a.s.log.Warn("secure aggregation: key advertisement failed", "round", r.round, "err", r.keysErr)
 		return
 	}
-	if !a.waitSites(r, advertised, func(id int) bool { return r.shared[id] }) {
+	if !a.waitSites(r, advertised, func(id int) bool { return r.shared[id] || r.gaveUp[id] }) {
 		return
 	}
 	a.mu.Lock()
@@ -272,6 +277,11 @@ func (a *secAggregator) Combine(ctx context.Context, round int, results []federa
 		return federation.FitResult{}, err
 	}
 	a.mu.Lock()
+	if n := len(r.revealed); n < r.thresh {
+		gave := len(r.gaveUp)
+		a.mu.Unlock()
+		return federation.FitResult{}, fmt.Errorf("round %d: %d survivors revealed their shares, fewer than the threshold %d (%d sites refused to unmask: their logs say why)", round, n, r.thresh, gave)
+	}
 	res, err := r.srv.Finish()
 	total := 0
 	for _, id := range alive {
@@ -528,6 +538,12 @@ func (a *secAggregator) maskedInput(ctx context.Context, r *secRound, st *siteSt
 	err := errors.New("the site gave up secure aggregation in this round (its log says why)")
 	if len(req.Payload) > 0 {
 		m, err = secagg.UnmarshalMasked(req.Payload)
+	} else {
+		// the other sites' steps wait for it no longer
+		a.mu.Lock()
+		r.gaveUp[st.id] = true
+		r.arrive()
+		a.mu.Unlock()
 	}
 	if err == nil && m.From != st.id {
 		err = fmt.Errorf("a masked update in the name of client %d", m.From)
