@@ -664,7 +664,9 @@ func TestDecodeGarbage(t *testing.T) {
 	}
 	adv := Advertise{From: 1, MaskKey: make([]byte, 32), EncKey: make([]byte, 32)}
 	msgs := [][]byte{MarshalAdvertise(adv), MarshalAdvertiseList([]Advertise{adv, adv}), MarshalShares(in), MarshalMasked(m),
-		MarshalSurvivors([]int{1, 2}), MarshalReveal(Reveal{From: 1, Shares: []RevealedShare{{Owner: 2, Kind: SelfSeed}}})}
+		MarshalSurvivors([]int{1, 2}), MarshalReveal(Reveal{From: 1, Shares: []RevealedShare{{Owner: 2, Kind: SelfSeed}}}),
+		MarshalAdvertise(Advertise{From: 2, MaskKey: make([]byte, 32), EncKey: make([]byte, 32), Cert: make([]byte, 40), Sig: make([]byte, 70)}),
+		MarshalConsistency(Consistency{From: 1, Sig: make([]byte, 70)}), MarshalConsistencyList([]Consistency{{From: 1, Sig: make([]byte, 70)}, {From: 2}})}
 	decode := func(b []byte) {
 		UnmarshalAdvertise(b)
 		UnmarshalAdvertiseList(b)
@@ -672,6 +674,9 @@ func TestDecodeGarbage(t *testing.T) {
 		UnmarshalMasked(b)
 		UnmarshalSurvivors(b)
 		UnmarshalReveal(b)
+		UnmarshalConsistency(b)
+		UnmarshalConsistencyList(b)
+		IsConsistency(b)
 	}
 	rng := rand.New(rand.NewPCG(15, 16))
 	for _, msg := range msgs {
