@@ -28,7 +28,7 @@ type pki struct {
 	ids   []Identity
 }
 
-func newPKI(t *testing.T, names ...string) *pki {
+func newPKI(t testing.TB, names ...string) *pki {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
