@@ -2,14 +2,18 @@ package transport
 
 import (
 	"bytes"
+	"crypto"
 	"crypto/ecdh"
 	"crypto/rand"
+	"crypto/tls"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/secagg"
 )
 
@@ -185,5 +189,79 @@ func TestSecureAggregationRefusesParticipants(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSecAggSiteRefusesOperatorAndRevoked: a coordinator whose operator
+// holds an operator certificate named like a site ("site-1": the CA issued
+// it, its CN is in sites.txt) signs keys for client 1 with it; a site
+// refuses them (secAggSite's check), and refuses a revoked site's keys
+// once revoked.txt names it.
+func TestSecAggSiteRefusesOperatorAndRevoked(t *testing.T) {
+	dir := t.TempDir()
+	names := []string{"site-0", "site-1", "site-2"}
+	if err := certs.Init(dir, names, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := certs.AddOperator(dir, "site-1"); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := certs.CAPool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	identity := func(crt, key string) secagg.Identity {
+		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, crt), filepath.Join(dir, key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return secagg.Identity{Cert: pair.Certificate[0], Key: pair.PrivateKey.(crypto.Signer)}
+	}
+	round := func(one secagg.Identity) error {
+		sa, err := secAggSite(dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := secagg.NewConfig([32]byte{1}, []int{0, 1, 2}, 4, secagg.Options{Round: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cs []*secagg.Client
+		var adv []secagg.Advertise
+		for id := range 3 {
+			c, _ := secagg.NewClient(cfg, id, nil)
+			auth := secagg.Authority{Roots: pool, Names: sa.Names, Check: sa.Check}
+			me := identity(filepath.Join(certs.SitesDir, names[id]+".crt"), filepath.Join(certs.SitesDir, names[id]+".key"))
+			if id != 0 {
+				auth = secagg.Authority{Roots: pool} // only site 0 is under test
+			}
+			if id == 1 {
+				me = one // the coordinator's own client
+			}
+			if err := c.Authenticate(me, auth); err != nil {
+				t.Fatal(err)
+			}
+			a, err := c.Advertise()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs, adv = append(cs, c), append(adv, a)
+		}
+		_, err = cs[0].ShareKeys(adv)
+		return err
+	}
+	site1 := identity(filepath.Join(certs.SitesDir, "site-1.crt"), filepath.Join(certs.SitesDir, "site-1.key"))
+	if err := round(site1); err != nil {
+		t.Fatalf("site-1's own keys: %v", err)
+	}
+	op := identity(filepath.Join(certs.OperatorsDir, "site-1.crt"), filepath.Join(certs.OperatorsDir, "site-1.key"))
+	if err := round(op); err == nil || !strings.Contains(err.Error(), `site 1's certificate ("site-1"): not authenticated: an operator's certificate`) {
+		t.Errorf("keys signed with an operator's certificate: %v, want refused", err)
+	}
+	if err := certs.Revoke(dir, "site-2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := round(site1); err == nil || !strings.Contains(err.Error(), `site "site-2" is revoked`) {
+		t.Errorf("a revoked site's keys: %v, want refused", err)
 	}
 }
