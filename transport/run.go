@@ -275,6 +275,8 @@ type SiteConfig struct {
 	Logger         *slog.Logger
 	// SecAggHook: see SiteRunner.
 	SecAggHook func(step string, round int)
+	// SecAggMinSites: see SecAggSite.MinSites.
+	SecAggMinSites int
 }
 
 // RunSite serves client as site cfg.Name, its state kept in cfg.StateDir,
@@ -288,7 +290,7 @@ func RunSite(ctx context.Context, cfg SiteConfig, client federation.Client) erro
 func runSite(ctx context.Context, cfg SiteConfig, site federation.ClientProxy) error {
 	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: site,
 		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace,
-		SecAggHook: cfg.SecAggHook}
+		SecAggHook: cfg.SecAggHook, SecAgg: SecAggSite{MinSites: cfg.SecAggMinSites}}
 	if !cfg.Insecure {
 		host := cfg.ServerName
 		if host == "" {
@@ -303,6 +305,9 @@ func runSite(ctx context.Context, cfg SiteConfig, site federation.ClientProxy) e
 			return err
 		}
 		r.TLS = t
+		if r.SecAgg, err = secAggSite(cfg.CertsDir, cfg.SecAggMinSites); err != nil {
+			return err
+		}
 	}
 	return r.Run(ctx)
 }

@@ -104,6 +104,10 @@ type Server struct {
 	regWake  chan struct{}
 	started  int            // the latest round whose first task was enqueued (-1: none)
 	secAgg   *secAggregator // secure aggregation (transport/secagg.go), nil when off
+	// secAggTamper, set by tests before the rounds start, replaces what the
+	// coordinator relays to a site in secure aggregation ("keys", "inbox",
+	// "survivors", "signatures"): an adversarial coordinator.
+	secAggTamper func(site int, what string, payload []byte) []byte
 
 	// storageErr is the first failure of the coordinator's storage;
 	// stopRun ends the run when it happens (storage.go).

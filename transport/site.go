@@ -60,6 +60,8 @@ type SiteRunner struct {
 	// aggregation the coordinator accepted (its pb.SecAggStep name) in
 	// round: for tests that stop a site between steps.
 	SecAggHook func(step string, round int)
+	// SecAgg is the site's own secure-aggregation settings (secagg_site.go).
+	SecAgg SecAggSite
 
 	session string
 }
