@@ -275,6 +275,13 @@ type SiteConfig struct {
 	Logger         *slog.Logger
 	// SecAggHook: see SiteRunner.
 	SecAggHook func(step string, round int)
+	// Uploads, MaxUploadBytes, RequireSecureAggregation, MinParticipants
+	// and MaxDownloadBytes are the site's own policy: see SiteRunner.
+	Uploads                  Spec
+	MaxUploadBytes           int64
+	RequireSecureAggregation bool
+	MinParticipants          int
+	MaxDownloadBytes         int64
 }
 
 // RunSite serves client as site cfg.Name, its state kept in cfg.StateDir,
@@ -288,7 +295,8 @@ func RunSite(ctx context.Context, cfg SiteConfig, client federation.Client) erro
 func runSite(ctx context.Context, cfg SiteConfig, site federation.ClientProxy) error {
 	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: site,
 		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace,
-		SecAggHook: cfg.SecAggHook}
+		SecAggHook: cfg.SecAggHook, Uploads: cfg.Uploads, MaxUploadBytes: cfg.MaxUploadBytes, RequireSecureAggregation: cfg.RequireSecureAggregation,
+		MinParticipants: cfg.MinParticipants, MaxDownloadBytes: cfg.MaxDownloadBytes}
 	if !cfg.Insecure {
 		host := cfg.ServerName
 		if host == "" {
