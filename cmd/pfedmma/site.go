@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -18,7 +20,7 @@ func init() {
 	var x experimentFlags
 	var c experiment.SiteConfig
 	var clients string
-	var modelFlag string
+	var modelFlag, policyFile string
 	cmd := &cobra.Command{
 		Use:   "site --server ADDR --certs D (--name SITE | --clients 0-49) --data DIR|world [--state DIR] [--model FILE] [--accept-methods M,…] [--max-upload-mib N]",
 		Short: "Serve one site of a federation: train on local data, upload only the shared tensors",
@@ -50,16 +52,11 @@ turns to train.`,
 			if c.Insecure && c.Certs != "" {
 				return errors.New("site: --insecure-dev and --certs exclude each other (--insecure-dev connects in clear text and would ignore the certificates)")
 			}
-			if c.Policy.MaxUploadMiB < 0 {
-				return fmt.Errorf("site: --max-upload-mib %g: want a positive size (0: no limit)", c.Policy.MaxUploadMiB)
+			if err := sitePolicy(cmd, &c.Policy, policyFile); err != nil {
+				return err
 			}
 			if c.DuplicateGrace <= 0 {
 				return fmt.Errorf("site: --duplicate-grace %s: want a positive duration", c.DuplicateGrace)
-			}
-			for _, m := range c.Policy.AcceptMethods {
-				if !slices.Contains(config.Methods(), m) {
-					return fmt.Errorf("site: --accept-methods: %q is no method (pfedmma methods lists them)", m)
-				}
 			}
 			var err error
 			fl := cmd.Flags()
@@ -118,11 +115,67 @@ turns to train.`,
 	fl.StringVar(&c.Data, "data", "", "this site's data: a dataset folder, or world")
 	fl.StringVar(&c.State, "state", "", "this site's state folder (default site-NAME); with --clients the folder holding each hosted client's site-NAME (default: the working folder)")
 	fl.StringVar(&modelFlag, "model", "", "this site's copy of the coordinator's checkpoint (its SHA-256 must match; a site never downloads weights); default or \"embedded\": the tiny model in the binary")
-	fl.StringSliceVar(&c.Policy.AcceptMethods, "accept-methods", nil, "refuse a task whose trained method is not one of these (e.g. pfedmma,promptfl); default: any")
-	fl.Float64Var(&c.Policy.MaxUploadMiB, "max-upload-mib", 0, "refuse a task whose upload per round would exceed this many MiB; 0: no limit")
+	fl.StringVar(&policyFile, "policy", "", "the site's policy, a YAML file: methods, settings (pinned values, e.g. fedotp.avg_prompt: 1), max_upload_mib, max_download_mib, require_secure_aggregation, min_participants; the flags below are shorthands for its keys")
+	fl.StringSliceVar(&c.Policy.AcceptMethods, "accept-methods", nil, "refuse a task whose trained method is not one of these (e.g. pfedmma,promptfl); default: any (policy key methods)")
+	fl.Float64Var(&c.Policy.MaxUploadMiB, "max-upload-mib", 0, "refuse a task whose upload per round, as this site computes it from the task's method and settings (a masked value counting 8 bytes), exceeds this many MiB, and any real upload over it; 0: no limit (policy key max_upload_mib)")
+	fl.Float64Var(&c.Policy.MaxDownloadMiB, "max-download-mib", 0, "refuse a task whose parameters exceed this many MiB before reading them; 0: 256 (policy key max_download_mib)")
+	fl.BoolVar(&c.Policy.RequireSecureAggregation, "require-secure-aggregation", false, "refuse a task without federation.secure_aggregation, and never upload in the clear: a fit task without a secure-aggregation session ends the site (policy key require_secure_aggregation)")
+	fl.IntVar(&c.Policy.MinParticipants, "min-participants", 0, "refuse a task with fewer clients, and a secure-aggregation round with fewer sites, than this (policy key min_participants)")
 	fl.BoolVar(&c.Insecure, "insecure-dev", false, "NO TLS: clear-text gRPC, for local development only (with --sites instead of --certs)")
 	fl.StringSliceVar(&c.Sites, "sites", nil, "with --insecure-dev: the federation's site names as given to serve, client i being the i-th")
 	fl.StringVar(&clients, "clients", "", "host these clients in this one process instead of --name: numbers and ranges such as 0-49 or 0-9,20, each speaking with its own site certificate (sites.txt line i is client i); see 'Scale-out' in the README")
 	fl.DurationVar(&c.DuplicateGrace, "duplicate-grace", time.Minute, "while the coordinator says another process already serves this site, keep retrying this long (the old session of a restarted site expiring) before exiting non-zero")
 	rootCmd.AddCommand(cmd)
+}
+
+// policyFlags are the site policy's keys and the flags that are their
+// shorthands.
+var policyFlags = map[string]string{"accept-methods": "methods", "max-upload-mib": "max_upload_mib", "max-download-mib": "max_download_mib",
+	"require-secure-aggregation": "require_secure_aggregation", "min-participants": "min_participants"}
+
+// sitePolicy completes the flags' policy p with the policy file (a key
+// given both ways is an error) and checks it.
+func sitePolicy(cmd *cobra.Command, p *experiment.SitePolicy, file string) error {
+	fl := cmd.Flags()
+	if file != "" {
+		var fromFile experiment.SitePolicy
+		keys, err := experiment.LoadSitePolicy(file, &fromFile)
+		if err != nil {
+			return fmt.Errorf("site: %w", err)
+		}
+		for _, flag := range slices.Sorted(maps.Keys(policyFlags)) {
+			if key := policyFlags[flag]; fl.Changed(flag) && slices.Contains(keys, key) {
+				return fmt.Errorf("site: --%s and the key %s of --policy %s both given: keep one", flag, key, file)
+			}
+		}
+		for _, key := range keys {
+			switch key {
+			case "methods":
+				p.AcceptMethods = fromFile.AcceptMethods
+			case "max_upload_mib":
+				p.MaxUploadMiB = fromFile.MaxUploadMiB
+			case "max_download_mib":
+				p.MaxDownloadMiB = fromFile.MaxDownloadMiB
+			case "require_secure_aggregation":
+				p.RequireSecureAggregation = fromFile.RequireSecureAggregation
+			case "min_participants":
+				p.MinParticipants = fromFile.MinParticipants
+			}
+		}
+		p.Settings, p.File, p.FileKeys = fromFile.Settings, fromFile.File, fromFile.FileKeys
+	}
+	for flag, v := range map[string]float64{"max-upload-mib": p.MaxUploadMiB, "max-download-mib": p.MaxDownloadMiB} {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("site: --%s %g: want a size in MiB ≥ 0", flag, v)
+		}
+	}
+	if p.MinParticipants < 0 {
+		return fmt.Errorf("site: --min-participants %d: want a number of sites ≥ 0", p.MinParticipants)
+	}
+	for _, m := range p.AcceptMethods {
+		if !slices.Contains(config.Methods(), m) {
+			return fmt.Errorf("site: --accept-methods: %q is no method (pfedmma methods lists them)", m)
+		}
+	}
+	return nil
 }
