@@ -22,18 +22,27 @@ func init() {
 	var clients string
 	var modelFlag, policyFile string
 	cmd := &cobra.Command{
-		Use:   "site --server ADDR --certs D (--name SITE | --clients 0-49) --data DIR|world [--state DIR] [--model FILE] [--accept-methods M,…] [--max-upload-mib N]",
-		Short: "Serve one site of a federation: train on local data, upload only the shared tensors",
+		Use:   "site --server ADDR --certs D (--name SITE | --clients 0-49) --data DIR|world [--state DIR] [--model FILE] [--policy FILE] [--accept-methods M,…] [--max-upload-mib N] [--require-secure-aggregation]",
+		Short: "Serve one site of a federation: train on local data, upload only the tensors it computes from the accepted task",
 		Long: `Join the federation coordinated by 'pfedmma serve' as site SITE (its certificate's CN; the
 i-th site of 'certs init --sites' is client i). The site receives the experiment from the
 coordinator when it registers (methods and their settings, protocol, rounds, seeds, and the
-model's SHA-256) and builds its client from it; its data, model, state, threads and cache stay
-its own. With --data world the site generates the world and trains on its share (client i of
+model's SHA-256) and builds its client from it; its data, model, vocabulary, state, threads
+and cache stay its own: a task setting one of them is refused, naming the key. With --data world the site generates the world and trains on its share (client i of
 the protocol); with --data DIR it reads the experiment's dataset from DIR.
 
 A site never downloads weights: the model must be the embedded one or --model FILE, with the
-coordinator's SHA-256. --accept-methods and --max-upload-mib refuse tasks the site does not
-accept; a refused task is logged on both sides and the site exits non-zero with the reason.
+coordinator's SHA-256. At acceptance the site computes from the task's method and settings
+the tensors it uploads each round (names, shapes, bytes), logs them and writes them to
+STATE/uploads.json; it refuses to send anything else. Without secure aggregation the
+coordinator sees each of these uploads; with federation.secure_aggregation it receives them
+masked and learns their sum. --policy FILE (YAML: methods, settings, max_upload_mib,
+max_download_mib, require_secure_aggregation, min_participants) or its shorthand flags
+--accept-methods, --max-upload-mib (checked against the site's own computation and every real
+upload, a masked value counting 8 bytes), --require-secure-aggregation (also implied by a task
+with federation.secure_aggregation: true: no upload in the clear), --min-participants and
+--max-download-mib refuse tasks the site does not accept; a refused task is logged on both
+sides and the site exits non-zero with the reason.
 --config/--preset/--set stay allowed for scripted setups: the coordinator then refuses a site
 whose experiment differs, naming the settings (--set of site-local keys alone, threads=… or
 cache.…, only tune the site).
