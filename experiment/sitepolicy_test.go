@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/pfedmma/pfedmma/dashboard"
 	"github.com/pfedmma/pfedmma/transport"
 )
@@ -262,5 +264,64 @@ func TestSitePolicyReachesTransport(t *testing.T) {
 		if tc.RequireSecureAggregation != c.require || tc.MaxUploadBytes != 1<<19 || tc.MaxDownloadBytes != 2<<20 || tc.MinParticipants != 3 || len(tc.Uploads) != 1 {
 			t.Errorf("policy %+v, task secure_aggregation %v: transport %+v", c.policy, c.secure, tc)
 		}
+	}
+}
+
+// TestSiteRefusesClearUploadUnderSecureTask (issue 34, finding 2): a
+// coordinator whose task says federation.secure_aggregation: true but
+// whose rounds come without the secure-aggregation session (the project's
+// coordinator with its secure aggregator removed) gets no upload in the
+// clear: the site ends naming why, before training.
+func TestSiteRefusesClearUploadUnderSecureTask(t *testing.T) {
+	model := smallModel(t)
+	mid, err := IdentifyModel(model, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := tinyConfig(t, "federation.secure_aggregation=true", "federation.rounds=1")
+	o, err := FromConfig(e, model, e.Seed, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	coord, err := PrepareFederated(ctx, o, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coord.Close()
+	spec, err := coord.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := serveTask(e, mid, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := transport.NewServer(transport.ServerConfig{Sites: []string{"s0", "s1"}, Insecure: true, Spec: transport.Spec(spec), Task: task,
+		PollWait: time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.GRPC().Serve(lis)
+	t.Cleanup(srv.GRPC().Stop)
+	co := serveCoordinator(o, coord.Plan.Strategy, 2, 1, time.Minute, e.Fingerprint())
+	co.Logger, co.Proxies, co.Secure = quiet, srv.Proxies(), nil // the tampering: no secure aggregation
+	go co.Run(ctx)
+	c := SiteConfig{Server: lis.Addr().String(), Name: "s0", Insecure: true, Sites: []string{"s0", "s1"}, Data: "world", Model: model, ModelArg: model,
+		State: t.TempDir(), Logger: quiet}
+	_, err = Site(ctx, c)
+	if !errors.Is(err, transport.ErrUploadRefused) || !strings.Contains(err.Error(), "without a secure-aggregation session") ||
+		!strings.Contains(err.Error(), "federation.secure_aggregation: true") {
+		t.Errorf("the site's answer to a fit task without secure aggregation under a secure task: %v; want a refusal to upload in the clear", err)
+	}
+	var m dto.Metric
+	if err := srv.Metrics().BytesIn.Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
+		t.Errorf("the coordinator received %v bytes of updates (%v)", m.GetCounter().GetValue(), err)
 	}
 }

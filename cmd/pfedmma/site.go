@@ -28,8 +28,9 @@ func init() {
 i-th site of 'certs init --sites' is client i). The site receives the experiment from the
 coordinator when it registers (methods and their settings, protocol, rounds, seeds, and the
 model's SHA-256) and builds its client from it; its data, model, vocabulary, state, threads
-and cache stay its own: a task setting one of them is refused, naming the key. With --data world the site generates the world and trains on its share (client i of
-the protocol); with --data DIR it reads the experiment's dataset from DIR.
+and cache stay its own: a task setting one of them is refused, naming the key. With --data
+world the site generates the world and trains on its share (client i of the protocol); with
+--data DIR it reads the experiment's dataset from DIR.
 
 A site never downloads weights: the model must be the embedded one or --model FILE, with the
 coordinator's SHA-256. At acceptance the site computes from the task's method and settings
@@ -124,7 +125,7 @@ turns to train.`,
 	fl.StringVar(&c.Data, "data", "", "this site's data: a dataset folder, or world")
 	fl.StringVar(&c.State, "state", "", "this site's state folder (default site-NAME); with --clients the folder holding each hosted client's site-NAME (default: the working folder)")
 	fl.StringVar(&modelFlag, "model", "", "this site's copy of the coordinator's checkpoint (its SHA-256 must match; a site never downloads weights); default or \"embedded\": the tiny model in the binary")
-	fl.StringVar(&policyFile, "policy", "", "the site's policy, a YAML file: methods, settings (pinned values, e.g. fedotp.avg_prompt: 1), max_upload_mib, max_download_mib, require_secure_aggregation, min_participants; the flags below are shorthands for its keys")
+	fl.StringVar(&policyFile, "policy", "", "the site's policy, a YAML file: methods, settings (pinned values, e.g. fedotp.avg_prompt: 1), max_upload_mib, max_download_mib, require_secure_aggregation, min_participants; --accept-methods, --max-upload-mib, --max-download-mib, --require-secure-aggregation and --min-participants are shorthands for its keys (a key given both ways is an error)")
 	fl.StringSliceVar(&c.Policy.AcceptMethods, "accept-methods", nil, "refuse a task whose trained method is not one of these (e.g. pfedmma,promptfl); default: any (policy key methods)")
 	fl.Float64Var(&c.Policy.MaxUploadMiB, "max-upload-mib", 0, "refuse a task whose upload per round, as this site computes it from the task's method and settings (a masked value counting 8 bytes), exceeds this many MiB, and any real upload over it; 0: no limit (policy key max_upload_mib)")
 	fl.Float64Var(&c.Policy.MaxDownloadMiB, "max-download-mib", 0, "refuse a task whose parameters exceed this many MiB before reading them; 0: 256 (policy key max_download_mib)")
