@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/experiment"
@@ -62,7 +63,7 @@ turns to train.`,
 			if c.Insecure && c.Certs != "" {
 				return errors.New("site: --insecure-dev and --certs exclude each other (--insecure-dev connects in clear text and would ignore the certificates)")
 			}
-			if err := sitePolicy(cmd, &c.Policy, policyFile); err != nil {
+			if err := sitePolicy(cmd.Flags(), &c.Policy, policyFile); err != nil {
 				return err
 			}
 			if c.DuplicateGrace <= 0 {
@@ -125,17 +126,23 @@ turns to train.`,
 	fl.StringVar(&c.Data, "data", "", "this site's data: a dataset folder, or world")
 	fl.StringVar(&c.State, "state", "", "this site's state folder (default site-NAME); with --clients the folder holding each hosted client's site-NAME (default: the working folder)")
 	fl.StringVar(&modelFlag, "model", "", "this site's copy of the coordinator's checkpoint (its SHA-256 must match; a site never downloads weights); default or \"embedded\": the tiny model in the binary")
-	fl.StringVar(&policyFile, "policy", "", "the site's policy, a YAML file: methods, settings (pinned values, e.g. fedotp.avg_prompt: 1), max_upload_mib, max_download_mib, require_secure_aggregation, min_participants; --accept-methods, --max-upload-mib, --max-download-mib, --require-secure-aggregation and --min-participants are shorthands for its keys (a key given both ways is an error)")
-	fl.StringSliceVar(&c.Policy.AcceptMethods, "accept-methods", nil, "refuse a task whose trained method is not one of these (e.g. pfedmma,promptfl); default: any (policy key methods)")
-	fl.Float64Var(&c.Policy.MaxUploadMiB, "max-upload-mib", 0, "refuse a task whose upload per round, as this site computes it from the task's method and settings (a masked value counting 8 bytes), exceeds this many MiB, and any real upload over it; 0: no limit (policy key max_upload_mib)")
-	fl.Float64Var(&c.Policy.MaxDownloadMiB, "max-download-mib", 0, "refuse a task whose parameters exceed this many MiB before reading them; 0: 256 (policy key max_download_mib)")
-	fl.BoolVar(&c.Policy.RequireSecureAggregation, "require-secure-aggregation", false, "refuse a task without federation.secure_aggregation, and never upload in the clear: a fit task without a secure-aggregation session ends the site (policy key require_secure_aggregation)")
-	fl.IntVar(&c.Policy.MinParticipants, "min-participants", 0, "refuse a task with fewer clients, and a secure-aggregation round with fewer sites, than this (policy key min_participants)")
+	addPolicyFlags(fl, &c.Policy, &policyFile)
 	fl.BoolVar(&c.Insecure, "insecure-dev", false, "NO TLS: clear-text gRPC, for local development only (with --sites instead of --certs)")
 	fl.StringSliceVar(&c.Sites, "sites", nil, "with --insecure-dev: the federation's site names as given to serve, client i being the i-th")
 	fl.StringVar(&clients, "clients", "", "host these clients in this one process instead of --name: numbers and ranges such as 0-49 or 0-9,20, each speaking with its own site certificate (sites.txt line i is client i); see 'Scale-out' in the README")
 	fl.DurationVar(&c.DuplicateGrace, "duplicate-grace", time.Minute, "while the coordinator says another process already serves this site, keep retrying this long (the old session of a restarted site expiring) before exiting non-zero")
 	rootCmd.AddCommand(cmd)
+}
+
+// addPolicyFlags declares the site policy's flags: --policy FILE and the
+// shorthands of its keys.
+func addPolicyFlags(fl *pflag.FlagSet, p *experiment.SitePolicy, file *string) {
+	fl.StringVar(file, "policy", "", "the site's policy, a YAML file: methods, settings (pinned values, e.g. fedotp.avg_prompt: 1), max_upload_mib, max_download_mib, require_secure_aggregation, min_participants; --accept-methods, --max-upload-mib, --max-download-mib, --require-secure-aggregation and --min-participants are shorthands for its keys (a key given both ways is an error)")
+	fl.StringSliceVar(&p.AcceptMethods, "accept-methods", nil, "refuse a task whose trained method is not one of these (e.g. pfedmma,promptfl); default: any (policy key methods)")
+	fl.Float64Var(&p.MaxUploadMiB, "max-upload-mib", 0, "refuse a task whose upload per round, as this site computes it from the task's method and settings (a masked value counting 8 bytes), exceeds this many MiB, and any real upload over it; 0: no limit (policy key max_upload_mib)")
+	fl.Float64Var(&p.MaxDownloadMiB, "max-download-mib", 0, "refuse a task whose parameters exceed this many MiB before reading them; 0: 256 (policy key max_download_mib)")
+	fl.BoolVar(&p.RequireSecureAggregation, "require-secure-aggregation", false, "refuse a task without federation.secure_aggregation, and never upload in the clear: a fit task without a secure-aggregation session ends the site (policy key require_secure_aggregation)")
+	fl.IntVar(&p.MinParticipants, "min-participants", 0, "refuse a task with fewer clients, and a secure-aggregation round with fewer sites, than this (policy key min_participants)")
 }
 
 // policyFlags are the site policy's keys and the flags that are their
@@ -145,8 +152,7 @@ var policyFlags = map[string]string{"accept-methods": "methods", "max-upload-mib
 
 // sitePolicy completes the flags' policy p with the policy file (a key
 // given both ways is an error) and checks it.
-func sitePolicy(cmd *cobra.Command, p *experiment.SitePolicy, file string) error {
-	fl := cmd.Flags()
+func sitePolicy(fl *pflag.FlagSet, p *experiment.SitePolicy, file string) error {
 	if file != "" {
 		var fromFile experiment.SitePolicy
 		keys, err := experiment.LoadSitePolicy(file, &fromFile)
