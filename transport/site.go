@@ -67,7 +67,7 @@ type SiteRunner struct {
 	// Uploads, when not nil, is what this site computed it uploads from
 	// the task it accepted (each shared tensor's name and shape, F32): an
 	// upload holding another name or another shape is refused by the site
-	// (Run returns an error wrapping ErrRefused) and nothing is sent.
+	// (Run returns an error wrapping ErrUploadRefused) and nothing is sent.
 	Uploads Spec
 	// MaxUploadBytes, when positive, bounds every real upload: its encoded
 	// tensor values (federation.compress's codec), or its masked vector
@@ -76,7 +76,7 @@ type SiteRunner struct {
 	MaxUploadBytes int64
 	// RequireSecureAggregation refuses a fit task that comes without a
 	// secure-aggregation session: the site never uploads in the clear (Run
-	// returns an error wrapping ErrRefused before training).
+	// returns an error wrapping ErrUploadRefused before training).
 	RequireSecureAggregation bool
 	// MinParticipants, when positive, is the fewest sites the site accepts
 	// in a secure-aggregation round (the site's policy, min_participants):
@@ -97,8 +97,13 @@ const DefaultMaxDownloadBytes = 256 << 20
 
 // ErrUploadRefused wraps an upload the site's own policy refuses (a tensor
 // outside what it computed it uploads, a size over its limit, an upload in
-// the clear where secure aggregation is required).
+// the clear where secure aggregation is required): Run returns it.
 var ErrUploadRefused = errors.New("the site refuses to upload")
+
+// ErrDownloadRefused wraps a task whose parameters the site refuses to
+// read (over its download limit, or more bytes than declared): Run returns
+// it.
+var ErrDownloadRefused = errors.New("the site refuses the task's parameters")
 
 // ErrRefused wraps a refusal the site cannot recover from by retrying
 // (another protocol version, an unknown site name, a wrong client ID).
@@ -134,8 +139,10 @@ func (r *SiteRunner) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// Run serves until the federation is over (nil), ctx ends, or the
-// coordinator refuses the site for good (an error wrapping ErrRefused).
+// Run serves until the federation is over (nil), ctx ends, the
+// coordinator refuses the site for good (an error wrapping ErrRefused), or
+// the site refuses a task's parameters or an upload (ErrDownloadRefused,
+// ErrUploadRefused).
 func (r *SiteRunner) Run(ctx context.Context) error {
 	if r.Site == nil {
 		return errors.New("site runner: no site")
@@ -176,7 +183,7 @@ func (r *SiteRunner) Run(ctx context.Context) error {
 	var dupSince time.Time
 	for {
 		err := r.serve(ctx, cli)
-		if err == nil || errors.Is(err, ErrRefused) {
+		if err == nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrUploadRefused) || errors.Is(err, ErrDownloadRefused) {
 			return err
 		}
 		if errors.Is(err, ErrCoordinatorFailed) {
@@ -313,8 +320,8 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 			return false, fmt.Errorf("task %s: %w", h.TaskId, err)
 		}
 		if sa == nil && r.RequireSecureAggregation {
-			err := fmt.Errorf("site %q: %w: %w in the clear: fit task %s (round %d) comes without a secure-aggregation session, and this site requires secure aggregation (its policy, or the accepted task's federation.secure_aggregation: true); the coordinator does not run it",
-				r.Name, ErrRefused, ErrUploadRefused, h.TaskId, h.Round)
+			err := fmt.Errorf("site %q: %w in the clear: fit task %s (round %d) comes without a secure-aggregation session, and this site requires secure aggregation (its policy, or the accepted task's federation.secure_aggregation: true); the coordinator does not run it",
+				r.Name, ErrUploadRefused, h.TaskId, h.Round)
 			log.Error("task refused", "err", err)
 			return false, err
 		}
@@ -382,8 +389,8 @@ func (r *SiteRunner) upload(ctx context.Context, cli pb.FederationClient, h *pb.
 		if codec == compress.None {
 			enc = "f32"
 		}
-		return fmt.Errorf("site %q: %w: %w: task %s: the update weighs %d bytes encoded as %s, over this site's limit of %d bytes (--max-upload-mib)",
-			r.Name, ErrRefused, ErrUploadRefused, h.TaskId, n, enc, lim)
+		return fmt.Errorf("site %q: %w: task %s: the update weighs %d bytes encoded as %s, over this site's limit of %d bytes (--max-upload-mib)",
+			r.Name, ErrUploadRefused, h.TaskId, n, enc, lim)
 	}
 	st, err := cli.UploadUpdate(ctx)
 	if err != nil {
@@ -424,7 +431,7 @@ func (r *SiteRunner) download(stream grpc.ServerStreamingClient[pb.TaskChunk], h
 	lim := r.downloadLimits().MaxUploadBytes
 	size := h.GetParams().GetSize()
 	if size < 0 || size > lim {
-		return nil, fmt.Errorf("site %q: %w: task %s: the coordinator declares %d bytes of parameters, over this site's download limit of %d bytes (--max-download-mib): refused before reading them", r.Name, ErrRefused, h.TaskId, size, lim)
+		return nil, fmt.Errorf("site %q: %w: task %s: the coordinator declares %d bytes of parameters, over this site's download limit of %d bytes (--max-download-mib): refused before reading them", r.Name, ErrDownloadRefused, h.TaskId, size, lim)
 	}
 	data := make([]byte, 0, size)
 	for {
@@ -437,7 +444,7 @@ func (r *SiteRunner) download(stream grpc.ServerStreamingClient[pb.TaskChunk], h
 		}
 		d := c.GetData()
 		if c.GetHeader() != nil || int64(len(data))+int64(len(d)) > size {
-			return nil, fmt.Errorf("site %q: %w: task %s: the coordinator sends more than the %d bytes of parameters it declares: refused", r.Name, ErrRefused, h.TaskId, size)
+			return nil, fmt.Errorf("site %q: %w: task %s: the coordinator sends more than the %d bytes of parameters it declares: refused", r.Name, ErrDownloadRefused, h.TaskId, size)
 		}
 		data = append(data, d...)
 	}
@@ -456,7 +463,7 @@ func (r *SiteRunner) downloadLimits() Limits {
 // size is checked once encoded).
 func (r *SiteRunner) checkUpload(params tensor.Named, h *pb.TaskHeader, masked bool) error {
 	refuse := func(format string, a ...any) error {
-		return fmt.Errorf("site %q: %w: %w: task %s: %s", r.Name, ErrRefused, ErrUploadRefused, h.TaskId, fmt.Sprintf(format, a...))
+		return fmt.Errorf("site %q: %w: task %s: %s", r.Name, ErrUploadRefused, h.TaskId, fmt.Sprintf(format, a...))
 	}
 	if r.Uploads != nil {
 		for _, name := range sortedNames(params) {

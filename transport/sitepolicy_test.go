@@ -152,7 +152,7 @@ func TestSiteRequiresSecureAggregation(t *testing.T) {
 	c := &rogueCoordinator{header: h, chunks: chunks}
 	site := &uploader{out: tensor.Named{"w": policyVec(3, 4)}}
 	err := runAgainst(t, c, &SiteRunner{Site: site, RequireSecureAggregation: true})
-	if !errors.Is(err, ErrRefused) || !errors.Is(err, ErrUploadRefused) || !strings.Contains(err.Error(), "without a secure-aggregation session") {
+	if !errors.Is(err, ErrUploadRefused) || !strings.Contains(err.Error(), "without a secure-aggregation session") {
 		t.Errorf("a fit task without secure aggregation at a site requiring it: %v; want a refusal naming the missing session", err)
 	}
 	if c.uploads != 0 || site.fits != 0 {
@@ -227,7 +227,7 @@ func TestSiteBoundsTaskDownload(t *testing.T) {
 		c := &rogueCoordinator{header: tc.h, chunks: tc.chunks}
 		site := &uploader{out: tensor.Named{"w": policyVec(3, 4)}}
 		err := runAgainst(t, c, &SiteRunner{Site: site, MaxDownloadBytes: tc.limit})
-		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, ErrDownloadRefused) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v; want a refusal naming %q", tc.name, err, tc.want)
 		}
 		if site.fits != 0 || c.uploads != 0 {
