@@ -277,6 +277,13 @@ type SiteConfig struct {
 	SecAggHook func(step string, round int)
 	// SecAggMinSites: see SecAggSite.MinSites.
 	SecAggMinSites int
+	// Uploads, MaxUploadBytes, RequireSecureAggregation, MinParticipants
+	// and MaxDownloadBytes are the site's own policy: see SiteRunner.
+	Uploads                  Spec
+	MaxUploadBytes           int64
+	RequireSecureAggregation bool
+	MinParticipants          int
+	MaxDownloadBytes         int64
 }
 
 // RunSite serves client as site cfg.Name, its state kept in cfg.StateDir,
@@ -290,7 +297,8 @@ func RunSite(ctx context.Context, cfg SiteConfig, client federation.Client) erro
 func runSite(ctx context.Context, cfg SiteConfig, site federation.ClientProxy) error {
 	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: site,
 		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace,
-		SecAggHook: cfg.SecAggHook, SecAgg: SecAggSite{MinSites: cfg.SecAggMinSites}}
+		SecAggHook: cfg.SecAggHook, SecAgg: SecAggSite{MinSites: max(cfg.SecAggMinSites, cfg.MinParticipants)}, Uploads: cfg.Uploads, MaxUploadBytes: cfg.MaxUploadBytes, RequireSecureAggregation: cfg.RequireSecureAggregation,
+		MinParticipants: cfg.MinParticipants, MaxDownloadBytes: cfg.MaxDownloadBytes}
 	if !cfg.Insecure {
 		host := cfg.ServerName
 		if host == "" {
