@@ -54,3 +54,11 @@ func abs32(x float32) float32 {
 	}
 	return x
 }
+
+// BenchmarkViTShapesBF16Plain is BenchmarkViTShapesBF16 with the weights
+// read as stored by every product (before packing).
+func BenchmarkViTShapesBF16Plain(b *testing.B) {
+	packBF16 = false
+	defer func() { packBF16 = true }()
+	benchViTShapesBF16(b)
+}

@@ -112,14 +112,6 @@ func TestMatMulBF16(t *testing.T) {
 // reordered once into oneDNN's preferred layout.
 func BenchmarkViTShapesBF16(b *testing.B) { benchViTShapesBF16(b) }
 
-// BenchmarkViTShapesBF16Plain is BenchmarkViTShapesBF16 with the weights
-// read as stored by every product (before packing).
-func BenchmarkViTShapesBF16Plain(b *testing.B) {
-	packBF16 = false
-	defer func() { packBF16 = true }()
-	benchViTShapesBF16(b)
-}
-
 func benchViTShapesBF16(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, s := range []struct{ n, k int }{{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}} {
