@@ -95,6 +95,10 @@ type fedOpts struct {
 	// i after each of its steps with the site's stop function.
 	secure     bool
 	secAggHook func(i int, step string, round int, stop context.CancelFunc)
+	// the dashboard's token file and how long it stays up after the
+	// rounds (monitor_test.go)
+	httpTokenFile string
+	httpLinger    time.Duration
 }
 
 // startFed runs RunCoordinator and one RunSite per site in goroutines over
@@ -141,6 +145,7 @@ func startFed(t *testing.T, o fedOpts) *fed {
 		f.hist, f.err = RunCoordinator(o.ctx, CoordinatorConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", CertsDir: f.dir,
 			Insecure: o.insecure, StatePath: o.state, Spec: o.spec, Limits: o.limits, PollWait: o.pollWait, Heartbeat: 200 * time.Millisecond,
 			Logger: quietLogger(), Linger: 3 * time.Second, RegisterTimeout: o.registerTimeout, Settings: o.coordSettings, Compress: o.compress,
+			HTTPTokenFile: o.httpTokenFile, HTTPLinger: o.httpLinger,
 			Ready: func(g, h string, s *Server) { f.grpcAddr, f.httpAddr, f.srv = g, h, s; close(ready) }}, coord)
 	}()
 	select {
