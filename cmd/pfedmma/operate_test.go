@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"image/png"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -19,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -322,12 +324,20 @@ func TestOperateDashboard(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	none := client(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	siteCli := client(siteTLS)
+	for _, c := range []*http.Client{none, siteCli} {
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	}
 	for _, path := range []string{"/", "/api/status", "/metrics"} {
-		if code, _ := get(none, path); code != http.StatusUnauthorized {
-			t.Errorf("%s without a certificate: %d, want 401", path, code)
+		refused := http.StatusUnauthorized
+		if path == "/" {
+			refused = http.StatusSeeOther // to the token login
 		}
-		if code, _ := get(client(siteTLS), path); code != http.StatusUnauthorized {
-			t.Errorf("%s with a site's certificate: %d, want 401", path, code)
+		if code, _ := get(none, path); code != refused {
+			t.Errorf("%s without a certificate: %d, want %d", path, code, refused)
+		}
+		if code, _ := get(siteCli, path); code != refused {
+			t.Errorf("%s with a site's certificate: %d, want %d", path, code, refused)
 		}
 		if code, body := get(client(opsTLS), path); code != http.StatusOK || len(body) == 0 {
 			t.Errorf("%s with the operator's certificate: %d, want 200", path, code)
@@ -421,32 +431,49 @@ func TestOperateDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		`<span id="phase">done</span>`,
-		fmt.Sprintf(`<span id="round">%d</span>`, rounds),
+		`<span id="phase" class="badge s-info">done</span>`,
+		fmt.Sprintf(`<span id="progress">%d of %d rounds done</span>`, rounds, rounds),
 		fmt.Sprintf(`<code id="fingerprint">%s</code>`, e.Fingerprint()),
 		`<polyline id="curve-line"`, `<polyline id="loss-line"`,
 		"<td>site-a</td>", "<td>site-b</td>", "<td>site-c</td>",
+		`<dd id="job-method">pfedmma</dd>`, "mean over all 3 sites",
 	}
 	for _, m := range []string{"local", "base", "novel", "hm"} {
-		want = append(want, fmt.Sprintf("<th>%.4f</th>", final[m])) // the mean row
+		want = append(want, fmt.Sprintf(`<th class="n">%s</th>`, pageNum(final[m]))) // the mean row
 	}
 	for _, r := range readRoundMeans(t, f.coordOut) {
-		want = append(want, fmt.Sprintf("<title>round %d: %.4f</title>", r.Round, r.Mean["loss"]))
+		want = append(want, fmt.Sprintf("<title>round %d: %s</title>", r.Round, pageNum(r.Mean["loss"])))
 	}
 	for _, w := range want {
 		if !strings.Contains(dom, w) {
 			t.Errorf("the dashboard lacks %q", w)
 		}
 	}
-	if n := strings.Count(dom, `<tr class="round"><td>`) - strings.Count(dom, `<tr class="round"><td>${`); n != rounds {
+	if n := strings.Count(dom, `<tr class="round"><td class="n">`) - strings.Count(dom, `<tr class="round"><td class="n">${`); n != rounds {
 		t.Errorf("the rounds table has %d rows, want %d", n, rounds)
 	}
-	// per-site lines: three on the evaluation curve, three on the loss's
-	if n := strings.Count(dom, "<title>site ") - strings.Count(dom, "<title>site ${"); n != 6 {
-		t.Errorf("the curves have %d per-site lines, want 6", n)
+	// per-site lines, titled by the sites' names: three on the
+	// evaluation curve, three on the loss's
+	for _, s := range []string{"site-a", "site-b", "site-c"} {
+		if n := strings.Count(dom, "<title>"+s+"</title></polyline>"); n != 2 {
+			t.Errorf("the curves have %d lines titled %s, want 2", n, s)
+		}
 	}
 	if t.Failed() {
 		t.Logf("page:\n%s", tail(dom))
+	}
+}
+
+// pageNum is how the dashboard writes a value below 1000 in its tables and
+// points: two decimals from 1 up, three significant digits below.
+func pageNum(v float64) string {
+	switch a := math.Abs(v); {
+	case a == 0:
+		return "0"
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	default:
+		return strconv.FormatFloat(v, 'g', 3, 64)
 	}
 }
 
