@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,9 +129,17 @@ func TestOperateDeadSite(t *testing.T) {
 			if !slices.Equal(last.Absent, []int{2}) || !slices.Equal(last.Participants, []int{0, 1}) {
 				t.Fatalf("last round: participants %v, absent %v; want [0 1] and [2]", last.Participants, last.Absent)
 			}
+			// report.md and summary.json name site-c once, its rounds as a
+			// range up to the last, and say the means are over the others
 			rep := readFileString(t, filepath.Join(f.coordOut, "report.md"))
-			if !strings.Contains(rep, "Absent sites") || !strings.Contains(rep, fmt.Sprintf("round %d: client(s) 2 did not answer", last.Round)) {
-				t.Fatalf("report.md does not name the absent site:\n%s", rep)
+			line := regexp.MustCompile(fmt.Sprintf(`(?m)^- site-c: rounds \d+–%d \(\d+ in all\)$`, last.Round))
+			if !strings.Contains(rep, "Absent sites") || !line.MatchString(rep) || strings.Count(rep, "- site-c") != 1 ||
+				!strings.Contains(rep, "mean over 2 of 3 sites: site-a, site-b") {
+				t.Fatalf("report.md does not name the absent site once, with its rounds:\n%s", rep)
+			}
+			sum := readFileString(t, filepath.Join(f.coordOut, "summary.json"))
+			if !strings.Contains(sum, `"site": "site-c"`) || !strings.Contains(sum, `"text": "mean over 2 of 3 sites: site-a, site-b"`) {
+				t.Fatalf("summary.json does not name the absent site:\n%s", sum)
 			}
 		})
 	}
@@ -273,7 +282,8 @@ func opsChromium(t *testing.T) string {
 
 // TestOperateDashboard runs a real federation with --http and --linger and,
 // once it is over, checks the doors (the dashboard, /api/status and
-// /metrics answer 401 without a certificate or with a site's, 200 with an
+// /metrics refuse a request without a certificate or with a site's — 401, the
+// page a redirect to the token login — and answer 200 with an
 // operator's from `certs add-operator`), then loads the finished run's
 // dashboard in headless Chromium (through a proxy holding the bearer
 // token of --http-token-file): the screenshot is a PNG of the window's
