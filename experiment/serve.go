@@ -61,7 +61,8 @@ type ServeConfig struct {
 
 // Serve runs the coordinator until the federation's last round, then writes
 // the run's outputs to c.Out as `pfedmma run` writes them
-// (WriteFederationReports). Restarted with the same configuration after a
+// (WriteFederationReports) at once — c.Linger only keeps the dashboard up
+// after that — and returns them when it stops. Restarted with the same configuration after a
 // crash, it resumes from its state folder.
 func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	if c.State == "" || (c.Certs == "" && !c.Insecure) || c.Listen == "" {
