@@ -208,6 +208,16 @@ func TestDashboardInChromium(t *testing.T) {
 	if len(v.RoundRows) != 20 || v.RoundRows[0][0] != "179" || v.RoundRows[19][0] != "160" || !strings.HasPrefix(v.RoundsPage, "page 2 of 10") {
 		t.Errorf("rounds page 2: %q, rows %d first %v", v.RoundsPage, len(v.RoundRows), v.RoundRows[0])
 	}
+	// the page follows the run live
+	src.addRound()
+	for deadline := time.Now().Add(15 * time.Second); v.Progress != "201 of 250 rounds done"; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after another round the page still says %q", v.Progress)
+		}
+		if err := v.read(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func checkIdentity(t *testing.T, v pageView) {
