@@ -19,7 +19,8 @@ PKGS_NEEDED = $(if $(shell command -v gcc),,gcc libc6-dev) \
               $(if $(wildcard /usr/include/jpeglib.h /usr/include/x86_64-linux-gnu/jpeglib.h),,libjpeg62-turbo-dev) \
               $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),,libdnnl-dev) \
               $(if $(wildcard /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz),,dataset-fashion-mnist) \
-              $(if $(shell command -v chromium),,chromium)
+              $(if $(shell command -v chromium),,chromium) \
+              $(if $(shell command -v prometheus),,prometheus)
 
 deps:
 	@if [ -n "$(strip $(PKGS_NEEDED))" ]; then \

@@ -321,7 +321,7 @@ func TestSiteRefusesClearUploadUnderSecureTask(t *testing.T) {
 		t.Errorf("the site's answer to a fit task without secure aggregation under a secure task: %v; want a refusal to upload in the clear", err)
 	}
 	var m dto.Metric
-	if err := srv.Metrics().BytesIn.Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
+	if err := srv.Metrics().WireIn.Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
 		t.Errorf("the coordinator received %v bytes of updates (%v)", m.GetCounter().GetValue(), err)
 	}
 }

@@ -33,8 +33,14 @@ type CoordinatorConfig struct {
 	// (--linger), so that the finished run can still be looked at.
 	HTTPLinger time.Duration
 	// Fingerprint is the configuration's fingerprint, shown on the
-	// dashboard.
+	// dashboard; Job the run's identity, shown there too.
 	Fingerprint string
+	Job         dashboard.Job
+	// Finished, when set, is called once the rounds are over (hist nil or
+	// err set when they failed), before the coordinator lingers for the
+	// sites and the dashboard (HTTPLinger): the run's outputs are written
+	// there, not when the lingering ends.
+	Finished func(hist *federation.History, err error)
 	// CertsDir is the certificates folder (certs.Init): the server's mTLS
 	// configuration and, when Sites is empty, the site list come from it.
 	CertsDir string
@@ -139,6 +145,9 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		srv.status.Compress = string(c)
 	}
 	srv.mu.Unlock()
+	if coord != nil {
+		srv.Prime(cfg.Job, coord.Rounds)
+	}
 	lis, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen %s: %w", cfg.Addr, err)
@@ -194,6 +203,9 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		log.Error("the coordinator's storage failed: stopping (the sites are told)", "err", err)
 	}
 	srv.Finish(hist, err)
+	if cfg.Finished != nil {
+		cfg.Finished(hist, err)
+	}
 	// linger so that every site learns the federation is over (or that
 	// the coordinator failed: it then exits non-zero)
 	linger := cfg.Linger

@@ -579,7 +579,7 @@ func (a *secAggregator) maskedInput(ctx context.Context, r *secRound, st *siteSt
 			s.log.Error("coordinator storage error: masked update not recorded", "round", r.round, "site", st.name, "err", err)
 		}
 	}
-	s.metrics.BytesIn.Add(float64(len(req.Payload)))
+	s.metrics.WireIn.Add(float64(len(req.Payload)))
 	s.log.Info("masked update accepted", "round", r.round, "site", st.name, "task", t.id, "bytes", len(req.Payload))
 	s.finish(t, taskResult{fit: federation.FitRes{Params: tensor.Named{}, NumExamples: int(req.NumExamples), Metrics: req.Metrics}})
 	if err := wait(ctx, r, r.maskedDone); err != nil {

@@ -100,6 +100,10 @@ type fedOpts struct {
 	secAggTamper   func(site int, what string, payload []byte) []byte
 	secAggMinSites int
 	siteLog        func(i int) *slog.Logger
+	// the dashboard's token file and how long it stays up after the
+	// rounds (monitor_test.go)
+	httpTokenFile string
+	httpLinger    time.Duration
 }
 
 // startFed runs RunCoordinator and one RunSite per site in goroutines over
@@ -146,6 +150,7 @@ func startFed(t *testing.T, o fedOpts) *fed {
 		f.hist, f.err = RunCoordinator(o.ctx, CoordinatorConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", CertsDir: f.dir,
 			Insecure: o.insecure, StatePath: o.state, Spec: o.spec, Limits: o.limits, PollWait: o.pollWait, Heartbeat: 200 * time.Millisecond,
 			Logger: quietLogger(), Linger: 3 * time.Second, RegisterTimeout: o.registerTimeout, Settings: o.coordSettings, Compress: o.compress,
+			HTTPTokenFile: o.httpTokenFile, HTTPLinger: o.httpLinger,
 			Ready: func(g, h string, s *Server) {
 				f.grpcAddr, f.httpAddr, f.srv = g, h, s
 				s.secAggTamper = o.secAggTamper

@@ -62,7 +62,7 @@ func (s *Server) UploadUpdate(stream grpc.ClientStreamingServer[pb.UpdateChunk, 
 			return stream.SendAndClose(&pb.UploadReply{Reason: rf.code + ": " + rf.msg})
 		}
 	}
-	s.metrics.BytesIn.Add(float64(n))
+	s.metrics.WireIn.Add(float64(n))
 	s.log.Info("update accepted", "round", round, "site", st.name, "task", t.id, "bytes", n, "num_examples", h.NumExamples)
 	s.finish(t, taskResult{fit: federation.FitRes{Params: params, NumExamples: int(h.NumExamples), Metrics: h.Metrics}})
 	return stream.SendAndClose(&pb.UploadReply{Accepted: true})
