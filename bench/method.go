@@ -112,6 +112,13 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 	if m == nil {
 		m = clip.New(clip.Random(clip.ViTB16(), 1))
 	}
+	if o.Precision == gemm.Auto {
+		p := m.ChoosePrecision()
+		o.Precision = p.Chosen
+		if o.Log != nil {
+			o.Log("precision auto: " + p.String())
+		}
+	}
 	if err := m.SetPrecision(o.Precision); err != nil {
 		return nil, err
 	}

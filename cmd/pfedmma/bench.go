@@ -74,7 +74,7 @@ func init() {
 	engine.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	engine.Flags().IntVar(&batch, "batch", 32, "batch size")
 	engine.Flags().IntVar(&repeat, "repeat", bench.MinSteps, "timed repetitions (after one warm-up)")
-	engine.Flags().StringVar(&precision, "precision", "fp32", "frozen weights' products: fp32 or bf16")
+	engine.Flags().StringVar(&precision, "precision", "fp32", "frozen weights' products: fp32, bf16 or auto (bf16 where a start-up probe measures it faster here)")
 	benchCmd.AddCommand(engine)
 
 	var tJSON, tUncached bool
@@ -132,7 +132,7 @@ harness prints for the same settings on the same machine, for example
 	train.Flags().BoolVar(&tSplit, "cache-block-output", true, "cache block ℓ's frozen output and adapter input (pfedmma.cache_block_output); false caches the prefix before block ℓ")
 	train.Flags().StringVar(&tVocab, "vocab", "", "with --method: CLIP's BPE vocabulary (bpe_simple_vocab_16e6.txt.gz), for a method that tokenises text itself (fedmvp's class descriptions)")
 	train.Flags().StringVar(&tMethod, "method", "", "benchmark this registered method through its client and the training loop (default: the pFedMMA engine benchmark)")
-	train.Flags().StringVar(&tPrecision, "precision", "fp32", "frozen weights' products: fp32 or bf16")
+	train.Flags().StringVar(&tPrecision, "precision", "fp32", "frozen weights' products: fp32, bf16 or auto (bf16 where a start-up probe measures it faster here)")
 	train.Flags().StringVar(&tReference, "reference", "", "reference figures (JSON: train_images_per_s, eval_images_per_s, peak_rss_mib) to compute speedups against")
 	benchCmd.AddCommand(train)
 	rootCmd.AddCommand(benchCmd)
