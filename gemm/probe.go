@@ -72,12 +72,18 @@ func ProbePrecision(shapes []Shape, budget time.Duration) Probe {
 		p.BF16GFLOPS = rate(func(i int, s Shape) {
 			MatMulBF16(true, s.M, s.N, s.K, ops[i].a, ops[i].wb, nil, ops[i].c, false)
 		})
-		if p.BF16GFLOPS >= autoMargin*p.FP32GFLOPS {
-			p.Chosen = BF16
-		}
+		p.Chosen = choose(p.FP32GFLOPS, p.BF16GFLOPS)
 	}
 	p.Seconds = time.Since(t0).Seconds()
 	return p
+}
+
+// choose is auto's rule: BF16 when measured at least autoMargin faster.
+func choose(fp32, bf16 float64) Precision {
+	if bf16 > 0 && bf16 >= autoMargin*fp32 {
+		return BF16
+	}
+	return FP32
 }
 
 func randFloats(rng *rand.Rand, n int) []float32 {
