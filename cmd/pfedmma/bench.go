@@ -148,7 +148,7 @@ harness prints for the same settings on the same machine, for example
 // run's configuration.
 func checkBenchTrainFlags(batch, steps, classes, start, dim int) error {
 	for _, f := range []struct {
-		name     string
+		name      string
 		v, lo, hi int
 	}{
 		{"--batch", batch, 1, config.MaxBatchSize},
