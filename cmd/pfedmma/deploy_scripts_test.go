@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -252,6 +253,50 @@ func TestDeploySlurmScriptsRestart(t *testing.T) {
 	for _, want := range []string{"pfedmma serve --listen 0.0.0.0:7443", "--state coordinator", "pfedmma site --server node01:7443", "--clients 2-2"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the scripts' pfedmma calls lack %q:\n%s", want, log)
+		}
+	}
+}
+
+// TestDeployServeUnwritableState runs `pfedmma serve` as uid 10001 (the
+// image's user) on a bind-mounted state folder it cannot write, as the
+// Docker example in deploy/README.md did: the error names --state, the
+// folder, the user and the permission (before: "coordstore …: schema:
+// unable to open database file (14)").
+func TestDeployServeUnwritableState(t *testing.T) {
+	as := asContainerUser(t)
+	s := newScriptRoot(t)
+	certs := filepath.Join(s.root, "certs")
+	if _, err := execute(t, "certs", "init", "--dir", certs, "--sites", "a,b", "--host", "localhost"); err != nil {
+		t.Fatal(err)
+	}
+	if err := filepath.Walk(certs, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chown(p, containerUID, containerUID)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	state := s.dir("state", 0) // the host user's folder
+	s.dir("cache", containerUID)
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := s.file("pfedmma.test", string(data), 0, 0, 0o755)
+	spec, err := json.Marshal([]string{"serve", "--listen", "127.0.0.1:0", "--certs", certs, "--state", state,
+		"--preset", "world-deploy", "--set", "federation.clients=2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{cliHelperEnv + "=" + string(spec), "XDG_CACHE_HOME=" + filepath.Join(s.root, "cache")}
+	out, ok := s.run(as, s.root, env, bin, "-test.run=^TestCLIHelperProcess$", "-test.count=1")
+	if ok {
+		t.Fatalf("serve started on a state folder uid 10001 cannot write:\n%s", out)
+	}
+	for _, want := range []string{"--state", state, "permission denied", "uid 10001", "chown"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("serve's error does not say %q:\n%s", want, out)
 		}
 	}
 }
