@@ -87,6 +87,9 @@ const schemaVersion = "pfedmma-coordstore/1"
 
 // Open opens (creating when needed) the database at path.
 func Open(path string) (*Store, error) {
+	if err := checkAccess(path); err != nil {
+		return nil, fmt.Errorf("coordstore: %w", err)
+	}
 	q := url.Values{}
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
@@ -67,6 +68,11 @@ func Embed(ctx context.Context, c EmbedConfig) (*Features, error) {
 		}
 		if len(t.Shape) != 4 || t.Shape[1] != 3 || t.Shape[2] != S || t.Shape[3] != S {
 			return nil, fmt.Errorf("%s: tensor \"pixels\" has shape %v, want [N 3 %d %d]", c.Pixels, t.Shape, S, S)
+		}
+		for i, x := range t.Data {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return nil, fmt.Errorf("%s: tensor \"pixels\" holds %v at index %d (image %d): pixels must be finite numbers", c.Pixels, x, i, i/(3*S*S))
+			}
 		}
 		px, n = t.Data, t.Shape[0]
 	case len(c.Images) > 0:

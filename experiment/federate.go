@@ -195,7 +195,7 @@ func WriteFederationReports(o Options, f *Federated, hist *federation.History) (
 	if err := writeConfig(o); err != nil {
 		return nil, err
 	}
-	if err := writeRunInfo(o, f.Task, f.template); err != nil {
+	if err := writeServedRunInfo(o, f.Task, f.template); err != nil {
 		return nil, err
 	}
 	var last report.RoundRecord

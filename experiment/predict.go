@@ -39,6 +39,13 @@ type PredictConfig struct {
 	// Top is the number of classes kept per image (≥ 1).
 	Top    int
 	Images []string
+	// Model, when set, replaces the model run.json names (a run folder
+	// moved to another machine); it must be the same model (run.json's
+	// model_sha256).
+	Model string
+	// DefaultModel, when set, returns the embedded model's folder: a run
+	// trained on it finds it there on any machine.
+	DefaultModel func() (string, error)
 }
 
 // Prediction is what Predict found: each image's most likely classes.
@@ -103,9 +110,13 @@ func Predict(ctx context.Context, c PredictConfig) (*Prediction, error) {
 	path := filepath.Join(c.Run, info.Sites[name], SiteFile(c.Client))
 	saved, err := readSiteFile(path, methods.Trains(meth))
 	if err != nil {
-		return nil, fmt.Errorf("site %d of %s: %w", c.Client, name, err)
+		return nil, fmt.Errorf("site %d of %s: %w%s", c.Client, name, err, siteFileHint(info, c.Run, name, c.Client, err))
 	}
-	m, tok, err := LoadModel(info.Model, info.Vocab)
+	model, vocab, err := predictModel(info, c)
+	if err != nil {
+		return nil, err
+	}
+	m, tok, err := LoadModel(model, vocab)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +226,7 @@ func readSiteFile(path string, needed bool) (tensor.Named, error) {
 		if !needed && errors.Is(err, fs.ErrNotExist) {
 			return tensor.Named{}, nil
 		}
-		return nil, fmt.Errorf("%w (was the run made with output.save_adapters?)", err)
+		return nil, err
 	}
 	if err := inputfile.Check(path); err != nil {
 		return nil, err
@@ -226,6 +237,74 @@ func readSiteFile(path string, needed bool) (tensor.Named, error) {
 	}
 	defer f.Close()
 	return f.Float32All()
+}
+
+// siteFileHint says where a missing site file is: in a served run each
+// site keeps it in its state folder; a simulated run writes it only with
+// output.save_adapters.
+func siteFileHint(info *RunInfo, run, method string, client int, err error) string {
+	if !errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	if info.Served {
+		return fmt.Sprintf("; this run was coordinated by pfedmma serve, whose sites keep their files: copy %s from the state folder of client %d's site (its --state, or STATE/site-NAME with --clients) into %s",
+			filepath.Join(info.Sites[method], SiteFile(client)), client, filepath.Join(run, info.Sites[method]))
+	}
+	return " (was the run made with output.save_adapters?)"
+}
+
+// predictModel returns the model and vocabulary to predict with: --model
+// when given (checked against run.json's digest), else run.json's model
+// (a relative path is inside the run folder), else, when that is not on
+// this machine, the embedded model if it is the one the run used.
+func predictModel(info *RunInfo, c PredictConfig) (model, vocab string, err error) {
+	vocab = resolveRunPath(c.Run, info.Vocab)
+	if vocab != "" {
+		if _, err := os.Stat(vocab); err != nil {
+			vocab = "" // the one beside the model
+		}
+	}
+	if c.Model != "" {
+		if err := inputfile.CheckAny(c.Model); err != nil {
+			return "", "", fmt.Errorf("--model %w", err)
+		}
+		if info.ModelSHA256 != "" {
+			sum, err := ModelDigest(c.Model)
+			if err != nil {
+				return "", "", fmt.Errorf("--model %s: %w", c.Model, err)
+			}
+			if sum != info.ModelSHA256 {
+				return "", "", fmt.Errorf("--model %s is not the model run %s trained with (its SHA-256 is %s, run.json's model_sha256 %s)", c.Model, c.Run, sum, info.ModelSHA256)
+			}
+		}
+		return c.Model, vocab, nil
+	}
+	model = resolveRunPath(c.Run, info.Model)
+	if _, err := os.Stat(model); err == nil {
+		return model, vocab, nil
+	}
+	if c.DefaultModel != nil {
+		if d, err := c.DefaultModel(); err == nil && isModel(d, info) {
+			return d, vocab, nil
+		}
+	}
+	sum := ""
+	if info.ModelSHA256 != "" {
+		sum = ", SHA-256 " + info.ModelSHA256
+	}
+	return "", "", fmt.Errorf("run %s: its model %s (field \"model\" of %s) is not on this machine: pass --model with the model the run trained with (%s%s)",
+		c.Run, model, RunInfoFile, filepath.Base(model), sum)
+}
+
+// isModel says whether the model at path is the one run.json names: by
+// digest, or, without one, by the embedded model's folder name (its
+// content hash).
+func isModel(path string, info *RunInfo) bool {
+	if info.ModelSHA256 != "" {
+		sum, err := ModelDigest(path)
+		return err == nil && sum == info.ModelSHA256
+	}
+	return filepath.Base(path) == filepath.Base(info.Model)
 }
 
 // Rank returns the top classes of one image's logits over names, most

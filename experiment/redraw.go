@@ -5,7 +5,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
+	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/report"
 )
 
@@ -160,6 +163,10 @@ func dropStd(rs []report.MethodResult) []report.MethodResult {
 // (report.ReadMetricsChecked, Summary.Check), and every method of the
 // summary present in the metrics (else its table row would stand without
 // its curve). Errors name the file.
+// knownProtocols are the protocols a run's summary may name.
+var knownProtocols = []string{config.ProtocolBaseToNovel, config.ProtocolDirichlet, config.ProtocolDomains,
+	config.ProtocolPathological, config.ProtocolNatural, config.ProtocolLODO, config.ProtocolDG}
+
 func readRunResults(dir string) (*report.Summary, []report.RoundRecord, error) {
 	sumPath, metPath := filepath.Join(dir, report.SummaryFile), filepath.Join(dir, report.MetricsJSONL)
 	s, err := report.ReadSummary(sumPath)
@@ -169,9 +176,17 @@ func readRunResults(dir string) (*report.Summary, []report.RoundRecord, error) {
 	if err := s.Check(); err != nil {
 		return nil, nil, fmt.Errorf("summary %s: %w", sumPath, err)
 	}
+	if !slices.Contains(knownProtocols, s.Protocol) {
+		return nil, nil, fmt.Errorf("summary %s: field \"protocol\": %q is not a protocol pfedmma runs (%s)", sumPath, s.Protocol, strings.Join(knownProtocols, ", "))
+	}
 	recs, err := report.ReadMetricsChecked(metPath)
 	if err != nil {
 		return nil, nil, err
+	}
+	for _, r := range recs {
+		if len(r.Mean) == 0 && len(r.Absent) == 0 {
+			return nil, nil, fmt.Errorf("metrics %s: method %q round %d: field \"mean\" is empty (and no client is absent): a run writes a round's mean metrics, so the file is damaged", metPath, r.Method, r.Round)
+		}
 	}
 	has := map[string]bool{}
 	for _, r := range recs {

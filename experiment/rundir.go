@@ -185,13 +185,12 @@ func checkRunDir(dir string, force bool) (names []string, err error) {
 		}
 		return strings.Join(ns, ", ")
 	}
-	if !force {
-		return nil, fmt.Errorf("--out %s is not empty (%s): pass --resume to continue the run it holds, --force to clear it and start again, or choose a new folder",
-			dir, list(names))
-	}
 	_, isRun, err := ReadRunMarker(dir)
 	if err != nil {
-		return nil, fmt.Errorf("--force: %w", err)
+		return nil, fmt.Errorf("--out %s: %w", dir, err)
+	}
+	if !force {
+		return nil, notEmptyError(dir, list(names), isRun)
 	}
 	if !isRun {
 		return nil, fmt.Errorf("--out %s is not empty (%s) and holds no pfedmma run (no %s marker file); --force clears only earlier runs: choose an empty or new folder",
@@ -202,6 +201,24 @@ func checkRunDir(dir string, force bool) (names []string, err error) {
 			dir, list(foreign))
 	}
 	return names, nil
+}
+
+// notEmptyError refuses a fresh run into a folder that is not empty, with
+// only the ways out that work there: --resume and --force for a folder
+// holding a run (its marker file), --resume alone for a run from before
+// the marker (its fingerprint file), a new folder for anything else.
+func notEmptyError(dir, names string, isRun bool) error {
+	fi, err := os.Stat(filepath.Join(dir, FingerprintFile))
+	resumable := err == nil && fi.Mode().IsRegular()
+	switch {
+	case isRun:
+		return fmt.Errorf("--out %s is not empty (%s): pass --resume to continue the run it holds, --force to clear it and start again, or choose a new folder",
+			dir, names)
+	case resumable:
+		return fmt.Errorf("--out %s is not empty (%s): pass --resume to continue the run it holds (from before %s marker files: --force cannot clear it), or choose a new folder",
+			dir, names, RunMarkerFile)
+	}
+	return fmt.Errorf("--out %s is not empty (%s) and holds no pfedmma run: choose an empty or new folder", dir, names)
 }
 
 // prepareRunDir makes dir ready for a fresh run as checkRunDir allows,

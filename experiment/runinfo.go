@@ -1,9 +1,16 @@
 package experiment
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 
@@ -29,13 +36,31 @@ type RunInfo struct {
 	Methods  []string          `json:"methods"`
 	Sections map[string]string `json:"sections,omitempty"`
 	Sites    map[string]string `json:"sites,omitempty"`
+	// ModelSHA256 identifies the model (ModelDigest): `predict` finds it
+	// by it on another machine (the embedded model) and checks a --model
+	// given instead of Model against it.
+	ModelSHA256 string `json:"model_sha256,omitempty"`
+	// Served marks a run coordinated by `pfedmma serve`: each site keeps
+	// its personalised file in its own state folder, not in the run's.
+	Served bool `json:"served,omitempty"`
 }
 
 // RunInfoFile is the name of the run description in an output folder.
 const RunInfoFile = "run.json"
 
+// writeRunInfo writes run.json for a run of `pfedmma run`.
 func writeRunInfo(o Options, task *protocol.Task, tmpl string) error {
-	info := RunInfo{Model: o.ModelPath, Vocab: o.VocabPath, Template: tmpl, Dataset: task.Dataset.Name,
+	return writeRunInfoFile(o, task, tmpl, false)
+}
+
+// writeServedRunInfo writes run.json for a federation coordinated by
+// `pfedmma serve` (whose sites keep their files).
+func writeServedRunInfo(o Options, task *protocol.Task, tmpl string) error {
+	return writeRunInfoFile(o, task, tmpl, true)
+}
+
+func writeRunInfoFile(o Options, task *protocol.Task, tmpl string, served bool) error {
+	info := RunInfo{Served: served, Model: o.ModelPath, Vocab: o.VocabPath, Template: tmpl, Dataset: task.Dataset.Name,
 		Protocol: task.Protocol, Classes: task.Dataset.Classes, Spaces: task.Spaces, ClientSpace: map[int]int{},
 		Methods: o.Methods, Sections: map[string]string{}, Sites: map[string]string{}}
 	for _, name := range o.Methods {
@@ -51,9 +76,16 @@ func writeRunInfo(o Options, task *protocol.Task, tmpl string) error {
 	for _, c := range task.Clients {
 		info.ClientSpace[c.ID] = c.TrainSpace
 	}
-	if abs, err := filepath.Abs(info.Model); err == nil {
-		info.Model = abs
+	if info.Model != "" {
+		// what predict checks a moved or replaced model against; a run
+		// whose model cannot be read again here goes on without it
+		sum, err := ModelDigest(info.Model)
+		if err != nil {
+			slog.Warn("run.json: no model digest", "err", err)
+		}
+		info.ModelSHA256 = sum
 	}
+	info.Model, info.Vocab = runRelative(o.OutDir, info.Model), runRelative(o.OutDir, info.Vocab)
 	data, err := json.MarshalIndent(info, "", "  ")
 	if err != nil {
 		return err
@@ -73,4 +105,77 @@ func ReadRunInfo(dir string) (*RunInfo, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return info, nil
+}
+
+// runRelative returns path relative to the run folder dir when it lies
+// inside it (the run folder can move with it), else absolute.
+func runRelative(dir, path string) string {
+	if path == "" {
+		return ""
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return path
+	}
+	if d, err := filepath.Abs(dir); err == nil {
+		if rel, err := filepath.Rel(d, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return rel
+		}
+	}
+	return abs
+}
+
+// resolveRunPath returns a path run.json holds: a relative one is relative
+// to the run folder dir.
+func resolveRunPath(dir, path string) string {
+	if path == "" || filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(dir, path)
+}
+
+// ModelDigest is the SHA-256 of a model: of the file, or, for a model
+// folder, of the names and SHA-256s of its files a loader may open
+// (inputfile.ModelFileExts), in name order.
+func ModelDigest(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("model: %w", err)
+	}
+	if !st.IsDir() {
+		return fileSHA256(path)
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return "", fmt.Errorf("model: %w", err)
+	}
+	h := sha256.New()
+	for _, e := range entries {
+		if !slices.Contains(inputfile.ModelFileExts, strings.ToLower(filepath.Ext(e.Name()))) {
+			continue
+		}
+		p := filepath.Join(path, e.Name())
+		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		sum, err := fileSHA256(p)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00%s\n", e.Name(), sum)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := inputfile.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("model: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("model %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

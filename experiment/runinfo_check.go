@@ -96,6 +96,8 @@ func (info *RunInfo) check() error {
 		return fmt.Errorf(`field "client_space": %d clients; at most %d`, len(info.ClientSpace), config.MaxClients)
 	case len(info.Methods) == 0:
 		return errors.New(`field "methods": no methods`)
+	case info.ModelSHA256 != "" && !isSHA256Hex(info.ModelSHA256):
+		return fmt.Errorf(`field "model_sha256": %q; want 64 hexadecimal digits`, info.ModelSHA256)
 	}
 	seen := make(map[string]bool, len(info.Classes))
 	for i, c := range info.Classes {
@@ -164,4 +166,17 @@ func (info *RunInfo) check() error {
 		}
 	}
 	return nil
+}
+
+// isSHA256Hex says whether s is a SHA-256 in lower-case hexadecimal.
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

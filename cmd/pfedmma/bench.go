@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pfedmma/pfedmma/bench"
+	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/gemm"
 )
 
@@ -94,6 +95,9 @@ harness prints for the same settings on the same machine, for example
 {"train_images_per_s": …, "eval_images_per_s": …, "peak_rss_mib": …}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkBenchTrainFlags(tBatch, tSteps, tClasses, tStart, tDim); err != nil {
+				return fmt.Errorf("bench train: %w", err)
+			}
 			prec, err := gemm.ParsePrecision(tPrecision)
 			if err != nil {
 				return fmt.Errorf("bench train: --precision: %w", err)
@@ -136,6 +140,28 @@ harness prints for the same settings on the same machine, for example
 	train.Flags().StringVar(&tReference, "reference", "", "reference figures (JSON: train_images_per_s, eval_images_per_s, peak_rss_mib) to compute speedups against")
 	benchCmd.AddCommand(train)
 	rootCmd.AddCommand(benchCmd)
+}
+
+// checkBenchTrainFlags refuses a size flag of `bench train` out of its
+// range (the library would take 0 for its default and run on), naming the
+// flag: ViT-B/16 has 12 blocks, and batch and classes are bounded as in a
+// run's configuration.
+func checkBenchTrainFlags(batch, steps, classes, start, dim int) error {
+	for _, f := range []struct {
+		name      string
+		v, lo, hi int
+	}{
+		{"--batch", batch, 1, config.MaxBatchSize},
+		{"--steps", steps, 1, 100000},
+		{"--classes", classes, 1, config.MaxNumClasses},
+		{"--start", start, 1, 12},
+		{"--dim", dim, 1, 768},
+	} {
+		if f.v < f.lo || f.v > f.hi {
+			return fmt.Errorf("%s %d: want %d to %d", f.name, f.v, f.lo, f.hi)
+		}
+	}
+	return nil
 }
 
 // benchMethod prints bench.Method's result.

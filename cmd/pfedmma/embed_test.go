@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -67,5 +70,37 @@ func TestEmbedBadPixels(t *testing.T) {
 	err := rootCmd.Execute()
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("[1 3 16 16]")) {
 		t.Fatalf("error %v, want one naming the shape", err)
+	}
+}
+
+// TestEmbedNaNPixels: --pixels holding NaN or ±Inf is refused naming the
+// file, the value, its index and image (before: "json: unsupported value:
+// NaN" after encoding).
+func TestEmbedNaNPixels(t *testing.T) {
+	const model = "../../testdata/clip-tiny/openai.safetensors"
+	w, _, err := checkpoint.Load(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	S := w.Config.Vision.ImageSize
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+		px := filepath.Join(t.TempDir(), "nan.safetensors")
+		img := tensor.New(2, 3, S, S)
+		img.Data[3*S*S+5] = bad
+		if err := safetensors.Write(px, tensor.Named{"pixels": img}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		_, err := execute(t, "embed", "--model", model, "--pixels", px)
+		if err == nil {
+			t.Fatalf("embed accepted %v pixels", bad)
+		}
+		for _, want := range []string{px, `"pixels"`, fmt.Sprint(bad), fmt.Sprintf("index %d (image 1)", 3*S*S+5), "finite"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say %q", err, want)
+			}
+		}
+		if strings.Contains(err.Error(), "json") {
+			t.Errorf("error %q speaks of JSON", err)
+		}
 	}
 }

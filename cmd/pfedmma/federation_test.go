@@ -140,6 +140,10 @@ func TestServeSitesEqualRun(t *testing.T) {
 			t.Errorf("global %s differs between run and serve --insecure-dev --sites", k)
 		}
 	}
+	// serve's run.json says the sites keep their files (predict's hint)
+	if info := readRunJSON(t, filepath.Join(dir, "coord/out")); info["served"] != true {
+		t.Errorf("serve's run.json does not mark the run served: %v", info["served"])
+	}
 	for client := range 3 {
 		c := fmt.Sprint(client)
 		// the predictions, not the log: a start-up warning (kernels weaker

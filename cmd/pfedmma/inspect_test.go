@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 )
@@ -44,6 +48,31 @@ func TestGroupDigits(t *testing.T) {
 	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1768065: "1,768,065", 149620737: "149,620,737"} {
 		if got := groupDigits(n); got != want {
 			t.Errorf("groupDigits(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// TestModelFolderWithoutModelNamesIt: a --model folder holding no model
+// file, but a FIFO no loader opens, is refused for the missing model, not
+// for the FIFO (before: "pipe: a named pipe (FIFO), not a regular file").
+func TestModelFolderWithoutModelNamesIt(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"inspect", "--model", dir}, {"embed", "--model", dir, "--text", "a cat"}} {
+		done := make(chan error, 1)
+		go func() { _, err := execute(t, args...); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "no .safetensors file") || strings.Contains(err.Error(), "FIFO") {
+				t.Errorf("%v: error %v, want one saying the folder holds no model file", args, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%v blocked", args)
 		}
 	}
 }

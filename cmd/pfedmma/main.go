@@ -81,7 +81,7 @@ func main() {
 	err := rootCmd.ExecuteContext(ctx)
 	stopProfile()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "pfedmma:", err)
+		fmt.Fprintln(os.Stderr, "pfedmma:", plainMessage(err.Error()))
 		os.Exit(1)
 	}
 }

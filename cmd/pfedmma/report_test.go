@@ -105,3 +105,55 @@ func TestReportLODO(t *testing.T) {
 		t.Errorf("mixed runs: %v", err)
 	}
 }
+
+// TestReportRefusesDamagedResults: `report` refuses, naming the file and
+// field, a summary whose protocol no run writes and a metrics line whose
+// mean is empty (no metric, no absent client), and draws the same files
+// once they are right.
+func TestReportRefusesDamagedResults(t *testing.T) {
+	t.Cleanup(func() { resetCommand(t, "report") })
+	write := func(dir, protocol, mean string) {
+		t.Helper()
+		sum := `{"protocol": "` + protocol + `", "metrics": ["acc"], "methods": {"fedavg": {"acc": 50}}}` + "\n"
+		met := `{"round": 0, "method": "fedavg", "mean": {"acc": 40}}` + "\n" + `{"round": 1, "method": "fedavg", "mean": ` + mean + "}\n"
+		if err := os.WriteFile(filepath.Join(dir, report.SummaryFile), []byte(sum), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, report.MetricsJSONL), []byte(met), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		protocol, mean string
+		want           []string
+	}{
+		{"martian", `{"acc": 50}`, []string{report.SummaryFile, `"protocol"`, `"martian"`, "dirichlet"}},
+		{"dirichlet", `{}`, []string{report.MetricsJSONL, "round 1", `"mean" is empty`}},
+		{"dirichlet", `null`, []string{report.MetricsJSONL, "round 1", `"mean" is empty`}},
+		{"dirichlet", `{"acc": 50}`, nil},
+	} {
+		dir := t.TempDir()
+		write(dir, c.protocol, c.mean)
+		resetCommand(t, "report")
+		rootCmd.SetOut(&bytes.Buffer{})
+		rootCmd.SetArgs([]string{"report", dir})
+		err := rootCmd.Execute()
+		if c.want == nil {
+			if err != nil {
+				t.Errorf("a sound run: %v", err)
+			} else if _, err := os.Stat(filepath.Join(dir, "curves.png")); err != nil {
+				t.Errorf("a sound run was not drawn: %v", err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("protocol %q, mean %s: report drew it", c.protocol, c.mean)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("protocol %q, mean %s: error %q does not name %s", c.protocol, c.mean, err, w)
+			}
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
@@ -71,6 +72,9 @@ func init() {
 				if err != nil {
 					return fmt.Errorf("%s: %w", kind, err)
 				}
+				if err := backboneFits(meth, f.Model); err != nil {
+					return fmt.Errorf("%s: %w", kind, err)
+				}
 				var res tensor.Named
 				if kind == "step" {
 					st, ok := meth.(fixture.Stepper)
@@ -104,6 +108,33 @@ func init() {
 		fl.StringVar(&out, "out", "", "output safetensors file")
 		rootCmd.AddCommand(cmd)
 	}
+}
+
+// backboneFits refuses a method that runs a ViT's blocks or tokens (its
+// depth with default settings on a 12-block ViT is not the image
+// features) on a ResNet CLIP, naming the methods that run there.
+func backboneFits(meth methods.Method, m *clip.Model) error {
+	if m == nil || m.W == nil || !m.W.Config.Vision.ResNet {
+		return nil
+	}
+	if onFeatures(meth) {
+		return nil
+	}
+	var ok []string
+	for _, other := range methods.All() {
+		if onFeatures(other) {
+			ok = append(ok, other.Info().Name)
+		}
+	}
+	return fmt.Errorf("method %s needs a ViT image encoder (it runs the ViT's blocks or patch tokens) but the model is a ResNet CLIP: use a ViT checkpoint, or a method on image features (%s)",
+		meth.Info().Name, strings.Join(ok, ", "))
+}
+
+// onFeatures says whether meth, with its default settings, runs on the
+// image features alone (so on a ResNet CLIP too).
+func onFeatures(meth methods.Method) bool {
+	d, err := meth.Depth(meth.DefaultConfig(), 12)
+	return err == nil && (d == methods.Features || d == methods.AnyDepth)
 }
 
 // methodSets strips the method's own section from --set keys, so that

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 )
 
 // Check returns nil when path (after following symlinks) is a regular
@@ -23,8 +25,10 @@ func Check(path string) error {
 	return nil
 }
 
-// CheckAny accepts a regular file, or a folder whose entries are regular
-// files or folders (a model folder: its files are opened by name).
+// CheckAny accepts a regular file, or a folder whose entries that a model
+// loader may open (ModelFileExts) are regular files or folders (a model
+// folder: its files are opened by name). Other entries (a user's FIFO or
+// socket beside the model) are never opened, so they are not blamed.
 func CheckAny(path string) error {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -46,11 +50,23 @@ func CheckAny(path string) error {
 		if err != nil {
 			continue // a dangling link is reported by whoever needs it
 		}
-		if !st.Mode().IsRegular() && !st.IsDir() {
+		if !st.Mode().IsRegular() && !st.IsDir() && loaderMayOpen(e.Name()) {
 			return fmt.Errorf("%s: %s, not a regular file", p, kind(st.Mode()))
 		}
 	}
 	return nil
+}
+
+// ModelFileExts are the endings of the files a model or vocabulary loader
+// opens in a folder: weights (.safetensors, PyTorch's .bin, .pt, .pth,
+// .ckpt), configurations and shard indexes (.json), vocabularies (.txt,
+// .gz).
+var ModelFileExts = []string{".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".json", ".txt", ".gz"}
+
+// loaderMayOpen says whether a folder entry named name is one a loader
+// may open (its ending is one of ModelFileExts).
+func loaderMayOpen(name string) bool {
+	return slices.Contains(ModelFileExts, strings.ToLower(filepath.Ext(name)))
 }
 
 // Open opens path for reading after [Check]; the file is checked again

@@ -31,8 +31,20 @@ func TestRefusesFIFO(t *testing.T) {
 	if err := Check(dir); err == nil {
 		t.Error("Check(folder) accepted a folder")
 	}
-	if err := CheckAny(dir); err == nil || !strings.Contains(err.Error(), "pipe") {
-		t.Errorf("CheckAny(folder holding a FIFO) = %v, want an error naming the FIFO", err)
+	// a FIFO no loader opens (no model or vocabulary ending) is not blamed;
+	// one under a model file's name is
+	if err := CheckAny(dir); err != nil {
+		t.Errorf("CheckAny(folder holding an unrelated FIFO %q) = %v", fifo, err)
+	}
+	modelFIFO := filepath.Join(dir, "model.safetensors")
+	if err := syscall.Mkfifo(modelFIFO, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckAny(dir); err == nil || !strings.Contains(err.Error(), "model.safetensors") {
+		t.Errorf("CheckAny(folder holding model.safetensors as a FIFO) = %v, want an error naming it", err)
+	}
+	if err := os.Remove(modelFIFO); err != nil {
+		t.Fatal(err)
 	}
 	clean := t.TempDir()
 	if err := os.WriteFile(filepath.Join(clean, "a"), nil, 0o600); err != nil {

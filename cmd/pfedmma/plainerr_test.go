@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestPlainMessage rewrites the real errors of Go's decoders (produced
+// here by encoding/json and strconv, not written by hand) into words for
+// the file's author, keeping the wrapping's file and key.
+func TestPlainMessage(t *testing.T) {
+	var named plainRecord
+	var rec struct {
+		Round int `json:"round"`
+		Mean  struct {
+			Acc float64 `json:"acc"`
+		} `json:"mean"`
+	}
+	var f float64
+	var m map[string]float64
+	_, perr := strconv.ParseFloat("x", 64)
+	_, ierr := strconv.Atoi("99999999999999999999")
+	for _, c := range []struct {
+		err   error
+		wants []string
+	}{
+		{json.Unmarshal([]byte(`{"round": "x"}`), &named), []string{`field "round": a JSON string where a whole number is expected`}},
+		{json.Unmarshal([]byte(`{"round": "x"}`), &rec), []string{`field "round": a JSON string where a whole number is expected`}},
+		{json.Unmarshal([]byte(`{"mean": {"acc": "x"}}`), &rec), []string{`field "mean.acc": a JSON string where a number is expected`}},
+		{json.Unmarshal([]byte(`"x"`), &f), []string{"a JSON string where a number is expected"}},
+		{json.Unmarshal([]byte(`[1]`), &m), []string{"a JSON array where an object is expected"}},
+		{perr, []string{`"x" is not a number`}},
+		{ierr, []string{`"99999999999999999999" is out of range for a whole number`}},
+	} {
+		if c.err == nil {
+			t.Fatal("no error to rewrite")
+		}
+		msg := plainMessage("summary S: methods: " + c.err.Error())
+		for _, w := range append(c.wants, "summary S: methods: ") {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%q → %q, want %q", c.err, msg, w)
+			}
+		}
+		for _, bad := range []string{"Go value", "Go struct", "strconv", "json:"} {
+			if strings.Contains(msg, bad) {
+				t.Errorf("%q → %q still says %q", c.err, msg, bad)
+			}
+		}
+	}
+	if got := plainMessage("run: --out x is not empty"); got != "run: --out x is not empty" {
+		t.Errorf("an ordinary message changed: %q", got)
+	}
+}
+
+// plainRecord is a named struct: Go's message then says
+// "plainRecord.round".
+type plainRecord struct {
+	Round int `json:"round"`
+}
+
+// TestCLIErrorsInPlainWords: the binary prints a damaged summary's error
+// without Go's wording (before: "strconv.ParseFloat: parsing "x": invalid
+// syntax"; "Go struct field RoundRecord.round of type int").
+func TestCLIErrorsInPlainWords(t *testing.T) {
+	for _, c := range []struct{ summary, metrics, want string }{
+		{`{"protocol": "dirichlet", "metrics": ["acc"], "methods": {"a": {"acc": "x"}}}`, `{"round": 0, "method": "a", "mean": {"acc": 5}}`, `"x" is not a number`},
+		{`{"protocol": "dirichlet", "metrics": ["acc"], "methods": {"a": {"acc": 5}}}`, `{"round": "x", "method": "a", "mean": {"acc": 5}}`, `field "round": a JSON string where a whole number is expected`},
+	} {
+		dir := writeRunResults(t, c.summary, c.metrics+"\n")
+		r := cli(t, cliOptions{}, "report", dir)
+		if r.Code == 0 || !strings.Contains(r.Stderr, c.want) {
+			t.Errorf("report: exit %d, stderr %q, want %q", r.Code, r.Stderr, c.want)
+		}
+		for _, bad := range []string{"strconv", "Go struct", "Go value"} {
+			if strings.Contains(r.Stderr, bad) {
+				t.Errorf("report: stderr %q says %q", r.Stderr, bad)
+			}
+		}
+	}
+}
