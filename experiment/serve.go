@@ -123,6 +123,16 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Compress: o.Compress, Logger: logger,
 		RegisterTimeout: c.RegisterTimeout, OfflineAfter: c.OfflineAfter, Settings: taskSettings(e, modelID), Task: task,
 	}, coord)
+	if errors.Is(err, transport.ErrStopped) && hist != nil {
+		// stopped by a signal: the rounds done are the run's outputs so
+		// far (the state folder resumes it)
+		res, werr := WriteFederationReports(o, f, hist)
+		if werr != nil {
+			return nil, fmt.Errorf("%w; writing the outputs of the rounds done: %w", err, werr)
+		}
+		logger.Warn("stopped: the outputs of the rounds done are written; restart with the same flags to resume", "why", err, "out", c.Out)
+		return res, nil
+	}
 	if err != nil {
 		return nil, err
 	}
