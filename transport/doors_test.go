@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -180,19 +181,32 @@ func TestRevokedConnectedSiteCutOff(t *testing.T) {
 	if f.err != nil {
 		t.Fatal(f.err)
 	}
-	// once a round is without site-1, every later one is
-	var cut bool
+	// once a round is without site-1, every later one is; the round it
+	// was cut off in names it failed as revoked, and from the next one it
+	// has left the schedule: not asked, not a failure, not absent
+	var cut, left bool
 	for _, r := range f.hist.Rounds {
 		if _, ok := r.Fit[1]; !ok {
-			cut = true
-			if !strings.Contains(r.Failures[1], "revoked") {
+			switch {
+			case slices.Contains(r.Departed, 1):
+				left = true
+				if _, failed := r.Failures[1]; failed || slices.Contains(r.Absent, 1) || slices.Contains(r.Selected, 1) {
+					t.Errorf("round %d: site-1 left the schedule but is selected %v, failed %q or absent %v", r.Round, r.Selected, r.Failures[1], r.Absent)
+				}
+			case left:
+				t.Errorf("round %d: site-1 back in the schedule (failure %q)", r.Round, r.Failures[1])
+			case !strings.Contains(r.Failures[1], "revoked"):
 				t.Errorf("round %d: site-1's failure %q does not say it was revoked", r.Round, r.Failures[1])
 			}
+			cut = true
 			continue
 		}
 		if cut {
 			t.Fatalf("round %d aggregated site-1 after it was cut off", r.Round)
 		}
+	}
+	if !slices.Contains(f.hist.Rounds[rounds-1].Departed, 1) {
+		t.Fatalf("the last round: departed %v, failures %v; want site-1 gone from the schedule", f.hist.Rounds[rounds-1].Departed, f.hist.Rounds[rounds-1].Failures)
 	}
 	if !cut {
 		t.Fatalf("site-1 was never cut off (revoked %v ago)", time.Since(revokedAt))
