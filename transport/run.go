@@ -213,7 +213,7 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	} else {
 		srv.Finish(hist, err)
 	}
-	srv.lingerTold(ctx, cfg.Linger, stopped)
+	srv.lingerTold(ctx, cfg.Linger, stopped || srv.restartedDone)
 	if httpAddr != "" && cfg.HTTPLinger > 0 && !stopped {
 		log.Info("federation done; the dashboard stays up (--linger)", "http", httpAddr, "for", cfg.HTTPLinger)
 		select {
@@ -235,16 +235,33 @@ const StoppedKey = "coordinator_stopped"
 
 // lingerTold keeps serving until every online site was told the
 // federation is over (or that the coordinator failed or stopped), at most
-// linger (default PollWait + 2 s). After a stop (ctx ended) it lingers
-// all the same, since telling the sites is the point.
-func (s *Server) lingerTold(ctx context.Context, linger time.Duration, stopped bool) {
+// linger (default PollWait + 2 s). With all (a stop, or a restart on a
+// finished run) it waits for every registered site, online or not, and
+// even after ctx ended, since telling the sites is the point.
+func (s *Server) lingerTold(ctx context.Context, linger time.Duration, all bool) {
 	if linger <= 0 {
 		linger = s.cfg.PollWait + 2*time.Second
 	}
 	deadline := time.Now().Add(linger)
-	for !s.AllToldDone() && time.Now().Before(deadline) && (stopped || ctx.Err() == nil) {
+	for time.Now().Before(deadline) && (all || ctx.Err() == nil) {
+		if (all && s.allRegisteredTold()) || (!all && s.AllToldDone()) {
+			return
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// allRegisteredTold reports whether every site that ever registered (but
+// the revoked ones) was told the federation is over.
+func (s *Server) allRegisteredTold() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.sites {
+		if st.registered && !st.toldDone && !st.revoked {
+			return false
+		}
+	}
+	return true
 }
 
 // finishedRun returns the stored history when the state database holds a
@@ -276,6 +293,7 @@ func runCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		log.Info("this run is finished: every round is done (the state database holds it); nothing to run, the sites that connect are told so",
 			"rounds", len(fin.Rounds), "state", cfg.StatePath)
 		srv.event(len(fin.Rounds), "", "finished", fmt.Sprintf("restarted on a finished run (%d rounds): nothing to run", len(fin.Rounds)))
+		srv.restartedDone = true
 	} else if err := srv.WaitRegistered(ctx, cfg.RegisterTimeout, coord.MinFit); err != nil {
 		return nil, err
 	}

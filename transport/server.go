@@ -103,11 +103,14 @@ type Server struct {
 	finished bool
 	failure  string // why the federation failed, told to the sites
 	stopped  string // why the coordinator stopped early (Stop), told to the sites
-	subs     map[chan struct{}]bool
-	regWake  chan struct{}
-	started  int                // the latest round whose first task was enqueued (-1: none)
-	secAgg   *secAggregator     // secure aggregation (transport/secagg.go), nil when off
-	revList  *certs.Revocations // the revocation list last read (revoke.go)
+	// restartedDone is set when the coordinator restarted on a finished
+	// run (run.go): it then lingers for the sites of the run.
+	restartedDone bool
+	subs          map[chan struct{}]bool
+	regWake       chan struct{}
+	started       int                // the latest round whose first task was enqueued (-1: none)
+	secAgg        *secAggregator     // secure aggregation (transport/secagg.go), nil when off
+	revList       *certs.Revocations // the revocation list last read (revoke.go)
 
 	// storageErr is the first failure of the coordinator's storage;
 	// stopRun ends the run when it happens (storage.go).

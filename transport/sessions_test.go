@@ -2,8 +2,11 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +17,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/tensor"
+	"github.com/pfedmma/pfedmma/transport/internal/toy"
 	"github.com/pfedmma/pfedmma/transport/pb"
 )
 
@@ -252,4 +257,72 @@ func answering(s *Server, taskID string) bool {
 		}
 	}
 	return false
+}
+
+// TestRevokedSiteRekeyed: a connected site revoked by its certificate's
+// serial (certs revoke) is cut off and leaves the schedule; given a new
+// certificate (certs rekey) it registers again, rejoins the schedule and
+// is aggregated in the later rounds; its old certificate stays refused.
+func TestRevokedSiteRekeyed(t *testing.T) {
+	const rounds = 40
+	f := startFed(t, fedOpts{n: 3, rounds: rounds, fraction: 1, seed: 1, timeout: time.Minute, minFit: 2,
+		clients: slowClients(150 * time.Millisecond)})
+	f.untilRound(t, 1)
+	if err := certs.Revoke(f.dir, "site-1"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for f.srv.Status().Sites[1].State != "revoked" {
+		if time.Now().After(deadline) {
+			t.Fatal("site-1 was never cut off")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.cancel[1]()
+	// a few rounds without it
+	f.untilRound(t, f.srv.Status().Round+2)
+	oldTLS, err := certs.SiteTLS(f.dir, "site-1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := certs.Rekey(f.dir, "site-1"); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 1)
+	go func() {
+		errs <- RunSite(t.Context(), SiteConfig{Addr: f.grpcAddr, CertsDir: f.dir, Name: "site-1",
+			StateDir: filepath.Join(f.dir, "state", "site-1"), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+			Logger: quietLogger()}, toy.New(1))
+	}()
+	old := &SiteRunner{Addr: f.grpcAddr, TLS: oldTLS, Name: "site-1", Site: federation.NewSite(toy.New(1), ""), Logger: quietLogger(),
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
+	octx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := old.Run(octx); !errors.Is(err, ErrRefused) {
+		t.Errorf("the old certificate after rekey: %v, want refused", err)
+	}
+	f.waitFor(t, 120*time.Second)
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatalf("the re-keyed site: %v", err)
+	}
+	left, back := -1, -1
+	for _, r := range f.hist.Rounds {
+		_, in := r.Fit[1]
+		switch {
+		case left < 0 && slices.Contains(r.Departed, 1):
+			left = r.Round
+		case left >= 0 && back < 0 && in:
+			back = r.Round
+		}
+	}
+	if left < 0 || back < 0 {
+		t.Fatalf("site-1 left the schedule at round %d and was back at round %d (want both)", left, back)
+	}
+	if _, in := f.hist.Rounds[rounds-1].Fit[1]; !in {
+		t.Fatal("the re-keyed site is not aggregated in the last round")
+	}
+	t.Logf("site-1 left the schedule at round %d, back at round %d", left, back)
 }
