@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -160,7 +161,8 @@ func TestUploadExampleCountChecked(t *testing.T) {
 // rounds go on without it and nothing of it is aggregated afterwards.
 func TestRevokedConnectedSiteCutOff(t *testing.T) {
 	const rounds = 8
-	f := startFed(t, fedOpts{n: 3, rounds: rounds, fraction: 1, seed: 1, timeout: time.Minute, minFit: 2,
+	siteErrs := make(chan error, 3)
+	f := startFed(t, fedOpts{n: 3, rounds: rounds, fraction: 1, seed: 1, timeout: time.Minute, minFit: 2, siteErrs: siteErrs,
 		clients: func(i int) *toy.Client {
 			c := toy.New(i)
 			c.Delay = 400 * time.Millisecond
@@ -227,5 +229,22 @@ func TestRevokedConnectedSiteCutOff(t *testing.T) {
 	}
 	if st := f.srv.Status(); st.Sites[1].State != "revoked" {
 		t.Errorf("site-1's state %q, want revoked", st.Sites[1].State)
+	}
+	// the revoked site ends with a refusal saying so, in words meant for
+	// its operator (not "session made progress: …")
+	var refused []error
+	for range 3 {
+		select {
+		case err := <-siteErrs:
+			if err != nil {
+				refused = append(refused, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a site did not end")
+		}
+	}
+	if len(refused) != 1 || !errors.Is(refused[0], ErrRefused) || !strings.Contains(refused[0].Error(), "revoked") ||
+		strings.Contains(refused[0].Error(), "session made progress") {
+		t.Fatalf("the sites' errors %v: want one refusal saying the site is revoked, without internal phrases", refused)
 	}
 }

@@ -97,7 +97,7 @@ func (s *Server) checkRevoked(st *siteState, leaf *x509.Certificate, registering
 		return nil
 	}
 	if registering && leaf != nil && (s.revList == nil || !s.revList.Names[st.name]) {
-		st.revoked, st.state, st.cert = false, "offline", nil
+		st.revoked, st.state, st.cert = false, "offline", leaf
 		s.log.Warn("revoked site re-keyed: it registers with a new certificate", "site", st.name, "serial", certs.SerialHex(leaf))
 		return nil
 	}
