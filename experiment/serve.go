@@ -123,7 +123,10 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Compress: o.Compress, Logger: logger,
 		RegisterTimeout: c.RegisterTimeout, OfflineAfter: c.OfflineAfter, Settings: taskSettings(e, modelID), Task: task,
 	}, coord)
-	if errors.Is(err, transport.ErrStopped) && hist != nil {
+	if errors.Is(err, transport.ErrStopped) && (hist == nil || len(hist.Rounds) == 0) {
+		return nil, fmt.Errorf("%w; no round was done, so no output was written", err)
+	}
+	if errors.Is(err, transport.ErrStopped) {
 		// stopped by a signal: the rounds done are the run's outputs so
 		// far (the state folder resumes it)
 		res, werr := WriteFederationReports(o, f, hist)
