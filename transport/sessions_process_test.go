@@ -35,7 +35,7 @@ func TestProcessRestartedSiteRejoins(t *testing.T) {
 			again := site(2)
 			again.waitLine(t, 60*time.Second, "registered", "site=site-2")
 			again.waitLine(t, 60*time.Second, "upload accepted")
-			if d := time.Since(t0); c.after == 0 && d > 25*time.Second {
+			if d := time.Since(t0); c.after == 0 && d > 28*time.Second {
 				t.Errorf("the restarted site took %v to rejoin: it waited for its old session to expire", d)
 			}
 			select {
