@@ -3,11 +3,10 @@
 #   make test   installs what is missing, runs go vet and the whole test suite
 GO        ?= go
 BIN       := bin/pfedmma
-# The suite passes under whatever OpenBLAS kernel family the machine presets
-# (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE): neither is set or changed here. The
-# binary picks the best family by itself when none is preset.
-# Idle OpenBLAS threads sleep instead of spinning (see gemm.TuneCPU).
-export OPENBLAS_THREAD_TIMEOUT ?= 4
+# The suite passes, bit for bit, under whatever OpenBLAS kernel family the
+# machine presets (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE): neither is set or
+# changed here. Every binary that links package gemm, pfedmma and each test
+# binary, picks the best family by itself when none is preset (gemm's init).
 
 .PHONY: run test deps build bench fuzz proto clean fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp
 
@@ -20,7 +19,8 @@ PKGS_NEEDED = $(if $(shell command -v gcc),,gcc libc6-dev) \
               $(if $(wildcard /usr/include/jpeglib.h /usr/include/x86_64-linux-gnu/jpeglib.h),,libjpeg62-turbo-dev) \
               $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),,libdnnl-dev) \
               $(if $(wildcard /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz),,dataset-fashion-mnist) \
-              $(if $(shell command -v chromium),,chromium)
+              $(if $(shell command -v chromium),,chromium) \
+              $(if $(shell command -v prometheus),,prometheus)
 
 deps:
 	@if [ -n "$(strip $(PKGS_NEEDED))" ]; then \

@@ -77,6 +77,13 @@ func Engine(ctx context.Context, o EngineOptions) (*EngineResult, error) {
 	}
 	vc := o.Config.Vision
 	B, T, D := o.Batch, vc.Tokens(), vc.Width
+	if o.Precision == gemm.Auto {
+		p := gemm.ProbePrecision([]gemm.Shape{{M: B * T, N: 3 * D, K: D}, {M: B * T, N: D, K: D}, {M: B * T, N: 4 * D, K: D}, {M: B * T, N: D, K: 4 * D}}, 400*time.Millisecond)
+		o.Precision = p.Chosen
+		if o.Log != nil {
+			o.Log("precision auto: " + p.String())
+		}
+	}
 	inUse, best := gemm.KernelFamily()
 	res := &EngineResult{Backend: gemm.Backend(), Core: inUse, BestCore: best, Precision: o.Precision.String(),
 		Threads: gemm.Threads(), Batch: B, Repeat: o.Repeat}

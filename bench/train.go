@@ -20,16 +20,21 @@ import (
 
 // TrainResult is what `pfedmma bench train` reports.
 type TrainResult struct {
-	Backend   string `json:"backend"`
-	Core      string `json:"core"`
-	BestCore  string `json:"best_core"`
-	Precision string `json:"precision"`
-	Threads   int    `json:"threads"`
-	Steps     int    `json:"steps"`
-	Batch     int    `json:"batch"`
-	Classes   int    `json:"classes"`
-	Blocks    string `json:"adapted_blocks"`
-	Dim       int    `json:"adapter_dim"`
+	CPU gemm.CPUInfo `json:"cpu"`
+	// PrecisionAsked is the option (fp32, bf16 or auto); Precision the one
+	// that ran, chosen by Probe's timing for auto.
+	PrecisionAsked string      `json:"precision_asked"`
+	Probe          *gemm.Probe `json:"precision_probe,omitempty"`
+	Backend        string      `json:"backend"`
+	Core           string      `json:"core"`
+	BestCore       string      `json:"best_core"`
+	Precision      string      `json:"precision"`
+	Threads        int         `json:"threads"`
+	Steps          int         `json:"steps"`
+	Batch          int         `json:"batch"`
+	Classes        int         `json:"classes"`
+	Blocks         string      `json:"adapted_blocks"`
+	Dim            int         `json:"adapter_dim"`
 	// Split: the cache holds block ℓ's frozen output and adapter input
 	// (pfedmma.cache_block_output), not the prefix before block ℓ.
 	Split           bool    `json:"cache_block_output"`
@@ -101,6 +106,13 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 	B, C := o.Batch, o.Classes
 	w := clip.Random(cfg, 1)
 	m := clip.New(w)
+	asked := o.Precision
+	var probe *gemm.Probe
+	if o.Precision == gemm.Auto {
+		p := m.ChoosePrecision()
+		probe, o.Precision = &p, p.Chosen
+		logf("precision auto: " + p.String())
+	}
 	if err := m.SetPrecision(o.Precision); err != nil {
 		return nil, err
 	}
@@ -185,7 +197,7 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 		return err
 	}
 	inUse, best := gemm.KernelFamily()
-	res := &TrainResult{Backend: gemm.Backend(), Core: inUse, BestCore: best, Precision: o.Precision.String(),
+	res := &TrainResult{CPU: gemm.CPU(), Backend: gemm.Backend(), Core: inUse, BestCore: best, Precision: o.Precision.String(), PrecisionAsked: asked.String(), Probe: probe,
 		Threads: gemm.Threads(), Steps: o.Steps, Batch: B, Classes: C,
 		Blocks: strconv.Itoa(o.Start) + "-" + strconv.Itoa(cfg.Vision.Layers), Dim: o.Dim, Split: l.Split}
 	if err := timeIt("train cached", &res.TrainCachedPerS, &res.TrainCachedSpread, func(int) error { return step(prefix) }); err != nil {

@@ -2,6 +2,8 @@ package clip
 
 import (
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/nn"
@@ -14,9 +16,16 @@ import (
 // gradients through them then run in bfloat16 with float32 accumulation.
 // Everything else — trainable blocks, adapters, attention scores, LayerNorm,
 // softmax, the heads and the loss — stays float32. gemm.FP32 (the default)
-// drops the bfloat16 copies. Call it after EnableGrads (a block given
-// gradients later runs in float32 whatever was set).
+// drops the bfloat16 copies. gemm.Auto chooses one of the two by timing
+// both at this model's shapes (ChoosePrecision) and logs the rates and the
+// choice. Call it after EnableGrads (a block given gradients later runs in
+// float32 whatever was set).
 func (m *Model) SetPrecision(p gemm.Precision) error {
+	if p == gemm.Auto {
+		probe := m.ChoosePrecision()
+		slog.Info("engine.precision auto", "cpu", gemm.CPU().String(), "choice", probe.Chosen.String(), "probe", probe.String())
+		p = probe.Chosen
+	}
 	if err := m.Vision.Stack.SetPrecision(p); err != nil {
 		return fmt.Errorf("clip: vision: %w", err)
 	}
@@ -24,6 +33,22 @@ func (m *Model) SetPrecision(p gemm.Precision) error {
 		return fmt.Errorf("clip: text: %w", err)
 	}
 	return nil
+}
+
+// probeBudget bounds the start-up probe of gemm.Auto (both precisions).
+const probeBudget = 400 * time.Millisecond
+
+// ChoosePrecision times the frozen image blocks' four weight products in
+// float32 and in bfloat16 at this model's shapes (a batch of 8 images'
+// tokens) and returns the rates and the faster precision (gemm.ProbePrecision).
+func (m *Model) ChoosePrecision() gemm.Probe {
+	c := m.Vision.Cfg
+	tokens, D := 8*c.Tokens(), c.Width
+	mlp := D
+	if len(m.Vision.Stack.Blocks) > 0 {
+		mlp = m.Vision.Stack.Blocks[0].MLP
+	}
+	return gemm.ProbePrecision([]gemm.Shape{{M: tokens, N: 3 * D, K: D}, {M: tokens, N: D, K: D}, {M: tokens, N: mlp, K: D}, {M: tokens, N: D, K: mlp}}, probeBudget)
 }
 
 // SetPrecision is Model.SetPrecision for the blocks of one stack.

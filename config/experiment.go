@@ -312,8 +312,10 @@ type Engine struct {
 	// Precision of the frozen weights' products: fp32 (exact, the default)
 	// or bf16 (bfloat16 inputs with float32 accumulation through oneDNN,
 	// about twice as fast; trainable parameters, adapters, LayerNorm,
-	// softmax and the loss stay float32). The README gives its measured
-	// accuracy effect.
+	// softmax and the loss stay float32), or auto (bf16 where a start-up
+	// probe at the model's shapes measures it faster on this machine, else
+	// fp32; it logs both rates and the choice). The README gives bf16's
+	// measured accuracy effect.
 	Precision string `yaml:"precision"`
 }
 

@@ -201,7 +201,7 @@ func (e *Experiment) check() []*FieldError {
 
 	c.between("cache.memory_mib", e.Cache.MemoryMiB, 0, MaxCacheMiB)
 	c.oneOf("cache.dtype", e.Cache.DType, DTypeFloat32, DTypeBFloat16)
-	c.oneOf("engine.precision", e.Engine.Precision, "fp32", "bf16")
+	c.oneOf("engine.precision", e.Engine.Precision, "fp32", "bf16", "auto")
 
 	if len(e.Seeds) > MaxSeeds {
 		c.fail("seeds", "%d seeds; at most %d (each seed repeats the whole run)", len(e.Seeds), MaxSeeds)

@@ -28,6 +28,25 @@ func chromiumBin(t *testing.T) string {
 	return ""
 }
 
+// dumpDOM loads the page of ts in headless Chromium with a virtual-time
+// budget and returns the DOM it dumps; the load must end.
+func dumpDOM(t *testing.T, bin, url string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+		"--disable-component-update", "--disable-sync", "--no-first-run", "--user-data-dir="+t.TempDir(),
+		"--virtual-time-budget=5000", "--dump-dom", url).Output()
+	if ctx.Err() != nil {
+		t.Fatalf("headless load did not finish in %v", time.Since(start))
+	}
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	return string(out)
+}
+
 // TestHeadlessLoadFinishes: a headless Chromium load with a virtual-time
 // budget ends (the page polls instead of holding a stream open) and the
 // page it dumps shows the rounds, the event log and the mean HM of the
@@ -40,45 +59,64 @@ func TestHeadlessLoadFinishes(t *testing.T) {
 	src.st.History = []federation.RoundReport{
 		{Round: 0, Selected: []int{0, 1, 2}, FitMean: federation.Metrics{"loss": 1.25}, BytesUp: 111, BytesDown: 222, Seconds: 1.5},
 		{Round: 1, Selected: []int{0, 1, 2}, Eval: per, EvalMean: mean, FitMean: federation.Metrics{"loss": 0.75},
-			Strategy: federation.Metrics{"dp_epsilon": 2.5}, BytesUp: 333, BytesDown: 444, Seconds: 2},
+			Strategy: federation.Metrics{"dp_epsilon": 2.5}, BytesUp: 3333, BytesDown: 4444, Seconds: 2},
 	}
 	src.st.Fingerprint = "fp-1234abcd"
 	src.st.Events = []Event{{Time: time.Now(), Round: 1, Site: "site-b", Kind: "refused", Reason: "examples", Message: "claims 9 examples"}}
 	ts := httptest.NewServer(Handler(src, NewMetrics()))
 	defer ts.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	start := time.Now()
-	out, err := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
-		"--dump-dom", ts.URL+"/").Output()
-	if ctx.Err() != nil {
-		t.Fatalf("headless load did not finish in %v", time.Since(start))
-	}
-	if err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	dom := string(out)
+	dom := dumpDOM(t, bin, ts.URL+"/")
 	for _, want := range []string{
-		fmt.Sprintf("<th>%.4f</th>", mean["hm"]), // the mean row's HM
-		"<td>2.5000</td>",                        // DP ε
-		"<td>0.7500</td>",                        // training loss
-		"<td>444</td>", "<td>333</td>",           // bytes
+		fmt.Sprintf(`<th class="n">%.2f</th>`, mean["hm"]),     // the mean row's HM
+		`<td class="n">2.50</td>`,                              // DP ε
+		`<td class="n">0.75</td>`,                              // training loss
+		`<td class="n">4,444</td>`, `<td class="n">3,333</td>`, // payload bytes
 		"claims 9 examples", "refused (examples)", // the event log
 		`<code id="fingerprint">fp-1234abcd</code>`,
-		`<polyline id="loss-line"`,       // the training-loss chart
-		"<title>round 1: 0.7500</title>", // its point of round 1
+		`<polyline id="loss-line"`,     // the training-loss chart
+		"<title>round 1: 0.75</title>", // its point of round 1
+		"mean over all 3 sites",        // over whom
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
-	if n := strings.Count(dom, `<tr class="round"><td>`) - strings.Count(dom, `<tr class="round"><td>${`); n != 2 {
+	if n := strings.Count(dom, `<tr class="round"><td class="n">`) - strings.Count(dom, `<tr class="round"><td class="n">${`); n != 2 {
 		t.Errorf("rounds table has %d rows, want 2", n)
 	}
-	if n := strings.Count(dom, "<title>site ") - strings.Count(dom, "<title>site ${"); n != 3 {
-		t.Errorf("the curve has %d per-site lines, want 3", n)
+	for _, name := range []string{"site-a", "site-b", "site-c"} {
+		if !strings.Contains(dom, "<title>"+name+"</title></polyline>") {
+			t.Errorf("no curve titled %s", name)
+		}
 	}
 	if mean["hm"] == (per[0]["hm"]+per[1]["hm"]+per[2]["hm"])/3 {
 		t.Fatal("test data does not tell the HM definitions apart")
+	}
+}
+
+// TestHeadlessWaiting: before the first round the page says it waits for
+// sites and how many rounds the job has — never "round 0 of 0".
+func TestHeadlessWaiting(t *testing.T) {
+	bin := chromiumBin(t)
+	src := newFake()
+	src.st.Phase, src.st.Rounds = "waiting", 200
+	src.st.Job = Job{Method: "pfedmma", Preset: "world-deploy", Protocol: "base2novel"}
+	src.st.Sites[2].Registered, src.st.Sites[2].State = false, "unregistered"
+	ts := httptest.NewServer(Handler(src, NewMetrics()))
+	defer ts.Close()
+	dom := dumpDOM(t, bin, ts.URL+"/")
+	for _, want := range []string{
+		`<span id="progress">waiting for sites: 2 of 3 registered; 200 rounds to run</span>`,
+		`<dd id="job-method">pfedmma</dd>`, `<dd id="job-preset">world-deploy</dd>`, `<dd id="job-protocol">base2novel</dd>`,
+		`<dd id="job-rounds">200</dd>`, `class="badge s-idle">unregistered</span>`,
+	} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the waiting page lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"round 0 of 0", "0 of 0 rounds", "0 of 200 rounds done"} {
+		if strings.Contains(dom, bad) {
+			t.Errorf("the waiting page says %q", bad)
+		}
 	}
 }

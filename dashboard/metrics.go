@@ -20,10 +20,14 @@ type Metrics struct {
 	Failures     prometheus.Counter
 	// Refused counts refused uploads by reason.
 	Refused *prometheus.CounterVec
-	// BytesIn and BytesOut count the tensor bytes received from and sent to
-	// the sites on the wire.
-	BytesIn  prometheus.Counter
-	BytesOut prometheus.Counter
+	// PayloadIn and PayloadOut count the payload bytes received from and
+	// sent to the sites (federation.RoundReport's BytesUp and BytesDown,
+	// added when a round ends): the bytes the summary and the dashboard
+	// count. WireIn and WireOut count the tensor messages as they travel
+	// (the payload plus its encoding's headers), as they are sent and
+	// received, refused uploads excepted.
+	PayloadIn, PayloadOut prometheus.Counter
+	WireIn, WireOut       prometheus.Counter
 	// RoundSeconds is the latency of whole rounds.
 	RoundSeconds prometheus.Histogram
 	// SiteRefused counts refused uploads by site and reason.
@@ -44,15 +48,21 @@ func NewMetrics() *Metrics {
 			Help: "Selected sites that delivered no result in a round."}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pfedmma_refused_updates_total",
 			Help: "Uploads refused, by reason."}, []string{"reason"}),
-		BytesIn:  prometheus.NewCounter(prometheus.CounterOpts{Name: "pfedmma_bytes_in_total", Help: "Tensor bytes received from sites."}),
-		BytesOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "pfedmma_bytes_out_total", Help: "Tensor bytes sent to sites."}),
+		PayloadIn: prometheus.NewCounter(prometheus.CounterOpts{Name: "pfedmma_bytes_in_total",
+			Help: "Payload bytes of the updates aggregated (summary.json's update bytes), counted when a round ends."}),
+		PayloadOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "pfedmma_bytes_out_total",
+			Help: "Payload bytes of the instructions answered (summary.json's download bytes), counted when a round ends."}),
+		WireIn: prometheus.NewCounter(prometheus.CounterOpts{Name: "pfedmma_wire_bytes_in_total",
+			Help: "Tensor message bytes received from sites as encoded on the wire (payload plus encoding headers)."}),
+		WireOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "pfedmma_wire_bytes_out_total",
+			Help: "Tensor message bytes sent to sites as encoded on the wire (payload plus encoding headers)."}),
 		RoundSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pfedmma_round_seconds",
 			Help: "Duration of federated rounds.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}),
 		SiteRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pfedmma_site_refused_updates_total",
 			Help: "Uploads refused, by site and reason."}, []string{"site", "reason"}),
 		sites: &siteCollector{},
 	}
-	m.Registry.MustRegister(m.Rounds, m.Participants, m.Failures, m.Refused, m.SiteRefused, m.BytesIn, m.BytesOut, m.RoundSeconds,
+	m.Registry.MustRegister(m.Rounds, m.Participants, m.Failures, m.Refused, m.SiteRefused, m.PayloadIn, m.PayloadOut, m.WireIn, m.WireOut, m.RoundSeconds,
 		m.sites, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -5,7 +5,10 @@
 // Routes of Handler:
 //
 //	/             the page (plain JS; curves drawn as inline SVG)
-//	/api/status   the current Status as JSON
+//	/login        the token login (when the dashboard has a token): sets a
+//	              session cookie so that a plain browser opens the page
+//	/api/status   the current Status as JSON (events left out: see /api/log)
+//	/api/log      a page of the event log: ?kind=&site=&q=&offset=&limit=&order=oldest
 //	/api/events   server-sent events: one "status" event per change
 //	/metrics      Prometheus exposition of Metrics
 //	/healthz      "ok" while the coordinator runs
@@ -32,8 +35,21 @@ type SiteStatus struct {
 	Refused map[string]int `json:"refused,omitempty"`
 }
 
+// Job identifies the run the coordinator drives.
+type Job struct {
+	// Name is the configuration's name (may be empty).
+	Name string `json:"name,omitempty"`
+	// Method is the trained method, Preset the configuration's preset,
+	// Protocol and Dataset how the data is cut and scored.
+	Method   string `json:"method,omitempty"`
+	Preset   string `json:"preset,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
+	Dataset  string `json:"dataset,omitempty"`
+}
+
 // Status is the federation's state, as shown by the page.
 type Status struct {
+	Job Job `json:"job"`
 	// Phase is "waiting" (for sites to register), "running", "done" or
 	// "failed".
 	Phase string `json:"phase"`
@@ -43,14 +59,19 @@ type Status struct {
 	Fingerprint string `json:"fingerprint,omitempty"`
 	// Compress is how the tensors travel (federation.compress): the
 	// rounds' bytes are the encoded bytes.
-	Compress string       `json:"compress,omitempty"`
-	Rounds   int          `json:"rounds"`
-	Sites    []SiteStatus `json:"sites"`
+	Compress string `json:"compress,omitempty"`
+	// Rounds is the federation's number of rounds (known before the
+	// first one starts).
+	Rounds int          `json:"rounds"`
+	Sites  []SiteStatus `json:"sites"`
 	// History holds the completed rounds' reports.
 	History []federation.RoundReport `json:"history"`
-	// Events are the latest lines of the event log, oldest first.
-	Events  []Event   `json:"events"`
-	Updated time.Time `json:"updated"`
+	// Events are the event log's lines, oldest first (/api/status leaves
+	// them out and says how many there are in EventCount; /api/log pages
+	// them).
+	Events     []Event   `json:"events,omitempty"`
+	EventCount int       `json:"event_count"`
+	Updated    time.Time `json:"updated"`
 }
 
 // Source provides the Status and signals its changes.

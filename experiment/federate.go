@@ -27,9 +27,12 @@ type Federated struct {
 	Task   *protocol.Task
 	Plan   *methods.Plan
 	// Dataset names the data the task was built from.
-	Dataset  string
-	template string
-	close    func()
+	Dataset string
+	// SiteNames names the sites in the outputs (client i is SiteNames[i];
+	// "client i" when empty).
+	SiteNames []string
+	template  string
+	close     func()
 }
 
 // Close releases the prefix caches.
@@ -216,7 +219,11 @@ func WriteFederationReports(o Options, f *Federated, hist *federation.History) (
 	}
 	sum.Extra = bytes.extra()
 	addPrivacy(o, sum, f.Name, last)
-	res := &Result{Summary: sum, Table: sum.Table(tableTitle(f.Dataset, f.Task)), Records: log.Records(), Task: f.Task, OutDir: o.OutDir}
+	title := tableTitle(f.Dataset, f.Task)
+	if over, ok := addAbsences(sum, f.Name, hist.Rounds, len(f.Task.Clients), siteNames(f.SiteNames)); ok && len(over.Absent) > 0 {
+		title += fmt.Sprintf(" (round %d: %s)", over.Round, over.Text)
+	}
+	res := &Result{Summary: sum, Table: sum.Table(title), Records: log.Records(), Task: f.Task, OutDir: o.OutDir}
 	if err := writeReports(o, res); err != nil {
 		return nil, err
 	}

@@ -2,9 +2,12 @@ package experiment
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/report"
 )
 
@@ -18,7 +21,7 @@ func writeReports(o Options, res *Result) error {
 		Text:   fmt.Sprintf("Dataset `%s`, protocol `%s`, methods %v, %d rounds, seed %d.", o.Dataset, res.Summary.Protocol, o.Methods, o.Rounds, o.Seed),
 		Tables: []report.Table{res.Table},
 	}
-	if note := absenceNote(res.Records); note != "" {
+	if note := absenceNote(res.Summary); note != "" {
 		doc.Text += "\n\n" + note
 	}
 	if o.Plots {
@@ -31,28 +34,67 @@ func writeReports(o Options, res *Result) error {
 	return report.WriteMarkdown(filepath.Join(o.OutDir, "report.md"), doc)
 }
 
-// absenceNote says, for every round where selected clients did not answer
-// (a federation over the network with sites down), which ones, and that
-// the round's numbers average only those that did: "" when every round
-// heard every client it asked.
-func absenceNote(records []report.RoundRecord) string {
-	var lines []string
-	for _, r := range records {
-		if len(r.Absent) == 0 {
-			continue
+// The summary's fields that name a federation's absent sites
+// (addAbsences).
+const (
+	absentKey   = "absent"
+	meanOverKey = "mean_over"
+)
+
+// siteNames names client i names[i], or "client i" past the list.
+func siteNames(names []string) func(int) string {
+	return func(id int) string {
+		if id >= 0 && id < len(names) && names[id] != "" {
+			return names[id]
 		}
-		ids := make([]string, len(r.Absent))
-		for i, id := range r.Absent {
-			ids[i] = fmt.Sprint(id)
-		}
-		line := fmt.Sprintf("- %s round %d: client(s) %s did not answer", r.Method, r.Round, strings.Join(ids, ", "))
-		if len(r.Clients) > 0 {
-			line += fmt.Sprintf("; the round's evaluation averages the %d that did", len(r.Clients))
-		}
-		lines = append(lines, line+".")
+		return fmt.Sprintf("client %d", id)
 	}
-	if len(lines) == 0 {
+}
+
+// addAbsences names in sum the sites that missed rounds of method's
+// federation ("absent": each site's rounds as ranges, never a line per
+// round) and says over whom the final means were taken ("mean_over":
+// the last evaluated round's sites, out of clients). It returns the
+// latter.
+func addAbsences(sum *report.Summary, method string, rounds []federation.RoundReport, clients int, name func(int) string) (report.MeanOver, bool) {
+	absent := map[int][]int{}
+	for _, r := range rounds {
+		if len(r.Absent) > 0 {
+			absent[r.Round] = r.Absent
+		}
+	}
+	if sum.Extra == nil {
+		sum.Extra = map[string]any{}
+	}
+	sum.Extra[absentKey] = report.Absences(absent, name)
+	for i := len(rounds) - 1; i >= 0; i-- {
+		if r := rounds[i]; r.Eval != nil {
+			m := report.NewMeanOver(r.Round, slices.Sorted(maps.Keys(r.Eval)), clients, name)
+			sum.Extra[meanOverKey] = map[string]report.MeanOver{method: m}
+			return m, true
+		}
+	}
+	return report.MeanOver{}, false
+}
+
+// absenceNote is report.md's paragraph on the sites that missed rounds
+// (one line per site, its rounds as ranges) and over whom each method's
+// final means were taken when not over every site: "" when no site
+// missed a round.
+func absenceNote(sum *report.Summary) string {
+	abs, _ := sum.Extra[absentKey].([]report.Absence)
+	if len(abs) == 0 {
 		return ""
 	}
-	return "**Absent sites.**\n\n" + strings.Join(lines, "\n")
+	lines := make([]string, 0, len(abs)+1)
+	for _, a := range abs {
+		lines = append(lines, fmt.Sprintf("- %s: %s (%d in all)", a.Site, a.Rounds, a.Count))
+	}
+	over, _ := sum.Extra[meanOverKey].(map[string]report.MeanOver)
+	for _, m := range slices.Sorted(maps.Keys(over)) {
+		if o := over[m]; len(o.Absent) > 0 {
+			lines = append(lines, fmt.Sprintf("\n%s's final metrics (round %d) are the %s; absent: %s.", m, o.Round, o.Text, strings.Join(o.Absent, ", ")))
+		}
+	}
+	return "**Absent sites** (asked, did not answer; a round's means are over the sites that did):\n\n" + strings.Join(lines, "\n")
 }

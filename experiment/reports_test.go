@@ -1,31 +1,178 @@
 package experiment
 
 import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/report"
 )
 
-// TestAbsenceNote: report.md says which clients a round did not hear and
-// how many its evaluation averages; a run where every client answered gets
-// no note.
-func TestAbsenceNote(t *testing.T) {
-	full := []report.RoundRecord{{Round: 0, Method: "pfedmma", Participants: []int{0, 1, 2}}}
-	if n := absenceNote(full); n != "" {
-		t.Errorf("every client answered, yet the note reads %q", n)
+// revokedAt118 is a 200-round federation of three sites where site-c
+// (client 2) is absent from round 118 on; every round evaluates and each
+// present site uploads 1,088 payload bytes and downloads 2,176.
+func revokedAt118() []federation.RoundReport {
+	var rounds []federation.RoundReport
+	for r := range 200 {
+		rep := federation.RoundReport{Round: r, Selected: []int{0, 1, 2}, Eval: map[int]federation.Metrics{}}
+		for id := range 3 {
+			if id == 2 && r >= 118 {
+				rep.Absent = append(rep.Absent, id)
+				rep.Failures = map[int]string{id: "revoked"}
+				continue
+			}
+			rep.Participants = append(rep.Participants, id)
+			rep.Eval[id] = federation.Metrics{"acc": 50}
+			rep.BytesUp += 1088
+			rep.BytesDown += 2176
+		}
+		rounds = append(rounds, rep)
 	}
-	recs := append(full,
-		report.RoundRecord{Round: 1, Method: "pfedmma", Participants: []int{0, 2}, Absent: []int{1}},
-		report.RoundRecord{Round: 2, Method: "pfedmma", Participants: []int{0}, Absent: []int{1, 2},
-			Clients: []report.ClientMetrics{{ID: 0}}})
-	n := absenceNote(recs)
-	for _, want := range []string{"round 1: client(s) 1 did not answer.", "round 2: client(s) 1, 2 did not answer; the round's evaluation averages the 1 that did."} {
-		if !strings.Contains(n, want) {
-			t.Errorf("note lacks %q:\n%s", want, n)
+	return rounds
+}
+
+// TestAbsencesInSummaryAndReport: a site revoked at round 118 of 200 is
+// named once, with its rounds as a range, in summary.json and report.md
+// (not a line per round), and both say the final mean is over the two
+// sites that answered.
+func TestAbsencesInSummaryAndReport(t *testing.T) {
+	sum := &report.Summary{Protocol: "fewshot", Methods: []report.MethodResult{{Method: "pfedmma", Metrics: report.Metrics{"acc": 50}}}}
+	over, ok := addAbsences(sum, "pfedmma", revokedAt118(), 3, siteNames([]string{"site-a", "site-b", "site-c"}))
+	if !ok || over.Text != "mean over 2 of 3 sites: site-a, site-b" {
+		t.Fatalf("mean over: %+v", over)
+	}
+	path := filepath.Join(t.TempDir(), "summary.json")
+	if err := report.WriteSummary(path, sum); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	var js struct {
+		Absent []struct {
+			Site, Rounds string
+			Spans        [][2]int
+			Count        int
+		}
+		MeanOver map[string]struct {
+			Round  int
+			Sites  []string
+			Of     int
+			Absent []string
+			Text   string
+		} `json:"mean_over"`
+	}
+	if err := json.Unmarshal(b, &js); err != nil {
+		t.Fatal(err)
+	}
+	if len(js.Absent) != 1 || js.Absent[0].Site != "site-c" || js.Absent[0].Rounds != "rounds 118–199" || js.Absent[0].Count != 82 ||
+		len(js.Absent[0].Spans) != 1 || js.Absent[0].Spans[0] != [2]int{118, 199} {
+		t.Errorf("summary.json absent: %+v\n%s", js.Absent, b)
+	}
+	m := js.MeanOver["pfedmma"]
+	if m.Round != 199 || m.Of != 3 || strings.Join(m.Sites, ",") != "site-a,site-b" || strings.Join(m.Absent, ",") != "site-c" || m.Text != over.Text {
+		t.Errorf("summary.json mean_over: %+v", m)
+	}
+	note := absenceNote(sum)
+	if strings.Count(note, "\n- ") != 1 || !strings.Contains(note, "- site-c: rounds 118–199 (82 in all)") ||
+		!strings.Contains(note, "mean over 2 of 3 sites: site-a, site-b; absent: site-c") {
+		t.Errorf("report.md note:\n%s", note)
+	}
+	if strings.Count(note, "\n") > 6 {
+		t.Errorf("the note takes %d lines for one absent site:\n%s", strings.Count(note, "\n"), note)
+	}
+	full := &report.Summary{}
+	addAbsences(full, "pfedmma", revokedAt118()[:100], 3, siteNames(nil))
+	if n := absenceNote(full); n != "" {
+		t.Errorf("every site answered, yet the note reads %q", n)
+	}
+}
+
+// TestUpdateBytesOverPresentSites: the bytes per round per site average
+// the site-rounds that happened — an absent site's rounds are not zeros.
+func TestUpdateBytesOverPresentSites(t *testing.T) {
+	b := newSiteBytes(3)
+	for _, r := range revokedAt118() {
+		b.add("pfedmma", r)
+	}
+	ex := b.extra()
+	up := ex["update_bytes_per_round_per_site"].(map[string]float64)["pfedmma"]
+	down := ex["download_bytes_per_round_per_site"].(map[string]float64)["pfedmma"]
+	if up != 1088 || down != 2176 {
+		t.Errorf("per site-round: %v up, %v down; want 1088 and 2176 (the absent site-rounds left out)", up, down)
+	}
+	if tot := ex["update_bytes_total"].(map[string]int64)["pfedmma"]; tot != 1088*(3*118+2*82) {
+		t.Errorf("total up %d", tot)
+	}
+}
+
+// TestServeWritesResultsBeforeLinger (issue 36): `serve` writes its
+// results as soon as the rounds end — with --linger the dashboard stays
+// up, but summary.json (naming over whom the means are) is there while it
+// lingers, and Serve returns the result once the lingering ends.
+func TestServeWritesResultsBeforeLinger(t *testing.T) {
+	model := smallModel(t)
+	e := tinyConfig(t, "federation.rounds=2")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	state := t.TempDir()
+	sites := []string{"site-a", "site-b"}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	type served struct {
+		res *Result
+		err error
+	}
+	done := make(chan served, 1)
+	go func() {
+		res, err := Serve(ctx, ServeConfig{Experiment: e, Model: model, Listen: addr, HTTP: "127.0.0.1:0", Linger: 10 * time.Minute,
+			Insecure: true, Sites: sites, State: state, MinFit: 1, RoundTimeout: time.Minute, Logger: quiet})
+		done <- served{res, err}
+	}()
+	for _, name := range sites {
+		go Site(ctx, SiteConfig{Server: addr, Name: name, Insecure: true, Sites: sites, Data: "world", Model: model,
+			State: filepath.Join(t.TempDir(), name), Logger: quiet})
+	}
+	summary := filepath.Join(state, "out", "summary.json")
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(summary); err == nil {
+			break
+		}
+		select {
+		case s := <-done:
+			t.Fatalf("serve ended (%v) before writing %s", s.err, summary)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 5 minutes (the rounds done, the dashboard lingering 10)", summary)
 		}
 	}
-	if strings.Contains(n, "round 0") {
-		t.Errorf("note names a round every client answered:\n%s", n)
+	select {
+	case s := <-done:
+		t.Fatalf("serve returned (%v) instead of lingering", s.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	sum, err := report.ReadSummary(summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if over, _ := sum.Extra[meanOverKey].(map[string]any); over[PFedMMA] == nil {
+		t.Errorf("summary.json says over whom the mean is: %v", sum.Extra[meanOverKey])
+	}
+	cancel()
+	s := <-done
+	if s.err != nil || s.res == nil || s.res.OutDir != filepath.Join(state, "out") {
+		t.Fatalf("serve after --linger: %+v, %v", s.res, s.err)
 	}
 }

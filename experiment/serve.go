@@ -11,6 +11,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/dashboard"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/transport"
 )
@@ -40,6 +41,9 @@ type ServeConfig struct {
 	Certs    string
 	Insecure bool
 	Sites    []string
+	// Preset names the configuration's preset on the dashboard (may be
+	// empty).
+	Preset string
 	// State holds the coordinator's database; Out the run's outputs
 	// (default State/out).
 	State, Out string
@@ -57,7 +61,8 @@ type ServeConfig struct {
 
 // Serve runs the coordinator until the federation's last round, then writes
 // the run's outputs to c.Out as `pfedmma run` writes them
-// (WriteFederationReports). Restarted with the same configuration after a
+// (WriteFederationReports) at once — c.Linger only keeps the dashboard up
+// after that — and returns them when it stops. Restarted with the same configuration after a
 // crash, it resumes from its state folder.
 func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	if c.State == "" || (c.Certs == "" && !c.Insecure) || c.Listen == "" {
@@ -88,11 +93,13 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.SiteNames = c.Sites
 	if c.Certs != "" {
 		names, err := certs.Sites(c.Certs)
 		if err != nil {
 			return nil, err
 		}
+		f.SiteNames = names
 		if len(names) != len(f.Task.Clients) {
 			return nil, fmt.Errorf("%s lists %d sites but the configuration's federation.clients is %d: make them agree (certs add-site, or --set federation.clients=%d)",
 				filepath.Join(c.Certs, "sites.txt"), len(names), len(f.Task.Clients), len(names))
@@ -118,20 +125,35 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 		logger = slog.Default()
 	}
 	coord.Logger = logger
-	hist, err := transport.RunCoordinator(ctx, transport.CoordinatorConfig{
-		Addr: c.Listen, HTTPAddr: c.HTTP, HTTPTokenFile: c.HTTPTokenFile, HTTPLinger: c.Linger, Fingerprint: e.Fingerprint(), CertsDir: c.Certs, Insecure: c.Insecure, Sites: c.Sites,
+	// the outputs are written as soon as the rounds end; --linger only
+	// keeps the dashboard up after that
+	var res *Result
+	var werr error
+	finished := func(hist *federation.History, err error) {
+		// stopped by a signal (transport.ErrStopped): the rounds done are
+		// the run's outputs so far (the state folder resumes it)
+		stopped := errors.Is(err, transport.ErrStopped) && hist != nil && len(hist.Rounds) > 0
+		if (err == nil || stopped) && hist != nil {
+			if res, werr = WriteFederationReports(o, f, hist); werr == nil {
+				logger.Info("results written", "out", c.Out)
+			} else {
+				logger.Error("the results could not be written", "out", c.Out, "err", werr)
+			}
+		}
+	}
+	job := dashboard.Job{Name: e.Name, Method: f.Name, Preset: c.Preset, Protocol: f.Task.Protocol, Dataset: f.Dataset}
+	_, err = transport.RunCoordinator(ctx, transport.CoordinatorConfig{
+		Addr: c.Listen, HTTPAddr: c.HTTP, HTTPTokenFile: c.HTTPTokenFile, HTTPLinger: c.Linger, Fingerprint: e.Fingerprint(), Job: job,
+		Finished: finished, CertsDir: c.Certs, Insecure: c.Insecure, Sites: c.Sites,
 		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Compress: o.Compress, Logger: logger,
 		RegisterTimeout: c.RegisterTimeout, OfflineAfter: c.OfflineAfter, Settings: taskSettings(e, modelID), Task: task,
 	}, coord)
-	if errors.Is(err, transport.ErrStopped) && (hist == nil || len(hist.Rounds) == 0) {
-		return nil, fmt.Errorf("%w; no round was done, so no output was written", err)
-	}
 	if errors.Is(err, transport.ErrStopped) {
-		// stopped by a signal: the rounds done are the run's outputs so
-		// far (the state folder resumes it)
-		res, werr := WriteFederationReports(o, f, hist)
-		if werr != nil {
+		switch {
+		case werr != nil:
 			return nil, fmt.Errorf("%w; writing the outputs of the rounds done: %w", err, werr)
+		case res == nil:
+			return nil, fmt.Errorf("%w; no round was done, so no output was written", err)
 		}
 		logger.Warn("stopped: the outputs of the rounds done are written; restart with the same flags to resume", "why", err, "out", c.Out)
 		return res, nil
@@ -139,7 +161,10 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return WriteFederationReports(o, f, hist)
+	if werr != nil {
+		return nil, werr
+	}
+	return res, nil
 }
 
 // serveCoordinator is the coordinator of Serve: `pfedmma run`'s schedule

@@ -139,14 +139,18 @@ func newSetup(o Options, names []string) (*setup, error) {
 }
 
 // siteBytes averages, over every round of each method's federation, the
-// bytes one site uploads (the shared tensors: the round's upload over the
-// sites selected) and downloads (the round's training and evaluation
-// instructions over the federation's sites). `run` and `serve` report it
-// alike.
+// payload bytes one site uploads (the round's upload over the sites whose
+// update was aggregated) and downloads (the round's training and
+// evaluation instructions over the federation's sites less the round's
+// absent ones): site-rounds where a site was absent do not count. `run`
+// and `serve` report it alike.
 type siteBytes struct {
-	clients  int
-	up, down map[string]float64
-	rounds   map[string]int
+	clients int
+	// up and down sum the bytes; upN and downN the site-rounds they came
+	// from
+	up, down   map[string]float64
+	upN, downN map[string]int
+	rounds     map[string]int
 	// totals over every round (all sites), and the encoding counted
 	// (federation.compress: the on-wire bytes of the tensors)
 	totalUp, totalDown map[string]int64
@@ -155,18 +159,25 @@ type siteBytes struct {
 
 func newSiteBytes(clients int) *siteBytes {
 	return &siteBytes{clients: max(clients, 1), up: map[string]float64{}, down: map[string]float64{}, rounds: map[string]int{},
-		totalUp: map[string]int64{}, totalDown: map[string]int64{}}
+		upN: map[string]int{}, downN: map[string]int{}, totalUp: map[string]int64{}, totalDown: map[string]int64{}}
 }
 
 // add counts one round of method's federation.
 func (b *siteBytes) add(method string, r federation.RoundReport) {
-	if n := len(r.Selected); n > 0 {
-		b.up[method] += float64(r.BytesUp) / float64(n)
-		b.down[method] += float64(r.BytesDown) / float64(b.clients)
-		b.rounds[method]++
-		b.totalUp[method] += r.BytesUp
-		b.totalDown[method] += r.BytesDown
+	if len(r.Selected) == 0 {
+		return
 	}
+	up := len(r.Participants)
+	if up == 0 && r.Participants == nil {
+		up = len(r.Selected) - len(r.Failures) // a report from before Participants
+	}
+	b.up[method] += float64(r.BytesUp)
+	b.upN[method] += up
+	b.down[method] += float64(r.BytesDown)
+	b.downN[method] += max(b.clients-len(r.Absent), 0)
+	b.rounds[method]++
+	b.totalUp[method] += r.BytesUp
+	b.totalDown[method] += r.BytesDown
 }
 
 // extra is the summary's figures (nil when no round was counted).
@@ -175,9 +186,9 @@ func (b *siteBytes) extra() map[string]any {
 		return nil
 	}
 	up, down := map[string]float64{}, map[string]float64{}
-	for m, n := range b.rounds {
-		up[m] = b.up[m] / float64(n)
-		down[m] = b.down[m] / float64(n)
+	for m := range b.rounds {
+		up[m] = b.up[m] / float64(max(b.upN[m], 1))
+		down[m] = b.down[m] / float64(max(b.downN[m], 1))
 	}
 	return map[string]any{"update_bytes_per_round_per_site": up, "download_bytes_per_round_per_site": down,
 		"update_bytes_total": b.totalUp, "download_bytes_total": b.totalDown, "compress": cmp.Or(string(b.codec), string(compress.None))}

@@ -150,15 +150,7 @@ func ReceiveTask(ctx context.Context, c SiteConfig, id int) (*ReceivedTask, erro
 		err = keepTask(c.State, task)
 	}
 	if err != nil {
-		reason := err.Error()
-		if r, ok := errors.AsType[*TaskRefusal](err); ok {
-			reason = r.Reason
-		}
-		c.Logger.Error("the site refuses the coordinator's task", "site", c.Name, "reason", reason)
-		if rerr := transport.RefuseTask(ctx, tc, id, reason); rerr != nil {
-			c.Logger.Warn("the refusal could not be sent to the coordinator", "site", c.Name, "err", rerr)
-		}
-		return nil, err
+		return nil, c.refuseTask(ctx, id, err)
 	}
 	c.Logger.Info("task accepted", "site", c.Name, "client", id, "fingerprint", task.Fingerprint, "methods", e.Methods, "rounds", e.Federation.Rounds)
 	return &ReceivedTask{Experiment: e, Fingerprint: task.Fingerprint, Model: modelID}, nil
@@ -216,14 +208,16 @@ func SiteFromTask(ctx context.Context, c SiteConfig, e *config.Experiment, finge
 		return nil, err
 	}
 	defer f.Close()
-	logger := c.Logger
-	if logger == nil {
-		logger = slog.Default()
+	uploads, err := c.acceptUploads(e, f)
+	if err != nil {
+		return nil, c.refuseTask(ctx, id, err)
 	}
+	logger := siteLogger(c.Logger)
 	state := filepath.Join(c.State, "state")
 	sc := &siteClient{Client: f.Client(id), fingerprint: fingerprint, metrics: filepath.Join(c.State, "metrics.jsonl")}
 	tc := c.transport()
 	tc.Logger, tc.StateDir, tc.Settings = logger, state, taskSettings(e, model)
+	c.sitePolicy(&tc, e, uploads)
 	if err := transport.RunSite(ctx, tc, sc); err != nil {
 		return nil, err
 	}

@@ -183,6 +183,14 @@ func hostFromTask(ctx context.Context, hosted []SiteConfig, ids []int, e *config
 		return nil, fmt.Errorf("--clients: %w", err)
 	}
 	defer f.Close()
+	states := make([]string, len(hosted)-1)
+	for i := range states {
+		states[i] = hosted[i+1].State
+	}
+	uploads, err := hosted[0].acceptUploads(e, f, states...)
+	if err != nil {
+		return nil, hosted[0].refuseTask(ctx, ids[0], err)
+	}
 	res := make([]HostedSiteResult, len(ids))
 	sites := make([]transport.HostedSite, len(ids))
 	for i, id := range ids {
@@ -193,6 +201,7 @@ func hostFromTask(ctx context.Context, hosted []SiteConfig, ids []int, e *config
 		res[i] = HostedSiteResult{ID: id, Name: h.Name, State: h.State}
 		tc := h.transport()
 		tc.StateDir, tc.Settings = filepath.Join(h.State, "state"), taskSettings(e, model)
+		h.sitePolicy(&tc, e, uploads)
 		sites[i] = transport.HostedSite{Config: tc,
 			Client: &siteClient{Client: f.Client(id), fingerprint: fingerprint, metrics: filepath.Join(h.State, "metrics.jsonl")}}
 	}

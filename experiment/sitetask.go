@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/config"
@@ -125,15 +127,6 @@ func serveTask(e *config.Experiment, id ModelID, spec map[string][]int) (*transp
 	return &transport.Task{Experiment: y, ModelSHA256: id.Weights, VocabSHA256: id.Vocab, Fingerprint: e.Fingerprint(), UploadBytes: bytes}, nil
 }
 
-// SitePolicy is what tasks a site accepts.
-type SitePolicy struct {
-	// AcceptMethods, when set, lists the trained methods the site runs
-	// (--accept-methods).
-	AcceptMethods []string
-	// MaxUploadMiB, when positive, bounds one upload (--max-upload-mib).
-	MaxUploadMiB float64
-}
-
 // TaskRefusal is a task a site's policy refuses: the site tells the
 // coordinator and exits with it.
 type TaskRefusal struct{ Reason string }
@@ -144,8 +137,17 @@ func (r *TaskRefusal) Error() string { return "the site refuses the coordinator'
 // world, its model, its site-local overrides) and checks it against the
 // site's policy and model (id, the identity of c.Model and its
 // vocabulary). It returns the experiment the site runs, or a *TaskRefusal,
-// or an error naming what is malformed in the task.
+// or an error naming what is malformed in the task. A task that sets any
+// of the site's own keys (config.SiteLocalKeys: its data, model,
+// vocabulary, threads, cache) is refused naming them; the experiment
+// returned loads c.Model and c.Vocab, the files whose hashes id holds.
+// The size of what the site uploads is not checked here but computed by
+// the site from the method once built (SiteFromTask): task.UploadBytes is
+// the coordinator's word and decides nothing.
 func AcceptTask(task *transport.Task, c SiteConfig, id ModelID) (*config.Experiment, error) {
+	if err := checkSiteLocal(task.Experiment); err != nil {
+		return nil, err
+	}
 	sets := slices.Clone(c.Local)
 	sets = append(sets, "model="+c.ModelArg)
 	if c.Data != "world" {
@@ -161,25 +163,86 @@ func AcceptTask(task *transport.Task, c SiteConfig, id ModelID) (*config.Experim
 	if c.Experiment != nil { // site-local settings of the site's own configuration
 		e.Threads, e.Cache = c.Experiment.Threads, c.Experiment.Cache
 	}
+	// the files hashed in id are the ones loaded
+	e.Model, e.Vocab = c.ModelArg, c.Vocab
 	if task.ModelSHA256 != id.Weights {
 		return nil, &TaskRefusal{fmt.Sprintf("the coordinator's model has SHA-256 %s, this site's (%s) %s: give the coordinator's checkpoint with --model FILE (a site never downloads weights)",
 			task.ModelSHA256, modelName(c.ModelArg), id.Weights)}
 	}
 	if task.VocabSHA256 != id.Vocab {
 		return nil, &TaskRefusal{fmt.Sprintf("the coordinator's vocabulary has SHA-256 %s, this site's (%s) %s: put the coordinator's vocabulary beside the model or give it with --set vocab=FILE",
-			task.VocabSHA256, cmp.Or(e.Vocab, "beside "+modelName(c.ModelArg)), id.Vocab)}
+			task.VocabSHA256, cmp.Or(c.Vocab, "beside "+modelName(c.ModelArg)), id.Vocab)}
 	}
 	method, err := TrainedMethod(e.Methods)
 	if err != nil {
 		return nil, fmt.Errorf("%s: methods: %w", TaskName, err)
 	}
-	if len(c.Policy.AcceptMethods) > 0 && !slices.Contains(c.Policy.AcceptMethods, method) {
-		return nil, &TaskRefusal{fmt.Sprintf("method %s is not among --accept-methods %s", method, strings.Join(c.Policy.AcceptMethods, ","))}
-	}
-	if lim := c.Policy.MaxUploadMiB; lim > 0 && float64(task.UploadBytes) > lim*(1<<20) {
-		return nil, &TaskRefusal{fmt.Sprintf("one upload of method %s weighs %.4g MiB (%d bytes), over --max-upload-mib %g", method, float64(task.UploadBytes)/(1<<20), task.UploadBytes, lim)}
+	if err := c.Policy.check(e, method); err != nil {
+		return nil, err
 	}
 	return e, nil
+}
+
+// check refuses a task (experiment e training method) the policy does not
+// accept: another method, a pinned setting changed, no secure aggregation
+// where it is required, fewer clients than the minimum of participants.
+func (p SitePolicy) check(e *config.Experiment, method string) error {
+	if len(p.AcceptMethods) > 0 && !slices.Contains(p.AcceptMethods, method) {
+		return &TaskRefusal{fmt.Sprintf("method %s is not among %s %s", method, p.name(policyMethods, "--accept-methods"), strings.Join(p.AcceptMethods, ","))}
+	}
+	if err := p.checkPins(e); err != nil {
+		return err
+	}
+	if p.RequireSecureAggregation && !e.Federation.SecureAggregation {
+		return &TaskRefusal{fmt.Sprintf("the task's federation.secure_aggregation is false and %s requires secure aggregation: this site never uploads in the clear",
+			p.name(policyRequireSecure, "--require-secure-aggregation"))}
+	}
+	if n := p.MinParticipants; n > 0 && e.Federation.Clients < n {
+		return &TaskRefusal{fmt.Sprintf("the task's federation has %d clients, fewer than %s %d", e.Federation.Clients, p.name(policyMinPart, "--min-participants"), n)}
+	}
+	return nil
+}
+
+// checkSiteLocal refuses a task whose YAML sets any of the site's own keys
+// (config.SiteLocalKeys, at the top level or one level down), or a YAML
+// merge key that could carry them.
+func checkSiteLocal(data []byte) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil // config.ParseTask names what is malformed
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	var found []string
+	var walk func(m *yaml.Node, prefix string, depth int)
+	walk = func(m *yaml.Node, prefix string, depth int) {
+		if m.Kind != yaml.MappingNode || depth > 1 {
+			return
+		}
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			k := m.Content[i]
+			if k.Kind == yaml.AliasNode && k.Alias != nil {
+				k = k.Alias
+			}
+			path := prefix + k.Value
+			switch {
+			case k.Value == "<<" || k.Tag == "!!merge":
+				found = append(found, fmt.Sprintf("a YAML merge key under %q (line %d)", cmp.Or(prefix, "the top"), k.Line))
+			case config.IsSiteLocal(path):
+				found = append(found, fmt.Sprintf("%s (line %d)", path, k.Line))
+			default:
+				walk(m.Content[i+1], path+".", depth+1)
+			}
+		}
+	}
+	walk(root, "", 0)
+	if len(found) > 0 {
+		return &TaskRefusal{fmt.Sprintf("the task sets %s: a site's data, model, vocabulary, threads and cache (%s) are its own, never the coordinator's",
+			strings.Join(found, ", "), strings.Join(config.SiteLocalKeys, ", "))}
+	}
+	return nil
 }
 
 func modelName(arg string) string {

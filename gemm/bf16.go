@@ -16,25 +16,33 @@ const (
 	// BF16 rounds the frozen weights and the activations multiplied by them
 	// to bfloat16 and accumulates in float32.
 	BF16
+	// Auto is BF16 where a start-up probe at the model's shapes measures it
+	// faster than FP32 on this machine, else FP32 (ProbePrecision).
+	Auto
 )
 
-// String is the configuration spelling: "fp32" or "bf16".
+// String is the configuration spelling: "fp32", "bf16" or "auto".
 func (p Precision) String() string {
-	if p == BF16 {
+	switch p {
+	case BF16:
 		return "bf16"
+	case Auto:
+		return "auto"
 	}
 	return "fp32"
 }
 
-// ParsePrecision reads "fp32" (or "") and "bf16" (also "bfloat16").
+// ParsePrecision reads "fp32" (or ""), "bf16" (also "bfloat16") and "auto".
 func ParsePrecision(s string) (Precision, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", "fp32", "float32":
 		return FP32, nil
 	case "bf16", "bfloat16":
 		return BF16, nil
+	case "auto":
+		return Auto, nil
 	}
-	return FP32, fmt.Errorf("gemm: unknown precision %q (want fp32 or bf16)", s)
+	return FP32, fmt.Errorf("gemm: unknown precision %q (want fp32, bf16 or auto)", s)
 }
 
 // BF16Backend names the implementation of MatMulBF16: "onednn" (bfloat16
@@ -51,6 +59,7 @@ type BF16Weights struct {
 	Rows, Cols int
 	bits       []uint16  // bfloat16 values (oneDNN)
 	f32        []float32 // the same values widened back to float32 (emulation)
+	packs      packs     // bits reordered into oneDNN's layouts (made on first use)
 }
 
 // NewBF16Weights rounds w [rows, cols] (row-major) to bfloat16. It returns
@@ -126,7 +135,7 @@ func MatMulBF16(transW bool, m, n, k int, a []float32, w *BF16Weights, bias, c [
 		}
 		return
 	}
-	if !statsOn.Load() || inParallel.Load() {
+	if !statsOn.Load() || inParallel.Load() > 0 {
 		matMulBF16(transW, m, n, k, a, w, bias, c, accumulate)
 		return
 	}

@@ -16,3 +16,6 @@ func newBF16Storage(b *BF16Weights, w []float32) {
 func matMulBF16(transW bool, m, n, k int, a []float32, w *BF16Weights, bias, c []float32, accumulate bool) {
 	emulatedMatMulBF16(transW, m, n, k, a, w, bias, c, accumulate)
 }
+
+// packs: emulation reads the weights as stored.
+type packs struct{}

@@ -20,7 +20,7 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		return
 	}
 	checkSizes(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
-	if !statsOn.Load() || inParallel.Load() {
+	if !statsOn.Load() || inParallel.Load() > 0 {
 		sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
@@ -32,7 +32,7 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 }
 
 var (
-	inParallel                      atomic.Bool // Parallel is running: its calls are not counted
+	inParallel                      atomic.Int32 // Parallels running: their calls run their parts serially and are not counted
 	statsOn                         atomic.Bool
 	statNanos, statFlops, statCalls atomic.Int64
 )
@@ -122,7 +122,9 @@ func checkSizes(transA, transB bool, m, n, k int, a []float32, lda int, b []floa
 // Parallel runs fn(0) … fn(n−1) on all threads, each call with
 // single-threaded GEMMs: the way to run many small independent products
 // (one per attention head) where splitting each product over threads costs
-// more than it saves. Calls must write disjoint memory.
+// more than it saves. Calls must write disjoint memory. A product computed
+// inside Parallel has the same bits as outside it: only who runs its parts
+// changes, never the parts.
 func Parallel(n, threads int, fn func(i int)) {
 	if threads < 1 {
 		threads = 1
@@ -133,13 +135,8 @@ func Parallel(n, threads int, fn func(i int)) {
 		}
 		return
 	}
-	saved := Threads()
-	setThreads(1)
-	inParallel.Store(true)
-	defer func() {
-		inParallel.Store(false)
-		setThreads(saved)
-	}()
+	inParallel.Add(1)
+	defer inParallel.Add(-1)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < min(threads, n); w++ {

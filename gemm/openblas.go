@@ -6,7 +6,6 @@ package gemm
 #cgo LDFLAGS: -lopenblas
 #include <cblas.h>
 void openblas_set_num_threads(int num_threads);
-int openblas_get_num_threads(void);
 char* openblas_get_corename(void);
 */
 import "C"
@@ -16,6 +15,8 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -24,13 +25,98 @@ import (
 
 const backend = "openblas"
 
-func init() { setThreads(runtime.GOMAXPROCS(0)) }
+// nthreads is the number of parts a large product is split into. OpenBLAS
+// itself always runs on one thread: its own partition of a product depends
+// on its process-wide thread count, which Parallel lowered while other
+// goroutines computed, so results differed in the last bits from one call to
+// the next (see partition).
+var nthreads atomic.Int64
 
-func threads() int { return int(C.openblas_get_num_threads()) }
+func init() {
+	C.openblas_set_num_threads(1)
+	nthreads.Store(int64(runtime.GOMAXPROCS(0)))
+}
 
-func setThreads(n int) { C.openblas_set_num_threads(C.int(n)) }
+func threads() int { return int(nthreads.Load()) }
 
+func setThreads(n int) { nthreads.Store(int64(n)) }
+
+// sgemm computes the product in the parts partition chooses, each a
+// single-threaded OpenBLAS call, concurrently unless called from Parallel.
+// The parts depend only on the shape and the configured thread count, so
+// the bits do too, whoever runs them and whatever else runs meanwhile.
 func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	parts, per, alongM := partition(m, n, k, threads())
+	if parts == 1 {
+		sgemm1(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	dim := n
+	if alongM {
+		dim = m
+	}
+	part := func(p int) {
+		lo, hi := p*per, min((p+1)*per, dim)
+		if alongM {
+			aOff := lo * lda // rows of op(A) = rows of A
+			if transA {
+				aOff = lo // columns of A
+			}
+			sgemm1(transA, transB, hi-lo, n, k, alpha, a[aOff:], lda, b, ldb, beta, c[lo*ldc:], ldc)
+			return
+		}
+		bOff := lo // columns of B
+		if transB {
+			bOff = lo * ldb // rows of B
+		}
+		sgemm1(transA, transB, m, hi-lo, k, alpha, a, lda, b[bOff:], ldb, beta, c[lo:], ldc)
+	}
+	if inParallel.Load() > 0 {
+		for p := 0; p < parts; p++ {
+			part(p)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for p := 1; p < parts; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			part(p)
+		}()
+	}
+	part(0)
+	wg.Wait()
+}
+
+// minSplitMNK is the size (m·n·k) up to which a product runs as one call,
+// OpenBLAS's own threshold for threading (SMP_THRESHOLD_MIN ×
+// GEMM_MULTITHREAD_THRESHOLD).
+const minSplitMNK = 65536 * 4
+
+// partAlign keeps every part but the last a multiple of the micro-kernels'
+// unrolling, so each part runs whole kernel blocks.
+const partAlign = 16
+
+// partition splits a product into parts along the larger of m and n (whose
+// other operand, packed whole by every part, is the smaller): about one
+// part per thread, each per rows or columns wide (a multiple of partAlign,
+// the last one narrower), and a single part for small products.
+func partition(m, n, k, threads int) (parts, per int, alongM bool) {
+	alongM = m >= n
+	dim := n
+	if alongM {
+		dim = m
+	}
+	if threads <= 1 || float64(m)*float64(n)*float64(k) <= minSplitMNK || dim < 2*partAlign {
+		return 1, dim, alongM
+	}
+	per = (dim + threads - 1) / threads
+	per = (per + partAlign - 1) / partAlign * partAlign
+	return (dim + per - 1) / per, per, alongM
+}
+
+func sgemm1(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	ta, tb := uint32(C.CblasNoTrans), uint32(C.CblasNoTrans)
 	if transA {
 		ta = C.CblasTrans
@@ -91,7 +177,7 @@ func KernelFamily() (inUse, best string) { return CoreName(), bestCore() }
 
 // KernelWarning is a one-line warning when OpenBLAS runs a kernel family
 // weaker than the CPU supports (typically OPENBLAS_CORETYPE set by the user,
-// which TuneCPU respects), or "" when it does not.
+// which tune respects), or "" when it does not.
 func KernelWarning() string {
 	inUse, best := KernelFamily()
 	r, rb := coreRank(inUse), coreRank(best)
@@ -105,34 +191,34 @@ func KernelWarning() string {
 	return fmt.Sprintf("OpenBLAS runs %s kernels (%s) but this CPU supports %s: GEMMs run up to about 2× slower; unset OPENBLAS_CORETYPE or set it to %s", inUse, how, best, best)
 }
 
-// TuneCPU configures OpenBLAS, which reads its settings only when the
-// process starts, by re-executing the program once with them in the
-// environment (a user's own settings are kept):
+// init chooses the OpenBLAS kernel family for every program that links
+// this package, pfedmma and each test binary alike (tune).
+func init() { tune() }
+
+// tune configures OpenBLAS and oneDNN's OpenMP, which read their settings
+// when the process loads them, before any Go code runs, by re-executing the
+// program once with them in the environment; a setting already present,
+// the user's or the machine's, is kept:
 //
 //   - OPENBLAS_CORETYPE: Debian 12's OpenBLAS does not recognise recent Xeons
 //     and falls back to generic "Prescott" kernels at half the GEMM speed; the
 //     best kernel family this CPU supports is named instead.
-//   - OPENBLAS_THREAD_TIMEOUT=4: OpenBLAS worker threads otherwise spin for
-//     about 2^28 cycles after each call, starving the Go goroutines that run
-//     the elementwise layers between GEMMs (measured: a ViT-B block forward
-//     2.4× slower).
-//   - OMP_WAIT_POLICY=PASSIVE: the same for oneDNN's OpenMP threads (the
-//     bf16 products), which otherwise spin after each product.
+//   - OMP_WAIT_POLICY=PASSIVE: oneDNN's OpenMP threads (the bf16 products)
+//     otherwise spin after each product, starving the Go goroutines that run
+//     the elementwise layers between GEMMs.
 //
-// It returns only when no re-execution was needed or it failed. Call it
-// first in main.
-func TuneCPU() {
-	if os.Getenv("PFEDMMA_TUNED") != "" {
+// OpenBLAS's own threads never work (sgemm splits products itself), so its
+// thread timeout no longer matters. tune returns only when no re-execution
+// was needed or it failed (the program then runs as it is).
+func tune() {
+	if os.Getenv(tunedEnv) != "" {
 		return
 	}
 	var env []string
 	if os.Getenv("OPENBLAS_CORETYPE") == "" {
-		if best := bestCore(); best != "" && best != CoreName() {
+		if best := bestCore(); best != "" && coreRank(best) > coreRank(CoreName()) {
 			env = append(env, "OPENBLAS_CORETYPE="+best)
 		}
-	}
-	if os.Getenv("OPENBLAS_THREAD_TIMEOUT") == "" {
-		env = append(env, "OPENBLAS_THREAD_TIMEOUT=4")
 	}
 	if os.Getenv("OMP_WAIT_POLICY") == "" {
 		env = append(env, "OMP_WAIT_POLICY=PASSIVE")
@@ -144,6 +230,10 @@ func TuneCPU() {
 	if err != nil {
 		return
 	}
-	env = append(append(os.Environ(), env...), "PFEDMMA_TUNED=1")
+	env = append(append(os.Environ(), env...), tunedEnv+"=1")
 	_ = syscall.Exec(exe, os.Args, env) // returns only on failure
 }
+
+// tunedEnv marks a process that tune has re-executed (and its children,
+// which inherit the settings it chose).
+const tunedEnv = "PFEDMMA_TUNED"

@@ -44,7 +44,7 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		}
 	}
 	workers := min(threads(), m)
-	if m*n*k < 1<<15 {
+	if m*n*k < 1<<15 || inParallel.Load() > 0 {
 		workers = 1
 	}
 	rowsPer := (m + workers - 1) / workers
@@ -168,9 +168,6 @@ func putBuf(b []float32) {
 
 // CoreName names the pure-Go kernel.
 func CoreName() string { return "go" }
-
-// TuneCPU does nothing in the pure-Go build.
-func TuneCPU() {}
 
 // KernelFamily returns the kernel in use ("go") and no better one.
 func KernelFamily() (inUse, best string) { return "go", "" }

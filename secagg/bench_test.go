@@ -35,12 +35,22 @@ func BenchmarkRound(b *testing.B) {
 			for _, p := range rng.Perm(tc.n)[:tc.drops] {
 				drop[cfg.Sites[p]] = true
 			}
+			// sites as in a federation: signed keys (ECDSA P-256
+			// certificates) checked against the CA and the site list
+			names := make([]string, cfg.Sites[len(cfg.Sites)-1]+1)
+			for _, id := range cfg.Sites {
+				names[id] = fmt.Sprintf("site-%d", id)
+			}
+			p := newPKI(b, names...)
 			var up, down int
 			var site, server time.Duration
 			for b.Loop() {
 				r := &round{cfg: cfg, srv: NewServer(cfg), clients: map[int]*Client{}}
 				for _, id := range cfg.Sites {
 					r.clients[id], _ = NewClient(cfg, id, nil)
+					if err := r.clients[id].Authenticate(p.ids[id], p.authority(true)); err != nil {
+						b.Fatal(err)
+					}
 				}
 				up, down, site, server, err = r.measure(xs, ws, drop)
 				if err != nil {
@@ -138,7 +148,24 @@ func (r *round) measure(xs map[int][]float32, ws map[int]uint64, drop map[int]bo
 	for _, id := range alive {
 		down += len(MarshalSurvivors(alive))
 		lap(&server)
-		rv, err := r.clients[id].Unmask(alive)
+		c, err := r.clients[id].SignSurvivors(alive)
+		if err != nil {
+			return 0, 0, 0, 0, err
+		}
+		up += len(MarshalConsistency(c))
+		lap(&site)
+		if err := r.srv.ReceiveConsistency(c); err != nil {
+			return 0, 0, 0, 0, err
+		}
+	}
+	sigs, err := r.srv.ConsistencyDone()
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	for _, id := range alive {
+		down += len(MarshalConsistencyList(sigs))
+		lap(&server)
+		rv, err := r.clients[id].Unmask(sigs)
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}

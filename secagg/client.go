@@ -5,6 +5,7 @@ import (
 	"crypto/cipher"
 	"crypto/ecdh"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -18,6 +19,11 @@ type Advertise struct {
 	MaskKey []byte // X25519 public key of the pairwise masks
 	EncKey  []byte // X25519 public key of the share encryption
 	Commit  [32]byte
+	// Cert and Sig authenticate the rest (an authenticated site): the
+	// site's certificate (DER) and its signature over the keys, the
+	// commitment and the round's settings (Config.digest). Empty for a
+	// site without an Identity.
+	Cert, Sig []byte
 }
 
 // EncryptedShare is round 1's message from site From to its neighbour To:
@@ -72,6 +78,7 @@ const (
 	phaseAdvertise = iota
 	phaseShare
 	phaseMask
+	phaseConsistency
 	phaseUnmask
 	phaseDone
 )
@@ -89,6 +96,27 @@ type Client struct {
 	keys    map[int]Advertise // the advertised keys of the holders of my shares
 	held    map[int]held      // owner → my shares of it (mine included)
 	peers   []int             // neighbours whose shares I hold: my mask partners
+
+	me        *Identity                 // nil: unauthenticated
+	auth      *Authority                // what peers are checked against
+	certs     map[int]*x509.Certificate // the advertisers' verified certificates
+	minSites  int                       // the site's own minimum of participants
+	survivors []int                     // the survivor set this site signed
+}
+
+// RequireSites makes the client refuse a round with fewer than n sites in
+// its list, advertising keys or surviving: the site's own minimum, whatever
+// the server's settings (n ≤ 2 adds nothing: the protocol needs 2). It must
+// be called before Advertise.
+func (c *Client) RequireSites(n int) error {
+	if c.phase != phaseAdvertise {
+		return fmt.Errorf("secagg: site %d: RequireSites after the round began", c.id)
+	}
+	if len(c.cfg.Sites) < n {
+		return fmt.Errorf("secagg: site %d: the round lists %d sites, fewer than this site's minimum %d", c.id, len(c.cfg.Sites), n)
+	}
+	c.minSites = n
+	return nil
 }
 
 // NewClient starts site id's side of the round cfg; rnd is the random
@@ -126,8 +154,15 @@ func (c *Client) Advertise() (Advertise, error) {
 	if _, err := io.ReadFull(c.rnd, c.seed[:]); err != nil {
 		return Advertise{}, fmt.Errorf("secagg: self-mask seed: %w", err)
 	}
-	return Advertise{From: c.id, MaskKey: c.maskKey.PublicKey().Bytes(), EncKey: c.encKey.PublicKey().Bytes(),
-		Commit: commit(c.cfg.Session, c.id, c.seed)}, nil
+	a := Advertise{From: c.id, MaskKey: c.maskKey.PublicKey().Bytes(), EncKey: c.encKey.PublicKey().Bytes(),
+		Commit: commit(c.cfg.Session, c.id, c.seed)}
+	if c.me != nil {
+		a.Cert = c.me.Cert
+		if a.Sig, err = signMsg(c.me.Key, c.cfg.advertSigned(a)); err != nil {
+			return Advertise{}, fmt.Errorf("secagg: site %d: signing its keys: %w", c.id, err)
+		}
+	}
+	return a, nil
 }
 
 // checkAdvertise validates an advertisement's form.
@@ -152,16 +187,24 @@ func (c *Client) ShareKeys(adv []Advertise) ([]EncryptedShare, error) {
 	}
 	holders := c.cfg.Holders(c.id)
 	c.keys = map[int]Advertise{}
+	seen := map[int]bool{}
 	for _, a := range adv {
 		if err := c.cfg.checkAdvertise(a); err != nil {
 			return nil, fmt.Errorf("secagg: site %d: %w", c.id, err)
 		}
-		if _, dup := c.keys[a.From]; dup {
+		if seen[a.From] {
 			return nil, fmt.Errorf("secagg: site %d: two advertisements from site %d", c.id, a.From)
 		}
+		seen[a.From] = true
 		if _, ok := slices.BinarySearch(holders, a.From); ok {
 			c.keys[a.From] = a
 		}
+	}
+	if err := c.verifyAdverts(adv); err != nil {
+		return nil, fmt.Errorf("secagg: site %d refuses the relayed keys: %w", c.id, err)
+	}
+	if len(seen) < c.minSites {
+		return nil, fmt.Errorf("secagg: site %d: %d sites advertised keys, fewer than this site's minimum %d", c.id, len(seen), c.minSites)
 	}
 	me, ok := c.keys[c.id]
 	if !ok || !slices.Equal(me.MaskKey, c.maskKey.PublicKey().Bytes()) || !slices.Equal(me.EncKey, c.encKey.PublicKey().Bytes()) || me.Commit != commit(c.cfg.Session, c.id, c.seed) {
@@ -321,31 +364,49 @@ func (c *Client) pairSeed(j int) ([32]byte, error) {
 	return pairSeed(c.cfg.Session, c.id, j, shared), nil
 }
 
-// Unmask takes the survivors the server names (the sites whose masked input
-// arrived) and reveals, for every site whose shares this site holds, the
-// self-seed share of a survivor or the mask-key share of a site that
-// dropped. It refuses when fewer than the threshold of this site's share
-// holders survive, and any survivor list that is malformed or leaves this
-// site out.
-func (c *Client) Unmask(survivors []int) (Reveal, error) {
-	if err := c.step(phaseUnmask, "Unmask"); err != nil {
-		return Reveal{}, err
-	}
+// checkSurvivors refuses a survivor list that is malformed, leaves this
+// site out, or is shorter than the threshold or the site's minimum.
+func (c *Client) checkSurvivors(survivors []int) error {
 	alive := map[int]bool{}
 	for _, s := range survivors {
 		if !c.cfg.has(s) {
-			return Reveal{}, fmt.Errorf("secagg: site %d: survivor %d is not among the round's sites", c.id, s)
+			return fmt.Errorf("secagg: site %d: survivor %d is not among the round's sites", c.id, s)
 		}
 		if alive[s] {
-			return Reveal{}, fmt.Errorf("secagg: site %d: survivor %d listed twice", c.id, s)
+			return fmt.Errorf("secagg: site %d: survivor %d listed twice", c.id, s)
 		}
 		alive[s] = true
 	}
 	if !alive[c.id] {
-		return Reveal{}, fmt.Errorf("secagg: site %d: the survivor list leaves this site out", c.id)
+		return fmt.Errorf("secagg: site %d: the survivor list leaves this site out", c.id)
 	}
 	if len(survivors) < c.cfg.Threshold {
-		return Reveal{}, fmt.Errorf("secagg: site %d: %d survivors, fewer than the threshold %d: refusing to unmask", c.id, len(survivors), c.cfg.Threshold)
+		return fmt.Errorf("secagg: site %d: %d survivors, fewer than the threshold %d: refusing to unmask", c.id, len(survivors), c.cfg.Threshold)
+	}
+	if len(survivors) < c.minSites {
+		return fmt.Errorf("secagg: site %d: %d survivors, fewer than this site's minimum %d: refusing to unmask", c.id, len(survivors), c.minSites)
+	}
+	return nil
+}
+
+// Unmask takes the survivors' signatures over the survivor set (the
+// consistency round, relayed by the server) and reveals, for every site
+// whose shares this site holds, the self-seed share of a survivor or the
+// mask-key share of a site that dropped. It refuses when fewer than the
+// threshold of survivors signed the set this site signed (an authenticated
+// client verifies each signature: a server that showed sites different
+// survivor sets is caught here), or when fewer than the threshold of this
+// site's share holders survive.
+func (c *Client) Unmask(sigs []Consistency) (Reveal, error) {
+	if err := c.step(phaseUnmask, "Unmask"); err != nil {
+		return Reveal{}, err
+	}
+	if err := c.checkConsistency(sigs); err != nil {
+		return Reveal{}, fmt.Errorf("secagg: site %d: consistency check failed, refusing to unmask: %w", c.id, err)
+	}
+	alive := map[int]bool{}
+	for _, s := range c.survivors {
+		alive[s] = true
 	}
 	n := 0
 	for o := range c.held {

@@ -24,6 +24,9 @@ type Options struct {
 	// Clip and ScaleBits are the quantisation (defaults 256 and 24).
 	Clip      float64
 	ScaleBits uint
+	// Round is the federation round the session belongs to; it is part of
+	// what authenticated sites sign.
+	Round int
 }
 
 // Default quantisation.
@@ -38,6 +41,7 @@ const (
 // the quantisation.
 type Config struct {
 	Session   [32]byte
+	Round     int
 	Sites     []int // sorted, distinct
 	Degree    int
 	Threshold int
@@ -99,7 +103,10 @@ func NewConfig(session [32]byte, sites []int, length int, o Options) (*Config, e
 	if err := q.check(); err != nil {
 		return nil, err
 	}
-	c := &Config{Session: session, Sites: ss, Degree: k, Threshold: t, Length: length, Quant: q}
+	if o.Round < 0 {
+		return nil, fmt.Errorf("secagg: round %d is negative", o.Round)
+	}
+	c := &Config{Session: session, Round: o.Round, Sites: ss, Degree: k, Threshold: t, Length: length, Quant: q}
 	c.build()
 	return c, nil
 }

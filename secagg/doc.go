@@ -11,40 +11,96 @@
 //  0. AdvertiseKeys: every site draws two X25519 key pairs (crypto/ecdh),
 //     one for its pairwise masks and one for encrypting shares, and a
 //     self-mask seed b_i; it sends both public keys and a SHA-256 commitment
-//     to b_i.
-//  1. ShareKeys: every site Shamir-shares its mask private key and b_i among
-//     its share holders (itself and its neighbours in a k-regular Harary
-//     graph) and sends each neighbour its shares encrypted with AES-256-GCM
-//     under a key agreed by X25519 (the server routes them and cannot read
-//     them).
+//     to b_i. An authenticated site (Client.Authenticate) also sends its
+//     certificate and its signature, with the certificate's key, over the
+//     keys, the commitment and the round's settings (session, federation
+//     round, site list, degree, threshold, length, quantiser).
+//  1. ShareKeys: every authenticated site verifies every relayed
+//     advertisement (the certificate chains to the federation's CA for
+//     client authentication, names the site's ID when the site list is
+//     known, signs for one site only, and its signature holds) and refuses
+//     the round otherwise, naming the site. Then it Shamir-shares its mask
+//     private key and b_i among its share holders (itself and its
+//     neighbours in a k-regular Harary graph) and sends each neighbour its
+//     shares encrypted with AES-256-GCM under a key agreed by X25519 (the
+//     server routes them and cannot read them).
 //  2. MaskedInput: every site sends y_i = q_i + PRG(b_i) + Σ_j ±PRG(s_ij)
 //     mod 2^64, where q_i is its quantised, weighted update, s_ij the
 //     X25519 agreement of its mask key with neighbour j's (j among the
 //     neighbours that shared keys; + when i < j, − otherwise), and PRG is
 //     AES-256-CTR keyed by the seed.
-//  3. Unmasking: the server names the sites whose masked input arrived; each
-//     of them reveals, for every site it holds shares of, the share of b for
-//     a survivor and the share of the mask key for a site that dropped
-//     after sharing keys, never both. The server reconstructs them, removes
-//     the self masks of the survivors and the pairwise masks between
-//     survivors and dropped sites, and divides the sum by the summed weight.
+//  3. Consistency (Bonawitz et al. 2017, §6): the server names the sites
+//     whose masked input arrived; each of them signs that survivor set
+//     (Client.SignSurvivors) and the server relays the signatures.
+//  4. Unmasking: a site that finds fewer than t signatures, or any
+//     signature over another set, refuses to unmask (Client.Unmask).
+//     Otherwise it reveals, for every site it holds shares of, the share of
+//     b for a survivor and the share of the mask key for a site that
+//     dropped after sharing keys, never both. The server reconstructs them,
+//     removes the self masks of the survivors and the pairwise masks
+//     between survivors and dropped sites, and divides the sum by the
+//     summed weight.
+//
+// A site also refuses a round whose list, advertisers or survivors number
+// fewer than its own minimum (Client.RequireSites), and, when it knows the
+// site list, a round naming an ID outside it (Authority.Names).
 //
 // # Threat model
 //
-// The server is honest but curious: it follows the protocol and tries to
-// learn a site's update from everything it receives and stores (it may
-// collude with fewer than t−1 sites among any site's share holders). A
-// stored masked input alone is uniform in Z_2^64 (tested); the server
-// learns the sum over the survivors, their number and their total weight.
-// Every site holds at most one of the two secrets (b_i, mask key) of another
-// site's shares per round, and t > (k+1)/2, so that a server following the
-// protocol never reconstructs both secrets of one site. A malicious server
-// that tells different sites different survivor sets is out of scope (the
-// consistency-check round of SecAgg is not implemented), as are malicious
-// sites poisoning the sum (secure aggregation hides updates, it does not
-// vet them: robust rules that need each update are refused with it). Keys
-// and seeds are fresh every round; the transport (mTLS) authenticates the
-// sites, so the server cannot impersonate one.
+// What each adversary can learn or do (n sites in the round, each with k
+// neighbours, t of whose k+1 share holders reconstruct a secret):
+//
+//   - Honest-but-curious coordinator (follows the protocol, keeps
+//     everything): learns the sum over the survivors, their number, their
+//     total weight and who dropped (and, from the transport, each site's
+//     declared example count); a stored masked input alone is uniform in
+//     Z_2^64 (tested). Colluding with fewer than t of a site's share
+//     holders it learns nothing more (one share per holder, Shamir).
+//   - Malicious coordinator without the CA key (relays what it likes, names
+//     any participants and survivors): cannot substitute a site's keys
+//     (signed; refused naming the site: TestKeySwapAttack reproduces the
+//     recovery of an update when keys are unsigned), cannot add identities
+//     of its own (every key is signed by a distinct certificate of the
+//     federation's CA), cannot show neighbours different round settings
+//     (they are signed with the keys) or sites different survivor sets (the
+//     consistency round: every site refuses). Each honest holder reveals
+//     one of a site's two secrets, so it learns one site's update only if
+//     at least 2t − (k+1) of that site's share holders collude with it:
+//     with the default t = ⌊(k+1)/2⌋+1 that is one site when k+1 is odd,
+//     two when it is even; a larger Options.Threshold (t > (k+1+c)/2)
+//     tolerates c. It can choose which sites take part (down to the sites'
+//     minimum and the threshold), drop any of them, stop a round, and
+//     publish a wrong model: secure aggregation hides updates, it does not
+//     make the coordinator honest. Not prevented: differencing two
+//     sessions. A site that fits the same round again from the same state
+//     can compute the same update, so a coordinator that unmasks the round's
+//     sum over {A, B, C}, restarts it and unmasks {B, C} learns A's
+//     update; a site's minimum bounds the sets but not this.
+//   - Malicious coordinator holding the CA key: can issue a certificate in
+//     any site's name, sign forged keys with it and recover any site's
+//     update (the attack above). Hence the operational rule: keep ca.key
+//     off the coordinator (certs init writes it beside the coordinator's
+//     key: move it to an offline machine, where add-site and revoke run).
+//   - Colluding sites (up to t−1 of a site's share holders, without the
+//     coordinator): they never see another site's masked input (only the
+//     coordinator does) and hold fewer than t shares of its secrets: they
+//     learn the published model, as every site does (with two sites, each
+//     learns the other's update from the mean).
+//   - Network attacker: the links are TLS 1.3 with client certificates; it
+//     sees sizes and timing, cannot read or alter messages or pose as the
+//     coordinator or a site. Shares are also encrypted end to end between
+//     sites. Without TLS (--insecure-dev) it is a malicious coordinator,
+//     and the keys are not authenticated: sites without a certificate sign
+//     nothing and check nothing.
+//
+// mTLS authenticates each site to the coordinator, not to the other sites:
+// the coordinator relays their messages, so only the sites' signatures keep
+// it from substituting keys. Sites sign with their TLS certificate's key;
+// every signed message starts with a "pfedmma/secagg/…" label, which TLS
+// 1.3's signed content (64 spaces first) never does. Keys and seeds are
+// fresh every round. Malicious sites poisoning the sum are out of scope
+// (secure aggregation hides updates, it does not vet them: robust rules
+// that need each update are refused with it).
 //
 // # Neighbour graph and thresholds
 //
@@ -75,9 +131,10 @@
 // Σ_i w_i / 2, and |x̂ − Σ_i w_i x_i / Σ_i w_i| ≤ 2^−(s+1) (≈ 3·10⁻⁸ at
 // s = 24) for every coordinate whose inputs lie within [−C, C], before the
 // final rounding of x̂ to float32 (plus 2^−52·|x̂| for the float64
-// division). The sum is exact in Z_2^64 as long as Σ_i w_i · C · 2^s <
-// 2^63, which NewConfig checks against Options.MaxTotalWeight (default
-// 2^63 / (C · 2^s) = 2^31 examples at the defaults). Because the masked sum
+// division). The sum is exact in Z_2^64 as long as every coordinate stays
+// within int64: Σ_i w_i · M ≤ 2^63 − 1, where M = round(C · 2^s) is the
+// largest quantised magnitude. Encode refuses a weight, and Decode a total
+// weight, above ⌊(2^63 − 1) / M⌋ (2^31 − 1 at the defaults). Because the masked sum
 // is exact integer arithmetic, the result depends neither on the masks nor
 // on which sites dropped: a simulation that quantises the same way
 // (Aggregate) is bit-identical to the protocol.

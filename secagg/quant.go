@@ -18,13 +18,15 @@ type Quantizer struct {
 // the result to float32).
 func (q Quantizer) Bound() float64 { return math.Ldexp(1, -int(q.ScaleBits)-1) }
 
-// maxTotalWeight is the largest Σ w for which Σ w·Clip·2^s < 2^63.
+// maxTotalWeight is the largest Σ w for which every coordinate of the sum
+// stays within int64: ⌊(2^63 − 1) / M⌋, where M = round(Clip · 2^s) is
+// the largest magnitude of a quantised value (M ≤ 2^62 by check).
 func (q Quantizer) maxTotalWeight() uint64 {
-	m := math.Ldexp(1, 63-int(q.ScaleBits)) / q.Clip
-	if m >= math.Ldexp(1, 63) {
-		return 1 << 63
+	m := uint64(math.RoundToEven(math.Ldexp(q.Clip, int(q.ScaleBits))))
+	if m == 0 {
+		return math.MaxInt64
 	}
-	return uint64(m)
+	return math.MaxInt64 / m
 }
 
 func (q Quantizer) check() error {

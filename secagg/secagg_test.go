@@ -96,8 +96,12 @@ func (r *round) run(xs map[int][]float32, ws map[int]uint64, drop map[int]bool) 
 	if alive, err = UnmarshalSurvivors(MarshalSurvivors(alive)); err != nil {
 		return Result{}, err
 	}
+	sigs, err := consistency(r.srv, r.clients, alive)
+	if err != nil {
+		return Result{}, err
+	}
 	for _, id := range alive {
-		rv, err := r.clients[id].Unmask(alive)
+		rv, err := r.clients[id].Unmask(sigs)
 		if err != nil {
 			return Result{}, err
 		}
@@ -109,6 +113,28 @@ func (r *round) run(xs map[int][]float32, ws map[int]uint64, drop map[int]bool) 
 		}
 	}
 	return r.srv.Finish()
+}
+
+// consistency runs the consistency round for the survivors alive (through
+// the wire encoding) and returns the relayed signatures.
+func consistency(srv *Server, clients map[int]*Client, alive []int) ([]Consistency, error) {
+	for _, id := range alive {
+		c, err := clients[id].SignSurvivors(alive)
+		if err != nil {
+			return nil, err
+		}
+		if c, err = UnmarshalConsistency(MarshalConsistency(c)); err != nil {
+			return nil, err
+		}
+		if err := srv.ReceiveConsistency(c); err != nil {
+			return nil, err
+		}
+	}
+	sigs, err := srv.ConsistencyDone()
+	if err != nil {
+		return nil, err
+	}
+	return UnmarshalConsistencyList(MarshalConsistencyList(sigs))
 }
 
 // inputs draws n inputs of length l in [-scale, scale] and weights in
@@ -306,11 +332,11 @@ func TestRefusesBelowThreshold(t *testing.T) {
 	if _, _, err := c.MaskInput(in, xs[cfg.Sites[1]], 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Unmask([]int{cfg.Sites[1], cfg.Sites[3]}); err == nil || !strings.Contains(err.Error(), "refusing to unmask") {
+	if _, err := c.SignSurvivors([]int{cfg.Sites[1], cfg.Sites[3]}); err == nil || !strings.Contains(err.Error(), "refusing to unmask") {
 		t.Fatalf("unmask with 2 survivors: %v, want a refusal", err)
 	}
-	if _, err := c.Unmask(cfg.Sites); err == nil || !strings.Contains(err.Error(), "out of order") {
-		t.Fatalf("a second Unmask: %v, want refused (a site reveals once)", err)
+	if _, err := c.SignSurvivors(cfg.Sites); err == nil || !strings.Contains(err.Error(), "out of order") {
+		t.Fatalf("a second SignSurvivors: %v, want refused (a site signs once)", err)
 	}
 }
 
@@ -599,8 +625,12 @@ func TestMalformedMessages(t *testing.T) {
 		}
 	}
 	alive, _ := r.srv.MaskedDone()
+	sigs, err := consistency(r.srv, r.clients, alive)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i, s := range alive {
-		rv, err := r.clients[s].Unmask(alive)
+		rv, err := r.clients[s].Unmask(sigs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -634,7 +664,9 @@ func TestDecodeGarbage(t *testing.T) {
 	}
 	adv := Advertise{From: 1, MaskKey: make([]byte, 32), EncKey: make([]byte, 32)}
 	msgs := [][]byte{MarshalAdvertise(adv), MarshalAdvertiseList([]Advertise{adv, adv}), MarshalShares(in), MarshalMasked(m),
-		MarshalSurvivors([]int{1, 2}), MarshalReveal(Reveal{From: 1, Shares: []RevealedShare{{Owner: 2, Kind: SelfSeed}}})}
+		MarshalSurvivors([]int{1, 2}), MarshalReveal(Reveal{From: 1, Shares: []RevealedShare{{Owner: 2, Kind: SelfSeed}}}),
+		MarshalAdvertise(Advertise{From: 2, MaskKey: make([]byte, 32), EncKey: make([]byte, 32), Cert: make([]byte, 40), Sig: make([]byte, 70)}),
+		MarshalConsistency(Consistency{From: 1, Sig: make([]byte, 70)}), MarshalConsistencyList([]Consistency{{From: 1, Sig: make([]byte, 70)}, {From: 2}})}
 	decode := func(b []byte) {
 		UnmarshalAdvertise(b)
 		UnmarshalAdvertiseList(b)
@@ -642,6 +674,9 @@ func TestDecodeGarbage(t *testing.T) {
 		UnmarshalMasked(b)
 		UnmarshalSurvivors(b)
 		UnmarshalReveal(b)
+		UnmarshalConsistency(b)
+		UnmarshalConsistencyList(b)
+		IsConsistency(b)
 	}
 	rng := rand.New(rand.NewPCG(15, 16))
 	for _, msg := range msgs {

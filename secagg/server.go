@@ -30,12 +30,13 @@ type Server struct {
 	masked  map[int][]uint64
 	reveals map[int]Reveal
 	alive   []int
+	signed  map[int]Consistency
 }
 
 // NewServer starts the server's side of the round cfg.
 func NewServer(cfg *Config) *Server {
 	return &Server{cfg: cfg, adv: map[int]Advertise{}, shares: map[int][]EncryptedShare{},
-		masked: map[int][]uint64{}, reveals: map[int]Reveal{}}
+		masked: map[int][]uint64{}, reveals: map[int]Reveal{}, signed: map[int]Consistency{}}
 }
 
 // Config returns the round's configuration.
@@ -183,6 +184,44 @@ func (s *Server) MaskedDone() ([]int, error) {
 	return slices.Clone(s.alive), nil
 }
 
+// ReceiveConsistency records a survivor's signature over the survivor set
+// (the consistency round). The sites check the signatures; the server only
+// relays them.
+func (s *Server) ReceiveConsistency(c Consistency) error {
+	if err := s.in(phaseConsistency, fmt.Sprintf("the survivor-set signature of site %d", c.From)); err != nil {
+		return err
+	}
+	if _, ok := s.masked[c.From]; !ok {
+		return fmt.Errorf("secagg: a survivor-set signature from site %d, which is not a survivor", c.From)
+	}
+	if _, dup := s.signed[c.From]; dup {
+		return fmt.Errorf("secagg: site %d signed the survivor set twice", c.From)
+	}
+	s.signed[c.From] = Consistency{From: c.From, Sig: slices.Clone(c.Sig)}
+	return nil
+}
+
+// ConsistencyDone closes the consistency round and returns the signatures
+// to relay to every survivor that signed (sorted by site). It refuses when
+// fewer than the threshold signed.
+func (s *Server) ConsistencyDone() ([]Consistency, error) {
+	if err := s.in(phaseConsistency, "the end of the consistency round"); err != nil {
+		return nil, err
+	}
+	if len(s.signed) < s.cfg.Threshold {
+		return nil, fmt.Errorf("secagg: %d survivors signed the survivor set, fewer than the threshold %d: refusing to unmask", len(s.signed), s.cfg.Threshold)
+	}
+	s.phase++
+	out := make([]Consistency, 0, len(s.signed))
+	for _, id := range slices.Sorted(maps.Keys(s.signed)) {
+		out = append(out, s.signed[id])
+	}
+	return out, nil
+}
+
+// Signed returns the survivors that signed the survivor set (sorted).
+func (s *Server) Signed() []int { return slices.Sorted(maps.Keys(s.signed)) }
+
 // Masked returns the stored masked input of site id (nil if none): all the
 // server holds of a site's update.
 func (s *Server) Masked(id int) []uint64 { return slices.Clone(s.masked[id]) }
@@ -192,8 +231,8 @@ func (s *Server) ReceiveReveal(r Reveal) error {
 	if err := s.in(phaseUnmask, fmt.Sprintf("the shares of site %d", r.From)); err != nil {
 		return err
 	}
-	if _, ok := s.masked[r.From]; !ok {
-		return fmt.Errorf("secagg: shares revealed by site %d, which is not a survivor", r.From)
+	if _, ok := s.signed[r.From]; !ok {
+		return fmt.Errorf("secagg: shares revealed by site %d, which did not sign the survivor set", r.From)
 	}
 	if _, dup := s.reveals[r.From]; dup {
 		return fmt.Errorf("secagg: site %d revealed its shares twice", r.From)

@@ -10,7 +10,7 @@ import (
 // (little-endian, fixed-size fields; a version byte first). Decoding
 // checks every length and never panics on malformed input.
 
-const wireVersion = 1
+const wireVersion = 2
 
 // message tags
 const (
@@ -20,6 +20,8 @@ const (
 	tagReveal
 	tagAdvertiseList
 	tagSurvivors
+	tagConsistency
+	tagConsistencyList
 )
 
 type writer struct{ b []byte }
@@ -128,11 +130,20 @@ func (a Advertise) put(w *writer) {
 	w.bytes(a.MaskKey)
 	w.bytes(a.EncKey)
 	w.b = append(w.b, a.Commit[:]...)
+	w.bytes(a.Cert)
+	w.bytes(a.Sig)
 }
 
 func getAdvertise(r *reader) Advertise {
 	a := Advertise{From: r.id(), MaskKey: r.bytes(), EncKey: r.bytes()}
 	copy(a.Commit[:], r.take(32))
+	a.Cert, a.Sig = r.bytes(), r.bytes()
+	if len(a.Cert) == 0 {
+		a.Cert = nil
+	}
+	if len(a.Sig) == 0 {
+		a.Sig = nil
+	}
 	return a
 }
 
@@ -165,7 +176,7 @@ func UnmarshalAdvertiseList(b []byte) ([]Advertise, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := r.count(8 + 4 + 4 + 32)
+	n := r.count(8 + 4 + 4 + 32 + 4 + 4)
 	out := make([]Advertise, 0, n)
 	for range n {
 		out = append(out, getAdvertise(r))
@@ -283,4 +294,54 @@ func UnmarshalReveal(b []byte) (Reveal, error) {
 		}
 	}
 	return rv, done(r, "revealed shares")
+}
+
+// MarshalConsistency encodes the consistency round's message.
+func MarshalConsistency(c Consistency) []byte {
+	w := header(tagConsistency)
+	w.u64(uint64(c.From))
+	w.bytes(c.Sig)
+	return w.b
+}
+
+// UnmarshalConsistency decodes MarshalConsistency's output.
+func UnmarshalConsistency(b []byte) (Consistency, error) {
+	r, err := open(b, tagConsistency, "survivor-set signature")
+	if err != nil {
+		return Consistency{}, err
+	}
+	c := Consistency{From: r.id(), Sig: r.bytes()}
+	return c, done(r, "survivor-set signature")
+}
+
+// MarshalConsistencyList encodes the relayed survivor-set signatures.
+func MarshalConsistencyList(cs []Consistency) []byte {
+	w := header(tagConsistencyList)
+	w.u32(uint32(len(cs)))
+	for _, c := range cs {
+		w.u64(uint64(c.From))
+		w.bytes(c.Sig)
+	}
+	return w.b
+}
+
+// UnmarshalConsistencyList decodes MarshalConsistencyList's output.
+func UnmarshalConsistencyList(b []byte) ([]Consistency, error) {
+	r, err := open(b, tagConsistencyList, "survivor-set signatures")
+	if err != nil {
+		return nil, err
+	}
+	n := r.count(8 + 4)
+	out := make([]Consistency, 0, n)
+	for range n {
+		out = append(out, Consistency{From: r.id(), Sig: r.bytes()})
+	}
+	return out, done(r, "survivor-set signatures")
+}
+
+// IsConsistency reports whether b is a survivor-set signature
+// (MarshalConsistency) rather than another message: the transport carries
+// it in the reveal step, before the revealed shares.
+func IsConsistency(b []byte) bool {
+	return len(b) >= 2 && b[0] == wireVersion && b[1] == tagConsistency
 }

@@ -95,7 +95,7 @@ func TestCompressedNetworkMatchesInProcess(t *testing.T) {
 				t.Errorf("dashboard: compress %q, want %q", st.Compress, c)
 			}
 			var m dto.Metric
-			if err := f.srv.Metrics().BytesIn.Write(&m); err != nil {
+			if err := f.srv.Metrics().PayloadIn.Write(&m); err != nil {
 				t.Fatal(err)
 			}
 			if got := m.GetCounter().GetValue(); got != float64(up) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,8 +82,10 @@ func TestDashboardDoors(t *testing.T) {
 		t.Fatal(err)
 	}
 	siteTLS.ServerName = ""
-	plain := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}}, Timeout: 5 * time.Second}
-	site := &http.Client{Transport: &http.Transport{TLSClientConfig: siteTLS}, Timeout: 5 * time.Second}
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	plain := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}}, Timeout: 5 * time.Second,
+		CheckRedirect: noRedirect}
+	site := &http.Client{Transport: &http.Transport{TLSClientConfig: siteTLS}, Timeout: 5 * time.Second, CheckRedirect: noRedirect}
 	ops := operatorClient(t, dir)
 	get := func(cli *http.Client, path, bearer string) int {
 		t.Helper()
@@ -98,15 +101,20 @@ func TestDashboardDoors(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	for _, path := range []string{"/", "/api/status", "/metrics"} {
-		if c := get(plain, path, ""); c != http.StatusUnauthorized {
-			t.Errorf("%s without certificate or token: %d, want 401", path, c)
+	for _, path := range []string{"/", "/api/status", "/api/log", "/metrics"} {
+		// the page sends a browser to the token login; the rest is 401
+		refused := http.StatusUnauthorized
+		if path == "/" {
+			refused = http.StatusSeeOther
 		}
-		if c := get(plain, path, "wrong-token-wrong-token"); c != http.StatusUnauthorized {
-			t.Errorf("%s with a wrong token: %d, want 401", path, c)
+		if c := get(plain, path, ""); c != refused {
+			t.Errorf("%s without certificate or token: %d, want %d", path, c, refused)
 		}
-		if c := get(site, path, ""); c != http.StatusUnauthorized {
-			t.Errorf("%s with a site's certificate: %d, want 401", path, c)
+		if c := get(plain, path, "wrong-token-wrong-token"); c != refused {
+			t.Errorf("%s with a wrong token: %d, want %d", path, c, refused)
+		}
+		if c := get(site, path, ""); c != refused {
+			t.Errorf("%s with a site's certificate: %d, want %d", path, c, refused)
 		}
 		if c := get(ops, path, ""); c != http.StatusOK {
 			t.Errorf("%s with the operator certificate: %d, want 200", path, c)
@@ -117,6 +125,25 @@ func TestDashboardDoors(t *testing.T) {
 	}
 	if c := get(plain, "/healthz", ""); c != http.StatusOK {
 		t.Errorf("/healthz: %d, want 200", c)
+	}
+	// a browser without a certificate signs in with the token: a Secure
+	// session cookie (over TLS) then opens the API
+	resp, err := plain.PostForm("https://"+addr+"/login", url.Values{"token": {token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 || !resp.Cookies()[0].Secure {
+		t.Fatalf("token login over TLS: %s, cookies %v; want 303 and one Secure session cookie", resp.Status, resp.Cookies())
+	}
+	req, _ := http.NewRequest("GET", "https://"+addr+"/api/status", nil)
+	req.AddCookie(resp.Cookies()[0])
+	if resp, err = plain.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/api/status with the session: %s", resp.Status)
 	}
 }
 

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"crypto/subtle"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/certs"
+	"github.com/pfedmma/pfedmma/dashboard"
 )
 
 // HTTPListenAddr resolves the dashboard's --http address: a bare port
@@ -43,21 +43,13 @@ func ReadToken(path string) (string, error) {
 }
 
 // operatorsOnly lets through /healthz, requests with a verified operator
-// certificate (certs.AddOperator) and, when token is set, requests with
-// "Authorization: Bearer TOKEN"; it answers 401 to the rest. open (the
-// clear-text --insecure-dev mode without a token) lets everything through.
+// certificate (certs.AddOperator) and, when token is set, the bearer token
+// or a session of the token login (dashboard.Protect); it answers 401 to
+// the rest. open (the clear-text --insecure-dev mode without a token) lets
+// everything through.
 func operatorsOnly(next http.Handler, token string, open bool) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case open, r.URL.Path == "/healthz":
-		case token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+token)) == 1:
-		case r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && certs.IsOperator(r.TLS.VerifiedChains[0][0]):
-		default:
-			w.Header().Set("WWW-Authenticate", `Bearer realm="pfedmma"`)
-			http.Error(w, "an operator certificate (pfedmma certs add-operator) or the bearer token (--http-token-file) is required", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
+	return dashboard.Protect(next, token, open, func(r *http.Request) bool {
+		return r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && certs.IsOperator(r.TLS.VerifiedChains[0][0])
 	})
 }
 

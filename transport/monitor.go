@@ -1,8 +1,11 @@
 package transport
 
 import (
+	"cmp"
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pfedmma/pfedmma/dashboard"
@@ -25,6 +28,8 @@ func (s *Server) Observe(coord *federation.Coordinator, done []federation.RoundR
 		s.metrics.Participants.Set(float64(len(rep.Selected) - len(rep.Failures)))
 		s.metrics.Failures.Add(float64(len(rep.Failures)))
 		s.metrics.RoundSeconds.Observe(rep.Seconds)
+		s.metrics.PayloadIn.Add(float64(rep.BytesUp))
+		s.metrics.PayloadOut.Add(float64(rep.BytesDown))
 		s.mu.Lock()
 		s.status.History = append(s.status.History, rep)
 		s.status.Round = rep.Round + 1
@@ -42,6 +47,59 @@ func (s *Server) Observe(coord *federation.Coordinator, done []federation.RoundR
 			progress(p)
 		}
 	}
+}
+
+// Prime shows job and the federation's rounds on the dashboard before the
+// first round, and the rounds the state database holds (a restarted
+// coordinator's): registrations then carry the round the run resumes at.
+// When the event log already held events (or the database rounds) it logs
+// the restart as a "coordinator_restart" event, else a "coordinator_start".
+func (s *Server) Prime(job dashboard.Job, rounds int) {
+	var done []federation.RoundReport
+	if s.cfg.Store != nil {
+		rs, err := s.cfg.Store.Rounds()
+		if err != nil {
+			s.log.Error("the rounds done could not be read for the dashboard", "err", err)
+		}
+		done = rs
+	}
+	s.mu.Lock()
+	s.status.Job, s.status.Rounds = job, rounds
+	if len(done) > 0 && len(s.status.History) == 0 {
+		s.status.History, s.status.Round = slices.Clone(done), done[len(done)-1].Round+1
+	}
+	round := s.status.Round
+	s.mu.Unlock()
+	if earlier := s.cfg.Events.Earlier(); earlier > 0 || len(done) > 0 {
+		msg := fmt.Sprintf("coordinator restarted: %d of %d rounds done, resuming at round %d", len(done), rounds, round)
+		if n := s.cfg.Events.Skipped(); n > 0 {
+			msg += fmt.Sprintf(" (%d unreadable lines of the event log skipped)", n)
+		}
+		s.event(round, "", "coordinator_restart", msg)
+	} else {
+		s.event(round, "", "coordinator_start", fmt.Sprintf("coordinator started: %s, %d rounds", jobText(job), rounds))
+	}
+	s.changed()
+}
+
+// jobText is job in words, e.g. "pfedmma on world (base2novel, preset
+// world-deploy)".
+func jobText(j dashboard.Job) string {
+	out := cmp.Or(j.Method, "a method")
+	if j.Dataset != "" {
+		out += " on " + j.Dataset
+	}
+	var in []string
+	if j.Protocol != "" {
+		in = append(in, j.Protocol)
+	}
+	if j.Preset != "" {
+		in = append(in, "preset "+j.Preset)
+	}
+	if len(in) > 0 {
+		out += " (" + strings.Join(in, ", ") + ")"
+	}
+	return out
 }
 
 // Status implements dashboard.Source.

@@ -39,8 +39,14 @@ type CoordinatorConfig struct {
 	// (--linger), so that the finished run can still be looked at.
 	HTTPLinger time.Duration
 	// Fingerprint is the configuration's fingerprint, shown on the
-	// dashboard.
+	// dashboard; Job the run's identity, shown there too.
 	Fingerprint string
+	Job         dashboard.Job
+	// Finished, when set, is called once the rounds are over (hist nil or
+	// err set when they failed), before the coordinator lingers for the
+	// sites and the dashboard (HTTPLinger): the run's outputs are written
+	// there, not when the lingering ends.
+	Finished func(hist *federation.History, err error)
 	// CertsDir is the certificates folder (certs.Init): the server's mTLS
 	// configuration and, when Sites is empty, the site list come from it.
 	CertsDir string
@@ -145,6 +151,9 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		srv.status.Compress = string(c)
 	}
 	srv.mu.Unlock()
+	if coord != nil {
+		srv.Prime(cfg.Job, coord.Rounds)
+	}
 	lis, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen %s: %w", cfg.Addr, err)
@@ -212,6 +221,9 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		srv.Stop(hist, err.Error())
 	} else {
 		srv.Finish(hist, err)
+	}
+	if cfg.Finished != nil {
+		cfg.Finished(hist, err)
 	}
 	srv.lingerTold(ctx, cfg.Linger, stopped || srv.restartedDone)
 	if httpAddr != "" && cfg.HTTPLinger > 0 && !stopped {
@@ -353,6 +365,15 @@ type SiteConfig struct {
 	Logger         *slog.Logger
 	// SecAggHook: see SiteRunner.
 	SecAggHook func(step string, round int)
+	// SecAggMinSites: see SecAggSite.MinSites.
+	SecAggMinSites int
+	// Uploads, MaxUploadBytes, RequireSecureAggregation, MinParticipants
+	// and MaxDownloadBytes are the site's own policy: see SiteRunner.
+	Uploads                  Spec
+	MaxUploadBytes           int64
+	RequireSecureAggregation bool
+	MinParticipants          int
+	MaxDownloadBytes         int64
 }
 
 // RunSite serves client as site cfg.Name, its state kept in cfg.StateDir,
@@ -404,7 +425,8 @@ func runSite(ctx context.Context, cfg SiteConfig, site federation.ClientProxy) e
 	}
 	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: site,
 		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace,
-		SecAggHook: cfg.SecAggHook}
+		SecAggHook: cfg.SecAggHook, SecAgg: SecAggSite{MinSites: max(cfg.SecAggMinSites, cfg.MinParticipants)}, Uploads: cfg.Uploads, MaxUploadBytes: cfg.MaxUploadBytes, RequireSecureAggregation: cfg.RequireSecureAggregation,
+		MinParticipants: cfg.MinParticipants, MaxDownloadBytes: cfg.MaxDownloadBytes}
 	if !cfg.Insecure {
 		host := cfg.ServerName
 		if host == "" {
@@ -419,6 +441,9 @@ func runSite(ctx context.Context, cfg SiteConfig, site federation.ClientProxy) e
 			return err
 		}
 		r.TLS = t
+		if r.SecAgg, err = secAggSite(cfg.CertsDir, cfg.SecAggMinSites); err != nil {
+			return err
+		}
 	}
 	return r.Run(ctx)
 }

@@ -94,6 +94,12 @@ type secRound struct {
 	maskedErr  error
 	maskedDone chan struct{}
 
+	signed   map[int]bool // survivors whose survivor-set signature arrived
+	gaveUp   map[int]bool // survivors that refused to sign or to unmask
+	sigs     []byte
+	consErr  error
+	consDone chan struct{}
+
 	revealed map[int]bool
 
 	stop     chan struct{} // closed (end) when a newer session or the combination ends this one
@@ -120,7 +126,7 @@ func (a *secAggregator) Begin(round int, selected []int) (map[string]string, err
 	if len(selected) < 2 {
 		return nil, fmt.Errorf("round %d selects %d site: secure aggregation needs at least 2", round, len(selected))
 	}
-	opts := secagg.Options{Clip: a.quant.Clip, ScaleBits: a.quant.ScaleBits}
+	opts := secagg.Options{Clip: a.quant.Clip, ScaleBits: a.quant.ScaleBits, Round: round}
 	cfg, err := secagg.NewConfig(session, selected, 1, opts)
 	if err != nil {
 		return nil, err
@@ -130,8 +136,9 @@ func (a *secAggregator) Begin(round int, selected []int) (map[string]string, err
 		advertised: map[int]bool{}, keysDone: make(chan struct{}),
 		shared: map[int]bool{}, sharesDone: make(chan struct{}),
 		masked: map[int]int{}, metrics: map[int]map[string]float64{}, maskedDone: make(chan struct{}),
+		signed: map[int]bool{}, gaveUp: map[int]bool{}, consDone: make(chan struct{}),
 		revealed: map[int]bool{}, stop: make(chan struct{}), arrived: make(chan struct{})}
-	r.opts.Degree, r.opts.Threshold = cfg.Degree, cfg.Threshold
+	r.opts.Degree, r.opts.Threshold, r.opts.Round = cfg.Degree, cfg.Threshold, round
 	a.mu.Lock()
 	if a.cur != nil {
 		a.cur.end()
@@ -143,8 +150,12 @@ func (a *secAggregator) Begin(round int, selected []int) (map[string]string, err
 	for i, id := range selected {
 		ids[i] = strconv.Itoa(id)
 	}
+	sites := strings.Join(ids, ",")
+	if a.s.secAggTamper != nil {
+		sites = string(a.s.secAggTamper(-1, "sites", []byte(sites)))
+	}
 	return map[string]string{
-		SecAggSessionKey: r.id, secAggSitesKey: strings.Join(ids, ","),
+		SecAggSessionKey: r.id, secAggSitesKey: sites,
 		secAggDegreeKey: strconv.Itoa(cfg.Degree), secAggThresholdKey: strconv.Itoa(cfg.Threshold),
 		secAggClipKey: strconv.FormatFloat(a.quant.Clip, 'g', -1, 64), secAggScaleKey: strconv.Itoa(int(a.quant.ScaleBits)),
 		secAggUniformKey: strconv.FormatBool(a.uniform),
@@ -183,7 +194,8 @@ func (a *secAggregator) waitSites(r *secRound, want []int, done func(id int) boo
 // drive closes the key-advertisement and key-sharing steps: each when every
 // selected site has done it or is offline.
 func (a *secAggregator) drive(r *secRound) {
-	if !a.waitSites(r, r.selected, func(id int) bool { return r.advertised[id] }) {
+	// (a site that gave up — refused the round — is not waited for)
+	if !a.waitSites(r, r.selected, func(id int) bool { return r.advertised[id] || r.gaveUp[id] }) {
 		return
 	}
 	a.mu.Lock()
@@ -202,7 +214,7 @@ func (a *secAggregator) drive(r *secRound) {
 		a.s.log.Warn("secure aggregation: key advertisement failed", "round", r.round, "err", r.keysErr)
 		return
 	}
-	if !a.waitSites(r, advertised, func(id int) bool { return r.shared[id] }) {
+	if !a.waitSites(r, advertised, func(id int) bool { return r.shared[id] || r.gaveUp[id] }) {
 		return
 	}
 	a.mu.Lock()
@@ -245,16 +257,31 @@ func (a *secAggregator) Combine(ctx context.Context, round int, results []federa
 	if err != nil {
 		return federation.FitResult{}, err
 	}
-	// wait for the survivors' shares (a survivor that goes offline is
-	// not waited for: the threshold decides)
-	done := make(chan bool, 1)
-	go func() { done <- a.waitSites(r, alive, func(id int) bool { return r.revealed[id] }) }()
-	select {
-	case <-ctx.Done():
-		return federation.FitResult{}, ctx.Err()
-	case <-done:
+	// the consistency round: wait for the survivors' signatures over the
+	// survivor set (a survivor that goes offline or refuses is not waited
+	// for: the threshold decides), relay them, then wait for the shares of
+	// the survivors that signed
+	if err := a.waitCtx(ctx, r, alive, func(id int) bool { return r.signed[id] || r.gaveUp[id] }); err != nil {
+		return federation.FitResult{}, err
 	}
 	a.mu.Lock()
+	sigs, err := r.srv.ConsistencyDone()
+	r.consErr, r.sigs = err, secagg.MarshalConsistencyList(sigs)
+	close(r.consDone)
+	signers := r.srv.Signed()
+	a.mu.Unlock()
+	if err != nil {
+		return federation.FitResult{}, err
+	}
+	if err := a.waitCtx(ctx, r, signers, func(id int) bool { return r.revealed[id] || r.gaveUp[id] }); err != nil {
+		return federation.FitResult{}, err
+	}
+	a.mu.Lock()
+	if n := len(r.revealed); n < r.thresh {
+		gave := len(r.gaveUp)
+		a.mu.Unlock()
+		return federation.FitResult{}, fmt.Errorf("round %d: %d survivors revealed their shares, fewer than the threshold %d (%d sites refused to unmask: their logs say why)", round, n, r.thresh, gave)
+	}
 	res, err := r.srv.Finish()
 	total := 0
 	for _, id := range alive {
@@ -286,6 +313,31 @@ func (a *secAggregator) Combine(ctx context.Context, round int, results []federa
 		a.s.event(round, "", "secagg_dropped", fmt.Sprintf("sites dropped after sharing keys, their masks removed: %s", strings.Join(names, ", ")))
 	}
 	return federation.FitResult{ClientID: res.Survivors[0], NumExamples: total, Params: p}, nil
+}
+
+// waitCtx is waitSites that also ends with ctx.
+func (a *secAggregator) waitCtx(ctx context.Context, r *secRound, want []int, done func(id int) bool) error {
+	ch := make(chan bool, 1)
+	go func() { ch <- a.waitSites(r, want, done) }()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case ok := <-ch:
+		if !ok {
+			return errors.New("the round's secure-aggregation session ended")
+		}
+		return nil
+	}
+}
+
+// relay is what the coordinator sends site st for a step: payload, or
+// what the test hook Server.secAggTamper makes of it (an adversarial
+// coordinator in the tests).
+func (a *secAggregator) relay(st *siteState, what string, payload []byte) []byte {
+	if a.s.secAggTamper != nil {
+		return a.s.secAggTamper(st.id, what, payload)
+	}
+	return payload
 }
 
 // aliveID reports whether client id's site is alive (caller holds no lock).
@@ -334,7 +386,7 @@ func (s *Server) SecAgg(ctx context.Context, req *pb.SecAggRequest) (*pb.SecAggR
 	case pb.SecAggStep_SEC_AGG_STEP_MASKED:
 		return a.maskedInput(ctx, r, st, req)
 	case pb.SecAggStep_SEC_AGG_STEP_REVEAL:
-		return a.reveal(r, st, req)
+		return a.reveal(ctx, r, st, req)
 	}
 	return secAggRefuse("unknown secure-aggregation step %v", req.Step), nil
 }
@@ -436,7 +488,7 @@ func (a *secAggregator) advertise(ctx context.Context, r *secRound, st *siteStat
 	if r.keysErr != nil {
 		return secAggRefuse("key advertisement failed: %v", r.keysErr), nil
 	}
-	return &pb.SecAggReply{Accepted: true, Payload: r.keys}, nil
+	return &pb.SecAggReply{Accepted: true, Payload: a.relay(st, "keys", r.keys)}, nil
 }
 
 func (a *secAggregator) share(ctx context.Context, r *secRound, st *siteState, req *pb.SecAggRequest) (*pb.SecAggReply, error) {
@@ -469,7 +521,7 @@ func (a *secAggregator) share(ctx context.Context, r *secRound, st *siteState, r
 	if err != nil {
 		return secAggRefuse("%v", err), nil
 	}
-	return &pb.SecAggReply{Accepted: true, Payload: secagg.MarshalShares(inbox)}, nil
+	return &pb.SecAggReply{Accepted: true, Payload: a.relay(st, "inbox", secagg.MarshalShares(inbox))}, nil
 }
 
 // maskedInput takes a site's masked update: it answers the site's fit task
@@ -486,6 +538,12 @@ func (a *secAggregator) maskedInput(ctx context.Context, r *secRound, st *siteSt
 	err := errors.New("the site gave up secure aggregation in this round (its log says why)")
 	if len(req.Payload) > 0 {
 		m, err = secagg.UnmarshalMasked(req.Payload)
+	} else {
+		// the other sites' steps wait for it no longer
+		a.mu.Lock()
+		r.gaveUp[st.id] = true
+		r.arrive()
+		a.mu.Unlock()
 	}
 	if err == nil && m.From != st.id {
 		err = fmt.Errorf("a masked update in the name of client %d", m.From)
@@ -521,7 +579,7 @@ func (a *secAggregator) maskedInput(ctx context.Context, r *secRound, st *siteSt
 			s.log.Error("coordinator storage error: masked update not recorded", "round", r.round, "site", st.name, "err", err)
 		}
 	}
-	s.metrics.BytesIn.Add(float64(len(req.Payload)))
+	s.metrics.WireIn.Add(float64(len(req.Payload)))
 	s.log.Info("masked update accepted", "round", r.round, "site", st.name, "task", t.id, "bytes", len(req.Payload))
 	s.finish(t, taskResult{fit: federation.FitRes{Params: tensor.Named{}, NumExamples: int(req.NumExamples), Metrics: req.Metrics}})
 	if err := wait(ctx, r, r.maskedDone); err != nil {
@@ -530,20 +588,35 @@ func (a *secAggregator) maskedInput(ctx context.Context, r *secRound, st *siteSt
 	if r.maskedErr != nil {
 		return secAggRefuse("unmasking refused: %v", r.maskedErr), nil
 	}
-	return &pb.SecAggReply{Accepted: true, Payload: r.survivors}, nil
+	return &pb.SecAggReply{Accepted: true, Payload: a.relay(st, "survivors", r.survivors)}, nil
 }
 
-func (a *secAggregator) reveal(r *secRound, st *siteState, req *pb.SecAggRequest) (*pb.SecAggReply, error) {
+// reveal takes a survivor's REVEAL step: its signature over the survivor
+// set (the consistency round; answered with every survivor's signature once
+// the round closes), then its revealed shares; an empty payload says that
+// the site refused to sign or to unmask (its log says why).
+func (a *secAggregator) reveal(ctx context.Context, r *secRound, st *siteState, req *pb.SecAggRequest) (*pb.SecAggReply, error) {
+	switch {
+	case len(req.Payload) == 0:
+		a.mu.Lock()
+		r.gaveUp[st.id] = true
+		r.arrive()
+		a.mu.Unlock()
+		a.s.log.Warn("secure aggregation: a site refused to unmask (its log says why)", "round", r.round, "site", st.name)
+		return &pb.SecAggReply{Accepted: true}, nil
+	case secagg.IsConsistency(req.Payload):
+		return a.consistency(ctx, r, st, req)
+	}
 	rv, err := secagg.UnmarshalReveal(req.Payload)
 	if err == nil && rv.From != st.id {
 		err = fmt.Errorf("shares in the name of client %d", rv.From)
 	}
 	a.mu.Lock()
 	select {
-	case <-r.maskedDone:
+	case <-r.consDone:
 	default:
 		if err == nil {
-			err = errors.New("shares revealed before the survivors were named")
+			err = errors.New("shares revealed before the consistency round closed")
 		}
 	}
 	if err == nil {
@@ -559,4 +632,41 @@ func (a *secAggregator) reveal(r *secRound, st *siteState, req *pb.SecAggRequest
 		return secAggRefuse("revealed shares refused: %v", err), nil
 	}
 	return &pb.SecAggReply{Accepted: true}, nil
+}
+
+// consistency takes a survivor's signature over the survivor set and
+// answers, once the consistency round closes, with the survivors'
+// signatures (the sites check them: package secagg).
+func (a *secAggregator) consistency(ctx context.Context, r *secRound, st *siteState, req *pb.SecAggRequest) (*pb.SecAggReply, error) {
+	c, err := secagg.UnmarshalConsistency(req.Payload)
+	if err == nil && c.From != st.id {
+		err = fmt.Errorf("a survivor-set signature in the name of client %d", c.From)
+	}
+	a.mu.Lock()
+	select {
+	case <-r.maskedDone:
+	default:
+		if err == nil {
+			err = errors.New("a survivor-set signature before the survivors were named")
+		}
+	}
+	if err == nil {
+		err = r.srv.ReceiveConsistency(c)
+	}
+	if err == nil {
+		r.signed[st.id] = true
+		r.arrive()
+	}
+	a.mu.Unlock()
+	if err != nil {
+		a.s.log.Warn("secure aggregation: survivor-set signature refused", "round", r.round, "site", st.name, "err", err)
+		return secAggRefuse("survivor-set signature refused: %v", err), nil
+	}
+	if err := wait(ctx, r, r.consDone); err != nil {
+		return secAggRefuse("%v", err), nil
+	}
+	if r.consErr != nil {
+		return secAggRefuse("unmasking refused: %v", r.consErr), nil
+	}
+	return &pb.SecAggReply{Accepted: true, Payload: a.relay(st, "signatures", r.sigs)}, nil
 }

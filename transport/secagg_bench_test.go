@@ -91,7 +91,7 @@ func secBenchFed(b *testing.B, dir string, n, rounds int, strat federation.Strat
 // counterValue is the update bytes the coordinator received.
 func counterValue(s *Server) float64 {
 	var m dto.Metric
-	if err := s.Metrics().BytesIn.Write(&m); err != nil {
+	if err := s.Metrics().WireIn.Write(&m); err != nil {
 		return 0
 	}
 	return m.GetCounter().GetValue()

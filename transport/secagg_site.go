@@ -2,17 +2,99 @@ package transport
 
 import (
 	"context"
+	"crypto"
+	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/secagg"
 	"github.com/pfedmma/pfedmma/transport/pb"
 )
+
+// DefaultSecAggMinSites is a site's default minimum of sites in a
+// secure-aggregation round (listed, advertising signed keys and surviving):
+// itself and at least one other certified site. A coordinator cannot then
+// run a round of the site alone or with identities it made up; with two
+// sites each learns the other's update from the mean, so a site that wants
+// more sets SecAggSite.MinSites.
+const DefaultSecAggMinSites = 2
+
+// SecAggSite is a site's own settings for secure aggregation, whatever the
+// coordinator's task says.
+type SecAggSite struct {
+	// MinSites: the site refuses a round with fewer sites listed,
+	// advertising keys or surviving (0: DefaultSecAggMinSites).
+	MinSites int
+	// Names is the federation's site list (certs' sites.txt: client ID →
+	// site name) when the site has it: a neighbour's keys must then be
+	// signed by the certificate of that ID's name, and a round naming an
+	// ID outside the list is refused. Without it the neighbours'
+	// certificates must chain to the CA and be distinct.
+	Names []string
+	// Check, when set, refuses a neighbour's certificate for the caller's
+	// reasons (an operator certificate; a revoked site).
+	Check func(*x509.Certificate) error
+}
+
+// secAggAuth sets the site's minimum and, with mTLS, its signing identity
+// (its TLS client certificate and key) and the CA its neighbours' keys are
+// checked against. Without TLS (--insecure-dev) the keys are not
+// authenticated, which the log says.
+func (r *SiteRunner) secAggAuth(c *secagg.Client, log *slog.Logger) error {
+	if err := c.RequireSites(max(r.SecAgg.MinSites, DefaultSecAggMinSites)); err != nil {
+		return err
+	}
+	if r.TLS == nil {
+		log.Warn("secure aggregation without certificates (insecure): the relayed keys are not authenticated, which holds against an honest-but-curious coordinator only")
+		return nil
+	}
+	if len(r.TLS.Certificates) == 0 || len(r.TLS.Certificates[0].Certificate) == 0 || r.TLS.RootCAs == nil {
+		return errors.New("secure aggregation: the site's TLS configuration has no certificate or no CA to sign and check keys with")
+	}
+	cert := r.TLS.Certificates[0]
+	key, ok := cert.PrivateKey.(crypto.Signer)
+	if !ok {
+		return fmt.Errorf("secure aggregation: the site's certificate key (%T) cannot sign", cert.PrivateKey)
+	}
+	return c.Authenticate(secagg.Identity{Cert: cert.Certificate[0], Key: key},
+		secagg.Authority{Roots: r.TLS.RootCAs, Names: r.SecAgg.Names, Check: r.SecAgg.Check})
+}
+
+// secAggSite is a site's secure-aggregation settings from its certificates
+// folder: sites.txt when the folder has it, and a check that refuses an
+// operator's certificate and, when the folder has revoked.txt, a revoked
+// site's.
+func secAggSite(dir string, minSites int) (SecAggSite, error) {
+	sa := SecAggSite{MinSites: minSites}
+	if _, err := os.Stat(filepath.Join(dir, certs.SitesFile)); err == nil {
+		if sa.Names, err = certs.Sites(dir); err != nil {
+			return sa, err
+		}
+	}
+	sa.Check = func(c *x509.Certificate) error {
+		if certs.IsOperator(c) {
+			return errors.New("an operator's certificate, not a site's")
+		}
+		rev, err := certs.ReadRevocations(dir)
+		if err != nil {
+			return err
+		}
+		if bad, why := rev.Revokes(c); bad {
+			return fmt.Errorf("site %q is revoked: %s (%s)", c.Subject.CommonName, why, filepath.Join(dir, certs.RevokedFile))
+		}
+		return nil
+	}
+	return sa, nil
+}
 
 // secAggTask is a fit task's secure-aggregation session, as its settings
 // describe it.
@@ -109,12 +191,17 @@ func (r *SiteRunner) secAggUpload(ctx context.Context, cli pb.FederationClient, 
 	if err != nil {
 		return abandon(err)
 	}
-	cfg, err := secagg.NewConfig(sa.session, sa.sites, len(x), sa.opts)
+	opts := sa.opts
+	opts.Round = int(h.Round)
+	cfg, err := secagg.NewConfig(sa.session, sa.sites, len(x), opts)
 	if err != nil {
 		return abandon(err)
 	}
 	c, err := secagg.NewClient(cfg, r.Site.ID(), nil)
 	if err != nil {
+		return abandon(err)
+	}
+	if err := r.secAggAuth(c, log); err != nil {
 		return abandon(err)
 	}
 	adv, err := c.Advertise()
@@ -163,15 +250,32 @@ func (r *SiteRunner) secAggUpload(ctx context.Context, cli pb.FederationClient, 
 		log.Warn("secure aggregation: masked update not used", "err", err)
 		return nil
 	}
+	giveUp := func(what string, why error) error {
+		log.Error("secure aggregation: "+what+": this site reveals nothing", "err", why)
+		_, err := cli.SecAgg(ctx, req(pb.SecAggStep_SEC_AGG_STEP_REVEAL, nil))
+		return err
+	}
 	survivors, err := secagg.UnmarshalSurvivors(survivorBytes)
 	if err != nil {
-		log.Error("secure aggregation: survivor list unreadable", "err", err)
+		return giveUp("survivor list unreadable", err)
+	}
+	cs, err := c.SignSurvivors(survivors)
+	if err != nil {
+		return giveUp("survivors refused", err)
+	}
+	// the consistency round travels in the reveal step, before the shares
+	sigBytes, err := call(req(pb.SecAggStep_SEC_AGG_STEP_REVEAL, secagg.MarshalConsistency(cs)))
+	if err != nil {
+		log.Warn("secure aggregation: survivor-set signature not taken", "err", err)
 		return nil
 	}
-	rv, err := c.Unmask(survivors)
+	sigs, err := secagg.UnmarshalConsistencyList(sigBytes)
 	if err != nil {
-		log.Error("secure aggregation: unmasking refused", "err", err)
-		return nil
+		return giveUp("survivor-set signatures unreadable", err)
+	}
+	rv, err := c.Unmask(sigs)
+	if err != nil {
+		return giveUp("unmasking refused", err)
 	}
 	if _, err := call(req(pb.SecAggStep_SEC_AGG_STEP_REVEAL, secagg.MarshalReveal(rv))); err != nil {
 		log.Warn("secure aggregation: shares not taken", "err", err)

@@ -111,6 +111,10 @@ type Server struct {
 	started       int                // the latest round whose first task was enqueued (-1: none)
 	secAgg        *secAggregator     // secure aggregation (transport/secagg.go), nil when off
 	revList       *certs.Revocations // the revocation list last read (revoke.go)
+	// secAggTamper, set by tests before the rounds start, replaces what the
+	// coordinator relays to a site in secure aggregation ("keys", "inbox",
+	// "survivors", "signatures"): an adversarial coordinator.
+	secAggTamper func(site int, what string, payload []byte) []byte
 
 	// storageErr is the first failure of the coordinator's storage;
 	// stopRun ends the run when it happens (storage.go).

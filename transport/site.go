@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"crypto/tls"
@@ -9,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +25,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/transport/pb"
 )
 
@@ -60,9 +64,48 @@ type SiteRunner struct {
 	// aggregation the coordinator accepted (its pb.SecAggStep name) in
 	// round: for tests that stop a site between steps.
 	SecAggHook func(step string, round int)
+	// SecAgg is the site's own secure-aggregation settings (secagg_site.go).
+	SecAgg SecAggSite
+	// Uploads, when not nil, is what this site computed it uploads from
+	// the task it accepted (each shared tensor's name and shape, F32): an
+	// upload holding another name or another shape is refused by the site
+	// (Run returns an error wrapping ErrUploadRefused) and nothing is sent.
+	Uploads Spec
+	// MaxUploadBytes, when positive, bounds every real upload: its encoded
+	// tensor values (federation.compress's codec), or its masked vector
+	// under secure aggregation (8 bytes a value and 8 for the weight). An
+	// upload over it is refused by the site and nothing is sent.
+	MaxUploadBytes int64
+	// RequireSecureAggregation refuses a fit task that comes without a
+	// secure-aggregation session: the site never uploads in the clear (Run
+	// returns an error wrapping ErrUploadRefused before training).
+	RequireSecureAggregation bool
+	// MinParticipants, when positive, is the fewest sites the site accepts
+	// in a secure-aggregation round (the site's policy, min_participants):
+	// the secure-aggregation layer refuses a smaller participant set.
+	MinParticipants int
+	// MaxDownloadBytes bounds one task's download (the parameters the
+	// coordinator sends; default DefaultMaxDownloadBytes): a task declaring
+	// more, or sending more than it declares, is refused before the bytes
+	// are kept. It also bounds each decoded tensor.
+	MaxDownloadBytes int64
 
 	session string
 }
+
+// DefaultMaxDownloadBytes is a site's default bound on one task's
+// parameters: the coordinator's default bound on one upload.
+const DefaultMaxDownloadBytes = 256 << 20
+
+// ErrUploadRefused wraps an upload the site's own policy refuses (a tensor
+// outside what it computed it uploads, a size over its limit, an upload in
+// the clear where secure aggregation is required): Run returns it.
+var ErrUploadRefused = errors.New("the site refuses to upload")
+
+// ErrDownloadRefused wraps a task whose parameters the site refuses to
+// read (over its download limit, or more bytes than declared): Run returns
+// it.
+var ErrDownloadRefused = errors.New("the site refuses the task's parameters")
 
 // ErrRefused wraps a refusal the site cannot recover from by retrying
 // (another protocol version, an unknown site name, a wrong client ID).
@@ -98,8 +141,10 @@ func (r *SiteRunner) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// Run serves until the federation is over (nil), ctx ends, or the
-// coordinator refuses the site for good (an error wrapping ErrRefused).
+// Run serves until the federation is over (nil), ctx ends, the
+// coordinator refuses the site for good (an error wrapping ErrRefused), or
+// the site refuses a task's parameters or an upload (ErrDownloadRefused,
+// ErrUploadRefused).
 func (r *SiteRunner) Run(ctx context.Context) error {
 	if r.Site == nil {
 		return errors.New("site runner: no site")
@@ -140,7 +185,7 @@ func (r *SiteRunner) Run(ctx context.Context) error {
 	var dupSince time.Time
 	for {
 		err := r.serve(ctx, cli)
-		if err == nil || errors.Is(err, ErrRefused) {
+		if err == nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrUploadRefused) || errors.Is(err, ErrDownloadRefused) {
 			return err
 		}
 		if errors.Is(err, ErrCoordinatorFailed) {
@@ -260,16 +305,9 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 	if h == nil {
 		return false, errors.New("task stream does not start with a header")
 	}
-	var data []byte
-	for {
-		c, err := stream.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return false, err
-		}
-		data = append(data, c.GetData()...)
+	data, err := r.download(stream, h)
+	if err != nil {
+		return false, err
 	}
 	log := r.logger().With("round", h.Round, "site", r.Name)
 	switch h.Kind {
@@ -284,7 +322,7 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 		}
 		return true, nil
 	case pb.TaskKind_TASK_KIND_FIT:
-		params, rf := decodeBlob(data, h.Params, nil, Limits{MaxTensorBytes: 1 << 40}.withDefaults())
+		params, rf := decodeBlob(data, h.Params, nil, r.downloadLimits())
 		if rf != nil {
 			log.Error("task refused", "reason", rf.code, "detail", rf.msg)
 			return false, fmt.Errorf("task %s: %s", h.TaskId, rf.msg)
@@ -293,6 +331,12 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 		if err != nil {
 			log.Error("task refused", "err", err)
 			return false, fmt.Errorf("task %s: %w", h.TaskId, err)
+		}
+		if sa == nil && r.RequireSecureAggregation {
+			err := fmt.Errorf("site %q: %w in the clear: fit task %s (round %d) comes without a secure-aggregation session, and this site requires secure aggregation (its policy, or the accepted task's federation.secure_aggregation: true); the coordinator does not run it",
+				r.Name, ErrUploadRefused, h.TaskId, h.Round)
+			log.Error("task refused", "err", err)
+			return false, err
 		}
 		t0 := time.Now()
 		res, err := r.Site.Fit(ctx, federation.FitIns{Round: int(h.Round), Params: params, Config: cfg})
@@ -306,12 +350,16 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 			return false, pause(ctx, time.Second)
 		}
 		log.Info("fit done", "seconds", time.Since(t0).Seconds())
+		if err := r.checkUpload(res.Params, h, sa != nil); err != nil {
+			log.Error("upload refused by this site", "err", err)
+			return false, err
+		}
 		if sa != nil {
 			return false, r.secAggUpload(ctx, cli, h, sa, res, log)
 		}
 		return false, r.upload(ctx, cli, h, res, log)
 	case pb.TaskKind_TASK_KIND_EVALUATE:
-		params, rf := decodeBlob(data, h.Params, nil, Limits{MaxTensorBytes: 1 << 40}.withDefaults())
+		params, rf := decodeBlob(data, h.Params, nil, r.downloadLimits())
 		if rf != nil {
 			log.Error("task refused", "reason", rf.code, "detail", rf.msg)
 			return false, fmt.Errorf("task %s: %s", h.TaskId, rf.msg)
@@ -349,6 +397,14 @@ func (r *SiteRunner) upload(ctx context.Context, cli pb.FederationClient, h *pb.
 		log.Error("upload not encodable", "err", err)
 		return nil
 	}
+	if lim, n := r.MaxUploadBytes, codec.Bytes(res.Params); lim > 0 && n > lim {
+		enc := string(codec)
+		if codec == compress.None {
+			enc = "f32"
+		}
+		return fmt.Errorf("site %q: %w: task %s: the update weighs %d bytes encoded as %s, over this site's limit of %d bytes (--max-upload-mib)",
+			r.Name, ErrUploadRefused, h.TaskId, n, enc, lim)
+	}
 	st, err := cli.UploadUpdate(ctx)
 	if err != nil {
 		return err
@@ -379,6 +435,69 @@ func (r *SiteRunner) upload(ctx context.Context, cli pb.FederationClient, h *pb.
 		return nil
 	}
 	log.Info("upload accepted", "bytes", len(data))
+	return nil
+}
+
+// download reads a task's parameter bytes: at most what the header
+// declares, and the header may declare at most MaxDownloadBytes.
+func (r *SiteRunner) download(stream grpc.ServerStreamingClient[pb.TaskChunk], h *pb.TaskHeader) ([]byte, error) {
+	lim := r.downloadLimits().MaxUploadBytes
+	size := h.GetParams().GetSize()
+	if size < 0 || size > lim {
+		return nil, fmt.Errorf("site %q: %w: task %s: the coordinator declares %d bytes of parameters, over this site's download limit of %d bytes (--max-download-mib): refused before reading them", r.Name, ErrDownloadRefused, h.TaskId, size, lim)
+	}
+	data := make([]byte, 0, size)
+	for {
+		c, err := stream.Recv()
+		if err == io.EOF {
+			return data, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		d := c.GetData()
+		if c.GetHeader() != nil || int64(len(data))+int64(len(d)) > size {
+			return nil, fmt.Errorf("site %q: %w: task %s: the coordinator sends more than the %d bytes of parameters it declares: refused", r.Name, ErrDownloadRefused, h.TaskId, size)
+		}
+		data = append(data, d...)
+	}
+}
+
+// downloadLimits bound what a task's parameters may hold: MaxDownloadBytes
+// in all and in any one decoded tensor.
+func (r *SiteRunner) downloadLimits() Limits {
+	lim := cmp.Or(r.MaxDownloadBytes, DefaultMaxDownloadBytes)
+	return Limits{MaxTensorBytes: lim, MaxUploadBytes: lim}.withDefaults()
+}
+
+// checkUpload refuses an update outside what the site computed it uploads
+// (r.Uploads: a name it does not list, another shape) and, under secure
+// aggregation, a masked vector over r.MaxUploadBytes (the clear upload's
+// size is checked once encoded).
+func (r *SiteRunner) checkUpload(params tensor.Named, h *pb.TaskHeader, masked bool) error {
+	refuse := func(format string, a ...any) error {
+		return fmt.Errorf("site %q: %w: task %s: %s", r.Name, ErrUploadRefused, h.TaskId, fmt.Sprintf(format, a...))
+	}
+	if r.Uploads != nil {
+		for _, name := range sortedNames(params) {
+			want, ok := r.Uploads[name]
+			switch {
+			case !ok:
+				return refuse("tensor %q is not among the tensors this site computed it uploads for the accepted task (%s)", name, strings.Join(slices.Sorted(maps.Keys(r.Uploads)), ", "))
+			case !slices.Equal(params[name].Shape, want):
+				return refuse("tensor %q has shape %v, but this site computed %v for the accepted task", name, params[name].Shape, want)
+			}
+		}
+	}
+	if masked && r.MaxUploadBytes > 0 {
+		var n int64
+		for _, t := range params {
+			n += int64(len(t.Data))
+		}
+		if b := 8 * (n + 1); b > r.MaxUploadBytes {
+			return refuse("the masked update weighs %d bytes (8 a value, %d values and the weight), over this site's limit of %d bytes (--max-upload-mib)", b, n, r.MaxUploadBytes)
+		}
+	}
 	return nil
 }
 

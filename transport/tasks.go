@@ -77,7 +77,7 @@ func (s *Server) sendTask(stream grpc.ServerStreamingServer[pb.TaskChunk], t *ta
 				return err
 			}
 		}
-		s.metrics.BytesOut.Add(float64(len(t.data)))
+		s.metrics.WireOut.Add(float64(len(t.data)))
 	}
 	s.log.Debug("task sent", "round", t.round, "site", t.site.name, "kind", t.kind.String(), "bytes", len(t.data))
 	return nil

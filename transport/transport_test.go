@@ -95,6 +95,15 @@ type fedOpts struct {
 	// i after each of its steps with the site's stop function.
 	secure     bool
 	secAggHook func(i int, step string, round int, stop context.CancelFunc)
+	// an adversarial coordinator (Server.secAggTamper), each site's
+	// minimum of participants, and each site's logger (nil: quiet)
+	secAggTamper   func(site int, what string, payload []byte) []byte
+	secAggMinSites int
+	siteLog        func(i int) *slog.Logger
+	// the dashboard's token file and how long it stays up after the
+	// rounds (monitor_test.go)
+	httpTokenFile string
+	httpLinger    time.Duration
 }
 
 // startFed runs RunCoordinator and one RunSite per site in goroutines over
@@ -141,7 +150,12 @@ func startFed(t *testing.T, o fedOpts) *fed {
 		f.hist, f.err = RunCoordinator(o.ctx, CoordinatorConfig{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", CertsDir: f.dir,
 			Insecure: o.insecure, StatePath: o.state, Spec: o.spec, Limits: o.limits, PollWait: o.pollWait, Heartbeat: 200 * time.Millisecond,
 			Logger: quietLogger(), Linger: 3 * time.Second, RegisterTimeout: o.registerTimeout, Settings: o.coordSettings, Compress: o.compress,
-			Ready: func(g, h string, s *Server) { f.grpcAddr, f.httpAddr, f.srv = g, h, s; close(ready) }}, coord)
+			HTTPTokenFile: o.httpTokenFile, HTTPLinger: o.httpLinger,
+			Ready: func(g, h string, s *Server) {
+				f.grpcAddr, f.httpAddr, f.srv = g, h, s
+				s.secAggTamper = o.secAggTamper
+				close(ready)
+			}}, coord)
 	}()
 	select {
 	case <-ready:
@@ -171,10 +185,14 @@ func startFed(t *testing.T, o fedOpts) *fed {
 		if o.secAggHook != nil {
 			hook = func(step string, round int) { o.secAggHook(i, step, round, cancel) }
 		}
+		log := quietLogger()
+		if o.siteLog != nil {
+			log = o.siteLog(i)
+		}
 		go func() {
 			err := RunSite(sctx, SiteConfig{Addr: f.grpcAddr, CertsDir: f.dir, Name: f.sites[i], Insecure: o.insecure, Settings: settings,
 				StateDir: filepath.Join(f.dir, "state", f.sites[i]), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-				Logger: quietLogger(), SecAggHook: hook}, fc)
+				Logger: log, SecAggHook: hook, SecAggMinSites: o.secAggMinSites}, fc)
 			if o.siteErrs != nil {
 				o.siteErrs <- err
 			}

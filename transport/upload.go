@@ -71,7 +71,7 @@ func (s *Server) UploadUpdate(stream grpc.ClientStreamingServer[pb.UpdateChunk, 
 		s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: upload refused: %s", st.name, round, rf.msg)})
 		return stream.SendAndClose(&pb.UploadReply{Reason: rf.code + ": " + rf.msg})
 	}
-	s.metrics.BytesIn.Add(float64(n))
+	s.metrics.WireIn.Add(float64(n))
 	s.log.Info("update accepted", "round", round, "site", st.name, "task", t.id, "bytes", n, "num_examples", h.NumExamples)
 	return stream.SendAndClose(&pb.UploadReply{Accepted: true})
 }

@@ -50,6 +50,11 @@ if [ -z "${PFEDMMA:-}" ]; then
 	PFEDMMA=$out/pfedmma
 fi
 load() { printf '%s  load %s\n' "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1-3 /proc/loadavg)"; }
+# the CPU both sides ran on, recorded beside every ratio (cpu.txt, table.md):
+# its model and the flags that decide the fastest GEMM path
+cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx512f|avx512_bf16|amx_bf16|avx512_fp16' | tr '\n' ' ')
+printf '%s (%s)\n' "$cpu" "${flags% }" >"$out/cpu.txt"
 methods=${*:-pfedmma promptfl fedpgp fedotp clip_adapter clip_lora pfedmoap fedtpg promptfolio cocoop kgcoop maple fedpha fedclip dpfpl fedmvp}
 start=$(date +%s)
 
@@ -120,6 +125,7 @@ done
 $py - "$out" $methods >"$out/table.md" <<'PY'
 import json, os, sys
 out, methods = sys.argv[1], sys.argv[2:]
+print("CPU (both sides): " + open(os.path.join(out, "cpu.txt")).read().strip() + "\n")
 def read(name):
     p = os.path.join(out, name)
     return json.load(open(p)) if os.path.exists(p) else None

@@ -171,7 +171,11 @@ func benchMethod(cmd *cobra.Command, o bench.MethodOptions, asJSON bool) error {
 // against ref when set).
 func writeTrainText(w io.Writer, r *bench.TrainResult, ref *bench.Reference) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "CPU\t%s\n", r.CPU)
 	fmt.Fprintf(tw, "GEMM library\t%s\n", kernelLine(r.Backend, r.Core, r.BestCore, r.Threads, r.Precision, gemm.BF16Backend()))
+	if r.Probe != nil {
+		fmt.Fprintf(tw, "precision auto\t%s\n", r.Probe)
+	}
 	cached := "the prefix before the first adapted block"
 	if r.Split {
 		cached = "the first adapted block's frozen output and adapter input"

@@ -63,7 +63,6 @@ func init() {
 }
 
 func main() {
-	gemm.TuneCPU()
 	if os.Getenv("GOGC") == "" {
 		// Buffers are reused, so little garbage is made; collecting at 25%
 		// growth instead of 100% keeps the peak RSS close to the live heap

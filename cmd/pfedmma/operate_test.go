@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"image/png"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -18,7 +19,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -126,9 +129,17 @@ func TestOperateDeadSite(t *testing.T) {
 			if !slices.Equal(last.Absent, []int{2}) || !slices.Equal(last.Participants, []int{0, 1}) {
 				t.Fatalf("last round: participants %v, absent %v; want [0 1] and [2]", last.Participants, last.Absent)
 			}
+			// report.md and summary.json name site-c once, its rounds as a
+			// range up to the last, and say the means are over the others
 			rep := readFileString(t, filepath.Join(f.coordOut, "report.md"))
-			if !strings.Contains(rep, "Absent sites") || !strings.Contains(rep, fmt.Sprintf("round %d: client(s) 2 did not answer", last.Round)) {
-				t.Fatalf("report.md does not name the absent site:\n%s", rep)
+			line := regexp.MustCompile(fmt.Sprintf(`(?m)^- site-c: rounds \d+–%d \(\d+ in all\)$`, last.Round))
+			if !strings.Contains(rep, "Absent sites") || !line.MatchString(rep) || strings.Count(rep, "- site-c") != 1 ||
+				!strings.Contains(rep, "mean over 2 of 3 sites: site-a, site-b") {
+				t.Fatalf("report.md does not name the absent site once, with its rounds:\n%s", rep)
+			}
+			sum := readFileString(t, filepath.Join(f.coordOut, "summary.json"))
+			if !strings.Contains(sum, `"site": "site-c"`) || !strings.Contains(sum, `"text": "mean over 2 of 3 sites: site-a, site-b"`) {
+				t.Fatalf("summary.json does not name the absent site:\n%s", sum)
 			}
 		})
 	}
@@ -299,7 +310,8 @@ func opsChromium(t *testing.T) string {
 
 // TestOperateDashboard runs a real federation with --http and --linger and,
 // once it is over, checks the doors (the dashboard, /api/status and
-// /metrics answer 401 without a certificate or with a site's, 200 with an
+// /metrics refuse a request without a certificate or with a site's — 401, the
+// page a redirect to the token login — and answer 200 with an
 // operator's from `certs add-operator`), then loads the finished run's
 // dashboard in headless Chromium (through a proxy holding the bearer
 // token of --http-token-file): the screenshot is a PNG of the window's
@@ -350,12 +362,20 @@ func TestOperateDashboard(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	none := client(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	siteCli := client(siteTLS)
+	for _, c := range []*http.Client{none, siteCli} {
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	}
 	for _, path := range []string{"/", "/api/status", "/metrics"} {
-		if code, _ := get(none, path); code != http.StatusUnauthorized {
-			t.Errorf("%s without a certificate: %d, want 401", path, code)
+		refused := http.StatusUnauthorized
+		if path == "/" {
+			refused = http.StatusSeeOther // to the token login
 		}
-		if code, _ := get(client(siteTLS), path); code != http.StatusUnauthorized {
-			t.Errorf("%s with a site's certificate: %d, want 401", path, code)
+		if code, _ := get(none, path); code != refused {
+			t.Errorf("%s without a certificate: %d, want %d", path, code, refused)
+		}
+		if code, _ := get(siteCli, path); code != refused {
+			t.Errorf("%s with a site's certificate: %d, want %d", path, code, refused)
 		}
 		if code, body := get(client(opsTLS), path); code != http.StatusOK || len(body) == 0 {
 			t.Errorf("%s with the operator's certificate: %d, want 200", path, code)
@@ -449,32 +469,49 @@ func TestOperateDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		`<span id="phase">done</span>`,
-		fmt.Sprintf(`<span id="round">%d</span>`, rounds),
+		`<span id="phase" class="badge s-info">done</span>`,
+		fmt.Sprintf(`<span id="progress">%d of %d rounds done</span>`, rounds, rounds),
 		fmt.Sprintf(`<code id="fingerprint">%s</code>`, e.Fingerprint()),
 		`<polyline id="curve-line"`, `<polyline id="loss-line"`,
 		"<td>site-a</td>", "<td>site-b</td>", "<td>site-c</td>",
+		`<dd id="job-method">pfedmma</dd>`, "mean over all 3 sites",
 	}
 	for _, m := range []string{"local", "base", "novel", "hm"} {
-		want = append(want, fmt.Sprintf("<th>%.4f</th>", final[m])) // the mean row
+		want = append(want, fmt.Sprintf(`<th class="n">%s</th>`, pageNum(final[m]))) // the mean row
 	}
 	for _, r := range readRoundMeans(t, f.coordOut) {
-		want = append(want, fmt.Sprintf("<title>round %d: %.4f</title>", r.Round, r.Mean["loss"]))
+		want = append(want, fmt.Sprintf("<title>round %d: %s</title>", r.Round, pageNum(r.Mean["loss"])))
 	}
 	for _, w := range want {
 		if !strings.Contains(dom, w) {
 			t.Errorf("the dashboard lacks %q", w)
 		}
 	}
-	if n := strings.Count(dom, `<tr class="round"><td>`) - strings.Count(dom, `<tr class="round"><td>${`); n != rounds {
+	if n := strings.Count(dom, `<tr class="round"><td class="n">`) - strings.Count(dom, `<tr class="round"><td class="n">${`); n != rounds {
 		t.Errorf("the rounds table has %d rows, want %d", n, rounds)
 	}
-	// per-site lines: three on the evaluation curve, three on the loss's
-	if n := strings.Count(dom, "<title>site ") - strings.Count(dom, "<title>site ${"); n != 6 {
-		t.Errorf("the curves have %d per-site lines, want 6", n)
+	// per-site lines, titled by the sites' names: three on the
+	// evaluation curve, three on the loss's
+	for _, s := range []string{"site-a", "site-b", "site-c"} {
+		if n := strings.Count(dom, "<title>"+s+"</title></polyline>"); n != 2 {
+			t.Errorf("the curves have %d lines titled %s, want 2", n, s)
+		}
 	}
 	if t.Failed() {
 		t.Logf("page:\n%s", tail(dom))
+	}
+}
+
+// pageNum is how the dashboard writes a value below 1000 in its tables and
+// points: two decimals from 1 up, three significant digits below.
+func pageNum(v float64) string {
+	switch a := math.Abs(v); {
+	case a == 0:
+		return "0"
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	default:
+		return strconv.FormatFloat(v, 'g', 3, 64)
 	}
 }
 

@@ -102,6 +102,21 @@ func (d *procDir) run(args ...string) string {
 	return string(out)
 }
 
+// stdout runs pfedmma with args to its end and returns what it printed on
+// standard output, its result (standard error holds its log, whose lines
+// carry times); a non-zero exit fails the test.
+func (d *procDir) stdout(args ...string) string {
+	d.t.Helper()
+	c := d.cmd(args...)
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	out, err := c.Output()
+	if err != nil {
+		d.t.Fatalf("pfedmma %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.Bytes())
+	}
+	return string(out)
+}
+
 // start starts pfedmma with args, keeping its output; it is killed when
 // the test ends.
 func (d *procDir) start(name string, args ...string) *opsProc {

@@ -125,6 +125,9 @@ global/METHOD.safetensors) to --out and exits 0.
 			if c.Experiment, c.Model, err = xs.compose(); err != nil {
 				return err
 			}
+			if c.Preset = x.preset; c.Preset == "" && x.cfgPath == "" {
+				c.Preset = config.DefaultPreset // the dashboard names it
+			}
 			if quiet {
 				// warnings and errors only, then the results table
 				c.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))

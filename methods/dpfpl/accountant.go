@@ -152,3 +152,142 @@ func GaussianEpsilon(z float64, steps int, delta float64) (float64, error) {
 func PaperSigma(eps, delta, q float64, steps int) float64 {
 	return q * math.Sqrt(float64(steps)*math.Log(1/delta)) / eps
 }
+
+// UploadFactor bounds how far one round's local SGD moves the uploaded
+// parameters when every step's (clipped) gradient changes by at most Δ, in
+// units of η₀·Δ (η₀: the learning rate the server's noise is scaled by).
+// lrs are the round's step learning rates in order and beta SGD's momentum
+// in PyTorch's form (b ← β·b + g, p ← p − η·b): a change at step t of S
+// moves the upload by Σ_{j=0..S−t} η_{t+j}·β^j. With carried (the momentum
+// buffer kept across rounds) the earlier steps' changes, summed in the
+// buffer the round starts from (at most Δ/(1−β)), still move this round's
+// upload, by at most Σ_t η_t·β^t/(1−β), which is added. Weight decay's
+// feedback of the parameter difference is not counted (a contraction for
+// η·wd < 1).
+func UploadFactor(lrs []float64, eta0, beta float64, carried bool) float64 {
+	var f, left float64
+	decay := 1.0
+	for t := range lrs {
+		w := 1.0
+		for j := t; j < len(lrs); j++ {
+			f += lrs[j] * w
+			w *= beta
+		}
+		decay *= beta
+		left += lrs[t] * decay
+	}
+	if carried && beta > 0 {
+		f += left / (1 - beta)
+	}
+	return f / eta0
+}
+
+// Metric names of the privacy a site has spent (training metrics; the
+// server reports the largest over the round's sites).
+const (
+	// MetricLocal: the local mechanism (gU and gV, two Gaussian releases a
+	// local step, every step) at the sensitivity the authors' code states,
+	// C/B (one example's share of a batch mean of per-example clipped
+	// gradients; noise multiplier σ).
+	MetricLocal = "dp_epsilon_local"
+	// MetricGlobal: the server's Gaussian, one a round, on the mean of the
+	// uploads, each upload S local steps of the global context: its
+	// sensitivity at C/B a step is UploadFactor·η₀·C/B (multiplier
+	// σ/UploadFactor).
+	MetricGlobal = "dp_epsilon_global"
+	// MetricLocalBatchClip and MetricGlobalBatchClip are the same at the
+	// sensitivity of the clipping as the code runs it: the batch-mean
+	// gradient clipped to norm C moves by up to 2C when one example
+	// changes (multipliers σ/(2B) and σ/(2B·UploadFactor)).
+	MetricLocalBatchClip  = "dp_epsilon_local_batch_clip"
+	MetricGlobalBatchClip = "dp_epsilon_global_batch_clip"
+	// MetricTotal and MetricTotalBatchClip compose both ledgers: the
+	// global context a site uploads depends on its local context, which
+	// carries its data through the local releases, so what is published
+	// (the global context, and the site's personal model) is bounded by all
+	// releases together.
+	MetricTotal          = "dp_epsilon_total"
+	MetricTotalBatchClip = "dp_epsilon_total_batch_clip"
+)
+
+// Which figures bound the mechanism as it runs: C/B is one example's share
+// of a mean of per-example clipped gradients at the same parameters. The
+// code clips the batch mean (one example moves it by up to 2C), and after
+// a round's first local step the neighbouring runs' global contexts differ
+// (the local steps are not noised), so every example's gradient may
+// differ: only the batch-clip (2C) figures bound that, as any two clipped
+// means differ by at most 2C. The C/B figures are the code's own
+// calibration, counted correctly; they hold for per-example clipping with
+// one local step a round (the authors' per-batch communication), which is
+// not what runs here by default. With Ledger.PerExample (DP-SGD on the site,
+// Settings.PerExampleDP) C/B holds at every step and MetricGlobal counts the
+// site's noise on the global gradient, one release a step; no batch-clip
+// figures are reported.
+
+// Ledger is one site's privacy spending as DP-FPL runs: its local steps so
+// far (each releases gU and gV through Gaussians of standard deviation
+// s = σ·C/B) and, per round it took part in, its upload's UploadFactor
+// (the server adds one Gaussian of standard deviation η₀·s/K to the mean
+// of K uploads).
+type Ledger struct {
+	LocalSteps    int
+	UploadFactors []float64
+	// PerExample: the site runs DP-SGD (Settings.PerExampleDP): three
+	// releases a step (the global gradient, gU, gV), each per-example
+	// clipped and noised on the site, sensitivity C/B; the server's noise
+	// is then post-processing and not counted.
+	PerExample bool
+}
+
+// Epsilons returns the ε at delta of the releases so far at both
+// sensitivities (the Metric* names) for noise multiplier sigma and batch
+// size batch (B). Nothing before any release; an error for sigma ≤ 0.
+func (l Ledger) Epsilons(sigma float64, batch int, delta float64) (map[string]float64, error) {
+	if !(sigma > 0) || batch < 1 {
+		return nil, fmt.Errorf("dpfpl accountant: noise multiplier %g, batch %d", sigma, batch)
+	}
+	out := map[string]float64{}
+	if l.PerExample {
+		for name, n := range map[string]int{MetricLocal: 2 * l.LocalSteps, MetricGlobal: l.LocalSteps, MetricTotal: 3 * l.LocalSteps} {
+			var a Accountant
+			a.Spend(1, sigma, n)
+			eps, err := a.Epsilon(delta)
+			if err != nil {
+				return nil, err
+			}
+			out[name] = eps
+		}
+		return out, nil
+	}
+	clip2 := 2 * float64(batch) // 2C over the sensitivity C/B the noise is scaled for
+	for name, z := range map[string]float64{MetricLocal: sigma, MetricLocalBatchClip: sigma / clip2} {
+		var a Accountant
+		a.Spend(1, z, 2*l.LocalSteps)
+		eps, err := a.Epsilon(delta)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = eps
+	}
+	for _, m := range []struct {
+		global, total string
+		div           float64
+	}{{MetricGlobal, MetricTotal, 1}, {MetricGlobalBatchClip, MetricTotalBatchClip, clip2}} {
+		var a Accountant
+		for _, f := range l.UploadFactors {
+			if f > 0 {
+				a.Spend(1, sigma/(m.div*f), 1)
+			}
+		}
+		eps, err := a.Epsilon(delta)
+		if err != nil {
+			return nil, err
+		}
+		out[m.global] = eps
+		a.Spend(1, sigma/m.div, 2*l.LocalSteps)
+		if out[m.total], err = a.Epsilon(delta); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

@@ -1,8 +1,12 @@
 package dpfpl
 
 import (
+	"encoding/json"
 	"math"
+	"os"
 	"testing"
+
+	"github.com/pfedmma/pfedmma/methods/fixturetest"
 )
 
 // TestAbadiMomentsAccountant reproduces the published figure of Abadi et
@@ -136,5 +140,137 @@ func TestPaperSigma(t *testing.T) {
 	got := PaperSigma(0.2, 1e-5, 1, 100)
 	if want := math.Sqrt(100*math.Log(1e5)) / 0.2; math.Abs(got-want) > 1e-12*want || math.Abs(got-169.65) > 0.01 {
 		t.Errorf("σ = %g, want %g", got, want)
+	}
+}
+
+// TestAccountantMatchesOracle compares the accountant with an independent
+// implementation of the same formulas (tools/fixtures/dpfpl_rdp_oracle.py:
+// Mironov, Talwar and Zhang 2019 §3.3 sampled-Gaussian RDP with exact
+// binomials and 60-digit decimals, Balle et al. 2020 Thm. 21 conversion;
+// Opacus, the usual reference, could not be fetched on the machine the
+// table was made on) over the rows of testdata/dpfpl/rdp_oracle.json:
+// (q, σ, steps, δ) → ε, relative tolerance 1e-6.
+func TestAccountantMatchesOracle(t *testing.T) {
+	doc := readOracle(t)
+	if len(doc.Rows) < 10 {
+		t.Fatalf("rdp_oracle.json: %d rows, want at least 10", len(doc.Rows))
+	}
+	for _, r := range doc.Rows {
+		var a Accountant
+		a.Spend(r.Q, r.Sigma, r.Steps)
+		got, err := a.Epsilon(r.Delta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(got-r.Epsilon) > 1e-6*r.Epsilon {
+			t.Errorf("q %g σ %g steps %d δ %g: ε %.10g, oracle %.10g", r.Q, r.Sigma, r.Steps, r.Delta, got, r.Epsilon)
+		}
+	}
+}
+
+// oracleTable is testdata/dpfpl/rdp_oracle.json.
+type oracleTable struct {
+	Rows []struct {
+		Q, Sigma, Delta, Epsilon float64
+		Steps                    int
+	}
+}
+
+func readOracle(t *testing.T) oracleTable {
+	t.Helper()
+	b, err := os.ReadFile(fixturetest.Testdata + "dpfpl/rdp_oracle.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc oracleTable
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("rdp_oracle.json: %v", err)
+	}
+	return doc
+}
+
+// lookup is the oracle's ε of the row (q, σ up to 1e-9 relative, steps, δ).
+func (o oracleTable) lookup(q, sigma float64, steps int, delta float64) (float64, bool) {
+	for _, r := range o.Rows {
+		if r.Q == q && r.Steps == steps && r.Delta == delta && math.Abs(r.Sigma-sigma) <= 1e-9*sigma {
+			return r.Epsilon, true
+		}
+	}
+	return 0, false
+}
+
+// TestUploadFactor: hand-computed bounds on how far a change Δ of every
+// step's gradient moves a round's upload (units η₀·Δ). Plain SGD: one η a
+// step. Momentum 0.9 reset each round, 3 steps: (1+0.9+0.81) + (1+0.9) + 1
+// = 5.61. Kept across rounds: plus the buffer the round starts from
+// (≤ Δ/0.1) through β + β² + β³: (0.9+0.81+0.729)/0.1 = 24.39. Varying
+// rates, β 0.5, η₀ 0.1: (0.1 + 0.05·0.5 + 0.05)/0.1 = 1.75.
+func TestUploadFactor(t *testing.T) {
+	for _, c := range []struct {
+		lrs        []float64
+		eta0, beta float64
+		carried    bool
+		want       float64
+	}{
+		{[]float64{0.05, 0.05, 0.05}, 0.05, 0, false, 3},
+		{[]float64{0.05, 0.05, 0.05}, 0.05, 0, true, 3},
+		{[]float64{1, 1, 1}, 1, 0.9, false, 5.61},
+		{[]float64{1, 1, 1}, 1, 0.9, true, 5.61 + 24.39},
+		{[]float64{0.1, 0.05}, 0.1, 0.5, false, 1.75},
+		{nil, 1, 0.9, true, 0},
+	} {
+		if got := UploadFactor(c.lrs, c.eta0, c.beta, c.carried); math.Abs(got-c.want) > 1e-12*math.Max(1, c.want) {
+			t.Errorf("UploadFactor(%v, η₀ %g, β %g, carried %v) = %.15g, want %g", c.lrs, c.eta0, c.beta, c.carried, got, c.want)
+		}
+	}
+}
+
+// TestREADMEJobEpsilon: the README's world-compare job (ε 0.4 calibrated
+// to T = 5 rounds at δ 1e-5, batch 32, 3 local epochs of one batch a
+// round, SGD momentum 0.9 reset each round) spends, by the ledger, what
+// the independent oracle (testdata/dpfpl/rdp_oracle.json) computes for
+// its releases: 2 × 15 local Gaussians at σ (1.185, where the code counted
+// 15: 0.812), 5 server Gaussians at σ/5.61 (2.958, where the code counted
+// σ: 0.448), and at the batch clipping's 2C (σ/64): 258.0 and 1097.1.
+func TestREADMEJobEpsilon(t *testing.T) {
+	s := &Settings{Epsilon: 0.4, Delta: 1e-5, CalibrationRounds: 5}
+	sigma := s.Sigma()
+	f := UploadFactor([]float64{0.05, 0.05, 0.05}, 0.05, 0.9, false)
+	l := Ledger{LocalSteps: 15, UploadFactors: []float64{f, f, f, f, f}}
+	got, err := l.Epsilons(sigma, 32, s.Delta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oracle := readOracle(t)
+	for name, row := range map[string]struct {
+		z     float64
+		steps int
+	}{
+		MetricLocal:           {sigma, 30},
+		MetricGlobal:          {sigma / 5.61, 5},
+		MetricLocalBatchClip:  {sigma / 64, 30},
+		MetricGlobalBatchClip: {sigma / (64 * 5.61), 5},
+	} {
+		want, ok := oracle.lookup(1, row.z, row.steps, s.Delta)
+		if !ok {
+			t.Fatalf("rdp_oracle.json has no row q 1, σ %g, %d steps", row.z, row.steps)
+		}
+		if math.Abs(got[name]-want) > 1e-6*want {
+			t.Errorf("%s = %.10g, oracle %.10g", name, got[name], want)
+		}
+	}
+	// the totals compose both: 30 local and 5 server Gaussians
+	for name, z := range map[string][2]float64{MetricTotal: {sigma, sigma / 5.61}, MetricTotalBatchClip: {sigma / 64, sigma / (64 * 5.61)}} {
+		var a Accountant
+		a.Spend(1, z[0], 30)
+		a.Spend(1, z[1], 5)
+		want, _ := a.Epsilon(s.Delta)
+		if math.Abs(got[name]-want) > 1e-6*want || !(want > got[MetricLocal]) {
+			t.Errorf("%s = %.10g, want %.10g", name, got[name], want)
+		}
+	}
+	t.Logf("README job: %v", got)
+	if _, err := (Ledger{}).Epsilons(0, 32, 1e-5); err == nil {
+		t.Error("σ 0 accepted")
 	}
 }

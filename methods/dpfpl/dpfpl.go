@@ -41,7 +41,25 @@
 //
 // which is not ∂loss/∂L (see SurrogateGradient). The server averages the
 // clipped global gradients and adds N(0, (s/K)²) for K clients (global DP);
-// see the package's method.go for how that maps onto rounds.
+// see the package's method.go for how that maps onto rounds. The sites
+// upload without noise, so "global DP" protects a site's examples against
+// the other sites and whoever sees the published global context, not
+// against the coordinator, which sees each upload in the clear.
+//
+// Accounting (accountant.go, Ledger): every Gaussian release is counted —
+// gU and gV at every local step, the server's noise once a round at the
+// sensitivity of S local steps' upload (UploadFactor) — at two per-example
+// sensitivities: the code's stated C/B (which would hold for per-example
+// clipping, not done here) and 2C, what clipping the batch-mean gradient to
+// norm C actually bounds one example's effect by.
+//
+// Config.PerExampleDP (the per_example_dp setting, not the authors') runs
+// DP-SGD instead: each example's gradient of the context, its gU and its
+// gV clipped to C, summed, divided by B, and N(0, s²) added to all three on
+// the site at every step. Every parameter is then a function of noised
+// releases, so one example moves each release by at most C/B and the
+// upload is private against the coordinator too; the training loss and
+// the evaluation accuracies a site reports are not privatised.
 package dpfpl
 
 import (
@@ -73,6 +91,13 @@ type Config struct {
 	NoiseStd float64
 	InitStd  float64 // init_std: G and L drawn N(0, InitStd²) (0.02)
 	Seed     uint64  // seed of that draw
+	// PerExampleDP replaces the code's mechanism (with noise on) by DP-SGD's
+	// on all three gradients: each example's gradient (of the global
+	// context, and its gU and gV) clipped to ClipNorm, summed, divided by
+	// DPBatch, and N(0, NoiseStd²) added to each, the global one on the
+	// site. One example then moves each release by at most C/DPBatch.
+	PerExampleDP bool
+	DPBatch      int // B of the noise's calibration s = σ·C/B (PerExampleDP)
 }
 
 // DefaultConfig returns the code's defaults (noise off).
@@ -93,13 +118,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("dpfpl: noise standard deviation %g: must not be negative", c.NoiseStd)
 	case !(c.InitStd >= 0) || math.IsInf(c.InitStd, 0):
 		return fmt.Errorf("dpfpl: init_std %g: must not be negative", c.InitStd)
+	case c.PerExampleDP && c.DPBatch < 1:
+		return fmt.Errorf("dpfpl: per_example_dp with batch %d: the noise's batch must be at least 1", c.DPBatch)
 	}
 	return nil
 }
 
 // Source supplies the mechanism's random draws: Gaussian fills dst with
 // N(0, std²) values. what names the draw ("omega" [D, r], "noise_u"
-// [n, r], "noise_v" [r, D]) for a source that replays recorded ones.
+// [n, r], "noise_v" [r, D], with PerExampleDP "noise_g" [n, D] first) for a
+// source that replays recorded ones.
 type Source interface {
 	Gaussian(dst []float32, std float64, what string) error
 }
@@ -126,9 +154,13 @@ type Learner struct {
 	C, E, D         int
 	Global, Local   *tensor.Tensor // [n, D]
 	gGlobal, gLocal *tensor.Tensor // [n, D]
-	ce              prompt.CosineCE
+	ce, ce1         prompt.CosineCE
 	ctx, g          []float32 // the last Step's context and ∂loss/∂ctx [n, D]
-	txt             []float32 // text features of the last Step [C, E]
+	// perEx holds the last Step's per-example gradients ∂loss_i/∂ctx
+	// [B, n, D] (PerExampleDP with noise on only); perB is B.
+	perEx []float32
+	perB  int
+	txt   []float32 // text features of the last Step [C, E]
 
 	// the last Privatize's factors and their (clipped, noised) gradients
 	U, V, Res, Omega, GU, GV []float32
@@ -213,7 +245,30 @@ func (l *Learner) Step(imgFeat []float32, labels []int) (float64, map[string]flo
 	l.g = nn.Grow(l.g, len(l.ctx))
 	copy(l.g, l.enc.Backward(dTxt))
 	composeBackward(l.gGlobal.Data, l.gLocal.Data, l.g)
+	l.perB = 0
+	if l.Cfg.PerExampleDP && l.Cfg.NoiseStd > 0 {
+		if err := l.perExample(imgFeat, labels); err != nil {
+			return 0, nil, nil, err
+		}
+	}
 	return loss, map[string]float64{"loss_ce": loss}, logits, nil
+}
+
+// perExample fills perEx with each example's ∂loss_i/∂ctx: the encoder's
+// backward (linear in its input, at the forward's activations) of each
+// example's own ∂loss_i/∂txt.
+func (l *Learner) perExample(imgFeat []float32, labels []int) error {
+	B, E, nD := len(labels), l.E, len(l.g)
+	l.perEx = nn.Grow(l.perEx, B*nD)
+	for i := range B {
+		_, _, d, err := l.ce1.Loss(imgFeat[i*E:(i+1)*E], l.txt, 1, l.C, E, l.LogitScale, labels[i:i+1])
+		if err != nil {
+			return fmt.Errorf("dpfpl: example %d: %w", i, err)
+		}
+		copy(l.perEx[i*nD:(i+1)*nD], l.enc.Backward(d))
+	}
+	l.perB = B
+	return nil
 }
 
 // Privatize applies the privacy mechanism to the last Step's gradient
@@ -238,7 +293,11 @@ func (l *Learner) Privatize(src Source) error {
 
 	copy(l.gGlobal.Data, l.g)
 	l.NormG, l.NormU, l.NormV = norm(l.gGlobal.Data), norm(l.GU), norm(l.GV)
-	if s := l.Cfg.NoiseStd; s > 0 {
+	if l.perB > 0 {
+		if err := l.privatizePerExample(src); err != nil {
+			return err
+		}
+	} else if s := l.Cfg.NoiseStd; s > 0 {
 		c := l.Cfg.ClipNorm
 		clipTo(l.gGlobal.Data, l.NormG, c)
 		clipTo(l.GU, l.NormU, c)
@@ -251,6 +310,48 @@ func (l *Learner) Privatize(src Source) error {
 		}
 	}
 	fullGrad(l.gLocal.Data, l.U, l.V, l.GU, l.GV, n, r, D)
+	return nil
+}
+
+// privatizePerExample is DP-SGD on the three gradients (PerExampleDP):
+//
+//	grad G = Σ_i clip_C(g_i)/B' + N(0, s²)
+//	gU     = Σ_i clip_C(g_i·Vᵀ)/B' + N(0, s²),  gV = Σ_i clip_C(Uᵀ·g_i)/B' + N(0, s²)
+//
+// with g_i = ∂loss_i/∂ctx and B' = DPBatch.
+func (l *Learner) privatizePerExample(src Source) error {
+	n, r, D, c := l.Cfg.NCtx, l.Cfg.Rank, l.D, l.Cfg.ClipNorm
+	inv := 1 / float64(l.Cfg.DPBatch)
+	sumG, sumU, sumV := make([]float64, n*D), make([]float64, n*r), make([]float64, r*D)
+	gu, gv := make([]float32, n*r), make([]float32, r*D)
+	acc := func(dst []float64, x []float32) {
+		scale := inv
+		if nrm := norm(x); nrm > c {
+			scale *= c / nrm
+		}
+		for i, v := range x {
+			dst[i] += scale * float64(v)
+		}
+	}
+	for i := range l.perB {
+		gi := l.perEx[i*n*D : (i+1)*n*D]
+		lowRankBackward(gu, gv, gi, l.U, l.V, n, r, D)
+		acc(sumG, gi)
+		acc(sumU, gu)
+		acc(sumV, gv)
+	}
+	for _, p := range []struct {
+		dst  []float32
+		sum  []float64
+		what string
+	}{{l.gGlobal.Data, sumG, "noise_g"}, {l.GU, sumU, "noise_u"}, {l.GV, sumV, "noise_v"}} {
+		for i, v := range p.sum {
+			p.dst[i] = float32(v)
+		}
+		if err := addNoise(src, p.dst, l.Cfg.NoiseStd, p.what); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

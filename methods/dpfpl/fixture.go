@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
@@ -93,7 +94,8 @@ func vec(x []float32, shape ...int) *tensor.Tensor {
 func (l *Learner) Shared(name string) bool { return name == ParamGlobal }
 
 // SettingsFrom implements fixture.Settings: the settings of the
-// fixture's metadata (n_ctx, rank, norm_thresh, noise = ε, delta, rounds)
+// fixture's metadata (n_ctx, rank, norm_thresh, noise = ε, delta, rounds,
+// factorization: only "dpfpl", others refused)
 // with its recorded draws (client<i>.omega, client<i>.noise_u,
 // client<i>.noise_v, server_noise) in place of the generators'.
 func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
@@ -123,6 +125,16 @@ func settingsFromMeta(meta map[string]string) (*Settings, error) {
 			return nil, fmt.Errorf("dpfpl: %w", err)
 		}
 		*dst = v
+	}
+	if f, ok := meta["factorization"]; ok {
+		s.Factorization = f
+	}
+	if v, ok := meta["per_example_dp"]; ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("dpfpl: per_example_dp %q: want true or false", v)
+		}
+		s.PerExampleDP = b
 	}
 	return settings(s)
 }

@@ -3,6 +3,7 @@ package dpfpl
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 
@@ -33,6 +34,16 @@ type Settings struct {
 	// is meant to cover (the code's --round, 100).
 	CalibrationRounds int     `yaml:"calibration_rounds"`
 	InitStd           float64 `yaml:"init_std"` // σ of the N(0, σ²) init (0.02)
+	// Factorization is the authors' --factorization: only "dpfpl"
+	// (low-rank + residual) is implemented; their promptfl, fedotp, fedpgp
+	// and dplora variants are refused, naming the key.
+	Factorization string `yaml:"factorization"`
+	// PerExampleDP (not the authors'; off by default) replaces their
+	// mechanism by DP-SGD's: per-example clipping of the global gradient
+	// and of gU and gV, and noise on all three on the site at every step,
+	// so that the upload itself is private, against the coordinator too,
+	// at the sensitivity C/B the noise is calibrated for.
+	PerExampleDP bool `yaml:"per_example_dp"`
 
 	replay tensor.Named // recorded draws of a fixture (not a config key)
 }
@@ -52,6 +63,23 @@ func (s *Settings) Check(c *config.Checker) {
 	c.AtLeast("calibration_rounds", s.CalibrationRounds, 1)
 	c.AtMost("calibration_rounds", s.CalibrationRounds, 1000000)
 	c.NonNegative("init_std", s.InitStd)
+	if err := checkFactorization(s.Factorization); err != nil {
+		c.Fail("factorization", "%v", err)
+	}
+}
+
+// Factorization is the only factorisation of the authors' code that is
+// implemented.
+const Factorization = "dpfpl"
+
+// checkFactorization refuses the authors' other factorisations (their
+// --factorization promptfl, fedotp, fedpgp, dplora), which pfedmma does not
+// implement, instead of running dpfpl under their name.
+func checkFactorization(f string) error {
+	if f == "" || f == Factorization {
+		return nil
+	}
+	return fmt.Errorf("%q is not implemented (only %q, the low-rank factorisation plus residual; the authors' promptfl, fedotp, fedpgp and dplora variants are refused)", f, Factorization)
 }
 
 // Sigma is the noise multiplier σ of both mechanisms (0: no noise).
@@ -68,12 +96,14 @@ func (s *Settings) noiseStd(batch int) float64 {
 }
 
 func (s *Settings) config(seed uint64, batch int) Config {
-	return Config{NCtx: s.NCtx, Rank: s.Rank, ClipNorm: s.NormThresh, NoiseStd: s.noiseStd(batch), InitStd: s.InitStd, Seed: seed}
+	return Config{NCtx: s.NCtx, Rank: s.Rank, ClipNorm: s.NormThresh, NoiseStd: s.noiseStd(batch), InitStd: s.InitStd, Seed: seed,
+		PerExampleDP: s.PerExampleDP, DPBatch: max(batch, 1)}
 }
 
 func defaultSettings() *Settings {
 	c := DefaultConfig()
-	return &Settings{NCtx: c.NCtx, Rank: c.Rank, NormThresh: c.ClipNorm, Epsilon: 0.4, Delta: 1e-5, CalibrationRounds: 100, InitStd: c.InitStd}
+	return &Settings{NCtx: c.NCtx, Rank: c.Rank, NormThresh: c.ClipNorm, Epsilon: 0.4, Delta: 1e-5, CalibrationRounds: 100, InitStd: c.InitStd,
+		Factorization: Factorization}
 }
 
 // Method is DP-FPL for the methods registry.
@@ -83,7 +113,7 @@ type Method struct{}
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "dpfpl",
 		Trains: "a global and a local CoOp context; the local one's gradient rebuilt from a low-rank factorisation + residual, with local DP noise on the factors' gradients",
-		Shares: "the global context (uniform mean + Gaussian noise: global DP); the local context stays on the site",
+		Shares: "the global context, clipped but not noised on the site unless per_example_dp (the coordinator sees it in the clear); the server adds Gaussian noise to the uniform mean (global DP: against other sites and the published global context, not the coordinator); the local context stays on the site",
 		Paper:  "Tran et al., Privacy-Preserving Personalized Federated Prompt Learning for Multimodal Large Language Models (ICLR 2025)"}
 }
 
@@ -115,18 +145,25 @@ func settings(sec config.Section) (*Settings, error) {
 	if !(s.Delta > 0 && s.Delta < 1) || s.CalibrationRounds < 1 || !(s.Epsilon >= 0) || math.IsInf(s.Epsilon, 0) {
 		return nil, fmt.Errorf("dpfpl: epsilon %g, delta %g, calibration_rounds %d out of range", s.Epsilon, s.Delta, s.CalibrationRounds)
 	}
+	if err := checkFactorization(s.Factorization); err != nil {
+		return nil, fmt.Errorf("dpfpl: factorization %w", err)
+	}
 	return s, nil
 }
 
 // clientState is a site's privacy bookkeeping: the local mechanism's
 // applications so far (saved with the client's state).
 type clientState struct {
-	index int // the client's position in the task (fixture draws)
-	steps int
-	draws int // fixture draws used
+	index  int // the client's position in the task (fixture draws)
+	ledger Ledger
+	lrs    []float64 // the current round's step learning rates
+	draws  int       // fixture draws used
 }
 
-const stepsKey = "dpfpl/local_steps"
+const (
+	stepsKey   = "dpfpl/local_steps"
+	factorsKey = "dpfpl/upload_factors" // [n+1]: n, then the n rounds' UploadFactor
+)
 
 // Build implements methods.Method.
 //
@@ -137,15 +174,28 @@ const stepsKey = "dpfpl/local_steps"
 // participants; the code's USERS, as every client takes part): for one
 // local step per round this is the code's update of the global context
 // with the noised mean gradient exactly (the code communicates after every
-// batch). Clients report "dp_epsilon_local" (the local mechanism's
-// applications so far) and "dp_epsilon_global" (one server Gaussian per
-// round) in their training metrics, the server "dp_epsilon_global" in its
-// round metrics, all RDP at the noise multiplier σ with the code's
-// sensitivity C/B (see testdata/README.md, dpfpl/, on that sensitivity).
+// batch). Each client reports the ε its examples have spent in its
+// training metrics, the server the largest of the round's in its round
+// metrics (see testdata/README.md, dpfpl/, on the sensitivity).
+//
+// Every Gaussian release is counted (Ledger): gU and gV at every local step
+// (two releases a step) and the server's noise once a round, at the
+// sensitivity of the upload after the round's S local steps
+// (UploadFactor); each at the code's stated per-example sensitivity C/B
+// (dp_epsilon_local, dp_epsilon_global) and at the one its batch-mean
+// clipping has, 2C (dp_epsilon_local_batch_clip,
+// dp_epsilon_global_batch_clip), and both composed (dp_epsilon_total,
+// dp_epsilon_total_batch_clip). The coordinator receives each upload
+// without noise: against it the global context has no DP at all, unless
+// per_example_dp runs DP-SGD on the site (three releases a step at C/B,
+// the upload private against the coordinator too).
 func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
 	s, err := settings(sec)
 	if err != nil {
 		return nil, err
+	}
+	if s.Epsilon > 0 && env.Train.Optimizer != "" && env.Train.Optimizer != "sgd" {
+		return nil, fmt.Errorf("dpfpl: optimizer %s with epsilon %g: the privacy accounting bounds SGD's updates only (set optimizer sgd or dpfpl.epsilon 0)", env.Train.Optimizer, s.Epsilon)
 	}
 	cfg := s.config(env.Seed, env.Train.Batch)
 	index := map[int]int{}
@@ -173,25 +223,25 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			if err := l.(*spaceLearner).Privatize(src); err != nil {
 				return err
 			}
-			st.steps++
+			st.ledger.LocalSteps++
+			st.lrs = append(st.lrs, env.Train.Rate(b.Round, b.Epoch))
 			return nil
 		},
 		SaveExtra: func(c *promptfed.Client) (tensor.Named, error) {
-			return tensor.Named{stepsKey: &tensor.Tensor{Shape: []int{1}, Data: []float32{float32(state(c, index).steps)}}}, nil
+			return saveLedger(state(c, index).ledger), nil
 		},
 		LoadExtra: func(c *promptfed.Client, st tensor.Named) error {
-			t, ok := st[stepsKey]
-			if !ok || len(t.Data) != 1 || t.Data[0] < 0 || t.Data[0] != float32(math.Trunc(float64(t.Data[0]))) {
-				return fmt.Errorf("dpfpl client %d state: no %s count", c.Task.ID, stepsKey)
+			l, err := loadLedger(st)
+			if err != nil {
+				return fmt.Errorf("dpfpl client %d state: %w", c.Task.ID, err)
 			}
-			state(c, index).steps = int(t.Data[0])
+			state(c, index).ledger = l
 			return nil
 		},
 		Strategy: func(init tensor.Named) federation.Strategy {
 			return &server{inner: &strategy.FedAvg{Shared: federation.Names(ParamGlobal), Uniform: true,
 				Initial: tensor.Named{ParamGlobal: init[ParamGlobal].Clone()}, EvaluateGlobal: true},
-				std: cfg.NoiseStd, lr: env.Train.Rate, seed: env.Seed, replay: s.replay,
-				sigma: s.Sigma(), delta: s.Delta}
+				std: cfg.NoiseStd, lr: env.Train.Rate, seed: env.Seed, replay: s.replay}
 		}}
 	plan, err := promptfed.Build(env, spec)
 	if err != nil {
@@ -199,7 +249,8 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	}
 	sigma := s.Sigma()
 	for i, c := range plan.Clients {
-		plan.Clients[i] = &client{Client: c.(*promptfed.Client), index: index, sigma: sigma, delta: s.Delta}
+		plan.Clients[i] = &client{Client: c.(*promptfed.Client), index: index, sigma: sigma, delta: s.Delta, train: env.Train,
+			perExample: s.PerExampleDP}
 	}
 	return plan, nil
 }
@@ -219,27 +270,69 @@ type client struct {
 	index map[int]int
 	sigma float64
 	delta float64
+	train train.Options
+	// perExample: the site runs DP-SGD (Settings.PerExampleDP)
+	perExample bool
 }
 
-// Fit implements federation.Client.
+// Fit implements federation.Client: after the local training it records
+// the round's UploadFactor in the site's ledger and reports the ε spent so
+// far (Ledger.Epsilons).
 func (c *client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
+	st := state(c.Client, c.index)
+	st.lrs = st.lrs[:0]
 	res, err := c.Client.Fit(ctx, ins)
 	if err != nil || c.sigma <= 0 {
+		return res, err
+	}
+	// the momentum buffer carries earlier rounds' steps when it is kept
+	// and there were any
+	carried := !c.train.ResetOptimizer && st.ledger.LocalSteps > len(st.lrs)
+	f := UploadFactor(st.lrs, c.train.Rate(ins.Round, 0), c.train.Momentum, carried)
+	st.ledger.UploadFactors = append(st.ledger.UploadFactors, float64(float32(f))) // as saved
+	st.ledger.PerExample = c.perExample
+	eps, err := st.ledger.Epsilons(c.sigma, c.train.Batch, c.delta)
+	if err != nil {
 		return res, err
 	}
 	if res.Metrics == nil {
 		res.Metrics = map[string]float64{}
 	}
-	local, err := GaussianEpsilon(c.sigma, state(c.Client, c.index).steps, c.delta)
-	if err != nil {
-		return res, err
-	}
-	global, err := GaussianEpsilon(c.sigma, ins.Round+1, c.delta)
-	if err != nil {
-		return res, err
-	}
-	res.Metrics["dp_epsilon_local"], res.Metrics["dp_epsilon_global"] = local, global
+	maps.Copy(res.Metrics, eps)
 	return res, nil
+}
+
+// saveLedger is a site's ledger as state tensors.
+func saveLedger(l Ledger) tensor.Named {
+	f := make([]float32, 0, len(l.UploadFactors)+1)
+	f = append(f, float32(len(l.UploadFactors)))
+	for _, x := range l.UploadFactors {
+		f = append(f, float32(x))
+	}
+	return tensor.Named{stepsKey: &tensor.Tensor{Shape: []int{1}, Data: []float32{float32(l.LocalSteps)}},
+		factorsKey: &tensor.Tensor{Shape: []int{len(f)}, Data: f}}
+}
+
+// loadLedger reads saveLedger's tensors, naming the one that is missing or
+// malformed.
+func loadLedger(st tensor.Named) (Ledger, error) {
+	whole := func(x float32) bool { return x >= 0 && x == float32(math.Trunc(float64(x))) }
+	t, ok := st[stepsKey]
+	if !ok || len(t.Data) != 1 || !whole(t.Data[0]) {
+		return Ledger{}, fmt.Errorf("no %s count", stepsKey)
+	}
+	l := Ledger{LocalSteps: int(t.Data[0])}
+	f, ok := st[factorsKey]
+	if !ok || len(f.Data) == 0 || !whole(f.Data[0]) || int(f.Data[0]) != len(f.Data)-1 {
+		return Ledger{}, fmt.Errorf("no %s (a count, then one upload factor per round)", factorsKey)
+	}
+	for _, x := range f.Data[1:] {
+		if !(x >= 0) || math.IsInf(float64(x), 0) {
+			return Ledger{}, fmt.Errorf("%s holds %v", factorsKey, x)
+		}
+		l.UploadFactors = append(l.UploadFactors, float64(x))
+	}
+	return l, nil
 }
 
 // server is the uniform mean of the global contexts plus the global
@@ -252,10 +345,9 @@ type server struct {
 	seed   uint64
 	replay tensor.Named
 	global tensor.Named
-	// sigma and delta give the ε of rounds Gaussians (RoundMetrics);
-	// rounds is the latest aggregated round + 1.
-	sigma, delta float64
-	rounds       int
+	// spent is the largest ε over the latest round's sites, per metric
+	// (RoundMetrics).
+	spent federation.Metrics
 }
 
 // Name implements federation.Strategy.
@@ -295,7 +387,17 @@ func (s *server) Aggregate(round int, results []federation.FitResult, failures [
 	if err := s.inner.Aggregate(round, results, failures); err != nil {
 		return err
 	}
-	s.rounds = round + 1
+	s.spent = nil
+	for _, r := range results {
+		for _, k := range []string{MetricLocal, MetricGlobal, MetricLocalBatchClip, MetricGlobalBatchClip, MetricTotal, MetricTotalBatchClip} {
+			if v, ok := r.Metrics[k]; ok {
+				if s.spent == nil {
+					s.spent = federation.Metrics{}
+				}
+				s.spent[k] = math.Max(s.spent[k], v)
+			}
+		}
+	}
 	g := s.inner.Global()
 	if s.std > 0 {
 		eta := s.lr(round, 0)
@@ -412,18 +514,16 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 // mechanism, so robust rules in its place are refused.
 func (s *server) NoisyMean() bool { return s.std > 0 }
 
-// RoundMetrics reports the global mechanism's ε after the latest
-// aggregation (federation.RoundReporter, where the coordinator has it):
-// one Gaussian per round.
+// RoundMetrics reports, after the latest aggregation
+// (federation.RoundReporter, where the coordinator has it), the largest ε
+// the round's sites report (each site's examples are in its own upload
+// only, so each site accounts for itself; the federation spends the
+// worst).
 func (s *server) RoundMetrics() federation.Metrics {
-	if s.std <= 0 || s.rounds == 0 {
+	if s.std <= 0 || len(s.spent) == 0 {
 		return nil
 	}
-	eps, err := GaussianEpsilon(s.sigma, s.rounds, s.delta)
-	if err != nil {
-		return nil
-	}
-	return federation.Metrics{"dp_epsilon_global": eps}
+	return maps.Clone(s.spent)
 }
 
 var (

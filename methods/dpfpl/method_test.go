@@ -4,8 +4,10 @@ import (
 	"context"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
@@ -55,10 +57,37 @@ func smallSettings() *Settings {
 	return s
 }
 
-// TestEpsilonPerRound: each Fit reports the ε of the local mechanism's
-// applications so far (one per batch) and of the server's (one per round),
-// and a client restored from its state reports what the one that went on
-// reports, with the same parameters.
+// epsAt is the ε at delta of steps Gaussians of multiplier z, then of one
+// Gaussian of each multiplier in more.
+func epsAt(t *testing.T, z float64, steps int, delta float64, more ...float64) float64 {
+	t.Helper()
+	var a Accountant
+	a.Spend(1, z, steps)
+	for _, m := range more {
+		a.Spend(1, m, 1)
+	}
+	e, err := a.Epsilon(delta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// near: equal up to the float32 the factors are saved in.
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Max(math.Abs(a), math.Abs(b)) }
+
+// TestEpsilonPerRound: each Fit reports the ε of every Gaussian released so
+// far: two a local step (gU and gV; client 0 has 8 images, 2 batches of 4 a
+// round) and the server's one a round at the sensitivity of the round's
+// upload: 2 steps at lr η, momentum 0.9 kept across rounds, so a change Δ
+// at step 1 moves the upload by η(1+0.9), at step 2 by η (2.9·η·Δ: the
+// first round), and from the second round on the buffer the round starts
+// from (≤ Δ/(1−0.9)) by η(0.9+0.81)/(1−0.9) more: 20·η·Δ in all. The
+// multipliers are σ/2.9, then σ/20. At the batch clipping's sensitivity 2C
+// instead of C/B (B = 4) they are divided by 8 (σ/8 for the local
+// releases). A client restored from
+// its state reports what the one that went on reports, with the same
+// parameters.
 func TestEpsilonPerRound(t *testing.T) {
 	s := smallSettings()
 	plan, _ := smallPlan(t, s)
@@ -81,11 +110,26 @@ func TestEpsilonPerRound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantLocal, _ := GaussianEpsilon(sigma, 2*(round+1), s.Delta)
-		wantGlobal, _ := GaussianEpsilon(sigma, round+1, s.Delta)
-		if res.Metrics["dp_epsilon_local"] != wantLocal || res.Metrics["dp_epsilon_global"] != wantGlobal {
-			t.Errorf("round %d: ε local %g global %g, want %g and %g", round, res.Metrics["dp_epsilon_local"], res.Metrics["dp_epsilon_global"], wantLocal, wantGlobal)
+		steps := 2 * 2 * (round + 1) // gU and gV, 2 batches a round
+		global, global8 := []float64{sigma / 2.9}, []float64{sigma / 2.9 / 8}
+		for range round {
+			global, global8 = append(global, sigma/20), append(global8, sigma/20/8)
 		}
+		want := map[string]float64{
+			"dp_epsilon_local":             epsAt(t, sigma, steps, s.Delta),
+			"dp_epsilon_global":            epsAt(t, 1, 0, s.Delta, global...),
+			"dp_epsilon_local_batch_clip":  epsAt(t, sigma/8, steps, s.Delta),
+			"dp_epsilon_global_batch_clip": epsAt(t, 1, 0, s.Delta, global8...),
+			// everything released: both ledgers composed
+			"dp_epsilon_total":            epsAt(t, sigma, steps, s.Delta, global...),
+			"dp_epsilon_total_batch_clip": epsAt(t, sigma/8, steps, s.Delta, global8...),
+		}
+		for k, w := range want {
+			if !near(res.Metrics[k], w) {
+				t.Errorf("round %d: %s %g, want %g", round, k, res.Metrics[k], w)
+			}
+		}
+		wantLocal := want["dp_epsilon_local"]
 		if !(wantLocal > prev) {
 			t.Errorf("round %d: ε %g did not grow from %g", round, wantLocal, prev)
 		}
@@ -107,8 +151,11 @@ func TestEpsilonPerRound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if want, _ := GaussianEpsilon(sigma, 6, s.Delta); res.Metrics["dp_epsilon_local"] != want {
+	if want := epsAt(t, sigma, 12, s.Delta); !near(res.Metrics["dp_epsilon_local"], want) {
 		t.Errorf("resumed client reports ε %g, want %g", res.Metrics["dp_epsilon_local"], want)
+	}
+	if want := epsAt(t, 1, 0, s.Delta, sigma/2.9, sigma/20, sigma/20); !near(res.Metrics["dp_epsilon_global"], want) {
+		t.Errorf("resumed client reports global ε %g, want %g", res.Metrics["dp_epsilon_global"], want)
 	}
 	final2, err := c2.State()
 	if err != nil {
@@ -137,8 +184,10 @@ func TestServerNoise(t *testing.T) {
 		a.Data[i], b.Data[i] = float32(i%7)*0.1, -float32(i%5)*0.1
 	}
 	results := []federation.FitResult{
-		{ClientID: 0, NumExamples: 8, Params: tensor.Named{ParamGlobal: a}},
-		{ClientID: 1, NumExamples: 4, Params: tensor.Named{ParamGlobal: b}},
+		{ClientID: 0, NumExamples: 8, Params: tensor.Named{ParamGlobal: a},
+			Metrics: map[string]float64{"dp_epsilon_global": 0.5, "dp_epsilon_local": 3, "acc": 90}},
+		{ClientID: 1, NumExamples: 4, Params: tensor.Named{ParamGlobal: b},
+			Metrics: map[string]float64{"dp_epsilon_global": 0.7, "dp_epsilon_local": 2}},
 	}
 	noise := func(round int) []float64 {
 		if err := plan.Strategy.Init(infos); err != nil {
@@ -160,8 +209,9 @@ func TestServerNoise(t *testing.T) {
 	if !ok {
 		t.Fatal("the server reports no round metrics")
 	}
-	if want, _ := GaussianEpsilon(s.Sigma(), 4, s.Delta); rm.RoundMetrics()["dp_epsilon_global"] != want {
-		t.Errorf("after round 3: %v, want dp_epsilon_global %v", rm.RoundMetrics(), want)
+	// the federation spends what its worst site spends
+	if got := rm.RoundMetrics(); len(got) != 2 || got["dp_epsilon_global"] != 0.7 || got["dp_epsilon_local"] != 3 {
+		t.Errorf("after round 3: %v, want dp_epsilon_global 0.7 and dp_epsilon_local 3 (the largest)", got)
 	}
 	want := s.Sigma() * s.NormThresh / 4 / 2
 	var ss, sum float64
@@ -228,5 +278,80 @@ func TestSettingsErrors(t *testing.T) {
 	}
 	if _, err := settingsFromMeta(map[string]string{"n_ctx": "4"}); err == nil {
 		t.Error("metadata without rank accepted")
+	}
+}
+
+// TestFactorizationRefused: the authors' --factorization variants other
+// than dpfpl (dplora: U·V without the residual; promptfl, fedotp, fedpgp)
+// are not implemented, and every way in refuses them naming the key and
+// the value instead of running dpfpl under their name: the run
+// configuration (dpfpl.factorization), the settings, and the step and round
+// fixtures' metadata (`pfedmma step/round --set factorization=…`).
+func TestFactorizationRefused(t *testing.T) {
+	refused := func(where string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "factorization") || !strings.Contains(err.Error(), "dplora") {
+			t.Errorf("%s: factorization dplora gave %v, want an error naming the key and the value", where, err)
+		}
+	}
+	e, err := config.Preset("world-compare")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Methods = []string{"dpfpl"} // the only method this package registers
+	if err := e.Set("dpfpl.factorization", "dplora"); err != nil {
+		t.Fatal(err)
+	}
+	refused("run configuration", e.Validate())
+	if err := e.Set("dpfpl.factorization", "dpfpl"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Validate(); err != nil {
+		t.Errorf("factorization dpfpl: %v", err)
+	}
+	s := smallSettings()
+	s.Factorization = "dplora"
+	_, err = settings(s)
+	refused("settings", err)
+
+	m := fixturetest.Model(t)
+	td := fixturetest.Testdata + "dpfpl/"
+	f, err := fixture.Load(m, td+"init.safetensors", []string{td + "step.safetensors"}, []string{"factorization=dplora"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Method{}.Step(context.Background(), f)
+	refused("step", err)
+	f, err = fixture.Load(m, td+"init.safetensors", []string{td + "round.safetensors"}, []string{"factorization=dplora"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Method{}.SettingsFrom(f)
+	refused("round", err)
+}
+
+// TestLedgerState: a site's ledger survives its state; a state without the
+// upload factors (written before they were counted) or with a wrong count is
+// refused naming the key, rather than resuming with an under-count.
+func TestLedgerState(t *testing.T) {
+	l := Ledger{LocalSteps: 7, UploadFactors: []float64{2.5, 20}}
+	got, err := loadLedger(saveLedger(l))
+	if err != nil || got.LocalSteps != 7 || !slices.Equal(got.UploadFactors, l.UploadFactors) {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	st := saveLedger(l)
+	delete(st, factorsKey)
+	if _, err := loadLedger(st); err == nil || !strings.Contains(err.Error(), factorsKey) {
+		t.Errorf("state without %s: %v", factorsKey, err)
+	}
+	st = saveLedger(l)
+	st[factorsKey].Data[0] = 3
+	if _, err := loadLedger(st); err == nil || !strings.Contains(err.Error(), factorsKey) {
+		t.Errorf("wrong count: %v", err)
+	}
+	st = saveLedger(l)
+	delete(st, stepsKey)
+	if _, err := loadLedger(st); err == nil || !strings.Contains(err.Error(), stepsKey) {
+		t.Errorf("state without %s: %v", stepsKey, err)
 	}
 }
