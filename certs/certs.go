@@ -8,11 +8,14 @@
 //	coordinator.crt, .key          the coordinator's server certificate
 //	sites/<name>.crt, .key         one client certificate per site
 //	sites.txt                      site names, one a line: line i is client ID i
-//	revoked.txt                    revoked site names, one a line
+//	operators/<name>.crt, .key     operators' certificates (the dashboard)
+//	revoked.txt                    revoked certificates (revocation.go)
 //
-// A site needs ca.crt and its own pair only. Revocation is a list of names
+// A site needs ca.crt and its own pair only. Revocation is a list of
+// certificate serial numbers or fingerprints (older lists: site names)
 // rather than a CRL: the coordinator re-reads revoked.txt at every
-// handshake, so Revoke takes effect for new connections at once.
+// handshake, of sites and operators alike, so Revoke takes effect for new
+// connections at once.
 package certs
 
 import (
@@ -26,7 +29,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"math/big"
 	"net"
@@ -150,34 +152,6 @@ func AddSite(dir, name string) (int, error) {
 	return len(sites), nil
 }
 
-// Revoke adds a site to revoked.txt: the coordinator refuses its
-// certificate at the next handshake. The site keeps its client ID.
-func Revoke(dir, name string) error {
-	sites, err := Sites(dir)
-	if err != nil {
-		return err
-	}
-	if !slices.Contains(sites, name) {
-		return fmt.Errorf("certs revoke %s: unknown site %q", dir, name)
-	}
-	rev, err := Revoked(dir)
-	if err != nil {
-		return err
-	}
-	if rev[name] {
-		return nil
-	}
-	f, err := os.OpenFile(filepath.Join(dir, RevokedFile), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("certs revoke: %w", err)
-	}
-	if _, err := fmt.Fprintln(f, name); err != nil {
-		f.Close()
-		return fmt.Errorf("certs revoke: %w", err)
-	}
-	return f.Close()
-}
-
 // Sites reads sites.txt: site i has client ID i.
 func Sites(dir string) ([]string, error) {
 	lines, err := readLines(filepath.Join(dir, SitesFile))
@@ -198,22 +172,6 @@ func SiteID(dir, name string) (int, error) {
 		return 0, fmt.Errorf("certs: site %q is not in %s", name, filepath.Join(dir, SitesFile))
 	}
 	return i, nil
-}
-
-// Revoked reads revoked.txt (a missing file revokes nothing).
-func Revoked(dir string) (map[string]bool, error) {
-	lines, err := readLines(filepath.Join(dir, RevokedFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return map[string]bool{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("certs: %w", err)
-	}
-	out := make(map[string]bool, len(lines))
-	for _, l := range lines {
-		out[l] = true
-	}
-	return out, nil
 }
 
 // ServerTLS returns the coordinator's mTLS configuration: TLS 1.3 only, its
@@ -277,12 +235,8 @@ func verifySite(dir string, pool *x509.CertPool, raw [][]byte) (string, error) {
 	if !slices.Contains(sites, cn) || IsOperator(leaf) {
 		return cn, fmt.Errorf("unknown site %q", cn)
 	}
-	rev, err := Revoked(dir)
-	if err != nil {
-		return cn, err
-	}
-	if rev[cn] {
-		return cn, fmt.Errorf("site %q is revoked", cn)
+	if err := checkRevoked(dir, leaf); err != nil {
+		return cn, fmt.Errorf("site %q: %w", cn, err)
 	}
 	return cn, nil
 }

@@ -56,8 +56,8 @@ func IsOperator(c *x509.Certificate) bool {
 
 // OperatorsTLS returns the dashboard's TLS 1.3 configuration: the
 // coordinator's certificate, and client certificates verified against the
-// federation's CA when given (the handler then requires an operator
-// certificate or a bearer token).
+// federation's CA when given and refused when revoked.txt revokes them (the
+// handler then requires an operator certificate or a bearer token).
 func OperatorsTLS(dir string) (*tls.Config, error) {
 	cfg, err := ServerOnlyTLS(dir)
 	if err != nil {
@@ -68,6 +68,19 @@ func OperatorsTLS(dir string) (*tls.Config, error) {
 		return nil, err
 	}
 	cfg.ClientAuth, cfg.ClientCAs = tls.VerifyClientCertIfGiven, pool
+	cfg.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
+		if len(raw) == 0 {
+			return nil // no certificate: the handler asks for the token
+		}
+		leaf, err := x509.ParseCertificate(raw[0])
+		if err != nil {
+			return fmt.Errorf("client certificate: %w", err)
+		}
+		if err := checkRevoked(dir, leaf); err != nil {
+			return fmt.Errorf("certificate of %q: %w", leaf.Subject.CommonName, err)
+		}
+		return nil
+	}
 	return cfg, nil
 }
 

@@ -130,7 +130,10 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	var res *Result
 	var werr error
 	finished := func(hist *federation.History, err error) {
-		if err == nil && hist != nil {
+		// stopped by a signal (transport.ErrStopped): the rounds done are
+		// the run's outputs so far (the state folder resumes it)
+		stopped := errors.Is(err, transport.ErrStopped) && hist != nil && len(hist.Rounds) > 0
+		if (err == nil || stopped) && hist != nil {
 			if res, werr = WriteFederationReports(o, f, hist); werr == nil {
 				logger.Info("results written", "out", c.Out)
 			} else {
@@ -145,6 +148,16 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Compress: o.Compress, Logger: logger,
 		RegisterTimeout: c.RegisterTimeout, OfflineAfter: c.OfflineAfter, Settings: taskSettings(e, modelID), Task: task,
 	}, coord)
+	if errors.Is(err, transport.ErrStopped) {
+		switch {
+		case werr != nil:
+			return nil, fmt.Errorf("%w; writing the outputs of the rounds done: %w", err, werr)
+		case res == nil:
+			return nil, fmt.Errorf("%w; no round was done, so no output was written", err)
+		}
+		logger.Warn("stopped: the outputs of the rounds done are written; restart with the same flags to resume", "why", err, "out", c.Out)
+		return res, nil
+	}
 	if err != nil {
 		return nil, err
 	}

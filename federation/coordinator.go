@@ -58,6 +58,11 @@ type Coordinator struct {
 	// Unavailable, when set, says why a client Available reports not
 	// reachable is not ("revoked", "offline …"); its failure reads so.
 	Unavailable func(id int) string
+	// Departed, when set, says why a client left the schedule ("" when it
+	// did not; a revoked site): from then on it is neither asked to train
+	// nor to evaluate, and not a failure; RoundReport.Departed lists it.
+	// Its leaving is logged once.
+	Departed func(id int) string
 	// RetryEvery, when positive, makes a round that got fewer than MinFit
 	// answers wait and run again instead of ending the run: it waits until
 	// Available reports enough of the selected clients (or, without
@@ -86,6 +91,8 @@ type Coordinator struct {
 	// receives the one result Secure.Combine returns (see
 	// SecureAggregator).
 	Secure SecureAggregator
+
+	departed map[int]bool // clients Departed reported gone last round
 }
 
 // CheckpointStore keeps the coordinator's latest Checkpoint.
@@ -329,7 +336,9 @@ func (c *Coordinator) phase(ctx context.Context) (context.Context, context.Cance
 }
 
 func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byID map[int]ClientProxy) (RoundReport, error) {
-	rep := RoundReport{Round: r, Selected: selected, Fit: map[int]Metrics{}}
+	var departed []int
+	selected, all, departed = c.present(r, selected, all)
+	rep := RoundReport{Round: r, Selected: selected, Fit: map[int]Metrics{}, Departed: departed}
 	ins, err := c.Strategy.Configure(r, selected)
 	if err != nil {
 		return rep, err
@@ -397,6 +406,11 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 				errBelowMinFit, len(results), len(selected), need, c.names(rep.Absent))
 		}
 	}
+	if need := max(c.MinFit, 1); len(departed) > 0 && len(failures) == 0 && len(results) < need {
+		// every selected client left the schedule (Departed)
+		return rep, fmt.Errorf("%w: %d of %d selected clients answered, %d needed (left the schedule: %v)",
+			errBelowMinFit, len(results), len(selected)+len(departed), need, c.names(departed))
+	}
 	t1 := time.Now()
 	rep.FitSeconds = t1.Sub(t0).Seconds()
 	if results, err = c.combineSecure(ctx, r, results, &rep); err != nil {
@@ -451,6 +465,43 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 	rep.EvalMean = meanMetrics(rep.Eval)
 	rep.EvalSeconds = time.Since(t2).Seconds()
 	return rep, nil
+}
+
+// present drops the clients that Departed says left the schedule from
+// selected and all, returning those of all that left; it logs each
+// client's leaving (and return) once.
+func (c *Coordinator) present(r int, selected, all []int) (sel, rest, departed []int) {
+	if c.Departed == nil {
+		return selected, all, nil
+	}
+	gone := map[int]string{}
+	for _, id := range all {
+		if why := c.Departed(id); why != "" {
+			gone[id] = why
+			departed = append(departed, id)
+		}
+	}
+	if c.departed == nil {
+		c.departed = map[int]bool{}
+	}
+	for _, id := range all {
+		_, now := gone[id]
+		if now != c.departed[id] {
+			if now {
+				c.logger().Warn("client left the schedule", "round", r, "client", c.names([]int{id})[0], "why", gone[id])
+			} else {
+				c.logger().Info("client back in the schedule", "round", r, "client", c.names([]int{id})[0])
+			}
+			c.departed[id] = now
+		}
+	}
+	if len(gone) == 0 {
+		return selected, all, nil
+	}
+	keep := func(ids []int) []int {
+		return slices.DeleteFunc(slices.Clone(ids), func(id int) bool { _, ok := gone[id]; return ok })
+	}
+	return keep(selected), keep(all), departed
 }
 
 // errOffline is the failure of a client that Available reports offline.

@@ -35,6 +35,9 @@ type RoundReport struct {
 	// not answer (offline, failed or late), in ascending order.
 	Participants []int `json:"participants,omitempty"`
 	Absent       []int `json:"absent,omitempty"`
+	// Departed are the clients that had left the schedule
+	// (Coordinator.Departed: revoked sites), neither asked nor absent.
+	Departed []int `json:"departed,omitempty"`
 	// BytesDown and BytesUp are the tensor payloads sent to and received
 	// from the clients (PayloadBytes; BytesDown counts the evaluation
 	// instructions too).

@@ -3,11 +3,13 @@ package transport
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -186,7 +188,8 @@ func TestUploadExampleCountChecked(t *testing.T) {
 // rounds go on without it and nothing of it is aggregated afterwards.
 func TestRevokedConnectedSiteCutOff(t *testing.T) {
 	const rounds = 8
-	f := startFed(t, fedOpts{n: 3, rounds: rounds, fraction: 1, seed: 1, timeout: time.Minute, minFit: 2,
+	siteErrs := make(chan error, 3)
+	f := startFed(t, fedOpts{n: 3, rounds: rounds, fraction: 1, seed: 1, timeout: time.Minute, minFit: 2, siteErrs: siteErrs,
 		clients: func(i int) *toy.Client {
 			c := toy.New(i)
 			c.Delay = 400 * time.Millisecond
@@ -207,19 +210,32 @@ func TestRevokedConnectedSiteCutOff(t *testing.T) {
 	if f.err != nil {
 		t.Fatal(f.err)
 	}
-	// once a round is without site-1, every later one is
-	var cut bool
+	// once a round is without site-1, every later one is; the round it
+	// was cut off in names it failed as revoked, and from the next one it
+	// has left the schedule: not asked, not a failure, not absent
+	var cut, left bool
 	for _, r := range f.hist.Rounds {
 		if _, ok := r.Fit[1]; !ok {
-			cut = true
-			if !strings.Contains(r.Failures[1], "revoked") {
+			switch {
+			case slices.Contains(r.Departed, 1):
+				left = true
+				if _, failed := r.Failures[1]; failed || slices.Contains(r.Absent, 1) || slices.Contains(r.Selected, 1) {
+					t.Errorf("round %d: site-1 left the schedule but is selected %v, failed %q or absent %v", r.Round, r.Selected, r.Failures[1], r.Absent)
+				}
+			case left:
+				t.Errorf("round %d: site-1 back in the schedule (failure %q)", r.Round, r.Failures[1])
+			case !strings.Contains(r.Failures[1], "revoked"):
 				t.Errorf("round %d: site-1's failure %q does not say it was revoked", r.Round, r.Failures[1])
 			}
+			cut = true
 			continue
 		}
 		if cut {
 			t.Fatalf("round %d aggregated site-1 after it was cut off", r.Round)
 		}
+	}
+	if !slices.Contains(f.hist.Rounds[rounds-1].Departed, 1) {
+		t.Fatalf("the last round: departed %v, failures %v; want site-1 gone from the schedule", f.hist.Rounds[rounds-1].Departed, f.hist.Rounds[rounds-1].Failures)
 	}
 	if !cut {
 		t.Fatalf("site-1 was never cut off (revoked %v ago)", time.Since(revokedAt))
@@ -240,5 +256,22 @@ func TestRevokedConnectedSiteCutOff(t *testing.T) {
 	}
 	if st := f.srv.Status(); st.Sites[1].State != "revoked" {
 		t.Errorf("site-1's state %q, want revoked", st.Sites[1].State)
+	}
+	// the revoked site ends with a refusal saying so, in words meant for
+	// its operator (not "session made progress: …")
+	var refused []error
+	for range 3 {
+		select {
+		case err := <-siteErrs:
+			if err != nil {
+				refused = append(refused, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a site did not end")
+		}
+	}
+	if len(refused) != 1 || !errors.Is(refused[0], ErrRefused) || !strings.Contains(refused[0].Error(), "revoked") ||
+		strings.Contains(refused[0].Error(), "session made progress") {
+		t.Fatalf("the sites' errors %v: want one refusal saying the site is revoked, without internal phrases", refused)
 	}
 }

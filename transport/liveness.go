@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// WaitRegistered blocks until every site has registered with this
-// coordinator process or ctx ends. After deadline (when positive) it
+// WaitRegistered blocks until every site (but the revoked ones) has
+// registered with this coordinator process or ctx ends. After deadline (when positive) it
 // returns once at least minLive sites are online, logging the missing ones
 // (and, until then, every deadline).
 func (s *Server) WaitRegistered(ctx context.Context, deadline time.Duration, minLive int) error {
@@ -21,14 +21,18 @@ func (s *Server) WaitRegistered(ctx context.Context, deadline time.Duration, min
 	for {
 		s.mu.Lock()
 		var missing []string
+		revoked := 0
 		for _, st := range s.sites {
-			if !st.live || !s.alive(st) {
+			switch {
+			case st.revoked:
+				revoked++ // not waited for: it left the schedule
+			case !st.live || !s.alive(st):
 				missing = append(missing, st.name)
 			}
 		}
 		wake := s.regWake
 		s.mu.Unlock()
-		online := len(s.sites) - len(missing)
+		online := len(s.sites) - len(missing) - revoked
 		if len(missing) == 0 {
 			return nil
 		}

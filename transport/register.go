@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"maps"
@@ -70,27 +71,38 @@ func (s *Server) checkVersion(v uint32, site string) error {
 	return nil
 }
 
+// ReasonNoSession counts requests refused because they carry no session
+// (the pfedmma-session header every site process sends).
+const ReasonNoSession = "no_session"
+
+// instanceHeader carries a site's instance: an identity kept in its state
+// folder (run.go), the same across restarts of one site process.
+const instanceHeader = "pfedmma-instance"
+
 // caller identifies the calling site: the CN of its verified certificate
 // (which must agree with the claimed name, when one is given), or the
-// claimed name in insecure mode. It updates the site's last contact.
+// claimed name in insecure mode. It requires the site's current session
+// and updates the site's last contact.
 func (s *Server) caller(ctx context.Context, claimed string) (*siteState, error) {
 	return s.callerLive(ctx, claimed, true)
 }
 
 // callerLive is caller; with needLive, a site that has not registered with
 // this coordinator process (it restarted) is told to register again.
+// Without needLive (Register) the request may come from another session,
+// or from none (a site fetching its task before it registers): it then
+// leaves the current session's last contact alone.
 func (s *Server) callerLive(ctx context.Context, claimed string, needLive bool) (*siteState, error) {
-	name := claimed
-	if p, ok := peer.FromContext(ctx); ok {
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
-			name = ti.State.PeerCertificates[0].Subject.CommonName
-			if claimed != "" && claimed != name {
-				s.log.Warn("refused: claimed site name differs from certificate", "site", name, "claimed", claimed)
-				return nil, status.Errorf(codes.PermissionDenied, "certificate of %q, request claims %q", name, claimed)
-			}
-		} else if !s.cfg.Insecure {
-			return nil, status.Error(codes.Unauthenticated, "no client certificate")
-		}
+	name, leaf, err := s.peerName(ctx, claimed)
+	if err != nil {
+		return nil, err
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	sess := first(md.Get(sessionHeader))
+	if sess == "" && needLive {
+		s.metrics.Refused.WithLabelValues(ReasonNoSession).Inc()
+		s.log.Warn("refused: request without a session", "site", name, "peer", peerAddr(ctx))
+		return nil, status.Errorf(codes.FailedPrecondition, "request of site %q carries no session (%s header): register first, with a site of this protocol version", name, sessionHeader)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -99,21 +111,51 @@ func (s *Server) callerLive(ctx context.Context, claimed string, needLive bool) 
 		s.log.Warn("refused: unknown site", "site", name)
 		return nil, status.Errorf(codes.PermissionDenied, "unknown site %q", name)
 	}
-	if st.revoked {
-		return nil, status.Errorf(codes.PermissionDenied, "site %q is revoked", name)
+	if err := s.checkRevoked(st, leaf, !needLive); err != nil {
+		return nil, err
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	if sess := first(md.Get(sessionHeader)); sess != "" && st.session != "" && sess != st.session {
+	if sess == "" || sess != st.session {
 		if needLive {
-			return nil, status.Errorf(codes.AlreadyExists, "site %q is served by another process now (one certificate, two sessions)", name)
+			if st.replaced[sess] || st.session != "" {
+				return nil, status.Errorf(codes.AlreadyExists, "site %q is served by another process now (one certificate, two sessions)", name)
+			}
+			return nil, status.Errorf(codes.Unavailable, "site %q is not registered with this coordinator (it restarted): register again", name)
 		}
-		return st, nil // Register decides; the other session's contact is kept
+		return st, nil // Register decides; the current session's contact is kept
 	}
 	if needLive && !st.live {
 		return nil, status.Errorf(codes.Unavailable, "site %q is not registered with this coordinator (it restarted): register again", name)
 	}
 	st.lastContact = time.Now()
 	return st, nil
+}
+
+// peerName is the calling site's name (see caller) and its certificate
+// (nil in insecure mode).
+func (s *Server) peerName(ctx context.Context, claimed string) (string, *x509.Certificate, error) {
+	leaf := peerLeaf(ctx)
+	if leaf == nil {
+		if !s.cfg.Insecure {
+			return "", nil, status.Error(codes.Unauthenticated, "no client certificate")
+		}
+		return claimed, nil, nil
+	}
+	name := leaf.Subject.CommonName
+	if claimed != "" && claimed != name {
+		s.log.Warn("refused: claimed site name differs from certificate", "site", name, "claimed", claimed)
+		return "", nil, status.Errorf(codes.PermissionDenied, "certificate of %q, request claims %q", name, claimed)
+	}
+	return name, leaf, nil
+}
+
+// peerLeaf is the caller's verified certificate (nil without TLS).
+func peerLeaf(ctx context.Context) *x509.Certificate {
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+			return ti.State.PeerCertificates[0]
+		}
+	}
+	return nil
 }
 
 // Register implements pb.FederationServer.
@@ -141,17 +183,23 @@ func (s *Server) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Reg
 		return nil, status.Errorf(codes.InvalidArgument, "example count %d outside [%d, %d]", req.NumExamples, s.lim.MinExamples, s.lim.MaxExamples)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	session := first(md.Get(sessionHeader))
-	s.mu.Lock()
-	if session != "" && st.session != "" && st.session != session && s.alive(st) {
-		st.knocked = time.Now()
-		s.mu.Unlock()
-		s.metrics.Refused.WithLabelValues(ReasonDuplicate).Inc()
-		s.log.Error("refused: a second process uses this site's certificate while the first is connected (or a restarted site before its old session expires)", "site", st.name, "peer", peerAddr(ctx), "expires_in", s.cfg.OfflineAfter-time.Since(st.lastContact))
-		s.event(s.round(), st.name, "refused", "second session on one certificate, from "+peerAddr(ctx))
-		return nil, status.Errorf(codes.AlreadyExists, "site %q is already connected from another process (one certificate, two sessions): stop the other process", st.name)
+	session, instance := first(md.Get(sessionHeader)), first(md.Get(instanceHeader))
+	if session == "" {
+		s.metrics.Refused.WithLabelValues(ReasonNoSession).Inc()
+		s.log.Warn("refused: registration without a session", "site", st.name, "peer", peerAddr(ctx))
+		return nil, status.Errorf(codes.FailedPrecondition, "registration of site %q carries no session (%s header): use a site of this protocol version", st.name, sessionHeader)
 	}
-	st.session, st.live = session, true
+	s.mu.Lock()
+	if dup, err := s.takeOver(ctx, st, session, instance); err != nil {
+		round := s.status.Round
+		s.mu.Unlock()
+		if dup {
+			s.event(round, st.name, "refused", "second session on one certificate, from "+peerAddr(ctx))
+		}
+		return nil, err
+	}
+	st.session, st.instance, st.live, st.lastContact = session, instance, true, time.Now()
+	st.cert = peerLeaf(ctx)
 	first := !st.registered
 	st.registered, st.numExamples = true, int(req.NumExamples)
 	if st.state == "unregistered" || st.state == "offline" {
@@ -173,6 +221,38 @@ func (s *Server) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Reg
 	s.event(round, st.name, "register", fmt.Sprintf("client %d, %d examples", st.id, req.NumExamples))
 	s.changed()
 	return &pb.RegisterReply{ProtocolVersion: ProtocolVersion, ClientId: int64(st.id), HeartbeatSeconds: s.cfg.Heartbeat.Seconds()}, nil
+}
+
+// takeOver decides whether session may serve st: a session replaced by a
+// later one never may; a new session may once the current one is known
+// dead (offline), or at once when it presents the current session's
+// instance (the same state folder: the site restarted). Else it is a
+// second process with the site's certificate, refused. s.mu is held.
+func (s *Server) takeOver(ctx context.Context, st *siteState, session, instance string) (dup bool, err error) {
+	if st.replaced[session] {
+		s.metrics.Refused.WithLabelValues(ReasonDuplicate).Inc()
+		return false, status.Errorf(codes.AlreadyExists, "site %q is served by a newer process of its state folder: this one is replaced; stop it", st.name)
+	}
+	if st.session == "" || st.session == session {
+		return false, nil
+	}
+	restarted := instance != "" && instance == st.instance
+	if s.alive(st) && !restarted {
+		st.knocked = time.Now()
+		s.metrics.Refused.WithLabelValues(ReasonDuplicate).Inc()
+		s.log.Error("refused: a second process uses this site's certificate while the first is connected (or a restarted site before its old session expires)", "site", st.name, "peer", peerAddr(ctx), "expires_in", s.cfg.OfflineAfter-time.Since(st.lastContact))
+		return true, status.Errorf(codes.AlreadyExists, "site %q is already connected from another process (one certificate, two sessions): stop the other process", st.name)
+	}
+	if st.replaced == nil {
+		st.replaced = map[string]bool{}
+	}
+	st.replaced[st.session] = true
+	why := "its previous session is offline"
+	if restarted {
+		why = "the same state folder registered again (the site restarted)"
+	}
+	s.log.Info("site's previous session replaced", "site", st.name, "why", why, "peer", peerAddr(ctx))
+	return false, nil
 }
 
 // checkSettings refuses a site whose resolved configuration (sent at

@@ -5,10 +5,16 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
+
+	"google.golang.org/grpc/metadata"
 
 	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/compress"
@@ -202,21 +208,25 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	if err = srv.storageResult(err); errors.Is(err, ErrCoordinatorStorage) {
 		log.Error("the coordinator's storage failed: stopping (the sites are told)", "err", err)
 	}
-	srv.Finish(hist, err)
+	stopped := err != nil && ctx.Err() != nil && !errors.Is(err, ErrCoordinatorStorage)
+	if stopped {
+		// a signal (SIGTERM, Ctrl-C): tell the sites why, and end as a
+		// stop, with the rounds done, not as a failure
+		if hist == nil {
+			hist = &federation.History{}
+		}
+		done := len(hist.Rounds)
+		err = fmt.Errorf("%w after %d of %d rounds (restart it with the same flags to resume)", ErrStopped, done, coord.Rounds)
+		log.Warn("stopped by a signal: telling the sites", "rounds_done", done, "rounds", coord.Rounds)
+		srv.Stop(hist, err.Error())
+	} else {
+		srv.Finish(hist, err)
+	}
 	if cfg.Finished != nil {
 		cfg.Finished(hist, err)
 	}
-	// linger so that every site learns the federation is over (or that
-	// the coordinator failed: it then exits non-zero)
-	linger := cfg.Linger
-	if linger <= 0 {
-		linger = srv.cfg.PollWait + 2*time.Second
-	}
-	deadline := time.Now().Add(linger)
-	for !srv.AllToldDone() && time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if httpAddr != "" && cfg.HTTPLinger > 0 {
+	srv.lingerTold(ctx, cfg.Linger, stopped || srv.restartedDone)
+	if httpAddr != "" && cfg.HTTPLinger > 0 && !stopped {
 		log.Info("federation done; the dashboard stays up (--linger)", "http", httpAddr, "for", cfg.HTTPLinger)
 		select {
 		case <-ctx.Done():
@@ -226,15 +236,83 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	return hist, err
 }
 
-// runCoordinator waits for the sites, then runs or resumes coord.
+// ErrStopped is RunCoordinator's error when ctx ended (a signal) before the
+// last round: the history holds the rounds done, and the sites were told.
+var ErrStopped = errors.New("the coordinator was stopped")
+
+// StoppedKey, in a DONE task's settings, carries why the coordinator
+// stopped before the last round (ErrStopped): the site then exits 0 with
+// the reason.
+const StoppedKey = "coordinator_stopped"
+
+// lingerTold keeps serving until every online site was told the
+// federation is over (or that the coordinator failed or stopped), at most
+// linger (default PollWait + 2 s). With all (a stop, or a restart on a
+// finished run) it waits for every registered site, online or not, and
+// even after ctx ended, since telling the sites is the point.
+func (s *Server) lingerTold(ctx context.Context, linger time.Duration, all bool) {
+	if linger <= 0 {
+		linger = s.cfg.PollWait + 2*time.Second
+	}
+	deadline := time.Now().Add(linger)
+	for time.Now().Before(deadline) && (all || ctx.Err() == nil) {
+		if (all && s.allRegisteredTold()) || (!all && s.AllToldDone()) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// allRegisteredTold reports whether every site that ever registered (but
+// the revoked ones) was told the federation is over.
+func (s *Server) allRegisteredTold() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.sites {
+		if st.registered && !st.toldDone && !st.revoked {
+			return false
+		}
+	}
+	return true
+}
+
+// finishedRun returns the stored history when the state database holds a
+// finished run (every round of coord done), else nil.
+func finishedRun(store *coordstore.Store, coord *federation.Coordinator) (*federation.History, error) {
+	ck, err := store.Load()
+	if errors.Is(err, federation.ErrNoCheckpoint) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ck.NextRound < coord.Rounds {
+		return nil, nil
+	}
+	return &ck.History, nil
+}
+
+// runCoordinator waits for the sites, then runs or resumes coord. On a
+// state database whose run is finished it waits for no site: it restores
+// the strategy and returns the stored history at once.
 func runCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federation.Coordinator, srv *Server, store *coordstore.Store) (*federation.History, error) {
 	log := srv.log
-	if err := srv.WaitRegistered(ctx, cfg.RegisterTimeout, coord.MinFit); err != nil {
+	fin, err := finishedRun(store, coord)
+	if err != nil {
+		return nil, err
+	}
+	if fin != nil {
+		log.Info("this run is finished: every round is done (the state database holds it); nothing to run, the sites that connect are told so",
+			"rounds", len(fin.Rounds), "state", cfg.StatePath)
+		srv.event(len(fin.Rounds), "", "finished", fmt.Sprintf("restarted on a finished run (%d rounds): nothing to run", len(fin.Rounds)))
+		srv.restartedDone = true
+	} else if err := srv.WaitRegistered(ctx, cfg.RegisterTimeout, coord.MinFit); err != nil {
 		return nil, err
 	}
 	coord.Proxies = srv.Proxies()
 	srv.useSecureAggregation(coord)
 	coord.Name = srv.SiteName
+	coord.Departed = srv.Departed
 	if coord.TolerateFailures {
 		coord.Available, coord.Unavailable = srv.Available, srv.Unavailable
 	}
@@ -305,8 +383,46 @@ func RunSite(ctx context.Context, cfg SiteConfig, client federation.Client) erro
 	return runSite(ctx, cfg, federation.NewSite(client, cfg.StateDir))
 }
 
+// InstanceFile, in a site's state folder, holds the site's instance: a
+// random identity made at its first start and sent at every registration,
+// so that the coordinator knows a restarted site (same folder) from a
+// second process with the same certificate and lets it take over at once.
+const InstanceFile = "instance-id"
+
+// siteInstance reads (or makes) the instance of state folder dir.
+func siteInstance(dir string) (string, error) {
+	path := filepath.Join(dir, InstanceFile)
+	if b, err := os.ReadFile(path); err == nil {
+		if id := strings.TrimSpace(string(b)); len(id) == 32 && strings.Trim(id, "0123456789abcdef") == "" {
+			return id, nil
+		}
+		return "", fmt.Errorf("site state %s: not an instance identity (32 hex digits); remove the file to make a new one", path)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("site state: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("site state --state %s: %w", dir, err)
+	}
+	id := newTaskID()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("site state --state %s: %w", dir, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("site state --state %s: %w", dir, err)
+	}
+	return id, nil
+}
+
 // runSite serves site (a *federation.Site, possibly wrapped) as RunSite.
 func runSite(ctx context.Context, cfg SiteConfig, site federation.ClientProxy) error {
+	if cfg.StateDir != "" {
+		id, err := siteInstance(cfg.StateDir)
+		if err != nil {
+			return fmt.Errorf("site %q: %w", cfg.Name, err)
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, instanceHeader, id)
+	}
 	r := &SiteRunner{Addr: cfg.Addr, Name: cfg.Name, Insecure: cfg.Insecure, Site: site,
 		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Settings: cfg.Settings, DuplicateGrace: cfg.DuplicateGrace,
 		SecAggHook: cfg.SecAggHook, SecAgg: SecAggSite{MinSites: max(cfg.SecAggMinSites, cfg.MinParticipants)}, Uploads: cfg.Uploads, MaxUploadBytes: cfg.MaxUploadBytes, RequireSecureAggregation: cfg.RequireSecureAggregation,

@@ -84,12 +84,12 @@ func secAggSite(dir string, minSites int) (SecAggSite, error) {
 		if certs.IsOperator(c) {
 			return errors.New("an operator's certificate, not a site's")
 		}
-		rev, err := certs.Revoked(dir)
+		rev, err := certs.ReadRevocations(dir)
 		if err != nil {
 			return err
 		}
-		if rev[c.Subject.CommonName] {
-			return fmt.Errorf("site %q is revoked (%s)", c.Subject.CommonName, filepath.Join(dir, certs.RevokedFile))
+		if bad, why := rev.Revokes(c); bad {
+			return fmt.Errorf("site %q is revoked: %s (%s)", c.Subject.CommonName, why, filepath.Join(dir, certs.RevokedFile))
 		}
 		return nil
 	}

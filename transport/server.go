@@ -17,6 +17,7 @@ package transport
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
+	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/coordstore"
 	"github.com/pfedmma/pfedmma/dashboard"
@@ -100,10 +102,15 @@ type Server struct {
 	status   dashboard.Status
 	finished bool
 	failure  string // why the federation failed, told to the sites
-	subs     map[chan struct{}]bool
-	regWake  chan struct{}
-	started  int            // the latest round whose first task was enqueued (-1: none)
-	secAgg   *secAggregator // secure aggregation (transport/secagg.go), nil when off
+	stopped  string // why the coordinator stopped early (Stop), told to the sites
+	// restartedDone is set when the coordinator restarted on a finished
+	// run (run.go): it then lingers for the sites of the run.
+	restartedDone bool
+	subs          map[chan struct{}]bool
+	regWake       chan struct{}
+	started       int                // the latest round whose first task was enqueued (-1: none)
+	secAgg        *secAggregator     // secure aggregation (transport/secagg.go), nil when off
+	revList       *certs.Revocations // the revocation list last read (revoke.go)
 	// secAggTamper, set by tests before the rounds start, replaces what the
 	// coordinator relays to a site in secure aggregation ("keys", "inbox",
 	// "survivors", "signatures"): an adversarial coordinator.
@@ -125,6 +132,14 @@ type siteState struct {
 	// live is set once it registered with this coordinator process.
 	session string
 	live    bool
+	// instance is the session's site instance (kept in the site's state
+	// folder): a new session with the same instance is the site restarted
+	// and takes over at once. replaced holds the sessions taken over.
+	instance string
+	replaced map[string]bool
+	// cert is the certificate the current session registered with (nil
+	// in insecure mode).
+	cert *x509.Certificate
 	// knocked is when another session last asked to register (a
 	// restarted site, or a duplicate): its task is kept for it meanwhile.
 	knocked  time.Time
@@ -268,6 +283,20 @@ func (s *Server) Finish(hist *federation.History, err error) {
 		close(st.wake)
 		st.wake = make(chan struct{})
 	}
+	s.mu.Unlock()
+	s.changed()
+}
+
+// Stop marks the federation over before its last round (the coordinator
+// was stopped, ErrStopped): sites polling for tasks are told so, with why,
+// and end without error.
+func (s *Server) Stop(hist *federation.History, why string) {
+	s.mu.Lock()
+	s.stopped = why
+	s.mu.Unlock()
+	s.Finish(hist, nil)
+	s.mu.Lock()
+	s.status.Phase, s.status.Error = "stopped", why
 	s.mu.Unlock()
 	s.changed()
 }

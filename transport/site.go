@@ -222,8 +222,16 @@ func (r *SiteRunner) Run(ctx context.Context) error {
 }
 
 // errProgress marks a session that did some work before it broke, so that
-// the next attempt starts with the shortest backoff.
+// the next attempt starts with the shortest backoff (madeProgress; its
+// message is the cause's alone).
 var errProgress = errors.New("session made progress")
+
+// madeProgress is an error of a session that made progress: errors.Is
+// finds errProgress and the cause, its message is the cause's.
+type madeProgress struct{ error }
+
+func (e madeProgress) Unwrap() error        { return e.error }
+func (e madeProgress) Is(target error) bool { return target == errProgress }
 
 // session registers and serves tasks until the federation is over or an
 // RPC fails.
@@ -247,7 +255,7 @@ func (r *SiteRunner) serve(ctx context.Context, cli pb.FederationClient) error {
 			return fmt.Errorf("site %q: %w", r.Name, err)
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %w", errProgress, r.classify(err))
+			return madeProgress{r.classify(err)}
 		}
 		if done {
 			r.logger().Info("federation over", "site", r.Name)
@@ -308,6 +316,9 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 	case pb.TaskKind_TASK_KIND_DONE:
 		if why, ok := h.Config[FailureKey]; ok {
 			return true, fmt.Errorf("%w: %s", ErrCoordinatorFailed, why)
+		}
+		if why, ok := h.Config[StoppedKey]; ok {
+			r.logger().Warn("the coordinator stopped before the last round: this site ends", "site", r.Name, "reason", why)
 		}
 		return true, nil
 	case pb.TaskKind_TASK_KIND_FIT:

@@ -31,7 +31,7 @@ func (s *Server) GetTask(req *pb.TaskRequest, stream grpc.ServerStreamingServer[
 				break
 			}
 		}
-		finished, wake, revoked, failure := s.finished, st.wake, st.revoked, s.failure
+		finished, wake, revoked, failure, stopped := s.finished, st.wake, st.revoked, s.failure, s.stopped
 		if t == nil && finished {
 			st.toldDone, st.state = true, "done"
 		}
@@ -50,6 +50,8 @@ func (s *Server) GetTask(req *pb.TaskRequest, stream grpc.ServerStreamingServer[
 			h := &pb.TaskHeader{ProtocolVersion: ProtocolVersion, Kind: pb.TaskKind_TASK_KIND_DONE}
 			if failure != "" {
 				h.Config = map[string]string{FailureKey: failure}
+			} else if stopped != "" {
+				h.Config = map[string]string{StoppedKey: stopped}
 			}
 			return stream.Send(&pb.TaskChunk{Part: &pb.TaskChunk_Header{Header: h}})
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -43,6 +44,9 @@ func (s *Server) UploadUpdate(stream grpc.ClientStreamingServer[pb.UpdateChunk, 
 	if rf == nil {
 		rf = s.checkDeclared(st, h.NumExamples)
 	}
+	if rf == nil {
+		rf = s.revokedRefusal(st)
+	}
 	if rf != nil {
 		s.refused(st, round, h.TaskId, rf)
 		s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: upload refused: %s", st.name, round, rf.msg)})
@@ -62,10 +66,49 @@ func (s *Server) UploadUpdate(stream grpc.ClientStreamingServer[pb.UpdateChunk, 
 			return stream.SendAndClose(&pb.UploadReply{Reason: rf.code + ": " + rf.msg})
 		}
 	}
+	if rf := s.finishUnlessRevoked(t, taskResult{fit: federation.FitRes{Params: params, NumExamples: int(h.NumExamples), Metrics: h.Metrics}}); rf != nil {
+		s.refused(st, round, h.TaskId, rf)
+		s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: upload refused: %s", st.name, round, rf.msg)})
+		return stream.SendAndClose(&pb.UploadReply{Reason: rf.code + ": " + rf.msg})
+	}
 	s.metrics.WireIn.Add(float64(n))
 	s.log.Info("update accepted", "round", round, "site", st.name, "task", t.id, "bytes", n, "num_examples", h.NumExamples)
-	s.finish(t, taskResult{fit: federation.FitRes{Params: params, NumExamples: int(h.NumExamples), Metrics: h.Metrics}})
 	return stream.SendAndClose(&pb.UploadReply{Accepted: true})
+}
+
+// ReasonRevoked counts answers refused because their site was revoked
+// while it sent them.
+const ReasonRevoked = "revoked"
+
+// revokedRefusal refuses an answer of st when st is revoked by now (nil
+// when it is not).
+func (s *Server) revokedRefusal(st *siteState) *refusal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.revoked {
+		return refuse(ReasonRevoked, "site %q was revoked while it answered: its answer is discarded", st.name)
+	}
+	return nil
+}
+
+// finishUnlessRevoked settles claimed task t with res, the site's answer,
+// unless the site is revoked by now: the check and the settling are one
+// step under s.mu, the lock Revoke takes, so an answer is either accepted
+// before the revocation or discarded (the refusal returned).
+func (s *Server) finishUnlessRevoked(t *task, res taskResult) *refusal {
+	s.mu.Lock()
+	if t.site.revoked {
+		s.mu.Unlock()
+		return refuse(ReasonRevoked, "site %q was revoked while it answered: its answer is discarded", t.site.name)
+	}
+	t.state = taskDone
+	s.answered[t.id] = true
+	t.site.queue = slices.DeleteFunc(t.site.queue, func(q *task) bool { return q == t })
+	t.site.state = "idle"
+	s.mu.Unlock()
+	t.done <- res
+	s.changed()
+	return nil
 }
 
 // receive reads an upload's chunks and validates the tensors.
@@ -135,7 +178,11 @@ func (s *Server) ReportEval(ctx context.Context, req *pb.EvalReport) (*pb.Upload
 			return &pb.UploadReply{Reason: rf.code + ": " + rf.msg}, nil
 		}
 	}
+	if rf := s.finishUnlessRevoked(t, taskResult{eval: federation.EvaluateRes{Metrics: req.Metrics, NumExamples: int(req.NumExamples)}}); rf != nil {
+		s.refused(st, round, req.TaskId, rf)
+		s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: evaluation refused: %s", st.name, round, rf.msg)})
+		return &pb.UploadReply{Reason: rf.code + ": " + rf.msg}, nil
+	}
 	s.log.Info("evaluation accepted", "round", round, "site", st.name, "task", t.id)
-	s.finish(t, taskResult{eval: federation.EvaluateRes{Metrics: req.Metrics, NumExamples: int(req.NumExamples)}})
 	return &pb.UploadReply{Accepted: true}, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/pfedmma/pfedmma/coordstore"
 	"github.com/pfedmma/pfedmma/federation"
@@ -100,7 +101,7 @@ func TestRawClientReplayAndWrongRound(t *testing.T) {
 	}
 	defer conn.Close()
 	cli := pb.NewFederationClient(conn)
-	ctx := t.Context()
+	ctx := metadata.AppendToOutgoingContext(t.Context(), sessionHeader, "raw-client-session")
 	if _, err := cli.Register(ctx, &pb.RegisterRequest{ProtocolVersion: ProtocolVersion, Site: "s0", NumExamples: 0}); err == nil {
 		t.Fatal("registration with 0 examples accepted")
 	}

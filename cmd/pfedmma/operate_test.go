@@ -239,8 +239,8 @@ func TestOperateRevokedSiteCutOff(t *testing.T) {
 		t.Fatalf("certs revoke: %v\n%s", err, out)
 	}
 	expectExit(t, sites[1], 15*time.Second, -1)
-	if out := sites[1].output(); !strings.Contains(out, "revoked") {
-		t.Fatalf("the revoked site's message does not say it was revoked:\n%s", tail(out))
+	if out := sites[1].output(); !strings.Contains(out, "revoked") || strings.Contains(out, "session made progress") {
+		t.Fatalf("the revoked site's message does not say it was revoked, or carries an internal phrase:\n%s", tail(out))
 	}
 	expectExit(t, serve, 90*time.Second, 0)
 	expectExit(t, sites[0], 20*time.Second, 0)
@@ -262,6 +262,34 @@ func TestOperateRevokedSiteCutOff(t *testing.T) {
 	if cut < 0 || cut > rounds-3 {
 		t.Fatalf("site-b was cut off from round %d of %d", cut, rounds)
 	}
+	// it left the schedule: at most the round it was cut off in counts it
+	// failed, the later ones neither warn nor name it absent
+	out := serve.output()
+	serve.waitLine(t, time.Second, "client left the schedule", "client=site-b")
+	for _, msg := range []string{`msg="client failed"`, `msg="client evaluation failed"`} {
+		if n := countLines(out, msg, "client=1"); n > 1 {
+			t.Errorf("%d lines %s for site-b: the revoked site stayed in the schedule", n, msg)
+		}
+	}
+	rs := readRounds(t, f.coordOut)
+	if last := rs[len(rs)-1]; slices.Contains(last.Absent, 1) {
+		t.Errorf("the last round names the revoked site absent: %+v", last)
+	}
+}
+
+// countLines counts the lines of out holding every one of subs.
+func countLines(out string, subs ...string) int {
+	n := 0
+	for _, l := range strings.Split(out, "\n") {
+		ok := true
+		for _, s := range subs {
+			ok = ok && strings.Contains(l, s)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
 }
 
 // opsChromium finds headless Chromium: under CI=true it must be there,

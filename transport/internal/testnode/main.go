@@ -51,6 +51,7 @@ func main() {
 	fullDisk := flag.Int("full-disk-after-round", -1, "coord: after this round, writes past the state database's current size fail (RLIMIT_FSIZE)")
 	secure := flag.Bool("secure", false, "coord: secure aggregation")
 	stall := flag.Int("stall-after-share", -1, "site: stall (to be killed) after sharing its keys in this round")
+	fetch := flag.Bool("fetch-task", false, "site: fetch the task before registering, as pfedmma site does (coord: send one)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -82,7 +83,7 @@ func main() {
 		}
 		_, err = transport.RunCoordinator(ctx, transport.CoordinatorConfig{Addr: *addr, CertsDir: *dir, StatePath: *state,
 			Spec: toy.Spec(), PollWait: time.Second, Heartbeat: 300 * time.Millisecond, OfflineAfter: *offlineAfter,
-			RegisterTimeout: *registerTimeout, Settings: sets, Linger: 3 * time.Second, Logger: log,
+			RegisterTimeout: *registerTimeout, Settings: sets, Linger: 3 * time.Second, Logger: log, Task: toyTask(*fetch),
 			Ready: func(g, _ string, _ *transport.Server) {
 				if *addrFile != "" {
 					os.WriteFile(*addrFile+".tmp", []byte(g), 0o644)
@@ -107,13 +108,29 @@ func main() {
 				<-ctx.Done()
 			}
 		}
-		if err := transport.RunSite(ctx, transport.SiteConfig{Addr: *addr, CertsDir: *dir, Name: *site, StateDir: *state,
-			MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Settings: sets, DuplicateGrace: *grace, Logger: log, SecAggHook: hook}, c); err != nil {
+		sc := transport.SiteConfig{Addr: *addr, CertsDir: *dir, Name: *site, StateDir: *state,
+			MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Settings: sets, DuplicateGrace: *grace, Logger: log, SecAggHook: hook}
+		if *fetch {
+			if _, err := transport.FetchTask(ctx, sc, id, nil); err != nil {
+				fail(err)
+			}
+			log.Info("task fetched", "site", *site)
+		}
+		if err := transport.RunSite(ctx, sc, c); err != nil {
 			fail(err)
 		}
 	default:
 		fail(fmt.Errorf("-role must be coord or site"))
 	}
+}
+
+// toyTask is the task the coordinator sends with -fetch-task (nil
+// without).
+func toyTask(on bool) *transport.Task {
+	if !on {
+		return nil
+	}
+	return &transport.Task{Experiment: []byte("toy: true\n"), ModelSHA256: strings.Repeat("0", 64), VocabSHA256: strings.Repeat("0", 64), Fingerprint: strings.Repeat("0", 64), UploadBytes: 8}
 }
 
 // diskFull makes every later write past the current end of the state
