@@ -9,7 +9,7 @@ BIN       := bin/pfedmma
 # Idle OpenBLAS threads sleep instead of spinning (see gemm.TuneCPU).
 export OPENBLAS_THREAD_TIMEOUT ?= 4
 
-.PHONY: run test deps build bench fuzz proto clean fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp
+.PHONY: run test deps build bench fuzz proto clean fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external
 
 # Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
 # path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
@@ -110,6 +110,16 @@ fixtures-fedmvp:
 	$(FIXTURE_PY) -u tools/fixtures/fedmvp/verify.py
 
 FEDMVP_REF ?= /work/.mirror/mainaksingha01+FedMVP/repo
+
+# Fixtures from outside the project for the methods the Go tests used to check only against
+# themselves (testdata/clip_adapter, fedot; see testdata/README.md): CLIP-Adapter from the
+# authors' code (CLIPADAPTER_REF: gaopengcuhk/CLIP-Adapter, over COOP_REF's clip/model.py,
+# DASSL_REF, and PFEDMMA_REF's fed_utils.average_weights); FedOT (no public code) from an
+# independent float64 PyTorch FedOT written from the paper. Not part of build or test; needs
+# Debian's python3-torch and the git mirrors (fetched into /work/.mirror).
+fixtures-external:
+	$(FIXTURE_PY) tools/fixtures/clipadapter/make_fixture.py
+	$(FIXTURE_PY) tools/fixtures/fedot/make_fixture.py
 
 # Reference fixtures of testdata/cocoop, testdata/kgcoop and testdata/coop-positions,
 # made by running the authors' PyTorch code (Debian's python3-torch, float32, CPU) and
