@@ -114,6 +114,9 @@ func extSettings(t *testing.T, f *fixture.Fixture) *Settings {
 	if (s.Optimizer != "adamw" && s.Optimizer != "sgd") || extMeta(t, f, "logit_scale") != 4 {
 		t.Fatalf("fixture optimizer %q, logit_scale %q", s.Optimizer, f.Meta["logit_scale"])
 	}
+	if _, ok := f.Meta["adaln_layers"]; ok && extMeta(t, f, "adaln_layers") > 0 {
+		s.AdaLN, s.AdaLNLayers = true, int(extMeta(t, f, "adaln_layers"))
+	}
 	return s
 }
 
@@ -172,17 +175,22 @@ func stepClients(t *testing.T, f *fixture.Fixture, domain int) ([]fixture.Tensor
 	return cs, doms
 }
 
-// TestExternalStep: for a client of domain 0, and one of domain 1 whose copy
-// of prompt 0 first moves toward a relayed copy (the EMA), the production
+// TestExternalStep: for a client of domain 0 (without and with AdaLN), and
+// one of domain 1 whose copy of prompt 0 first moves toward a relayed copy
+// (the EMA), the production
 // Client.Step reproduces the oracle's loss and the gradients of the own
 // text prompt and the visual prompts (the other prompt gets none), and
 // Client.Fit (one local epoch of one batch, SGD: AdamW's first step is
 // blind to the gradient's size; the rounds run AdamW) their values after
 // one step.
 func TestExternalStep(t *testing.T) {
-	for _, name := range []string{"step", "step_ema"} {
+	for _, c := range []struct{ init, name string }{{"init", "step"}, {"init", "step_ema"}, {"init_adaln", "step_adaln"}} {
+		name := c.name
 		t.Run(name, func(t *testing.T) {
-			f := extFixture(t, "init.safetensors", name+".safetensors")
+			f := extFixture(t, c.init+".safetensors", name+".safetensors")
+			if f.Meta["params"] != c.init+".safetensors" {
+				t.Fatalf("%s made from %q", name, f.Meta["params"])
+			}
 			s := extSettings(t, f)
 			domain := int(extMeta(t, f, "domain"))
 			clients, doms := stepClients(t, f, domain)
@@ -215,7 +223,15 @@ func TestExternalStep(t *testing.T) {
 				extRel(t, "grad."+p.Name, p.Grad, f.Batch["grad."+p.Name].Data, 1e-4)
 				got = append(got, p.Name)
 			}
-			if want := []string{TextName(domain), ParamVisual}; !slices.Equal(got, want) {
+			want := []string{TextName(domain), ParamVisual}
+			if s.AdaLN {
+				for l := 0; l < s.AdaLNLayers; l++ {
+					w, b := adaLNNames(l)
+					want = append(want, w, b)
+				}
+			}
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
 				t.Errorf("trained %v, want %v", got, want)
 			}
 			c = extPlan(t, f, s, clients, doms, B).Clients[domain].(*Client)
