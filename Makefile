@@ -8,7 +8,7 @@ BIN       := bin/pfedmma
 # changed here. Every binary that links package gemm, pfedmma and each test
 # binary, picks the best family by itself when none is preset (gemm's init).
 
-.PHONY: run test deps build bench fuzz proto clean fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp
+.PHONY: run test deps build bench fuzz proto clean fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external
 
 # Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
 # path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
@@ -110,6 +110,20 @@ fixtures-fedmvp:
 	$(FIXTURE_PY) -u tools/fixtures/fedmvp/verify.py
 
 FEDMVP_REF ?= /work/.mirror/mainaksingha01+FedMVP/repo
+
+# Fixtures from outside the project for the methods the Go tests used to check only against
+# themselves (testdata/clip_adapter, clip_lora, fedot, adapt; see testdata/README.md):
+# CLIP-Adapter and CLIP-LoRA from the authors' code (CLIPADAPTER_REF:
+# gaopengcuhk/CLIP-Adapter over COOP_REF's clip/model.py and DASSL_REF; CLIPLORA_REF:
+# MaxZanella/CLIP-LoRA), federated with PFEDMMA_REF's fed_utils.average_weights; FedOT and
+# ADAPT (no public code) from independent float64 PyTorch versions written from the papers.
+# Not part of build or test; needs Debian's python3-torch and the git mirrors (fetched into
+# /work/.mirror); about 3 CPU-minutes.
+fixtures-external:
+	$(FIXTURE_PY) tools/fixtures/clipadapter/make_fixture.py
+	$(FIXTURE_PY) tools/fixtures/fedot/make_fixture.py
+	$(FIXTURE_PY) tools/fixtures/cliplora/make_fixture.py
+	$(FIXTURE_PY) tools/fixtures/adapt/make_fixture.py
 
 # Reference fixtures of testdata/cocoop, testdata/kgcoop and testdata/coop-positions,
 # made by running the authors' PyTorch code (Debian's python3-torch, float32, CPU) and

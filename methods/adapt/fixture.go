@@ -1,10 +1,11 @@
 package adapt
 
 // The reference-fixture contract (`pfedmma step` / `pfedmma round`, README
-// "The reference-fixture contract") for ADAPT. No reference fixtures exist
-// for ADAPT (the authors' code is not in testdata/): the step is tested
-// against finite differences and optim's AdamW, the round against the
-// production plan driven by hand (fixture_test.go).
+// "The reference-fixture contract") for ADAPT. ADAPT has no public code:
+// testdata/adapt holds fixtures of an independent float64 PyTorch ADAPT
+// (tools/fixtures/adapt), which external_test.go checks against the
+// production Client.Step and Client.Fit and Coordinator rounds; this
+// file's step and round are the `pfedmma step` / `round` replay.
 //
 // Inputs, besides images [B,3,S,S], labels [B] and tokens [C,ctx] (class
 // prompts with n_ctx placeholder tokens, as the other prompt methods):

@@ -1,9 +1,9 @@
 package adapt
 
-// No reference fixtures exist for ADAPT (testdata/ has none: the authors'
-// code was not available to generate them). The fixture contract is tested
-// here against finite differences of its own loss, against optim's AdamW,
-// and against the production plan driven by hand.
+// The fixture contract is tested here against finite differences of its
+// own loss, against optim's AdamW, and against the production plan driven
+// by hand; the oracle outside the project (an independent float64 PyTorch
+// ADAPT, testdata/adapt) is checked in external_test.go.
 
 import (
 	"context"

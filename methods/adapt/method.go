@@ -71,9 +71,10 @@
 // with optional EMA targets ema_target.text_prompt.<j>, and step1 after
 // one step of the section's optimizer (AdamW); the round is one round of
 // the production plan (Relay, Coordinator, Sites) over client<i>.images,
-// client<i>.labels and client<i>.domain. No reference fixtures exist for
-// ADAPT: the tests check finite differences, optim's AdamW and the plan
-// driven by hand.
+// client<i>.labels and client<i>.domain. ADAPT has no public code:
+// testdata/adapt holds fixtures of an independent float64 PyTorch ADAPT
+// written from the paper, the spec and these decisions, which
+// external_test.go checks through the production client and rounds.
 package adapt
 
 import (

@@ -24,10 +24,11 @@
 //     adapter.fc.2.weight (W2).
 //
 // The reference-fixture contract (`pfedmma step` / `pfedmma round`,
-// fixture.go) reads the adapter under these names. There are no reference
-// fixtures of federated CLIP-Adapter in testdata/: its tests write fixtures
-// from a tiny random CLIP and check the step against finite differences
-// and optim.SGD, and the round against the production Plan.
+// fixture.go) reads the adapter under these names. testdata/clip_adapter
+// holds fixtures made by the authors' code (gaopengcuhk/CLIP-Adapter,
+// federated with the pFedMMA authors' FedAvg); external_test.go checks the
+// production Client.Step and Client.Fit and a Coordinator round against
+// them.
 package clipadapter
 
 import (

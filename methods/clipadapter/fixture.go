@@ -1,11 +1,10 @@
 package clipadapter
 
 // The reference-fixture contract (`pfedmma step` / `pfedmma round`, README
-// "The reference-fixture contract") for CLIP-Adapter. There are no
-// reference fixtures of federated CLIP-Adapter in testdata/: the tests
-// build fixtures from a tiny random CLIP and check the step against finite
-// differences and optim.SGD, and the round against the production Plan run
-// by fixture.Round.
+// "The reference-fixture contract") for CLIP-Adapter. The reference
+// fixtures of testdata/clip_adapter (the authors' code) are checked through
+// the production client in external_test.go; this file's step is the
+// `pfedmma step` replay (the conformance step contract runs it on them).
 
 import (
 	"context"

@@ -25,7 +25,7 @@ func tinyModel(scale float64) *clip.Model {
 	return clip.New(w)
 }
 
-// There are no reference fixtures of federated CLIP-Adapter: these tests
+// Besides the authors' fixtures (external_test.go), these tests
 // write fixtures in the reference layout from a tiny random CLIP (8-d
 // features, 8 px images) and check `step` against finite differences and
 // optim.SGD, and `round` against the production Plan run by fixture.Round.

@@ -12,9 +12,11 @@ import (
 )
 
 // The reference-fixture contract (`pfedmma step` / `pfedmma round`): the
-// fixtures hold no CLIP-LoRA run, so the contract runs the production
-// client (fixture.LearnerStep, fixture.Round) and is tested against finite
-// differences and the optimizer.
+// contract runs the production client (fixture.LearnerStep, fixture.Round).
+// testdata/clip_lora holds fixtures made by the authors' code
+// (MaxZanella/CLIP-LoRA, federated with the pFedMMA authors' FedAvg), which
+// external_test.go checks against the production client and a Coordinator
+// round.
 
 // SettingsFrom implements fixture.Settings: the rank from the A
 // factors' shape ([r, D]), "alpha" (1), "scale" (sqrt) and "dropout" from

@@ -57,10 +57,10 @@
 //
 // The reference-fixture contract (`pfedmma step` / `pfedmma round`,
 // fixture.go) reads w_g and the local map (x, w_1 or adapter.down/up) under
-// these names. There are no reference fixtures of FedOT in testdata/ (no
-// reference code): its tests write fixtures from a tiny random CLIP and
-// check the step against finite differences and optim.SGD, and the round
-// against the production Plan.
+// these names. FedOT has no public code: testdata/fedot holds fixtures of
+// an independent float64 PyTorch FedOT written from the paper
+// (tools/fixtures/fedot), which external_test.go checks against the
+// production Client.Step and Client.Fit and a Coordinator round.
 package fedot
 
 import (

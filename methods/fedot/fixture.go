@@ -1,11 +1,11 @@
 package fedot
 
 // The reference-fixture contract (`pfedmma step` / `pfedmma round`, README
-// "The reference-fixture contract") for FedOT. There are no reference
-// fixtures of FedOT in testdata/ (the authors' code is not public): the
-// tests build fixtures from a tiny random CLIP and check the step against
-// finite differences and optim.SGD, and the round against the production
-// Plan run by fixture.Round.
+// "The reference-fixture contract") for FedOT. The fixtures of
+// testdata/fedot (an independent float64 PyTorch FedOT; the authors' code
+// is not public) are checked through the production client in
+// external_test.go; this file's step is the `pfedmma step` replay (the
+// conformance step contract runs it on them).
 
 import (
 	"context"

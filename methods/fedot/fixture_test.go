@@ -22,7 +22,7 @@ import (
 
 func tinyModel() *clip.Model { return clip.New(fixturetest.TinyWeights()) }
 
-// There are no reference fixtures of FedOT: these tests write fixtures in
+// Besides the float64 oracle's fixtures (external_test.go), these tests write fixtures in
 // the reference layout from a tiny random CLIP (8-d features, 8 px images)
 // and check `step` against finite differences and optim.SGD, and `round`
 // against the production Plan run by fixture.Round.
