@@ -9,7 +9,7 @@ BIN       := bin/pfedmma
 # Idle OpenBLAS threads sleep instead of spinning (see gemm.TuneCPU).
 export OPENBLAS_THREAD_TIMEOUT ?= 4
 
-.PHONY: run test deps build bench fuzz proto clean fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp
+.PHONY: run test deps build bench fuzz proto clean mutants fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp
 
 # Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
 # path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
@@ -132,3 +132,20 @@ verify-fixtures:
 	$(FIXTURE_PY) tools/fixtures/verify_kgcoop.py
 	$(FIXTURE_PY) tools/fixtures/verify_positions.py
 	$(FIXTURE_PY) -u tools/fixtures/verify_positions_fl.py
+
+# Mutation testing (issue 35; not part of `make test`): go-gremlins/gremlins,
+# fetched by `go run` from the Go module proxy, mutates each package of
+# MUTANT_PKGS in turn and runs that package's tests against every covered
+# mutant; a package's efficacy (killed / (killed + lived)) is printed and
+# its JSON report lands in mutants/<path>.json. One package takes minutes to
+# hours (each mutant reruns the package's tests): narrow it with
+# `make mutants MUTANT_PKGS=./methods/kgcoop`.
+GREMLINS     ?= github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
+MUTANT_PKGS  ?= $(shell $(GO) list ./methods/... ./federation/... ./secagg/... ./clip/... | sed 's|^github.com/pfedmma/pfedmma/|./|')
+MUTANT_FLAGS ?= --workers 1 --timeout-coefficient 4
+mutants:
+	@mkdir -p mutants
+	@for p in $(MUTANT_PKGS); do \
+		echo "== $$p"; \
+		$(GO) run $(GREMLINS) unleash $(MUTANT_FLAGS) --output mutants/$$(echo $$p | sed 's|^\./||; s|/|_|g').json $$p || exit 1; \
+	done
