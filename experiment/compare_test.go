@@ -37,8 +37,6 @@ var worldCompareGuarded = []string{"promptfl", "fedpgp", "fedotp", "pfedmoap", "
 // one round of one local epoch; zero-shot 74.22) on 2026-11-29, which also
 // logged clip_adapter, clip_lora, fedot and kgcoop at 74.22, fedotp 74.38,
 // pfedmma 73.52, maple 69.61, adapt 48.36, fedmvp 31.25 and dpfpl 77.66.
-// A CoOp-family context initialised from the template's words with the
-// class name after it already beats the plain template.
 var untrainedLocal = map[string]float64{"promptfl": 78.28, "fedpgp": 76.88, "pfedmoap": 75.94, "fedotp": 74.38,
 	"fedtpg": 76.88, "promptfolio": 77.11, "fedpha": 76.88}
 
