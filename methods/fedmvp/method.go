@@ -383,6 +383,13 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	return l.Logits(rec, B)
 }
 
+// FixtureKeys lists the hyper-parameters FedMVP's `pfedmma step` and
+// `round` read (cmd/pfedmma refuses any other --set key).
+func (Method) FixtureKeys() []string {
+	return []string{"alpha", "batch_size", "flip_prob", "heads", "local_epochs", "logit_scale", "lora", "lora_rank",
+		"lora_threshold", "lr", "momentum", "prompts", "weight_decay"}
+}
+
 // SettingsFrom implements fixture.Settings: alpha, lora_rank, heads,
 // prompts and flip_prob from the metadata (defaults where absent) and the
 // description rows "desc_tokens" [N, ctx] with their classes "desc_class"
