@@ -101,11 +101,8 @@ func smallestGrad(t *testing.T, model *clip.Model, params, batch string) string 
 // check of step1, which the mutation leaves alone.
 func TestStepContractCatchesBrokenGradients(t *testing.T) {
 	// a check of the checks: it does not depend on the GEMM (the main pass
-	// runs it); -short leaves it out too
+	// runs it)
 	skipPureGo(t)
-	if testing.Short() {
-		t.Skip("-short: the step contract's self-check runs four steps' checks per method")
-	}
 	w, _, err := checkpoint.Load(testdata + "clip-tiny/openai.safetensors")
 	if err != nil {
 		t.Fatal(err)
