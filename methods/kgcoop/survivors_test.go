@@ -2,6 +2,7 @@ package kgcoop
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/config"
@@ -75,5 +76,34 @@ func TestRandomContextInit(t *testing.T) {
 		if math.Abs(got-std) > 0.15*std {
 			t.Errorf("init_std %g: the context's standard deviation is %.4g over %d values", std, got, len(l.ctx.Data))
 		}
+	}
+}
+
+// TestConfigValidateBounds: Config.Validate names n_ctx below 1, a
+// negative w and a negative init_std, and takes their edges (1, 0, 0);
+// fixture metadata csc that is no boolean is refused naming csc.
+func TestConfigValidateBounds(t *testing.T) {
+	ok := Config{NCtx: 1, W: 0, InitStd: 0}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("the edges n_ctx 1, w 0, init_std 0 refused: %v", err)
+	}
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{NCtx: 0, W: 8}, "n_ctx"},
+		{Config{NCtx: 4, W: -0.5}, "w -0.5"},
+		{Config{NCtx: 4, W: 8, InitStd: -0.01}, "init_std"},
+	} {
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want one naming %s", c.cfg, err, c.want)
+		}
+	}
+	_, err := ConfigFromMeta(map[string]string{"n_ctx": "4", "w": "8", "csc": "maybe"})
+	if err == nil || !strings.Contains(err.Error(), "csc") {
+		t.Errorf("csc=maybe: error %v, want one naming csc", err)
+	}
+	if _, err := ConfigFromMeta(map[string]string{"n_ctx": "4", "w": "8", "csc": "False"}); err != nil {
+		t.Errorf("csc=False refused: %v", err)
 	}
 }
