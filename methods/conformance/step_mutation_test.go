@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -94,11 +95,11 @@ func smallestGrad(t *testing.T, model *clip.Model, params, batch string) string 
 	return best
 }
 
-// TestStepContractCatchesBrokenGradients: for every method with a step
-// fixture, halving, zeroing or flipping the sign of the gradient of the
+// TestStepContractCatchesBrokenGradients: on every step fixture of every
+// method, halving, zeroing or flipping the sign of the gradient of the
 // tensor with the smallest gradients (FedMVP's LoRA factors, pFedMoAP's
-// gate) makes the step contract's gradient checks fail — not merely its
-// check of step1, which the mutation leaves alone.
+// gate weights) makes the step contract's gradient checks fail — not
+// merely its check of step1, which the mutation leaves alone.
 func TestStepContractCatchesBrokenGradients(t *testing.T) {
 	// a check of the checks: it does not depend on the GEMM (the main pass
 	// runs it)
@@ -107,11 +108,6 @@ func TestStepContractCatchesBrokenGradients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	muts := map[string]func(float32) float32{
-		"halved":  func(v float32) float32 { return v / 2 },
-		"zeroed":  func(float32) float32 { return 0 },
-		"flipped": func(v float32) float32 { return -v },
-	}
 	forEach(t, func(t *testing.T, name string) {
 		m, _ := methods.Get(name)
 		st, ok := m.(fixture.Stepper)
@@ -119,25 +115,39 @@ func TestStepContractCatchesBrokenGradients(t *testing.T) {
 		if !ok || len(fx) == 0 {
 			t.Skipf("%s: no step fixture (TestStepContract fails it)", name)
 		}
-		params, batch := fx[0][0], fx[0][1]
-		grad := smallestGrad(t, clip.New(w), params, batch)
-		// the unbroken step passes the recorded checks: what the broken
-		// ones report is the mutation
-		if errs := record(t, func(tb testing.TB) { checkStep(tb, clip.New(w), st, surrogate(st), params, batch) }); len(errs) > 0 {
-			t.Fatalf("the unbroken step fails: %q", errs)
-		}
-		for _, kind := range []string{"halved", "zeroed", "flipped"} {
-			bad := broken{Stepper: st, grad: grad, mut: muts[kind]}
-			errs := record(t, func(tb testing.TB) { checkStep(tb, clip.New(w), bad, surrogate(st), params, batch) })
-			caught := false
-			for _, e := range errs {
-				caught = caught || !strings.HasPrefix(e, "step1.")
-			}
-			if !caught {
-				t.Errorf("%s %s: the step contract's gradient checks pass (errors: %q)", kind, grad, errs)
-			} else {
-				t.Logf("%s %s: %s", kind, grad, errs[0])
-			}
+		for _, p := range fx {
+			params, batch := p[0], p[1]
+			t.Run(filepath.Base(batch), func(t *testing.T) { checkCatches(t, w, st, params, batch) })
 		}
 	})
+}
+
+// checkCatches breaks the gradient of the smallest tensor of step file
+// batch three ways and expects the step contract's gradient checks to
+// fail each time, after the unbroken step passes them.
+func checkCatches(t *testing.T, w *clip.Weights, st fixture.Stepper, params, batch string) {
+	muts := map[string]func(float32) float32{
+		"halved":  func(v float32) float32 { return v / 2 },
+		"zeroed":  func(float32) float32 { return 0 },
+		"flipped": func(v float32) float32 { return -v },
+	}
+	grad := smallestGrad(t, clip.New(w), params, batch)
+	// the unbroken step passes the recorded checks: what the broken
+	// ones report is the mutation
+	if errs := record(t, func(tb testing.TB) { checkStep(tb, clip.New(w), st, surrogate(st), params, batch) }); len(errs) > 0 {
+		t.Fatalf("the unbroken step fails: %q", errs)
+	}
+	for _, kind := range []string{"halved", "zeroed", "flipped"} {
+		bad := broken{Stepper: st, grad: grad, mut: muts[kind]}
+		errs := record(t, func(tb testing.TB) { checkStep(tb, clip.New(w), bad, surrogate(st), params, batch) })
+		caught := false
+		for _, e := range errs {
+			caught = caught || !strings.HasPrefix(e, "step1.")
+		}
+		if !caught {
+			t.Errorf("%s %s: the step contract's gradient checks pass (errors: %q)", kind, grad, errs)
+		} else {
+			t.Logf("%s %s: %s", kind, grad, errs[0])
+		}
+	}
 }
