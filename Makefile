@@ -8,7 +8,7 @@ BIN       := bin/pfedmma
 # changed here. Every binary that links package gemm, pfedmma and each test
 # binary, picks the best family by itself when none is preset (gemm's init).
 
-.PHONY: run test deps build bench fuzz proto clean fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external
+.PHONY: run test deps build bench fuzz proto clean mutants fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external
 
 # Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
 # path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
@@ -146,3 +146,20 @@ verify-fixtures:
 	$(FIXTURE_PY) tools/fixtures/verify_kgcoop.py
 	$(FIXTURE_PY) tools/fixtures/verify_positions.py
 	$(FIXTURE_PY) -u tools/fixtures/verify_positions_fl.py
+
+# Mutation testing (issue 35; not part of `make test`): go-gremlins/gremlins,
+# fetched by `go run` from the Go module proxy, mutates each package of
+# MUTANT_PKGS in turn and runs that package's tests against every covered
+# mutant; a package's efficacy (killed / (killed + lived)) is printed and
+# its JSON report lands in mutants/<path>.json. One package takes minutes to
+# hours (each mutant reruns the package's tests): narrow it with
+# `make mutants MUTANT_PKGS=./methods/kgcoop`.
+GREMLINS     ?= github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
+MUTANT_PKGS  ?= $(shell $(GO) list ./methods/... ./federation/... ./secagg/... ./clip/... | sed 's|^github.com/pfedmma/pfedmma/|./|')
+MUTANT_FLAGS ?= --workers 1 --timeout-coefficient 4
+mutants:
+	@mkdir -p mutants
+	@for p in $(MUTANT_PKGS); do \
+		echo "== $$p"; \
+		$(GO) run $(GREMLINS) unleash $(MUTANT_FLAGS) --output mutants/$$(echo $$p | sed 's|^\./||; s|/|_|g').json $$p || exit 1; \
+	done

@@ -65,6 +65,9 @@ type Experiment struct {
 	// BatchSize is the training mini-batch size (≥ 1); the paper uses 32.
 	BatchSize int `yaml:"batch_size"`
 
+	// Train holds the local training loop's batching options.
+	Train Train `yaml:"train"`
+
 	// Augment is the training augmentation, written as a string: "none",
 	// "views:K" or "online". See [Augment].
 	Augment Augment `yaml:"augment"`
@@ -256,6 +259,15 @@ const (
 	ScheduleConstant = "constant"
 	ScheduleCosine   = "cosine"
 )
+
+// Train is the local training loop's batching.
+type Train struct {
+	// DropLast drops each epoch's partial last batch when the client holds
+	// at least one full batch, as Dassl's training loaders do (drop_last =
+	// is_train and len(data) >= batch_size; the authors' CoOp-family code).
+	// false (the default) trains on the partial batch.
+	DropLast bool `yaml:"drop_last"`
+}
 
 // Optimizer is the local optimizer.
 type Optimizer struct {

@@ -66,7 +66,8 @@ func (e *Experiment) fingerprintLines() []string {
 	lines = append(lines, e.Aggregation.fingerprintLines()...)
 	lines = slices.DeleteFunc(lines, func(l string) bool {
 		return len(e.Seeds) > 0 && strings.HasPrefix(l, "seed=") ||
-			l == `federation.compress="none"` // the same run as no compress key
+			l == `federation.compress="none"` || // the same run as no compress key
+			l == "train.drop_last=false" // the same run as before the key
 	})
 	slices.Sort(lines)
 	return lines

@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/methods/cliplora"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
+	"gopkg.in/yaml.v3"
 )
 
 // worldCompareGuarded are the trained methods TestWorldCompareQualities
@@ -18,23 +20,43 @@ import (
 // meta-network conditions every class prompt on the image, so the text
 // encoder runs once per image and class — on world-compare's 2 560 test
 // images × 40 classes that is longer than every other method together (the
-// README's table has its row).
+// README's table has its row). FedCLIP is left out because no guard of its
+// Local can fail it untrained: every recipe its tune tried stays within a
+// few points of zero-shot (docs/tuning.md; one global attention adapter
+// trained with a batch contrast in which, with 2 classes per client, most
+// pairs are same-class negatives) — FedOT's Table 1 too reports FedCLIP at
+// CLIP's accuracy. DP-FPL is left out until a recipe of it is tuned: with
+// its code's (ε 0.4 over the 5 rounds) its Local, 78.05, is 0.39 points
+// above its untrained one (77.66, untrainedLocal's run).
 var worldCompareGuarded = []string{"promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt",
-	"fedtpg", "promptfolio", "fedpha", "fedclip", "maple", "kgcoop", "pfedmma"}
+	"fedtpg", "promptfolio", "fedpha", "maple", "kgcoop", "fedmvp", "pfedmma"}
 
-// belowZeroShotLocal are the methods the guard holds only to zero-shot's
-// Local less 3 points: FedCLIP trains one global attention adapter with a
-// batch contrast in which, with 2 classes per client, most pairs are
-// same-class negatives; every recipe its tune tried stays within a few
-// points of zero-shot (docs/tuning.md), as FedOT's Table 1 reports FedCLIP
-// at CLIP's accuracy.
-var belowZeroShotLocal = map[string]bool{"fedclip": true}
+// untrainedLocal is the Local accuracy of the guarded methods that start
+// above zero-shot's, untrained on world-compare:
+// TestWorldCompareGuardFailsUntrained's run (every learning rate 1e-12,
+// one round of one local epoch; zero-shot 74.22) on 2026-11-29, which also
+// logged clip_adapter, clip_lora, fedot and kgcoop at 74.22, fedotp 74.38,
+// pfedmma 73.52, maple 69.61, adapt 48.36, fedmvp 31.25 and dpfpl 77.66.
+var untrainedLocal = map[string]float64{"promptfl": 78.28, "fedpgp": 76.88, "pfedmoap": 75.94, "fedotp": 74.38,
+	"fedtpg": 76.88, "promptfolio": 77.11, "fedpha": 76.88}
+
+// localGuard says why a method's Local accuracy fails the world-compare
+// guard, or "": at least 3 points above the larger of zero-shot's and the
+// method's own untrained Local (untrainedLocal), so that the guard fails
+// a method that learns nothing.
+func localGuard(method string, local, zeroShot float64) string {
+	floor := max(zeroShot, untrainedLocal[method])
+	if local < floor+3 {
+		return fmt.Sprintf("%s local %.2f%% is not 3 points above %.2f%% (zero-shot's %.2f%%, its untrained %.2f%%)", method, local, floor, zeroShot, untrainedLocal[method])
+	}
+	return ""
+}
 
 // TestWorldCompareQualities guards the world-compare preset (README, "Every
 // method on the generated world"), each method with its recipe
 // (docs/tuning.md), at the issue's generous thresholds: every trained
-// method's Local accuracy is at least 3 points above zero-shot's (FedCLIP:
-// not 3 below, see belowZeroShotLocal); FedOTP,
+// method's Local accuracy is at least 3 points above zero-shot's (a guard
+// each fails untrained: TestWorldCompareGuardFailsUntrained); FedOTP,
 // which matches image patches to prompts (the embedded model's patch tokens
 // are text-aligned by its dense pretraining), reaches 5× chance on Base and
 // on Novel; pFedMMA's Novel stays within 6 points of zero-shot's. Only the
@@ -55,12 +77,8 @@ func TestWorldCompareQualities(t *testing.T) {
 			continue
 		}
 		trained = append(trained, r.Method)
-		if belowZeroShotLocal[r.Method] {
-			if r.Metrics["local"] < zs["local"]-3 {
-				t.Errorf("%s local %.2f%% is more than 3 points below zero-shot's %.2f%%", r.Method, r.Metrics["local"], zs["local"])
-			}
-		} else if r.Metrics["local"] < zs["local"]+3 {
-			t.Errorf("%s local %.2f%% is not 3 points above zero-shot's %.2f%%", r.Method, r.Metrics["local"], zs["local"])
+		if why := localGuard(r.Method, r.Metrics["local"], zs["local"]); why != "" {
+			t.Error(why)
 		}
 	}
 	if !slices.Equal(trained, methods) {
@@ -93,6 +111,60 @@ var worldCompareJob sharedRun
 func worldCompareRun(t *testing.T) *Result {
 	t.Helper()
 	return worldCompareJob.get(t, "world-compare", "methods=[zeroshot,"+strings.Join(worldCompareGuarded, ",")+"]", "federation.eval_every=5")
+}
+
+// TestWorldCompareGuardFailsUntrained: TestWorldCompareQualities' Local
+// guard fails every guarded method untrained — world-compare with every
+// learning rate (the run's optimizer.lr, each method's own lr and
+// pFedMoAP's gate_lr) at 1e-12 and one round of one local epoch, so that
+// each method's Local is that of its initialisation: a guard it passes
+// would pass a method that learns nothing. An untrained Local more than
+// 0.5 points above its recorded floor (untrainedLocal, or zero-shot's)
+// fails too: the floors are then to be measured again.
+func TestWorldCompareGuardFailsUntrained(t *testing.T) {
+	sets := []string{"methods=[zeroshot," + strings.Join(worldCompareGuarded, ",") + "]",
+		"federation.rounds=1", "federation.local_epochs=1", "federation.eval_every=1", "optimizer.lr=1e-12"}
+	for _, name := range worldCompareGuarded {
+		m, err := methods.Get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := yaml.Marshal(m.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys map[string]any
+		if err := yaml.Unmarshal(b, &keys); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range map[string]string{"lr": "1e-12", "gate_lr": "1e-12", "local_epochs": "1"} {
+			if _, ok := keys[k]; ok {
+				sets = append(sets, name+"."+k+"="+v)
+			}
+		}
+	}
+	res := runPreset(t, "world-compare", sets...)
+	zs, ok := res.Summary.Get(ZeroShot)
+	if !ok {
+		t.Fatal("no zero-shot row")
+	}
+	n := 0
+	for _, r := range res.Summary.Methods {
+		if r.Method == ZeroShot {
+			continue
+		}
+		n++
+		t.Logf("%-12s untrained local %.2f (zero-shot %.2f)", r.Method, r.Metrics["local"], zs["local"])
+		if localGuard(r.Method, r.Metrics["local"], zs["local"]) == "" {
+			t.Errorf("%s untrained (Local %.2f%%, zero-shot %.2f%%) passes the world-compare guard", r.Method, r.Metrics["local"], zs["local"])
+		}
+		if floor := max(zs["local"], untrainedLocal[r.Method]); r.Metrics["local"] > floor+0.5 {
+			t.Errorf("%s untrained: Local %.2f%% above its recorded floor %.2f%% (untrainedLocal): measure it again", r.Method, r.Metrics["local"], floor)
+		}
+	}
+	if n != len(worldCompareGuarded) {
+		t.Fatalf("%d trained rows, want %d", n, len(worldCompareGuarded))
+	}
 }
 
 // TestEveryMethodInOneRun: every registered method runs in one experiment

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
@@ -66,6 +67,9 @@ func init() {
 					return fmt.Errorf("%s: --params, --batch and --out are required", kind)
 				}
 				if err := checkOutFile(out); err != nil {
+					return fmt.Errorf("%s: %w", kind, err)
+				}
+				if err := checkMethodKeys(meth, methodSets(method, sets)); err != nil {
 					return fmt.Errorf("%s: %w", kind, err)
 				}
 				f, err := loadFixture(model, params, batches, methodSets(method, sets))
@@ -146,6 +150,33 @@ func methodSets(method string, sets []string) []string {
 		out[i] = strings.TrimPrefix(kv, method+".")
 	}
 	return out
+}
+
+// fixtureKeyLister is a method that lists the hyper-parameters (metadata
+// keys) its step and round read.
+type fixtureKeyLister interface{ FixtureKeys() []string }
+
+// checkMethodKeys refuses a --set key that meth's step and round do not
+// read, when meth lists its keys: a key another method reads would be
+// ignored silently (byte-identical outputs), naming it and the keys meth
+// reads. A method that lists none is held to the keys of all methods
+// (fixture.Load).
+func checkMethodKeys(meth methods.Method, sets []string) error {
+	l, ok := meth.(fixtureKeyLister)
+	if !ok {
+		return nil
+	}
+	known := l.FixtureKeys()
+	for _, kv := range sets {
+		k, _, err := config.ParseSet(kv)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(known, k) {
+			return fmt.Errorf("--set %s: %s's step and round do not read %q; they read %s", kv, meth.Info().Name, k, strings.Join(known, ", "))
+		}
+	}
+	return nil
 }
 
 // loadFixture reads the model, then the fixture files (fixture.Load).

@@ -29,10 +29,14 @@
 //   - Setting edges: every numeric setting at the minimum and the maximum
 //     its section's Check documents either runs a round or is refused
 //     before any round, naming the setting.
-//   - Step contract (methods with a reference step fixture in testdata/):
-//     `pfedmma step`'s gradient agrees with finite differences of the loss
-//     it reports, step1 is SGD applied to that gradient, and the image
-//     features come from the images, not from the file.
+//   - Step contract (every trained method; one without a reference step
+//     fixture in testdata/ fails, named): `pfedmma step`'s gradient of
+//     every tensor agrees with the reference's relative to that tensor's
+//     own scale and with finite differences of the loss it reports along
+//     the reference gradient, step1 is SGD applied to that gradient, and
+//     the image features come from the images, not from the file; a
+//     halved, zeroed or sign-flipped gradient of a method's smallest
+//     tensor fails it (TestStepContractCatchesBrokenGradients).
 //
 // A method's settings for the tiny run come from its defaults, with the
 // overrides it declares by implementing methods.SmallRun.

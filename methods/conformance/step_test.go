@@ -19,20 +19,35 @@ import (
 
 const testdata = "../../testdata/"
 
+// stepDirs names the testdata folders of a method whose reference step
+// fixtures are not in testdata/<name>/ (pFedMMA's two adapter depths).
+var stepDirs = map[string][]string{"pfedmma": {"mma-l2", "mma-l0"}}
+
 // stepFixtures finds a method's reference step fixtures by the testdata
-// convention: testdata/<name>/step*.safetensors, each with the parameters
-// of testdata/<name>/init<same suffix>.safetensors (or init.safetensors).
+// convention: testdata/<dir>/step*.safetensors for dir <name> or <name>
+// without underscores (or the folders stepDirs names), each with the parameters of the step file's
+// "params" metadata, or of testdata/<dir>/init<same suffix>.safetensors,
+// init.safetensors or adapters_init.safetensors.
 func stepFixtures(name string) [][2]string {
-	steps, _ := filepath.Glob(filepath.Join(testdata, name, "step*.safetensors"))
-	var out [][2]string
-	for _, s := range steps {
-		suffix := strings.TrimPrefix(filepath.Base(s), "step")
-		init := filepath.Join(testdata, name, "init"+suffix)
-		if _, err := os.Stat(init); err != nil {
-			init = filepath.Join(testdata, name, "init.safetensors")
+	dirs := stepDirs[name]
+	if dirs == nil {
+		dirs = []string{name}
+		if n := strings.ReplaceAll(name, "_", ""); n != name {
+			dirs = append(dirs, n) // clip_adapter's in testdata/clipadapter
 		}
-		if _, err := os.Stat(init); err == nil {
-			out = append(out, [2]string{init, s})
+	}
+	var out [][2]string
+	for _, d := range dirs {
+		steps, _ := filepath.Glob(filepath.Join(testdata, d, "step*.safetensors"))
+		for _, s := range steps {
+			suffix := strings.TrimPrefix(filepath.Base(s), "step")
+			for _, init := range []string{"init" + suffix, "init.safetensors", "adapters_init" + suffix, "adapters_init.safetensors"} {
+				init = filepath.Join(testdata, d, init)
+				if _, err := os.Stat(init); err == nil {
+					out = append(out, [2]string{init, s})
+					break
+				}
+			}
 		}
 	}
 	return out
@@ -43,13 +58,17 @@ func stepFixtures(name string) [][2]string {
 // output them (method-specific inputs).
 var stepInputs = map[string]bool{"tokens": true, "labels": true, "images": true}
 
-// TestStepContract, for every method with a Stepper and reference step
-// fixtures (testdata/<name>/step*.safetensors): `pfedmma step`'s gradient
-// agrees with central finite differences of the loss it reports; step1 is
-// plain SGD applied to that gradient, p − lr·(grad + wd·p), with a
-// learning rate and weight decay of the fixture; the image features come
-// from the images — the batch holds no features, the ones computed agree
-// with the reference's, and other images change the loss.
+// TestStepContract, for every trainable method — one without a Stepper or
+// without reference step fixtures (testdata/<name>/step*.safetensors, or
+// the folders of stepDirs) fails, named: `pfedmma step`'s gradient of
+// every tensor agrees with the reference's relative to that tensor's own
+// scale, and with central finite differences of the loss it reports
+// (along the reference's gradient, at a step sized to the tensor; see
+// checkFD); step1 is plain SGD applied to that gradient,
+// p − lr·(grad + wd·p), with a learning rate and weight decay of the
+// fixture; the image features come from the images — the batch holds no
+// features, the ones computed agree with the reference's, and other images
+// change the loss.
 func TestStepContract(t *testing.T) {
 	w, _, err := checkpoint.Load(testdata + "clip-tiny/openai.safetensors")
 	if err != nil {
@@ -59,17 +78,22 @@ func TestStepContract(t *testing.T) {
 		m, _ := methods.Get(name)
 		st, ok := m.(fixture.Stepper)
 		fx := stepFixtures(name)
-		if !ok || len(fx) == 0 {
-			t.Logf("%s: no Stepper with reference step fixtures in testdata/%s: its step contract is its own tests'", name, name)
-			return
+		if !ok {
+			t.Fatalf("%s implements no fixture.Stepper: `pfedmma step` cannot check it against a reference", name)
+		}
+		if len(fx) == 0 {
+			t.Fatalf("%s has no reference step fixture (testdata/%s/step*.safetensors with its init*.safetensors)", name, name)
 		}
 		for _, p := range fx {
-			t.Run(filepath.Base(p[1]), func(t *testing.T) { checkStep(t, clip.New(w), st, p[0], p[1]) })
+			t.Run(filepath.Base(p[1]), func(t *testing.T) { checkStep(t, clip.New(w), st, surrogate(st), p[0], p[1]) })
 		}
 	})
 }
 
-func checkStep(t *testing.T, model *clip.Model, st fixture.Stepper, params, batch string) {
+// checkStep checks st's step on the reference step fixture batch (with
+// the parameters of file params); why, when not "", says why its gradient
+// is no derivative of its loss (no finite differences then).
+func checkStep(t testing.TB, model *clip.Model, st fixture.Stepper, why, params, batch string) {
 	ctx := context.Background()
 	f, err := fixture.Load(model, params, []string{batch}, nil)
 	if err != nil {
@@ -128,8 +152,18 @@ func checkStep(t *testing.T, model *clip.Model, st fixture.Stepper, params, batc
 		t.Error("the loss does not depend on the images")
 	}
 	f.Batch = zero
-	// gradients against finite differences of the reported loss
+	// gradients against the reference's and against finite differences
+	// of the reported loss, per tensor and relative to its own scale
 	checked := 0
+	if why != "" {
+		t.Logf("no finite differences: %s", why)
+	}
+	for _, gname := range sortedKeys(ref) {
+		pname, ok := strings.CutPrefix(gname, "grad.")
+		if ok && f.Params[pname] != nil && out[gname] == nil {
+			t.Errorf("the step outputs no %s; the reference's holds one", gname)
+		}
+	}
 	for _, gname := range sortedKeys(out) {
 		pname, ok := strings.CutPrefix(gname, "grad.")
 		if !ok {
@@ -139,10 +173,24 @@ func checkStep(t *testing.T, model *clip.Model, st fixture.Stepper, params, batc
 		if p == nil || len(p.Data) != len(g.Data) {
 			continue // a gradient of an input that is no parameter
 		}
-		if sur, ok := st.(methods.SurrogateGradient); ok {
-			t.Logf("%s: no finite differences: %s", pname, sur.SurrogateGradient())
-		} else {
-			checked += checkFD(t, st, f, pname, g.Data)
+		want := ref[gname]
+		if want != nil && len(want.Data) != len(g.Data) {
+			t.Errorf("%s: reference %s holds %d values, the step's %d", batch, gname, len(want.Data), len(g.Data))
+			want = nil
+		}
+		inert := false
+		if why == "" {
+			var n int
+			n, inert = checkFD(t, st, f, pname, g.Data, want, float64(loss))
+			checked += n
+		}
+		switch {
+		case want != nil && !inert:
+			checkGrad(t, pname, g.Data, want.Data)
+		case want == nil && !inert:
+			// a reference without the gradient had none (requires_grad
+			// on, no path to the loss): only an inert tensor may
+			t.Errorf("%s holds no reference %s", batch, gname)
 		}
 		// step1 = p − lr·(grad + wd·p)
 		s1 := out["step1."+pname]
@@ -158,45 +206,160 @@ func checkStep(t *testing.T, model *clip.Model, st fixture.Stepper, params, batc
 	}
 }
 
-// checkFD compares the largest entries of gradient g of parameter pname
-// with central finite differences of the reported loss; it returns the
-// number of entries checked.
-func checkFD(t *testing.T, st fixture.Stepper, f *fixture.Fixture, pname string, g []float32) int {
+// gradTol is the largest difference, relative to the largest entry of the
+// reference's gradient of the same tensor, between a step's gradient and
+// its reference's (float32 against the reference's float32 or float64).
+const gradTol = 2e-2
+
+// checkGrad compares the gradient g of parameter name with the reference's
+// want, relative to want's own scale: a zeroed, halved or sign-flipped
+// gradient fails however small the tensor's gradients are.
+func checkGrad(t testing.TB, name string, g, want []float32) {
+	t.Helper()
+	var d, r float64
+	for i := range want {
+		d = math.Max(d, math.Abs(float64(g[i])-float64(want[i])))
+		r = math.Max(r, math.Abs(float64(want[i])))
+	}
+	if !(d <= gradTol*r) {
+		t.Errorf("grad.%s: max|Δ| %.3g from the reference's > %g·max|reference| %.3g", name, d, gradTol, r)
+	}
+}
+
+// checkFD checks gradient g of parameter pname against central finite
+// differences of the reported loss (loss0 at p), and returns the number of
+// comparisons. Along the unit direction d of want (the reference's
+// gradient; g's own when want is nil or zero), with a step sized so that
+// the loss changes by far more than its float32 rounding, the derivative
+// must equal g·d within 5%; a zeroed, halved or sign-flipped gradient
+// fails however small the tensor's gradients are. Where the loss does not
+// change along d even at the largest step, and the reference's gradient is
+// below that resolution too, the tensor is inert (a key bias before a
+// softmax): g must be as small, and inert is true. At g's two largest
+// entries, where a coordinate step resolves the tensor's gradients, the
+// partial derivatives must agree too.
+func checkFD(t testing.TB, st fixture.Stepper, f *fixture.Fixture, pname string, g []float32, want *tensor.Tensor, loss0 float64) (checked int, inert bool) {
+	t.Helper()
+	p := f.Params[pname]
+	dir := g
+	if want != nil && norm(want.Data) > 0 {
+		dir = want.Data
+	}
+	n := norm(dir)
+	if n == 0 {
+		t.Logf("%s: the gradient is identically zero in the step and its reference", pname)
+		return 0, true
+	}
+	d := make([]float32, len(dir))
+	for i := range dir {
+		d[i] = float32(float64(dir[i]) / n)
+	}
+	// the loss's rounding: some float32 ulps of it
+	noise := 64 * math.Max(math.Abs(loss0), 1) * 0x1p-24
+	var gd float64
+	for i := range g {
+		gd += float64(g[i]) * float64(d[i])
+	}
+	h := math.Min(2e-3*math.Max(math.Abs(loss0), 1)/n, fdMaxStep*(1+rms(p.Data)))
+	fd := centralFD(t, st, f, p.Data, d, h)
+	res := noise / h
+	if math.Abs(fd) <= res && n <= res {
+		if ng := norm(g); ng > res {
+			t.Errorf("%s: the loss does not depend on it (finite differences %.3g at step %.3g), yet its gradient's norm is %.3g", pname, fd, h, ng)
+		}
+		return 1, true
+	}
+	if math.Abs(fd-gd) > 0.05*math.Abs(fd)+res {
+		t.Errorf("%s: derivative along the reference gradient %.6g, finite differences of the loss %.6g (step %.3g)", pname, gd, fd, h)
+	}
+	checked++
+	const hc = 5e-3
+	scale := math.Max(maxAbs(g), maxAbs(dir))
+	if noise/hc > 0.05*scale {
+		return checked, false // a coordinate step cannot resolve this tensor's gradients
+	}
+	for _, i := range largest(dir, 2) {
+		e := make([]float32, len(g))
+		e[i] = 1
+		fd := centralFD(t, st, f, p.Data, e, hc)
+		gi := float64(g[i])
+		if math.Abs(fd-gi) > 0.05*math.Abs(fd)+0.01*scale+noise/hc {
+			t.Errorf("%s[%d]: gradient %.6g, finite differences of the loss %.6g", pname, i, gi, fd)
+		}
+		checked++
+	}
+	return checked, false
+}
+
+// surrogates are Steppers whose gradient is, by the reference's design,
+// not the gradient of the loss they report, beside those that say so
+// themselves (methods.SurrogateGradient).
+var surrogates = map[string]string{
+	"pfedmma": "the reference scales the gradient through the adapters of blocks ≥ 1 (1/scale in, scale out; pfedmma.Branch)",
+}
+
+// surrogate says why st's gradient is no derivative of its loss, or "".
+func surrogate(st fixture.Stepper) string {
+	if sur, ok := st.(methods.SurrogateGradient); ok {
+		return sur.SurrogateGradient()
+	}
+	if m, ok := st.(methods.Method); ok {
+		return surrogates[m.Info().Name]
+	}
+	return ""
+}
+
+// fdMaxStep bounds a directional finite-difference step, relative to
+// 1 + the parameter's root mean square.
+const fdMaxStep = 1.0
+
+// centralFD is (loss(p + h·d) − loss(p − h·d)) / 2h, restoring p.
+func centralFD(t testing.TB, st fixture.Stepper, f *fixture.Fixture, p, d []float32, h float64) float64 {
 	t.Helper()
 	ctx := context.Background()
-	p := f.Params[pname]
-	checked := 0
-	{
-		for _, i := range largest(g, 2) {
-			const h = 5e-3
-			orig := p.Data[i]
-			p.Data[i] = orig + h
-			up, err := st.Step(ctx, f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.Data[i] = orig - h
-			down, err := st.Step(ctx, f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.Data[i] = orig
-			fd := (float64(scalar(t, up, "loss")) - float64(scalar(t, down, "loss"))) / (2 * h)
-			gi := float64(g[i])
-			if math.Abs(fd-gi) > 0.05*math.Abs(gi)+2e-3 {
-				t.Errorf("%s[%d]: gradient %.6g, finite differences of the loss %.6g", pname, i, gi, fd)
-			}
-			checked++
+	orig := append([]float32(nil), p...)
+	defer copy(p, orig)
+	eval := func(s float64) float64 {
+		for i := range p {
+			p[i] = float32(float64(orig[i]) + s*float64(d[i]))
 		}
+		out, err := st.Step(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return float64(scalar(t, out, "loss"))
 	}
-	return checked
+	return (eval(h) - eval(-h)) / (2 * h)
+}
+
+func norm(x []float32) float64 {
+	var s float64
+	for _, v := range x {
+		s += float64(v) * float64(v)
+	}
+	return math.Sqrt(s)
+}
+
+func rms(x []float32) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	return norm(x) / math.Sqrt(float64(len(x)))
+}
+
+func maxAbs(x []float32) float64 {
+	var m float64
+	for _, v := range x {
+		m = math.Max(m, math.Abs(float64(v)))
+	}
+	return m
 }
 
 // checkSGD checks that step1 = p − lr·(grad + wd·p), one fresh SGD step,
 // for a learning rate of the fixture's metadata (a key ending in "lr") and
 // one of its weight decays (a key containing "weight_decay") or none,
 // within float32 rounding of p.
-func checkSGD(t *testing.T, name string, p, g, s1 []float32, meta map[string]string) {
+func checkSGD(t testing.TB, name string, p, g, s1 []float32, meta map[string]string) {
 	t.Helper()
 	var lrs []float64
 	wds := []float64{0}
@@ -238,7 +401,7 @@ func checkSGD(t *testing.T, name string, p, g, s1 []float32, meta map[string]str
 	}
 }
 
-func scalar(t *testing.T, n tensor.Named, k string) float32 {
+func scalar(t testing.TB, n tensor.Named, k string) float32 {
 	t.Helper()
 	v := n[k]
 	if v == nil || len(v.Data) != 1 {
@@ -266,7 +429,7 @@ func largest(x []float32, k int) []int {
 	return idx[:min(k, len(idx))]
 }
 
-func relClose(t *testing.T, name string, got, want []float32, tol float64) {
+func relClose(t testing.TB, name string, got, want []float32, tol float64) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d values, want %d", name, len(got), len(want))

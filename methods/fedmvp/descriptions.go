@@ -98,3 +98,21 @@ func Descriptions(class, template string) []string {
 	}
 	return out
 }
+
+// DescriptionChars is the authors' cut of a description before
+// tokenising: model/FedMVP.py's compute_description_encodings calls
+// truncate_text(d, 77), text[:77].
+const DescriptionChars = 77
+
+// Truncate is the authors' truncate_text(d, 77): the first 77 characters
+// (Unicode code points, as Python's slice) of a description.
+func Truncate(d string) string {
+	n := 0
+	for i := range d {
+		if n == DescriptionChars {
+			return d[:i]
+		}
+		n++
+	}
+	return d
+}

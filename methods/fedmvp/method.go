@@ -114,11 +114,13 @@ func settings(sec config.Section) (*Settings, error) {
 	return s, nil
 }
 
-// site is a client's own state: the LoRA switch and the loss of its last
-// training batch.
+// site is a client's own state: the LoRA switch, the loss of its last
+// training batch and, when that loss is below the switch threshold, the
+// cross-attention as it was before that batch's step (frozen holds it).
 type site struct {
-	lora bool
-	last float64
+	lora   bool
+	last   float64
+	frozen tensor.Named
 }
 
 func siteOf(c *promptfed.Client) *site {
@@ -204,16 +206,34 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			if err != nil {
 				return err
 			}
-			siteOf(c).last = fl.lastLoss
+			st := siteOf(c)
+			st.last, st.frozen = fl.lastLoss, nil
+			if !st.lora && st.last < s.LoRAThreshold {
+				// a candidate switching batch: keep the cross-attention
+				// from before its step (see Upload)
+				st.frozen = tensor.Named{}
+				for name, t := range c.P {
+					if Trained(name, false) && !Trained(name, true) {
+						st.frozen[name] = t.Clone()
+					}
+				}
+			}
 			return nil
 		},
 		Upload: func(c *promptfed.Client) tensor.Named {
 			st := siteOf(c)
-			// client.py: after the round, a last-batch loss below the
-			// threshold switches the client to LoRA for good
+			// client.py: a last-batch loss below the threshold switches
+			// the client to LoRA for good, between that batch's forward
+			// and its backward: the cross-attention is frozen before the
+			// step, which leaves it as it was (the LoRA factors, outside
+			// that forward, have no gradient either)
 			if !st.lora && st.last < s.LoRAThreshold {
 				st.lora = true
+				for name, t := range st.frozen {
+					copy(c.P[name].Data, t.Data)
+				}
 			}
+			st.frozen = nil
 			up := tensor.Named{}
 			for name, t := range c.P {
 				up[name] = t.Clone()
@@ -268,8 +288,9 @@ func spaceDescriptions(env *methods.Env, s *Settings, space int) ([]int, []int, 
 	var tokens, rows []int
 	for i, c := range env.Task.Spaces[space].Classes {
 		for _, d := range Descriptions(env.Task.Dataset.Classes[c], env.Template) {
-			// the authors cut descriptions to 77 characters; a shorter
-			// context cuts the tokens (EOT kept)
+			// the authors cut descriptions to 77 characters
+			// (truncate_text); a shorter context cuts the tokens (EOT kept)
+			d = Truncate(d)
 			ids, err := env.Tok.Tokenize(d, ctx, true)
 			if err != nil {
 				return nil, nil, fmt.Errorf("fedmvp: description %q: %w", d, err)
@@ -360,6 +381,13 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	}
 	rec := prefixcache.ImageRecords(m, methods.Embeddings, pixels, B, nil)
 	return l.Logits(rec, B)
+}
+
+// FixtureKeys lists the hyper-parameters FedMVP's `pfedmma step` and
+// `round` read (cmd/pfedmma refuses any other --set key).
+func (Method) FixtureKeys() []string {
+	return []string{"alpha", "batch_size", "flip_prob", "heads", "local_epochs", "logit_scale", "lora", "lora_rank",
+		"lora_threshold", "lr", "momentum", "prompts", "weight_decay"}
 }
 
 // SettingsFrom implements fixture.Settings: alpha, lora_rank, heads,

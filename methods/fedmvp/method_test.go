@@ -97,7 +97,8 @@ func round(t *testing.T, plan *methods.Plan, r int) ([]tensor.Named, []tensor.Na
 func changed(a, b *tensor.Tensor) bool { return !slices.Equal(a.Data, b.Data) }
 
 // TestLoRASwitch: with a threshold above every loss each client switches
-// after its first round: from then on it leaves the cross-attention block
+// in its first round (its last batch's step then leaves the
+// cross-attention alone): from then on it leaves the cross-attention block
 // as received and trains the LoRA factors (and the linear map); before the
 // switch the LoRA factors stay as received. With threshold 0 no client ever
 // switches. The switch is the site's own: kept for predict, not uploaded.
@@ -117,6 +118,12 @@ func TestLoRASwitch(t *testing.T) {
 					t.Fatalf("round %d client %d: %s not sent", r, i, name)
 				}
 				lora := r > 0
+				if r == 0 && Trained(name, false) && !Trained(name, true) {
+					// the switching round: the last batch's step leaves
+					// the cross-attention alone, earlier batches' move it
+					// (TestSwitchingRoundFreezesCrossAttention)
+					continue
+				}
 				if want := Trained(name, lora); changed(u, before) != want {
 					t.Errorf("round %d client %d: %s changed=%v, want %v (LoRA mode %v)", r, i, name, !want, want, lora)
 				}

@@ -3,6 +3,8 @@ package kgcoop
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
@@ -18,6 +20,15 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 	if err = prompt.EndOnly(meta["class_token_position"], noPosition); err != nil {
 		return c, fmt.Errorf("kgcoop: metadata %w", err)
 	}
+	if v, ok := meta["csc"]; ok {
+		csc, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return c, fmt.Errorf("kgcoop: metadata csc=%q: not a boolean", v)
+		}
+		if csc {
+			return c, fmt.Errorf("kgcoop: metadata csc=%q: %s", v, noCSC)
+		}
+	}
 	if c.NCtx, err = prompt.MetaInt(meta, "n_ctx"); err != nil {
 		return c, fmt.Errorf("kgcoop: %w", err)
 	}
@@ -27,14 +38,28 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 	return c, c.Validate()
 }
 
+// noCSC says why csc=true is refused.
+const noCSC = "KgCoOp's class-specific context (one context per class, the authors' CSC option) is not implemented; pfedmma learns one context shared by the classes (csc=false)"
+
+// FixtureKeys lists the hyper-parameters KgCoOp's `pfedmma step` and
+// `round` read (cmd/pfedmma refuses any other --set key).
+func (Method) FixtureKeys() []string {
+	return []string{"batch_size", "class_token_position", "csc", "local_epochs", "logit_scale", "lr", "momentum", "n_ctx", "w", "weight_decay"}
+}
+
 // SettingsFrom implements fixture.Settings (the fixture's init
-// tensors replace the context init, so ctx_init is empty).
+// tensors replace the context init, so ctx_init is empty; the hand-crafted
+// prompts are the fixture's "template_tokens").
 func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	c, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
 	}
-	return &Settings{NCtx: c.NCtx, W: c.W, InitStd: c.InitStd}, nil
+	template, err := f.IntsOf("template_tokens")
+	if err != nil {
+		return nil, fmt.Errorf("kgcoop: the hand-crafted prompts: %w", err)
+	}
+	return &Settings{NCtx: c.NCtx, W: c.W, InitStd: c.InitStd, TemplateRows: template}, nil
 }
 
 // Step implements fixture.Stepper.

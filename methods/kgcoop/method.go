@@ -38,6 +38,10 @@ type Settings struct {
 	// ClassTokenPosition is CoOp's class_token_position, accepted only as
 	// end (see noPosition).
 	ClassTokenPosition string `yaml:"class_token_position,omitempty"`
+	// TemplateRows, when set, are the hand-crafted prompts' token rows
+	// [C, ctx] of every label space, in place of the run's template: a
+	// fixture round's "template_tokens" (no configuration key).
+	TemplateRows []int `yaml:"-"`
 }
 
 // Check implements config.Section.
@@ -107,9 +111,11 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	}
 	spec := &promptfed.Spec{Name: "kgcoop", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
 		NewSpaceLearner: func(space int, tokens []int) (promptfed.Learner, error) {
-			template, err := env.SpaceTokens(space)
-			if err != nil {
-				return nil, fmt.Errorf("kgcoop: %w", err)
+			template := s.TemplateRows
+			if template == nil {
+				if template, err = env.SpaceTokens(space); err != nil {
+					return nil, fmt.Errorf("kgcoop: %w", err)
+				}
 			}
 			l, err := New(env.Model, tokens, template, cfg)
 			if err != nil {

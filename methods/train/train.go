@@ -35,6 +35,18 @@ type Options struct {
 	// InOrder takes the examples in stored order every epoch instead of a
 	// seeded shuffle (the reference fixtures' rounds).
 	InOrder bool
+	// DropLast drops each epoch's partial last batch when the client holds
+	// at least one full batch (Dassl's training loaders: drop_last =
+	// len(data) >= batch_size).
+	DropLast bool
+}
+
+// epochItems is how many of n examples an epoch trains on in batches of b.
+func (o Options) epochItems(n, b int) int {
+	if o.DropLast && n >= b {
+		return n / b * b
+	}
+	return n
 }
 
 // NewOptimizer returns a fresh optimizer of the configured kind.
@@ -103,7 +115,7 @@ func NewLoop(opts Options, n int, seed, stream uint64, name string) (*Loop, erro
 // Batches is the number of mini-batches of one round.
 func (l *Loop) Batches() int {
 	B := max(l.Opts.Batch, 1)
-	return max(l.Opts.Epochs, 1) * ((l.N + B - 1) / B)
+	return max(l.Opts.Epochs, 1) * ((l.Opts.epochItems(l.N, B) + B - 1) / B)
 }
 
 // Run trains for the configured local epochs of round and returns the mean
@@ -123,6 +135,7 @@ func (l *Loop) Run(ctx context.Context, round int, lr Learner) (map[string]float
 	for epoch := 0; epoch < max(l.Opts.Epochs, 1); epoch++ {
 		rate := l.Opts.Rate(round, epoch)
 		order := l.order()
+		order = order[:l.Opts.epochItems(len(order), B)]
 		for s := 0; s < len(order); s += B {
 			if err := ctx.Err(); err != nil {
 				return nil, err
