@@ -36,8 +36,8 @@ func TestCoOpFamilyStepRoundCommands(t *testing.T) {
 		{"fedpgp", "coop-positions/fedpgp-middle", "round", "init", "round", 7, 7}, {"fedpgp", "coop-positions/fedpgp-front", "round", "init", "round", 7, 7},
 		{"fedotp", "coop-positions/fedotp-middle", "step", "init", "step", 6, 1}, {"fedotp", "coop-positions/fedotp-front", "step", "init", "step", 6, 1},
 		{"fedotp", "coop-positions/fedotp-middle", "round", "init", "round", 3, 3}, {"fedotp", "coop-positions/fedotp-front", "round", "init", "round", 3, 3},
-		{"pfedmoap", "coop-positions/pfedmoap-middle", "step", "init", "step", 22, 9}, {"pfedmoap", "coop-positions/pfedmoap-front", "step", "init", "step", 22, 9},
-		{"pfedmoap", "coop-positions/pfedmoap-middle", "round", "init", "round", 10, 9}, {"pfedmoap", "coop-positions/pfedmoap-front", "round", "init", "round", 10, 9},
+		{"pfedmoap", "coop-positions/pfedmoap-middle", "step", "init", "step", 22, 6}, {"pfedmoap", "coop-positions/pfedmoap-front", "step", "init", "step", 22, 6},
+		{"pfedmoap", "coop-positions/pfedmoap-middle", "round", "init", "round", 10, 6}, {"pfedmoap", "coop-positions/pfedmoap-front", "round", "init", "round", 10, 6},
 	} {
 		td := "../../testdata/" + c.dir + "/"
 		t.Run(c.dir+"/"+c.batch, func(t *testing.T) {
@@ -75,7 +75,7 @@ func TestCoOpFamilyStepRoundCommands(t *testing.T) {
 					strings.Contains(name, ".next.") { // fedotp's next start: checked by methods/fedotp
 					continue
 				}
-				if strings.HasPrefix(name, "grad.gating.") && (strings.HasSuffix(name, "W_k.bias") || strings.HasSuffix(name, "W_v.bias") || strings.HasSuffix(name, "W_o.bias")) {
+				if strings.HasPrefix(name, "grad.") && zeroGradGateBias(strings.TrimPrefix(name, "grad.")) {
 					// zero in exact arithmetic: float32 noise (testdata/README.md, pfedmoap/)
 					continue
 				}
@@ -119,8 +119,8 @@ func TestCoOpFamilyStepRoundCommands(t *testing.T) {
 					t.Errorf("%s: rel error %.3g > %.3g", name, maxD/maxRef, tol)
 				}
 				checked++
-				if param == "" {
-					continue
+				if param == "" || zeroGradGateBias(param) {
+					continue // no update, or one made of a zero gradient's float32 noise
 				}
 				p0, err := init.Float32(param)
 				if err != nil {
@@ -198,4 +198,12 @@ func TestPositionSetCommand(t *testing.T) {
 	if _, err := run("cocoop", "cocoop", "cocoop.class_token_position=middle"); err == nil || !strings.Contains(err.Error(), "class_token_position") {
 		t.Errorf("cocoop: class_token_position middle: error %v", err)
 	}
+}
+
+// zeroGradGateBias: pFedMoAP's gate biases W_k, W_v and W_o have a zero
+// gradient in exact arithmetic (the softmax over the experts is invariant
+// to them); their reference gradients and updates are float32 noise, which
+// another kernel family or partition of the products draws differently.
+func zeroGradGateBias(param string) bool {
+	return strings.HasPrefix(param, "gating.") && (strings.HasSuffix(param, "W_k.bias") || strings.HasSuffix(param, "W_v.bias") || strings.HasSuffix(param, "W_o.bias"))
 }
