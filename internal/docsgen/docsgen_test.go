@@ -1,0 +1,186 @@
+package docsgen
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestReadmeMatchesEvidence holds README.md's generated blocks equal to what
+// the evidence under docs/ renders: a number edited by hand in a block, or an
+// evidence file changed without `make docs`, fails here.
+func TestReadmeMatchesEvidence(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := Render("../../docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffs, err := Diff(string(readme), blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range diffs {
+		t.Errorf("README.md: %s (run make docs)", d)
+	}
+}
+
+// TestHandEditDetected edits one number of the rendered README, as a hand
+// edit would, and expects Diff to name the block.
+func TestHandEditDetected(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := Render("../../docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := Update(string(readme), blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const num = "**42.7×**" // PromptFL's cached training ratio, sitting 1 against sitting 1
+	if !strings.Contains(good, num) {
+		t.Fatalf("rendered README lacks %s", num)
+	}
+	bad := strings.Replace(good, num, "**47.6×**", 1)
+	diffs, err := Diff(bad, blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diffs) != 1 || !strings.Contains(diffs[0], `"sitting-table"`) {
+		t.Fatalf("Diff after a hand edit = %q, want one difference in sitting-table", diffs)
+	}
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func run(train, eval, refTrain, refEval float64) map[string]any {
+	return map[string]any{"method": "m", "batch": 32, "train_images_per_s": train, "eval_images_per_s": eval,
+		"reference_train_images_per_s": refTrain, "reference_eval_images_per_s": refEval}
+}
+
+// fixtureDocs writes a docs folder with one method "m": the authors' run in
+// sitting 1 at 4 / 5 images/s, pfedmma's cached run 10 / 20, uncached 5.6 / 5.5
+// and bf16 14.4 / 9 (sitting 2), all divided by sitting 1's reference.
+func fixtureDocs(t *testing.T) string {
+	dir := t.TempDir()
+	s := filepath.Join(dir, "sitting")
+	writeJSON(t, filepath.Join(s, "1", "m-ref.json"), map[string]any{"method": "m", "batch": 32, "train_images_per_s": 4.0, "eval_images_per_s": 5.0})
+	writeJSON(t, filepath.Join(s, "1", "m-fp32.json"), run(10, 20, 4, 5))
+	writeJSON(t, filepath.Join(s, "2", "m-fp32-uncached.json"), run(5.6, 5.5, 4, 5))
+	writeJSON(t, filepath.Join(s, "2", "m-bf16-uncached.json"), run(14.4, 9, 4, 5))
+	writeJSON(t, filepath.Join(s, "table.json"), map[string]any{"rows": []any{map[string]any{
+		"method": "m", "ref": "1/m-ref.json", "caches": "image features", "features": true,
+		"cached":   map[string]any{"file": "1/m-fp32.json"},
+		"uncached": map[string]any{"file": "2/m-fp32-uncached.json"},
+		"bf16":     map[string]any{"file": "2/m-bf16-uncached.json"},
+	}}})
+	return dir
+}
+
+func body(t *testing.T, blocks []Block, name string) string {
+	t.Helper()
+	for _, b := range blocks {
+		if b.Name == name {
+			return b.Body
+		}
+	}
+	t.Fatalf("no block %q", name)
+	return ""
+}
+
+// TestRatiosAndSittings checks the rendered row against ratios worked out by
+// hand (10/4 = 2.5, 20/5 = 4.0, 5.6/4 = 1.4, 5.5/5 = 1.1, 14.4/4 = 3.6,
+// 9/5 = 1.8) and the sittings of both sides.
+func TestRatiosAndSittings(t *testing.T) {
+	blocks, err := Render(fixtureDocs(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "| m | 4.000 / 5.000 (1) | 10.00 / 20.00 (**2.5×** / **4.0×**), 1 vs 1 | 5.60 / 5.50 (**1.4×** / **1.1×**), 2 vs 1 | 14.40 / 9.00 (**3.6×** / **1.8×**), 2 vs 1 | image features |\n"
+	if got := body(t, blocks, "sitting-table"); !strings.HasSuffix(got, want) {
+		t.Errorf("table =\n%s\nwant its row\n%s", got, want)
+	}
+	if got := body(t, blocks, "sitting-like-for-like"); !strings.Contains(got, "1.4–1.4× the authors in fp32 and 3.6–3.6× in bf16") {
+		t.Errorf("like-for-like summary = %q", got)
+	}
+	if got := body(t, blocks, "sitting-cached"); !strings.Contains(got, "(m) 2.5–2.5× in training and 4.0–4.0× in evaluation") {
+		t.Errorf("cached summary = %q", got)
+	}
+	if got := body(t, blocks, "sitting-above-bound"); strings.Contains(got, "m 1.4×") {
+		t.Errorf("above-bound lists a row at the bound: %q", got)
+	}
+}
+
+// TestReusedReferenceRefused: a reference copied into a later sitting must be
+// named by the sitting it ran in.
+func TestReusedReferenceRefused(t *testing.T) {
+	dir := fixtureDocs(t)
+	s := filepath.Join(dir, "sitting")
+	data, err := os.ReadFile(filepath.Join(s, "1", "m-ref.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s, "2", "m-ref.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := os.ReadFile(filepath.Join(s, "table.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(manifest), `"1/m-ref.json"`, `"2/m-ref.json"`, 1)
+	if err := os.WriteFile(filepath.Join(s, "table.json"), []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Render(dir)
+	if err == nil || !strings.Contains(err.Error(), "reused reference") || !strings.Contains(err.Error(), "field ref") {
+		t.Fatalf("Render with a reused reference: err = %v, want a reused-reference error naming field ref", err)
+	}
+}
+
+// TestMispairedRunRefused: a run divided by other reference figures than the
+// row's authors' file is refused, naming the field.
+func TestMispairedRunRefused(t *testing.T) {
+	dir := fixtureDocs(t)
+	writeJSON(t, filepath.Join(dir, "sitting", "1", "m-fp32.json"), run(10, 20, 3.9, 5))
+	_, err := Render(dir)
+	if err == nil || !strings.Contains(err.Error(), "field cached") || !strings.Contains(err.Error(), "divided by") {
+		t.Fatalf("Render with a mispaired run: err = %v", err)
+	}
+}
+
+// TestMissingMarkersRefused: Update refuses a README without a rendered
+// block's markers, and a marker no renderer fills.
+func TestMissingMarkersRefused(t *testing.T) {
+	blocks := []Block{{Name: "a", Source: "x", Body: "1"}}
+	if _, err := Update("no markers\n", blocks); err == nil || !strings.Contains(err.Error(), "a") {
+		t.Errorf("Update without markers: err = %v", err)
+	}
+	readme := "<!-- generated:b (make docs; from y) -->2<!-- /generated:b -->\n"
+	if _, err := Update(readme, blocks); err == nil || !strings.Contains(err.Error(), `"b"`) {
+		t.Errorf("Update with an unknown block: err = %v", err)
+	}
+	readme = "<!-- generated:a (make docs; from x) -->2<!-- /generated:a -->\n"
+	got, err := Update(readme, blocks)
+	if err != nil || got != "<!-- generated:a (make docs; from x) -->1<!-- /generated:a -->\n" {
+		t.Errorf("Update = %q, %v", got, err)
+	}
+}
