@@ -32,7 +32,11 @@ func Render(docsDir string) ([]Block, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tab.Blocks(), nil
+	dj, err := defaultJobBlocks(docsDir)
+	if err != nil {
+		return nil, err
+	}
+	return append(tab.Blocks(), dj...), nil
 }
 
 var openMarker = regexp.MustCompile(`<!-- generated:([a-z0-9-]+) \(make docs; from [^)]*\) -->`)

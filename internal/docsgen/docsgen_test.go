@@ -93,7 +93,46 @@ func fixtureDocs(t *testing.T) string {
 		"uncached": map[string]any{"file": "2/m-fp32-uncached.json"},
 		"bf16":     map[string]any{"file": "2/m-bf16-uncached.json"},
 	}}})
+	writeSummaries(t, dir, 90.9375, 91.09375)
 	return dir
+}
+
+// writeSummaries writes the default job's fp32 and bf16 summaries: zero-shot
+// equal in both, pFedMMA's Local fp32Local and bf16Local.
+func writeSummaries(t *testing.T, dir string, fp32Local, bf16Local float64) {
+	for _, p := range []struct {
+		name  string
+		local float64
+	}{{"fp32", fp32Local}, {"bf16", bf16Local}} {
+		writeJSON(t, filepath.Join(dir, DefaultJobDir, p.name, "summary.json"), map[string]any{
+			"metrics": []string{"local", "hm"},
+			"methods": map[string]any{
+				"pfedmma":  map[string]any{"local": p.local, "hm": 80.5},
+				"zeroshot": map[string]any{"local": 74.21875, "hm": 77.7316},
+			},
+		})
+	}
+}
+
+// TestDefaultJobBlock checks the fp32 / bf16 block against the text written
+// out by hand, zero-shot first, and the largest difference (91.09375 −
+// 90.9375 = 0.15625, printed 0.16).
+func TestDefaultJobBlock(t *testing.T) {
+	blocks, err := Render(fixtureDocs(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "\n```\n" +
+		"          fp32             bf16\n" +
+		"zeroshot  74.22 77.73      74.22 77.73\n" +
+		"pfedmma   90.94 80.50      91.09 80.50\n" +
+		"```\n"
+	if got := body(t, blocks, "default-job-bf16"); got != want {
+		t.Errorf("default-job-bf16 =\n%s\nwant\n%s", got, want)
+	}
+	if got := body(t, blocks, "default-job-bf16-diff"); got != "The largest difference is 0.16 points (pfedmma local)." {
+		t.Errorf("default-job-bf16-diff = %q", got)
+	}
 }
 
 func body(t *testing.T, blocks []Block, name string) string {
