@@ -36,7 +36,11 @@ func Render(docsDir string) ([]Block, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(tab.Blocks(), dj...), nil
+	eng, err := engineBlocks(docsDir)
+	if err != nil {
+		return nil, err
+	}
+	return append(append(tab.Blocks(), dj...), eng...), nil
 }
 
 var openMarker = regexp.MustCompile(`<!-- generated:([a-z0-9-]+) \(make docs; from [^)]*\) -->`)

@@ -118,7 +118,7 @@ func writeSummaries(t *testing.T, dir string, fp32Local, bf16Local float64) {
 // out by hand, zero-shot first, and the largest difference (91.09375 −
 // 90.9375 = 0.15625, printed 0.16).
 func TestDefaultJobBlock(t *testing.T) {
-	blocks, err := Render(fixtureDocs(t))
+	blocks, err := renderFixture(fixtureDocs(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func body(t *testing.T, blocks []Block, name string) string {
 // hand (10/4 = 2.5, 20/5 = 4.0, 5.6/4 = 1.4, 5.5/5 = 1.1, 14.4/4 = 3.6,
 // 9/5 = 1.8) and the sittings of both sides.
 func TestRatiosAndSittings(t *testing.T) {
-	blocks, err := Render(fixtureDocs(t))
+	blocks, err := renderFixture(fixtureDocs(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestReusedReferenceRefused(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(s, "table.json"), []byte(edited), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Render(dir)
+	_, err = renderFixture(dir)
 	if err == nil || !strings.Contains(err.Error(), "reused reference") || !strings.Contains(err.Error(), "field ref") {
 		t.Fatalf("Render with a reused reference: err = %v, want a reused-reference error naming field ref", err)
 	}
@@ -200,7 +200,7 @@ func TestReusedReferenceRefused(t *testing.T) {
 func TestMispairedRunRefused(t *testing.T) {
 	dir := fixtureDocs(t)
 	writeJSON(t, filepath.Join(dir, "sitting", "1", "m-fp32.json"), run(10, 20, 3.9, 5))
-	_, err := Render(dir)
+	_, err := renderFixture(dir)
 	if err == nil || !strings.Contains(err.Error(), "field cached") || !strings.Contains(err.Error(), "divided by") {
 		t.Fatalf("Render with a mispaired run: err = %v", err)
 	}
@@ -221,5 +221,70 @@ func TestMissingMarkersRefused(t *testing.T) {
 	got, err := Update(readme, blocks)
 	if err != nil || got != "<!-- generated:a (make docs; from x) -->1<!-- /generated:a -->\n" {
 		t.Errorf("Update = %q, %v", got, err)
+	}
+}
+
+// renderFixture renders the sitting table and the default job's blocks of a
+// fixture docs folder (the engine benchmark's files are tested apart).
+func renderFixture(dir string) ([]Block, error) {
+	tab, err := LoadSittingTable(dir)
+	if err != nil {
+		return nil, err
+	}
+	dj, err := defaultJobBlocks(dir)
+	if err != nil {
+		return nil, err
+	}
+	return append(tab.Blocks(), dj...), nil
+}
+
+// TestEngineBlocks renders the engine and round tables from numbers whose
+// ratios are worked out by hand: 6/4 = 1.5, 5.5/5 = 1.1, 30/4 = 7.5,
+// 55/5 = 11.0, 10/4 = 2.5, 10/5 = 2.0, 48/4 = 12.0, 100/5 = 20.0; rounds
+// 1000/100 = 10.0 and 1000/50 = 20.0, 5400 s = 1.50 h, 3600 s = 1.00 h.
+func TestEngineBlocks(t *testing.T) {
+	dir := t.TempDir()
+	writeJSON(t, filepath.Join(dir, engineRef), map[string]any{"train_images_per_s": 4.0, "eval_images_per_s": 5.0, "peak_rss_mib": 100.0})
+	engine := func(tr, ev, ctr, cev, gflops, rss float64) map[string]any {
+		return map[string]any{"train_images_per_s_online": tr, "eval_images_per_s_online": ev, "train_images_per_s_cached": ctr,
+			"eval_images_per_s_cached": cev, "train_online_spread": 0.03, "eval_online_spread": 0.02, "train_cached_spread": 0.01,
+			"eval_cached_spread": 0.05, "gemm_gflops": gflops, "peak_rss_mib": rss,
+			"reference_train_images_per_s": 4.0, "reference_eval_images_per_s": 5.0}
+	}
+	writeJSON(t, filepath.Join(dir, engineFP32), engine(6, 5.5, 30, 55, 200, 2000))
+	writeJSON(t, filepath.Join(dir, engineBF16), engine(10, 10, 48, 100, 350, 3000))
+	round := func(sec, tr, ev, fill, proj float64) map[string]any {
+		return map[string]any{"seconds_per_round": sec, "train_seconds_per_round": tr, "eval_seconds_per_round": ev,
+			"reference_seconds_per_round": 1000.0, "speedup_per_round": 1000 / sec, "cache_fill_seconds": fill,
+			"gflop_per_round": 18300.0, "projected_50_rounds_seconds": proj}
+	}
+	writeJSON(t, filepath.Join(dir, roundFP32), round(100, 25, 75, 120, 5400))
+	writeJSON(t, filepath.Join(dir, roundBF16), round(50, 20, 30, 60, 3600))
+	blocks, err := engineBlocks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := body(t, blocks, "engine-table")
+	for _, want := range []string{
+		"| training, online augmentation (like for like) | 6.00 images/s ±3% (**1.5×**) | 10.00 images/s ±3% (**2.5×**) | 4.000 images/s |",
+		"| *what pfedmma adds:* evaluation, cached records | 55.00 images/s ±5% (**11.0×**) | 100.00 images/s ±5% (**20.0×**) | 5.000 images/s |",
+		"| peak RSS | 2000 MiB | 3000 MiB | 100 MiB |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("engine table lacks %q:\n%s", want, table)
+		}
+	}
+	if got := body(t, blocks, "engine-headline"); !strings.Contains(got, "**7.5× the authors' training and 11.0× their evaluation in exact fp32, 12.0× / 20.0× in bf16**: the 6× / 10× targets hold.") {
+		t.Errorf("engine headline = %q", got)
+	}
+	rt := body(t, blocks, "round-table")
+	for _, want := range []string{"| 100.0 (25.0 + 75.0) | 50.0 (20.0 + 30.0) |", "authors' 1,000 s per round** | **10.0×** | **20.0×** |", "| 1.50 h | 1.00 h |", "| 18.3 TFLOP |"} {
+		if !strings.Contains(rt, want) {
+			t.Errorf("round table lacks %q:\n%s", want, rt)
+		}
+	}
+	writeJSON(t, filepath.Join(dir, engineBF16), map[string]any{"train_images_per_s_online": 1.0})
+	if _, err := engineBlocks(dir); err == nil || !strings.Contains(err.Error(), "train-bf16.json") {
+		t.Errorf("engine blocks from an incomplete file: err = %v, want one naming it", err)
 	}
 }
