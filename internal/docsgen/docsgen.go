@@ -40,7 +40,15 @@ func Render(docsDir string) ([]Block, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(append(tab.Blocks(), dj...), eng...), nil
+	blocks := append(append(tab.Blocks(), dj...), eng...)
+	for _, rel := range runBlocks {
+		b, err := RunBlock(docsDir, rel)
+		if err != nil {
+			return nil, err
+		}
+		blocks = append(blocks, b)
+	}
+	return blocks, nil
 }
 
 var openMarker = regexp.MustCompile(`<!-- generated:([a-z0-9-]+) \(make docs; from [^)]*\) -->`)

@@ -288,3 +288,20 @@ func TestEngineBlocks(t *testing.T) {
 		t.Errorf("engine blocks from an incomplete file: err = %v, want one naming it", err)
 	}
 }
+
+// TestRunBlock quotes one run with its ratio to its own sitting's authors'
+// run (10/4 = 2.5, 20/5 = 4.0), and refuses a run whose sitting has no
+// authors' file for its method.
+func TestRunBlock(t *testing.T) {
+	dir := fixtureDocs(t)
+	b, err := RunBlock(dir, "1/m-fp32.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Name != "run-1-m-fp32" || b.Body != "10.00 / 20.00 images/s, **2.5×** / **4.0×** (sitting 1 vs 1)" {
+		t.Errorf("RunBlock = %q %q", b.Name, b.Body)
+	}
+	if _, err := RunBlock(dir, "2/m-fp32-uncached.json"); err == nil || !strings.Contains(err.Error(), "m-ref.json") {
+		t.Errorf("RunBlock without a same-sitting reference: err = %v", err)
+	}
+}

@@ -225,3 +225,43 @@ func ratio(root string, s side, ref Run, method string) (Ratio, error) {
 }
 
 func round1(x float64) float64 { return math.Round(x*10) / 10 }
+
+// runBlocks are single runs quoted in the README's prose, each with its
+// ratio to the authors' run of its own sitting (SITTING/METHOD-ref.json).
+var runBlocks = []string{"4/cocoop-bf16.json", "4/fedmvp-bf16.json", "1/pfedmma-fp32.json"}
+
+// RunBlock renders one run as "train / eval images/s, **a×** / **b×** (sitting N vs N)";
+// its block is named run-SITTING-STEM.
+func RunBlock(docsDir, rel string) (Block, error) {
+	root := filepath.Join(docsDir, "sitting")
+	sit, name, err := splitSitting(rel)
+	if err != nil {
+		return Block{}, err
+	}
+	path := filepath.Join(root, rel)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Block{}, err
+	}
+	var head struct {
+		Method string `json:"method"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil || head.Method == "" {
+		return Block{}, fmt.Errorf("%s: key method must name the method (%v)", path, err)
+	}
+	refRel := sit + "/" + head.Method + "-ref.json"
+	if err := checkNotReused(root, refRel); err != nil {
+		return Block{}, err
+	}
+	ref, _, err := readRun(root, refRel, "", head.Method)
+	if err != nil {
+		return Block{}, err
+	}
+	q, err := ratio(root, side{File: rel}, ref, head.Method)
+	if err != nil {
+		return Block{}, err
+	}
+	body := fmt.Sprintf("%.2f / %.2f images/s, **%.1f×** / **%.1f×** (sitting %s vs %s)", q.Ours.Train, q.Ours.Eval, q.Train, q.Eval, q.Ours.Sitting, q.Ref.Sitting)
+	stem := strings.TrimSuffix(name, ".json")
+	return Block{Name: "run-" + sit + "-" + stem, Source: "docs/sitting/" + rel + " and docs/sitting/" + refRel, Body: body}, nil
+}
