@@ -21,14 +21,21 @@ type summary struct {
 	Methods map[string]map[string]float64 `json:"methods"`
 }
 
-func readSummary(path string) (summary, error) {
-	var s summary
+func readJSON(path string, v any) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return s, err
+		return err
 	}
-	if err := json.Unmarshal(data, &s); err != nil {
-		return s, fmt.Errorf("%s: %w", path, err)
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+func readSummary(path string) (summary, error) {
+	var s summary
+	if err := readJSON(path, &s); err != nil {
+		return s, err
 	}
 	if len(s.Metrics) == 0 || len(s.Methods) == 0 {
 		return s, fmt.Errorf("%s: keys metrics and methods must be non-empty", path)

@@ -24,7 +24,15 @@ func TestReadmeMatchesEvidence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range diffs {
+	rows, err := RenderRows("../../docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rowDiffs, err := DiffRows(string(readme), rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range append(diffs, rowDiffs...) {
 		t.Errorf("README.md: %s (run make docs)", d)
 	}
 }
@@ -303,5 +311,57 @@ func TestRunBlock(t *testing.T) {
 	}
 	if _, err := RunBlock(dir, "2/m-fp32-uncached.json"); err == nil || !strings.Contains(err.Error(), "m-ref.json") {
 		t.Errorf("RunBlock without a same-sitting reference: err = %v", err)
+	}
+}
+
+// TestRows rewrites a row found by its first cells, keeping its indentation,
+// and refuses a prefix found twice or nowhere.
+func TestRows(t *testing.T) {
+	dir := t.TempDir()
+	writeJSON(t, filepath.Join(dir, "compress", "clip_lora-none", "summary.json"), map[string]any{
+		"metrics": []string{"local", "base", "novel", "hm"}, "compress": "none",
+		"methods":                         map[string]any{"clip_lora": map[string]any{"local": 93.828125, "base": 66.25, "novel": 77.4765625, "hm": 77.601}},
+		"update_bytes_per_round_per_site": map[string]any{"clip_lora": 49152}, "download_bytes_per_round_per_site": map[string]any{"clip_lora": 1234567},
+	})
+	rows := []Row{}
+	all, err := RenderRows(dir)
+	if err == nil {
+		t.Fatalf("RenderRows without the fp16 and int8 summaries: no error (%d rows)", len(all))
+	}
+	if !strings.Contains(err.Error(), "clip_lora-fp16") {
+		t.Errorf("RenderRows error %v does not name the missing summary", err)
+	}
+	for _, c := range []string{"fp16", "int8"} {
+		writeJSON(t, filepath.Join(dir, "compress", "clip_lora-"+c, "summary.json"), map[string]any{
+			"metrics": []string{"local", "base", "novel", "hm"}, "compress": c,
+			"methods":                         map[string]any{"clip_lora": map[string]any{"local": 1.0, "base": 2.0, "novel": 3.0, "hm": 4.0}},
+			"update_bytes_per_round_per_site": map[string]any{"clip_lora": 5}, "download_bytes_per_round_per_site": map[string]any{"clip_lora": 6},
+		})
+	}
+	all, err = RenderRows(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows = append(rows, all[0])
+	if want := "| `clip_lora` | none | 49,152 | 1,234,567 | 93.83 | 66.25 | 77.48 | 77.60 |"; all[0].Text != want || all[0].Prefix != "| `clip_lora` | none |" {
+		t.Fatalf("RenderRows' first row = %q, want %q", all[0].Text, want)
+	}
+	readme := "a\n  | `clip_lora` | none | 1 | 2 | 94.30 | 65.52 | 77.28 | 77.31 |\n  | `clip_lora` | fp16 | 1 |\n"
+	got, err := UpdateRows(readme, rows)
+	want := "a\n  | `clip_lora` | none | 49,152 | 1,234,567 | 93.83 | 66.25 | 77.48 | 77.60 |\n  | `clip_lora` | fp16 | 1 |\n"
+	if err != nil || got != want {
+		t.Errorf("UpdateRows = %q, %v; want %q", got, err, want)
+	}
+	if d, err := DiffRows(readme, rows); err != nil || len(d) != 1 {
+		t.Errorf("DiffRows on the stale row = %q, %v", d, err)
+	}
+	if d, err := DiffRows(want, rows); err != nil || len(d) != 0 {
+		t.Errorf("DiffRows on the updated row = %q, %v", d, err)
+	}
+	if _, err := UpdateRows(readme+readme, rows); err == nil {
+		t.Error("UpdateRows with the row twice: no error")
+	}
+	if _, err := UpdateRows("a\n", rows); err == nil {
+		t.Error("UpdateRows without the row: no error")
 	}
 }

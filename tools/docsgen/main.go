@@ -34,11 +34,20 @@ func run(readmePath, docsDir string, check bool) error {
 	if err != nil {
 		return err
 	}
+	rows, err := docsgen.RenderRows(docsDir)
+	if err != nil {
+		return err
+	}
 	if check {
 		diffs, err := docsgen.Diff(string(data), blocks)
 		if err != nil {
 			return fmt.Errorf("%s: %w", readmePath, err)
 		}
+		rowDiffs, err := docsgen.DiffRows(string(data), rows)
+		if err != nil {
+			return fmt.Errorf("%s: %w", readmePath, err)
+		}
+		diffs = append(diffs, rowDiffs...)
 		for _, d := range diffs {
 			fmt.Println(d)
 		}
@@ -49,6 +58,9 @@ func run(readmePath, docsDir string, check bool) error {
 	}
 	out, err := docsgen.Update(string(data), blocks)
 	if err != nil {
+		return fmt.Errorf("%s: %w", readmePath, err)
+	}
+	if out, err = docsgen.UpdateRows(out, rows); err != nil {
 		return fmt.Errorf("%s: %w", readmePath, err)
 	}
 	if out == string(data) {
