@@ -331,8 +331,9 @@ func TestRows(t *testing.T) {
 	if !strings.Contains(err.Error(), "clip_lora-fp16") {
 		t.Errorf("RenderRows error %v does not name the missing summary", err)
 	}
-	for _, c := range []string{"fp16", "int8"} {
-		writeJSON(t, filepath.Join(dir, "compress", "clip_lora-"+c, "summary.json"), map[string]any{
+	for _, run := range compressRuns[1:] {
+		c := run.dir[strings.LastIndex(run.dir, "-")+1:]
+		writeJSON(t, filepath.Join(dir, "compress", run.dir, "summary.json"), map[string]any{
 			"metrics": []string{"local", "base", "novel", "hm"}, "compress": c,
 			"methods":                         map[string]any{"clip_lora": map[string]any{"local": 1.0, "base": 2.0, "novel": 3.0, "hm": 4.0}},
 			"update_bytes_per_round_per_site": map[string]any{"clip_lora": 5}, "download_bytes_per_round_per_site": map[string]any{"clip_lora": 6},

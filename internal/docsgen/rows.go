@@ -20,6 +20,9 @@ type Row struct {
 // table was written (docs/compress/<dir>/summary.json).
 var compressRuns = []struct{ dir, label string }{
 	{"clip_lora-none", "`clip_lora`"}, {"clip_lora-fp16", "`clip_lora`"}, {"clip_lora-int8", "`clip_lora`"},
+	{"clip_lora-product-none", "`clip_lora` (`aggregate: product`)"},
+	{"clip_lora-product-fp16", "`clip_lora` (`aggregate: product`)"},
+	{"clip_lora-product-int8", "`clip_lora` (`aggregate: product`)"},
 }
 
 // RenderRows renders the compression table's re-measured rows from their
