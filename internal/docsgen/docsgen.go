@@ -40,7 +40,11 @@ func Render(docsDir string) ([]Block, error) {
 	if err != nil {
 		return nil, err
 	}
-	blocks := append(append(tab.Blocks(), dj...), eng...)
+	fb, err := fullBackpropBlocks(docsDir)
+	if err != nil {
+		return nil, err
+	}
+	blocks := append(append(append(tab.Blocks(), dj...), eng...), fb...)
 	for _, rel := range runBlocks {
 		b, err := RunBlock(docsDir, rel)
 		if err != nil {

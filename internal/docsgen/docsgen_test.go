@@ -366,3 +366,36 @@ func TestRows(t *testing.T) {
 		t.Error("UpdateRows without the row: no error")
 	}
 }
+
+// TestFullBackpropBlock renders the fp32 → bf16 table against the text
+// written out by hand, in the README's method order.
+func TestFullBackpropBlock(t *testing.T) {
+	dir := t.TempDir()
+	for i, p := range []string{"fp32", "bf16"} {
+		methods := map[string]any{}
+		for j, m := range []string{"fedmvp", "maple", "adapt", "clip_lora"} {
+			methods[m] = map[string]any{"local": 90.0 + float64(j) + float64(i)/4, "hm": 80.0 - float64(j)}
+		}
+		writeJSON(t, filepath.Join(dir, FullBackpropDir, p, "summary.json"), map[string]any{"metrics": []string{"local", "hm"}, "methods": methods})
+	}
+	blocks, err := fullBackpropBlocks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "\n```\n" +
+		"             local          hm\n" +
+		"clip_lora    93.00 → 93.25  77.00 → 77.00\n" +
+		"adapt        92.00 → 92.25  78.00 → 78.00\n" +
+		"maple        91.00 → 91.25  79.00 → 79.00\n" +
+		"fedmvp       90.00 → 90.25  80.00 → 80.00\n" +
+		"```\n"
+	if got := body(t, blocks, "fullbackprop-bf16"); got != want {
+		t.Errorf("fullbackprop-bf16 =\n%s\nwant\n%s", got, want)
+	}
+	if got := body(t, blocks, "fullbackprop-local-diff"); got != "The largest Local difference in these runs is 0.25 points (clip_lora)." {
+		t.Errorf("fullbackprop-local-diff = %q", got)
+	}
+	if got := body(t, blocks, "fedmvp-local-bf16"); got != "90.00 → 90.25" {
+		t.Errorf("fedmvp-local-bf16 = %q", got)
+	}
+}
