@@ -7,7 +7,16 @@
 //
 // and everything between them is what Render produces from the evidence:
 // `make docs` rewrites it (Update), and the package's test fails when the
-// README differs (Check), so a number in a block cannot drift from its file.
+// README differs (Diff), so a number in a block cannot drift from its file.
+// Table rows that cannot hold markers (the compression table's re-measured
+// CLIP-LoRA rows) are found by their first cells instead (RenderRows).
+//
+// The evidence: docs/sitting/table.json and the sitting files it names (the
+// table "Every method against its authors' code", its summary sentences and
+// the single runs quoted beside it), docs/sitting/3 (the engine and round
+// tables of "Performance"), docs/defaultjob (the default job in fp32 and
+// bf16), docs/fullbackprop (world-compare's full-backpropagation methods in
+// fp32 and bf16) and docs/compress (CLIP-LoRA's compressed-update rows).
 package docsgen
 
 import (
