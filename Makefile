@@ -8,7 +8,7 @@ BIN       := bin/pfedmma
 # changed here. Every binary that links package gemm, pfedmma and each test
 # binary, picks the best family by itself when none is preset (gemm's init).
 
-.PHONY: run test deps build bench fuzz proto clean mutants fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external
+.PHONY: run test deps build bench fuzz proto clean docs mutants fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external
 
 # Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
 # path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
@@ -78,6 +78,12 @@ proto:
 	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc --proto_path=transport/pb --go_out=transport/pb --go_opt=paths=source_relative \
 		--go-grpc_out=transport/pb --go-grpc_opt=paths=source_relative transport/pb/federation.proto
+
+# Rewrites README.md's generated blocks (tables and summary sentences of measured
+# numbers, between <!-- generated:NAME --> markers) from the JSON evidence under docs/;
+# `go test ./internal/docsgen` (in `make test`) fails when they differ.
+docs:
+	$(GO) run ./tools/docsgen -readme README.md -docs docs
 
 clean:
 	rm -rf bin runs

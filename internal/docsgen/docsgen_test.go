@@ -1,0 +1,401 @@
+package docsgen
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestReadmeMatchesEvidence holds README.md's generated blocks equal to what
+// the evidence under docs/ renders: a number edited by hand in a block, or an
+// evidence file changed without `make docs`, fails here.
+func TestReadmeMatchesEvidence(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := Render("../../docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffs, err := Diff(string(readme), blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := RenderRows("../../docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rowDiffs, err := DiffRows(string(readme), rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range append(diffs, rowDiffs...) {
+		t.Errorf("README.md: %s (run make docs)", d)
+	}
+}
+
+// TestHandEditDetected edits one number of the rendered README, as a hand
+// edit would, and expects Diff to name the block.
+func TestHandEditDetected(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := Render("../../docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := Update(string(readme), blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const num = "**42.7×**" // PromptFL's cached training ratio, sitting 1 against sitting 1
+	if !strings.Contains(good, num) {
+		t.Fatalf("rendered README lacks %s", num)
+	}
+	bad := strings.Replace(good, num, "**47.6×**", 1)
+	diffs, err := Diff(bad, blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diffs) != 1 || !strings.Contains(diffs[0], `"sitting-table"`) {
+		t.Fatalf("Diff after a hand edit = %q, want one difference in sitting-table", diffs)
+	}
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func run(train, eval, refTrain, refEval float64) map[string]any {
+	return map[string]any{"method": "m", "batch": 32, "train_images_per_s": train, "eval_images_per_s": eval,
+		"reference_train_images_per_s": refTrain, "reference_eval_images_per_s": refEval}
+}
+
+// fixtureDocs writes a docs folder with one method "m": the authors' run in
+// sitting 1 at 4 / 5 images/s, pfedmma's cached run 10 / 20, uncached 5.6 / 5.5
+// and bf16 14.4 / 9 (sitting 2), all divided by sitting 1's reference.
+func fixtureDocs(t *testing.T) string {
+	dir := t.TempDir()
+	s := filepath.Join(dir, "sitting")
+	writeJSON(t, filepath.Join(s, "1", "m-ref.json"), map[string]any{"method": "m", "batch": 32, "train_images_per_s": 4.0, "eval_images_per_s": 5.0})
+	writeJSON(t, filepath.Join(s, "1", "m-fp32.json"), run(10, 20, 4, 5))
+	writeJSON(t, filepath.Join(s, "2", "m-fp32-uncached.json"), run(5.6, 5.5, 4, 5))
+	writeJSON(t, filepath.Join(s, "2", "m-bf16-uncached.json"), run(14.4, 9, 4, 5))
+	writeJSON(t, filepath.Join(s, "table.json"), map[string]any{"rows": []any{map[string]any{
+		"method": "m", "ref": "1/m-ref.json", "caches": "image features", "features": true,
+		"cached":   map[string]any{"file": "1/m-fp32.json"},
+		"uncached": map[string]any{"file": "2/m-fp32-uncached.json"},
+		"bf16":     map[string]any{"file": "2/m-bf16-uncached.json"},
+	}}})
+	writeSummaries(t, dir, 90.9375, 91.09375)
+	return dir
+}
+
+// writeSummaries writes the default job's fp32 and bf16 summaries: zero-shot
+// equal in both, pFedMMA's Local fp32Local and bf16Local.
+func writeSummaries(t *testing.T, dir string, fp32Local, bf16Local float64) {
+	for _, p := range []struct {
+		name  string
+		local float64
+	}{{"fp32", fp32Local}, {"bf16", bf16Local}} {
+		writeJSON(t, filepath.Join(dir, DefaultJobDir, p.name, "summary.json"), map[string]any{
+			"metrics": []string{"local", "hm"},
+			"methods": map[string]any{
+				"pfedmma":  map[string]any{"local": p.local, "hm": 80.5},
+				"zeroshot": map[string]any{"local": 74.21875, "hm": 77.7316},
+			},
+		})
+	}
+}
+
+// TestDefaultJobBlock checks the fp32 / bf16 block against the text written
+// out by hand, zero-shot first, and the largest difference (91.09375 −
+// 90.9375 = 0.15625, printed 0.16).
+func TestDefaultJobBlock(t *testing.T) {
+	blocks, err := renderFixture(fixtureDocs(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "\n```\n" +
+		"          fp32             bf16\n" +
+		"zeroshot  74.22 77.73      74.22 77.73\n" +
+		"pfedmma   90.94 80.50      91.09 80.50\n" +
+		"```\n"
+	if got := body(t, blocks, "default-job-bf16"); got != want {
+		t.Errorf("default-job-bf16 =\n%s\nwant\n%s", got, want)
+	}
+	if got := body(t, blocks, "default-job-bf16-diff"); got != "The largest difference is 0.16 points (pfedmma local)." {
+		t.Errorf("default-job-bf16-diff = %q", got)
+	}
+}
+
+func body(t *testing.T, blocks []Block, name string) string {
+	t.Helper()
+	for _, b := range blocks {
+		if b.Name == name {
+			return b.Body
+		}
+	}
+	t.Fatalf("no block %q", name)
+	return ""
+}
+
+// TestRatiosAndSittings checks the rendered row against ratios worked out by
+// hand (10/4 = 2.5, 20/5 = 4.0, 5.6/4 = 1.4, 5.5/5 = 1.1, 14.4/4 = 3.6,
+// 9/5 = 1.8) and the sittings of both sides.
+func TestRatiosAndSittings(t *testing.T) {
+	blocks, err := renderFixture(fixtureDocs(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "| m | 4.000 / 5.000 (1) | 10.00 / 20.00 (**2.5×** / **4.0×**), 1 vs 1 | 5.60 / 5.50 (**1.4×** / **1.1×**), 2 vs 1 | 14.40 / 9.00 (**3.6×** / **1.8×**), 2 vs 1 | image features |\n"
+	if got := body(t, blocks, "sitting-table"); !strings.HasSuffix(got, want) {
+		t.Errorf("table =\n%s\nwant its row\n%s", got, want)
+	}
+	if got := body(t, blocks, "sitting-like-for-like"); !strings.Contains(got, "1.4–1.4× the authors in fp32 and 3.6–3.6× in bf16") {
+		t.Errorf("like-for-like summary = %q", got)
+	}
+	if got := body(t, blocks, "sitting-cached"); !strings.Contains(got, "(m) 2.5–2.5× in training and 4.0–4.0× in evaluation") {
+		t.Errorf("cached summary = %q", got)
+	}
+	if got := body(t, blocks, "sitting-above-bound"); strings.Contains(got, "m 1.4×") {
+		t.Errorf("above-bound lists a row at the bound: %q", got)
+	}
+}
+
+// TestReusedReferenceRefused: a reference copied into a later sitting must be
+// named by the sitting it ran in.
+func TestReusedReferenceRefused(t *testing.T) {
+	dir := fixtureDocs(t)
+	s := filepath.Join(dir, "sitting")
+	data, err := os.ReadFile(filepath.Join(s, "1", "m-ref.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s, "2", "m-ref.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := os.ReadFile(filepath.Join(s, "table.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(manifest), `"1/m-ref.json"`, `"2/m-ref.json"`, 1)
+	if err := os.WriteFile(filepath.Join(s, "table.json"), []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = renderFixture(dir)
+	if err == nil || !strings.Contains(err.Error(), "reused reference") || !strings.Contains(err.Error(), "field ref") {
+		t.Fatalf("Render with a reused reference: err = %v, want a reused-reference error naming field ref", err)
+	}
+}
+
+// TestMispairedRunRefused: a run divided by other reference figures than the
+// row's authors' file is refused, naming the field.
+func TestMispairedRunRefused(t *testing.T) {
+	dir := fixtureDocs(t)
+	writeJSON(t, filepath.Join(dir, "sitting", "1", "m-fp32.json"), run(10, 20, 3.9, 5))
+	_, err := renderFixture(dir)
+	if err == nil || !strings.Contains(err.Error(), "field cached") || !strings.Contains(err.Error(), "divided by") {
+		t.Fatalf("Render with a mispaired run: err = %v", err)
+	}
+}
+
+// TestMissingMarkersRefused: Update refuses a README without a rendered
+// block's markers, and a marker no renderer fills.
+func TestMissingMarkersRefused(t *testing.T) {
+	blocks := []Block{{Name: "a", Source: "x", Body: "1"}}
+	if _, err := Update("no markers\n", blocks); err == nil || !strings.Contains(err.Error(), "a") {
+		t.Errorf("Update without markers: err = %v", err)
+	}
+	readme := "<!-- generated:b (make docs; from y) -->2<!-- /generated:b -->\n"
+	if _, err := Update(readme, blocks); err == nil || !strings.Contains(err.Error(), `"b"`) {
+		t.Errorf("Update with an unknown block: err = %v", err)
+	}
+	readme = "<!-- generated:a (make docs; from x) -->2<!-- /generated:a -->\n"
+	got, err := Update(readme, blocks)
+	if err != nil || got != "<!-- generated:a (make docs; from x) -->1<!-- /generated:a -->\n" {
+		t.Errorf("Update = %q, %v", got, err)
+	}
+}
+
+// renderFixture renders the sitting table and the default job's blocks of a
+// fixture docs folder (the engine benchmark's files are tested apart).
+func renderFixture(dir string) ([]Block, error) {
+	tab, err := LoadSittingTable(dir)
+	if err != nil {
+		return nil, err
+	}
+	dj, err := defaultJobBlocks(dir)
+	if err != nil {
+		return nil, err
+	}
+	return append(tab.Blocks(), dj...), nil
+}
+
+// TestEngineBlocks renders the engine and round tables from numbers whose
+// ratios are worked out by hand: 6/4 = 1.5, 5.5/5 = 1.1, 30/4 = 7.5,
+// 55/5 = 11.0, 10/4 = 2.5, 10/5 = 2.0, 48/4 = 12.0, 100/5 = 20.0; rounds
+// 1000/100 = 10.0 and 1000/50 = 20.0, 5400 s = 1.50 h, 3600 s = 1.00 h.
+func TestEngineBlocks(t *testing.T) {
+	dir := t.TempDir()
+	writeJSON(t, filepath.Join(dir, engineRef), map[string]any{"train_images_per_s": 4.0, "eval_images_per_s": 5.0, "peak_rss_mib": 100.0})
+	engine := func(tr, ev, ctr, cev, gflops, rss float64) map[string]any {
+		return map[string]any{"train_images_per_s_online": tr, "eval_images_per_s_online": ev, "train_images_per_s_cached": ctr,
+			"eval_images_per_s_cached": cev, "train_online_spread": 0.03, "eval_online_spread": 0.02, "train_cached_spread": 0.01,
+			"eval_cached_spread": 0.05, "gemm_gflops": gflops, "peak_rss_mib": rss,
+			"reference_train_images_per_s": 4.0, "reference_eval_images_per_s": 5.0}
+	}
+	writeJSON(t, filepath.Join(dir, engineFP32), engine(6, 5.5, 30, 55, 200, 2000))
+	writeJSON(t, filepath.Join(dir, engineBF16), engine(10, 10, 48, 100, 350, 3000))
+	round := func(sec, tr, ev, fill, proj float64) map[string]any {
+		return map[string]any{"seconds_per_round": sec, "train_seconds_per_round": tr, "eval_seconds_per_round": ev,
+			"reference_seconds_per_round": 1000.0, "speedup_per_round": 1000 / sec, "cache_fill_seconds": fill,
+			"gflop_per_round": 18300.0, "projected_50_rounds_seconds": proj}
+	}
+	writeJSON(t, filepath.Join(dir, roundFP32), round(100, 25, 75, 120, 5400))
+	writeJSON(t, filepath.Join(dir, roundBF16), round(50, 20, 30, 60, 3600))
+	blocks, err := engineBlocks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := body(t, blocks, "engine-table")
+	for _, want := range []string{
+		"| training, online augmentation (like for like) | 6.00 images/s ±3% (**1.5×**) | 10.00 images/s ±3% (**2.5×**) | 4.000 images/s |",
+		"| *what pfedmma adds:* evaluation, cached records | 55.00 images/s ±5% (**11.0×**) | 100.00 images/s ±5% (**20.0×**) | 5.000 images/s |",
+		"| peak RSS | 2000 MiB | 3000 MiB | 100 MiB |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("engine table lacks %q:\n%s", want, table)
+		}
+	}
+	if got := body(t, blocks, "engine-headline"); !strings.Contains(got, "**7.5× the authors' training and 11.0× their evaluation in exact fp32, 12.0× / 20.0× in bf16**: the 6× / 10× targets hold.") {
+		t.Errorf("engine headline = %q", got)
+	}
+	rt := body(t, blocks, "round-table")
+	for _, want := range []string{"| 100.0 (25.0 + 75.0) | 50.0 (20.0 + 30.0) |", "authors' 1,000 s per round** | **10.0×** | **20.0×** |", "| 1.50 h | 1.00 h |", "| 18.3 TFLOP |"} {
+		if !strings.Contains(rt, want) {
+			t.Errorf("round table lacks %q:\n%s", want, rt)
+		}
+	}
+	writeJSON(t, filepath.Join(dir, engineBF16), map[string]any{"train_images_per_s_online": 1.0})
+	if _, err := engineBlocks(dir); err == nil || !strings.Contains(err.Error(), "train-bf16.json") {
+		t.Errorf("engine blocks from an incomplete file: err = %v, want one naming it", err)
+	}
+}
+
+// TestRunBlock quotes one run with its ratio to its own sitting's authors'
+// run (10/4 = 2.5, 20/5 = 4.0), and refuses a run whose sitting has no
+// authors' file for its method.
+func TestRunBlock(t *testing.T) {
+	dir := fixtureDocs(t)
+	b, err := RunBlock(dir, "1/m-fp32.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Name != "run-1-m-fp32" || b.Body != "10.00 / 20.00 images/s, **2.5×** / **4.0×** (sitting 1 vs 1)" {
+		t.Errorf("RunBlock = %q %q", b.Name, b.Body)
+	}
+	if _, err := RunBlock(dir, "2/m-fp32-uncached.json"); err == nil || !strings.Contains(err.Error(), "m-ref.json") {
+		t.Errorf("RunBlock without a same-sitting reference: err = %v", err)
+	}
+}
+
+// TestRows rewrites a row found by its first cells, keeping its indentation,
+// and refuses a prefix found twice or nowhere.
+func TestRows(t *testing.T) {
+	dir := t.TempDir()
+	writeJSON(t, filepath.Join(dir, "compress", "clip_lora-none", "summary.json"), map[string]any{
+		"metrics": []string{"local", "base", "novel", "hm"}, "compress": "none",
+		"methods":                         map[string]any{"clip_lora": map[string]any{"local": 93.828125, "base": 66.25, "novel": 77.4765625, "hm": 77.601}},
+		"update_bytes_per_round_per_site": map[string]any{"clip_lora": 49152}, "download_bytes_per_round_per_site": map[string]any{"clip_lora": 1234567},
+	})
+	rows := []Row{}
+	all, err := RenderRows(dir)
+	if err == nil {
+		t.Fatalf("RenderRows without the fp16 and int8 summaries: no error (%d rows)", len(all))
+	}
+	if !strings.Contains(err.Error(), "clip_lora-fp16") {
+		t.Errorf("RenderRows error %v does not name the missing summary", err)
+	}
+	for _, run := range compressRuns[1:] {
+		c := run.dir[strings.LastIndex(run.dir, "-")+1:]
+		writeJSON(t, filepath.Join(dir, "compress", run.dir, "summary.json"), map[string]any{
+			"metrics": []string{"local", "base", "novel", "hm"}, "compress": c,
+			"methods":                         map[string]any{"clip_lora": map[string]any{"local": 1.0, "base": 2.0, "novel": 3.0, "hm": 4.0}},
+			"update_bytes_per_round_per_site": map[string]any{"clip_lora": 5}, "download_bytes_per_round_per_site": map[string]any{"clip_lora": 6},
+		})
+	}
+	all, err = RenderRows(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows = append(rows, all[0])
+	if want := "| `clip_lora` | none | 49,152 | 1,234,567 | 93.83 | 66.25 | 77.48 | 77.60 |"; all[0].Text != want || all[0].Prefix != "| `clip_lora` | none |" {
+		t.Fatalf("RenderRows' first row = %q, want %q", all[0].Text, want)
+	}
+	readme := "a\n  | `clip_lora` | none | 1 | 2 | 94.30 | 65.52 | 77.28 | 77.31 |\n  | `clip_lora` | fp16 | 1 |\n"
+	got, err := UpdateRows(readme, rows)
+	want := "a\n  | `clip_lora` | none | 49,152 | 1,234,567 | 93.83 | 66.25 | 77.48 | 77.60 |\n  | `clip_lora` | fp16 | 1 |\n"
+	if err != nil || got != want {
+		t.Errorf("UpdateRows = %q, %v; want %q", got, err, want)
+	}
+	if d, err := DiffRows(readme, rows); err != nil || len(d) != 1 {
+		t.Errorf("DiffRows on the stale row = %q, %v", d, err)
+	}
+	if d, err := DiffRows(want, rows); err != nil || len(d) != 0 {
+		t.Errorf("DiffRows on the updated row = %q, %v", d, err)
+	}
+	if _, err := UpdateRows(readme+readme, rows); err == nil {
+		t.Error("UpdateRows with the row twice: no error")
+	}
+	if _, err := UpdateRows("a\n", rows); err == nil {
+		t.Error("UpdateRows without the row: no error")
+	}
+}
+
+// TestFullBackpropBlock renders the fp32 → bf16 table against the text
+// written out by hand, in the README's method order.
+func TestFullBackpropBlock(t *testing.T) {
+	dir := t.TempDir()
+	for i, p := range []string{"fp32", "bf16"} {
+		methods := map[string]any{}
+		for j, m := range []string{"fedmvp", "maple", "adapt", "clip_lora"} {
+			methods[m] = map[string]any{"local": 90.0 + float64(j) + float64(i)/4, "hm": 80.0 - float64(j)}
+		}
+		writeJSON(t, filepath.Join(dir, FullBackpropDir, p, "summary.json"), map[string]any{"metrics": []string{"local", "hm"}, "methods": methods})
+	}
+	blocks, err := fullBackpropBlocks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "\n```\n" +
+		"             local          hm\n" +
+		"clip_lora    93.00 → 93.25  77.00 → 77.00\n" +
+		"adapt        92.00 → 92.25  78.00 → 78.00\n" +
+		"maple        91.00 → 91.25  79.00 → 79.00\n" +
+		"fedmvp       90.00 → 90.25  80.00 → 80.00\n" +
+		"```\n"
+	if got := body(t, blocks, "fullbackprop-bf16"); got != want {
+		t.Errorf("fullbackprop-bf16 =\n%s\nwant\n%s", got, want)
+	}
+	if got := body(t, blocks, "fullbackprop-local-diff"); got != "The largest Local difference in these runs is 0.25 points (clip_lora)." {
+		t.Errorf("fullbackprop-local-diff = %q", got)
+	}
+	if got := body(t, blocks, "fedmvp-local-bf16"); got != "90.00 → 90.25" {
+		t.Errorf("fedmvp-local-bf16 = %q", got)
+	}
+}
