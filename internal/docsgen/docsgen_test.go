@@ -392,7 +392,7 @@ func TestFullBackpropBlock(t *testing.T) {
 	if got := body(t, blocks, "fullbackprop-bf16"); got != want {
 		t.Errorf("fullbackprop-bf16 =\n%s\nwant\n%s", got, want)
 	}
-	if got := body(t, blocks, "fullbackprop-local-diff"); got != "The largest Local difference in these runs is 0.25 points (clip_lora)." {
+	if got := body(t, blocks, "fullbackprop-local-diff"); got != "The largest Local difference in these runs is 0.25 points (clip_lora), within the guard's 1.1." {
 		t.Errorf("fullbackprop-local-diff = %q", got)
 	}
 	if got := body(t, blocks, "fedmvp-local-bf16"); got != "90.00 → 90.25" {
