@@ -15,30 +15,31 @@ import (
 // over the timed repetitions; *_spread is the interquartile range over the
 // median.
 type EngineResult struct {
-	Backend                 string  `json:"backend"`
-	Core                    string  `json:"core"`      // kernel family in use
-	BestCore                string  `json:"best_core"` // best family this CPU supports ("" when unknown)
-	Precision               string  `json:"precision"` // fp32 or bf16 (frozen weights' products)
-	BF16Backend             string  `json:"bf16_backend,omitempty"`
-	Threads                 int     `json:"threads"`
-	Batch                   int     `json:"batch"`
-	Repeat                  int     `json:"repeat"`
-	GemmGFLOPS              float64 `json:"gemm_gflops"` // float32 GEMM, best of the repeats
-	GemmBF16GFLOPS          float64 `json:"gemm_bf16_gflops,omitempty"`
-	BlockForwardMs          float64 `json:"block_forward_ms"`
-	BlockForwardSpread      float64 `json:"block_forward_spread"`
-	BlockBackwardMs         float64 `json:"block_backward_ms"`
-	BlockBackwardSpread     float64 `json:"block_backward_spread"`
-	BlockBackwardRatio      float64 `json:"block_backward_over_forward"`
-	BlockForwardGFLOPS      float64 `json:"block_forward_gflops"`
-	BlockGemmShareOfPeak    float64 `json:"block_forward_fraction_of_gemm_peak"`
-	BlockLinearGFLOPS       float64 `json:"block_linear_gemm_gflops"`
-	BlockLinearShareOfPeak  float64 `json:"block_linear_gemm_fraction_of_peak"`
-	ImageForwardImagesPerS  float64 `json:"image_forward_images_per_s"`
-	ImageForwardSecPerBatch float64 `json:"image_forward_s_per_batch"`
-	ImageForwardSpread      float64 `json:"image_forward_spread"`
-	ImageForwardGemmGFLOPS  float64 `json:"image_forward_gemm_gflops"`     // achieved inside the encoder's counted GEMMs
-	ImageForwardGemmShare   float64 `json:"image_forward_gemm_time_share"` // fraction of the forward time in those GEMMs
+	CPU                     gemm.CPUInfo `json:"cpu"`
+	Backend                 string       `json:"backend"`
+	Core                    string       `json:"core"`      // kernel family in use
+	BestCore                string       `json:"best_core"` // best family this CPU supports ("" when unknown)
+	Precision               string       `json:"precision"` // fp32 or bf16 (frozen weights' products)
+	BF16Backend             string       `json:"bf16_backend,omitempty"`
+	Threads                 int          `json:"threads"`
+	Batch                   int          `json:"batch"`
+	Repeat                  int          `json:"repeat"`
+	GemmGFLOPS              float64      `json:"gemm_gflops"` // float32 GEMM, best of the repeats
+	GemmBF16GFLOPS          float64      `json:"gemm_bf16_gflops,omitempty"`
+	BlockForwardMs          float64      `json:"block_forward_ms"`
+	BlockForwardSpread      float64      `json:"block_forward_spread"`
+	BlockBackwardMs         float64      `json:"block_backward_ms"`
+	BlockBackwardSpread     float64      `json:"block_backward_spread"`
+	BlockBackwardRatio      float64      `json:"block_backward_over_forward"`
+	BlockForwardGFLOPS      float64      `json:"block_forward_gflops"`
+	BlockGemmShareOfPeak    float64      `json:"block_forward_fraction_of_gemm_peak"`
+	BlockLinearGFLOPS       float64      `json:"block_linear_gemm_gflops"`
+	BlockLinearShareOfPeak  float64      `json:"block_linear_gemm_fraction_of_peak"`
+	ImageForwardImagesPerS  float64      `json:"image_forward_images_per_s"`
+	ImageForwardSecPerBatch float64      `json:"image_forward_s_per_batch"`
+	ImageForwardSpread      float64      `json:"image_forward_spread"`
+	ImageForwardGemmGFLOPS  float64      `json:"image_forward_gemm_gflops"`     // achieved inside the encoder's counted GEMMs
+	ImageForwardGemmShare   float64      `json:"image_forward_gemm_time_share"` // fraction of the forward time in those GEMMs
 }
 
 // EngineOptions choose the sizes of the engine benchmark.
@@ -85,7 +86,7 @@ func Engine(ctx context.Context, o EngineOptions) (*EngineResult, error) {
 		}
 	}
 	inUse, best := gemm.KernelFamily()
-	res := &EngineResult{Backend: gemm.Backend(), Core: inUse, BestCore: best, Precision: o.Precision.String(),
+	res := &EngineResult{CPU: gemm.CPU(), Backend: gemm.Backend(), Core: inUse, BestCore: best, Precision: o.Precision.String(),
 		Threads: gemm.Threads(), Batch: B, Repeat: o.Repeat}
 	if o.Precision == gemm.BF16 {
 		res.BF16Backend = gemm.BF16Backend()

@@ -56,10 +56,11 @@ type RoundTiming struct {
 
 // ExperimentResult is what `pfedmma bench experiment --json` prints.
 type ExperimentResult struct {
-	Backend   string `json:"backend"`
-	Kernel    string `json:"kernel"`
-	Threads   int    `json:"threads"`
-	Precision string `json:"precision"`
+	CPU       gemm.CPUInfo `json:"cpu"`
+	Backend   string       `json:"backend"`
+	Kernel    string       `json:"kernel"`
+	Threads   int          `json:"threads"`
+	Precision string       `json:"precision"`
 	// EvaluatedAlone: every client evaluated on its own (no group).
 	EvaluatedAlone bool `json:"evaluated_alone,omitempty"`
 	// CacheFillSeconds computes every frozen prefix once (before round 0).
@@ -148,7 +149,7 @@ func Experiment(ctx context.Context, o ExperimentOptions) (*ExperimentResult, er
 		return nil, err
 	}
 	opts.EvaluateAlone = o.EvaluateAlone
-	res := &ExperimentResult{Backend: gemm.Backend(), Kernel: gemm.CoreName(), Threads: gemm.Threads(),
+	res := &ExperimentResult{CPU: gemm.CPU(), Backend: gemm.Backend(), Kernel: gemm.CoreName(), Threads: gemm.Threads(),
 		Precision: opts.Precision.String(), EvaluatedAlone: o.EvaluateAlone}
 	gemm.EnableStats(true)
 	defer gemm.EnableStats(false)

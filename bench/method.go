@@ -43,23 +43,24 @@ type MethodOptions struct {
 
 // MethodResult is what `pfedmma bench train --method NAME --json` prints.
 type MethodResult struct {
-	Method        string  `json:"method"`
-	Backend       string  `json:"backend"`
-	Core          string  `json:"kernel"`
-	Threads       int     `json:"threads"`
-	Precision     string  `json:"precision"`
-	Batch         int     `json:"batch"`
-	Classes       int     `json:"classes"`
-	Depth         string  `json:"cached"`
-	TrainPerS     float64 `json:"train_images_per_s"`
-	TrainSpread   float64 `json:"train_spread"`
-	EvalPerS      float64 `json:"eval_images_per_s"`
-	EvalSpread    float64 `json:"eval_spread"`
-	SpeedupTrain  float64 `json:"speedup_train,omitempty"`
-	SpeedupEval   float64 `json:"speedup_eval,omitempty"`
-	ReferenceTrn  float64 `json:"reference_train_images_per_s,omitempty"`
-	ReferenceEval float64 `json:"reference_eval_images_per_s,omitempty"`
-	ReferenceConf string  `json:"reference_config,omitempty"`
+	CPU           gemm.CPUInfo `json:"cpu"`
+	Method        string       `json:"method"`
+	Backend       string       `json:"backend"`
+	Core          string       `json:"kernel"`
+	Threads       int          `json:"threads"`
+	Precision     string       `json:"precision"`
+	Batch         int          `json:"batch"`
+	Classes       int          `json:"classes"`
+	Depth         string       `json:"cached"`
+	TrainPerS     float64      `json:"train_images_per_s"`
+	TrainSpread   float64      `json:"train_spread"`
+	EvalPerS      float64      `json:"eval_images_per_s"`
+	EvalSpread    float64      `json:"eval_spread"`
+	SpeedupTrain  float64      `json:"speedup_train,omitempty"`
+	SpeedupEval   float64      `json:"speedup_eval,omitempty"`
+	ReferenceTrn  float64      `json:"reference_train_images_per_s,omitempty"`
+	ReferenceEval float64      `json:"reference_eval_images_per_s,omitempty"`
+	ReferenceConf string       `json:"reference_config,omitempty"`
 	// Recomputed names the frozen work redone every step with Uncached.
 	Recomputed string `json:"recomputed,omitempty"`
 }
@@ -245,7 +246,7 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 	case methods.Embeddings:
 		depthName = "patch embeddings and frozen features"
 	}
-	res := &MethodResult{Method: o.Method, Backend: gemm.Backend(), Core: gemm.CoreName(), Threads: gemm.Threads(),
+	res := &MethodResult{CPU: gemm.CPU(), Method: o.Method, Backend: gemm.Backend(), Core: gemm.CoreName(), Threads: gemm.Threads(),
 		Precision: o.Precision.String(), Batch: o.Batch, Classes: o.Classes, Depth: depthName,
 		TrainPerS: float64(o.Batch) / tt.Median, TrainSpread: tt.Spread, EvalPerS: float64(o.Batch) / te.Median, EvalSpread: te.Spread}
 	if o.Uncached {

@@ -138,6 +138,7 @@ type PresetScale struct {
 
 // PaperScaleResult is what `pfedmma bench experiment --preset` writes.
 type PaperScaleResult struct {
+	CPU             gemm.CPUInfo  `json:"cpu"`
 	Backend         string        `json:"backend"`
 	Kernel          string        `json:"kernel"`
 	Threads         int           `json:"threads"`
@@ -209,7 +210,7 @@ func PaperScale(ctx context.Context, o PaperScaleOptions) (*PaperScaleResult, er
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	res := &PaperScaleResult{Backend: gemm.Backend(), Kernel: gemm.CoreName(), Threads: gemm.Threads(),
+	res := &PaperScaleResult{CPU: gemm.CPU(), Backend: gemm.Backend(), Kernel: gemm.CoreName(), Threads: gemm.Threads(),
 		CPUs: numCPU(), MemoryBudgetMiB: o.MemoryBudgetMiB, CacheDType: "float32"}
 	if o.CacheBF16 {
 		res.CacheDType = "bfloat16"

@@ -58,6 +58,7 @@ func init() {
 				return enc.Encode(r)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "CPU\t%s\n", r.CPU)
 			fmt.Fprintf(tw, "GEMM library\t%s\n", kernelLine(r.Backend, r.Core, r.BestCore, r.Threads, r.Precision, r.BF16Backend))
 			fmt.Fprintf(tw, "timing\tmedian of %d after warm-up, ± interquartile range / median\n", r.Repeat)
 			fmt.Fprintf(tw, "GEMM [%d·197×768]·[768×3072]\t%.1f GFLOP/s fp32 (best of %d)\n", r.Batch, r.GemmGFLOPS, max(r.Repeat, 3))
@@ -176,6 +177,7 @@ func benchMethod(cmd *cobra.Command, o bench.MethodOptions, asJSON bool) error {
 		return enc.Encode(r)
 	}
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "CPU\t%s\n", r.CPU)
 	fmt.Fprintf(tw, "GEMM library\t%s (%s, %d threads), %s\n", r.Backend, r.Core, r.Threads, r.Precision)
 	fmt.Fprintf(tw, "setting\t%s: batch %d, %d classes, cached %s\n", r.Method, r.Batch, r.Classes, r.Depth)
 	if r.Recomputed != "" {

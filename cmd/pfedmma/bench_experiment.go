@@ -89,6 +89,7 @@ rounds).`,
 				return enc.Encode(r)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "CPU\t%s\n", r.CPU)
 			fmt.Fprintf(tw, "GEMM backend\t%s (%s, %d threads), precision %s\n", r.Backend, r.Kernel, r.Threads, r.Precision)
 			if r.EvaluatedAlone {
 				fmt.Fprintf(tw, "evaluation\tevery client alone (--evaluate-alone)\n")
