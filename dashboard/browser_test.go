@@ -116,9 +116,24 @@ func mapValues(m map[int]federation.Metrics) []eval.Metrics {
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	bin := chromiumBin(t)
+	// The profile is removed after Chromium: its helper processes may
+	// still write there for a moment after the browser is cancelled,
+	// which t.TempDir's cleanup reports as a failure.
+	profile, err := os.MkdirTemp("", "pfedmma-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 20 {
+			if os.RemoveAll(profile) == nil {
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	})
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1000))
+		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.UserDataDir(profile), chromedp.WindowSize(1280, 1000))
 	actx, cancel := chromedp.NewExecAllocator(t.Context(), opts...)
 	t.Cleanup(cancel)
 	ctx, cancel := chromedp.NewContext(actx)
