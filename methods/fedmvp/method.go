@@ -18,6 +18,7 @@ import (
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
+	"github.com/pfedmma/pfedmma/tokenizer"
 )
 
 func init() { methods.Register(Method{}) }
@@ -284,14 +285,22 @@ func spaceDescriptions(env *methods.Env, s *Settings, space int) ([]int, []int, 
 	if env.Tok == nil {
 		return nil, nil, fmt.Errorf("fedmvp: no tokenizer to tokenise the class descriptions")
 	}
-	ctx := env.Model.W.Config.Text.ContextLength
-	var tokens, rows []int
-	for i, c := range env.Task.Spaces[space].Classes {
-		for _, d := range Descriptions(env.Task.Dataset.Classes[c], env.Template) {
-			// the authors cut descriptions to 77 characters
-			// (truncate_text); a shorter context cuts the tokens (EOT kept)
+	var names []string
+	for _, c := range env.Task.Spaces[space].Classes {
+		names = append(names, env.Task.Dataset.Classes[c])
+	}
+	return descriptionTokens(env.Tok, env.Model.W.Config.Text.ContextLength, names, env.Template)
+}
+
+// descriptionTokens tokenises the descriptions of classes under template,
+// one row each, and says which class each row describes: training and
+// predict build them here alike. The authors cut descriptions to 77
+// characters (truncate_text); a shorter context cuts the tokens (EOT kept).
+func descriptionTokens(tok *tokenizer.Tokenizer, ctx int, classes []string, template string) (tokens, rows []int, err error) {
+	for i, c := range classes {
+		for _, d := range Descriptions(c, template) {
 			d = Truncate(d)
-			ids, err := env.Tok.Tokenize(d, ctx, true)
+			ids, err := tok.Tokenize(d, ctx, true)
 			if err != nil {
 				return nil, nil, fmt.Errorf("fedmvp: description %q: %w", d, err)
 			}
@@ -352,17 +361,9 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	ctx := m.W.Config.Text.ContextLength
-	var tokens, rows []int
-	for i, c := range classes {
-		for _, d := range Descriptions(c, p.pe.Template) {
-			ids, err := p.pe.Tok.Tokenize(d, ctx, true)
-			if err != nil {
-				return nil, fmt.Errorf("fedmvp: description %q: %w", d, err)
-			}
-			tokens = append(tokens, ids...)
-			rows = append(rows, i)
-		}
+	tokens, rows, err := descriptionTokens(p.pe.Tok, m.W.Config.Text.ContextLength, classes, p.pe.Template)
+	if err != nil {
+		return nil, err
 	}
 	text, err := TextFeatures(m, tokens)
 	if err != nil {
