@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"testing"
 
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -33,4 +34,28 @@ func BitsDiff(a, b tensor.Named) string {
 		}
 	}
 	return ""
+}
+
+// RelMax fails t unless max|got − want| ≤ tol·max|want|: the error is
+// relative to the size of the whole tensor (a gradient, an update), so a
+// halved, zeroed or sign-flipped tensor is off by ½, 1 or 2 of it. A zero
+// reference checks nothing and fails.
+func RelMax(t testing.TB, name string, got, want []float32, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", name, len(got), len(want))
+	}
+	var d, ref float64
+	for i := range want {
+		d = math.Max(d, math.Abs(float64(got[i])-float64(want[i])))
+		ref = math.Max(ref, math.Abs(float64(want[i])))
+	}
+	if ref == 0 {
+		t.Fatalf("%s: the reference is zero: it checks nothing", name)
+	}
+	if !(d <= tol*ref) {
+		t.Errorf("%s: max|Δ| %.3g = %.3g of max|ref| %.3g, tolerance %.3g", name, d, d/ref, ref, tol)
+	} else {
+		t.Logf("%s: rel %.2g", name, d/ref)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
@@ -50,29 +51,6 @@ func extMeta(t *testing.T, f *fixture.Fixture, key string) float64 {
 	return x
 }
 
-// extRel fails unless max|got − want| ≤ tol·max|want|: relative to the size
-// of the whole tensor (a gradient, an update), so a halved, zeroed or
-// sign-flipped tensor is off by ½, 1 or 2 of it.
-func extRel(t *testing.T, name string, got, want []float32, tol float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", name, len(got), len(want))
-	}
-	var d, ref float64
-	for i := range want {
-		d = math.Max(d, math.Abs(float64(got[i])-float64(want[i])))
-		ref = math.Max(ref, math.Abs(float64(want[i])))
-	}
-	if ref == 0 {
-		t.Fatalf("%s: the reference is zero: it checks nothing", name)
-	}
-	if !(d <= tol*ref) {
-		t.Errorf("%s: max|Δ| %.3g = %.3g of max|ref| %.3g, tolerance %.3g", name, d, d/ref, ref, tol)
-	} else {
-		t.Logf("%s: rel %.2g", name, d/ref)
-	}
-}
-
 // extTrained compares trained parameters with the reference's: values to
 // 1e-4 of max|p|, and updates from init to 3e-4 of the largest update, or
 // the float32 rounding of the stored p (4 ulps of max|p|) relative to the
@@ -83,7 +61,7 @@ func extRel(t *testing.T, name string, got, want []float32, tol float64) {
 // round) must be unchanged.
 func extTrained(t *testing.T, name string, got, want, init []float32) {
 	t.Helper()
-	extRel(t, name, got, want, 1e-4)
+	tensortest.RelMax(t, name, got, want, 1e-4)
 	u, uref := make([]float32, len(got)), make([]float32, len(got))
 	var pm, um float64
 	for i := range got {
@@ -102,7 +80,7 @@ func extTrained(t *testing.T, name string, got, want, init []float32) {
 	if tol > 0.02 {
 		t.Fatalf("%s: the update is within float32 rounding of the parameters (tolerance %.3g): it checks nothing", name, tol)
 	}
-	extRel(t, "update "+name, u, uref, tol)
+	tensortest.RelMax(t, "update "+name, u, uref, tol)
 }
 
 // extSettings are the fixture's ADAPT settings (no AdaLN).
@@ -214,13 +192,13 @@ func TestExternalStep(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			extRel(t, "loss", []float32{float32(loss)}, f.Batch["loss"].Data, 1e-5)
+			tensortest.RelMax(t, "loss", []float32{float32(loss)}, f.Batch["loss"].Data, 1e-5)
 			for k := range recv {
-				extRel(t, "ema."+k, c.P[k].Data, f.Batch["ema."+k].Data, 1e-6)
+				tensortest.RelMax(t, "ema."+k, c.P[k].Data, f.Batch["ema."+k].Data, 1e-6)
 			}
 			var got []string
 			for _, p := range c.Params() {
-				extRel(t, "grad."+p.Name, p.Grad, f.Batch["grad."+p.Name].Data, 1e-4)
+				tensortest.RelMax(t, "grad."+p.Name, p.Grad, f.Batch["grad."+p.Name].Data, 1e-4)
 				got = append(got, p.Name)
 			}
 			want := []string{TextName(domain), ParamVisual}

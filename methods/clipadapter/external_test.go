@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
@@ -79,29 +80,6 @@ func extPlan(t *testing.T, f *fixture.Fixture, s *Settings, clients []fixture.Te
 	return plan
 }
 
-// relClose fails unless max|got − want| ≤ tol·max|want|: the error is
-// relative to the size of the whole tensor (a gradient, an update), so a
-// halved, zeroed or sign-flipped tensor is off by ½, 1 or 2 of it.
-func relClose(t *testing.T, name string, got, want []float32, tol float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", name, len(got), len(want))
-	}
-	var d, ref float64
-	for i := range want {
-		d = math.Max(d, math.Abs(float64(got[i])-float64(want[i])))
-		ref = math.Max(ref, math.Abs(float64(want[i])))
-	}
-	if ref == 0 {
-		t.Fatalf("%s: the reference is zero: it checks nothing", name)
-	}
-	if !(d <= tol*ref) {
-		t.Errorf("%s: max|Δ| %.3g = %.3g of max|ref| %.3g, tolerance %.3g", name, d, d/ref, ref, tol)
-	} else {
-		t.Logf("%s: rel %.2g", name, d/ref)
-	}
-}
-
 // updateTol is the tolerance of an update p − init relative to its largest
 // entry: base, or the float32 rounding of the stored p (4 ulps of max|p|)
 // relative to the update where that is larger.
@@ -119,7 +97,7 @@ func updateTol(p, init []float32, base float64) float64 {
 // updates from init.
 func checkTrained(t *testing.T, name string, got, want, init []float32) {
 	t.Helper()
-	relClose(t, name, got, want, 1e-5)
+	tensortest.RelMax(t, name, got, want, 1e-5)
 	u, uref := make([]float32, len(got)), make([]float32, len(got))
 	for i := range got {
 		u[i], uref[i] = got[i]-init[i], want[i]-init[i]
@@ -128,7 +106,7 @@ func checkTrained(t *testing.T, name string, got, want, init []float32) {
 	if tol > 0.02 {
 		t.Fatalf("%s: the update is within float32 rounding of the parameters (tolerance %.3g): it checks nothing", name, tol)
 	}
-	relClose(t, "update "+name, u, uref, tol)
+	tensortest.RelMax(t, "update "+name, u, uref, tol)
 }
 
 func allItems(n int) []int {
@@ -162,10 +140,10 @@ func TestExternalStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relClose(t, "loss", []float32{float32(loss)}, f.Batch["loss"].Data, 1e-5)
+	tensortest.RelMax(t, "loss", []float32{float32(loss)}, f.Batch["loss"].Data, 1e-5)
 	n := 0
 	for _, p := range c.Params() {
-		relClose(t, "grad."+p.Name, p.Grad, f.Batch["grad."+p.Name].Data, 1e-4)
+		tensortest.RelMax(t, "grad."+p.Name, p.Grad, f.Batch["grad."+p.Name].Data, 1e-4)
 		n++
 	}
 	if n != 2 {

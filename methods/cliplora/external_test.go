@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
@@ -48,36 +49,13 @@ func extMeta(t *testing.T, f *fixture.Fixture, key string) float64 {
 	return x
 }
 
-// extRel fails unless max|got − want| ≤ tol·max|want|: relative to the size
-// of the whole tensor (a gradient, an update), so a halved, zeroed or
-// sign-flipped tensor is off by ½, 1 or 2 of it.
-func extRel(t *testing.T, name string, got, want []float32, tol float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", name, len(got), len(want))
-	}
-	var d, ref float64
-	for i := range want {
-		d = math.Max(d, math.Abs(float64(got[i])-float64(want[i])))
-		ref = math.Max(ref, math.Abs(float64(want[i])))
-	}
-	if ref == 0 {
-		t.Fatalf("%s: the reference is zero: it checks nothing", name)
-	}
-	if !(d <= tol*ref) {
-		t.Errorf("%s: max|Δ| %.3g = %.3g of max|ref| %.3g, tolerance %.3g", name, d, d/ref, ref, tol)
-	} else {
-		t.Logf("%s: rel %.2g", name, d/ref)
-	}
-}
-
 // extTrained compares trained parameters with the reference's, values
 // (1e-4: a factor B that starts at 0 is its update) and updates from init;
 // the update's tolerance is 1e-4, or the float32 rounding of the stored p
 // (4 ulps of max|p|) relative to the update where that is larger.
 func extTrained(t *testing.T, name string, got, want, init []float32) {
 	t.Helper()
-	extRel(t, name, got, want, 1e-4)
+	tensortest.RelMax(t, name, got, want, 1e-4)
 	u, uref := make([]float32, len(got)), make([]float32, len(got))
 	var pm, um float64
 	for i := range got {
@@ -90,7 +68,7 @@ func extTrained(t *testing.T, name string, got, want, init []float32) {
 	if tol > 0.02 {
 		t.Fatalf("%s: the update is within float32 rounding of the parameters (tolerance %.3g): it checks nothing", name, tol)
 	}
-	extRel(t, "update "+name, u, uref, tol)
+	tensortest.RelMax(t, "update "+name, u, uref, tol)
 }
 
 // extRound runs one round of plan: its clients in federation Sites, its
@@ -161,7 +139,7 @@ func extGrad(t *testing.T, name string, got, want []float32) {
 		zero = zero && v == 0
 	}
 	if !zero {
-		extRel(t, name, got, want, 1e-4)
+		tensortest.RelMax(t, name, got, want, 1e-4)
 		return
 	}
 	for i, v := range got {
@@ -233,7 +211,7 @@ func TestExternalStep(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			extRel(t, "loss", []float32{float32(loss)}, f.Batch["loss"].Data, 1e-5)
+			tensortest.RelMax(t, "loss", []float32{float32(loss)}, f.Batch["loss"].Data, 1e-5)
 			n := 0
 			for _, p := range cl.Params() {
 				extGrad(t, "grad."+p.Name, p.Grad, f.Batch["grad."+p.Name].Data)
@@ -249,7 +227,7 @@ func TestExternalStep(t *testing.T) {
 			for name, p := range cl.lora.Params {
 				if g := f.Batch["grad."+name].Data; slices.Max(g) == 0 && slices.Min(g) == 0 {
 					// weight decay alone moves A (B = 0): within the rounding of A
-					extRel(t, "step1."+name, p.Data, f.Batch["step1."+name].Data, 1e-6)
+					tensortest.RelMax(t, "step1."+name, p.Data, f.Batch["step1."+name].Data, 1e-6)
 					continue
 				}
 				if opts.Optimizer == "adamw" {
