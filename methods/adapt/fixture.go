@@ -489,3 +489,14 @@ func roundPlan(ctx context.Context, env *methods.Env, s *Settings) (tensor.Named
 	}
 	return out, nil
 }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"adaln_layers", "batch_size", "client<i>.domain", "domain", "ema", "lambda", "local_epochs",
+		"logit_scale", "lr", "momentum", "n_ctx", "optimizer", "seed", "tau", "weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

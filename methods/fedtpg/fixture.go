@@ -286,3 +286,15 @@ func (r *roundMethod) Build(env *methods.Env, sec config.Section) (*methods.Plan
 	r.plan = plan
 	return plan, err
 }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"aggregation", "batch_size", "class_token_position", "cross_heads", "d_ctx", "depth", "ff_mult",
+		"local_epochs", "logit_scale", "lr", "momentum", "n_ctx", "prompt_dim", "seed", "self_heads",
+		"textemb_dim", "weight_decay", "weighted_mean",
+	}
+}
+
+var _ fixture.Method = Method{}
