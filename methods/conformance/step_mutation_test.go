@@ -95,27 +95,24 @@ func (m *memoStepper) Step(ctx context.Context, f *fixture.Fixture) (tensor.Name
 // integer tensors and metadata, names and values.
 func inputsKey(f *fixture.Fixture) uint64 {
 	h := fnv.New64a()
-	var b [8]byte
-	put := func(x uint64) {
-		binary.LittleEndian.PutUint64(b[:], x)
-		h.Write(b[:])
-	}
+	var buf []byte
 	for _, n := range []tensor.Named{f.Params, f.Batch} {
 		for _, k := range slices.Sorted(maps.Keys(n)) {
-			io.WriteString(h, k)
-			put(uint64(len(n[k].Data)))
+			buf = append(buf[:0], k...)
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(len(n[k].Data)))
 			for _, v := range n[k].Data {
-				put(uint64(math.Float32bits(v)))
+				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
 			}
+			h.Write(buf)
 		}
-		put(math.MaxUint64)
+		h.Write([]byte{0xff})
 	}
 	for _, k := range slices.Sorted(maps.Keys(f.Ints)) {
-		io.WriteString(h, k)
-		put(uint64(len(f.Ints[k])))
+		buf = append(buf[:0], k...)
 		for _, v := range f.Ints[k] {
-			put(uint64(v))
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(v))
 		}
+		h.Write(buf)
 	}
 	for _, k := range slices.Sorted(maps.Keys(f.Meta)) {
 		io.WriteString(h, k+"="+f.Meta[k]+"\x00")
