@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pfedmma/pfedmma/methods"
+	_ "github.com/pfedmma/pfedmma/methods/all"
 )
 
 // TestReadmeMatchesEvidence holds the generated blocks of README.md,
@@ -34,6 +37,15 @@ func repoDocs(t *testing.T) ([]File, []Block, []Row) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var ms []MethodSettings
+	for _, m := range methods.All() {
+		ms = append(ms, MethodSettings{Name: m.Info().Name, Defaults: m.DefaultConfig()})
+	}
+	settings, err := SettingsBlocks("../..", ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks = append(blocks, settings...)
 	rows, err := RenderRows("../../docs")
 	if err != nil {
 		t.Fatal(err)
@@ -450,5 +462,38 @@ func TestFullBackpropBlock(t *testing.T) {
 	}
 	if got := body(t, blocks, "fedmvp-local-bf16"); got != "90.00 → 90.25" {
 		t.Errorf("fedmvp-local-bf16 = %q", got)
+	}
+}
+
+// TestSettingsBlock renders FedOTP's settings table and compares rows with
+// the text written out by hand from methods/fedotp/method.go and its
+// DefaultConfig (ε 0.01, ot COT, lr unset sharing its doc with
+// local_epochs), and a method without settings.
+func TestSettingsBlock(t *testing.T) {
+	m, err := methods.Get("fedotp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := SettingsBlocks("../..", []MethodSettings{{Name: "fedotp", Defaults: m.DefaultConfig()}, {Name: "zeroshot"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := body(t, blocks, "settings-fedotp")
+	const doc = "LR and LocalEpochs, when set, replace the run's optimizer.lr and federation.local_epochs for this method; 0 keeps the run's."
+	for _, want := range []string{
+		"\n| key | default | meaning |\n|---|---|---|\n| `fedotp.n_ctx` | `16` | context tokens per prompt (16) |\n",
+		"| `fedotp.ot` | `COT` | COT (unbalanced, default) or Sinkhorn |\n| `fedotp.eps` | `0.01` | entropic regularisation ε > 0 (0.01) |\n",
+		"| `fedotp.class_token_position` | `end` | ClassTokenPosition is CoOp's class_token_position of every prompt: end (default), middle or front. |\n",
+		"| `fedotp.lr` | `0` | " + doc + " |\n| `fedotp.local_epochs` | `0` | " + doc + " |\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("settings-fedotp lacks\n%s\nin\n%s", want, got)
+		}
+	}
+	if got := body(t, blocks, "settings-zeroshot"); got != "`zeroshot` has no settings of its own." {
+		t.Errorf("settings-zeroshot = %q", got)
+	}
+	if _, err := SettingsBlocks("../..", []MethodSettings{{Name: "x", Defaults: &Block{}}}); err == nil || !strings.Contains(err.Error(), `yaml tag "name"`) {
+		t.Errorf("settings of a type with no yaml section: err = %v", err)
 	}
 }

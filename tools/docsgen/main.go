@@ -1,7 +1,8 @@
 // Command docsgen rewrites the generated blocks (the tables and summary
 // sentences of measured numbers) of every markdown file that holds them —
 // README.md, docs/*.md and methods/*/README.md — from the JSON evidence
-// under docs/; `make docs` runs it. With -check it only reports the blocks
+// under docs/, and each method's settings table from its DefaultConfig and
+// the comments of its settings struct; `make docs` runs it. With -check it only reports the blocks
 // that differ and exits 1 when any does.
 package main
 
@@ -13,6 +14,8 @@ import (
 
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/internal/docsgen"
+	"github.com/pfedmma/pfedmma/methods"
+	_ "github.com/pfedmma/pfedmma/methods/all" // every method's settings table
 )
 
 func main() {
@@ -35,6 +38,11 @@ func run(root, docsDir string, check bool) error {
 	if err != nil {
 		return err
 	}
+	settings, err := docsgen.SettingsBlocks(root, MethodSettings())
+	if err != nil {
+		return err
+	}
+	blocks = append(blocks, settings...)
 	rows, err := docsgen.RenderRows(docsDir)
 	if err != nil {
 		return err
@@ -66,4 +74,13 @@ func run(root, docsDir string, check bool) error {
 		slog.Info("docsgen: rewrote generated blocks", "file", f.Path)
 	}
 	return nil
+}
+
+// MethodSettings lists every registered method with its default settings.
+func MethodSettings() []docsgen.MethodSettings {
+	var ms []docsgen.MethodSettings
+	for _, m := range methods.All() {
+		ms = append(ms, docsgen.MethodSettings{Name: m.Info().Name, Defaults: m.DefaultConfig()})
+	}
+	return ms
 }
