@@ -84,6 +84,9 @@ type span struct {
 }
 
 func findBlocks(readme string) ([]span, error) {
+	if n, m := strings.Count(readme, "<!-- generated:"), len(openMarker.FindAllStringIndex(readme, -1)); n != m {
+		return nil, fmt.Errorf("%d of %d opening markers are not of the form %s", n-m, n, "<!-- generated:NAME (make docs; from SOURCE) -->")
+	}
 	var spans []span
 	seen := map[string]bool{}
 	for _, m := range openMarker.FindAllStringSubmatchIndex(readme, -1) {

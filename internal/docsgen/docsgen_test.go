@@ -63,10 +63,13 @@ func TestHandEditDetected(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ file, num, edit, block string }{
-		// PromptFL's cached training ratio, sitting 1 against sitting 1
+		// PromptFL's cached training ratio, sitting 1 against sitting 1, in the
+		// table of docs/performance.md and in PromptFL's speed row; a
+		// compression row of docs/deploy.md; a default in a settings table
 		{"docs/performance.md", "**42.7×**", "**47.6×**", `"sitting-table"`},
 		{"methods/promptfl/README.md", "**42.7×**", "**47.6×**", `"speed-promptfl"`},
-		{"docs/performance.md", "| `clip_lora` | fp16 | ", "| `clip_lora` | fp16 | 1", "clip_lora"},
+		{"docs/deploy.md", "| `clip_lora` | fp16 | ", "| `clip_lora` | fp16 | 1", "clip_lora"},
+		{"methods/fedotp/README.md", "| `fedotp.eps` | `0.01` |", "| `fedotp.eps` | `0.1` |", `"settings-fedotp"`},
 	} {
 		bad := append([]File(nil), good...)
 		i := slices.IndexFunc(bad, func(f File) bool { return strings.HasSuffix(f.Path, c.file) })

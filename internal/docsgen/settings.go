@@ -73,7 +73,7 @@ func settingsBlock(root string, m MethodSettings) (Block, error) {
 		}
 		fmt.Fprintf(&b, "| `%s.%s` | %s | %s |\n", m.Name, kv[0], kv[1], docs[kv[0]])
 	}
-	src := rel + "." + t.Name() + " (its DefaultConfig and field comments)"
+	src := rel + "." + t.Name() + ", its DefaultConfig and field comments"
 	return Block{Name: name, Source: src, Body: b.String()}, nil
 }
 
