@@ -293,6 +293,10 @@ func TestMissingMarkersRefused(t *testing.T) {
 	if _, err := Update(readme, blocks); err == nil || !strings.Contains(err.Error(), `"b"`) {
 		t.Errorf("Update with an unknown block: err = %v", err)
 	}
+	// a source with parentheses would hide the block from the marker pattern
+	if _, err := Update("<!-- generated:a (make docs; from f(x)) -->2<!-- /generated:a -->\n", blocks); err == nil || !strings.Contains(err.Error(), "not of the form") {
+		t.Errorf("Update with a malformed opening marker: err = %v", err)
+	}
 	readme = "<!-- generated:a (make docs; from x) -->2<!-- /generated:a -->\n"
 	got, err := Update(readme, blocks)
 	if err != nil || got != "<!-- generated:a (make docs; from x) -->1<!-- /generated:a -->\n" {
