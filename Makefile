@@ -20,7 +20,9 @@ PKGS_NEEDED = $(if $(shell command -v gcc),,gcc libc6-dev) \
               $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),,libdnnl-dev) \
               $(if $(wildcard /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz),,dataset-fashion-mnist) \
               $(if $(shell command -v chromium),,chromium) \
-              $(if $(shell command -v prometheus),,prometheus)
+              $(if $(shell command -v prometheus),,prometheus) \
+              $(if $(shell command -v buildah),,buildah) \
+              $(if $(shell command -v runc),,runc)
 
 deps:
 	@if [ -n "$(strip $(PKGS_NEEDED))" ]; then \
