@@ -159,4 +159,3 @@ func deployGlobal(t *testing.T, dir string) map[string][]float32 {
 	}
 	return out
 }
-
