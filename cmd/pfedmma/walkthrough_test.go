@@ -86,6 +86,17 @@ func TestWalkthroughEvidence(t *testing.T) {
 			t.Errorf("plain %s ends at %.2f, below round 0's %.2f", m, last, first)
 		}
 	}
+	// the walkthrough as written (serve and three sites, serve/walkthrough.sh)
+	// ended as the in-process run, and its sites, started again, exited 0
+	if a, b := deployFinal(t, "serve"), deployFinal(t, "plain"); !maps.Equal(a, b) || len(a) != 4 {
+		t.Errorf("serve's final metrics %v, the in-process run's %v", a, b)
+	}
+	if a, b := readFileString(t, filepath.Join(deployDocs, "serve", "global", "pfedmma.safetensors")), readFileString(t, filepath.Join(deployDocs, "plain", "global", "pfedmma.safetensors")); a != b {
+		t.Errorf("serve's global tensors differ from the in-process run's")
+	}
+	if again := readFileString(t, filepath.Join(deployDocs, "serve", "again.txt")); strings.Count(again, ": exit 0") != 3 {
+		t.Errorf("the sites started again after the end: %s", again)
+	}
 	got := compareDeploy(t, plain)
 	if got.SecAggGlobalMaxAbsDiff > deploySecAggBound || got.Int8MaxAbsDiff > deployInt8Bound {
 		t.Errorf("secure aggregation within %g (bound %g), int8 within %.2f points (bound %g)", got.SecAggGlobalMaxAbsDiff, deploySecAggBound, got.Int8MaxAbsDiff, deployInt8Bound)
@@ -109,16 +120,7 @@ func TestWalkthroughEvidence(t *testing.T) {
 func compareDeploy(t *testing.T, plain []opsMeans) deployComparison {
 	t.Helper()
 	c := deployComparison{Rounds: len(plain), First: plain[0].Mean, Last: plain[len(plain)-1].Mean, Int8MinusPlain: map[string]float64{}}
-	final := func(dir string) map[string]float64 {
-		var s struct {
-			Methods map[string]map[string]float64 `json:"methods"`
-		}
-		if err := json.Unmarshal([]byte(readFileString(t, filepath.Join(deployDocs, dir, "summary.json"))), &s); err != nil {
-			t.Fatal(err)
-		}
-		return s.Methods["pfedmma"]
-	}
-	fp, sa, q := final("plain"), final("secagg"), final("int8")
+	fp, sa, q := deployFinal(t, "plain"), deployFinal(t, "secagg"), deployFinal(t, "int8")
 	for _, m := range []string{"local", "base", "novel", "hm"} {
 		c.SecAggMetricsMaxAbsDiff = max(c.SecAggMetricsMaxAbsDiff, math.Abs(sa[m]-fp[m]))
 		d := math.Round((q[m]-fp[m])*1e4) / 1e4
@@ -139,6 +141,18 @@ func compareDeploy(t *testing.T, plain []opsMeans) deployComparison {
 		t.Fatalf("global tensors: plain %v, secagg %v", slices.Sorted(maps.Keys(g)), slices.Sorted(maps.Keys(gs)))
 	}
 	return c
+}
+
+// deployFinal reads the final metrics of docs/deploy's run dir.
+func deployFinal(t *testing.T, dir string) map[string]float64 {
+	t.Helper()
+	var s struct {
+		Methods map[string]map[string]float64 `json:"methods"`
+	}
+	if err := json.Unmarshal([]byte(readFileString(t, filepath.Join(deployDocs, dir, "summary.json"))), &s); err != nil {
+		t.Fatal(err)
+	}
+	return s.Methods["pfedmma"]
 }
 
 // deployGlobal reads the global tensors of docs/deploy's run dir.
