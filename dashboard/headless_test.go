@@ -120,3 +120,44 @@ func TestHeadlessWaiting(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadlessDeparted: a site revoked in round 2 of 6 (absent there, out
+// of the schedule from round 3) is named once as departed, "site-c
+// departed at round 3 (revoked)", in the departed list and its row of the
+// sites table, with its one absent round; the mean says it is over the
+// two others with site-c departed.
+func TestHeadlessDeparted(t *testing.T) {
+	bin := chromiumBin(t)
+	src := newFake()
+	for r := range 6 {
+		rep := federation.RoundReport{Round: r, Selected: []int{0, 1, 2}, Participants: []int{0, 1, 2}, Seconds: 1,
+			Eval: map[int]federation.Metrics{0: eval.BaseToNovel(80, 70, 60), 1: eval.BaseToNovel(70, 60, 50), 2: eval.BaseToNovel(60, 50, 40)}}
+		switch {
+		case r == 2:
+			rep.Participants, rep.Absent = []int{0, 1}, []int{2}
+			delete(rep.Eval, 2)
+		case r > 2:
+			rep.Selected, rep.Participants, rep.Departed = []int{0, 1}, []int{0, 1}, []int{2}
+			delete(rep.Eval, 2)
+		}
+		rep.EvalMean = eval.ClientMean(rep.Eval[0], rep.Eval[1])
+		src.st.History = append(src.st.History, rep)
+	}
+	src.st.Sites[2].State = "revoked"
+	ts := httptest.NewServer(Handler(src, NewMetrics()))
+	defer ts.Close()
+	dom := dumpDOM(t, bin, ts.URL+"/")
+	for _, want := range []string{
+		`<li class="departure"><b>site-c</b> departed at round 3 (revoked)</li>`,
+		`<li class="absence"><b>site-c</b>: round 2</li>`,
+		"<td>round 2; departed at round 3 (revoked)</td>",
+		"mean over 2 of 3 sites: site-a, site-b (site-c departed)",
+	} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if n := strings.Count(dom, "departed at round 3"); n != 2 {
+		t.Errorf("%d mentions of the departure, want 2 (the list and the site's row)", n)
+	}
+}

@@ -220,7 +220,7 @@ func WriteFederationReports(o Options, f *Federated, hist *federation.History) (
 	sum.Extra = bytes.extra()
 	addPrivacy(o, sum, f.Name, last)
 	title := tableTitle(f.Dataset, f.Task)
-	if over, ok := addAbsences(sum, f.Name, hist.Rounds, len(f.Task.Clients), siteNames(f.SiteNames)); ok && len(over.Absent) > 0 {
+	if over, ok := addAbsences(sum, f.Name, hist.Rounds, len(f.Task.Clients), siteNames(f.SiteNames)); ok && (len(over.Absent) > 0 || len(over.Departed) > 0) {
 		title += fmt.Sprintf(" (round %d: %s)", over.Round, over.Text)
 	}
 	res := &Result{Summary: sum, Table: sum.Table(title), Records: log.Records(), Task: f.Task, OutDir: o.OutDir}

@@ -84,7 +84,7 @@ func finalMetrics(t *protocol.Task, r report.RoundRecord) report.Metrics {
 // evaluated client's metrics (with its training loss and the privacy it
 // reports spent, "dp_*": DP-FPL's ε) and their mean.
 func RoundRecord(method string, r federation.RoundReport) report.RoundRecord {
-	rec := report.RoundRecord{Round: r.Round, Method: method, Seconds: r.Seconds, Participants: r.Participants, Absent: r.Absent}
+	rec := report.RoundRecord{Round: r.Round, Method: method, Seconds: r.Seconds, Participants: r.Participants, Absent: r.Absent, Departed: r.Departed}
 	for _, id := range slices.Sorted(maps.Keys(r.Eval)) {
 		m := maps.Clone(r.Eval[id])
 		if f, ok := r.Fit[id]; ok {

@@ -38,6 +38,7 @@ func writeReports(o Options, res *Result) error {
 // (addAbsences).
 const (
 	absentKey   = "absent"
+	departedKey = "departed"
 	meanOverKey = "mean_over"
 )
 
@@ -53,23 +54,30 @@ func siteNames(names []string) func(int) string {
 
 // addAbsences names in sum the sites that missed rounds of method's
 // federation ("absent": each site's rounds as ranges, never a line per
-// round) and says over whom the final means were taken ("mean_over":
-// the last evaluated round's sites, out of clients). It returns the
-// latter.
+// round), the sites that left its schedule ("departed": "site-c departed
+// at round 118 (revoked)") and says over whom the final means were taken
+// ("mean_over": the last evaluated round's sites, out of clients). It
+// returns the latter.
 func addAbsences(sum *report.Summary, method string, rounds []federation.RoundReport, clients int, name func(int) string) (report.MeanOver, bool) {
-	absent := map[int][]int{}
+	absent, departed := map[int][]int{}, map[int][]int{}
 	for _, r := range rounds {
 		if len(r.Absent) > 0 {
 			absent[r.Round] = r.Absent
+		}
+		if len(r.Departed) > 0 {
+			departed[r.Round] = r.Departed
 		}
 	}
 	if sum.Extra == nil {
 		sum.Extra = map[string]any{}
 	}
 	sum.Extra[absentKey] = report.Absences(absent, name)
+	if len(departed) > 0 {
+		sum.Extra[departedKey] = report.Departures(departed, name)
+	}
 	for i := len(rounds) - 1; i >= 0; i-- {
 		if r := rounds[i]; r.Eval != nil {
-			m := report.NewMeanOver(r.Round, slices.Sorted(maps.Keys(r.Eval)), clients, name)
+			m := report.NewMeanOver(r.Round, slices.Sorted(maps.Keys(r.Eval)), clients, name, r.Departed...)
 			sum.Extra[meanOverKey] = map[string]report.MeanOver{method: m}
 			return m, true
 		}
@@ -78,23 +86,41 @@ func addAbsences(sum *report.Summary, method string, rounds []federation.RoundRe
 }
 
 // absenceNote is report.md's paragraph on the sites that missed rounds
-// (one line per site, its rounds as ranges) and over whom each method's
-// final means were taken when not over every site: "" when no site
-// missed a round.
+// (one line per site, its rounds as ranges), the sites that departed (one
+// line each) and over whom each method's final means were taken when not
+// over every site: "" when no site missed a round or departed.
 func absenceNote(sum *report.Summary) string {
 	abs, _ := sum.Extra[absentKey].([]report.Absence)
-	if len(abs) == 0 {
+	dep, _ := sum.Extra[departedKey].([]report.Departure)
+	if len(abs) == 0 && len(dep) == 0 {
 		return ""
 	}
-	lines := make([]string, 0, len(abs)+1)
-	for _, a := range abs {
-		lines = append(lines, fmt.Sprintf("- %s: %s (%d in all)", a.Site, a.Rounds, a.Count))
+	var parts []string
+	if len(abs) > 0 {
+		lines := make([]string, 0, len(abs))
+		for _, a := range abs {
+			lines = append(lines, fmt.Sprintf("- %s: %s (%d in all)", a.Site, a.Rounds, a.Count))
+		}
+		parts = append(parts, "**Absent sites** (asked, did not answer; a round's means are over the sites that did):\n\n"+strings.Join(lines, "\n"))
+	}
+	if len(dep) > 0 {
+		lines := make([]string, 0, len(dep))
+		for _, d := range dep {
+			lines = append(lines, "- "+d.Text)
+		}
+		parts = append(parts, "**Departed sites** (left the schedule: from that round on neither asked nor counted absent):\n\n"+strings.Join(lines, "\n"))
 	}
 	over, _ := sum.Extra[meanOverKey].(map[string]report.MeanOver)
 	for _, m := range slices.Sorted(maps.Keys(over)) {
-		if o := over[m]; len(o.Absent) > 0 {
-			lines = append(lines, fmt.Sprintf("\n%s's final metrics (round %d) are the %s; absent: %s.", m, o.Round, o.Text, strings.Join(o.Absent, ", ")))
+		o := over[m]
+		if len(o.Absent) == 0 && len(o.Departed) == 0 {
+			continue
 		}
+		line := fmt.Sprintf("%s's final metrics (round %d) are the %s", m, o.Round, o.Text)
+		if len(o.Absent) > 0 {
+			line += "; absent: " + strings.Join(o.Absent, ", ")
+		}
+		parts = append(parts, line+".")
 	}
-	return "**Absent sites** (asked, did not answer; a round's means are over the sites that did):\n\n" + strings.Join(lines, "\n")
+	return strings.Join(parts, "\n\n")
 }

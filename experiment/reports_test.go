@@ -112,6 +112,80 @@ func TestUpdateBytesOverPresentSites(t *testing.T) {
 	}
 }
 
+// departedAt118 is revokedAt118 as the coordinator reports a revoked
+// site: site-c is cut off in round 117 (absent, failed) and from round 118
+// on it has left the schedule (Departed: neither asked nor absent).
+func departedAt118() []federation.RoundReport {
+	rounds := revokedAt118()
+	for i := range rounds {
+		r := &rounds[i]
+		switch {
+		case r.Round == 117:
+			r.Absent, r.Failures = []int{2}, map[int]string{2: "revoked"}
+			r.Participants = []int{0, 1}
+			delete(r.Eval, 2)
+			r.BytesUp, r.BytesDown = 2*1088, 2*2176
+		case r.Round >= 118:
+			r.Selected, r.Absent, r.Failures, r.Departed = []int{0, 1}, nil, nil, []int{2}
+		}
+	}
+	return rounds
+}
+
+// TestDepartedInSummaryAndReport: a site revoked at round 118 of 200 (cut
+// off in round 117) is named departed once in summary.json and report.md,
+// "site-c departed at round 118 (revoked)", not absent for the 82 rounds
+// after; the final mean says it is over the two others with site-c
+// departed; the bytes per site-round leave its departed rounds out.
+func TestDepartedInSummaryAndReport(t *testing.T) {
+	sum := &report.Summary{Protocol: "fewshot", Methods: []report.MethodResult{{Method: "pfedmma", Metrics: report.Metrics{"acc": 50}}}}
+	over, ok := addAbsences(sum, "pfedmma", departedAt118(), 3, siteNames([]string{"site-a", "site-b", "site-c"}))
+	if want := "mean over 2 of 3 sites: site-a, site-b (site-c departed)"; !ok || over.Text != want || len(over.Absent) != 0 {
+		t.Fatalf("mean over: %+v, want %q and none absent", over, want)
+	}
+	path := filepath.Join(t.TempDir(), "summary.json")
+	if err := report.WriteSummary(path, sum); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	var js struct {
+		Absent   []struct{ Site, Rounds string }
+		Departed []struct {
+			Site, Reason, Text string
+			Round              int
+		}
+		MeanOver map[string]struct {
+			Sites, Absent, Departed []string
+			Text                    string
+		} `json:"mean_over"`
+	}
+	if err := json.Unmarshal(b, &js); err != nil {
+		t.Fatal(err)
+	}
+	if len(js.Departed) != 1 || js.Departed[0].Site != "site-c" || js.Departed[0].Round != 118 || js.Departed[0].Reason != "revoked" ||
+		js.Departed[0].Text != "site-c departed at round 118 (revoked)" {
+		t.Errorf("summary.json departed: %+v\n%s", js.Departed, b)
+	}
+	if len(js.Absent) != 1 || js.Absent[0].Rounds != "round 117" {
+		t.Errorf("summary.json absent: %+v, want site-c in round 117 alone", js.Absent)
+	}
+	if m := js.MeanOver["pfedmma"]; strings.Join(m.Sites, ",") != "site-a,site-b" || strings.Join(m.Departed, ",") != "site-c" || len(m.Absent) != 0 || m.Text != over.Text {
+		t.Errorf("summary.json mean_over: %+v", m)
+	}
+	note := absenceNote(sum)
+	if !strings.Contains(note, "**Departed sites**") || strings.Count(note, "\n- ") != 2 || !strings.Contains(note, "- site-c departed at round 118 (revoked)") ||
+		!strings.Contains(note, "- site-c: round 117 (1 in all)") || !strings.Contains(note, "mean over 2 of 3 sites: site-a, site-b (site-c departed)") {
+		t.Errorf("report.md note:\n%s", note)
+	}
+	bytes := newSiteBytes(3)
+	for _, r := range departedAt118() {
+		bytes.add("pfedmma", r)
+	}
+	if down := bytes.extra()["download_bytes_per_round_per_site"].(map[string]float64)["pfedmma"]; down != 2176 {
+		t.Errorf("download bytes per site-round %v, want 2176 (the departed site-rounds left out)", down)
+	}
+}
+
 // TestServeWritesResultsBeforeLinger (issue 36): `serve` writes its
 // results as soon as the rounds end — with --linger the dashboard stays
 // up, but summary.json (naming over whom the means are) is there while it

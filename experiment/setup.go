@@ -142,7 +142,8 @@ func newSetup(o Options, names []string) (*setup, error) {
 // payload bytes one site uploads (the round's upload over the sites whose
 // update was aggregated) and downloads (the round's training and
 // evaluation instructions over the federation's sites less the round's
-// absent ones): site-rounds where a site was absent do not count. `run`
+// absent and departed ones): site-rounds where a site was absent or had
+// left the schedule do not count. `run`
 // and `serve` report it alike.
 type siteBytes struct {
 	clients int
@@ -174,7 +175,7 @@ func (b *siteBytes) add(method string, r federation.RoundReport) {
 	b.up[method] += float64(r.BytesUp)
 	b.upN[method] += up
 	b.down[method] += float64(r.BytesDown)
-	b.downN[method] += max(b.clients-len(r.Absent), 0)
+	b.downN[method] += max(b.clients-len(r.Absent)-len(r.Departed), 0)
 	b.rounds[method]++
 	b.totalUp[method] += r.BytesUp
 	b.totalDown[method] += r.BytesDown

@@ -64,6 +64,11 @@ type SiteConfig struct {
 type SiteResult struct {
 	ID    int
 	State string
+	// Over, when set, is the record of a federation that had already
+	// finished (the site's state folder holds it, for the same
+	// coordinator): the site did nothing. OverFile is that record's path.
+	Over     *transport.FederationOver
+	OverFile string
 }
 
 // TaskFile is the coordinator's task as a site received it, kept in the
@@ -95,6 +100,12 @@ func Site(ctx context.Context, c SiteConfig) (*SiteResult, error) {
 	id, err := siteID(c)
 	if err != nil {
 		return nil, err
+	}
+	if over, path, err := c.federationOver(); err != nil {
+		return nil, err
+	} else if over != nil {
+		c.logOver(over, path)
+		return &SiteResult{ID: id, State: c.State, Over: over, OverFile: path}, nil
 	}
 	rt, err := ReceiveTask(ctx, c, id)
 	if err != nil {
@@ -159,6 +170,32 @@ func ReceiveTask(ctx context.Context, c SiteConfig, id int) (*ReceivedTask, erro
 // transport is the site's connection settings.
 func (c SiteConfig) transport() transport.SiteConfig {
 	return transport.SiteConfig{Addr: c.Server, CertsDir: c.Certs, Name: c.Name, Insecure: c.Insecure, DuplicateGrace: c.DuplicateGrace, Logger: c.Logger}
+}
+
+// federationOver returns the record in site c's state folder of its
+// federation's end (transport.ReadOver) when the federation finished, and
+// its path; a stop (the coordinator, restarted with the same flags,
+// resumes) is logged, and the site waits for the coordinator.
+func (c SiteConfig) federationOver() (*transport.FederationOver, string, error) {
+	tc := c.transport()
+	tc.StateDir = filepath.Join(c.State, "state")
+	path := filepath.Join(tc.StateDir, transport.OverFile)
+	o, err := transport.ReadOver(tc)
+	if err != nil || o == nil {
+		return nil, path, err
+	}
+	if !o.Finished() {
+		c.Logger.Warn("the coordinator stopped this federation before its last round; waiting for it to be restarted with the same flags",
+			"site", c.Name, "coordinator", o.Server, "stopped_at", o.At.Format(time.RFC3339), "reason", o.Reason, "record", path)
+		return nil, path, nil
+	}
+	return o, path, nil
+}
+
+// logOver says that site c does nothing: its federation finished.
+func (c SiteConfig) logOver(o *transport.FederationOver, path string) {
+	c.Logger.Info("this site's federation is over: nothing to do (to join a new federation give another --state, or remove the record)",
+		"site", c.Name, "coordinator", o.Server, "finished_at", o.At.Format(time.RFC3339), "record", path)
 }
 
 // keepTask writes the task to state/task.yaml; a state folder that holds

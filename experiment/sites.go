@@ -71,6 +71,9 @@ type HostedSiteResult struct {
 	ID    int
 	Name  string
 	State string
+	// Over and OverFile: see SiteResult.
+	Over     *transport.FederationOver
+	OverFile string
 }
 
 // HostSites runs one site process for several clients of the federation
@@ -122,6 +125,9 @@ func HostSites(ctx context.Context, c SiteConfig, spec string) ([]HostedSiteResu
 		hosted[i].Name, hosted[i].State = names[i], filepath.Join(root, "site-"+names[i])
 		hosted[i].Logger = c.Logger.With("client", ids[i])
 	}
+	if res, err := hostedOver(hosted, ids); err != nil || res != nil {
+		return res, err
+	}
 	modelID, err := IdentifyModel(c.Model, c.Vocab)
 	if err != nil {
 		if c.ModelArg != "" {
@@ -160,6 +166,24 @@ func HostSites(ctx context.Context, c SiteConfig, spec string) ([]HostedSiteResu
 	}
 	c.Logger.Info("task accepted", "clients", spec, "sites", strings.Join(names, ","), "fingerprint", task.Fingerprint, "methods", e.Methods, "rounds", e.Federation.Rounds)
 	return hostFromTask(ctx, hosted, ids, e, task.Fingerprint, modelID)
+}
+
+// hostedOver returns the hosted clients' results when every one's state
+// folder records that its federation finished (SiteConfig.federationOver):
+// the process then does nothing. Otherwise nil: it serves them all.
+func hostedOver(hosted []SiteConfig, ids []int) ([]HostedSiteResult, error) {
+	res := make([]HostedSiteResult, len(hosted))
+	for i, h := range hosted {
+		over, path, err := h.federationOver()
+		if err != nil || over == nil {
+			return nil, err
+		}
+		res[i] = HostedSiteResult{ID: ids[i], Name: h.Name, State: h.State, Over: over, OverFile: path}
+	}
+	for i, h := range hosted {
+		h.logOver(res[i].Over, res[i].OverFile)
+	}
+	return res, nil
 }
 
 // clientsWithin checks the hosted clients ids against e's federation.clients.

@@ -91,35 +91,87 @@ func Absences(absent map[int][]int, name func(int) string) []Absence {
 	return out
 }
 
+// Departure is a site that left the federation's schedule (a revoked
+// site: RoundReport.Departed): from Round on it was neither asked nor
+// counted absent.
+type Departure struct {
+	Site   string `json:"site"`
+	Round  int    `json:"round"`
+	Reason string `json:"reason"`
+	// Text is the same in words: "site-c departed at round 118 (revoked)".
+	Text string `json:"text"`
+}
+
+// DepartedReason is why a site leaves the schedule: its certificate was
+// revoked (the only way one leaves).
+const DepartedReason = "revoked"
+
+// Departures lists, per site that left the schedule, the first round it
+// was out of it: departed[r] are the clients departed in round r (the
+// federation's RoundReport.Departed), name(id) a client's site name. Sites
+// come in client order.
+func Departures(departed map[int][]int, name func(int) string) []Departure {
+	first := map[int]int{}
+	for r, ids := range departed {
+		for _, id := range ids {
+			if f, ok := first[id]; !ok || r < f {
+				first[id] = r
+			}
+		}
+	}
+	ids := make([]int, 0, len(first))
+	for id := range first {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	out := make([]Departure, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, Departure{Site: name(id), Round: first[id], Reason: DepartedReason,
+			Text: fmt.Sprintf("%s departed at round %d (%s)", name(id), first[id], DepartedReason)})
+	}
+	return out
+}
+
 // MeanOver says over whom a mean was taken: the sites of Round's
-// evaluation, out of the federation's Of sites.
+// evaluation, out of the federation's Of sites; the others were absent
+// (asked, did not answer) or had departed (left the schedule).
 type MeanOver struct {
-	Round  int      `json:"round"`
-	Sites  []string `json:"sites"`
-	Of     int      `json:"of"`
-	Absent []string `json:"absent,omitempty"`
-	// Text is the same in words: "mean over 2 of 3 sites: site-a, site-b".
+	Round    int      `json:"round"`
+	Sites    []string `json:"sites"`
+	Of       int      `json:"of"`
+	Absent   []string `json:"absent,omitempty"`
+	Departed []string `json:"departed,omitempty"`
+	// Text is the same in words: "mean over 2 of 3 sites: site-a, site-b"
+	// with, when some departed, "(site-c departed)".
 	Text string `json:"text"`
 }
 
 // NewMeanOver is the MeanOver of round whose evaluated clients are
-// present, out of clients 0..of-1, named by name.
-func NewMeanOver(round int, present []int, of int, name func(int) string) MeanOver {
+// present, out of clients 0..of-1, named by name; departed are the
+// clients that had left the schedule by then (the others missing are
+// absent).
+func NewMeanOver(round int, present []int, of int, name func(int) string, departed ...int) MeanOver {
 	in := map[int]bool{}
 	for _, id := range present {
 		in[id] = true
 	}
 	m := MeanOver{Round: round, Of: of, Sites: []string{}}
 	for id := range of {
-		if in[id] {
+		switch {
+		case in[id]:
 			m.Sites = append(m.Sites, name(id))
-		} else {
+		case slices.Contains(departed, id):
+			m.Departed = append(m.Departed, name(id))
+		default:
 			m.Absent = append(m.Absent, name(id))
 		}
 	}
 	m.Text = fmt.Sprintf("mean over %d of %d sites: %s", len(m.Sites), of, strings.Join(m.Sites, ", "))
 	if len(m.Sites) == of {
 		m.Text = fmt.Sprintf("mean over all %d sites", of)
+	}
+	if len(m.Departed) > 0 {
+		m.Text += fmt.Sprintf(" (%s departed)", strings.Join(m.Departed, ", "))
 	}
 	return m
 }

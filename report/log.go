@@ -41,6 +41,9 @@ type RoundRecord struct {
 	// (networked federations: offline, failed or late sites).
 	Participants []int `json:"participants,omitempty"`
 	Absent       []int `json:"absent,omitempty"`
+	// Departed are the clients that had left the schedule (revoked sites):
+	// neither asked nor absent.
+	Departed []int `json:"departed,omitempty"`
 }
 
 // validate checks r and fills Mean from Clients when it is nil.

@@ -445,5 +445,13 @@ func runSite(ctx context.Context, cfg SiteConfig, site federation.ClientProxy) e
 			return err
 		}
 	}
-	return r.Run(ctx)
+	if err := r.Run(ctx); err != nil {
+		return err
+	}
+	if r.ended != "" {
+		if err := recordOver(cfg, r.ended, r.endReason); err != nil {
+			r.logger().Warn("the federation's end could not be recorded: started again on this state folder, the site will wait for the coordinator", "site", cfg.Name, "err", err)
+		}
+	}
+	return nil
 }

@@ -91,6 +91,9 @@ type SiteRunner struct {
 	MaxDownloadBytes int64
 
 	session string
+	// ended and endReason are how the coordinator said the federation
+	// ended (EndFinished or EndStopped, and a stop's reason).
+	ended, endReason string
 }
 
 // DefaultMaxDownloadBytes is a site's default bound on one task's
@@ -182,9 +185,12 @@ func (r *SiteRunner) Run(ctx context.Context) error {
 	if grace <= 0 {
 		grace = time.Minute
 	}
-	var dupSince time.Time
+	var dupSince, downSince time.Time
 	for {
 		err := r.serve(ctx, cli)
+		if downSince.IsZero() || errors.Is(err, errProgress) {
+			downSince = time.Now()
+		}
 		if err == nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrUploadRefused) || errors.Is(err, ErrDownloadRefused) {
 			return err
 		}
@@ -208,7 +214,7 @@ func (r *SiteRunner) Run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		r.logger().Warn("coordinator unreachable; retrying", "site", r.Name, "err", err, "wait", wait)
+		r.logRetry(r.Addr, downSince, err, wait)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -219,6 +225,14 @@ func (r *SiteRunner) Run(ctx context.Context) error {
 			backoff = minB
 		}
 	}
+}
+
+// logRetry says what the site waits for (the coordinator at addr, which
+// may be restarting), since when and for how long so far, and why.
+func (r *SiteRunner) logRetry(addr string, since time.Time, err error, wait time.Duration) {
+	r.logger().Warn("coordinator unreachable; retrying: waiting for the coordinator (it may be restarting)", "site", r.Name,
+		"coordinator", addr, "unreachable_since", since.UTC().Format(time.RFC3339), "unreachable_for", time.Since(since).Round(time.Second).String(),
+		"err", err, "next_try_in", wait.Round(time.Millisecond).String())
 }
 
 // errProgress marks a session that did some work before it broke, so that
@@ -317,8 +331,10 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 		if why, ok := h.Config[FailureKey]; ok {
 			return true, fmt.Errorf("%w: %s", ErrCoordinatorFailed, why)
 		}
+		r.ended, r.endReason = EndFinished, ""
 		if why, ok := h.Config[StoppedKey]; ok {
 			r.logger().Warn("the coordinator stopped before the last round: this site ends", "site", r.Name, "reason", why)
+			r.ended, r.endReason = EndStopped, why
 		}
 		return true, nil
 	case pb.TaskKind_TASK_KIND_FIT:

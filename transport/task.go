@@ -167,6 +167,7 @@ func FetchTask(ctx context.Context, cfg SiteConfig, clientID int, settings []str
 	for _, l := range settings {
 		rctx = metadata.AppendToOutgoingContext(rctx, settingsHeader, l)
 	}
+	since := time.Now()
 	for {
 		reply, err := cli.Register(rctx, &pb.RegisterRequest{ProtocolVersion: ProtocolVersion, Site: cfg.Name, ClientId: int64(clientID), TaskWanted: true})
 		if err == nil {
@@ -182,7 +183,7 @@ func FetchTask(ctx context.Context, cfg SiteConfig, clientID int, settings []str
 			return nil, ctx.Err()
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		r.logger().Warn("coordinator unreachable; retrying", "site", cfg.Name, "err", err, "wait", wait)
+		r.logRetry(cfg.Addr, since, err, wait)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

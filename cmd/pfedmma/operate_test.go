@@ -70,6 +70,7 @@ type opsRound struct {
 	Round        int   `json:"round"`
 	Participants []int `json:"participants"`
 	Absent       []int `json:"absent"`
+	Departed     []int `json:"departed"`
 }
 
 func readRounds(t *testing.T, runDir string) []opsRound {
@@ -274,6 +275,27 @@ func TestOperateRevokedSiteCutOff(t *testing.T) {
 	rs := readRounds(t, f.coordOut)
 	if last := rs[len(rs)-1]; slices.Contains(last.Absent, 1) {
 		t.Errorf("the last round names the revoked site absent: %+v", last)
+	}
+	// the results name it departed once, from the first round it was out
+	// of the schedule, and the final means say so
+	departed := -1
+	for _, r := range rs {
+		if slices.Contains(r.Departed, 1) {
+			departed = r.Round
+			break
+		}
+	}
+	if departed < 0 {
+		t.Fatalf("metrics.jsonl names site-b departed in no round")
+	}
+	text := fmt.Sprintf("site-b departed at round %d (revoked)", departed)
+	rep := readFileString(t, filepath.Join(f.coordOut, "report.md"))
+	if strings.Count(rep, "departed at round") != 1 || !strings.Contains(rep, "- "+text) || !strings.Contains(rep, "mean over 2 of 3 sites: site-a, site-c (site-b departed)") {
+		t.Errorf("report.md does not name the departed site once, with the round, nor the means over the others:\n%s", rep)
+	}
+	sum := readFileString(t, filepath.Join(f.coordOut, "summary.json"))
+	if !strings.Contains(sum, `"text": "`+text+`"`) || !strings.Contains(sum, `"text": "mean over 2 of 3 sites: site-a, site-c (site-b departed)"`) {
+		t.Errorf("summary.json does not name the departed site:\n%s", sum)
 	}
 }
 

@@ -52,8 +52,11 @@ cache.…, only tune the site).
 Private parameters, optimizer and random state stay in --state (default ./site-SITE), with the
 task received (task.yaml), the site's metrics (metrics.jsonl) and, at the end, its
 personalised parameters (sites/METHOD/client_NNN.safetensors, the file 'pfedmma run' writes
-for client NNN). It retries while the coordinator is away and exits 0 when the federation
-ends.
+for client NNN). It retries while the coordinator is away (its log says for how long so far) and exits 0
+when the federation ends, recording the end in STATE/state/federation-over.json: started again
+on that folder for the same coordinator (address and CA), a site whose federation finished
+exits 0 at once saying so (give another --state to join a new federation); after a stop
+(SIGTERM on serve) it waits for the coordinator to be restarted.
 With --clients instead of --name, one process hosts several clients (a simulation spread over
 a few machines): each speaks with its own certificate and keeps its own folder,
 STATE/site-NAME (--state default: the working folder); they share the loaded model and take
@@ -114,7 +117,7 @@ turns to train.`,
 			if err != nil {
 				return fmt.Errorf("%s: %w", strings.TrimSpace("site "+c.Name), err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "site %s (client %d) done; its parameters and metrics are in %s\n", c.Name, res.ID, res.State)
+			printSiteDone(cmd.OutOrStdout(), c.Name, res.ID, res.State, res.Over, res.OverFile)
 			return nil
 		},
 	}
