@@ -203,7 +203,7 @@ func TestInitDistribution(t *testing.T) {
 // client's scorer give the float64 oracle's logits, and Model.Step's
 // correct count is the oracle's argmax hits.
 func TestScorerLogits(t *testing.T) {
-	const d, K, B = 16, 5, 12
+	const d, K, B = 16, 5, 11 // B odd: the count differs from B − count
 	s := &Settings{Ratio: 0.2, Reduction: 4}
 	plan := build(t, s, d, K, 2, 24, methodtest.FeatureOptions())
 	c := plan.Clients[0].(*Client)
@@ -215,7 +215,7 @@ func TestScorerLogits(t *testing.T) {
 	for b := range labels {
 		labels[b] = (b * 3) % K
 		for i := 0; i < d; i++ {
-			f[b*d+i] += 0.15 * txt[((b+b/4)%K)*d+i]
+			f[b*d+i] += 0.3 * txt[((b+b/4)%K)*d+i]
 		}
 	}
 	scale := math.Log(100)
@@ -260,8 +260,8 @@ func TestScorerLogits(t *testing.T) {
 			hits++
 		}
 	}
-	if hits == 0 || hits == B {
-		t.Fatalf("oracle hits %d of %d: the case does not test the count", hits, B)
+	if hits == 0 || hits == B || 2*hits == B {
+		t.Fatalf("oracle hits %d of %d: the case does not test the count (0, all or half)", hits, B)
 	}
 	m := c.w
 	m.Grads = tensor.Named{ParamW1: tensor.New(d/4, d), ParamW2: tensor.New(d, d/4)}
