@@ -146,3 +146,56 @@ func TestTwoPromptFixture(t *testing.T) {
 		}
 	}
 }
+
+// TestSpaceLogits: the evaluation scorer gives each class the best of its
+// N prompts' logits, exp(logit_scale)·cos(image, f_P row n·C + c), computed
+// here in float64 from the learner's text features; with N = 1 the plain
+// logits.
+func TestSpaceLogits(t *testing.T) {
+	for _, N := range []int{1, 2, 3} {
+		m, tokens := randomModel(4, 3)
+		l, err := New(m, tokens, Config{NCtx: 3, Bottleneck: 2, NumPrompt: N, Mu: 1, Temp: 0.5, InitStd: 0.7, Seed: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sl := &spaceLearner{Learner: l}
+		if err := sl.Prepare(); err != nil {
+			t.Fatal(err)
+		}
+		const B, C, E = 5, 4, 6
+		img := gradcheck.Rand(rand.New(rand.NewPCG(2, uint64(N))), B*E, 1)
+		got, err := sl.Logits(img, B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != B*C {
+			t.Fatalf("N %d: %d logits, want %d", N, len(got), B*C)
+		}
+		txt := sl.txt
+		s := math.Exp(float64(l.LogitScale))
+		picks := map[int]bool{}
+		for b := 0; b < B; b++ {
+			for c := 0; c < C; c++ {
+				best, arg := math.Inf(-1), 0
+				for n := 0; n < N; n++ {
+					r := n*C + c
+					var xy, xx, yy float64
+					for k := 0; k < E; k++ {
+						x, y := float64(img[b*E+k]), float64(txt[r*E+k])
+						xy, xx, yy = xy+x*y, xx+x*x, yy+y*y
+					}
+					if v := s * xy / math.Sqrt(xx*yy); v > best {
+						best, arg = v, n
+					}
+				}
+				picks[arg] = true
+				if g := float64(got[b*C+c]); math.Abs(g-best) > 1e-4*(1+math.Abs(best)) {
+					t.Fatalf("N %d: logit [%d, %d] = %v, want the best prompt's %v", N, b, c, g, best)
+				}
+			}
+		}
+		if len(picks) != N {
+			t.Errorf("N %d: the best prompt is always among %v: the case does not test the max", N, picks)
+		}
+	}
+}
