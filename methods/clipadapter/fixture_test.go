@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/assets"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
@@ -434,6 +435,56 @@ func TestPredictorSaved(t *testing.T) {
 		bad[name] = tensor.New(d, d)
 		if _, err := (Method{}).Predictor(pe, s, bad); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s of shape [%d %d]: error %v, want one naming it", name, d, d, err)
+		}
+	}
+}
+
+// TestPredictorLogits: the predictor scores pixels with the saved adapter
+// on the frozen encoders against the template's prompts: the float64
+// oracle's logits of the model's image and text features.
+func TestPredictorLogits(t *testing.T) {
+	w, tok, err := assets.LoadDefault()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := clip.New(w)
+	d := m.W.Config.EmbedDim
+	classes := []string{"red_circle", "blue square", "green striped triangle"}
+	s := &Settings{Ratio: 0.3, Reduction: 4}
+	rng := rand.New(rand.NewPCG(2, 2))
+	saved := s.Init(d, rng)
+	pe := methods.PredictEnv{Model: m, Tok: tok, Template: "a photo of a {}."}
+	pr, err := (Method{}).Predictor(pe, s, saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	S := m.W.Config.Vision.ImageSize
+	const B = 3
+	px := make([]float32, B*3*S*S)
+	for i := range px {
+		px[i] = float32(rng.NormFloat64())
+	}
+	got, err := pr.Logits(px, B, classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := pe.Tokens(classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	methods.DetachAll(m)
+	img := append([]float32(nil), m.EncodeImage(px, B)...)
+	txt, err := m.EncodeText(tokens, len(classes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := oracleLogits(saved, 0.3, float64(m.W.LogitScale), img, B, d, txt)
+	if len(got) != len(want) {
+		t.Fatalf("%d logits, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if math.Abs(float64(got[i])-want[i]) > 1e-4*(1+math.Abs(want[i])) {
+			t.Fatalf("logit %d = %v, oracle %v", i, got[i], want[i])
 		}
 	}
 }
