@@ -316,3 +316,61 @@ func TestReceiveNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestSettingsFrom: a fixture's settings — the rank from the A factors'
+// one first dimension, alpha, dropout (0 when absent) and scale from the
+// metadata, aggregate product when a delta is present — and its refusals,
+// each naming the key or the parameter.
+func TestSettingsFrom(t *testing.T) {
+	m := tinyModel(4)
+	params := func() tensor.Named {
+		l := New(m, &Settings{Rank: 3, Alpha: 1, Scale: "sqrt"}, rand.New(rand.NewPCG(1, 1)))
+		return l.Params
+	}
+	sec, err := Method{}.SettingsFrom(&fixture.Fixture{Model: m, Params: params(), Meta: map[string]string{"alpha": "2", "scale": "linear"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sec.(*Settings)
+	if s.Rank != 3 || s.Alpha != 2 || s.Scale != "linear" || s.Dropout != 0 || s.Aggregate != AggregateAB {
+		t.Errorf("settings %+v, want rank 3, alpha 2, linear, dropout 0, ab", s)
+	}
+	if got := s.scale(); got != 2.0/3 {
+		t.Errorf("linear scale %v, want α/r = 2/3", got)
+	}
+	if got := (&Settings{Rank: 4, Alpha: 2, Scale: "sqrt"}).scale(); got != 1 {
+		t.Errorf("sqrt scale %v, want α/√r = 1", got)
+	}
+	p := params()
+	p[DeltaName("visual", 0, "q")] = tensor.New(8, 8)
+	if sec, err := (Method{}).SettingsFrom(&fixture.Fixture{Model: m, Params: p, Meta: map[string]string{"dropout": "0.5"}}); err != nil ||
+		sec.(*Settings).Aggregate != AggregateProduct || sec.(*Settings).Dropout != 0.5 {
+		t.Errorf("with a delta and dropout 0.5: %+v, %v; want aggregate product, dropout 0.5", sec, err)
+	}
+	for _, tc := range []struct {
+		mod  func(tensor.Named, map[string]string)
+		want string
+	}{
+		{func(p tensor.Named, _ map[string]string) { p[Name("text", 1, "v", "A")] = tensor.New(2, 8) }, "with one r"},
+		{func(p tensor.Named, _ map[string]string) { p[Name("text", 1, "v", "A")] = tensor.New(24) }, "with one r"},
+		{func(p tensor.Named, _ map[string]string) {
+			for name := range p {
+				if strings.HasSuffix(name, ".A") {
+					delete(p, name)
+				}
+			}
+		}, "no LoRA factor"},
+		{func(_ tensor.Named, m map[string]string) { m["alpha"] = "x" }, "alpha"},
+		{func(_ tensor.Named, m map[string]string) { m["dropout"] = "x" }, "dropout"},
+		{func(_ tensor.Named, m map[string]string) { m["scale"] = "cube" }, "clip_lora.scale"},
+	} {
+		p, meta := params(), map[string]string{}
+		tc.mod(p, meta)
+		if _, err := (Method{}).SettingsFrom(&fixture.Fixture{Model: m, Params: p, Meta: meta}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want one naming %q", err, tc.want)
+		}
+		if _, err := (Method{}).Step(context.Background(), &fixture.Fixture{Model: m, Params: p, Meta: meta}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("step: error %v, want one naming %q", err, tc.want)
+		}
+	}
+}
