@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/assets"
+	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -371,6 +374,85 @@ func TestSettingsFrom(t *testing.T) {
 		}
 		if _, err := (Method{}).Step(context.Background(), &fixture.Fixture{Model: m, Params: p, Meta: meta}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("step: error %v, want one naming %q", err, tc.want)
+		}
+	}
+}
+
+// TestPredictorMatchesScorer: the predictor (the saved LoRA on the whole
+// model, from pixels and class names) gives the evaluation scorer's logits
+// (the same LoRA from the cached block-1 prefixes and prompt rows), for a
+// site of each aggregate; a saved site lacking a factor is refused naming
+// it.
+func TestPredictorMatchesScorer(t *testing.T) {
+	w, tok, err := assets.LoadDefault()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := clip.New(w)
+	classes := []string{"red_circle", "blue square", "green striped triangle"}
+	pe := methods.PredictEnv{Model: m, Tok: tok, Template: "a photo of a {}."}
+	tokens, err := pe.Tokens(classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(2, 9))
+	S := m.W.Config.Vision.ImageSize
+	const B = 3
+	px := make([]float32, B*3*S*S)
+	for i := range px {
+		px[i] = float32(r.NormFloat64())
+	}
+	env, err := fixture.TensorEnv(m, 1, tokens, 3, []fixture.TensorClient{{Pixels: px, Labels: []int{0, 1, 2}}}, train.Options{Epochs: 1, Batch: B, LR: 0.1}, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.TrainStore.Close()
+	for _, agg := range []string{AggregateAB, AggregateProduct} {
+		sec := Method{}.DefaultConfig().(*Settings)
+		sec.Aggregate = agg
+		plan, err := Method{}.Build(env, sec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := plan.Clients[0].(*client)
+		for _, ps := range []tensor.Named{c.lora.Params, c.lora.Deltas} {
+			for _, name := range slices.Sorted(maps.Keys(ps)) {
+				for i := range ps[name].Data {
+					ps[name].Data[i] = float32(r.NormFloat64() * 0.05)
+				}
+			}
+		}
+		if _, err := c.Batch(train.Batch{Items: []int{0, 1, 2}, RNG: rand.New(rand.NewPCG(1, 1))}); err != nil {
+			t.Fatal(err)
+		}
+		want, err := newScorer(env, c.lora).Logits(0, append([]float32(nil), env.TrainBuf...), B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append([]float32(nil), want...)
+		saved, err := plan.Site(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, err := Method{}.Predictor(pe, sec, saved)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pr.Logits(px, B, classes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d logits, want %d", agg, len(got), len(want))
+		}
+		for i := range want {
+			if math.Abs(float64(got[i]-want[i])) > 1e-3*(1+math.Abs(float64(want[i]))) {
+				t.Fatalf("%s: logit %d = %v, the scorer's %v", agg, i, got[i], want[i])
+			}
+		}
+		delete(saved, Name("text", 0, "k", "B"))
+		if _, err := (Method{}).Predictor(pe, sec, saved); err == nil || !strings.Contains(err.Error(), Name("text", 0, "k", "B")) {
+			t.Errorf("%s: saved site without a factor: error %v", agg, err)
 		}
 	}
 }
