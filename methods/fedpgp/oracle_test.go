@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -54,15 +55,35 @@ func TestInitDraws(t *testing.T) {
 }
 
 // TestLabelRange: a label equal to the class count is refused by the
-// learner, naming the sample and the range 0..C−1.
+// learner, naming the sample and the range 0..C−1 — with two prompts, so
+// that the label is still below the N·C rows the loss scores.
 func TestLabelRange(t *testing.T) {
 	m, tokens := randomModel(4, 3)
-	l, err := New(m, tokens, Config{NCtx: 3, Bottleneck: 2, NumPrompt: 1, Mu: 1, Temp: 0.5, InitStd: 0.3, Seed: 6})
+	l, err := New(m, tokens, Config{NCtx: 3, Bottleneck: 2, NumPrompt: 2, Mu: 1, Temp: 0.5, InitStd: 0.3, Seed: 6})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, _, _, err := l.Step(make([]float32, 2*6), []int{0, 4}); err == nil || !strings.Contains(err.Error(), "label 4 of sample 1 outside 0..3") {
 		t.Errorf("label 4 of 4 classes: error %v, want fedpgp's naming sample 1 and 0..3", err)
+	}
+	if _, _, _, err := l.Step(make([]float32, 2*6), []int{0, 3}); err != nil {
+		t.Errorf("labels 0, 3 of 4 classes: %v", err)
+	}
+}
+
+// TestPositionCheck: the section's class_token_position takes "" (unset)
+// and the three positions, and refuses others naming the key.
+func TestPositionCheck(t *testing.T) {
+	for _, tc := range []struct {
+		pos string
+		ok  bool
+	}{{"", true}, {"end", true}, {"middle", true}, {"front", true}, {"side", false}} {
+		s := Method{}.DefaultConfig().(*Settings)
+		s.ClassTokenPosition = tc.pos
+		err := config.CheckSection("fedpgp", s)
+		if tc.ok != (err == nil) || (!tc.ok && !strings.Contains(err.Error(), "fedpgp.class_token_position")) {
+			t.Errorf("position %q: error %v", tc.pos, err)
+		}
 	}
 }
 
