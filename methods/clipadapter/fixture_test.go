@@ -8,9 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pfedmma/pfedmma/assets"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
+	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/optim"
@@ -374,6 +376,115 @@ func TestFixtureRound(t *testing.T) {
 			if tensortest.BitsDiff(tensor.Named{name: ref[fmt.Sprintf("client%d.trained.%s", i, name)]}, tensor.Named{name: tr}) != "" {
 				t.Errorf("fixture.Round: client %d's site holds another %s than the one it trained", i, name)
 			}
+		}
+	}
+}
+
+// TestSettingsFromBounds: the metadata ratio's closed range [0, 1] takes
+// both ends, and a metadata logit_scale is accepted within
+// 1e-6·(1 + |model's|) of the model's (at the bound exactly, and 3e-6 off
+// a scale of ln 100, whose bound is 5.6e-6) and refused beyond.
+func TestSettingsFromBounds(t *testing.T) {
+	m := tinyModel(100)
+	for _, r := range []string{"0", "1"} {
+		f := stepFixture(t, m, 2, 3, 4, map[string]string{"lr": "0.1", "ratio": r})
+		sec, err := Method{}.SettingsFrom(f)
+		if err != nil {
+			t.Fatalf("ratio %s: %v", r, err)
+		}
+		if got := sec.(*Settings).Ratio; fmt.Sprint(got) != r {
+			t.Errorf("ratio %s: settings ratio %v", r, got)
+		}
+	}
+	ls := float64(m.W.LogitScale)
+	for _, tc := range []struct {
+		model *clip.Model
+		meta  float64
+		ok    bool
+	}{
+		{tinyModel(1), 1e-6, true}, // |Δ| = 1e-6·(1 + 0) exactly
+		{m, ls + 3e-6, true},
+		{m, ls - 3e-6, true},
+		{m, ls + 8e-6, false},
+		{tinyModel(1), 1.5e-6, false},
+	} {
+		f := stepFixture(t, tc.model, 2, 3, 4, map[string]string{"lr": "0.1", "logit_scale": fmt.Sprint(tc.meta)})
+		_, err := Method{}.SettingsFrom(f)
+		if tc.ok && err != nil {
+			t.Errorf("logit_scale %v (model %v): %v", tc.meta, tc.model.W.LogitScale, err)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "logit_scale")) {
+			t.Errorf("logit_scale %v (model %v): error %v, want one naming logit_scale", tc.meta, tc.model.W.LogitScale, err)
+		}
+	}
+}
+
+// TestPredictorSaved: the predictor takes a saved site with both matrices
+// of the run's shapes and refuses one lacking either, naming it.
+func TestPredictorSaved(t *testing.T) {
+	m := tinyModel(100)
+	d := m.W.Config.EmbedDim
+	s := &Settings{Ratio: 0.2, Reduction: 4}
+	pe := methods.PredictEnv{Model: m}
+	saved := s.Init(d, rand.New(rand.NewPCG(1, 1)))
+	if _, err := (Method{}).Predictor(pe, s, saved); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{ParamW1, ParamW2} {
+		bad := saved.Clone()
+		bad[name] = tensor.New(d, d)
+		if _, err := (Method{}).Predictor(pe, s, bad); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s of shape [%d %d]: error %v, want one naming it", name, d, d, err)
+		}
+	}
+}
+
+// TestPredictorLogits: the predictor scores pixels with the saved adapter
+// on the frozen encoders against the template's prompts: the float64
+// oracle's logits of the model's image and text features.
+func TestPredictorLogits(t *testing.T) {
+	w, tok, err := assets.LoadDefault()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := clip.New(w)
+	d := m.W.Config.EmbedDim
+	classes := []string{"red_circle", "blue square", "green striped triangle"}
+	s := &Settings{Ratio: 0.3, Reduction: 4}
+	rng := rand.New(rand.NewPCG(2, 2))
+	saved := s.Init(d, rng)
+	pe := methods.PredictEnv{Model: m, Tok: tok, Template: "a photo of a {}."}
+	pr, err := (Method{}).Predictor(pe, s, saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	S := m.W.Config.Vision.ImageSize
+	const B = 3
+	px := make([]float32, B*3*S*S)
+	for i := range px {
+		px[i] = float32(rng.NormFloat64())
+	}
+	got, err := pr.Logits(px, B, classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := pe.Tokens(classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	methods.DetachAll(m)
+	img := append([]float32(nil), m.EncodeImage(px, B)...)
+	txt, err := m.EncodeText(tokens, len(classes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := oracleLogits(saved, 0.3, float64(m.W.LogitScale), img, B, d, txt)
+	if len(got) != len(want) {
+		t.Fatalf("%d logits, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if math.Abs(float64(got[i])-want[i]) > 1e-4*(1+math.Abs(want[i])) {
+			t.Fatalf("logit %d = %v, oracle %v", i, got[i], want[i])
 		}
 	}
 }

@@ -138,3 +138,134 @@ func BenchmarkRoundViTB32(b *testing.B) {
 		}
 	}
 }
+
+// oracleLogits is CLIP-Adapter's scoring in float64, written from the
+// paper's formula (not from Adapter/CosineLogits):
+// f' = α·ReLU(ReLU(f W1ᵀ) W2ᵀ) + (1 − α)·f, logits = e^scale·cos(f', t_c).
+func oracleLogits(p tensor.Named, alpha, scale float64, f []float32, B, d int, txt []float32) []float64 {
+	w1, w2 := p[ParamW1].Data, p[ParamW2].Data
+	k := p[ParamW1].Shape[0]
+	C := len(txt) / d
+	out := make([]float64, B*C)
+	for b := 0; b < B; b++ {
+		z := make([]float64, k)
+		for j := range z {
+			for i := 0; i < d; i++ {
+				z[j] += float64(f[b*d+i]) * float64(w1[j*d+i])
+			}
+			z[j] = math.Max(z[j], 0)
+		}
+		fp := make([]float64, d)
+		var nf float64
+		for i := range fp {
+			var a float64
+			for j := range z {
+				a += z[j] * float64(w2[i*k+j])
+			}
+			fp[i] = alpha*math.Max(a, 0) + (1-alpha)*float64(f[b*d+i])
+			nf += fp[i] * fp[i]
+		}
+		for c := 0; c < C; c++ {
+			var dot, nt float64
+			for i := range fp {
+				dot += fp[i] * float64(txt[c*d+i])
+				nt += float64(txt[c*d+i]) * float64(txt[c*d+i])
+			}
+			out[b*C+c] = math.Exp(scale) * dot / math.Sqrt(nf*nt)
+		}
+	}
+	return out
+}
+
+// TestInitDistribution: Init draws nn.Linear's default, U(−1/√in, 1/√in),
+// W1 then W2, row-major, each entry (2u − 1)/√in from the generator's
+// successive uniforms u (an independent replay of the same generator).
+func TestInitDistribution(t *testing.T) {
+	const d = 16
+	s := &Settings{Ratio: 0.2, Reduction: 4}
+	p := s.Init(d, rand.New(rand.NewPCG(9, 10)))
+	u := rand.New(rand.NewPCG(9, 10))
+	for _, tc := range []struct {
+		name string
+		in   int
+	}{{ParamW1, d}, {ParamW2, d / 4}} {
+		bound := 1 / math.Sqrt(float64(tc.in))
+		for i, v := range p[tc.name].Data {
+			want := float32((2*u.Float64() - 1) * bound)
+			if v != want || math.Abs(float64(v)) > bound {
+				t.Fatalf("%s[%d] = %g, want %g (bound %g)", tc.name, i, v, want, bound)
+			}
+		}
+	}
+}
+
+// TestScorerLogits: the global scorer (the init before any round) and a
+// client's scorer give the float64 oracle's logits, and Model.Step's
+// correct count is the oracle's argmax hits.
+func TestScorerLogits(t *testing.T) {
+	const d, K, B = 16, 5, 11 // B odd: the count differs from B − count
+	s := &Settings{Ratio: 0.2, Reduction: 4}
+	plan := build(t, s, d, K, 2, 24, methodtest.FeatureOptions())
+	c := plan.Clients[0].(*Client)
+	txt := c.w.text[0]
+	rng := rand.New(rand.NewPCG(5, 6))
+	f := gradcheck.Rand(rng, B*d, 1)
+	// features near the class texts, so that some but not all are right
+	labels := make([]int, B)
+	for b := range labels {
+		labels[b] = (b * 3) % K
+		for i := 0; i < d; i++ {
+			f[b*d+i] += 0.3 * txt[((b+b/4)%K)*d+i]
+		}
+	}
+	scale := math.Log(100)
+	want := oracleLogits(c.P, 0.2, scale, f, B, d, txt)
+	check := func(what string, got []float32) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d logits, want %d", what, len(got), len(want))
+		}
+		for i := range want {
+			if math.Abs(float64(got[i])-want[i]) > 1e-4*(1+math.Abs(want[i])) {
+				t.Fatalf("%s: logit %d = %g, oracle %g", what, i, got[i], want[i])
+			}
+		}
+	}
+	g, err := plan.GlobalScorer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := g.Logits(0, f, B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("global scorer", got)
+	cs, err := c.Scorer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = cs.Logits(0, f, B); err != nil {
+		t.Fatal(err)
+	}
+	check("client scorer", got)
+	hits := 0
+	for b, y := range labels {
+		best := 0
+		for k := 1; k < K; k++ {
+			if want[b*K+k] > want[b*K+best] {
+				best = k
+			}
+		}
+		if best == y {
+			hits++
+		}
+	}
+	if hits == 0 || hits == B || 2*hits == B {
+		t.Fatalf("oracle hits %d of %d: the case does not test the count (0, all or half)", hits, B)
+	}
+	m := c.w
+	m.Grads = tensor.Named{ParamW1: tensor.New(d/4, d), ParamW2: tensor.New(d, d/4)}
+	if _, correct := m.Step(c.P, f, labels, txt); correct != hits {
+		t.Errorf("Step counts %d correct, oracle %d", correct, hits)
+	}
+}
