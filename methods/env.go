@@ -106,6 +106,9 @@ func (e *Env) SpaceTokens(space int) ([]int, error) {
 	if rows, ok := e.SpaceTokenRows[space]; ok {
 		return rows, nil
 	}
+	if err := e.checkSpace(space); err != nil {
+		return nil, err
+	}
 	sp := e.Task.Spaces[space]
 	ctx := e.Model.W.Config.Text.ContextLength
 	var tokens []int
@@ -119,12 +122,23 @@ func (e *Env) SpaceTokens(space int) ([]int, error) {
 	return tokens, nil
 }
 
+// checkSpace refuses a label-space index the task does not have.
+func (e *Env) checkSpace(space int) error {
+	if space < 0 || space >= len(e.Task.Spaces) {
+		return fmt.Errorf("label space %d: the task has %d (0 to %d)", space, len(e.Task.Spaces), len(e.Task.Spaces)-1)
+	}
+	return nil
+}
+
 // ClassPromptTokens tokenises "<prefix> <class>." for every class of a
 // label space ([C, ctx]): CoOp's learnable-prompt rows, whose prefix is
 // n_ctx placeholder words ("X X … X") replaced by learned vectors.
 func (e *Env) ClassPromptTokens(space int, prefix string) ([]int, error) {
 	if rows, ok := e.SpaceTokenRows[space]; ok {
 		return rows, nil
+	}
+	if err := e.checkSpace(space); err != nil {
+		return nil, err
 	}
 	ctx := e.Model.W.Config.Text.ContextLength
 	var tokens []int
