@@ -226,11 +226,12 @@ func TestWorldCompareRecipes(t *testing.T) {
 	}
 }
 
-// TestOwnRecipeKeys: the lr (and for FedCLIP local_epochs) keys of the
-// sections that carry world-compare's recipes train exactly as the run's
-// optimizer.lr and federation.local_epochs set to those values would, and
-// differently from the run's own values — so a recipe line changes that
-// method alone.
+// TestOwnRecipeKeys: the lr (and for FedCLIP, FedMVP and DP-FPL
+// local_epochs) keys of the sections that carry world-compare's recipes
+// train exactly as the run's optimizer.lr and federation.local_epochs set
+// to those values would, and differently from the run's own values — so a
+// recipe line changes that method alone. DP-FPL's records hold its privacy
+// ledger's ε too: the ledger counts the steps and rates of its own keys.
 func TestOwnRecipeKeys(t *testing.T) {
 	small := []string{"dataset.num_classes=8", "dataset.shots=4", "federation.clients=2", "federation.rounds=1"}
 	records := func(m string, sets ...string) []report.RoundRecord {
@@ -244,7 +245,7 @@ func TestOwnRecipeKeys(t *testing.T) {
 	for _, tc := range []struct {
 		method string
 		epochs bool // the section has local_epochs too
-	}{{"fedtpg", false}, {"promptfolio", false}, {"maple", false}, {"fedclip", true}} {
+	}{{"fedtpg", false}, {"promptfolio", false}, {"maple", false}, {"fedclip", true}, {"fedmvp", true}, {"dpfpl", true}} {
 		m := tc.method
 		t.Run(m, func(t *testing.T) {
 			ownSets := []string{"optimizer.lr=0.05", "federation.local_epochs=2", m + ".lr=0.01"}
