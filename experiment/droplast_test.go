@@ -46,7 +46,7 @@ func TestDropLastReachesTraining(t *testing.T) {
 // world-compare (and -shared), world-dg and world-lodo deal every client a
 // whole number of batches (base-to-novel: 2 classes × 16 shots = one batch
 // of 32; the domain folds 640 = 20 batches) and would not move;
-// world-deploy, world-dirichlet and world-domains would — the reason the
+// world-deploy, world-dirichlet, world-domains and fashion-mnist would — the reason the
 // default stays false (README, "Method choices").
 func TestPartialBatchPresets(t *testing.T) {
 	dir, err := assets.DefaultModelDir()
@@ -61,6 +61,7 @@ func TestPartialBatchPresets(t *testing.T) {
 		{config.DefaultPreset, "", false}, {"world-compare", "", false}, {"world-compare-shared", "", false},
 		{"world-dg", "", false}, {"world-lodo", "photo", false}, {"world-lodo", "painting", false},
 		{"world-deploy", "", true}, {"world-dirichlet", "", true}, {"world-domains", "", true},
+		{"fashion-mnist", "", true}, // dataset-fashion-mnist (make test installs it)
 	} {
 		e, err := config.Preset(tc.preset)
 		if err != nil {
