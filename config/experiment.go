@@ -265,7 +265,11 @@ type Train struct {
 	// DropLast drops each epoch's partial last batch when the client holds
 	// at least one full batch, as Dassl's training loaders do (drop_last =
 	// is_train and len(data) >= batch_size; the authors' CoOp-family code).
-	// false (the default) trains on the partial batch.
+	// false (the default) trains on the partial batch, as CLIP-LoRA's,
+	// FedTPG's and FedMVP's loaders do; true would move the recorded runs
+	// of the presets whose clients hold a partial batch (world-domains,
+	// world-dirichlet, world-deploy, fashion-mnist: experiment's
+	// TestPartialBatchPresets), not the default job's or world-compare's.
 	DropLast bool `yaml:"drop_last"`
 }
 

@@ -630,11 +630,18 @@ var worldRecipes = [][2]string{
 	// FedCLIP: SGD (PMFLT's code; its section has no optimizer key)
 	{"fedclip.lr", "0.5"},
 	{"fedclip.local_epochs", "1"},
-	// DP-FPL: its noise calibrated for the world's 5 rounds (σ = √(T·log(1/δ))/ε)
+	// DP-FPL: its noise calibrated for the world's 5 rounds (σ = √(T·log(1/δ))/ε,
+	// ε 0.4 as its code); clipping threshold and lr tuned on validation at one
+	// local epoch (3 spend four times the ε: docs/tuning.md)
 	{"dpfpl.calibration_rounds", "5"},
-	// FedMVP: SGD as its code (config/defaults.py) at the shared lr, one local
-	// epoch per round as its Launch_FL.py (not tuned on validation yet)
-	{"fedmvp.local_epochs", "1"},
+	{"dpfpl.norm_thresh", "0.1"},
+	{"dpfpl.lr", "1"},
+	{"dpfpl.local_epochs", "1"},
+	// FedMVP: SGD as its code (config/defaults.py); lr and local epochs tuned
+	// on validation (every trial within noise of the others, none above
+	// zero-shot's validation: docs/tuning.md)
+	{"fedmvp.lr", "0.01"},
+	{"fedmvp.local_epochs", "3"},
 }
 
 func fashionMNIST() *Experiment {

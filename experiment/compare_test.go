@@ -25,20 +25,23 @@ import (
 // few points of zero-shot (docs/tuning.md; one global attention adapter
 // trained with a batch contrast in which, with 2 classes per client, most
 // pairs are same-class negatives) — FedOT's Table 1 too reports FedCLIP at
-// CLIP's accuracy. DP-FPL is left out until a recipe of it is tuned: with
-// its code's (ε 0.4 over the 5 rounds) its Local, 78.05, is 0.39 points
-// above its untrained one (77.66, untrainedLocal's run).
+// CLIP's accuracy. DP-FPL is guarded with its tuned recipe (clipping
+// threshold 0.1, lr 1, one local epoch: docs/tuning.md; Local 82.03 in
+// docs/worldcompare/fedmvp-dpfpl-tuned); with its code's (threshold 10) its
+// Local, 78.05, was 0.39 points above its untrained one (77.66).
 var worldCompareGuarded = []string{"promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt",
-	"fedtpg", "promptfolio", "fedpha", "maple", "kgcoop", "fedmvp", "pfedmma"}
+	"fedtpg", "promptfolio", "fedpha", "maple", "kgcoop", "dpfpl", "fedmvp", "pfedmma"}
 
 // untrainedLocal is the Local accuracy of the guarded methods that start
 // above zero-shot's, untrained on world-compare:
 // TestWorldCompareGuardFailsUntrained's run (every learning rate 1e-12,
 // one round of one local epoch; zero-shot 74.22) on 2026-11-29, which also
 // logged clip_adapter, clip_lora, fedot and kgcoop at 74.22, fedotp 74.38,
-// pfedmma 73.52, maple 69.61, adapt 48.36, fedmvp 31.25 and dpfpl 77.66.
+// pfedmma 73.52, maple 69.61, adapt 48.36 and fedmvp 31.25; DP-FPL's with
+// its tuned recipe is docs/worldcompare/dpfpl-untrained's run (the same
+// 77.66 as with its code's).
 var untrainedLocal = map[string]float64{"promptfl": 78.28, "fedpgp": 76.88, "pfedmoap": 75.94, "fedotp": 74.38,
-	"fedtpg": 76.88, "promptfolio": 77.11, "fedpha": 76.88}
+	"fedtpg": 76.88, "promptfolio": 77.11, "fedpha": 76.88, "dpfpl": 77.66}
 
 // localGuard says why a method's Local accuracy fails the world-compare
 // guard, or "": at least 3 points above the larger of zero-shot's and the
@@ -226,11 +229,12 @@ func TestWorldCompareRecipes(t *testing.T) {
 	}
 }
 
-// TestOwnRecipeKeys: the lr (and for FedCLIP local_epochs) keys of the
-// sections that carry world-compare's recipes train exactly as the run's
-// optimizer.lr and federation.local_epochs set to those values would, and
-// differently from the run's own values — so a recipe line changes that
-// method alone.
+// TestOwnRecipeKeys: the lr (and for FedCLIP, FedMVP and DP-FPL
+// local_epochs) keys of the sections that carry world-compare's recipes
+// train exactly as the run's optimizer.lr and federation.local_epochs set
+// to those values would, and differently from the run's own values — so a
+// recipe line changes that method alone. DP-FPL's records hold its privacy
+// ledger's ε too: the ledger counts the steps and rates of its own keys.
 func TestOwnRecipeKeys(t *testing.T) {
 	small := []string{"dataset.num_classes=8", "dataset.shots=4", "federation.clients=2", "federation.rounds=1"}
 	records := func(m string, sets ...string) []report.RoundRecord {
@@ -244,26 +248,30 @@ func TestOwnRecipeKeys(t *testing.T) {
 	for _, tc := range []struct {
 		method string
 		epochs bool // the section has local_epochs too
-	}{{"fedtpg", false}, {"promptfolio", false}, {"maple", false}, {"fedclip", true}} {
+		// rounds > 1: what the keys change reaches the records only from
+		// the second round (DP-FPL's server noise, scaled by the lr)
+		rounds int
+	}{{"fedtpg", false, 1}, {"promptfolio", false, 1}, {"maple", false, 1}, {"fedclip", true, 1}, {"fedmvp", true, 1}, {"dpfpl", true, 2}} {
 		m := tc.method
 		t.Run(m, func(t *testing.T) {
-			ownSets := []string{"optimizer.lr=0.05", "federation.local_epochs=2", m + ".lr=0.01"}
-			runSets := []string{"optimizer.lr=0.01", "federation.local_epochs=2"}
+			rounds := fmt.Sprintf("federation.rounds=%d", tc.rounds)
+			ownSets := []string{rounds, "optimizer.lr=0.05", "federation.local_epochs=2", m + ".lr=0.01"}
+			runSets := []string{rounds, "optimizer.lr=0.01", "federation.local_epochs=2"}
 			if tc.epochs {
 				ownSets = append(ownSets, m+".local_epochs=1")
-				runSets[1] = "federation.local_epochs=1"
+				runSets[2] = "federation.local_epochs=1"
 			}
 			own := records(m, ownSets...)
 			run := records(m, runSets...)
-			base := records(m, "optimizer.lr=0.05", "federation.local_epochs=2")
+			base := records(m, rounds, "optimizer.lr=0.05", "federation.local_epochs=2")
 			if len(own) == 0 {
 				t.Fatal("no round records")
 			}
 			if !reflect.DeepEqual(own, run) {
-				t.Errorf("%v trained unlike %v:\n%+v\n%+v", ownSets[2:], runSets, own, run)
+				t.Errorf("%v trained unlike %v:\n%+v\n%+v", ownSets[3:], runSets, own, run)
 			}
 			if reflect.DeepEqual(own, base) {
-				t.Errorf("%v changed nothing", ownSets[2:])
+				t.Errorf("%v changed nothing", ownSets[3:])
 			}
 		})
 	}

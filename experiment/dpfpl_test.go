@@ -8,10 +8,11 @@ import (
 	"github.com/pfedmma/pfedmma/methods/dpfpl"
 )
 
-// TestDPFPLReportsEpsilon: a DP-FPL run of the README's job's shape
-// (world-compare: ε 0.4 calibrated to T = 5 at δ 1e-5, batch 32, 3 local
-// epochs of one batch each — every client holds at most 16 images —, SGD lr
-// 0.05 momentum 0.9 reset each round) records after every round the privacy
+// TestDPFPLReportsEpsilon: a DP-FPL run of world-compare's privacy
+// settings (ε 0.4 calibrated to T = 5 at δ 1e-5, batch 32, SGD momentum
+// 0.9 reset each round) at 3 local epochs of one batch each — every client
+// holds at most 16 images; world-compare's recipe runs one (dpfpl.local_epochs),
+// this job is the one its code's recipe ran — records after every round the privacy
 // of every Gaussian released so far, counted by hand here:
 //   - local: gU and gV at every local step, 2·3 releases a round at
 //     multiplier σ (the code's sensitivity C/B) or σ/64 (2C, what clipping
@@ -34,7 +35,7 @@ func TestDPFPLReportsEpsilon(t *testing.T) {
 		t.Fatalf("world-compare's optimizer %+v: the hand count assumes SGD, momentum 0.9, reset each round, constant lr", o)
 	}
 	res := runPreset(t, "world-compare", "methods=[dpfpl]", "dataset.num_classes=8", "dataset.shots=4",
-		"federation.clients=2", "federation.rounds=2", "federation.local_epochs=3", "federation.eval_every=1", "batch_size=32")
+		"federation.clients=2", "federation.rounds=2", "federation.local_epochs=3", "dpfpl.local_epochs=3", "federation.eval_every=1", "batch_size=32")
 	s := &dpfpl.Settings{Epsilon: 0.4, Delta: 1e-5, CalibrationRounds: 5} // world-compare's dpfpl privacy settings
 	sigma := s.Sigma()
 	eps := func(z float64, n int) float64 {

@@ -44,6 +44,12 @@ type Settings struct {
 	// so that the upload itself is private, against the coordinator too,
 	// at the sensitivity C/B the noise is calibrated for.
 	PerExampleDP bool `yaml:"per_example_dp"`
+	// LR and LocalEpochs, when set, replace the run's optimizer.lr and
+	// federation.local_epochs for this method (world-compare's tuned
+	// recipe); 0 keeps the run's. The privacy ledger counts the steps and
+	// rates these give.
+	LR          float64 `yaml:"lr"`
+	LocalEpochs int     `yaml:"local_epochs"`
 
 	replay tensor.Named // recorded draws of a fixture (not a config key)
 }
@@ -66,7 +72,14 @@ func (s *Settings) Check(c *config.Checker) {
 	if err := checkFactorization(s.Factorization); err != nil {
 		c.Fail("factorization", "%v", err)
 	}
+	c.NonNegative("lr", s.LR)
+	c.AtLeast("local_epochs", s.LocalEpochs, 0)
+	c.AtMost("local_epochs", s.LocalEpochs, config.MaxOwnLocalEpochs)
 }
+
+// train is the run's local training with this section's lr and local
+// epochs in place of the run's where they are set.
+func (s *Settings) train(run train.Options) train.Options { return run.Own("", s.LR, 0, s.LocalEpochs) }
 
 // Factorization is the only factorisation of the authors' code that is
 // implemented.
@@ -194,15 +207,16 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	if err != nil {
 		return nil, err
 	}
-	if s.Epsilon > 0 && env.Train.Optimizer != "" && env.Train.Optimizer != "sgd" {
-		return nil, fmt.Errorf("dpfpl: optimizer %s with epsilon %g: the privacy accounting bounds SGD's updates only (set optimizer sgd or dpfpl.epsilon 0)", env.Train.Optimizer, s.Epsilon)
+	tr := s.train(env.Train)
+	if s.Epsilon > 0 && tr.Optimizer != "" && tr.Optimizer != "sgd" {
+		return nil, fmt.Errorf("dpfpl: optimizer %s with epsilon %g: the privacy accounting bounds SGD's updates only (set optimizer sgd or dpfpl.epsilon 0)", tr.Optimizer, s.Epsilon)
 	}
-	cfg := s.config(env.Seed, env.Train.Batch)
+	cfg := s.config(env.Seed, tr.Batch)
 	index := map[int]int{}
 	for i, c := range env.Task.Clients {
 		index[c.ID] = i
 	}
-	spec := &promptfed.Spec{Name: "dpfpl", Placeholder: cfg.NCtx, Shared: federation.Names(ParamGlobal),
+	spec := &promptfed.Spec{Name: "dpfpl", Placeholder: cfg.NCtx, Shared: federation.Names(ParamGlobal), Train: s.train,
 		NewLearner: func(tokens []int) (promptfed.Learner, error) {
 			l, err := New(env.Model, tokens, cfg)
 			if err != nil {
@@ -224,7 +238,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 				return err
 			}
 			st.ledger.LocalSteps++
-			st.lrs = append(st.lrs, env.Train.Rate(b.Round, b.Epoch))
+			st.lrs = append(st.lrs, tr.Rate(b.Round, b.Epoch))
 			return nil
 		},
 		SaveExtra: func(c *promptfed.Client) (tensor.Named, error) {
@@ -241,7 +255,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		Strategy: func(init tensor.Named) federation.Strategy {
 			return &server{inner: &strategy.FedAvg{Shared: federation.Names(ParamGlobal), Uniform: true,
 				Initial: tensor.Named{ParamGlobal: init[ParamGlobal].Clone()}, EvaluateGlobal: true},
-				std: cfg.NoiseStd, lr: env.Train.Rate, seed: env.Seed, replay: s.replay}
+				std: cfg.NoiseStd, lr: tr.Rate, seed: env.Seed, replay: s.replay}
 		}}
 	plan, err := promptfed.Build(env, spec)
 	if err != nil {
@@ -249,7 +263,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	}
 	sigma := s.Sigma()
 	for i, c := range plan.Clients {
-		plan.Clients[i] = &client{Client: c.(*promptfed.Client), index: index, sigma: sigma, delta: s.Delta, train: env.Train,
+		plan.Clients[i] = &client{Client: c.(*promptfed.Client), index: index, sigma: sigma, delta: s.Delta, train: tr,
 			perExample: s.PerExampleDP}
 	}
 	return plan, nil
