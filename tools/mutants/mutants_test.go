@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // toy is a package whose tests leave known mutants alive: Add is tested
@@ -166,5 +168,22 @@ func TestExtraTests(t *testing.T) {
 		if m.Key() == "toy.go:3:35 ARITHMETIC_BASE +->-" && (m.Status != statusKilled || len(m.Tests) != 2) {
 			t.Errorf("%s: %s by %v, want KILLED by TestAdd and user.TestUsesAdd", m.Key(), m.Status, m.Tests)
 		}
+	}
+}
+
+// TestFastFirst: the quick tests run together first, then each slow one
+// alone, fastest first.
+func TestFastFirst(t *testing.T) {
+	reach := []testRun{{name: "Slow", elapsed: 9 * time.Second}, {name: "A", elapsed: time.Second}, {name: "Slower", elapsed: 20 * time.Second}, {name: "B", elapsed: 0}}
+	var got []string
+	for _, g := range fastFirst(reach) {
+		var names []string
+		for _, r := range g {
+			names = append(names, r.name)
+		}
+		got = append(got, strings.Join(names, "+"))
+	}
+	if strings.Join(got, " ") != "B+A Slow Slower" {
+		t.Errorf("groups %q, want [B+A Slow Slower]", got)
 	}
 }

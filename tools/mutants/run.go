@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,35 +170,70 @@ func (s *schemata) runMutants(ctx context.Context, runs []testRun, workers int, 
 	wg.Wait()
 }
 
-// runOne sets m's status from the tests that reach it, binary by binary.
+// runOne sets m's status from the tests that reach it, binary by binary;
+// it stops at the first failure.
 func (s *schemata) runOne(ctx context.Context, m *Mutant, runs []testRun, factor float64) {
 	m.Status = statusNotCovered
 	for _, b := range s.bins {
-		var names []string
-		var budget time.Duration
+		var reach []testRun
 		for _, r := range runs {
 			if r.bin == b && r.reached[m.ID] {
-				names = append(names, regexp.QuoteMeta(r.name))
+				reach = append(reach, r)
 				m.Tests = append(m.Tests, s.testName(b, r.name))
-				budget += r.elapsed
 			}
 		}
-		if len(names) == 0 {
-			continue
+		for _, group := range fastFirst(reach) {
+			status, reason := s.runGroup(ctx, b, m, group, factor)
+			m.Status, m.Reason = status, reason
+			if status != statusLived {
+				return
+			}
 		}
-		timeout := time.Duration(factor*float64(budget)) + 10*time.Second
-		args := []string{"-test.failfast", "-test.run", "^(" + strings.Join(names, "|") + ")$"}
-		out, err := s.exec(ctx, b, timeout, args, strconv.Itoa(m.ID), "")
-		switch {
-		case errors.Is(err, context.DeadlineExceeded):
-			m.Status = statusTimedOut
-			return
-		case err != nil:
-			m.Status, m.Reason = statusKilled, firstFailure(out)
-			return
-		}
-		m.Status = statusLived
 	}
+}
+
+// slowTest is the unmutated time above which a test runs alone, after the
+// faster ones: a mutant is most often killed by a quick test, and a slow
+// quality guard run first would cost every mutant its time.
+const slowTest = 2 * time.Second
+
+// fastFirst groups tests for running: the fast ones together, then each
+// slow one alone, fastest first.
+func fastFirst(reach []testRun) [][]testRun {
+	sort.SliceStable(reach, func(i, j int) bool { return reach[i].elapsed < reach[j].elapsed })
+	var groups [][]testRun
+	var fast []testRun
+	for _, r := range reach {
+		if r.elapsed <= slowTest {
+			fast = append(fast, r)
+		} else {
+			groups = append(groups, []testRun{r})
+		}
+	}
+	if len(fast) > 0 {
+		groups = append([][]testRun{fast}, groups...)
+	}
+	return groups
+}
+
+// runGroup runs one group of tests against mutant m.
+func (s *schemata) runGroup(ctx context.Context, b *testBinary, m *Mutant, group []testRun, factor float64) (status, reason string) {
+	var names []string
+	var budget time.Duration
+	for _, r := range group {
+		names = append(names, regexp.QuoteMeta(r.name))
+		budget += r.elapsed
+	}
+	timeout := time.Duration(factor*float64(budget)) + 10*time.Second
+	args := []string{"-test.failfast", "-test.run", "^(" + strings.Join(names, "|") + ")$"}
+	out, err := s.exec(ctx, b, timeout, args, strconv.Itoa(m.ID), "")
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return statusTimedOut, ""
+	case err != nil:
+		return statusKilled, firstFailure(out)
+	}
+	return statusLived, ""
 }
 
 // testName names a test in the report: bare for the package's own, with
