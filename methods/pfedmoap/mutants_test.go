@@ -1,6 +1,7 @@
 package pfedmoap
 
 import (
+	"fmt"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"math"
@@ -21,6 +22,7 @@ func TestConfigValidateBoundaries(t *testing.T) {
 		"init_std 0":           func(c *Config) { c.InitStd = 0 },
 		"momenta 0":            func(c *Config) { c.Momentum, c.GateMomentum = 0, 0 },
 		"weight decays 0":      func(c *Config) { c.WeightDecay, c.GateWeightDecay = 0, 0 },
+		"position unset":       func(c *Config) { c.Position = "" },
 	} {
 		c := DefaultConfig()
 		mod(&c)
@@ -41,6 +43,7 @@ func TestConfigValidateBoundaries(t *testing.T) {
 		{"gating_momentum", func(c *Config) { c.GateMomentum = -1e-9 }},
 		{"weight_decay", func(c *Config) { c.WeightDecay = -1e-9 }},
 		{"gating_weight_decay", func(c *Config) { c.GateWeightDecay = -1e-9 }},
+		{"class_token_position", func(c *Config) { c.Position = "diagonal" }},
 	} {
 		c := DefaultConfig()
 		bad.mod(&c)
@@ -172,7 +175,7 @@ func TestStepLabelRange(t *testing.T) {
 		t.Errorf("labels 0 and C−1: %v", err)
 	}
 	for _, bad := range [][]int{{0, l.C}, {-1, 0}} {
-		if _, _, err := l.Step(img, bad); err == nil || !strings.Contains(err.Error(), "outside 0..") {
+		if _, _, err := l.Step(img, bad); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("outside 0..%d", l.C-1)) {
 			t.Errorf("labels %v: error %v, want one naming the range", bad, err)
 		}
 	}

@@ -1,7 +1,14 @@
 package pfedmoap
 
 import (
+	"math/rand/v2"
+	"slices"
 	"strings"
+
+	"github.com/pfedmma/pfedmma/assets"
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/federation/strategy"
+	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/config"
@@ -182,5 +189,93 @@ func TestSettingsCheck(t *testing.T) {
 		if err := e.Validate(); err != nil {
 			t.Errorf("%s=%q refused: %v", set[0], set[1], err)
 		}
+	}
+}
+
+// TestCheckTask: num_experts may equal the number of clients (every
+// client's prompt in the pool) but not exceed it, naming the key; bad
+// settings are refused before the count is looked at.
+func TestCheckTask(t *testing.T) {
+	s := fromConfig(DefaultConfig())
+	if err := (Method{}).CheckTask(s, s.NumExperts); err != nil {
+		t.Errorf("num_experts = clients: %v", err)
+	}
+	if err := (Method{}).CheckTask(s, s.NumExperts-1); err == nil || !strings.Contains(err.Error(), "pfedmoap.num_experts") {
+		t.Errorf("num_experts = clients + 1: %v", err)
+	}
+	s.Lambda = -1
+	if err := (Method{}).CheckTask(s, 100); err == nil || !strings.Contains(err.Error(), "lambda") {
+		t.Errorf("lambda −1: %v", err)
+	}
+}
+
+// TestPredictorMatchesLearner: the Predictor built from a saved site (its
+// prompt, its gate and the two experts it downloaded last, all non-zero)
+// scores pixels exactly as a learner holding them scores their image
+// features; a saved expert holding another tensor is refused.
+func TestPredictorMatchesLearner(t *testing.T) {
+	w, tok, err := assets.LoadDefault()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := clip.New(w)
+	s := fromConfig(DefaultConfig())
+	s.NCtx, s.GateWidth, s.GateHeads, s.NumExperts = 4, m.W.Config.EmbedDim/2, 2, 3
+	cfg := s.config(0)
+	classes := []string{"red_circle", "blue square", "green triangle"}
+	pe := methods.PredictEnv{Model: m, Tok: tok, Template: "a photo of a {}."}
+	tokens, err := pe.ClassPromptTokens(classes, promptfed.Placeholder(s.NCtx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(m, tokens, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(4, 5))
+	saved := tensor.Named{}
+	for name, p := range l.Params() {
+		copy(p.Data, gradcheck.Rand(rng, len(p.Data), 0.3))
+		saved[name] = p.Clone()
+	}
+	var experts [][]float32
+	for i := range 2 {
+		e := gradcheck.Rand(rng, len(l.ctx.Data), 0.3)
+		experts = append(experts, e)
+		saved[strategy.ExpertName(i, ParamCtx)] = &tensor.Tensor{Shape: l.ctx.Shape, Data: e}
+	}
+	if err := l.SetExperts(experts); err != nil {
+		t.Fatal(err)
+	}
+	S := m.W.Config.Vision.ImageSize
+	const B = 3
+	px := gradcheck.Rand(rng, B*3*S*S, 1)
+	want, err := l.Logits(append([]float32(nil), m.EncodeImage(px, B)...), B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = slices.Clone(want)
+	pr, err := Method{}.Predictor(pe, s, saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pr.Logits(px, B, classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	methodtest.SameLogits(t, got, want)
+	// the evaluation path: Prepare computes the text features once
+	sl := &spaceLearner{Learner: l}
+	if err := sl.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := sl.Logits(append([]float32(nil), m.EncodeImage(px, B)...), B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	methodtest.SameLogits(t, ev, want)
+	saved[strategy.ExpertName(1, "other")] = saved[ParamCtx]
+	if _, err := (Method{}).Predictor(pe, s, saved); err == nil || !strings.Contains(err.Error(), "expert 1") {
+		t.Errorf("an expert holding two tensors: %v", err)
 	}
 }
