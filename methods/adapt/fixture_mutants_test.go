@@ -1,6 +1,8 @@
 package adapt
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -146,6 +148,56 @@ func TestFixtureTokens(t *testing.T) {
 		f.Ints["tokens"] = bad
 		if _, _, err := fixtureTokens(f); err == nil || !strings.Contains(err.Error(), "whole number") {
 			t.Errorf("%d ids: %v", len(bad), err)
+		}
+	}
+}
+
+// TestFixtureBoundaries: the step takes domain n−1 and labels 0 and C−1,
+// and refuses domain −1, label −1, no labels and images that do not match
+// the labels, naming the range or the tensor; the round refuses a negative
+// seed, a client domain of −1 and a file without clients, and takes seed 0.
+func TestFixtureBoundaries(t *testing.T) {
+	for _, c := range []struct {
+		name, want string // want "": accepted
+		edit       func(f *fixture.Fixture)
+		round      bool
+	}{
+		{"domain n−1", "", func(f *fixture.Fixture) {
+			f.Ints["domain"] = []int{fixDomains - 1}
+			delete(f.Params, EMATargetPrefix+TextName(fixDomains-1)) // its own: no EMA target
+		}, false},
+		{"labels 0 and C−1", "", func(f *fixture.Fixture) { f.Ints["labels"] = []int{0, fixClasses - 1, 1} }, false},
+		{"domain −1", fmt.Sprintf("domain -1 outside 0..%d", fixDomains-1), func(f *fixture.Fixture) { f.Ints["domain"] = []int{-1} }, false},
+		{"label −1", fmt.Sprintf("label -1 outside 0..%d", fixClasses-1), func(f *fixture.Fixture) { f.Ints["labels"][1] = -1 }, false},
+		{"label C", fmt.Sprintf("label %d outside 0..%d", fixClasses, fixClasses-1), func(f *fixture.Fixture) { f.Ints["labels"][1] = fixClasses }, false},
+		{"no labels", `tensor "images"`, func(f *fixture.Fixture) { f.Ints["labels"] = []int{} }, false},
+		{"an image short", `tensor "images"`, func(f *fixture.Fixture) { f.Ints["labels"] = []int{0, 1, 2, 3} }, false},
+		{"seed 0", "", func(f *fixture.Fixture) { f.Meta["seed"] = "0" }, true},
+		{"seed −1", "seed=-1", func(f *fixture.Fixture) { f.Meta["seed"] = "-1" }, true},
+		{"client domain −1", "domain -1 outside", func(f *fixture.Fixture) { f.Meta["client2.domain"] = "-1" }, true},
+		{"no clients", `"client0.images"`, func(f *fixture.Fixture) {
+			for k := range f.Batch {
+				if strings.HasPrefix(k, "client") {
+					delete(f.Batch, k)
+				}
+			}
+		}, true},
+	} {
+		var err error
+		if c.round {
+			f := roundFixture(false)
+			c.edit(f)
+			_, err = Method{}.FixtureRound(context.Background(), f)
+		} else {
+			f := stepFixture(false)
+			c.edit(f)
+			_, err = Method{}.Step(context.Background(), f)
+		}
+		if c.want == "" && err != nil {
+			t.Errorf("%s: %v, want accepted", c.name, err)
+		}
+		if c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
 		}
 	}
 }
