@@ -151,8 +151,8 @@ func TestNewRefuses(t *testing.T) {
 		text []float32
 		rows []int
 	}{
-		{"belongs to class 3", text(3), []int{0, 1, 3}},
-		{"belongs to class -1", text(3), []int{0, -1, 2}},
+		{"belongs to class 3, outside 0..2", text(3), []int{0, 1, 3}},
+		{"belongs to class -1, outside 0..2", text(3), []int{0, -1, 2}},
 		{"class 1 has no description", text(3), []int{0, 2, 2}},
 		{"description features", nil, nil},
 		{"description features", text(2), []int{0, 1, 2}},
@@ -160,6 +160,16 @@ func TestNewRefuses(t *testing.T) {
 		if _, err := New(m, bad.text, bad.rows, 3, cfg); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("rows %v: error %v, want one naming %q", bad.rows, err, bad.want)
 		}
+	}
+	// randomModel has 4 patches: 4 prompts fit, 5 do not
+	four := cfg
+	four.Prompts = 4
+	if _, err := New(m, text(3), []int{0, 1, 2}, 3, four); err != nil {
+		t.Errorf("as many prompts as patches: %v", err)
+	}
+	four.Prompts = 5
+	if _, err := New(m, text(3), []int{0, 1, 2}, 3, four); err == nil || !strings.Contains(err.Error(), "prompts 5") {
+		t.Errorf("a prompt more than the patches: %v", err)
 	}
 	c := m.W.Config
 	c.Vision.Layers = 1

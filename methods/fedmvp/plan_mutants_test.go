@@ -85,6 +85,28 @@ func TestFlipProbZeroOneDrawNoCoin(t *testing.T) {
 	}
 }
 
+// TestFlipCoinDirection: a batch's consistency target is the mirror with
+// probability flip_prob: with flip_prob 1e-9 the last batch's coin says
+// no, with 1 − 1e-9 yes (both draw a coin).
+func TestFlipCoinDirection(t *testing.T) {
+	for _, tc := range []struct {
+		p    float64
+		flip bool
+	}{{1e-9, false}, {1 - 1e-9, true}} {
+		s := testSettings()
+		s.FlipProb = tc.p
+		plan := tensorPlan(t, s)
+		round(t, plan, 0)
+		l, err := plan.Clients[0].(*promptfed.Client).Learner()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.(*Learner).Flip; got != tc.flip {
+			t.Errorf("flip_prob %g: the last batch flipped %v, want %v", tc.p, got, tc.flip)
+		}
+	}
+}
+
 // TestLoadStateSwitch: a saved site's switch is restored (1: LoRA) and a
 // state without it, or with more than one value, is refused naming it.
 func TestLoadStateSwitch(t *testing.T) {
