@@ -219,3 +219,54 @@ func TestSettingsCheckOptimizer(t *testing.T) {
 		t.Errorf("optimizer run with lr 0: %v", err)
 	}
 }
+
+// TestLoadStateRefusesReceived: a saved received copy must be the EMA
+// target of a text prompt the client holds, of its shape; anything else is
+// refused naming the entry.
+func TestLoadStateRefusesReceived(t *testing.T) {
+	s := DefaultSettings()
+	s.NCtx, s.LR = 2, 0.01
+	_, plan := tensorPlan(t, []int{0, 1}, s)
+	round(t, plan, 0)
+	round(t, plan, 1)
+	st, err := plan.Clients[0].State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st["recv/"+TextName(1)]; !ok {
+		t.Fatalf("client 0 saved no received copy of domain 1: %v", st)
+	}
+	for _, bad := range []struct {
+		key string
+		t   *tensor.Tensor
+	}{
+		{"recv/" + TextName(5), st["recv/"+TextName(1)]},
+		{"recv/" + ParamVisual, st["param/"+ParamVisual]},
+		{"recv/" + TextName(1), tensor.New(3, 3)},
+	} {
+		b := tensor.Named{}
+		for k, v := range st {
+			b[k] = v
+		}
+		b[bad.key] = bad.t
+		_, fresh := tensorPlan(t, []int{0, 1}, s)
+		if err := fresh.Clients[0].LoadState(b); err == nil || !strings.Contains(err.Error(), bad.key) {
+			t.Errorf("%s %v: error %v, want one naming it", bad.key, bad.t.Shape, err)
+		}
+	}
+}
+
+// TestLogitsNeedTextFeatures: scoring before the text features exist is
+// refused.
+func TestLogitsNeedTextFeatures(t *testing.T) {
+	l, P, _, x0 := smallLearner(t, 2, 2)
+	if _, _, err := l.Logits(P, x0, 2); err == nil || !strings.Contains(err.Error(), "before TextFeatures") {
+		t.Errorf("Logits first: %v", err)
+	}
+	if _, err := l.TextFeatures(P); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Logits(P, x0, 2); err != nil {
+		t.Errorf("Logits after TextFeatures: %v", err)
+	}
+}
