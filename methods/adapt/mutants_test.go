@@ -270,3 +270,24 @@ func TestLogitsNeedTextFeatures(t *testing.T) {
 		t.Errorf("Logits after TextFeatures: %v", err)
 	}
 }
+
+// TestSoftmaxLargeScores: the domain weights of scores far beyond
+// float32's exp range (a small τ_d makes ⟨q̂, k̂⟩/τ_d reach ±100) are a
+// float64 softmax's: the forward subtracts the row's maximum first.
+func TestSoftmaxLargeScores(t *testing.T) {
+	a := []float32{100, 95, -100, 60, 61, 62}
+	w := make([]float32, len(a))
+	softmaxForward(w, a, 2, 3)
+	for b := 0; b < 2; b++ {
+		var z float64
+		for _, v := range a[b*3 : (b+1)*3] {
+			z += math.Exp(float64(v) - float64(a[b*3]))
+		}
+		for i := 0; i < 3; i++ {
+			want := math.Exp(float64(a[b*3+i])-float64(a[b*3])) / z
+			if got := float64(w[b*3+i]); math.IsNaN(got) || math.Abs(got-want) > 1e-6 {
+				t.Errorf("w[%d, %d] = %v, want %v", b, i, got, want)
+			}
+		}
+	}
+}
