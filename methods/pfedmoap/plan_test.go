@@ -1,14 +1,17 @@
 package pfedmoap
 
 import (
+	"context"
 	"math/rand/v2"
 	"slices"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/assets"
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/protocol"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/config"
@@ -278,4 +281,70 @@ func TestPredictorMatchesLearner(t *testing.T) {
 	if _, err := (Method{}).Predictor(pe, s, saved); err == nil || !strings.Contains(err.Error(), "expert 1") {
 		t.Errorf("an expert holding two tensors: %v", err)
 	}
+}
+
+// TestEvaluateScoresTrainedSite: a site's evaluation scores with its
+// prompt, gate and experts as they are after training (the text features
+// recomputed for the trained prompt): the logits equal a learner's holding
+// what the site keeps, on the same image features.
+func TestEvaluateScoresTrainedSite(t *testing.T) {
+	opts := train.Options{Epochs: 1, Batch: 4, Optimizer: "sgd", LR: 0.05, Momentum: 0.9, WD: 5e-4}
+	env := methodtest.PromptEnv(t, 2, 3, opts)
+	ct := &env.Task.Clients[0]
+	set := &protocol.EvalSet{Name: "local", Space: 0, Labels: ct.Labels}
+	for _, item := range ct.Train {
+		set.Images = append(set.Images, len(env.Task.Test))
+		env.TestRecs[len(env.Task.Test)] = env.TrainRecs[item][0]
+		env.Task.Test = append(env.Task.Test, env.Task.Train[item])
+	}
+	ct.Evals = []*protocol.EvalSet{set}
+	var got []float32
+	env.OnEvaluate = func(_ *protocol.ClientTask, logits [][]float32) { got = slices.Clone(logits[0]) }
+	s := fromConfig(DefaultConfig())
+	s.NCtx, s.GateWidth, s.GateHeads, s.NumExperts = 2, 3, 1, 3
+	plan := methodtest.Build(t, Method{}, env, s)
+	methodtest.Round(t, plan, 0, []int{0, 1, 2})
+	methodtest.Round(t, plan, 1, []int{0, 1, 2})
+	if _, err := plan.Clients[0].Evaluate(context.Background(), federation.EvaluateIns{}); err != nil {
+		t.Fatal(err)
+	}
+	site, err := plan.Site(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, experts, err := strategy.SplitExperts(site)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(env.Model, env.SpaceTokenRows[0], s.config(env.Seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range l.Params() {
+		copy(p.Data, own[name].Data)
+	}
+	var ctxs [][]float32
+	for _, e := range experts {
+		ctxs = append(ctxs, e[ParamCtx].Data)
+	}
+	if len(ctxs) != 2 {
+		t.Fatalf("the site keeps %d experts, want 2", len(ctxs))
+	}
+	if err := l.SetExperts(ctxs); err != nil {
+		t.Fatal(err)
+	}
+	N := len(set.Images)
+	feats := make([]float32, N*l.E)
+	var recs []int
+	for _, img := range set.Images {
+		recs = append(recs, env.TestRecs[img])
+	}
+	if err := env.TestStore.GetBatch(recs, feats); err != nil {
+		t.Fatal(err)
+	}
+	want, err := l.Logits(feats, N)
+	if err != nil {
+		t.Fatal(err)
+	}
+	methodtest.SameLogits(t, got, want)
 }
