@@ -1,6 +1,7 @@
 package fedmvp
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -9,11 +10,13 @@ import (
 
 	"github.com/pfedmma/pfedmma/assets"
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -228,4 +231,66 @@ func TestPredictorMatchesLearner(t *testing.T) {
 			t.Errorf("a site without the linear map: %v", err)
 		}
 	}
+}
+
+// TestEvaluateScoresTrainedSite: a site's evaluation scores with its
+// prompt learner and LoRA switch as they are after training (the keys'
+// side recomputed): the logits equal a learner's holding what the site
+// keeps, on the same records.
+func TestEvaluateScoresTrainedSite(t *testing.T) {
+	s := testSettings()
+	s.LoRAThreshold = 1e9 // every client switches in round 0
+	plan, env := tensorPlanEnv(t, s, func(env *methods.Env) {
+		ct := &env.Task.Clients[0]
+		set := &protocol.EvalSet{Name: "local", Space: 0, Labels: ct.Labels}
+		for _, item := range ct.Train {
+			set.Images = append(set.Images, len(env.Task.Test))
+			env.TestRecs[len(env.Task.Test)] = env.TrainRecs[item][0]
+			env.Task.Test = append(env.Task.Test, env.Task.Train[item])
+		}
+		ct.Evals = []*protocol.EvalSet{set}
+	})
+	var got []float32
+	env.OnEvaluate = func(_ *protocol.ClientTask, logits [][]float32) { got = slices.Clone(logits[0]) }
+	round(t, plan, 0)
+	round(t, plan, 1)
+	if _, err := plan.Clients[0].Evaluate(context.Background(), federation.EvaluateIns{}); err != nil {
+		t.Fatal(err)
+	}
+	site, err := plan.Site(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := TextFeatures(env.Model, s.descTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(env.Model, text, s.descClass, 3, s.config(env.Seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range l.Params() {
+		copy(p.Data, site[name].Data)
+	}
+	l.LoRA = site[StateLoRA].Data[0] != 0
+	if !l.LoRA {
+		t.Fatal("client 0 did not switch to LoRA")
+	}
+	if err := l.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	set := env.Task.Clients[0].Evals[0]
+	var recs []int
+	for _, img := range set.Images {
+		recs = append(recs, env.TestRecs[img])
+	}
+	x := make([]float32, len(recs)*l.RecordLen())
+	if err := env.TestStore.GetBatch(recs, x); err != nil {
+		t.Fatal(err)
+	}
+	want, err := l.Logits(x, len(recs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	methodtest.SameLogits(t, got, want)
 }
