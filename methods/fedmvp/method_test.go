@@ -20,6 +20,14 @@ import (
 // initialised.
 func tensorPlan(t *testing.T, s *Settings) *methods.Plan {
 	t.Helper()
+	plan, _ := tensorPlanEnv(t, s, nil)
+	return plan
+}
+
+// tensorPlanEnv is tensorPlan with its Env, edited by edit (when set)
+// before the plan is built.
+func tensorPlanEnv(t *testing.T, s *Settings, edit func(*methods.Env)) (*methods.Plan, *methods.Env) {
+	t.Helper()
 	const C = 3
 	m := randomModel()
 	ctx := m.W.Config.Text.ContextLength
@@ -49,6 +57,9 @@ func tensorPlan(t *testing.T, s *Settings) *methods.Plan {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.TrainStore.Close() })
+	if edit != nil {
+		edit(env)
+	}
 	plan, err := Method{}.Build(env, s)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +71,7 @@ func tensorPlan(t *testing.T, s *Settings) *methods.Plan {
 	if err := plan.Strategy.Init(infos); err != nil {
 		t.Fatal(err)
 	}
-	return plan
+	return plan, env
 }
 
 func testSettings() *Settings {
