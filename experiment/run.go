@@ -22,6 +22,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
+	"github.com/pfedmma/pfedmma/internal/memlimit"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
@@ -195,7 +196,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	keys, distinct := s.keys(anyDepth)
 	budget := cacheBudget(o.CacheMiB) / int64(2*len(distinct)) // train and test store per depth
-	if err := checkMemory(estimateMemory(o, s.model.Config, s.model.Params, task, distinct, s.views, s.online, budget), availableMiB()); err != nil {
+	if err := checkMemory(estimateMemory(o, s.model.Config, s.model.Params, task, distinct, s.views, s.online, budget), memlimit.AvailableMiB()); err != nil {
 		return nil, fmt.Errorf("experiment: %w", err)
 	}
 	m, tok, err := LoadModel(o.ModelPath, o.VocabPath)
