@@ -95,6 +95,7 @@ func newCertsRevokeCmd() *cobra.Command {
 			if err := requireDir("revoke", dir); err != nil {
 				return err
 			}
+			t := t // the flags; NAME is this call's
 			if len(args) == 1 {
 				t.Name = args[0]
 			}
