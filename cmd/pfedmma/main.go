@@ -20,6 +20,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/gemm"
+	"github.com/pfedmma/pfedmma/internal/plainerr"
 	_ "github.com/pfedmma/pfedmma/methods/all" // every method
 )
 
@@ -83,7 +84,7 @@ func main() {
 	err := rootCmd.ExecuteContext(ctx)
 	stopProfile()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "pfedmma:", plainMessage(err.Error()))
+		fmt.Fprintln(os.Stderr, "pfedmma:", plainerr.Message(err.Error()))
 		os.Exit(1)
 	}
 }

@@ -157,3 +157,24 @@ func TestReportRefusesDamagedResults(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIErrorsInPlainWords: the binary prints a damaged summary's error
+// without Go's wording (before: "strconv.ParseFloat: parsing "x": invalid
+// syntax"; "Go struct field RoundRecord.round of type int").
+func TestCLIErrorsInPlainWords(t *testing.T) {
+	for _, c := range []struct{ summary, metrics, want string }{
+		{`{"protocol": "dirichlet", "metrics": ["acc"], "methods": {"a": {"acc": "x"}}}`, `{"round": 0, "method": "a", "mean": {"acc": 5}}`, `"x" is not a number`},
+		{`{"protocol": "dirichlet", "metrics": ["acc"], "methods": {"a": {"acc": 5}}}`, `{"round": "x", "method": "a", "mean": {"acc": 5}}`, `field "round": a JSON string where a whole number is expected`},
+	} {
+		dir := writeRunResults(t, c.summary, c.metrics+"\n")
+		r := cli(t, cliOptions{}, "report", dir)
+		if r.Code == 0 || !strings.Contains(r.Stderr, c.want) {
+			t.Errorf("report: exit %d, stderr %q, want %q", r.Code, r.Stderr, c.want)
+		}
+		for _, bad := range []string{"strconv", "Go struct", "Go value"} {
+			if strings.Contains(r.Stderr, bad) {
+				t.Errorf("report: stderr %q says %q", r.Stderr, bad)
+			}
+		}
+	}
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -40,7 +39,7 @@ A text that does not fit is an error unless --truncate is given.
 				return err
 			}
 			w := bufio.NewWriter(cmd.OutOrStdout())
-			writeTokensJSON(w, rows)
+			tokenizer.WriteJSON(w, rows)
 			return w.Flush()
 		},
 	}
@@ -49,24 +48,4 @@ A text that does not fit is an error unless --truncate is given.
 	cmd.Flags().IntVar(&context, "context", tokenizer.ContextLength, "context length (ids per text)")
 	_ = cmd.MarkFlagRequired("vocab") // cannot fail: the flag is defined above
 	rootCmd.AddCommand(cmd)
-}
-
-// writeTokensJSON writes {"tokens": [[...], ...]} with Python's json.dumps
-// spacing, so the output matches a Python reference byte for byte.
-func writeTokensJSON(w *bufio.Writer, rows [][]int) {
-	w.WriteString(`{"tokens": [`)
-	for i, row := range rows {
-		if i > 0 {
-			w.WriteString(", ")
-		}
-		w.WriteByte('[')
-		for j, id := range row {
-			if j > 0 {
-				w.WriteString(", ")
-			}
-			w.WriteString(strconv.Itoa(id))
-		}
-		w.WriteByte(']')
-	}
-	fmt.Fprintln(w, "]}")
 }
