@@ -121,14 +121,26 @@ func funcSizes(root, path string) ([]funcSize, int, error) {
 	return out, bytes.Count(src, []byte("\n")), nil
 }
 
-// violations returns, sorted, one line per function over its limit and one
-// for cmd/pfedmma over its line budget.
-func violations(root string) ([]string, error) {
+// finding is one function over its limit (or cmd/pfedmma over its line
+// budget, name "" and lines the package's).
+type finding struct {
+	key   string // "file: Func", or cmdDir
+	lines int
+	limit int
+}
+
+func (f finding) String() string {
+	return fmt.Sprintf("%s is %d lines (limit %d)", f.key, f.lines, f.limit)
+}
+
+// findings returns, sorted, each function over its limit and cmd/pfedmma
+// when over its line budget.
+func findings(root string) ([]finding, error) {
 	files, err := nonTestGoFiles(root)
 	if err != nil {
 		return nil, err
 	}
-	var bad []string
+	var bad []finding
 	cmdLines := 0
 	for _, path := range files {
 		sizes, lines, err := funcSizes(root, path)
@@ -149,26 +161,86 @@ func violations(root string) ([]string, error) {
 				limit = maxCmdFuncLines
 			}
 			if s.lines > limit {
-				bad = append(bad, fmt.Sprintf("%s: %s is %d lines (limit %d)", s.file, s.name, s.lines, limit))
+				bad = append(bad, finding{key: s.file + ": " + s.name, lines: s.lines, limit: limit})
 			}
 		}
 	}
-	sort.Strings(bad)
+	sort.Slice(bad, func(i, j int) bool { return bad[i].key < bad[j].key })
 	if cmdLines > maxCmdLines {
-		bad = append(bad, fmt.Sprintf("%s: %d non-test lines (limit %d)", cmdDir, cmdLines, maxCmdLines))
+		bad = append(bad, finding{key: cmdDir, lines: cmdLines, limit: maxCmdLines})
 	}
 	return bad, nil
 }
 
 // TestFunctionAndCommandSizes fails naming every function outside tests over
 // 80 lines, every function in cmd/pfedmma over 60 and cmd/pfedmma over 1,200
-// non-test lines.
+// non-test lines — except those listed in pending at their listed size. It
+// also fails when a pending one grew, or was split (then its line here goes),
+// so the list only shrinks.
 func TestFunctionAndCommandSizes(t *testing.T) {
-	bad, err := violations(repoRoot(t))
+	bad, err := findings(repoRoot(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range bad {
-		t.Error(b)
+	seen := map[string]bool{}
+	for _, f := range bad {
+		seen[f.key] = true
+		was, ok := pending[f.key]
+		switch {
+		case !ok:
+			t.Errorf("%s", f)
+		case f.lines > was:
+			t.Errorf("%s: it grew from %d lines while waiting to be split", f, was)
+		}
 	}
+	for key := range pending {
+		if !seen[key] {
+			t.Errorf("%s is within its limit now: remove it from pending", key)
+		}
+	}
+	t.Logf("%d functions (or packages) over their limit still pending (issue 37)", len(pending))
+}
+
+// pending are the findings issue 37's splitting has not reached yet, at
+// their size when listed.
+var pending = map[string]int{
+	"bench/engine.go: Engine":                               130,
+	"bench/experiment.go: Experiment":                       113,
+	"bench/method.go: Method":                               174,
+	"bench/paperscale.go: measurePreset":                    111,
+	"bench/train.go: Train":                                 160,
+	"checkpoint/config.go: source.applyConfig":              91,
+	"checkpoint/layout.go: layout":                          107,
+	"checkpoint/load.go: source.infer":                      82,
+	"clip/block.go: Block.Backward":                         96,
+	"clip/resnet/resnet.go: FromTensors":                    146,
+	"cmd/pfedmma":                                           1702,
+	"cmd/pfedmma/serve.go: init":                            70,
+	"cmd/pfedmma/site.go: init":                             116,
+	"config/validate.go: Experiment.check":                  97,
+	"dataset/femnist.go: loadFEMNIST":                       91,
+	"dataset/pyobj.go: findClass":                           97,
+	"experiment/runinfo_check.go: RunInfo.check":            95,
+	"internal/picklescan/picklescan.go: Scan":               165,
+	"methods/adapt/fixture.go: Method.Step":                 102,
+	"methods/adapt/learner.go: Learner.Step":                118,
+	"methods/fedmvp/method.go: Method.Build":                132,
+	"methods/fedmvp/method.go: Method.Step":                 83,
+	"methods/fedmvp/promptformer.go: promptFormer.backward": 99,
+	"methods/fixture/step.go: LearnerStep":                  103,
+	"methods/groupeval.go: Env.EvaluateGroup":               92,
+	"methods/maple/learner.go: New":                         85,
+	"methods/pfedmoap/fixture.go: Method.FixtureRound":      139,
+	"methods/pfedmoap/fixture.go: RoundFromFile":            100,
+	"methods/pfedmoap/method.go: Method.Build":              130,
+	"methods/promptfed/promptfed.go: Build":                 83,
+	"ot/ot.go: Solver.Plan":                                 87,
+	"partition/dirichlet.go: dirichlet":                     91,
+	"preprocess/rgb.go: ToRGB":                              94,
+	"protocol/domains.go: leaveOneDomainOut":                81,
+	"report/summary.go: Summary.MarshalJSON":                83,
+	"safetensors/write.go: Encode":                          99,
+	"tokenizer/learn.go: Learn":                             82,
+	"transport/internal/testnode/main.go: main":             94,
+	"world/dataset.go: World.Dataset":                       86,
 }
