@@ -18,14 +18,8 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "tokenize --vocab FILE [--truncate] TEXT...",
 		Short: "Print CLIP token ids of texts as JSON",
-		Long: `Tokenize prints the CLIP token ids of each TEXT, as clip.tokenize does:
-<|startoftext|>, the BPE ids, <|endoftext|>, zero padded to the context length.
-The output is one line of JSON, {"tokens": [[ids...], ...]}, one list per TEXT.
-A text that does not fit is an error unless --truncate is given.
-
---vocab is bpe_simple_vocab_16e6.txt.gz (or .txt), a Hugging Face vocab.json
-(with merges.txt beside it), or a folder holding either.`,
-		Args: cobra.MinimumNArgs(1),
+		Long:  tokenizer.CommandHelp,
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if context < 1 || context > tokenizer.MaxContextLength {
 				return fmt.Errorf("tokenize: --context %d: want 1 to %d tokens (CLIP uses %d)", context, tokenizer.MaxContextLength, tokenizer.ContextLength)
