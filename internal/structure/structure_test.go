@@ -225,7 +225,6 @@ var pending = map[string]int{
 	"methods/fedmvp/method.go: Method.Step":                 83,
 	"methods/fedmvp/promptformer.go: promptFormer.backward": 99,
 	"methods/fixture/step.go: LearnerStep":                  103,
-	"methods/maple/learner.go: New":                         85,
 	"methods/pfedmoap/fixture.go: Method.FixtureRound":      139,
 	"methods/pfedmoap/fixture.go: RoundFromFile":            100,
 	"methods/pfedmoap/method.go: Method.Build":              130,
