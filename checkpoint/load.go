@@ -540,23 +540,9 @@ func (s *source) infer(scheme Scheme, info *Info) (clip.Config, error) {
 	}
 
 	tc := &cfg.Text
-	tok, err := s.dims(n.tok, "vocab", "width")
-	if err != nil {
+	if err := s.inferText(n, tc); err != nil {
 		return cfg, err
 	}
-	tc.VocabSize, tc.Width = tok[0], tok[1]
-	tpos, err := s.dims(n.tpos, "context", "width")
-	if err != nil {
-		return cfg, err
-	}
-	tc.ContextLength = tpos[0]
-	if tc.Layers, err = s.layers(n.tblocks); err != nil {
-		return cfg, err
-	}
-	if fc, err = s.dims(n.tblocks+"0."+n.fc, "mlp", "width"); err != nil {
-		return cfg, err
-	}
-	tc.MLPWidth = fc[0]
 
 	vc.Heads, tc.Heads = vc.Width/64, tc.Width/64
 	if scheme == OpenAI {
@@ -577,6 +563,30 @@ func (s *source) infer(scheme Scheme, info *Info) (clip.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// inferText reads the text tower's vocabulary, width, context length,
+// layers and MLP width from its tensors' shapes (names n).
+func (s *source) inferText(n names, tc *clip.TextConfig) error {
+	tok, err := s.dims(n.tok, "vocab", "width")
+	if err != nil {
+		return err
+	}
+	tc.VocabSize, tc.Width = tok[0], tok[1]
+	tpos, err := s.dims(n.tpos, "context", "width")
+	if err != nil {
+		return err
+	}
+	tc.ContextLength = tpos[0]
+	if tc.Layers, err = s.layers(n.tblocks); err != nil {
+		return err
+	}
+	fc, err := s.dims(n.tblocks+"0."+n.fc, "mlp", "width")
+	if err != nil {
+		return err
+	}
+	tc.MLPWidth = fc[0]
+	return nil
 }
 
 // isResNet reports whether an OpenAI-named checkpoint has CLIP's ResNet

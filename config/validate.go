@@ -127,6 +127,36 @@ func (e *Experiment) check() []*FieldError {
 	c := &checker{}
 
 	c.checkName(e.Name)
+	e.checkMethods(c)
+
+	e.checkDataset(c)
+	e.checkProtocol(c)
+
+	e.checkFederation(c)
+
+	e.checkOptimizer(c)
+	c.between("batch_size", e.BatchSize, 1, MaxBatchSize)
+
+	e.checkSections(c)
+
+	if err := e.Augment.validate(); err != nil {
+		c.fail("augment", "%v", err)
+	}
+
+	c.between("cache.memory_mib", e.Cache.MemoryMiB, 0, MaxCacheMiB)
+	c.oneOf("cache.dtype", e.Cache.DType, DTypeFloat32, DTypeBFloat16)
+	c.oneOf("engine.precision", e.Engine.Precision, "fp32", "bf16", "auto")
+
+	e.checkSeeds(c)
+	c.between("threads", e.Threads, 0, MaxThreads)
+	c.oneOf("eval.split", e.Eval.Split, SplitTest, SplitVal)
+	c.between("eval.batch_size", e.Eval.BatchSize, 1, MaxBatchSize)
+	return c.errs
+}
+
+// checkMethods checks the method list (known, each once) and the prompt
+// template.
+func (e *Experiment) checkMethods(c *checker) {
 	known := Methods()
 	if len(e.Methods) == 0 {
 		c.fail("methods", "empty; list at least one of %s", strings.Join(known, ", "))
@@ -143,10 +173,10 @@ func (e *Experiment) check() []*FieldError {
 	if n := strings.Count(e.Prompt, "{}"); n != 1 {
 		c.fail("prompt", "%q must contain the class placeholder {} exactly once", e.Prompt)
 	}
+}
 
-	e.checkDataset(c)
-	e.checkProtocol(c)
-
+// checkFederation checks the federation section and the aggregation.
+func (e *Experiment) checkFederation(c *checker) {
 	f := e.Federation
 	if e.Protocol.Name != ProtocolDomains || f.Clients != 0 {
 		c.between("federation.clients", f.Clients, 1, MaxClients)
@@ -170,7 +200,12 @@ func (e *Experiment) check() []*FieldError {
 		}
 	}
 	e.Aggregation.Check(&Checker{prefix: "aggregation", c: c})
+}
 
+// checkOptimizer checks the optimizer section against the federation's
+// epochs.
+func (e *Experiment) checkOptimizer(c *checker) {
+	f := e.Federation
 	o := e.Optimizer
 	c.oneOf("optimizer.name", o.Name, OptimizerSGD, OptimizerAdamW)
 	c.positive("optimizer.lr", o.LR)
@@ -191,18 +226,10 @@ func (e *Experiment) check() []*FieldError {
 			c.fail("optimizer.warmup_epochs", "%d is not below the %d training epochs (rounds × local_epochs)", o.WarmupEpochs, total)
 		}
 	}
-	c.between("batch_size", e.BatchSize, 1, MaxBatchSize)
+}
 
-	e.checkSections(c)
-
-	if err := e.Augment.validate(); err != nil {
-		c.fail("augment", "%v", err)
-	}
-
-	c.between("cache.memory_mib", e.Cache.MemoryMiB, 0, MaxCacheMiB)
-	c.oneOf("cache.dtype", e.Cache.DType, DTypeFloat32, DTypeBFloat16)
-	c.oneOf("engine.precision", e.Engine.Precision, "fp32", "bf16", "auto")
-
+// checkSeeds bounds the seeds and refuses a repeated one.
+func (e *Experiment) checkSeeds(c *checker) {
 	if len(e.Seeds) > MaxSeeds {
 		c.fail("seeds", "%d seeds; at most %d (each seed repeats the whole run)", len(e.Seeds), MaxSeeds)
 	}
@@ -215,10 +242,6 @@ func (e *Experiment) check() []*FieldError {
 		}
 		firstSeed[s] = i
 	}
-	c.between("threads", e.Threads, 0, MaxThreads)
-	c.oneOf("eval.split", e.Eval.Split, SplitTest, SplitVal)
-	c.between("eval.batch_size", e.Eval.BatchSize, 1, MaxBatchSize)
-	return c.errs
 }
 
 func (e *Experiment) checkDataset(c *checker) {

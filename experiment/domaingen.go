@@ -54,11 +54,30 @@ func runFolds(ctx context.Context, o Options) (*Result, error) {
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("experiment: %w", err)
 	}
-	folds := map[string][]report.Fold{}
-	// the validation accuracy (protocol.validation) of each method's last
-	// round in each fold, averaged over the folds
-	valSum, valN := map[string]float64{}, map[string]int{}
-	var records []report.RoundRecord
+	fr, err := runEachFold(ctx, o, held)
+	if err != nil {
+		return nil, err
+	}
+	if o.ValidationOnly {
+		return fr.validationResult(o, ds, held)
+	}
+	return fr.lodoResult(o, ds, held)
+}
+
+// foldResults are what the folds of a leave-one-domain-out run give: each
+// method's folds, the validation accuracy of each method's last round
+// summed over the folds (and how many), and every fold's records.
+type foldResults struct {
+	folds   map[string][]report.Fold
+	valSum  map[string]float64
+	valN    map[string]int
+	records []report.RoundRecord
+}
+
+// runEachFold runs the experiment once per held-out domain, each in its
+// fold-<domain> folder.
+func runEachFold(ctx context.Context, o Options, held []string) (*foldResults, error) {
+	fr := &foldResults{folds: map[string][]report.Fold{}, valSum: map[string]float64{}, valN: map[string]int{}}
 	for k, h := range held {
 		fo := o
 		fo.Protocol.HeldOut = h
@@ -74,44 +93,52 @@ func runFolds(ctx context.Context, o Options) (*Result, error) {
 		}
 		for _, name := range o.Methods {
 			if r, ok := last[name]; ok {
-				folds[name] = append(folds[name], LODOFold(res.Task, r))
+				fr.folds[name] = append(fr.folds[name], LODOFold(res.Task, r))
 				if v, ok := r.Mean[protocol.ValidationMetric]; ok {
-					valSum[name] += v
-					valN[name]++
+					fr.valSum[name] += v
+					fr.valN[name]++
 				}
 			}
 		}
-		records = append(records, res.Records...)
+		fr.records = append(fr.records, res.Records...)
 	}
-	if o.ValidationOnly {
-		// no test image was scored: the folds' mean validation accuracy only
-		sum := &report.Summary{Protocol: o.Protocol.Name, Metrics: []string{protocol.ValidationMetric}}
-		for _, name := range o.Methods {
-			if valN[name] > 0 {
-				sum.Set(name, report.Metrics{protocol.ValidationMetric: valSum[name] / float64(valN[name])})
-			}
+	return fr, nil
+}
+
+// validationResult is the result of a run that scored no test image: the
+// folds' mean validation accuracy only.
+func (fr *foldResults) validationResult(o Options, ds *dataset.Dataset, held []string) (*Result, error) {
+	sum := &report.Summary{Protocol: o.Protocol.Name, Metrics: []string{protocol.ValidationMetric}}
+	for _, name := range o.Methods {
+		if fr.valN[name] > 0 {
+			sum.Set(name, report.Metrics{protocol.ValidationMetric: fr.valSum[name] / float64(fr.valN[name])})
 		}
-		res := &Result{Summary: sum, Table: sum.Table(fmt.Sprintf("%s — %s, validation over %d folds", ds.Name, o.Protocol.Name, len(held))), Records: records}
-		if err := report.WriteSummary(filepath.Join(o.OutDir, "summary.json"), sum); err != nil {
-			return nil, err
-		}
-		return res, nil
 	}
+	res := &Result{Summary: sum, Table: sum.Table(fmt.Sprintf("%s — %s, validation over %d folds", ds.Name, o.Protocol.Name, len(held))), Records: fr.records}
+	if err := report.WriteSummary(filepath.Join(o.OutDir, "summary.json"), sum); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// lodoResult writes the folds' accuracy matrices, their G/P/C summary and
+// report.md, and returns the result.
+func (fr *foldResults) lodoResult(o Options, ds *dataset.Dataset, held []string) (*Result, error) {
 	sum := &report.Summary{Protocol: o.Protocol.Name, Metrics: []string{"G", "P", "C"}}
 	run := report.LODORun{Dataset: ds.Name, Protocol: o.Protocol.Name, Domains: ds.Domains}
 	for _, name := range o.Methods {
-		m, err := report.NewLODOMatrix(name, ds.Domains, folds[name])
+		m, err := report.NewLODOMatrix(name, ds.Domains, fr.folds[name])
 		if err != nil {
 			return nil, err
 		}
 		run.Matrices = append(run.Matrices, m)
 		gpc := m.GPC()
-		if valN[name] > 0 {
-			gpc[protocol.ValidationMetric] = valSum[name] / float64(valN[name])
+		if fr.valN[name] > 0 {
+			gpc[protocol.ValidationMetric] = fr.valSum[name] / float64(fr.valN[name])
 		}
 		sum.Set(name, gpc)
 	}
-	if len(valN) > 0 {
+	if len(fr.valN) > 0 {
 		sum.Metrics = append(sum.Metrics, protocol.ValidationMetric)
 	}
 	intro := fmt.Sprintf("Dataset `%s`, protocol `%s`, held out in turn: %s; methods %v, %d rounds, seed %d. "+
@@ -119,7 +146,7 @@ func runFolds(ctx context.Context, o Options) (*Result, error) {
 		"the other entries each source domain's personalised models on their own domain. Every fold's own report is in fold-<domain>/.\n\n",
 		o.Dataset, o.Protocol.Name, strings.Join(held, ", "), o.Methods, o.Rounds, o.Seed)
 	doc := run.Document(intro)
-	res := &Result{Summary: sum, Table: doc.Tables[0], Records: records}
+	res := &Result{Summary: sum, Table: doc.Tables[0], Records: fr.records}
 	if err := report.WriteSummary(filepath.Join(o.OutDir, "summary.json"), sum); err != nil {
 		return nil, err
 	}

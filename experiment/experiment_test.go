@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/internal/memlimit"
 	"github.com/pfedmma/pfedmma/internal/testmodel"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -212,7 +213,7 @@ func TestCacheBudget(t *testing.T) {
 	if got := cacheBudget(64); got != 64<<20 {
 		t.Errorf("cacheBudget(64) = %d", got)
 	}
-	avail := availableMiB()
+	avail := memlimit.AvailableMiB()
 	if avail <= 0 {
 		t.Skip("no /proc/meminfo MemAvailable on this system")
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/internal/memlimit"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/preprocess"
@@ -130,7 +131,7 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 		// the memory estimate of `pfedmma run` (the weights, loaded
 		// already, are out of what is available)
 		need := estimateMemory(o, m.W.Config, 0, task, []cacheKey{key}, s.views, s.online, cacheBudget(o.CacheMiB)/2)
-		if err := checkMemory(need, availableMiB()); err != nil {
+		if err := checkMemory(need, memlimit.AvailableMiB()); err != nil {
 			return nil, fmt.Errorf("site %d: %w", site, err)
 		}
 		bar := progress.New(o.Progress, 0, "frozen prefixes", "img", progress.WithMode(o.ProgressMode))

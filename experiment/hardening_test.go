@@ -12,6 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/internal/memlimit"
 )
 
 // TestDivergingRunStops: optimizer.lr=1e30 (before: exit 0 with NaN
@@ -122,7 +123,7 @@ func TestResumeWithoutCheckpoint(t *testing.T) {
 // available memory and the keys to lower (before: batch_size=1000000000
 // ran out of memory and the kernel killed it).
 func TestMemoryEstimateRefuses(t *testing.T) {
-	if availableMiB() <= 0 {
+	if memlimit.AvailableMiB() <= 0 {
 		t.Skip("/proc/meminfo MemAvailable unknown: the estimate is not checked")
 	}
 	o := smallOptions(t, smallModel(t))

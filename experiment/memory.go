@@ -1,37 +1,13 @@
 package experiment
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/internal/memlimit"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/protocol"
 )
-
-// availableMiB is the memory the system can give without swapping
-// (/proc/meminfo MemAvailable), or 0 when unknown.
-func availableMiB() int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return 0
-			}
-			return kb >> 10
-		}
-	}
-	return 0
-}
 
 // cacheBudget is the RAM budget of the prefix caches in bytes: cache.memory_mib
 // when set, else half of the available memory (4 GiB when unknown).
@@ -39,7 +15,7 @@ func cacheBudget(mib int) int64 {
 	if mib > 0 {
 		return int64(mib) << 20
 	}
-	if avail := availableMiB(); avail > 0 {
+	if avail := memlimit.AvailableMiB(); avail > 0 {
 		return avail << 19 // half, in bytes
 	}
 	return 4096 << 20
@@ -122,7 +98,7 @@ func checkMemory(n memoryNeed, availMiB int64) error {
 	if availMiB <= 0 || n.Total() <= availMiB<<20 {
 		return nil
 	}
-	gib := func(b int64) float64 { return float64(b) / (1 << 30) }
+	gib := memlimit.GiB
 	return fmt.Errorf("this run needs about %.1f GiB (model %.1f, prefix cache %.1f, batch activations %.1f); the machine has %.1f GiB available: "+
 		"lower batch_size or eval.batch_size (activations), cache.memory_mib (cache records beyond it spill to disk) or use a smaller model",
 		gib(n.Total()), gib(n.Model), gib(n.Cache), gib(n.Activations), gib(availMiB<<20))

@@ -29,24 +29,10 @@ func Redraw(dirs []string, out string, w io.Writer) error {
 	var names []string
 	var sums []*report.Summary
 	for _, dir := range dirs {
-		s, recs, err := readRunResults(dir)
+		name, s, err := redrawRun(dir, w)
 		if err != nil {
 			return err
 		}
-		name := filepath.Base(dir)
-		if info, err := ReadRunInfo(dir); err == nil {
-			name = info.Dataset
-		}
-		title := name + " — " + s.Protocol
-		imgs, err := report.RunFigures(dir, title, recs, s)
-		if err != nil {
-			return fmt.Errorf("figures of %s: %w", dir, err)
-		}
-		t := s.Table(title)
-		if err := report.WriteMarkdown(filepath.Join(dir, "report.md"), report.Document{Title: "pfedmma run", Tables: []report.Table{t}, Images: imgs}); err != nil {
-			return fmt.Errorf("%s: %w", filepath.Join(dir, "report.md"), err)
-		}
-		fmt.Fprintln(w, t.Text())
 		names, sums = append(names, name), append(sums, s)
 	}
 	if len(dirs) == 1 {
@@ -67,6 +53,37 @@ func Redraw(dirs []string, out string, w io.Writer) error {
 		}
 		seen[n] = true
 	}
+	return compareRuns(names, sums, out, w)
+}
+
+// redrawRun re-draws one run folder's figures and report.md, prints its
+// table and returns its name (its dataset) and summary.
+func redrawRun(dir string, w io.Writer) (string, *report.Summary, error) {
+	s, recs, err := readRunResults(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	name := filepath.Base(dir)
+	if info, err := ReadRunInfo(dir); err == nil {
+		name = info.Dataset
+	}
+	title := name + " — " + s.Protocol
+	imgs, err := report.RunFigures(dir, title, recs, s)
+	if err != nil {
+		return "", nil, fmt.Errorf("figures of %s: %w", dir, err)
+	}
+	t := s.Table(title)
+	if err := report.WriteMarkdown(filepath.Join(dir, "report.md"), report.Document{Title: "pfedmma run", Tables: []report.Table{t}, Images: imgs}); err != nil {
+		return "", nil, fmt.Errorf("%s: %w", filepath.Join(dir, "report.md"), err)
+	}
+	fmt.Fprintln(w, t.Text())
+	return name, s, nil
+}
+
+// compareRuns writes into out the comparison of several runs (datasets) of
+// one protocol: the table averaged over them, the headline metric per
+// dataset, each run's table and, for three or more, the radar chart.
+func compareRuns(names []string, sums []*report.Summary, out string, w io.Writer) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}

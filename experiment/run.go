@@ -22,6 +22,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
+	"github.com/pfedmma/pfedmma/internal/memlimit"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
@@ -158,21 +159,63 @@ func parseAugment(s string) (int, bool, error) {
 // method: its federation → reports.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	start := time.Now()
-	if _, _, err := parseAugment(o.Augment); err != nil {
+	if err := checkRunOptions(o); err != nil {
 		return nil, err
-	}
-	if o.OutDir == "" {
-		return nil, errors.New("experiment: no output folder")
-	}
-	// Every method must exist before any work starts.
-	for _, name := range o.Methods {
-		if _, err := methods.Get(name); err != nil {
-			return nil, fmt.Errorf("experiment: %w", err)
-		}
 	}
 	if (o.Protocol.Name == protocol.LeaveOneDomainOut || o.Protocol.Name == protocol.DomainGeneralization) && o.Protocol.HeldOut == "" {
 		return runFolds(ctx, o)
 	}
+	s, err := startRunDir(o)
+	if err != nil {
+		return nil, err
+	}
+	task := s.task
+	keys, envs, closeEnvs, err := openEnvs(ctx, o, s)
+	if err != nil {
+		return nil, err
+	}
+	defer closeEnvs()
+	prefixSeconds := time.Since(start).Seconds()
+
+	log, err := report.NewMetricsLog(o.OutDir)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	sum, err := runMethods(ctx, o, s, envs, keys, log)
+	if err != nil {
+		return nil, err
+	}
+	sum.Timings["prefix_s"] = prefixSeconds
+	sum.Timings["total_s"] = time.Since(start).Seconds()
+	res := &Result{Summary: sum, Table: sum.Table(tableTitle(s.ds.Name, task)), Records: log.Records(), Task: task, OutDir: o.OutDir}
+	if err := writeReports(o, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// checkRunOptions refuses, before any work starts, an augmentation it cannot
+// parse, a run without an output folder and a method not registered.
+func checkRunOptions(o Options) error {
+	if _, _, err := parseAugment(o.Augment); err != nil {
+		return err
+	}
+	if o.OutDir == "" {
+		return errors.New("experiment: no output folder")
+	}
+	// Every method must exist before any work starts.
+	for _, name := range o.Methods {
+		if _, err := methods.Get(name); err != nil {
+			return fmt.Errorf("experiment: %w", err)
+		}
+	}
+	return nil
+}
+
+// startRunDir makes the output folder, writes the configuration, sets the
+// run up (dataset, task, methods) and writes run.json.
+func startRunDir(o Options) (*setup, error) {
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("experiment: %w", err)
 	}
@@ -183,27 +226,34 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	task := s.task
-	if err := writeRunInfo(o, task, s.tmpl); err != nil {
+	if err := writeRunInfo(o, s.task, s.tmpl); err != nil {
 		return nil, err
 	}
-	// One cache of frozen prefixes per depth (and record kind) the methods
-	// need; methods of any depth (zero-shot) share the first.
+	return s, nil
+}
+
+// openEnvs checks the run's memory estimate, loads the model and fills one
+// cache of frozen prefixes per depth (and record kind) the methods need;
+// methods of any depth (zero-shot) share the first. It returns each
+// method's cache key, the environments by key and the function that closes
+// their stores (already called when it fails).
+func openEnvs(ctx context.Context, o Options, s *setup) ([]cacheKey, map[cacheKey]*methods.Env, func(), error) {
+	task := s.task
 	anyDepth := s.layers
 	if s.resNet {
 		anyDepth = methods.Features
 	}
 	keys, distinct := s.keys(anyDepth)
 	budget := cacheBudget(o.CacheMiB) / int64(2*len(distinct)) // train and test store per depth
-	if err := checkMemory(estimateMemory(o, s.model.Config, s.model.Params, task, distinct, s.views, s.online, budget), availableMiB()); err != nil {
-		return nil, fmt.Errorf("experiment: %w", err)
+	if err := checkMemory(estimateMemory(o, s.model.Config, s.model.Params, task, distinct, s.views, s.online, budget), memlimit.AvailableMiB()); err != nil {
+		return nil, nil, nil, fmt.Errorf("experiment: %w", err)
 	}
 	m, tok, err := LoadModel(o.ModelPath, o.VocabPath)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if err := m.SetPrecision(o.Precision); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	nViews := len(task.UsedTest())
 	if !s.online {
@@ -211,27 +261,35 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	root := progress.New(o.Progress, nViews*len(distinct), "frozen prefixes", "img", progress.WithMode(o.ProgressMode))
 	envs := map[cacheKey]*methods.Env{}
+	var opened []*methods.Env
+	closeEnvs := func() { // in the reverse order of opening, each test store before its train store
+		for i := len(opened) - 1; i >= 0; i-- {
+			opened[i].TestStore.Close()
+			opened[i].TrainStore.Close()
+		}
+	}
 	for _, d := range distinct {
 		env, err := newEnv(ctx, o, m, tok, task, s.tmpl, d, s.views, s.online, budget, root)
 		if err != nil {
-			return nil, err
+			closeEnvs()
+			return nil, nil, nil, err
 		}
-		defer env.TrainStore.Close()
-		defer env.TestStore.Close()
+		opened = append(opened, env)
 		envs[d] = env
 	}
 	root.Finish()
 	slog.Info("experiment", "dataset", s.ds.Name, "protocol", task.Protocol, "clients", len(task.Clients),
 		"train", len(task.UsedTrain()), "test", len(task.UsedTest()), "depths", depthsOf(distinct))
-	prefixSeconds := time.Since(start).Seconds()
+	return keys, envs, closeEnvs, nil
+}
 
-	log, err := report.NewMetricsLog(o.OutDir)
-	if err != nil {
-		return nil, err
-	}
-	defer log.Close()
+// runMethods runs each method's federation in turn, logging its rounds,
+// and returns the summary: each method's final metrics, the timings per
+// method, the bytes per site and round, and the privacy accounting.
+func runMethods(ctx context.Context, o Options, s *setup, envs map[cacheKey]*methods.Env, keys []cacheKey, log *report.MetricsLog) (*report.Summary, error) {
+	task := s.task
 	sum := &report.Summary{Protocol: task.Protocol, Metrics: summaryMetrics(task)}
-	timings := map[string]float64{"prefix_s": prefixSeconds}
+	timings := map[string]float64{}
 	// bytes each site sends and receives per round, averaged over every
 	// round of the run — those a resumed run replays from its checkpoints
 	// too
@@ -255,17 +313,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			lastRecords = append(lastRecords, recs[len(recs)-1])
 		}
 	}
-	timings["total_s"] = time.Since(start).Seconds()
 	sum.Timings = timings
 	sum.Extra = bytes.extra()
 	for _, rec := range lastRecords {
 		addPrivacy(o, sum, rec.Method, rec)
 	}
-	res := &Result{Summary: sum, Table: sum.Table(tableTitle(s.ds.Name, task)), Records: log.Records(), Task: task, OutDir: o.OutDir}
-	if err := writeReports(o, res); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return sum, nil
 }
 
 // backboneFits rejects a method whose depth needs the ViT's blocks or
@@ -363,86 +416,29 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 	if err := os.MkdirAll(ckdir, 0o755); err != nil {
 		return nil, err
 	}
-	proxies := make([]federation.ClientProxy, len(plan.Clients))
-	for i, c := range plan.Clients {
-		proxies[i] = o.compressed(federation.NewSite(c, filepath.Join(ckdir, fmt.Sprintf("site-%03d", c.ID()))))
-	}
-	bar := progress.New(o.Progress, o.Rounds, name+" round", "round", progress.WithMode(o.ProgressMode))
-	env.RoundBar = bar
+	m := &methodRun{ctx: ctx, o: o, env: env, plan: plan, name: name, log: log,
+		bar: progress.New(o.Progress, o.Rounds, name+" round", "round", progress.WithMode(o.ProgressMode))}
+	env.RoundBar = m.bar
 	defer func() { env.RoundBar = nil }()
-	var records []report.RoundRecord
-	toRecord := func(r federation.RoundReport) report.RoundRecord { return RoundRecord(name, r) }
-	global := len(env.Task.GlobalEvals) > 0 && plan.GlobalScorer != nil
-	if len(env.Task.GlobalEvals) > 0 && !global {
+	m.global = len(env.Task.GlobalEvals) > 0 && plan.GlobalScorer != nil
+	if len(env.Task.GlobalEvals) > 0 && !m.global {
 		slog.Warn("method has no global model: the held-out / unseen sets are not scored", "method", name)
 	}
 	store := federation.FileStore{Path: filepath.Join(ckdir, federation.CheckpointFile)}
 	coord := o.coordinator(plan.Strategy)
-	coord.Proxies, coord.Store = proxies, store
+	coord.Proxies, coord.Store = m.proxies(ckdir), store
 	// one line per round is logged below, with the metrics
 	coord.Logger = slog.New(slog.DiscardHandler)
-	coord.OnRound = func(r federation.RoundReport) error {
-		bar.Add(1)
-		if o.countRound != nil {
-			o.countRound(name, r)
-		}
-		if o.OnRound != nil {
-			o.OnRound(name, r)
-		}
-		if r.Eval == nil {
-			return nil
-		}
-		rec := toRecord(r)
-		if global {
-			// the global model (held-out domain, unseen writers) at
-			// every evaluated round
-			sc, err := plan.GlobalScorer()
-			if err != nil {
-				return fmt.Errorf("global model: %w", err)
-			}
-			if err := scoreGlobal(ctx, env, sc, &rec); err != nil {
-				return err
-			}
-		}
-		records = append(records, rec)
-		slog.Info("round", "method", name, "round", r.Round, "metrics", fmtMetrics(rec.Mean))
-		return log.Append(rec)
-	}
+	coord.OnRound = m.onRound
 	if o.Resume {
-		// earlier rounds come from the checkpoint's history
-		ck, lerr := store.Load()
-		switch {
-		case errors.Is(lerr, federation.ErrNoCheckpoint) && (o.Force || !started):
-			if started {
-				slog.Warn("no checkpoint to resume (--force): starting from round 0", "method", name, "checkpoint", store.Path)
-			} else {
-				slog.Info("method had not started: running it from round 0", "method", name)
-			}
-			_, err = coord.Run(ctx)
-		case errors.Is(lerr, federation.ErrNoCheckpoint):
-			return nil, fmt.Errorf("resume: checkpoint %s is missing (deleted, or the run stopped before its first round ended); --force starts %s again from round 0", store.Path, name)
-		case lerr != nil:
-			err = lerr
-		default:
-			for _, r := range ck.History.Rounds {
-				if o.countRound != nil {
-					o.countRound(name, r)
-				}
-				if r.Eval != nil {
-					rec := toRecord(r)
-					records = append(records, rec)
-					if err := log.Append(rec); err != nil {
-						return nil, err
-					}
-				}
-				bar.Add(1)
-			}
-			_, err = coord.Resume(ctx)
+		var refused error
+		if err, refused = m.resume(coord, store, started); refused != nil {
+			return nil, refused
 		}
 	} else {
 		_, err = coord.Run(ctx)
 	}
-	bar.Finish()
+	m.bar.Finish()
 	if err != nil {
 		return nil, err
 	}
@@ -451,7 +447,99 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 			return nil, err
 		}
 	}
-	return records, nil
+	return m.records, nil
+}
+
+// methodRun is one method's federation in a run: what its rounds are
+// logged to and the records they made.
+type methodRun struct {
+	ctx     context.Context
+	o       Options
+	env     *methods.Env
+	plan    *methods.Plan
+	name    string
+	log     *report.MetricsLog
+	bar     *progress.Bar
+	global  bool // the global model is scored at every evaluated round
+	records []report.RoundRecord
+}
+
+// proxies are the plan's clients as the coordinator calls them, each with
+// its state folder under ckdir.
+func (m *methodRun) proxies(ckdir string) []federation.ClientProxy {
+	proxies := make([]federation.ClientProxy, len(m.plan.Clients))
+	for i, c := range m.plan.Clients {
+		proxies[i] = m.o.compressed(federation.NewSite(c, filepath.Join(ckdir, fmt.Sprintf("site-%03d", c.ID()))))
+	}
+	return proxies
+}
+
+// onRound counts a round's bytes and, for an evaluated round, scores the
+// global model when there is one and logs the round's record.
+func (m *methodRun) onRound(r federation.RoundReport) error {
+	m.bar.Add(1)
+	if m.o.countRound != nil {
+		m.o.countRound(m.name, r)
+	}
+	if m.o.OnRound != nil {
+		m.o.OnRound(m.name, r)
+	}
+	if r.Eval == nil {
+		return nil
+	}
+	rec := RoundRecord(m.name, r)
+	if m.global {
+		// the global model (held-out domain, unseen writers) at
+		// every evaluated round
+		sc, err := m.plan.GlobalScorer()
+		if err != nil {
+			return fmt.Errorf("global model: %w", err)
+		}
+		if err := scoreGlobal(m.ctx, m.env, sc, &rec); err != nil {
+			return err
+		}
+	}
+	m.records = append(m.records, rec)
+	slog.Info("round", "method", m.name, "round", r.Round, "metrics", fmtMetrics(rec.Mean))
+	return m.log.Append(rec)
+}
+
+// resume continues the method from its checkpoint, the earlier rounds
+// coming from the checkpoint's history; a method that had not started
+// (or, with --force, lost its checkpoint) runs from round 0. err is the
+// federation's (or the checkpoint's) error; refused, a resume refused
+// before it ran (a missing checkpoint, a record not logged).
+func (m *methodRun) resume(coord *federation.Coordinator, store federation.FileStore, started bool) (err, refused error) {
+	ck, lerr := store.Load()
+	switch {
+	case errors.Is(lerr, federation.ErrNoCheckpoint) && (m.o.Force || !started):
+		if started {
+			slog.Warn("no checkpoint to resume (--force): starting from round 0", "method", m.name, "checkpoint", store.Path)
+		} else {
+			slog.Info("method had not started: running it from round 0", "method", m.name)
+		}
+		_, err = coord.Run(m.ctx)
+	case errors.Is(lerr, federation.ErrNoCheckpoint):
+		return nil, fmt.Errorf("resume: checkpoint %s is missing (deleted, or the run stopped before its first round ended); --force starts %s again from round 0", store.Path, m.name)
+	case lerr != nil:
+		err = lerr
+	default:
+		for _, r := range ck.History.Rounds {
+			if m.o.countRound != nil {
+				m.o.countRound(m.name, r)
+			}
+			if r.Eval != nil {
+				rec := RoundRecord(m.name, r)
+				m.records = append(m.records, rec)
+				if err := m.log.Append(rec); err != nil {
+					return nil, err
+				}
+			}
+			m.bar.Add(1)
+		}
+		_, err = coord.Resume(m.ctx)
+	}
+	return err, nil
 }
 
 // scoreGlobal scores a method's global model on the task's GlobalEvals (the

@@ -99,6 +99,25 @@ func (info *RunInfo) check() error {
 	case info.ModelSHA256 != "" && !isSHA256Hex(info.ModelSHA256):
 		return fmt.Errorf(`field "model_sha256": %q; want 64 hexadecimal digits`, info.ModelSHA256)
 	}
+	if err := info.checkClassesAndSpaces(); err != nil {
+		return err
+	}
+	for id := range len(info.ClientSpace) {
+		sp, ok := info.ClientSpace[id]
+		if !ok {
+			return fmt.Errorf(`field "client_space": client %d missing (client IDs must run 0..%d)`, id, len(info.ClientSpace)-1)
+		}
+		if sp < 0 || sp >= len(info.Spaces) {
+			return fmt.Errorf(`field "client_space": client %d trained over space %d; the run has spaces 0..%d`, id, sp, len(info.Spaces)-1)
+		}
+	}
+	return info.checkMethods()
+}
+
+// checkClassesAndSpaces refuses an empty or repeated class name, and a
+// label space with a bad name, no classes, or a class out of range or
+// listed twice.
+func (info *RunInfo) checkClassesAndSpaces() error {
 	seen := make(map[string]bool, len(info.Classes))
 	for i, c := range info.Classes {
 		if strings.TrimSpace(c) == "" {
@@ -129,15 +148,13 @@ func (info *RunInfo) check() error {
 			in[c] = true
 		}
 	}
-	for id := range len(info.ClientSpace) {
-		sp, ok := info.ClientSpace[id]
-		if !ok {
-			return fmt.Errorf(`field "client_space": client %d missing (client IDs must run 0..%d)`, id, len(info.ClientSpace)-1)
-		}
-		if sp < 0 || sp >= len(info.Spaces) {
-			return fmt.Errorf(`field "client_space": client %d trained over space %d; the run has spaces 0..%d`, id, sp, len(info.Spaces)-1)
-		}
-	}
+	return nil
+}
+
+// checkMethods refuses an empty, repeated or unknown method, one without
+// its sites folder (a relative path inside the run folder), and a sites or
+// sections entry of a method not listed.
+func (info *RunInfo) checkMethods() error {
 	methods := map[string]bool{}
 	for _, m := range info.Methods {
 		if strings.TrimSpace(m) == "" || methods[m] {

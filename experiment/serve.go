@@ -65,16 +65,8 @@ type ServeConfig struct {
 // after that — and returns them when it stops. Restarted with the same configuration after a
 // crash, it resumes from its state folder.
 func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
-	if c.State == "" || (c.Certs == "" && !c.Insecure) || c.Listen == "" {
-		return nil, errors.New("--listen, --certs and --state are required")
-	}
-	switch {
-	case c.Insecure && c.Certs != "":
-		return nil, errors.New("--insecure-dev and --certs exclude each other (--insecure-dev serves clear text and would ignore the certificates; name the sites with --sites)")
-	case c.Insecure && len(c.Sites) == 0:
-		return nil, errors.New("--insecure-dev needs --sites NAME,… (client i is the i-th name; with certificates they come from the certificates folder)")
-	case !c.Insecure && len(c.Sites) > 0:
-		return nil, errors.New("--sites is for --insecure-dev only (with certificates the sites are the certificates folder's sites.txt)")
+	if err := checkServeConfig(c); err != nil {
+		return nil, err
 	}
 	if c.Out == "" {
 		c.Out = filepath.Join(c.State, "out")
@@ -93,20 +85,8 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.SiteNames = c.Sites
-	if c.Certs != "" {
-		names, err := certs.Sites(c.Certs)
-		if err != nil {
-			return nil, err
-		}
-		f.SiteNames = names
-		if len(names) != len(f.Task.Clients) {
-			return nil, fmt.Errorf("%s lists %d sites but the configuration's federation.clients is %d: make them agree (certs add-site, or --set federation.clients=%d)",
-				filepath.Join(c.Certs, "sites.txt"), len(names), len(f.Task.Clients), len(names))
-		}
-	}
-	if c.MinFit > len(f.Task.Clients) {
-		return nil, fmt.Errorf("--min-fit %d is larger than the federation (federation.clients=%d)", c.MinFit, len(f.Task.Clients))
+	if err := nameSites(c, f); err != nil {
+		return nil, err
 	}
 	modelID, err := IdentifyModel(c.Model, e.Vocab)
 	if err != nil {
@@ -125,46 +105,101 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 		logger = slog.Default()
 	}
 	coord.Logger = logger
-	// the outputs are written as soon as the rounds end; --linger only
-	// keeps the dashboard up after that
-	var res *Result
-	var werr error
-	finished := func(hist *federation.History, err error) {
-		// stopped by a signal (transport.ErrStopped): the rounds done are
-		// the run's outputs so far (the state folder resumes it)
-		stopped := errors.Is(err, transport.ErrStopped) && hist != nil && len(hist.Rounds) > 0
-		if (err == nil || stopped) && hist != nil {
-			if res, werr = WriteFederationReports(o, f, hist); werr == nil {
-				logger.Info("results written", "out", c.Out)
-			} else {
-				logger.Error("the results could not be written", "out", c.Out, "err", werr)
-			}
-		}
-	}
+	w := &serveOutputs{o: o, f: f, out: c.Out, logger: logger}
 	job := dashboard.Job{Name: e.Name, Method: f.Name, Preset: c.Preset, Protocol: f.Task.Protocol, Dataset: f.Dataset}
 	_, err = transport.RunCoordinator(ctx, transport.CoordinatorConfig{
 		Addr: c.Listen, HTTPAddr: c.HTTP, HTTPTokenFile: c.HTTPTokenFile, HTTPLinger: c.Linger, Fingerprint: e.Fingerprint(), Job: job,
-		Finished: finished, CertsDir: c.Certs, Insecure: c.Insecure, Sites: c.Sites,
+		Finished: w.finished, CertsDir: c.Certs, Insecure: c.Insecure, Sites: c.Sites,
 		StatePath: filepath.Join(c.State, "coordinator.db"), Spec: transport.Spec(spec), Compress: o.Compress, Logger: logger,
 		RegisterTimeout: c.RegisterTimeout, OfflineAfter: c.OfflineAfter, Settings: taskSettings(e, modelID), Task: task,
 	}, coord)
+	return w.result(err)
+}
+
+// checkServeConfig refuses missing or contradictory flags of `pfedmma
+// serve`.
+func checkServeConfig(c ServeConfig) error {
+	if c.State == "" || (c.Certs == "" && !c.Insecure) || c.Listen == "" {
+		return errors.New("--listen, --certs and --state are required")
+	}
+	switch {
+	case c.Insecure && c.Certs != "":
+		return errors.New("--insecure-dev and --certs exclude each other (--insecure-dev serves clear text and would ignore the certificates; name the sites with --sites)")
+	case c.Insecure && len(c.Sites) == 0:
+		return errors.New("--insecure-dev needs --sites NAME,… (client i is the i-th name; with certificates they come from the certificates folder)")
+	case !c.Insecure && len(c.Sites) > 0:
+		return errors.New("--sites is for --insecure-dev only (with certificates the sites are the certificates folder's sites.txt)")
+	}
+	return nil
+}
+
+// nameSites names f's sites (--sites, or the certificates folder's, which
+// must be as many as the configuration's clients) and refuses a --min-fit
+// larger than the federation.
+func nameSites(c ServeConfig, f *Federated) error {
+	f.SiteNames = c.Sites
+	if c.Certs != "" {
+		names, err := certs.Sites(c.Certs)
+		if err != nil {
+			return err
+		}
+		f.SiteNames = names
+		if len(names) != len(f.Task.Clients) {
+			return fmt.Errorf("%s lists %d sites but the configuration's federation.clients is %d: make them agree (certs add-site, or --set federation.clients=%d)",
+				filepath.Join(c.Certs, "sites.txt"), len(names), len(f.Task.Clients), len(names))
+		}
+	}
+	if c.MinFit > len(f.Task.Clients) {
+		return fmt.Errorf("--min-fit %d is larger than the federation (federation.clients=%d)", c.MinFit, len(f.Task.Clients))
+	}
+	return nil
+}
+
+// serveOutputs writes Serve's outputs as soon as the rounds end (--linger
+// only keeps the dashboard up after that).
+type serveOutputs struct {
+	o      Options
+	f      *Federated
+	out    string
+	logger *slog.Logger
+	res    *Result
+	werr   error
+}
+
+// finished writes the reports of hist; stopped by a signal
+// (transport.ErrStopped), the rounds done are the run's outputs so far (the
+// state folder resumes it).
+func (w *serveOutputs) finished(hist *federation.History, err error) {
+	stopped := errors.Is(err, transport.ErrStopped) && hist != nil && len(hist.Rounds) > 0
+	if (err == nil || stopped) && hist != nil {
+		if w.res, w.werr = WriteFederationReports(w.o, w.f, hist); w.werr == nil {
+			w.logger.Info("results written", "out", w.out)
+		} else {
+			w.logger.Error("the results could not be written", "out", w.out, "err", w.werr)
+		}
+	}
+}
+
+// result is Serve's answer given the coordinator's error err: a stop by a
+// signal with the rounds done written is a result, not a failure.
+func (w *serveOutputs) result(err error) (*Result, error) {
 	if errors.Is(err, transport.ErrStopped) {
 		switch {
-		case werr != nil:
-			return nil, fmt.Errorf("%w; writing the outputs of the rounds done: %w", err, werr)
-		case res == nil:
+		case w.werr != nil:
+			return nil, fmt.Errorf("%w; writing the outputs of the rounds done: %w", err, w.werr)
+		case w.res == nil:
 			return nil, fmt.Errorf("%w; no round was done, so no output was written", err)
 		}
-		logger.Warn("stopped: the outputs of the rounds done are written; restart with the same flags to resume", "why", err, "out", c.Out)
-		return res, nil
+		w.logger.Warn("stopped: the outputs of the rounds done are written; restart with the same flags to resume", "why", err, "out", w.out)
+		return w.res, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	if werr != nil {
-		return nil, werr
+	if w.werr != nil {
+		return nil, w.werr
 	}
-	return res, nil
+	return w.res, nil
 }
 
 // serveCoordinator is the coordinator of Serve: `pfedmma run`'s schedule

@@ -339,22 +339,64 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 	var departed []int
 	selected, all, departed = c.present(r, selected, all)
 	rep := RoundReport{Round: r, Selected: selected, Fit: map[int]Metrics{}, Departed: departed}
-	ins, err := c.Strategy.Configure(r, selected)
+	ins, cfg, err := c.configureFit(r, selected)
 	if err != nil {
 		return rep, err
+	}
+	t0 := time.Now()
+	res, errs := c.fit(ctx, r, selected, ins, cfg, byID)
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+	results, failures, err := c.collectFit(r, selected, ins, res, errs, &rep)
+	if err != nil {
+		return rep, err
+	}
+	t1 := time.Now()
+	rep.FitSeconds = t1.Sub(t0).Seconds()
+	if results, err = c.combineSecure(ctx, r, results, &rep); err != nil {
+		return rep, err
+	}
+	if err := c.Strategy.Aggregate(r, results, failures); err != nil {
+		return rep, err
+	}
+	rep.AggregateSeconds = time.Since(t1).Seconds()
+	if rr, ok := c.Strategy.(RoundReporter); ok {
+		rep.Strategy = rr.RoundMetrics()
+	}
+	rep.FitMean = meanMetrics(rep.Fit)
+	if !c.evalRound(r) {
+		return rep, nil
+	}
+	return rep, c.evaluateRound(ctx, r, all, cfg, byID, &rep)
+}
+
+// configureFit asks the strategy for each selected client's parameters and
+// builds the round's fit configuration (with secure aggregation's
+// session, when on).
+func (c *Coordinator) configureFit(r int, selected []int) (map[int]tensor.Named, map[string]string, error) {
+	ins, err := c.Strategy.Configure(r, selected)
+	if err != nil {
+		return nil, nil, err
 	}
 	var cfg map[string]string
 	if c.FitConfig != nil {
 		cfg = c.FitConfig(r)
 	}
 	if cfg, err = c.beginSecure(r, selected, cfg); err != nil {
-		return rep, err
+		return nil, nil, err
 	}
+	return ins, cfg, nil
+}
+
+// fit trains the selected clients in parallel, reporting progress as each
+// answers; res[i] and errs[i] are selected[i]'s.
+func (c *Coordinator) fit(ctx context.Context, r int, selected []int, ins map[int]tensor.Named, cfg map[string]string, byID map[int]ClientProxy) ([]FitRes, []error) {
 	res := make([]FitRes, len(selected))
 	var mu sync.Mutex
-	t0 := time.Now()
 	done := 0
 	fctx, cancel := c.phase(ctx)
+	defer cancel()
 	errs := c.call(fctx, selected, func(ctx context.Context, i, id int) error {
 		in := ins[id]
 		if in == nil {
@@ -374,16 +416,20 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 		mu.Unlock()
 		return nil
 	})
-	cancel()
-	if err := ctx.Err(); err != nil {
-		return rep, err
-	}
+	return res, errs
+}
+
+// collectFit records the clients' answers in rep (bytes, fit metrics,
+// participants, failures) and returns those to aggregate; it refuses a
+// failure when failures are not tolerated, and a round with fewer answers
+// than MinFit.
+func (c *Coordinator) collectFit(r int, selected []int, ins map[int]tensor.Named, res []FitRes, errs []error, rep *RoundReport) ([]FitResult, []Failure, error) {
 	var results []FitResult
 	var failures []Failure
 	for i, id := range selected {
 		if errs[i] != nil {
 			if !c.TolerateFailures {
-				return rep, fmt.Errorf("client %d fit: %w", id, errs[i])
+				return nil, nil, fmt.Errorf("client %d fit: %w", id, errs[i])
 			}
 			failures = append(failures, Failure{ClientID: id, Err: errs[i]})
 			continue
@@ -402,37 +448,28 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 			c.logger().Warn("client failed", "round", r, "client", f.ClientID, "err", f.Err)
 		}
 		if need := max(c.MinFit, 1); len(results) < need {
-			return rep, fmt.Errorf("%w: %d of %d selected clients answered, %d needed (missing %v)",
+			return nil, nil, fmt.Errorf("%w: %d of %d selected clients answered, %d needed (missing %v)",
 				errBelowMinFit, len(results), len(selected), need, c.names(rep.Absent))
 		}
 	}
-	if need := max(c.MinFit, 1); len(departed) > 0 && len(failures) == 0 && len(results) < need {
+	if need := max(c.MinFit, 1); len(rep.Departed) > 0 && len(failures) == 0 && len(results) < need {
 		// every selected client left the schedule (Departed)
-		return rep, fmt.Errorf("%w: %d of %d selected clients answered, %d needed (left the schedule: %v)",
-			errBelowMinFit, len(results), len(selected)+len(departed), need, c.names(departed))
+		return nil, nil, fmt.Errorf("%w: %d of %d selected clients answered, %d needed (left the schedule: %v)",
+			errBelowMinFit, len(results), len(selected)+len(rep.Departed), need, c.names(rep.Departed))
 	}
-	t1 := time.Now()
-	rep.FitSeconds = t1.Sub(t0).Seconds()
-	if results, err = c.combineSecure(ctx, r, results, &rep); err != nil {
-		return rep, err
-	}
-	if err := c.Strategy.Aggregate(r, results, failures); err != nil {
-		return rep, err
-	}
-	rep.AggregateSeconds = time.Since(t1).Seconds()
-	if rr, ok := c.Strategy.(RoundReporter); ok {
-		rep.Strategy = rr.RoundMetrics()
-	}
-	rep.FitMean = meanMetrics(rep.Fit)
-	if !c.evalRound(r) {
-		return rep, nil
-	}
+	return results, failures, nil
+}
+
+// evaluateRound evaluates every client on the aggregated parameters and
+// records the metrics, bytes and absences in rep.
+func (c *Coordinator) evaluateRound(ctx context.Context, r int, all []int, cfg map[string]string, byID map[int]ClientProxy, rep *RoundReport) error {
 	t2 := time.Now()
 	eins, err := ConfigureEvaluate(c.Strategy, r, all)
 	if err != nil {
-		return rep, fmt.Errorf("configure evaluate: %w", err)
+		return fmt.Errorf("configure evaluate: %w", err)
 	}
-	done = 0
+	var mu sync.Mutex
+	done := 0
 	ectx, cancel := c.phase(ctx)
 	evals, errs := c.evaluate(ectx, all, byID, func(id int) EvaluateIns {
 		return EvaluateIns{Round: r, Params: eins[id].Clone(), Config: cfg}
@@ -444,13 +481,13 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 	})
 	cancel()
 	if err := ctx.Err(); err != nil {
-		return rep, err
+		return err
 	}
 	rep.Eval = map[int]Metrics{}
 	for i, id := range all {
 		if errs[i] != nil {
 			if !c.TolerateFailures {
-				return rep, fmt.Errorf("client %d evaluate: %w", id, errs[i])
+				return fmt.Errorf("client %d evaluate: %w", id, errs[i])
 			}
 			c.logger().Warn("client evaluation failed", "round", r, "client", id, "err", errs[i])
 			if !slices.Contains(rep.Absent, id) {
@@ -464,7 +501,7 @@ func (c *Coordinator) round(ctx context.Context, r int, selected, all []int, byI
 	}
 	rep.EvalMean = meanMetrics(rep.Eval)
 	rep.EvalSeconds = time.Since(t2).Seconds()
-	return rep, nil
+	return nil
 }
 
 // present drops the clients that Departed says left the schedule from

@@ -93,6 +93,13 @@ func (e *Env) EvaluateGroup(ctx context.Context, prepare func(prefix []float32, 
 			}
 		}
 	}
+	return e.groupMetrics(tasks, sets, correct, logits), nil
+}
+
+// groupMetrics turns each client's correct counts per evaluation set into
+// its accuracy metrics (with the harmonic mean for base-to-novel), handing
+// the logits to OnEvaluate when kept.
+func (e *Env) groupMetrics(tasks []*protocol.ClientTask, sets [][]eval.Set, correct [][]int, logits [][][]float32) []eval.Metrics {
 	out := make([]eval.Metrics, len(tasks))
 	for i, t := range tasks {
 		m := eval.Metrics{}
@@ -109,7 +116,7 @@ func (e *Env) EvaluateGroup(ctx context.Context, prepare func(prefix []float32, 
 		}
 		out[i] = m
 	}
-	return out, nil
+	return out
 }
 
 // setKey identifies an evaluation set by its label space and records.

@@ -199,32 +199,10 @@ type Result struct {
 // Plan writes the transport plans [P, M, N] for the similarities sim
 // [P, M, N] (cost = 1 − sim) into plan.
 func (s *Solver) Plan(plan, sim []float32, P, M, N int, c Config) (Result, error) {
-	if err := c.Validate(); err != nil {
+	if err := checkProblem(plan, sim, P, M, N, c); err != nil {
 		return Result{}, err
 	}
-	if P < 1 || M < 1 || N < 1 {
-		return Result{}, fmt.Errorf("ot: problem shape [%d, %d, %d] must be positive", P, M, N)
-	}
-	if len(sim) != P*M*N || len(plan) != P*M*N {
-		return Result{}, fmt.Errorf("ot: sim has %d values and plan %d, want %d·%d·%d = %d", len(sim), len(plan), P, M, N, P*M*N)
-	}
-	for i, v := range sim {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return Result{}, fmt.Errorf("ot: sim[%d] is %v", i, v)
-		}
-	}
-	s.f, s.g = grow64(s.f, P*M), grow64(s.g, P*N)
-	s.u, s.v = grow64(s.u, P*M), grow64(s.v, P*N)
-	s.su, s.sv = grow64(s.su, P*M), grow64(s.sv, P*N)
-	s.ea, s.eb = grow64(s.ea, P*M), grow64(s.eb, P*N)
-	s.k = grow64(s.k, P*M*N)
-	clear(s.f) // u = exp(f)·ũ = 1
-	clear(s.g) // v = exp(g)·ṽ = 1
-	for _, x := range [][]float64{s.u, s.v, s.ea, s.eb} {
-		for i := range x {
-			x[i] = 1
-		}
-	}
+	s.reset(P, M, N)
 	cot := c.Method == COT
 	a, b := 1/float64(M), 1/float64(N)
 	nWatch := M // Sinkhorn watches u
@@ -274,7 +252,49 @@ func (s *Solver) Plan(plan, sim []float32, P, M, N int, c Config) (Result, error
 			break
 		}
 	}
-	// plan = diag(u) K diag(v) = K̃ ũ ṽ
+	s.writePlan(plan, P, M, N)
+	return res, nil
+}
+
+// checkProblem refuses an invalid configuration, a non-positive shape,
+// buffers of the wrong length and a non-finite similarity.
+func checkProblem(plan, sim []float32, P, M, N int, c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if P < 1 || M < 1 || N < 1 {
+		return fmt.Errorf("ot: problem shape [%d, %d, %d] must be positive", P, M, N)
+	}
+	if len(sim) != P*M*N || len(plan) != P*M*N {
+		return fmt.Errorf("ot: sim has %d values and plan %d, want %d·%d·%d = %d", len(sim), len(plan), P, M, N, P*M*N)
+	}
+	for i, v := range sim {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("ot: sim[%d] is %v", i, v)
+		}
+	}
+	return nil
+}
+
+// reset sizes the solver's buffers for P problems of M×N and starts the
+// scalings at 1 (f = g = 0, u = v = 1).
+func (s *Solver) reset(P, M, N int) {
+	s.f, s.g = grow64(s.f, P*M), grow64(s.g, P*N)
+	s.u, s.v = grow64(s.u, P*M), grow64(s.v, P*N)
+	s.su, s.sv = grow64(s.su, P*M), grow64(s.sv, P*N)
+	s.ea, s.eb = grow64(s.ea, P*M), grow64(s.eb, P*N)
+	s.k = grow64(s.k, P*M*N)
+	clear(s.f) // u = exp(f)·ũ = 1
+	clear(s.g) // v = exp(g)·ṽ = 1
+	for _, x := range [][]float64{s.u, s.v, s.ea, s.eb} {
+		for i := range x {
+			x[i] = 1
+		}
+	}
+}
+
+// writePlan writes plan = diag(u) K diag(v) = K̃ ũ ṽ.
+func (s *Solver) writePlan(plan []float32, P, M, N int) {
 	for p := 0; p < P; p++ {
 		for m := 0; m < M; m++ {
 			for n := 0; n < N; n++ {
@@ -283,7 +303,6 @@ func (s *Solver) Plan(plan, sim []float32, P, M, N int, c Config) (Result, error
 			}
 		}
 	}
-	return res, nil
 }
 
 func grow64(buf []float64, n int) []float64 {

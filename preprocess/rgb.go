@@ -124,71 +124,17 @@ func ToRGB(img image.Image) *RGB {
 	case *rgbImage:
 		copy(out.Pix, src.Pix)
 	case *image.RGBA:
-		for y := 0; y < h; y++ {
-			row := src.Pix[(y+b.Min.Y-src.Rect.Min.Y)*src.Stride+(b.Min.X-src.Rect.Min.X)*4:]
-			orow := out.Pix[3*y*w:]
-			for x := 0; x < w; x++ {
-				r, g, bb, a := row[4*x], row[4*x+1], row[4*x+2], row[4*x+3]
-				if a != 0xff {
-					c := color.NRGBAModel.Convert(color.RGBA{r, g, bb, a}).(color.NRGBA)
-					r, g, bb = c.R, c.G, c.B
-				}
-				orow[3*x], orow[3*x+1], orow[3*x+2] = r, g, bb
-			}
-		}
+		rgbaToRGB(src, b, out)
 	case *image.NRGBA:
-		for y := 0; y < h; y++ {
-			row := src.Pix[(y+b.Min.Y-src.Rect.Min.Y)*src.Stride+(b.Min.X-src.Rect.Min.X)*4:]
-			orow := out.Pix[3*y*w:]
-			for x := 0; x < w; x++ {
-				orow[3*x], orow[3*x+1], orow[3*x+2] = row[4*x], row[4*x+1], row[4*x+2]
-			}
-		}
+		nrgbaToRGB(src, b, out)
 	case *image.Gray:
-		for y := 0; y < h; y++ {
-			row := src.Pix[(y+b.Min.Y-src.Rect.Min.Y)*src.Stride+(b.Min.X-src.Rect.Min.X):]
-			orow := out.Pix[3*y*w:]
-			for x := 0; x < w; x++ {
-				v := row[x]
-				orow[3*x], orow[3*x+1], orow[3*x+2] = v, v, v
-			}
-		}
+		grayToRGB(src, b, out)
 	case *image.Gray16:
-		for y := 0; y < h; y++ {
-			orow := out.Pix[3*y*w:]
-			for x := 0; x < w; x++ {
-				v := src.Gray16At(x+b.Min.X, y+b.Min.Y).Y
-				c := uint8(min(v, 255)) // PIL "I" -> "RGB" clips, it does not rescale
-				orow[3*x], orow[3*x+1], orow[3*x+2] = c, c, c
-			}
-		}
+		gray16ToRGB(src, b, out)
 	case *image.Paletted:
-		pal := make([][3]uint8, 256)
-		for i, c := range src.Palette {
-			if i >= 256 {
-				break
-			}
-			pal[i] = straightRGB(c)
-		}
-		for y := 0; y < h; y++ {
-			row := src.Pix[(y+b.Min.Y-src.Rect.Min.Y)*src.Stride+(b.Min.X-src.Rect.Min.X):]
-			orow := out.Pix[3*y*w:]
-			for x := 0; x < w; x++ {
-				p := pal[row[x]]
-				orow[3*x], orow[3*x+1], orow[3*x+2] = p[0], p[1], p[2]
-			}
-		}
+		palettedToRGB(src, b, out)
 	case *image.CMYK:
-		for y := 0; y < h; y++ {
-			row := src.Pix[(y+b.Min.Y-src.Rect.Min.Y)*src.Stride+(b.Min.X-src.Rect.Min.X)*4:]
-			orow := out.Pix[3*y*w:]
-			for x := 0; x < w; x++ {
-				k := 255 - uint32(row[4*x+3])
-				orow[3*x] = mulDiv255(255-uint32(row[4*x]), k)
-				orow[3*x+1] = mulDiv255(255-uint32(row[4*x+1]), k)
-				orow[3*x+2] = mulDiv255(255-uint32(row[4*x+2]), k)
-			}
-		}
+		cmykToRGB(src, b, out)
 	case *image.YCbCr:
 		ycbcrToRGB(src, out)
 	case *image.NYCbCrA:
@@ -203,6 +149,98 @@ func ToRGB(img image.Image) *RGB {
 		}
 	}
 	return out
+}
+
+// rgbaToRGB copies an RGBA image, un-premultiplying its translucent
+// pixels.
+func rgbaToRGB(src *image.RGBA, b image.Rectangle, out *RGB) {
+	w, h := b.Dx(), b.Dy()
+	for y := 0; y < h; y++ {
+		row := src.Pix[(y+b.Min.Y-src.Rect.Min.Y)*src.Stride+(b.Min.X-src.Rect.Min.X)*4:]
+		orow := out.Pix[3*y*w:]
+		for x := 0; x < w; x++ {
+			r, g, bb, a := row[4*x], row[4*x+1], row[4*x+2], row[4*x+3]
+			if a != 0xff {
+				c := color.NRGBAModel.Convert(color.RGBA{r, g, bb, a}).(color.NRGBA)
+				r, g, bb = c.R, c.G, c.B
+			}
+			orow[3*x], orow[3*x+1], orow[3*x+2] = r, g, bb
+		}
+	}
+}
+
+// nrgbaToRGB copies an NRGBA image, dropping alpha.
+func nrgbaToRGB(src *image.NRGBA, b image.Rectangle, out *RGB) {
+	w, h := b.Dx(), b.Dy()
+	for y := 0; y < h; y++ {
+		row := src.Pix[(y+b.Min.Y-src.Rect.Min.Y)*src.Stride+(b.Min.X-src.Rect.Min.X)*4:]
+		orow := out.Pix[3*y*w:]
+		for x := 0; x < w; x++ {
+			orow[3*x], orow[3*x+1], orow[3*x+2] = row[4*x], row[4*x+1], row[4*x+2]
+		}
+	}
+}
+
+// grayToRGB repeats a gray image in the three channels.
+func grayToRGB(src *image.Gray, b image.Rectangle, out *RGB) {
+	w, h := b.Dx(), b.Dy()
+	for y := 0; y < h; y++ {
+		row := src.Pix[(y+b.Min.Y-src.Rect.Min.Y)*src.Stride+(b.Min.X-src.Rect.Min.X):]
+		orow := out.Pix[3*y*w:]
+		for x := 0; x < w; x++ {
+			v := row[x]
+			orow[3*x], orow[3*x+1], orow[3*x+2] = v, v, v
+		}
+	}
+}
+
+// gray16ToRGB repeats a 16-bit gray image in the three channels, clipped
+// at 255 as PIL does.
+func gray16ToRGB(src *image.Gray16, b image.Rectangle, out *RGB) {
+	w, h := b.Dx(), b.Dy()
+	for y := 0; y < h; y++ {
+		orow := out.Pix[3*y*w:]
+		for x := 0; x < w; x++ {
+			v := src.Gray16At(x+b.Min.X, y+b.Min.Y).Y
+			c := uint8(min(v, 255)) // PIL "I" -> "RGB" clips, it does not rescale
+			orow[3*x], orow[3*x+1], orow[3*x+2] = c, c, c
+		}
+	}
+}
+
+// palettedToRGB looks a paletted image's pixels up in its palette.
+func palettedToRGB(src *image.Paletted, b image.Rectangle, out *RGB) {
+	w, h := b.Dx(), b.Dy()
+	pal := make([][3]uint8, 256)
+	for i, c := range src.Palette {
+		if i >= 256 {
+			break
+		}
+		pal[i] = straightRGB(c)
+	}
+	for y := 0; y < h; y++ {
+		row := src.Pix[(y+b.Min.Y-src.Rect.Min.Y)*src.Stride+(b.Min.X-src.Rect.Min.X):]
+		orow := out.Pix[3*y*w:]
+		for x := 0; x < w; x++ {
+			p := pal[row[x]]
+			orow[3*x], orow[3*x+1], orow[3*x+2] = p[0], p[1], p[2]
+		}
+	}
+}
+
+// cmykToRGB converts a CMYK image as PIL does.
+func cmykToRGB(src *image.CMYK, b image.Rectangle, out *RGB) {
+	w, h := b.Dx(), b.Dy()
+	for y := 0; y < h; y++ {
+		row := src.Pix[(y+b.Min.Y-src.Rect.Min.Y)*src.Stride+(b.Min.X-src.Rect.Min.X)*4:]
+		orow := out.Pix[3*y*w:]
+		for x := 0; x < w; x++ {
+			k := 255 - uint32(row[4*x+3])
+			orow[3*x] = mulDiv255(255-uint32(row[4*x]), k)
+			orow[3*x+1] = mulDiv255(255-uint32(row[4*x+1]), k)
+			orow[3*x+2] = mulDiv255(255-uint32(row[4*x+2]), k)
+		}
+	}
 }
 
 // straightRGB returns the un-premultiplied 8-bit colour of c (its high bytes).

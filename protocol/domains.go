@@ -155,17 +155,7 @@ func leaveOneDomainOut(ds *dataset.Dataset, train, test []dataset.Item, o Option
 	}
 	t.GlobalEvals = []*EvalSet{evalOf(GlobalMetric, test, testBy[h])}
 	// Source domains' items, and the maps back to train / test indices.
-	var srcTrain, srcTest []int
-	for i, it := range train {
-		if it.Domain != h {
-			srcTrain = append(srcTrain, i)
-		}
-	}
-	for i, it := range test {
-		if it.Domain != h {
-			srcTest = append(srcTest, i)
-		}
-	}
+	srcTrain, srcTest := outsideDomain(train, h), outsideDomain(test, h)
 	if len(srcTrain) == 0 {
 		return nil, fmt.Errorf("protocol %s: no training images outside the held-out domain %q", o.Name, ds.Domains[h])
 	}
@@ -216,6 +206,17 @@ func leaveOneDomainOut(ds *dataset.Dataset, train, test []dataset.Item, o Option
 		}
 	}
 	return t, nil
+}
+
+// outsideDomain lists the indices of items not of domain h.
+func outsideDomain(items []dataset.Item, h int) []int {
+	var idx []int
+	for i, it := range items {
+		if it.Domain != h {
+			idx = append(idx, i)
+		}
+	}
+	return idx
 }
 
 // HeldOutDomains lists the domains [BuildAll] holds out in turn: the one

@@ -23,37 +23,36 @@ import (
 // datasets; every method has the same colour in every figure, the legend
 // sits outside the axes, and each figure is written as PNG and SVG.
 
-// methodPalette gives the project's methods fixed colours (colour-blind
-// friendly, Okabe–Ito order); other names take the remaining colours by a
-// hash of the name, so a method keeps its colour across figures and runs.
-var methodPalette = map[string]color.RGBA{
-	"zeroshot":     {0x66, 0x66, 0x66, 0xff},
-	"pfedmma":      {0xd5, 0x5e, 0x00, 0xff},
-	"promptfl":     {0x00, 0x72, 0xb2, 0xff},
-	"fedpgp":       {0x00, 0x9e, 0x73, 0xff},
-	"fedotp":       {0xcc, 0x79, 0xa7, 0xff},
-	"pfedmoap":     {0xe6, 0x9f, 0x00, 0xff},
-	"clip_adapter": {0x56, 0xb4, 0xe9, 0xff},
-	"clip_lora":    {0x8c, 0x56, 0x4b, 0xff},
-	"fedot":        {0x44, 0x2f, 0x99, 0xff},
-	"adapt":        {0xb2, 0x22, 0x22, 0xff},
-}
-
-var extraPalette = []color.RGBA{
+// palette is the figures' colours in the order methods take them
+// (colour-blind friendly, Okabe–Ito order first): a method's colour is the
+// one at its position in the methods' order in the table, so no figure
+// knows a method by name, and within a run's figures (the table, the curves,
+// the bars) a method keeps one colour. Past the end the colours repeat.
+var palette = []color.RGBA{
+	{0x66, 0x66, 0x66, 0xff}, {0xd5, 0x5e, 0x00, 0xff}, {0x00, 0x72, 0xb2, 0xff}, {0x00, 0x9e, 0x73, 0xff},
+	{0xcc, 0x79, 0xa7, 0xff}, {0xe6, 0x9f, 0x00, 0xff}, {0x56, 0xb4, 0xe9, 0xff}, {0x8c, 0x56, 0x4b, 0xff},
+	{0x44, 0x2f, 0x99, 0xff}, {0xb2, 0x22, 0x22, 0xff},
 	{0x17, 0xbe, 0xcf, 0xff}, {0xbc, 0xbd, 0x22, 0xff}, {0x7f, 0x7f, 0x7f, 0xff}, {0x94, 0x67, 0xbd, 0xff},
 	{0x2c, 0xa0, 0x2c, 0xff}, {0xff, 0x7f, 0x0e, 0xff},
 }
 
-// MethodColor is the colour of a method in every figure.
-func MethodColor(name string) color.Color {
-	if c, ok := methodPalette[name]; ok {
-		return c
+// PositionColor is the colour of the method at position i (from 0) of the
+// methods' order in the table.
+func PositionColor(i int) color.Color {
+	return palette[i%len(palette)]
+}
+
+// methodColors gives each method the colour of its position in order; a
+// method not in order takes the next position after the last.
+type methodColors struct{ order []string }
+
+func (c *methodColors) of(name string) color.Color {
+	i := slices.Index(c.order, name)
+	if i < 0 {
+		c.order = append(c.order, name)
+		i = len(c.order) - 1
 	}
-	var h uint32 = 2166136261
-	for i := 0; i < len(name); i++ {
-		h = (h ^ uint32(name[i])) * 16777619
-	}
-	return extraPalette[h%uint32(len(extraPalette))]
+	return PositionColor(i)
 }
 
 // integerTicks marks only whole numbers (rounds).
@@ -160,8 +159,9 @@ func (f figure) write(base string, width, height int) (err error) {
 // WriteCurves draws the mean client metrics of records against the round:
 // one panel per metric, one line per method, into base.png and base.svg.
 // A method evaluated once (zero-shot) is drawn as a dashed reference line
-// across the rounds.
-func WriteCurves(base, title string, records []RoundRecord, metrics []string, width, height int) error {
+// across the rounds. order is the methods' order in the table, which gives
+// their colours (nil: the order in which they first appear in records).
+func WriteCurves(base, title string, records []RoundRecord, metrics []string, order []string, width, height int) error {
 	var methods []string
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, r := range records {
@@ -173,6 +173,7 @@ func WriteCurves(base, title string, records []RoundRecord, metrics []string, wi
 	if len(methods) == 0 || len(metrics) == 0 {
 		return fmt.Errorf("plot %s: no records or metrics", base)
 	}
+	colors := &methodColors{order: slices.Clone(order)}
 	f := figure{title: title}
 	for _, k := range metrics {
 		p := plot.New()
@@ -191,7 +192,7 @@ func WriteCurves(base, title string, records []RoundRecord, metrics []string, wi
 			if len(xys) == 0 {
 				continue
 			}
-			col := MethodColor(m)
+			col := colors.of(m)
 			if len(xys) == 1 && hi > lo {
 				ref := plotter.XYs{{X: lo, Y: xys[0].Y}, {X: hi, Y: xys[0].Y}}
 				l, err := plotter.NewLine(ref)
@@ -216,7 +217,7 @@ func WriteCurves(base, title string, records []RoundRecord, metrics []string, wi
 		f.panels = append(f.panels, p)
 	}
 	for _, m := range methods {
-		f.legend = append(f.legend, legendEntry{m, MethodColor(m)})
+		f.legend = append(f.legend, legendEntry{m, colors.of(m)})
 	}
 	return f.write(base, width, height)
 }
@@ -245,7 +246,7 @@ func WriteBars(base, title string, s *Summary, width, height int) error {
 			if err != nil {
 				return fmt.Errorf("plot %s: %w", base, err)
 			}
-			bars.Color = MethodColor(r.Method)
+			bars.Color = PositionColor(i)
 			bars.LineStyle.Width = 0
 			bars.XMin = float64(i)
 			p.Add(bars)
@@ -265,8 +266,8 @@ func WriteBars(base, title string, s *Summary, width, height int) error {
 		p.Y.Min, p.Y.Max = 0, max(ymax*1.12, 1)
 		f.panels = append(f.panels, p)
 	}
-	for _, r := range s.Methods {
-		f.legend = append(f.legend, legendEntry{r.Method, MethodColor(r.Method)})
+	for i, r := range s.Methods {
+		f.legend = append(f.legend, legendEntry{r.Method, PositionColor(i)})
 	}
 	return f.write(base, width, height)
 }
@@ -290,9 +291,13 @@ func WriteRadar(base, title, metric string, datasets []string, summaries []*Summ
 			methods = append(methods, r.Method)
 		}
 	}
+	colors := &methodColors{}
+	for _, r := range summaries[0].Methods {
+		colors.of(r.Method)
+	}
 	f := figure{title: title}
 	for _, m := range methods {
-		f.legend = append(f.legend, legendEntry{m, MethodColor(m)})
+		f.legend = append(f.legend, legendEntry{m, colors.of(m)})
 	}
 	f.draw = func(dc draw.Canvas) {
 		sty := plot.New().Title.TextStyle
@@ -330,7 +335,7 @@ func WriteRadar(base, title, metric string, datasets []string, summaries []*Summ
 				v, _ := summaries[i%n].Get(m)
 				pts = append(pts, at(i%n, math.Max(0, math.Min(1, v[metric]/100))))
 			}
-			dc.StrokeLines(draw.LineStyle{Color: MethodColor(m), Width: vg.Points(2)}, pts)
+			dc.StrokeLines(draw.LineStyle{Color: colors.of(m), Width: vg.Points(2)}, pts)
 		}
 		drawLegend(dc, f.legend, top)
 	}
@@ -343,7 +348,11 @@ func WriteRadar(base, title, metric string, datasets []string, summaries []*Summ
 // images for report.md.
 func RunFigures(dir, title string, records []RoundRecord, s *Summary) ([]Image, error) {
 	metrics := s.Columns()
-	if err := WriteCurves(filepath.Join(dir, "curves"), title, records, metrics, 360*len(metrics)+200, 420); err != nil {
+	var order []string
+	for _, r := range s.Methods {
+		order = append(order, r.Method)
+	}
+	if err := WriteCurves(filepath.Join(dir, "curves"), title, records, metrics, order, 360*len(metrics)+200, 420); err != nil {
 		return nil, err
 	}
 	if err := WriteBars(filepath.Join(dir, "final"), title+" — final round", s, 300*len(metrics)+200, 420); err != nil {

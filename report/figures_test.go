@@ -20,7 +20,7 @@ func TestFigures(t *testing.T) {
 		recs = append(recs, RoundRecord{Round: r, Method: "promptfl", Mean: eval.BaseToNovel(71+float64(r), 72, 81)})
 	}
 	base := filepath.Join(dir, "curves")
-	if err := WriteCurves(base, "world — base2novel", recs, BaseToNovelMetrics, 1200, 400); err != nil {
+	if err := WriteCurves(base, "world — base2novel", recs, BaseToNovelMetrics, nil, 1200, 400); err != nil {
 		t.Fatal(err)
 	}
 	checkPNG(t, base+".png", 1200, 400)
@@ -48,8 +48,28 @@ func TestFigures(t *testing.T) {
 	if err := WriteRadar(filepath.Join(dir, "r2"), "x", "hm", []string{"a", "b"}, []*Summary{s, s2}, 800, 600); err == nil || !strings.Contains(err.Error(), "three") {
 		t.Errorf("radar of two datasets: %v", err)
 	}
-	if MethodColor("pfedmma") == MethodColor("promptfl") || MethodColor("x1") != MethodColor("x1") {
-		t.Error("method colours are not fixed and distinct")
+}
+
+// TestColoursByPosition: a method's colour is the one of its position in the
+// table's order, whatever its name; positions take distinct colours.
+func TestColoursByPosition(t *testing.T) {
+	a := &methodColors{order: []string{"pfedmma", "promptfl"}}
+	b := &methodColors{order: []string{"promptfl", "pfedmma"}}
+	if a.of("pfedmma") != PositionColor(0) || a.of("promptfl") != PositionColor(1) {
+		t.Error("colours do not follow the order")
+	}
+	if b.of("pfedmma") != PositionColor(1) || b.of("promptfl") != PositionColor(0) {
+		t.Error("a method keeps a colour by name across orders")
+	}
+	if a.of("x1") != PositionColor(2) || a.of("x1") != PositionColor(2) {
+		t.Error("a method outside the order does not take the next position, once")
+	}
+	for i := 0; i < len(palette); i++ {
+		for j := i + 1; j < len(palette); j++ {
+			if PositionColor(i) == PositionColor(j) {
+				t.Errorf("positions %d and %d share a colour", i, j)
+			}
+		}
 	}
 }
 

@@ -110,26 +110,9 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 	if buf.Len() > 1 {
 		buf.WriteByte(',')
 	}
-	buf.WriteString(`"methods":{`)
-	seen := map[string]bool{}
-	for i, r := range s.Methods {
-		if seen[r.Method] {
-			return nil, fmt.Errorf("method %q listed twice", r.Method)
-		}
-		seen[r.Method] = true
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		kb, _ := json.Marshal(r.Method)
-		mb, err := json.Marshal(r.Metrics)
-		if err != nil {
-			return nil, fmt.Errorf("method %q: %w", r.Method, err)
-		}
-		buf.Write(kb)
-		buf.WriteByte(':')
-		buf.Write(mb)
+	if err := writeMethods(&buf, s.Methods); err != nil {
+		return nil, err
 	}
-	buf.WriteByte('}')
 	std := map[string]Metrics{}
 	for _, r := range s.Methods {
 		if r.Std != nil {
@@ -166,6 +149,32 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 	}
 	buf.WriteByte('}')
 	return buf.Bytes(), nil
+}
+
+// writeMethods writes "methods" as an object of each method's metrics, in
+// the methods' order, refusing a method listed twice.
+func writeMethods(buf *bytes.Buffer, methods []MethodResult) error {
+	buf.WriteString(`"methods":{`)
+	seen := map[string]bool{}
+	for i, r := range methods {
+		if seen[r.Method] {
+			return fmt.Errorf("method %q listed twice", r.Method)
+		}
+		seen[r.Method] = true
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		kb, _ := json.Marshal(r.Method)
+		mb, err := json.Marshal(r.Metrics)
+		if err != nil {
+			return fmt.Errorf("method %q: %w", r.Method, err)
+		}
+		buf.Write(kb)
+		buf.WriteByte(':')
+		buf.Write(mb)
+	}
+	buf.WriteByte('}')
+	return nil
 }
 
 // UnmarshalJSON reads what MarshalJSON writes; methods keep their order in

@@ -65,6 +65,34 @@ func Encode(w io.Writer, f32 tensor.Named, i64 map[string]Int64Tensor, meta map[
 	}
 	sort.Slice(items, func(i, j int) bool { return items[i].name < items[j].name })
 
+	hb, err := encodeHeader(items, meta)
+	if err != nil {
+		return err
+	}
+	// Pad with spaces so the tensor data starts 8-byte aligned, as the
+	// reference writer does.
+	for (8+len(hb))%8 != 0 {
+		hb = append(hb, ' ')
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	var lenb [8]byte
+	binary.LittleEndian.PutUint64(lenb[:], uint64(len(hb)))
+	bw.Write(lenb[:])
+	bw.Write(hb)
+	for _, it := range items {
+		writeData(bw, it)
+	}
+	// bufio.Writer keeps the first error; Flush reports it.
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("safetensors: write: %w", err)
+	}
+	return nil
+}
+
+// encodeHeader is the JSON header of items (in order, with their data
+// offsets) and meta, refusing a reserved name, a negative dimension and a
+// shape its values do not fill.
+func encodeHeader(items []item, meta map[string]string) ([]byte, error) {
 	header := make(map[string]any, len(items)+1)
 	if len(meta) > 0 {
 		header[metadataKey] = meta
@@ -72,17 +100,17 @@ func Encode(w io.Writer, f32 tensor.Named, i64 map[string]Int64Tensor, meta map[
 	offset := int64(0)
 	for _, it := range items {
 		if it.name == "" || it.name == metadataKey {
-			return fmt.Errorf("safetensors: tensor name %q is reserved", it.name)
+			return nil, fmt.Errorf("safetensors: tensor name %q is reserved", it.name)
 		}
 		n := 1
 		for _, d := range it.shape {
 			if d < 0 {
-				return fmt.Errorf("safetensors: tensor %q: negative dimension in shape %v", it.name, it.shape)
+				return nil, fmt.Errorf("safetensors: tensor %q: negative dimension in shape %v", it.name, it.shape)
 			}
 			n *= d
 		}
 		if have := len(it.f32) + len(it.i64); have != n {
-			return fmt.Errorf("safetensors: tensor %q: shape %v needs %d values, got %d", it.name, it.shape, n, have)
+			return nil, fmt.Errorf("safetensors: tensor %q: shape %v needs %d values, got %d", it.name, it.shape, n, have)
 		}
 		size := int64(n) * int64(it.dtype.Size())
 		shape := it.shape
@@ -98,48 +126,36 @@ func Encode(w io.Writer, f32 tensor.Named, i64 map[string]Int64Tensor, meta map[
 	}
 	hb, err := json.Marshal(header) // map keys come out sorted
 	if err != nil {
-		return fmt.Errorf("safetensors: header: %w", err)
+		return nil, fmt.Errorf("safetensors: header: %w", err)
 	}
-	// Pad with spaces so the tensor data starts 8-byte aligned, as the
-	// reference writer does.
-	for (8+len(hb))%8 != 0 {
-		hb = append(hb, ' ')
-	}
-	bw := bufio.NewWriterSize(w, 1<<20)
-	var lenb [8]byte
-	binary.LittleEndian.PutUint64(lenb[:], uint64(len(hb)))
-	bw.Write(lenb[:])
-	bw.Write(hb)
+	return hb, nil
+}
+
+// writeData writes one tensor's values, little-endian in its dtype.
+func writeData(bw *bufio.Writer, it item) {
 	var buf [8]byte
-	for _, it := range items {
-		switch it.dtype {
-		case F32:
-			for _, v := range it.f32 {
-				binary.LittleEndian.PutUint32(buf[:], math.Float32bits(v))
-				bw.Write(buf[:4])
-			}
-		case F16:
-			for _, v := range it.f32 {
-				binary.LittleEndian.PutUint16(buf[:], Float32ToHalf(v))
-				bw.Write(buf[:2])
-			}
-		case BF16:
-			for _, v := range it.f32 {
-				binary.LittleEndian.PutUint16(buf[:], Float32ToBF16(v))
-				bw.Write(buf[:2])
-			}
-		case I64:
-			for _, v := range it.i64 {
-				binary.LittleEndian.PutUint64(buf[:], uint64(v))
-				bw.Write(buf[:8])
-			}
+	switch it.dtype {
+	case F32:
+		for _, v := range it.f32 {
+			binary.LittleEndian.PutUint32(buf[:], math.Float32bits(v))
+			bw.Write(buf[:4])
+		}
+	case F16:
+		for _, v := range it.f32 {
+			binary.LittleEndian.PutUint16(buf[:], Float32ToHalf(v))
+			bw.Write(buf[:2])
+		}
+	case BF16:
+		for _, v := range it.f32 {
+			binary.LittleEndian.PutUint16(buf[:], Float32ToBF16(v))
+			bw.Write(buf[:2])
+		}
+	case I64:
+		for _, v := range it.i64 {
+			binary.LittleEndian.PutUint64(buf[:], uint64(v))
+			bw.Write(buf[:8])
 		}
 	}
-	// bufio.Writer keeps the first error; Flush reports it.
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("safetensors: write: %w", err)
-	}
-	return nil
 }
 
 // Write stores f32, i64 and meta as a safetensors file at path (see Encode).

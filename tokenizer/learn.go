@@ -14,19 +14,7 @@ import (
 // second), so the result is deterministic. Learning stops early when no pair
 // is left. The special tokens are not learned from.
 func Learn(corpus []string, numMerges int) [][2]string {
-	counts := make(map[string]int)
-	for _, text := range corpus {
-		for _, tok := range split(cleanText(text)) {
-			if tok != sotText && tok != eotText {
-				counts[tok]++
-			}
-		}
-	}
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys, counts := wordCounts(corpus)
 
 	type word struct {
 		syms []string
@@ -78,22 +66,47 @@ func Learn(corpus []string, numMerges int) [][2]string {
 				continue
 			}
 			addPairs(i, -1)
-			next := make([]string, 0, len(syms))
-			for j := 0; j < len(syms); {
-				if j+1 < len(syms) && syms[j] == best[0] && syms[j+1] == best[1] {
-					next = append(next, joined)
-					j += 2
-				} else {
-					next = append(next, syms[j])
-					j++
-				}
-			}
-			words[i].syms = next
+			words[i].syms = mergePair(syms, best, joined)
 			addPairs(i, 1)
 		}
 		delete(where, best)
 	}
 	return merges
+}
+
+// wordCounts counts the corpus's words (the pre-tokenizer's pieces,
+// without the special tokens) and returns them sorted with their counts.
+func wordCounts(corpus []string) ([]string, map[string]int) {
+	counts := make(map[string]int)
+	for _, text := range corpus {
+		for _, tok := range split(cleanText(text)) {
+			if tok != sotText && tok != eotText {
+				counts[tok]++
+			}
+		}
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys, counts
+}
+
+// mergePair replaces each occurrence of the pair best in syms, left to
+// right, by joined.
+func mergePair(syms []string, best [2]string, joined string) []string {
+	next := make([]string, 0, len(syms))
+	for j := 0; j < len(syms); {
+		if j+1 < len(syms) && syms[j] == best[0] && syms[j+1] == best[1] {
+			next = append(next, joined)
+			j += 2
+		} else {
+			next = append(next, syms[j])
+			j++
+		}
+	}
+	return next
 }
 
 func pairLess(a, b [2]string) bool {

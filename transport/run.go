@@ -101,26 +101,9 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	if log == nil {
 		log = slog.Default()
 	}
-	sites := cfg.Sites
-	var tlsCfg, httpTLS *tls.Config
-	if cfg.CertsDir != "" && len(sites) == 0 {
-		s, err := certs.Sites(cfg.CertsDir)
-		if err != nil {
-			return nil, err
-		}
-		sites = s
-	}
-	if !cfg.Insecure {
-		if cfg.CertsDir == "" {
-			return nil, errors.New("transport: no certificates folder (or --insecure-dev)")
-		}
-		var err error
-		if tlsCfg, err = certs.ServerTLS(cfg.CertsDir, log); err != nil {
-			return nil, err
-		}
-		if httpTLS, err = certs.OperatorsTLS(cfg.CertsDir); err != nil {
-			return nil, err
-		}
+	sites, tlsCfg, httpTLS, err := coordinatorTLS(cfg, log)
+	if err != nil {
+		return nil, err
 	}
 	if coord != nil && coord.MinFit > len(sites) {
 		return nil, fmt.Errorf("--min-fit %d is larger than the federation's %d sites", coord.MinFit, len(sites))
@@ -138,6 +121,67 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 		return nil, err
 	}
 	defer events.Close()
+	srv, err := newCoordinatorServer(cfg, coord, sites, tlsCfg, store, events, log)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen %s: %w", cfg.Addr, err)
+	}
+	go srv.GRPC().Serve(lis)
+	defer srv.GRPC().Stop()
+	if cfg.CertsDir != "" {
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go srv.WatchRevocations(wctx, cfg.CertsDir, RevocationInterval)
+	}
+	httpAddr, closeHTTP, err := serveDashboard(cfg, srv, httpTLS, log)
+	if err != nil {
+		return nil, err
+	}
+	defer closeHTTP()
+	log.Info("coordinator listening", "addr", lis.Addr().String(), "http", httpAddr, "sites", len(sites), "state", cfg.StatePath)
+	if cfg.Ready != nil {
+		cfg.Ready(lis.Addr().String(), httpAddr, srv)
+	}
+	if coord == nil {
+		// nothing to coordinate: serve the endpoints until ctx ends
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return coordinate(ctx, cfg, coord, srv, store, httpAddr, log)
+}
+
+// coordinatorTLS reads the federation's sites (cfg.Sites, else the
+// certificates folder's) and, unless insecure, the TLS configurations of
+// the gRPC server and of the operators' HTTP endpoints.
+func coordinatorTLS(cfg CoordinatorConfig, log *slog.Logger) (sites []string, tlsCfg, httpTLS *tls.Config, err error) {
+	sites = cfg.Sites
+	if cfg.CertsDir != "" && len(sites) == 0 {
+		if sites, err = certs.Sites(cfg.CertsDir); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if cfg.Insecure {
+		return sites, nil, nil, nil
+	}
+	if cfg.CertsDir == "" {
+		return nil, nil, nil, errors.New("transport: no certificates folder (or --insecure-dev)")
+	}
+	if tlsCfg, err = certs.ServerTLS(cfg.CertsDir, log); err != nil {
+		return nil, nil, nil, err
+	}
+	if httpTLS, err = certs.OperatorsTLS(cfg.CertsDir); err != nil {
+		return nil, nil, nil, err
+	}
+	return sites, tlsCfg, httpTLS, nil
+}
+
+// newCoordinatorServer makes the coordinator's server on its store and
+// event log, its status primed with the job.
+func newCoordinatorServer(cfg CoordinatorConfig, coord *federation.Coordinator, sites []string, tlsCfg *tls.Config,
+	store *coordstore.Store, events *dashboard.EventLog, log *slog.Logger) (*Server, error) {
 	srv, err := NewServer(ServerConfig{Sites: sites, TLS: tlsCfg, Insecure: cfg.Insecure, Spec: cfg.Spec, Limits: cfg.Limits,
 		Compress: cfg.Compress,
 		Store:    store, PollWait: cfg.PollWait, Heartbeat: cfg.Heartbeat, OfflineAfter: cfg.OfflineAfter, Settings: cfg.Settings, Task: cfg.Task,
@@ -154,53 +198,45 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig, coord *federatio
 	if coord != nil {
 		srv.Prime(cfg.Job, coord.Rounds)
 	}
-	lis, err := net.Listen("tcp", cfg.Addr)
+	return srv, nil
+}
+
+// serveDashboard serves the dashboard, /api/status and /metrics on
+// cfg.HTTPAddr (when set) to operators; it returns the address and the
+// function that closes it.
+func serveDashboard(cfg CoordinatorConfig, srv *Server, httpTLS *tls.Config, log *slog.Logger) (string, func(), error) {
+	if cfg.HTTPAddr == "" {
+		return "", func() {}, nil
+	}
+	addr, err := HTTPListenAddr(cfg.HTTPAddr)
 	if err != nil {
-		return nil, fmt.Errorf("transport: listen %s: %w", cfg.Addr, err)
+		return "", nil, err
 	}
-	go srv.GRPC().Serve(lis)
-	defer srv.GRPC().Stop()
-	if cfg.CertsDir != "" {
-		wctx, stop := context.WithCancel(ctx)
-		defer stop()
-		go srv.WatchRevocations(wctx, cfg.CertsDir, RevocationInterval)
-	}
-	httpAddr := ""
-	if cfg.HTTPAddr != "" {
-		addr, err := HTTPListenAddr(cfg.HTTPAddr)
-		if err != nil {
-			return nil, err
+	token := ""
+	if cfg.HTTPTokenFile != "" {
+		if token, err = ReadToken(cfg.HTTPTokenFile); err != nil {
+			return "", nil, err
 		}
-		token := ""
-		if cfg.HTTPTokenFile != "" {
-			if token, err = ReadToken(cfg.HTTPTokenFile); err != nil {
-				return nil, err
-			}
-		}
-		hl, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("transport: listen %s: %w", addr, err)
-		}
-		h := operatorsOnly(dashboard.Handler(srv, srv.Metrics()), token, httpTLS == nil && token == "")
-		hs := &http.Server{Handler: h, TLSConfig: httpTLS, ReadHeaderTimeout: 10 * time.Second}
-		if httpTLS != nil {
-			go hs.ServeTLS(hl, "", "")
-		} else {
-			log.Warn("INSECURE: dashboard and metrics served in clear text (--insecure-dev)", "addr", hl.Addr().String())
-			go hs.Serve(hl)
-		}
-		defer hs.Close()
-		httpAddr = hl.Addr().String()
 	}
-	log.Info("coordinator listening", "addr", lis.Addr().String(), "http", httpAddr, "sites", len(sites), "state", cfg.StatePath)
-	if cfg.Ready != nil {
-		cfg.Ready(lis.Addr().String(), httpAddr, srv)
+	hl, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("transport: listen %s: %w", addr, err)
 	}
-	if coord == nil {
-		// nothing to coordinate: serve the endpoints until ctx ends
-		<-ctx.Done()
-		return nil, ctx.Err()
+	h := operatorsOnly(dashboard.Handler(srv, srv.Metrics()), token, httpTLS == nil && token == "")
+	hs := &http.Server{Handler: h, TLSConfig: httpTLS, ReadHeaderTimeout: 10 * time.Second}
+	if httpTLS != nil {
+		go hs.ServeTLS(hl, "", "")
+	} else {
+		log.Warn("INSECURE: dashboard and metrics served in clear text (--insecure-dev)", "addr", hl.Addr().String())
+		go hs.Serve(hl)
 	}
+	return hl.Addr().String(), func() { hs.Close() }, nil
+}
+
+// coordinate runs the federation's rounds on srv, tells the sites how it
+// ended (done, failed, or stopped by a signal) and lingers as configured.
+func coordinate(ctx context.Context, cfg CoordinatorConfig, coord *federation.Coordinator, srv *Server, store *coordstore.Store,
+	httpAddr string, log *slog.Logger) (*federation.History, error) {
 	// a failure of the coordinator's storage stops the run (storage.go)
 	rctx, stopRun := srv.withStorageStop(ctx)
 	defer stopRun()

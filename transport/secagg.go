@@ -237,11 +237,25 @@ func (a *secAggregator) Combine(ctx context.Context, round int, results []federa
 		return federation.FitResult{}, fmt.Errorf("round %d: no secure-aggregation session", round)
 	}
 	defer r.end()
+	alive, err := a.closeMasked(round, r, results)
+	if err != nil {
+		return federation.FitResult{}, err
+	}
+	if err := a.consistencyRound(ctx, r, alive); err != nil {
+		return federation.FitResult{}, err
+	}
+	return a.unmask(round, r, alive)
+}
+
+// closeMasked ends the masked-update step: every answer must be a masked
+// update; it returns the sites whose masked updates arrived (the
+// survivors).
+func (a *secAggregator) closeMasked(round int, r *secRound, results []federation.FitResult) ([]int, error) {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	for _, res := range results {
 		if _, ok := r.masked[res.ClientID]; !ok {
-			a.mu.Unlock()
-			return federation.FitResult{}, fmt.Errorf("round %d: site %q answered without a masked update", round, a.s.SiteName(res.ClientID))
+			return nil, fmt.Errorf("round %d: site %q answered without a masked update", round, a.s.SiteName(res.ClientID))
 		}
 	}
 	var alive []int
@@ -252,17 +266,16 @@ func (a *secAggregator) Combine(ctx context.Context, round int, results []federa
 		r.survivors = secagg.MarshalSurvivors(alive)
 	}
 	close(r.maskedDone)
-	err := r.maskedErr
-	a.mu.Unlock()
-	if err != nil {
-		return federation.FitResult{}, err
-	}
-	// the consistency round: wait for the survivors' signatures over the
-	// survivor set (a survivor that goes offline or refuses is not waited
-	// for: the threshold decides), relay them, then wait for the shares of
-	// the survivors that signed
+	return alive, r.maskedErr
+}
+
+// consistencyRound is the consistency round: it waits for the survivors'
+// signatures over the survivor set (a survivor that goes offline or
+// refuses is not waited for: the threshold decides), relays them, then
+// waits for the shares of the survivors that signed.
+func (a *secAggregator) consistencyRound(ctx context.Context, r *secRound, alive []int) error {
 	if err := a.waitCtx(ctx, r, alive, func(id int) bool { return r.signed[id] || r.gaveUp[id] }); err != nil {
-		return federation.FitResult{}, err
+		return err
 	}
 	a.mu.Lock()
 	sigs, err := r.srv.ConsistencyDone()
@@ -271,11 +284,14 @@ func (a *secAggregator) Combine(ctx context.Context, round int, results []federa
 	signers := r.srv.Signed()
 	a.mu.Unlock()
 	if err != nil {
-		return federation.FitResult{}, err
+		return err
 	}
-	if err := a.waitCtx(ctx, r, signers, func(id int) bool { return r.revealed[id] || r.gaveUp[id] }); err != nil {
-		return federation.FitResult{}, err
-	}
+	return a.waitCtx(ctx, r, signers, func(id int) bool { return r.revealed[id] || r.gaveUp[id] })
+}
+
+// unmask removes the masks from the survivors' sum, checks its weight
+// against the survivors' declared examples and returns the mean update.
+func (a *secAggregator) unmask(round int, r *secRound, alive []int) (federation.FitResult, error) {
 	a.mu.Lock()
 	if n := len(r.revealed); n < r.thresh {
 		gave := len(r.gaveUp)

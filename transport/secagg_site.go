@@ -159,56 +159,117 @@ func splitSecAgg(cfg map[string]string) (map[string]string, *secAggTask, error) 
 // coordinator refuses ends the site's part in the round (the site then
 // tells it so with an empty masked update, which fails the task at once).
 func (r *SiteRunner) secAggUpload(ctx context.Context, cli pb.FederationClient, h *pb.TaskHeader, sa *secAggTask, res federation.FitRes, log *slog.Logger) error {
-	log = log.With("secagg", sa.id[:12])
+	e := &secAggExchange{r: r, ctx: ctx, cli: cli, h: h, sa: sa, log: log.With("secagg", sa.id[:12])}
 	n := res.NumExamples
 	if n == 0 {
 		n = r.Site.NumExamples()
 	}
-	req := func(step pb.SecAggStep, payload []byte) *pb.SecAggRequest {
-		return &pb.SecAggRequest{ProtocolVersion: r.version(), Site: r.Name, TaskId: h.TaskId, Round: h.Round,
-			Session: sa.id, Step: step, Payload: payload}
-	}
-	abandon := func(why error) error {
-		log.Error("secure aggregation failed: this site gives up the round", "err", why)
-		_, err := cli.SecAgg(ctx, req(pb.SecAggStep_SEC_AGG_STEP_MASKED, nil))
-		return err
-	}
-	call := func(q *pb.SecAggRequest) ([]byte, error) {
-		rep, err := cli.SecAgg(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		if !rep.Accepted {
-			return nil, fmt.Errorf("coordinator refused step %s: %s", q.Step, rep.Reason)
-		}
-		if r.SecAggHook != nil {
-			r.SecAggHook(q.Step.String(), int(h.Round))
-		}
-		return rep.Payload, nil
-	}
 	x, layout := federation.Flatten(res.Params)
-	w, err := federation.SecureWeight(n, sa.uniform)
+	c, cfg, w, err := e.client(n, len(x))
 	if err != nil {
-		return abandon(err)
+		return e.abandon(err)
 	}
-	opts := sa.opts
-	opts.Round = int(h.Round)
-	cfg, err := secagg.NewConfig(sa.session, sa.sites, len(x), opts)
+	inbox, err := e.exchangeKeys(c, layout)
 	if err != nil {
-		return abandon(err)
+		return e.abandon(err)
 	}
-	c, err := secagg.NewClient(cfg, r.Site.ID(), nil)
+	m, clipped, err := c.MaskInput(inbox, x, w)
 	if err != nil {
-		return abandon(err)
+		return e.abandon(err)
 	}
-	if err := r.secAggAuth(c, log); err != nil {
-		return abandon(err)
+	if clipped > 0 {
+		e.log.Warn("secure aggregation clipped update values to its range", "values", clipped, "clip", cfg.Quant.Clip)
 	}
+	q := e.req(pb.SecAggStep_SEC_AGG_STEP_MASKED, secagg.MarshalMasked(m))
+	q.NumExamples, q.Metrics = int64(n), res.Metrics
+	survivorBytes, err := e.call(q)
+	if err != nil {
+		e.log.Warn("secure aggregation: masked update not used", "err", err)
+		return nil
+	}
+	return e.reveal(c, survivorBytes, len(q.Payload))
+}
+
+// secAggExchange is one site's secure-aggregation exchange with the
+// coordinator for one fit task.
+type secAggExchange struct {
+	r   *SiteRunner
+	ctx context.Context
+	cli pb.FederationClient
+	h   *pb.TaskHeader
+	sa  *secAggTask
+	log *slog.Logger
+}
+
+// req is the request of one step with payload.
+func (e *secAggExchange) req(step pb.SecAggStep, payload []byte) *pb.SecAggRequest {
+	return &pb.SecAggRequest{ProtocolVersion: e.r.version(), Site: e.r.Name, TaskId: e.h.TaskId, Round: e.h.Round,
+		Session: e.sa.id, Step: step, Payload: payload}
+}
+
+// call sends q and returns the coordinator's payload, or an error when it
+// refuses the step.
+func (e *secAggExchange) call(q *pb.SecAggRequest) ([]byte, error) {
+	rep, err := e.cli.SecAgg(e.ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if !rep.Accepted {
+		return nil, fmt.Errorf("coordinator refused step %s: %s", q.Step, rep.Reason)
+	}
+	if e.r.SecAggHook != nil {
+		e.r.SecAggHook(q.Step.String(), int(e.h.Round))
+	}
+	return rep.Payload, nil
+}
+
+// abandon gives up the round before the masked update: an empty one tells
+// the coordinator.
+func (e *secAggExchange) abandon(why error) error {
+	e.log.Error("secure aggregation failed: this site gives up the round", "err", why)
+	_, err := e.cli.SecAgg(e.ctx, e.req(pb.SecAggStep_SEC_AGG_STEP_MASKED, nil))
+	return err
+}
+
+// giveUp ends the site's part after the masked update: an empty reveal
+// tells the coordinator that this site reveals nothing.
+func (e *secAggExchange) giveUp(what string, why error) error {
+	e.log.Error("secure aggregation: "+what+": this site reveals nothing", "err", why)
+	_, err := e.cli.SecAgg(e.ctx, e.req(pb.SecAggStep_SEC_AGG_STEP_REVEAL, nil))
+	return err
+}
+
+// client makes this site's secure-aggregation client for an update of
+// length values over n examples, and its weight.
+func (e *secAggExchange) client(n, length int) (*secagg.Client, *secagg.Config, uint64, error) {
+	w, err := federation.SecureWeight(n, e.sa.uniform)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	opts := e.sa.opts
+	opts.Round = int(e.h.Round)
+	cfg, err := secagg.NewConfig(e.sa.session, e.sa.sites, length, opts)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	c, err := secagg.NewClient(cfg, e.r.Site.ID(), nil)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if err := e.r.secAggAuth(c, e.log); err != nil {
+		return nil, nil, 0, err
+	}
+	return c, cfg, w, nil
+}
+
+// exchangeKeys advertises c's keys with the update's layout, shares its
+// secrets with the other sites and returns the shares they sent.
+func (e *secAggExchange) exchangeKeys(c *secagg.Client, layout federation.Layout) ([]secagg.EncryptedShare, error) {
 	adv, err := c.Advertise()
 	if err != nil {
-		return abandon(err)
+		return nil, err
 	}
-	q := req(pb.SecAggStep_SEC_AGG_STEP_ADVERTISE, secagg.MarshalAdvertise(adv))
+	q := e.req(pb.SecAggStep_SEC_AGG_STEP_ADVERTISE, secagg.MarshalAdvertise(adv))
 	for i, name := range layout.Names {
 		shape := make([]int64, len(layout.Shapes[i]))
 		for j, d := range layout.Shapes[i] {
@@ -216,71 +277,55 @@ func (r *SiteRunner) secAggUpload(ctx context.Context, cli pb.FederationClient, 
 		}
 		q.Layout = append(q.Layout, &pb.TensorInfo{Name: name, Dtype: "F32", Shape: shape})
 	}
-	keys, err := call(q)
+	keys, err := e.call(q)
 	if err != nil {
-		return abandon(err)
+		return nil, err
 	}
 	advs, err := secagg.UnmarshalAdvertiseList(keys)
 	if err != nil {
-		return abandon(err)
+		return nil, err
 	}
 	shares, err := c.ShareKeys(advs)
 	if err != nil {
-		return abandon(err)
+		return nil, err
 	}
-	inboxBytes, err := call(req(pb.SecAggStep_SEC_AGG_STEP_SHARE, secagg.MarshalShares(shares)))
+	inboxBytes, err := e.call(e.req(pb.SecAggStep_SEC_AGG_STEP_SHARE, secagg.MarshalShares(shares)))
 	if err != nil {
-		return abandon(err)
+		return nil, err
 	}
-	inbox, err := secagg.UnmarshalShares(inboxBytes)
-	if err != nil {
-		return abandon(err)
-	}
-	m, clipped, err := c.MaskInput(inbox, x, w)
-	if err != nil {
-		return abandon(err)
-	}
-	if clipped > 0 {
-		log.Warn("secure aggregation clipped update values to its range", "values", clipped, "clip", cfg.Quant.Clip)
-	}
-	q = req(pb.SecAggStep_SEC_AGG_STEP_MASKED, secagg.MarshalMasked(m))
-	q.NumExamples, q.Metrics = int64(n), res.Metrics
-	survivorBytes, err := call(q)
-	if err != nil {
-		log.Warn("secure aggregation: masked update not used", "err", err)
-		return nil
-	}
-	giveUp := func(what string, why error) error {
-		log.Error("secure aggregation: "+what+": this site reveals nothing", "err", why)
-		_, err := cli.SecAgg(ctx, req(pb.SecAggStep_SEC_AGG_STEP_REVEAL, nil))
-		return err
-	}
+	return secagg.UnmarshalShares(inboxBytes)
+}
+
+// reveal signs the survivor set, checks the others' signatures and
+// reveals the shares that unmask the sum (maskedBytes: the size of this
+// site's masked update, for the log).
+func (e *secAggExchange) reveal(c *secagg.Client, survivorBytes []byte, maskedBytes int) error {
 	survivors, err := secagg.UnmarshalSurvivors(survivorBytes)
 	if err != nil {
-		return giveUp("survivor list unreadable", err)
+		return e.giveUp("survivor list unreadable", err)
 	}
 	cs, err := c.SignSurvivors(survivors)
 	if err != nil {
-		return giveUp("survivors refused", err)
+		return e.giveUp("survivors refused", err)
 	}
 	// the consistency round travels in the reveal step, before the shares
-	sigBytes, err := call(req(pb.SecAggStep_SEC_AGG_STEP_REVEAL, secagg.MarshalConsistency(cs)))
+	sigBytes, err := e.call(e.req(pb.SecAggStep_SEC_AGG_STEP_REVEAL, secagg.MarshalConsistency(cs)))
 	if err != nil {
-		log.Warn("secure aggregation: survivor-set signature not taken", "err", err)
+		e.log.Warn("secure aggregation: survivor-set signature not taken", "err", err)
 		return nil
 	}
 	sigs, err := secagg.UnmarshalConsistencyList(sigBytes)
 	if err != nil {
-		return giveUp("survivor-set signatures unreadable", err)
+		return e.giveUp("survivor-set signatures unreadable", err)
 	}
 	rv, err := c.Unmask(sigs)
 	if err != nil {
-		return giveUp("unmasking refused", err)
+		return e.giveUp("unmasking refused", err)
 	}
-	if _, err := call(req(pb.SecAggStep_SEC_AGG_STEP_REVEAL, secagg.MarshalReveal(rv))); err != nil {
-		log.Warn("secure aggregation: shares not taken", "err", err)
+	if _, err := e.call(e.req(pb.SecAggStep_SEC_AGG_STEP_REVEAL, secagg.MarshalReveal(rv))); err != nil {
+		e.log.Warn("secure aggregation: shares not taken", "err", err)
 		return nil
 	}
-	log.Info("secure aggregation done", "survivors", len(survivors), "masked_bytes", len(q.Payload))
+	e.log.Info("secure aggregation done", "survivors", len(survivors), "masked_bytes", maskedBytes)
 	return nil
 }

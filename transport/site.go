@@ -338,67 +338,80 @@ func (r *SiteRunner) step(ctx context.Context, cli pb.FederationClient) (done bo
 		}
 		return true, nil
 	case pb.TaskKind_TASK_KIND_FIT:
-		params, rf := decodeBlob(data, h.Params, nil, r.downloadLimits())
-		if rf != nil {
-			log.Error("task refused", "reason", rf.code, "detail", rf.msg)
-			return false, fmt.Errorf("task %s: %s", h.TaskId, rf.msg)
-		}
-		cfg, sa, err := splitSecAgg(h.Config)
-		if err != nil {
-			log.Error("task refused", "err", err)
-			return false, fmt.Errorf("task %s: %w", h.TaskId, err)
-		}
-		if sa == nil && r.RequireSecureAggregation {
-			err := fmt.Errorf("site %q: %w in the clear: fit task %s (round %d) comes without a secure-aggregation session, and this site requires secure aggregation (its policy, or the accepted task's federation.secure_aggregation: true); the coordinator does not run it",
-				r.Name, ErrUploadRefused, h.TaskId, h.Round)
-			log.Error("task refused", "err", err)
-			return false, err
-		}
-		t0 := time.Now()
-		res, err := r.Site.Fit(ctx, federation.FitIns{Round: int(h.Round), Params: params, Config: cfg})
-		if err != nil {
-			if ctx.Err() != nil {
-				return false, ctx.Err()
-			}
-			// the coordinator learns of the failure at the round's
-			// deadline; the task is offered again after a pause
-			log.Error("fit failed", "err", err)
-			return false, pause(ctx, time.Second)
-		}
-		log.Info("fit done", "seconds", time.Since(t0).Seconds())
-		if err := r.checkUpload(res.Params, h, sa != nil); err != nil {
-			log.Error("upload refused by this site", "err", err)
-			return false, err
-		}
-		if sa != nil {
-			return false, r.secAggUpload(ctx, cli, h, sa, res, log)
-		}
-		return false, r.upload(ctx, cli, h, res, log)
+		return false, r.fitTask(ctx, cli, h, data, log)
 	case pb.TaskKind_TASK_KIND_EVALUATE:
-		params, rf := decodeBlob(data, h.Params, nil, r.downloadLimits())
-		if rf != nil {
-			log.Error("task refused", "reason", rf.code, "detail", rf.msg)
-			return false, fmt.Errorf("task %s: %s", h.TaskId, rf.msg)
-		}
-		res, err := r.Site.Evaluate(ctx, federation.EvaluateIns{Round: int(h.Round), Params: params, Config: h.Config})
-		if err != nil {
-			if ctx.Err() != nil {
-				return false, ctx.Err()
-			}
-			log.Error("evaluate failed", "err", err)
-			return false, pause(ctx, time.Second)
-		}
-		rep, err := cli.ReportEval(ctx, &pb.EvalReport{ProtocolVersion: r.version(), Site: r.Name, TaskId: h.TaskId,
-			Round: h.Round, NumExamples: int64(res.NumExamples), Metrics: res.Metrics})
-		if err != nil {
-			return false, err
-		}
-		if !rep.Accepted {
-			log.Warn("evaluation refused", "reason", rep.Reason)
-		}
-		return false, nil
+		return false, r.evaluateTask(ctx, cli, h, data, log)
 	}
 	return false, fmt.Errorf("task of unknown kind %v", h.Kind)
+}
+
+// fitTask answers a fit task: it trains on the task's parameters and
+// uploads the update, in the clear or by secure aggregation; a task it
+// refuses, or an upload this site's policy refuses, is an error.
+func (r *SiteRunner) fitTask(ctx context.Context, cli pb.FederationClient, h *pb.TaskHeader, data []byte, log *slog.Logger) error {
+	params, rf := decodeBlob(data, h.Params, nil, r.downloadLimits())
+	if rf != nil {
+		log.Error("task refused", "reason", rf.code, "detail", rf.msg)
+		return fmt.Errorf("task %s: %s", h.TaskId, rf.msg)
+	}
+	cfg, sa, err := splitSecAgg(h.Config)
+	if err != nil {
+		log.Error("task refused", "err", err)
+		return fmt.Errorf("task %s: %w", h.TaskId, err)
+	}
+	if sa == nil && r.RequireSecureAggregation {
+		err := fmt.Errorf("site %q: %w in the clear: fit task %s (round %d) comes without a secure-aggregation session, and this site requires secure aggregation (its policy, or the accepted task's federation.secure_aggregation: true); the coordinator does not run it",
+			r.Name, ErrUploadRefused, h.TaskId, h.Round)
+		log.Error("task refused", "err", err)
+		return err
+	}
+	t0 := time.Now()
+	res, err := r.Site.Fit(ctx, federation.FitIns{Round: int(h.Round), Params: params, Config: cfg})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// the coordinator learns of the failure at the round's
+		// deadline; the task is offered again after a pause
+		log.Error("fit failed", "err", err)
+		return pause(ctx, time.Second)
+	}
+	log.Info("fit done", "seconds", time.Since(t0).Seconds())
+	if err := r.checkUpload(res.Params, h, sa != nil); err != nil {
+		log.Error("upload refused by this site", "err", err)
+		return err
+	}
+	if sa != nil {
+		return r.secAggUpload(ctx, cli, h, sa, res, log)
+	}
+	return r.upload(ctx, cli, h, res, log)
+}
+
+// evaluateTask answers an evaluation task: it evaluates the task's
+// parameters and reports the metrics.
+func (r *SiteRunner) evaluateTask(ctx context.Context, cli pb.FederationClient, h *pb.TaskHeader, data []byte, log *slog.Logger) error {
+	params, rf := decodeBlob(data, h.Params, nil, r.downloadLimits())
+	if rf != nil {
+		log.Error("task refused", "reason", rf.code, "detail", rf.msg)
+		return fmt.Errorf("task %s: %s", h.TaskId, rf.msg)
+	}
+	res, err := r.Site.Evaluate(ctx, federation.EvaluateIns{Round: int(h.Round), Params: params, Config: h.Config})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Error("evaluate failed", "err", err)
+		return pause(ctx, time.Second)
+	}
+	rep, err := cli.ReportEval(ctx, &pb.EvalReport{ProtocolVersion: r.version(), Site: r.Name, TaskId: h.TaskId,
+		Round: h.Round, NumExamples: int64(res.NumExamples), Metrics: res.Metrics})
+	if err != nil {
+		return err
+	}
+	if !rep.Accepted {
+		log.Warn("evaluation refused", "reason", rep.Reason)
+	}
+	return nil
 }
 
 func (r *SiteRunner) upload(ctx context.Context, cli pb.FederationClient, h *pb.TaskHeader, res federation.FitRes, log *slog.Logger) error {

@@ -128,40 +128,13 @@ func (w *World) Dataset(opts DatasetOptions) (*dataset.Dataset, error) {
 	if opts.Size < 8 || opts.Size > 1024 {
 		return nil, fmt.Errorf("world: dataset %s: image size %d (dataset.image_size) not in [8, 1024]: %w", opts.Name, opts.Size, ErrConfig)
 	}
-	classes := opts.Classes
-	if classes == nil {
-		var err error
-		if classes, err = w.ChooseClasses(opts.NumClasses, opts.Seed); err != nil {
-			return nil, fmt.Errorf("world: dataset %s: %w", opts.Name, err)
-		}
+	classes, err := w.datasetClasses(opts)
+	if err != nil {
+		return nil, err
 	}
-	if len(classes) == 0 {
-		return nil, fmt.Errorf("world: dataset %s: Classes is empty: %w", opts.Name, ErrConfig)
-	}
-	dup := map[Composition]bool{}
-	for i, c := range classes {
-		if !c.valid() {
-			return nil, fmt.Errorf("world: dataset %s: Classes[%d] = %+v out of range: %w", opts.Name, i, c, ErrConfig)
-		}
-		if dup[c] {
-			return nil, fmt.Errorf("world: dataset %s: Classes[%d] %q repeated: %w", opts.Name, i, c.Name(), ErrConfig)
-		}
-		dup[c] = true
-	}
-	domains := opts.Domains
-	if domains == nil {
-		domains = []Domain{Photo, Clipart, Sketch, Painting}
-	}
-	if len(domains) == 0 {
-		return nil, fmt.Errorf("world: dataset %s: Domains is empty: %w", opts.Name, ErrConfig)
-	}
-	for i, d := range domains {
-		if d < 0 || int(d) >= NumDomains {
-			return nil, fmt.Errorf("world: dataset %s: Domains[%d] = %d out of range: %w", opts.Name, i, int(d), ErrConfig)
-		}
-		if slices.Index(domains, d) != i {
-			return nil, fmt.Errorf("world: dataset %s: Domains[%d] %s repeated: %w", opts.Name, i, d, ErrConfig)
-		}
+	domains, err := datasetDomains(opts)
+	if err != nil {
+		return nil, err
 	}
 	ds := &dataset.Dataset{Name: opts.Name}
 	for _, c := range classes {
@@ -190,6 +163,53 @@ func (w *World) Dataset(opts DatasetOptions) (*dataset.Dataset, error) {
 		return nil, fmt.Errorf("world: %w", err)
 	}
 	return ds, nil
+}
+
+// datasetClasses are opts.Classes, or as many drawn by the seed as
+// opts.NumClasses; each must be valid and appear once.
+func (w *World) datasetClasses(opts DatasetOptions) ([]Composition, error) {
+	classes := opts.Classes
+	if classes == nil {
+		var err error
+		if classes, err = w.ChooseClasses(opts.NumClasses, opts.Seed); err != nil {
+			return nil, fmt.Errorf("world: dataset %s: %w", opts.Name, err)
+		}
+	}
+	if len(classes) == 0 {
+		return nil, fmt.Errorf("world: dataset %s: Classes is empty: %w", opts.Name, ErrConfig)
+	}
+	dup := map[Composition]bool{}
+	for i, c := range classes {
+		if !c.valid() {
+			return nil, fmt.Errorf("world: dataset %s: Classes[%d] = %+v out of range: %w", opts.Name, i, c, ErrConfig)
+		}
+		if dup[c] {
+			return nil, fmt.Errorf("world: dataset %s: Classes[%d] %q repeated: %w", opts.Name, i, c.Name(), ErrConfig)
+		}
+		dup[c] = true
+	}
+	return classes, nil
+}
+
+// datasetDomains are opts.Domains, or the four styles; each must be known
+// and appear once.
+func datasetDomains(opts DatasetOptions) ([]Domain, error) {
+	domains := opts.Domains
+	if domains == nil {
+		domains = []Domain{Photo, Clipart, Sketch, Painting}
+	}
+	if len(domains) == 0 {
+		return nil, fmt.Errorf("world: dataset %s: Domains is empty: %w", opts.Name, ErrConfig)
+	}
+	for i, d := range domains {
+		if d < 0 || int(d) >= NumDomains {
+			return nil, fmt.Errorf("world: dataset %s: Domains[%d] = %d out of range: %w", opts.Name, i, int(d), ErrConfig)
+		}
+		if slices.Index(domains, d) != i {
+			return nil, fmt.Errorf("world: dataset %s: Domains[%d] %s repeated: %w", opts.Name, i, d, ErrConfig)
+		}
+	}
+	return domains, nil
 }
 
 // Load is a dataset.LoaderFunc for the default world (DefaultConfig): it

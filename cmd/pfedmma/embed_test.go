@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -101,6 +104,42 @@ func TestEmbedNaNPixels(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "json") {
 			t.Errorf("error %q speaks of JSON", err)
+		}
+	}
+}
+
+// TestEmbedStopsOnSIGTERM: embed sent SIGTERM while it encodes images stops
+// at the next batch with a non-zero exit saying so (before: it ignored the
+// signal and encoded every image). Also SIGINT.
+func TestEmbedStopsOnSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	cfg := clip.Config{EmbedDim: 128,
+		Vision: clip.VisionConfig{ImageSize: 224, PatchSize: 16, Width: 384, Layers: 8, Heads: 6, MLPWidth: 1536},
+		Text:   clip.TextConfig{ContextLength: 16, VocabSize: 500, Width: 64, Layers: 1, Heads: 1, MLPWidth: 256}}
+	model := filepath.Join(dir, "model.safetensors")
+	if err := checkpoint.Save(model, clip.Random(cfg, 1), checkpoint.OpenAI); err != nil {
+		t.Fatal(err)
+	}
+	const n = 96 // three batches, each of seconds
+	px := tensor.New(n, 3, 224, 224)
+	for i := range px.Data {
+		px.Data[i] = float32(i%17) / 17
+	}
+	pixels := filepath.Join(dir, "pixels.safetensors")
+	if err := safetensors.Write(pixels, tensor.Named{"pixels": px}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, sig := range []os.Signal{syscall.SIGTERM, os.Interrupt} {
+		r := cliUntil(t, "embed: encoding images", sig, "embed", "--model", model, "--pixels", pixels)
+		// It must stop at a batch boundary before the last image, whatever
+		// the machine's load (the child is killed 120 s after the signal).
+		var done, total int
+		i := strings.Index(r.Stderr, "stopped after ")
+		if i >= 0 {
+			_, _ = fmt.Sscanf(r.Stderr[i:], "stopped after %d of %d images", &done, &total)
+		}
+		if r.Code == 0 || i < 0 || total != n || done >= n {
+			t.Errorf("embed after %v: exit %d, stopped after %d of %d images (want fewer than %d)\n%s", sig, r.Code, done, total, n, tail(r.Stderr))
 		}
 	}
 }

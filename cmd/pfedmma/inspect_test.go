@@ -1,56 +1,13 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/pfedmma/pfedmma/checkpoint"
 )
-
-func TestInspectOutput(t *testing.T) {
-	for _, path := range []string{"../../testdata/clip-tiny/openai.safetensors", "../../testdata/clip-tiny/hf"} {
-		info, err := checkpoint.Inspect(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var text bytes.Buffer
-		if err := writeInspectText(&text, path, info); err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range []string{"1,768,065", "ViT 32×32 px, patch 8 (4×4 grid, 17 tokens)",
-			"context 77, vocab 1000", "width 128, 4 layers, 2 heads (head dim 64), MLP 512", string(info.Scheme)} {
-			if !strings.Contains(text.String(), want) {
-				t.Errorf("%s: text output lacks %q:\n%s", path, want, text.String())
-			}
-		}
-		var js bytes.Buffer
-		if err := writeInspectJSON(&js, path, info); err != nil {
-			t.Fatal(err)
-		}
-		var got inspectJSON
-		if err := json.Unmarshal(js.Bytes(), &got); err != nil {
-			t.Fatal(err)
-		}
-		if got.Params != 1768065 || got.VisionParams+got.TextParams != got.Params || got.EmbedDim != 64 ||
-			got.Vision.Heads != 2 || got.Text.VocabSize != 1000 || got.LogitScale != 4 || got.Scheme != info.Scheme {
-			t.Errorf("%s: JSON %+v", path, got)
-		}
-	}
-}
-
-func TestGroupDigits(t *testing.T) {
-	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1768065: "1,768,065", 149620737: "149,620,737"} {
-		if got := groupDigits(n); got != want {
-			t.Errorf("groupDigits(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
 
 // TestModelFolderWithoutModelNamesIt: a --model folder holding no model
 // file, but a FIFO no loader opens, is refused for the missing model, not
@@ -73,6 +30,43 @@ func TestModelFolderWithoutModelNamesIt(t *testing.T) {
 			}
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%v blocked", args)
+		}
+	}
+}
+
+// TestInspectRefusesFIFO: inspect on a FIFO (or a model folder holding one)
+// fails at once (before: it blocked forever, deaf to Ctrl-C).
+func TestInspectRefusesFIFO(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "model.safetensors")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	for _, p := range []string{fifo, dir} {
+		done := make(chan error, 1)
+		go func() { _, err := execute(t, "inspect", "--model", p); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "FIFO") {
+				t.Errorf("inspect --model %s: error %v, want one naming the FIFO", p, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("inspect --model %s blocked", p)
+		}
+	}
+}
+
+// TestInspectWithoutModel: inspect with no --model describes the embedded
+// model, as the README says (before: "required flag(s) "model" not set").
+func TestInspectWithoutModel(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	out, err := execute(t, "inspect")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"embedded default model", "parameters", "vision"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, out)
 		}
 	}
 }

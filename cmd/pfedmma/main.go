@@ -5,7 +5,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/gemm"
+	"github.com/pfedmma/pfedmma/internal/plainerr"
 	_ "github.com/pfedmma/pfedmma/methods/all" // every method
 )
 
@@ -81,7 +84,7 @@ func main() {
 	err := rootCmd.ExecuteContext(ctx)
 	stopProfile()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "pfedmma:", plainMessage(err.Error()))
+		fmt.Fprintln(os.Stderr, "pfedmma:", plainerr.Message(err.Error()))
 		os.Exit(1)
 	}
 }
@@ -90,4 +93,11 @@ func main() {
 func setThreads(n int) {
 	runtime.GOMAXPROCS(n)
 	gemm.SetThreads(n)
+}
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

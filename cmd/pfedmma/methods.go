@@ -2,18 +2,11 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
 	"github.com/pfedmma/pfedmma/methods"
 )
-
-// methodsWidth is the widest line `pfedmma methods` prints: an 80-column
-// terminal shows each without wrapping.
-const methodsWidth = 79
 
 func init() {
 	rootCmd.AddCommand(&cobra.Command{
@@ -26,80 +19,13 @@ func init() {
 				if err != nil {
 					return fmt.Errorf("methods: %w", err)
 				}
-				return writeMethodDetails(cmd.OutOrStdout(), m.Info())
+				return m.Info().WriteDetails(cmd.OutOrStdout())
 			}
 			var infos []methods.Info
 			for _, m := range methods.All() {
 				infos = append(infos, m.Info())
 			}
-			return writeMethodList(cmd.OutOrStdout(), infos)
+			return methods.WriteList(cmd.OutOrStdout(), infos)
 		},
 	})
-}
-
-// writeMethodList prints one line per method, its name and what it
-// trains, cut to methodsWidth columns, then how to see the rest.
-func writeMethodList(w io.Writer, infos []methods.Info) error {
-	pad := len("METHOD")
-	for _, i := range infos {
-		pad = max(pad, utf8.RuneCountInString(i.Name))
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-*s  %s\n", pad, "METHOD", "TRAINS")
-	for _, i := range infos {
-		fmt.Fprintf(&b, "%-*s  %s\n", pad, i.Name, clipRunes(i.Trains, methodsWidth-pad-2))
-	}
-	b.WriteString("\n`pfedmma methods NAME`: what a method trains and shares, and its paper.\n")
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-// writeMethodDetails prints a method's name, what it trains and shares,
-// and its paper, each wrapped at methodsWidth columns.
-func writeMethodDetails(w io.Writer, i methods.Info) error {
-	var b strings.Builder
-	b.WriteString(i.Name + "\n")
-	for _, f := range [][2]string{{"trains", i.Trains}, {"shares", i.Shares}, {"paper", i.Paper}} {
-		lines := wrap(f[1], methodsWidth-10)
-		for n, l := range lines {
-			label := ""
-			if n == 0 {
-				label = f[0]
-			}
-			fmt.Fprintf(&b, "  %-8s%s\n", label, l)
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-// clipRunes cuts s to at most n runes, ending a cut string with "…".
-func clipRunes(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return strings.TrimRight(string(r[:n-1]), " ,;(") + "…"
-}
-
-// wrap splits s into lines of at most n runes at spaces (a longer word
-// stays whole on its own line).
-func wrap(s string, n int) []string {
-	var lines []string
-	var cur string
-	for _, word := range strings.Fields(s) {
-		switch {
-		case cur == "":
-			cur = word
-		case utf8.RuneCountInString(cur)+1+utf8.RuneCountInString(word) <= n:
-			cur += " " + word
-		default:
-			lines = append(lines, cur)
-			cur = word
-		}
-	}
-	if cur != "" || len(lines) == 0 {
-		lines = append(lines, cur)
-	}
-	return lines
 }

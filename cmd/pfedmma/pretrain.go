@@ -20,17 +20,8 @@ func newPretrainCmd(opts *pretrain.Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pretrain [--out DIR] [flags] [--resume]",
 		Short: "Pretrain a small CLIP from scratch on the generated world",
-		Long: `Pretrain trains a small CLIP (both encoders from scratch) with CLIP's
-symmetric contrastive loss on captioned images of the generated world, whose
-held-out compositions never appear, and — when Debian's dataset-fashion-mnist
-is installed — Fashion-MNIST images with templated captions.
-
-It learns a BPE vocabulary from the captions and writes into --out:
-model.safetensors (OpenAI names), bpe_simple_vocab_16e6.txt.gz, vocab.json +
-merges.txt, pretrain.json (options, zero-shot accuracy on seen and held-out
-compositions, wall time, the reproduce command) and the resumable state
-pretrain-state.safetensors. Interrupt it and continue with --resume.`,
-		Args: cobra.NoArgs,
+		Long:  pretrain.Help,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res, err := pretrain.Run(cmd.Context(), *opts, cmd.ErrOrStderr())
 			if err != nil {

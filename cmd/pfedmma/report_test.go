@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pfedmma/pfedmma/report"
 )
@@ -154,6 +156,110 @@ func TestReportRefusesDamagedResults(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("protocol %q, mean %s: error %q does not name %s", c.protocol, c.mean, err, w)
 			}
+		}
+	}
+}
+
+// TestCLIErrorsInPlainWords: the binary prints a damaged summary's error
+// without Go's wording (before: "strconv.ParseFloat: parsing "x": invalid
+// syntax"; "Go struct field RoundRecord.round of type int").
+func TestCLIErrorsInPlainWords(t *testing.T) {
+	for _, c := range []struct{ summary, metrics, want string }{
+		{`{"protocol": "dirichlet", "metrics": ["acc"], "methods": {"a": {"acc": "x"}}}`, `{"round": 0, "method": "a", "mean": {"acc": 5}}`, `"x" is not a number`},
+		{`{"protocol": "dirichlet", "metrics": ["acc"], "methods": {"a": {"acc": 5}}}`, `{"round": "x", "method": "a", "mean": {"acc": 5}}`, `field "round": a JSON string where a whole number is expected`},
+	} {
+		dir := writeRunResults(t, c.summary, c.metrics+"\n")
+		r := cli(t, cliOptions{}, "report", dir)
+		if r.Code == 0 || !strings.Contains(r.Stderr, c.want) {
+			t.Errorf("report: exit %d, stderr %q, want %q", r.Code, r.Stderr, c.want)
+		}
+		for _, bad := range []string{"strconv", "Go struct", "Go value"} {
+			if strings.Contains(r.Stderr, bad) {
+				t.Errorf("report: stderr %q says %q", r.Stderr, bad)
+			}
+		}
+	}
+}
+
+// writeRunResults writes a run folder holding only summary.json and
+// metrics.jsonl (what report reads).
+func writeRunResults(t *testing.T, summary, metrics string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "summary.json"), []byte(summary), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(metrics), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestReportRefusesCorruptMetrics: report refuses metrics it cannot draw
+// truthfully, naming the file (and the line): accuracies out of [0, 100],
+// negative or repeated rounds, a truncated last line (before: dropped, so
+// the method's curve vanished while its table row stayed), a summary method
+// without a curve, unknown fields; the intact files are drawn.
+func TestReportRefusesCorruptMetrics(t *testing.T) {
+	const summary = `{"protocol": "base2novel", "metrics": ["local", "base", "novel", "hm"],
+ "methods": {"zeroshot": {"local": 60, "base": 60, "novel": 60, "hm": 60}, "pfedmma": {"local": 90, "base": 70, "novel": 65, "hm": 74}}}`
+	line := func(method string, round int, local string) string {
+		return fmt.Sprintf(`{"round":%d,"method":%q,"mean":{"local":%s,"base":60,"novel":60,"hm":60},"clients":[{"id":0,"metrics":{"local":%s,"base":60,"novel":60,"hm":60}}]}`+"\n", round, method, local, local)
+	}
+	good := line("zeroshot", 0, "60") + line("pfedmma", 0, "80") + line("pfedmma", 1, "90")
+	for _, c := range []struct {
+		name, summary, metrics string
+		want                   []string
+	}{
+		{"accuracy 1e308", summary, line("zeroshot", 0, "60") + line("pfedmma", 0, "1e308"), []string{"metrics.jsonl", "line 2", "local", "1e+308"}},
+		{"accuracy -1e9 in a client", summary, good + line("pfedmma", 2, "-1e9"), []string{"metrics.jsonl", "line 4", "-1e+09"}},
+		{"summary accuracy 1e308", strings.Replace(summary, `"local": 90`, `"local": 1e308`, 1), good, []string{"summary.json", "pfedmma", "1e+308"}},
+		{"summary accuracy -1e9", strings.Replace(summary, `"hm": 74`, `"hm": -1e9`, 1), good, []string{"summary.json", "hm"}},
+		{"round -5", summary, good + line("pfedmma", -5, "90"), []string{"metrics.jsonl", "line 4", "-5"}},
+		{"repeated round", summary, good + line("pfedmma", 1, "90"), []string{"metrics.jsonl", "line 4", "round 1"}},
+		{"truncated last line", summary, good + line("pfedmma", 2, "91")[:40], []string{"metrics.jsonl", "line 4", "truncated"}},
+		{"method without a curve", summary, line("zeroshot", 0, "60") + line("pfedmma", 0, "80")[:50], []string{"metrics.jsonl", "line 2", "truncated"}},
+		{"summary method missing from metrics", summary, line("zeroshot", 0, "60"), []string{"summary.json", "pfedmma", "metrics.jsonl"}},
+		{"unknown field", summary, good + `{"round":3,"method":"pfedmma","mean":{"local":1},"acc":5}` + "\n", []string{"metrics.jsonl", "line 4", "acc"}},
+		{"garbage line", summary, good[:len(good)/2] + "\nxx\n" + good[len(good)/2:], []string{"metrics.jsonl", "line"}},
+		{"summary not JSON", "{", good, []string{"summary.json"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := writeRunResults(t, c.summary, c.metrics)
+			_, err := execute(t, "report", dir)
+			assertRefused(t, c.name, err, filepath.Join(dir, "curves.png"), c.want...)
+		})
+	}
+	dir := writeRunResults(t, summary, good)
+	if out, err := execute(t, "report", dir); err != nil || !strings.Contains(out, "pfedmma") {
+		t.Fatalf("intact files: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "curves.png")); err != nil {
+		t.Errorf("intact files: no curves drawn: %v", err)
+	}
+}
+
+// TestReportRefusesFIFO: report on a run folder whose summary.json or
+// metrics.jsonl is a FIFO fails at once naming it (before: it blocked).
+func TestReportRefusesFIFO(t *testing.T) {
+	const summary = `{"protocol": "base2novel", "metrics": ["local"], "methods": {"pfedmma": {"local": 50}}}`
+	const metrics = `{"round":0,"method":"pfedmma","mean":{"local":50}}` + "\n"
+	for _, name := range []string{"summary.json", "metrics.jsonl"} {
+		dir := writeRunResults(t, summary, metrics)
+		p := filepath.Join(dir, name)
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Skipf("mkfifo: %v", err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := execute(t, "report", dir); done <- err }()
+		select {
+		case err := <-done:
+			assertRefused(t, name+" FIFO", err, "", p, "FIFO")
+		case <-time.After(10 * time.Second):
+			t.Fatalf("report blocked on the FIFO %s", p)
 		}
 	}
 }

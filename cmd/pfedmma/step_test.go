@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/safetensors"
+	"github.com/pfedmma/pfedmma/tensor"
 )
 
 // fixtureCase is one `pfedmma step` or `round` invocation on a reference
@@ -142,5 +143,154 @@ func TestRunModelEmbedded(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "pfedmma") {
 		t.Fatalf("output:\n%s", buf.String())
+	}
+}
+
+// stFile is a safetensors file's tensors and metadata, to edit in tests.
+type stFile struct {
+	f32  tensor.Named
+	ints map[string]safetensors.Int64Tensor
+	meta map[string]string
+}
+
+// readST reads every tensor of a safetensors file.
+func readST(t *testing.T, path string) stFile {
+	t.Helper()
+	f, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := stFile{f32: tensor.Named{}, ints: map[string]safetensors.Int64Tensor{}, meta: f.Metadata()}
+	if out.meta == nil {
+		out.meta = map[string]string{}
+	}
+	for _, name := range f.Names() {
+		dt, _, _ := f.Info(name)
+		if dt == "I64" || dt == "I32" {
+			v, shape, err := f.Int64(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out.ints[name] = safetensors.Int64Tensor{Shape: shape, Data: v}
+			continue
+		}
+		v, err := f.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.f32[name] = v
+	}
+	return out
+}
+
+// write writes s to dir/name and returns the path.
+func (s stFile) write(t *testing.T, dir, name string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := safetensors.Write(p, s.f32, s.ints, s.meta); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestStepRoundRefuseSilentResults: step and round refuse non-finite
+// parameters, images and hyper-parameters, outputs that diverge, unknown
+// --set keys, empty batches, float labels and client indices with a gap —
+// each naming the tensor, key or file — and write nothing (before: NaN
+// outputs and exit 0, an ignored key, a dropped client, a slice-bounds
+// panic, "labels missing").
+func TestStepRoundRefuseSilentResults(t *testing.T) {
+	t.Cleanup(func() { resetCommand(t, "step"); resetCommand(t, "round") })
+	const td = "../../testdata/"
+	dir := t.TempDir()
+	model := td + "clip-tiny/openai.safetensors"
+	initP, stepP, roundP := td+"mma-l2/adapters_init.safetensors", td+"mma-l2/step.safetensors", td+"mma-l2/round.safetensors"
+
+	nanParams := readST(t, initP)
+	const pname = "adapter_learner.shared_adapter.2.0.bias"
+	nanParams.f32[pname].Data[3] = float32(math.NaN())
+	nanParamsP := nanParams.write(t, dir, "nan_params.safetensors")
+
+	nanImages := readST(t, stepP)
+	nanImages.f32["images"].Data[7] = float32(math.Inf(1))
+	nanImagesP := nanImages.write(t, dir, "nan_images.safetensors")
+
+	empty := readST(t, stepP)
+	empty.f32["images"] = tensor.New(0, 3, 32, 32)
+	empty.ints["labels"] = safetensors.Int64Tensor{Shape: []int{0}, Data: []int64{}}
+	emptyP := empty.write(t, dir, "empty.safetensors")
+
+	noTokens := readST(t, stepP)
+	noTokens.ints["tokens"] = safetensors.Int64Tensor{Shape: []int{0, 77}, Data: []int64{}}
+	noTokensP := noTokens.write(t, dir, "no_tokens.safetensors")
+	cutTokens := readST(t, stepP)
+	cutTokens.ints["tokens"] = safetensors.Int64Tensor{Shape: []int{5, 76}, Data: cutTokens.ints["tokens"].Data[:5*76]}
+	cutTokensP := cutTokens.write(t, dir, "cut_tokens.safetensors")
+
+	floatLabels := readST(t, stepP)
+	lab := floatLabels.ints["labels"]
+	fl := tensor.New(len(lab.Data))
+	for i, v := range lab.Data {
+		fl.Data[i] = float32(v)
+	}
+	delete(floatLabels.ints, "labels")
+	floatLabels.f32["labels"] = fl
+	floatLabelsP := floatLabels.write(t, dir, "float_labels.safetensors")
+
+	gap := readST(t, roundP)
+	for _, m := range []map[string]*tensor.Tensor{gap.f32} {
+		for name, v := range m {
+			if strings.HasPrefix(name, "client1.") {
+				delete(m, name)
+				m["client2."+strings.TrimPrefix(name, "client1.")] = v
+			}
+		}
+	}
+	for name, v := range gap.ints {
+		if strings.HasPrefix(name, "client1.") {
+			delete(gap.ints, name)
+			gap.ints["client2."+strings.TrimPrefix(name, "client1.")] = v
+		}
+	}
+	gapP := gap.write(t, dir, "gap.safetensors")
+
+	for _, c := range []struct {
+		name, kind, params string
+		batches, sets      []string
+		want               []string
+	}{
+		{"nan parameter", "step", nanParamsP, []string{stepP}, nil, []string{"nan_params.safetensors", pname, "NaN"}},
+		{"inf image", "step", initP, []string{nanImagesP}, nil, []string{"nan_images.safetensors", `"images"`, "+Inf"}},
+		{"lr=nan", "step", initP, []string{stepP}, []string{"lr=nan"}, []string{"lr=nan", "finite"}},
+		{"adapter_scale=inf", "step", initP, []string{stepP}, []string{"adapter_scale=inf"}, []string{"adapter_scale=inf", "finite"}},
+		{"round momentum=NaN", "round", initP, []string{roundP, stepP}, []string{"momentum=NaN"}, []string{"momentum=NaN"}},
+		{"diverging output", "step", initP, []string{stepP}, []string{"adapter_scale=1e38"}, []string{"output", "grad.", "diverge"}},
+		{"unknown --set key", "step", initP, []string{stepP}, []string{"unknown_key=3"}, []string{`"unknown_key"`, "adapter_scale", "lr"}},
+		{"empty batch", "step", initP, []string{emptyP}, nil, []string{`"images"`, "empty"}},
+		{"empty tokens", "step", initP, []string{noTokensP}, nil, []string{`"tokens"`, "empty"}},
+		{"tokens not whole rows", "step", initP, []string{cutTokensP}, nil, []string{`"tokens"`, "380", "77"}},
+		{"float labels", "step", initP, []string{floatLabelsP}, nil, []string{`"labels"`, "float", "I64"}},
+		{"client gap", "round", initP, []string{gapP, stepP}, nil, []string{"client2", "client1", "gap"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out.safetensors")
+			args := []string{c.kind, "--method", "pfedmma", "--model", model, "--params", c.params, "--out", out}
+			for _, b := range c.batches {
+				args = append(args, "--batch", b)
+			}
+			for _, s := range c.sets {
+				args = append(args, "--set", s)
+			}
+			_, err := execute(t, args...)
+			assertRefused(t, c.name, err, out, c.want...)
+		})
+	}
+	// the same inputs, unedited, still work, and a --set of a key the file
+	// already holds is accepted
+	out := filepath.Join(dir, "ok.safetensors")
+	if _, err := execute(t, "step", "--method", "pfedmma", "--model", model, "--params", initP, "--batch", stepP,
+		"--set", "adapter_scale=0.01", "--out", out); err != nil {
+		t.Fatal(err)
 	}
 }

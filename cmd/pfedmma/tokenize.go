@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -19,14 +18,8 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "tokenize --vocab FILE [--truncate] TEXT...",
 		Short: "Print CLIP token ids of texts as JSON",
-		Long: `Tokenize prints the CLIP token ids of each TEXT, as clip.tokenize does:
-<|startoftext|>, the BPE ids, <|endoftext|>, zero padded to the context length.
-The output is one line of JSON, {"tokens": [[ids...], ...]}, one list per TEXT.
-A text that does not fit is an error unless --truncate is given.
-
---vocab is bpe_simple_vocab_16e6.txt.gz (or .txt), a Hugging Face vocab.json
-(with merges.txt beside it), or a folder holding either.`,
-		Args: cobra.MinimumNArgs(1),
+		Long:  tokenizer.CommandHelp,
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if context < 1 || context > tokenizer.MaxContextLength {
 				return fmt.Errorf("tokenize: --context %d: want 1 to %d tokens (CLIP uses %d)", context, tokenizer.MaxContextLength, tokenizer.ContextLength)
@@ -40,7 +33,7 @@ A text that does not fit is an error unless --truncate is given.
 				return err
 			}
 			w := bufio.NewWriter(cmd.OutOrStdout())
-			writeTokensJSON(w, rows)
+			tokenizer.WriteJSON(w, rows)
 			return w.Flush()
 		},
 	}
@@ -49,24 +42,4 @@ A text that does not fit is an error unless --truncate is given.
 	cmd.Flags().IntVar(&context, "context", tokenizer.ContextLength, "context length (ids per text)")
 	_ = cmd.MarkFlagRequired("vocab") // cannot fail: the flag is defined above
 	rootCmd.AddCommand(cmd)
-}
-
-// writeTokensJSON writes {"tokens": [[...], ...]} with Python's json.dumps
-// spacing, so the output matches a Python reference byte for byte.
-func writeTokensJSON(w *bufio.Writer, rows [][]int) {
-	w.WriteString(`{"tokens": [`)
-	for i, row := range rows {
-		if i > 0 {
-			w.WriteString(", ")
-		}
-		w.WriteByte('[')
-		for j, id := range row {
-			if j > 0 {
-				w.WriteString(", ")
-			}
-			w.WriteString(strconv.Itoa(id))
-		}
-		w.WriteByte(']')
-	}
-	fmt.Fprintln(w, "]}")
 }

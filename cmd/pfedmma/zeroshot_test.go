@@ -67,3 +67,18 @@ func TestZeroshotDefaultModel(t *testing.T) {
 		t.Fatalf("zero-shot top-1 right on %d of %d rendered images:\n%s", correct, len(classes), out.String())
 	}
 }
+
+// TestZeroshotTopZero: zeroshot --top 0 (or negative) is refused naming
+// the flag (before: it printed nothing and exited 0).
+func TestZeroshotTopZero(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	img := writeWorldImage(t, 0)
+	for _, top := range []string{"0", "-3"} {
+		_, err := execute(t, "zeroshot", "--classes", "cat,dog", "--top", top, "--image", img)
+		assertRefused(t, "--top "+top, err, "", "--top", top)
+	}
+	out, err := execute(t, "zeroshot", "--classes", "cat,dog", "--top", "1", "--image", img)
+	if err != nil || strings.Count(out, "%") != 1 {
+		t.Errorf("--top 1: %v\n%s", err, out)
+	}
+}

@@ -220,22 +220,9 @@ func (s *Strategy) Aggregate(round int, results []federation.FitResult, failures
 		return s.inner.Aggregate(round, results, failures)
 	}
 	names := s.sharedNames(results)
-	deltas := make([]tensor.Named, len(results))
-	for i, r := range results {
-		d, err := s.delta(r, names)
-		if err != nil {
-			return fmt.Errorf("robust round %d: %w", round, err)
-		}
-		deltas[i] = d
-	}
-	clip := o.ClipNorm
-	if o.DP != nil {
-		clip = o.DP.Clip
-	}
-	if clip > 0 {
-		for _, d := range deltas {
-			ClipUpdate(d, clip)
-		}
+	deltas, err := s.clippedDeltas(results, names)
+	if err != nil {
+		return fmt.Errorf("robust round %d: %w", round, err)
 	}
 	if o.Rule == Mean && o.DP == nil {
 		out := make([]federation.FitResult, len(results))
@@ -271,22 +258,7 @@ func (s *Strategy) Aggregate(round int, results []federation.FitResult, failures
 			for i, d := range deltas {
 				col[i] = float64(d[name].Data[j])
 			}
-			var v float64
-			switch o.Rule {
-			case Median:
-				v = MedianOf(col)
-			case TrimmedMean:
-				v = TrimmedMeanOf(col, o.Trim)
-			default:
-				for _, x := range col {
-					v += x
-				}
-				if o.DP != nil {
-					v += rng.NormFloat64() * o.DP.NoiseMultiplier * o.DP.Clip
-				}
-				v /= float64(len(col))
-			}
-			out.Data[j] = float32(float64(b.Data[j]) + v)
+			out.Data[j] = float32(float64(b.Data[j]) + o.combine(col, rng))
 		}
 		agg[name] = out
 	}
@@ -298,6 +270,52 @@ func (s *Strategy) Aggregate(round int, results []federation.FitResult, failures
 	}
 	syn := federation.FitResult{ClientID: base, NumExamples: total, Params: agg, Metrics: results[0].Metrics}
 	return s.inner.Aggregate(round, []federation.FitResult{syn}, failures)
+}
+
+// clippedDeltas is each result's update on the shared tensors names,
+// clipped to the configured norm (DP's clip under differential privacy).
+func (s *Strategy) clippedDeltas(results []federation.FitResult, names []string) ([]tensor.Named, error) {
+	o := s.opts
+	deltas := make([]tensor.Named, len(results))
+	for i, r := range results {
+		d, err := s.delta(r, names)
+		if err != nil {
+			return nil, err
+		}
+		deltas[i] = d
+	}
+	clip := o.ClipNorm
+	if o.DP != nil {
+		clip = o.DP.Clip
+	}
+	if clip > 0 {
+		for _, d := range deltas {
+			ClipUpdate(d, clip)
+		}
+	}
+	return deltas, nil
+}
+
+// combine is the rule's value of one coordinate from the sites' updates
+// col: their median, trimmed mean, or mean (with DP's Gaussian noise on
+// the sum, drawn from rng).
+func (o Options) combine(col []float64, rng *rand.Rand) float64 {
+	var v float64
+	switch o.Rule {
+	case Median:
+		v = MedianOf(col)
+	case TrimmedMean:
+		v = TrimmedMeanOf(col, o.Trim)
+	default:
+		for _, x := range col {
+			v += x
+		}
+		if o.DP != nil {
+			v += rng.NormFloat64() * o.DP.NoiseMultiplier * o.DP.Clip
+		}
+		v /= float64(len(col))
+	}
+	return v
 }
 
 func (s *Strategy) sharedNames(results []federation.FitResult) []string {

@@ -256,15 +256,7 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	if err := m.Text.TokenEmbed(full, tokens, C); err != nil {
 		return nil, fmt.Errorf("maple: %w", err)
 	}
-	l.base = make([]float32, C*T*Dt)
-	for r := 0; r < C; r++ {
-		row := l.base[r*T*Dt : (r+1)*T*Dt]
-		copy(row, full[r*ctxLen*Dt:r*ctxLen*Dt+T*Dt])
-		clear(row[Dt : (1+n)*Dt])
-		for i, p := range m.Text.W.PosEmb[:T*Dt] {
-			row[i] += p
-		}
-	}
+	l.base = textBase(full, m.Text.W.PosEmb, C, ctxLen, T, Dt, n)
 	l.vis = clip.Vision{Cfg: m.Vision.Cfg, W: m.Vision.W}
 	l.text = clip.Text{Cfg: m.Text.Cfg, W: m.Text.W}
 	l.txt = newTower(m.Text.Stack.Blocks, J, 1, n)
@@ -315,6 +307,22 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	l.vp = make([][]float32, J)
 	l.tdeep = make([][]float32, J)
 	return l, nil
+}
+
+// textBase is each class prompt's first T token embeddings (of full, C
+// rows of ctxLen) plus the positional embeddings pos, with the n context
+// positions after SOT zeroed (the learned context goes there).
+func textBase(full, pos []float32, C, ctxLen, T, Dt, n int) []float32 {
+	base := make([]float32, C*T*Dt)
+	for r := 0; r < C; r++ {
+		row := base[r*T*Dt : (r+1)*T*Dt]
+		copy(row, full[r*ctxLen*Dt:r*ctxLen*Dt+T*Dt])
+		clear(row[Dt : (1+n)*Dt])
+		for i, p := range pos[:T*Dt] {
+			row[i] += p
+		}
+	}
+	return base
 }
 
 // Params returns the live parameters by reference name.

@@ -141,14 +141,8 @@ func Placeholder(n int) string { return strings.TrimSpace(strings.Repeat("X ", n
 
 // Build makes the clients and the strategy of a prompt method on env.
 func Build(env *methods.Env, spec *Spec) (*methods.Plan, error) {
-	switch {
-	case spec.Embeddings && env.Start != methods.Embeddings:
-		return nil, fmt.Errorf("%s: needs the cached patch embeddings and frozen features (methods.Embeddings), the run caches depth %d", spec.Name, env.Start)
-	case spec.Embeddings:
-	case spec.Prefixes && env.Start != 0 && env.Start != 1:
-		return nil, fmt.Errorf("%s: needs the cached input of the first image block (depth 0 or 1), the run caches depth %d", spec.Name, env.Start)
-	case !spec.Prefixes && env.Start != methods.Features && env.Start != methods.TokenFeatures:
-		return nil, fmt.Errorf("%s: needs cached image features, the run caches depth %d", spec.Name, env.Start)
+	if err := checkDepth(env, spec); err != nil {
+		return nil, err
 	}
 	sp := &Spaces{env: env, spec: spec, by: map[int]Learner{}}
 	first, err := sp.Get(env.Task.Clients[0].TrainSpace)
@@ -156,14 +150,8 @@ func Build(env *methods.Env, spec *Spec) (*methods.Plan, error) {
 		return nil, err
 	}
 	init := first.Params().Clone() // drawn from the run seed
-	if env.Init != nil {
-		for name, t := range init {
-			src, ok := env.Init[name]
-			if !ok || !tensor.SameShape(src.Shape, t.Shape) {
-				return nil, fmt.Errorf("%s initial parameters: no %q of shape %v", spec.Name, name, t.Shape)
-			}
-			copy(t.Data, src.Data)
-		}
+	if err := installInit(env, spec, init); err != nil {
+		return nil, err
 	}
 	shared := tensor.Named{}
 	for name, t := range init {
@@ -222,6 +210,37 @@ func Build(env *methods.Env, spec *Spec) (*methods.Plan, error) {
 		}
 	}
 	return plan, nil
+}
+
+// checkDepth refuses a run whose cache depth is not the one spec's
+// learner reads: patch embeddings, the first block's input, or features.
+func checkDepth(env *methods.Env, spec *Spec) error {
+	switch {
+	case spec.Embeddings && env.Start != methods.Embeddings:
+		return fmt.Errorf("%s: needs the cached patch embeddings and frozen features (methods.Embeddings), the run caches depth %d", spec.Name, env.Start)
+	case spec.Embeddings:
+	case spec.Prefixes && env.Start != 0 && env.Start != 1:
+		return fmt.Errorf("%s: needs the cached input of the first image block (depth 0 or 1), the run caches depth %d", spec.Name, env.Start)
+	case !spec.Prefixes && env.Start != methods.Features && env.Start != methods.TokenFeatures:
+		return fmt.Errorf("%s: needs cached image features, the run caches depth %d", spec.Name, env.Start)
+	}
+	return nil
+}
+
+// installInit copies the run's initial parameters (env.Init, when set)
+// over init, each of init's tensors required at its shape.
+func installInit(env *methods.Env, spec *Spec, init tensor.Named) error {
+	if env.Init == nil {
+		return nil
+	}
+	for name, t := range init {
+		src, ok := env.Init[name]
+		if !ok || !tensor.SameShape(src.Shape, t.Shape) {
+			return fmt.Errorf("%s initial parameters: no %q of shape %v", spec.Name, name, t.Shape)
+		}
+		copy(t.Data, src.Data)
+	}
+	return nil
 }
 
 // Client is one site of a prompt method: its parameters P (reference

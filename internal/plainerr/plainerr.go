@@ -1,4 +1,7 @@
-package main
+// Package plainerr rewrites the messages of Go's parsers that a user of the
+// command line sees (strconv's "parsing ...: invalid syntax", encoding/json's
+// "cannot unmarshal ... into Go struct field") into plain words.
+package plainerr
 
 import (
 	"regexp"
@@ -7,7 +10,7 @@ import (
 
 // Go's decoders word their errors for Go programmers: "strconv.ParseFloat:
 // parsing "x": invalid syntax", "json: cannot unmarshal string into Go
-// struct field RoundRecord.round of type int". plainMessage rewrites those
+// struct field RoundRecord.round of type int". Message rewrites those
 // phrases of a command's error for the person who wrote the file; the
 // file, line and key the wrapping names stay.
 var (
@@ -17,7 +20,7 @@ var (
 	reJSONString = regexp.MustCompile(`(?:json: )?unsupported value: (NaN|[+-]Inf)`)
 )
 
-func plainMessage(msg string) string {
+func Message(msg string) string {
 	msg = reStrconv.ReplaceAllStringFunc(msg, func(m string) string {
 		g := reStrconv.FindStringSubmatch(m)
 		what := "a number"

@@ -1,4 +1,4 @@
-package main
+package plainerr
 
 import (
 	"encoding/json"
@@ -37,7 +37,7 @@ func TestPlainMessage(t *testing.T) {
 		if c.err == nil {
 			t.Fatal("no error to rewrite")
 		}
-		msg := plainMessage("summary S: methods: " + c.err.Error())
+		msg := Message("summary S: methods: " + c.err.Error())
 		for _, w := range append(c.wants, "summary S: methods: ") {
 			if !strings.Contains(msg, w) {
 				t.Errorf("%q → %q, want %q", c.err, msg, w)
@@ -49,7 +49,7 @@ func TestPlainMessage(t *testing.T) {
 			}
 		}
 	}
-	if got := plainMessage("run: --out x is not empty"); got != "run: --out x is not empty" {
+	if got := Message("run: --out x is not empty"); got != "run: --out x is not empty" {
 		t.Errorf("an ordinary message changed: %q", got)
 	}
 }
@@ -58,25 +58,4 @@ func TestPlainMessage(t *testing.T) {
 // "plainRecord.round".
 type plainRecord struct {
 	Round int `json:"round"`
-}
-
-// TestCLIErrorsInPlainWords: the binary prints a damaged summary's error
-// without Go's wording (before: "strconv.ParseFloat: parsing "x": invalid
-// syntax"; "Go struct field RoundRecord.round of type int").
-func TestCLIErrorsInPlainWords(t *testing.T) {
-	for _, c := range []struct{ summary, metrics, want string }{
-		{`{"protocol": "dirichlet", "metrics": ["acc"], "methods": {"a": {"acc": "x"}}}`, `{"round": 0, "method": "a", "mean": {"acc": 5}}`, `"x" is not a number`},
-		{`{"protocol": "dirichlet", "metrics": ["acc"], "methods": {"a": {"acc": 5}}}`, `{"round": "x", "method": "a", "mean": {"acc": 5}}`, `field "round": a JSON string where a whole number is expected`},
-	} {
-		dir := writeRunResults(t, c.summary, c.metrics+"\n")
-		r := cli(t, cliOptions{}, "report", dir)
-		if r.Code == 0 || !strings.Contains(r.Stderr, c.want) {
-			t.Errorf("report: exit %d, stderr %q, want %q", r.Code, r.Stderr, c.want)
-		}
-		for _, bad := range []string{"strconv", "Go struct", "Go value"} {
-			if strings.Contains(r.Stderr, bad) {
-				t.Errorf("report: stderr %q says %q", r.Stderr, bad)
-			}
-		}
-	}
 }
