@@ -20,7 +20,9 @@ PKGS_NEEDED = $(if $(shell command -v gcc),,gcc libc6-dev) \
               $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),,libdnnl-dev) \
               $(if $(wildcard /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz),,dataset-fashion-mnist) \
               $(if $(shell command -v chromium),,chromium) \
-              $(if $(shell command -v prometheus),,prometheus)
+              $(if $(shell command -v prometheus),,prometheus) \
+              $(if $(shell command -v buildah),,buildah) \
+              $(if $(shell command -v runc),,runc)
 
 deps:
 	@if [ -n "$(strip $(PKGS_NEEDED))" ]; then \
@@ -79,11 +81,11 @@ proto:
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc --proto_path=transport/pb --go_out=transport/pb --go_opt=paths=source_relative \
 		--go-grpc_out=transport/pb --go-grpc_opt=paths=source_relative transport/pb/federation.proto
 
-# Rewrites README.md's generated blocks (tables and summary sentences of measured
+# Rewrites the generated blocks of README.md, docs/*.md and methods/*/README.md (tables and summary sentences of measured
 # numbers, between <!-- generated:NAME --> markers) from the JSON evidence under docs/;
 # `go test ./internal/docsgen` (in `make test`) fails when they differ.
 docs:
-	$(GO) run ./tools/docsgen -readme README.md -docs docs
+	$(GO) run ./tools/docsgen -root . -docs docs
 
 clean:
 	rm -rf bin runs

@@ -387,8 +387,8 @@ func TestDeployFiles(t *testing.T) {
 		t.Errorf("the coordinator StatefulSet: want one replica and a volume claim for its state")
 	}
 
-	// the code blocks of deploy/README.md and of the README
-	for _, p := range []string{filepath.Join(deployDir, "README.md"), "../../README.md"} {
+	// the code blocks of deploy/README.md, of the README and of docs/deploy.md
+	for _, p := range []string{filepath.Join(deployDir, "README.md"), "../../README.md", "../../docs/deploy.md"} {
 		readme, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)

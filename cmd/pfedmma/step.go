@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
@@ -34,8 +33,8 @@ Hyper-parameters come from the files' __metadata__ (n_ctx, lr, momentum,
 weight_decay, logit_scale, bottleneck, num_prompt, mu, temp, batch_size,
 local_epochs, ot, eps, top_percent, adapter_scale, tau, lambda, ema,
 optimizer, domain, seed, ...); --set key=value overrides or adds one (a key
-no method reads is refused, listing the known ones; <method>.key, the run
-configuration's spelling, is the same key). Nothing is fixed to the
+the method's step and round do not read is refused, listing the keys they
+read; <method>.key, the run configuration's spelling, is the same key). Nothing is fixed to the
 fixtures' values. Non-finite inputs (NaN, Inf in a tensor or a
 hyper-parameter), empty batches, float labels and client indices with a gap
 are refused, and so are non-finite outputs (nothing is written). ADAPT reads the client's domain from
@@ -152,31 +151,19 @@ func methodSets(method string, sets []string) []string {
 	return out
 }
 
-// fixtureKeyLister is a method that lists the hyper-parameters (metadata
-// keys) its step and round read.
-type fixtureKeyLister interface{ FixtureKeys() []string }
-
 // checkMethodKeys refuses a --set key that meth's step and round do not
-// read, when meth lists its keys: a key another method reads would be
-// ignored silently (byte-identical outputs), naming it and the keys meth
-// reads. A method that lists none is held to the keys of all methods
-// (fixture.Load).
+// read (its fixture.Settings.FixtureKeys): a key another method reads
+// would be ignored silently (byte-identical outputs). A method that lists
+// no keys has no fixture step or round, and any --set is refused.
 func checkMethodKeys(meth methods.Method, sets []string) error {
-	l, ok := meth.(fixtureKeyLister)
+	s, ok := meth.(fixture.Settings)
 	if !ok {
+		if len(sets) > 0 {
+			return fmt.Errorf("--set %s: method %s reads no fixture hyper-parameters (it has no fixture step or round)", sets[0], meth.Info().Name)
+		}
 		return nil
 	}
-	known := l.FixtureKeys()
-	for _, kv := range sets {
-		k, _, err := config.ParseSet(kv)
-		if err != nil {
-			return err
-		}
-		if !slices.Contains(known, k) {
-			return fmt.Errorf("--set %s: %s's step and round do not read %q; they read %s", kv, meth.Info().Name, k, strings.Join(known, ", "))
-		}
-	}
-	return nil
+	return fixture.CheckKeys(meth.Info().Name, s, sets)
 }
 
 // loadFixture reads the model, then the fixture files (fixture.Load).

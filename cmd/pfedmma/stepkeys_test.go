@@ -2,9 +2,17 @@ package main
 
 import (
 	"bytes"
+	"maps"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 )
 
 // TestStepRefusesKeysTheMethodDoesNotRead: `pfedmma step`/`round
@@ -57,4 +65,75 @@ func TestStepRefusesKeysTheMethodDoesNotRead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStepKeysRefused: for every registered method, `pfedmma step`/`round`
+// refuse each known hyper-parameter its fixture.Settings.FixtureKeys does
+// not list — every other method's keys and every run-configuration
+// section key — naming the key and the method, and take each one it lists
+// (a client<i> entry for any client index); a method without a fixture
+// step (zero-shot) refuses any --set. End to end, FedPGP (which listed no
+// keys before) refuses PromptFolio's frac and writes nothing.
+func TestStepKeysRefused(t *testing.T) {
+	universe := slices.Clone(fixture.Keys)
+	for _, m := range methods.All() {
+		if s, ok := m.(fixture.Settings); ok {
+			universe = append(universe, s.FixtureKeys()...)
+		}
+		universe = append(universe, sectionYAMLKeys(t, m)...)
+	}
+	slices.Sort(universe)
+	universe = slices.Compact(universe)
+	for _, m := range methods.All() {
+		name := m.Info().Name
+		s, ok := m.(fixture.Settings)
+		if !ok {
+			if err := checkMethodKeys(m, []string{"lr=1"}); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s (no fixture step) takes --set lr=1: %v", name, err)
+			}
+			continue
+		}
+		listed := s.FixtureKeys()
+		if len(listed) == 0 {
+			t.Errorf("%s lists no fixture keys", name)
+		}
+		for _, k := range universe {
+			kk := strings.ReplaceAll(k, "client<i>.", "client3.")
+			err := checkMethodKeys(m, []string{kk + "=1"})
+			switch {
+			case fixture.Listed(listed, kk) && err != nil:
+				t.Errorf("%s refuses %s, which it lists: %v", name, kk, err)
+			case !fixture.Listed(listed, kk) && (err == nil || !strings.Contains(err.Error(), `"`+kk+`"`) || !strings.Contains(err.Error(), name)):
+				t.Errorf("%s: --set %s=1: error %v, want one naming the key and the method", name, kk, err)
+			}
+		}
+	}
+	const td = "../../testdata/fedpgp/"
+	out := filepath.Join(t.TempDir(), "out.safetensors")
+	_, err := execute(t, "step", "--method", "fedpgp", "--model", "../../testdata/clip-tiny/openai.safetensors",
+		"--params", td+"init.safetensors", "--batch", td+"step.safetensors", "--set", "frac=0.5", "--out", out)
+	if err == nil || !strings.Contains(err.Error(), `"frac"`) || !strings.Contains(err.Error(), "fedpgp") {
+		t.Errorf("fedpgp step --set frac=0.5: error %v, want one naming frac and fedpgp", err)
+	}
+	if _, serr := os.Stat(out); serr == nil {
+		t.Error("the refused step wrote its output")
+	}
+}
+
+// sectionYAMLKeys are the keys of m's run-configuration section.
+func sectionYAMLKeys(t *testing.T, m methods.Method) []string {
+	t.Helper()
+	sec := m.DefaultConfig()
+	if sec == nil {
+		return nil
+	}
+	b, err := yaml.Marshal(sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kv map[string]any
+	if err := yaml.Unmarshal(b, &kv); err != nil {
+		t.Fatal(err)
+	}
+	return slices.Collect(maps.Keys(kv))
 }

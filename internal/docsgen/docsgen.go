@@ -1,19 +1,23 @@
-// Package docsgen renders the README's blocks of measured numbers from the
-// JSON evidence under docs/, and checks or rewrites those blocks in place.
+// Package docsgen renders the documentation's blocks of measured numbers
+// from the JSON evidence under docs/, and checks or rewrites those blocks in
+// place, in every markdown file that holds them (Files: README.md, docs/*.md
+// and methods/*/README.md).
 //
-// A generated block in README.md sits between two marker comments,
+// A generated block sits between two marker comments,
 //
 //	<!-- generated:NAME (make docs; from SOURCE) --> … <!-- /generated:NAME -->
 //
 // and everything between them is what Render produces from the evidence:
-// `make docs` rewrites it (Update), and the package's test fails when the
-// README differs (Diff), so a number in a block cannot drift from its file.
+// `make docs` rewrites it (UpdateFiles), and the package's test fails when a
+// file differs (DiffFiles), so a number in a block cannot drift from its
+// evidence. Each block lives in exactly one file.
 // Table rows that cannot hold markers (the compression table's re-measured
 // CLIP-LoRA rows) are found by their first cells instead (RenderRows).
 //
 // The evidence: docs/sitting/table.json and the sitting files it names (the
 // table "Every method against its authors' code", its summary sentences and
-// the single runs quoted beside it), docs/sitting/3 (the engine and round
+// the single runs quoted beside it, and each method's row alone as block
+// speed-METHOD for its methods/NAME/README.md), docs/sitting/3 (the engine and round
 // tables of "Performance"), docs/defaultjob (the default job in fp32 and
 // bf16), docs/fullbackprop (world-compare's full-backpropagation methods in
 // fp32 and bf16) and docs/compress (CLIP-LoRA's compressed-update rows).
@@ -80,22 +84,25 @@ type span struct {
 }
 
 func findBlocks(readme string) ([]span, error) {
+	if n, m := strings.Count(readme, "<!-- generated:"), len(openMarker.FindAllStringIndex(readme, -1)); n != m {
+		return nil, fmt.Errorf("%d of %d opening markers are not of the form %s", n-m, n, "<!-- generated:NAME (make docs; from SOURCE) -->")
+	}
 	var spans []span
 	seen := map[string]bool{}
 	for _, m := range openMarker.FindAllStringSubmatchIndex(readme, -1) {
 		name := readme[m[2]:m[3]]
 		if seen[name] {
-			return nil, fmt.Errorf("README: generated block %q appears twice", name)
+			return nil, fmt.Errorf("generated block %q appears twice", name)
 		}
 		seen[name] = true
 		closing := closeMarker(name)
 		i := strings.Index(readme[m[1]:], closing)
 		if i < 0 {
-			return nil, fmt.Errorf("README: generated block %q has no closing %s", name, closing)
+			return nil, fmt.Errorf("generated block %q has no closing %s", name, closing)
 		}
 		end := m[1] + i + len(closing)
 		if len(spans) > 0 && m[0] < spans[len(spans)-1].end {
-			return nil, fmt.Errorf("README: generated block %q starts inside block %q", name, spans[len(spans)-1].name)
+			return nil, fmt.Errorf("generated block %q starts inside block %q", name, spans[len(spans)-1].name)
 		}
 		spans = append(spans, span{name: name, start: m[0], end: end})
 	}
@@ -114,25 +121,41 @@ func index(blocks []Block) map[string]Block {
 // A block in the README that Render does not produce, or a rendered block
 // the README lacks, is an error naming it.
 func Update(readme string, blocks []Block) (string, error) {
-	spans, err := findBlocks(readme)
+	out, found, err := replaceBlocks(readme, index(blocks))
 	if err != nil {
 		return "", err
 	}
-	byName := index(blocks)
+	if err := checkAllFound(blocks, found); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// replaceBlocks rewrites the blocks text holds from byName and reports
+// which it found; a block no renderer produces is an error naming it.
+func replaceBlocks(text string, byName map[string]Block) (string, map[string]bool, error) {
+	spans, err := findBlocks(text)
+	if err != nil {
+		return "", nil, err
+	}
 	var out strings.Builder
 	last := 0
 	found := map[string]bool{}
 	for _, s := range spans {
 		b, ok := byName[s.name]
 		if !ok {
-			return "", fmt.Errorf("README: generated block %q: no renderer produces it", s.name)
+			return "", nil, fmt.Errorf("generated block %q: no renderer produces it", s.name)
 		}
 		found[s.name] = true
-		out.WriteString(readme[last:s.start])
+		out.WriteString(text[last:s.start])
 		out.WriteString(openText(b) + b.Body + closeMarker(b.Name))
 		last = s.end
 	}
-	out.WriteString(readme[last:])
+	out.WriteString(text[last:])
+	return out.String(), found, nil
+}
+
+func checkAllFound(blocks []Block, found map[string]bool) error {
 	var missing []string
 	for _, b := range blocks {
 		if !found[b.Name] {
@@ -141,26 +164,28 @@ func Update(readme string, blocks []Block) (string, error) {
 	}
 	if len(missing) > 0 {
 		sort.Strings(missing)
-		return "", fmt.Errorf("README: rendered blocks missing their markers: %s", strings.Join(missing, ", "))
+		return fmt.Errorf("rendered blocks missing their markers: %s", strings.Join(missing, ", "))
 	}
-	return out.String(), nil
+	return nil
 }
 
 // Diff says how readme's generated blocks differ from blocks: one line per
-// differing block, naming it and its first differing line; nil when they agree.
+// differing block, naming it and its first differing line; nil when they
+// agree. Blocks readme does not hold are not its concern (DiffFiles checks
+// that every block is somewhere).
 func Diff(readme string, blocks []Block) ([]string, error) {
 	spans, err := findBlocks(readme)
 	if err != nil {
 		return nil, err
 	}
-	want, err := Update(readme, blocks)
+	byName := index(blocks)
+	want, _, err := replaceBlocks(readme, byName)
 	if err != nil {
 		return nil, err
 	}
 	if want == readme {
 		return nil, nil
 	}
-	byName := index(blocks)
 	var diffs []string
 	for _, s := range spans {
 		b := byName[s.name]

@@ -4,15 +4,32 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pfedmma/pfedmma/methods"
+	_ "github.com/pfedmma/pfedmma/methods/all"
 )
 
-// TestReadmeMatchesEvidence holds README.md's generated blocks equal to what
-// the evidence under docs/ renders: a number edited by hand in a block, or an
-// evidence file changed without `make docs`, fails here.
+// TestReadmeMatchesEvidence holds the generated blocks of README.md,
+// docs/*.md and methods/*/README.md equal to what the evidence under docs/
+// renders: a number edited by hand in a block, or an evidence file changed
+// without `make docs`, fails here, naming the file.
 func TestReadmeMatchesEvidence(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	files, blocks, rows := repoDocs(t)
+	diffs, err := DiffFiles(files, blocks, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range diffs {
+		t.Errorf("%s (run make docs)", d)
+	}
+}
+
+func repoDocs(t *testing.T) ([]File, []Block, []Row) {
+	t.Helper()
+	files, err := Files("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,49 +37,100 @@ func TestReadmeMatchesEvidence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	diffs, err := Diff(string(readme), blocks)
+	var ms []MethodSettings
+	for _, m := range methods.All() {
+		ms = append(ms, MethodSettings{Name: m.Info().Name, Defaults: m.DefaultConfig()})
+	}
+	settings, err := SettingsBlocks("../..", ms)
 	if err != nil {
 		t.Fatal(err)
 	}
+	blocks = append(blocks, settings...)
 	rows, err := RenderRows("../../docs")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rowDiffs, err := DiffRows(string(readme), rows)
+	return files, blocks, rows
+}
+
+// TestHandEditDetected edits one number of the rendered docs/performance.md
+// and one of a method's README, as hand edits would, and expects DiffFiles
+// to name the file and the block.
+func TestHandEditDetected(t *testing.T) {
+	files, blocks, rows := repoDocs(t)
+	good, err := UpdateFiles(files, blocks, rows)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range append(diffs, rowDiffs...) {
-		t.Errorf("README.md: %s (run make docs)", d)
+	for _, c := range []struct{ file, num, edit, block string }{
+		// PromptFL's cached training ratio, sitting 1 against sitting 1, in the
+		// table of docs/performance.md and in PromptFL's speed row; a
+		// compression row of docs/deploy.md; a default in a settings table
+		{"docs/performance.md", "**42.7×**", "**47.6×**", `"sitting-table"`},
+		{"methods/promptfl/README.md", "**42.7×**", "**47.6×**", `"speed-promptfl"`},
+		{"docs/deploy.md", "| `clip_lora` | fp16 | ", "| `clip_lora` | fp16 | 1", "clip_lora"},
+		{"methods/fedotp/README.md", "| `fedotp.eps` | `0.01` |", "| `fedotp.eps` | `0.1` |", `"settings-fedotp"`},
+	} {
+		bad := append([]File(nil), good...)
+		i := slices.IndexFunc(bad, func(f File) bool { return strings.HasSuffix(f.Path, c.file) })
+		if i < 0 || !strings.Contains(bad[i].Text, c.num) {
+			t.Fatalf("%s missing, or without %s", c.file, c.num)
+		}
+		bad[i].Text = strings.Replace(bad[i].Text, c.num, c.edit, 1)
+		diffs, err := DiffFiles(bad, blocks, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(diffs) != 1 || !strings.Contains(diffs[0], c.block) || !strings.Contains(diffs[0], c.file) {
+			t.Errorf("DiffFiles after editing %s in %s = %q, want one difference naming the file and %s", c.num, c.file, diffs, c.block)
+		}
 	}
 }
 
-// TestHandEditDetected edits one number of the rendered README, as a hand
-// edit would, and expects Diff to name the block.
-func TestHandEditDetected(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestPlacement: a block must live in exactly one file, each file's blocks
+// are rewritten there, and a block or row found nowhere or twice is an
+// error naming the files.
+func TestPlacement(t *testing.T) {
+	blocks := []Block{{Name: "a", Source: "x", Body: "1"}, {Name: "b", Source: "y", Body: "2"}}
+	rows := []Row{{Prefix: "| r |", Text: "| r | 3 |", Source: "z"}}
+	mark := func(name, body string) string {
+		return "<!-- generated:" + name + " (make docs; from s) -->" + body + "<!-- /generated:" + name + " -->\n"
+	}
+	files := []File{{Path: "README.md", Text: "top\n" + mark("a", "9")}, {Path: "docs/p.md", Text: mark("b", "8") + "| r | 7 |\n"}}
+	got, err := UpdateFiles(files, blocks, rows)
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks, err := Render("../../docs")
-	if err != nil {
-		t.Fatal(err)
+	want := []File{
+		{Path: "README.md", Text: "top\n<!-- generated:a (make docs; from x) -->1<!-- /generated:a -->\n"},
+		{Path: "docs/p.md", Text: "<!-- generated:b (make docs; from y) -->2<!-- /generated:b -->\n| r | 3 |\n"},
 	}
-	good, err := Update(string(readme), blocks)
-	if err != nil {
-		t.Fatal(err)
+	if !slices.Equal(got, want) {
+		t.Errorf("UpdateFiles = %q\nwant %q", got, want)
 	}
-	const num = "**42.7×**" // PromptFL's cached training ratio, sitting 1 against sitting 1
-	if !strings.Contains(good, num) {
-		t.Fatalf("rendered README lacks %s", num)
+	if d, err := DiffFiles(files, blocks, rows); err != nil || len(d) != 3 || !strings.HasPrefix(d[0], "README.md: ") || !strings.HasPrefix(d[2], "docs/p.md: ") {
+		t.Errorf("DiffFiles on stale files = %q, %v; want 3 differences, each naming its file", d, err)
 	}
-	bad := strings.Replace(good, num, "**47.6×**", 1)
-	diffs, err := Diff(bad, blocks)
-	if err != nil {
-		t.Fatal(err)
+	if d, err := DiffFiles(got, blocks, rows); err != nil || len(d) != 0 {
+		t.Errorf("DiffFiles on updated files = %q, %v", d, err)
 	}
-	if len(diffs) != 1 || !strings.Contains(diffs[0], `"sitting-table"`) {
-		t.Fatalf("Diff after a hand edit = %q, want one difference in sitting-table", diffs)
+	for _, c := range []struct {
+		name  string
+		files []File
+		want  []string
+	}{
+		{"block twice", []File{files[0], {Path: "docs/q.md", Text: files[1].Text + mark("a", "1")}}, []string{`"a"`, "README.md", "docs/q.md"}},
+		{"block nowhere", []File{{Path: "README.md", Text: "top\n"}, files[1]}, []string{"missing", "a", "README.md"}},
+		{"row twice", []File{files[0], files[1], {Path: "methods/m/README.md", Text: "| r | 1 |\n"}}, []string{`"| r |"`, "docs/p.md", "methods/m/README.md"}},
+		{"row nowhere", []File{files[0], {Path: "docs/p.md", Text: mark("b", "8")}}, []string{"not found", `"| r |"`}},
+		{"unknown block", []File{files[0], {Path: "docs/p.md", Text: files[1].Text + mark("c", "1")}}, []string{`"c"`, "docs/p.md"}},
+	} {
+		_, err := UpdateFiles(c.files, blocks, rows)
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: UpdateFiles err = %v, want one containing %s", c.name, err, w)
+			}
+		}
 	}
 }
 
@@ -224,6 +292,10 @@ func TestMissingMarkersRefused(t *testing.T) {
 	readme := "<!-- generated:b (make docs; from y) -->2<!-- /generated:b -->\n"
 	if _, err := Update(readme, blocks); err == nil || !strings.Contains(err.Error(), `"b"`) {
 		t.Errorf("Update with an unknown block: err = %v", err)
+	}
+	// a source with parentheses would hide the block from the marker pattern
+	if _, err := Update("<!-- generated:a (make docs; from f(x)) -->2<!-- /generated:a -->\n", blocks); err == nil || !strings.Contains(err.Error(), "not of the form") {
+		t.Errorf("Update with a malformed opening marker: err = %v", err)
 	}
 	readme = "<!-- generated:a (make docs; from x) -->2<!-- /generated:a -->\n"
 	got, err := Update(readme, blocks)
@@ -397,5 +469,38 @@ func TestFullBackpropBlock(t *testing.T) {
 	}
 	if got := body(t, blocks, "fedmvp-local-bf16"); got != "90.00 → 90.25" {
 		t.Errorf("fedmvp-local-bf16 = %q", got)
+	}
+}
+
+// TestSettingsBlock renders FedOTP's settings table and compares rows with
+// the text written out by hand from methods/fedotp/method.go and its
+// DefaultConfig (ε 0.01, ot COT, lr unset sharing its doc with
+// local_epochs), and a method without settings.
+func TestSettingsBlock(t *testing.T) {
+	m, err := methods.Get("fedotp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := SettingsBlocks("../..", []MethodSettings{{Name: "fedotp", Defaults: m.DefaultConfig()}, {Name: "zeroshot"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := body(t, blocks, "settings-fedotp")
+	const doc = "LR and LocalEpochs, when set, replace the run's optimizer.lr and federation.local_epochs for this method; 0 keeps the run's."
+	for _, want := range []string{
+		"\n| key | default | meaning |\n|---|---|---|\n| `fedotp.n_ctx` | `16` | context tokens per prompt (16) |\n",
+		"| `fedotp.ot` | `COT` | COT (unbalanced, default) or Sinkhorn |\n| `fedotp.eps` | `0.01` | entropic regularisation ε > 0 (0.01) |\n",
+		"| `fedotp.class_token_position` | `end` | ClassTokenPosition is CoOp's class_token_position of every prompt: end (default), middle or front. |\n",
+		"| `fedotp.lr` | `0` | " + doc + " |\n| `fedotp.local_epochs` | `0` | " + doc + " |\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("settings-fedotp lacks\n%s\nin\n%s", want, got)
+		}
+	}
+	if got := body(t, blocks, "settings-zeroshot"); got != "`zeroshot` has no settings of its own." {
+		t.Errorf("settings-zeroshot = %q", got)
+	}
+	if _, err := SettingsBlocks("../..", []MethodSettings{{Name: "x", Defaults: &Block{}}}); err == nil || !strings.Contains(err.Error(), `yaml tag "name"`) {
+		t.Errorf("settings of a type with no yaml section: err = %v", err)
 	}
 }

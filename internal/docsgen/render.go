@@ -7,28 +7,45 @@ import (
 
 const sittingSource = "docs/sitting/table.json and the files it names"
 
-// Blocks renders the table and the sentences that summarise it.
+// Blocks renders the table, the sentences that summarise it and each
+// method's row alone (speedBlocks).
 func (t *SittingTable) Blocks() []Block {
-	return []Block{
+	return append([]Block{
 		{Name: "sitting-table", Source: sittingSource, Body: t.table()},
 		{Name: "sitting-like-for-like", Source: sittingSource, Body: t.likeForLike()},
 		{Name: "sitting-above-bound", Source: sittingSource, Body: t.aboveBound(1.5)},
 		{Name: "sitting-cached", Source: sittingSource, Body: t.cachedSummary()},
-	}
+	}, t.speedBlocks()...)
 }
+
+// speedBlocks renders each method's row of the table alone, with the
+// header, as block speed-METHOD (the speed row of methods/NAME/README.md).
+func (t *SittingTable) speedBlocks() []Block {
+	var blocks []Block
+	for _, r := range t.Rows {
+		blocks = append(blocks, Block{Name: "speed-" + strings.ReplaceAll(r.Method, "_", "-"), Source: sittingSource, Body: tableHead + tableRow(r)})
+	}
+	return blocks
+}
+
+const tableHead = "\n| method | authors' code train / eval images/s (sitting) | fp32 cached: train / eval (ratio), sitting of pfedmma vs authors | fp32 uncached, like for like | bf16 uncached | what pfedmma caches |\n" +
+	"|---|---|---|---|---|---|\n"
 
 func (t *SittingTable) table() string {
 	var b strings.Builder
-	b.WriteString("\n| method | authors' code train / eval images/s (sitting) | fp32 cached: train / eval (ratio), sitting of pfedmma vs authors | fp32 uncached, like for like | bf16 uncached | what pfedmma caches |\n")
-	b.WriteString("|---|---|---|---|---|---|\n")
+	b.WriteString(tableHead)
 	for _, r := range t.Rows {
-		ref := fmt.Sprintf("%.3f / %.3f (%s", r.Ref.Train, r.Ref.Eval, r.Ref.Sitting)
-		if r.Ref.Batch != 32 {
-			ref += fmt.Sprintf(", batch %d", r.Ref.Batch)
-		}
-		fmt.Fprintf(&b, "| %s | %s) | %s | %s | %s | %s |\n", r.Method, ref, cell(r.Cached), cell(r.Uncached), cell(r.BF16), r.Caches)
+		b.WriteString(tableRow(r))
 	}
 	return b.String()
+}
+
+func tableRow(r SittingRow) string {
+	ref := fmt.Sprintf("%.3f / %.3f (%s", r.Ref.Train, r.Ref.Eval, r.Ref.Sitting)
+	if r.Ref.Batch != 32 {
+		ref += fmt.Sprintf(", batch %d", r.Ref.Batch)
+	}
+	return fmt.Sprintf("| %s | %s) | %s | %s | %s | %s |\n", r.Method, ref, cell(r.Cached), cell(r.Uncached), cell(r.BF16), r.Caches)
 }
 
 func cell(q Ratio) string {

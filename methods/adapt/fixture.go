@@ -26,7 +26,8 @@ package adapt
 // Hyper-parameters from the metadata, DefaultSettings for those missing:
 // optimizer (adamw), lr, weight_decay (and momentum for sgd), tau, lambda,
 // ema, logit_scale (log of the logit multiplier; the model's when absent),
-// and for a round batch_size (32), local_epochs (1) and seed (0). n, n_ctx
+// and for a round batch_size (32) and local_epochs (1) (it draws nothing:
+// no seed). n, n_ctx
 // and the AdaLN layers come from the parameters' names and shapes; an
 // n_ctx or adaln_layers in the metadata must agree with them.
 
@@ -136,8 +137,8 @@ func settingsFrom(f *fixture.Fixture) (*Settings, fixtureShape, error) {
 		key  string
 		want int
 	}{{"n_ctx", sh.nCtx}, {"adaln_layers", sh.adaLNLayers}} {
-		if _, ok := f.Meta[h.key]; !ok || (h.key == "adaln_layers" && h.want == 0) {
-			continue
+		if _, ok := f.Meta[h.key]; !ok {
+			continue // an adaln_layers given with parameters without AdaLN must be 0
 		}
 		v, err := f.Float(h.key)
 		if err != nil {
@@ -403,13 +404,6 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	if err != nil {
 		return nil, err
 	}
-	seed, err := fixtureInt(f, "seed", 0)
-	if err != nil {
-		return nil, err
-	}
-	if seed < 0 {
-		return nil, fmt.Errorf("hyper-parameter seed=%d: must not be negative", seed)
-	}
 	var clients []fixture.TensorClient
 	var doms []int
 	for i := 0; ; i++ {
@@ -447,7 +441,9 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 			return nil, fmt.Errorf("adapt fixture: the parameters hold %d text prompts but no client has domain %d (clients' domains %v)", sh.domains, d, doms)
 		}
 	}
-	env, err := fixture.TensorEnv(m, 1, tokens, C, clients, opts, uint64(seed))
+	// the round draws nothing (batches in stored order, no dropout, every
+	// client): no seed
+	env, err := fixture.TensorEnv(m, 1, tokens, C, clients, opts, 0)
 	if err != nil {
 		return nil, fmt.Errorf("adapt fixture: %w", err)
 	}
@@ -489,3 +485,14 @@ func roundPlan(ctx context.Context, env *methods.Env, s *Settings) (tensor.Named
 	}
 	return out, nil
 }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"adaln_layers", "batch_size", "client<i>.domain", "domain", "ema", "lambda", "local_epochs",
+		"logit_scale", "lr", "momentum", "n_ctx", "optimizer", "tau", "weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

@@ -158,3 +158,14 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 
 // Scorer implements methods.BatchScorer: the client's own adapter.
 func (c *Client) Scorer() (eval.Scorer, error) { return scorer{c.w, c.P}, nil }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"batch_size", "local_epochs", "logit_scale", "lr", "momentum", "ratio", "reduction",
+		"weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

@@ -71,3 +71,14 @@ func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, err
 
 // Scorer implements methods.BatchScorer: the client's current LoRA.
 func (c *client) Scorer() (eval.Scorer, error) { return newScorer(c.env, c.lora), nil }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"alpha", "batch_size", "dropout", "local_epochs", "lr", "momentum", "scale", "seed",
+		"weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

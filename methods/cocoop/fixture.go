@@ -64,3 +64,14 @@ func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]st
 // replay rebuilds the learner of a fixture file.
 var replay = prompt.Replay[*Learner, Config]{Name: "cocoop", Config: ConfigFromMeta, New: New,
 	Scale: func(l *Learner, s float32) { l.LogitScale = s }}
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"batch_size", "class_token_position", "local_epochs", "logit_scale", "lr", "momentum", "n_ctx",
+		"weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

@@ -35,8 +35,14 @@
 //     own scale and with finite differences of the loss it reports along
 //     the reference gradient, step1 is SGD applied to that gradient, and
 //     the image features come from the images, not from the file; a
-//     halved, zeroed or sign-flipped gradient of a method's smallest
-//     tensor fails it (TestStepContractCatchesBrokenGradients).
+//     halved, zeroed or sign-flipped gradient of any one of a method's
+//     tensors (above 1e-6 of its largest gradient) fails its gradient
+//     check (TestStepContractCatchesBrokenGradients, which logs the
+//     per-method table).
+//   - Fixture keys: each method's fixture.Settings.FixtureKeys are exactly
+//     the metadata keys its step and round read: each listed key changes
+//     its settings, step or round; the unlisted ones change nothing
+//     (TestFixtureKeys).
 //
 // A method's settings for the tiny run come from its defaults, with the
 // overrides it declares by implementing methods.SmallRun.

@@ -143,3 +143,14 @@ func settingsFromMeta(meta map[string]string) (*Settings, error) {
 func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"batch_size", "delta", "factorization", "local_epochs", "logit_scale", "lr", "momentum", "n_ctx",
+		"noise", "norm_thresh", "per_example_dp", "rank", "rounds", "weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

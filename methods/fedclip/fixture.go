@@ -172,3 +172,13 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	}
 	return out, nil
 }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"batch_size", "feature_dim", "local_epochs", "logit_scale", "lr", "momentum", "weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

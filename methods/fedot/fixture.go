@@ -233,3 +233,14 @@ func (c *Client) Scorer() (eval.Scorer, error) {
 	}
 	return scorer{c}, nil
 }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"batch_size", "blocks", "local_epochs", "logit_scale", "lr", "momentum", "normalize_classifier",
+		"tau", "variant", "weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

@@ -213,3 +213,15 @@ func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error
 func (Method) SurrogateGradient() string {
 	return "the optimal-transport plan is held constant in the backward pass"
 }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"avg_prompt", "batch_size", "class_token_position", "eps", "init_std", "local_epochs",
+		"logit_scale", "lr", "max_iter", "momentum", "n_ctx", "num_prompt", "ot", "thresh", "top_percent",
+		"weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

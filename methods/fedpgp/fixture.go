@@ -124,3 +124,14 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"batch_size", "bottleneck", "class_token_position", "local_epochs", "logit_scale", "lr",
+		"momentum", "mu", "n_ctx", "num_prompt", "temp", "weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

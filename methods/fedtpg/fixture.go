@@ -190,17 +190,13 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	if err != nil {
 		return nil, err
 	}
-	seed, err := f.FloatOr("seed", 0)
-	if err != nil {
-		return nil, err
-	}
 	tokens, names, err := fixtureRows(f, s.NCtx)
 	if err != nil {
 		return nil, err
 	}
 	ctxLen := f.Model.W.Config.Text.ContextLength
 	C := len(tokens) / ctxLen
-	in := fixture.RoundInputs{Model: f.Model, Init: f.Params, Tokens: tokens, Classes: C, Train: opts, Seed: uint64(seed)}
+	in := fixture.RoundInputs{Model: f.Model, Init: f.Params, Tokens: tokens, Classes: C, Train: opts} // the round draws nothing: no seed
 	var classes [][]int
 	for i := 0; ; i++ {
 		px, ok := f.Batch[fmt.Sprintf("client%d.images", i)]
@@ -286,3 +282,15 @@ func (r *roundMethod) Build(env *methods.Env, sec config.Section) (*methods.Plan
 	r.plan = plan
 	return plan, err
 }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"aggregation", "batch_size", "class_token_position", "cross_heads", "d_ctx", "depth", "ff_mult",
+		"local_epochs", "logit_scale", "lr", "momentum", "n_ctx", "prompt_dim", "self_heads",
+		"textemb_dim", "weight_decay", "weighted_mean",
+	}
+}
+
+var _ fixture.Method = Method{}

@@ -41,11 +41,13 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 // noCSC says why csc=true is refused.
 const noCSC = "KgCoOp's class-specific context (one context per class, the authors' CSC option) is not implemented; pfedmma learns one context shared by the classes (csc=false)"
 
-// FixtureKeys lists the hyper-parameters KgCoOp's `pfedmma step` and
-// `round` read (cmd/pfedmma refuses any other --set key).
+// FixtureKeys implements fixture.Settings: the hyper-parameters KgCoOp's
+// `pfedmma step` and `round` read (cmd/pfedmma refuses any other --set key).
 func (Method) FixtureKeys() []string {
 	return []string{"batch_size", "class_token_position", "csc", "local_epochs", "logit_scale", "lr", "momentum", "n_ctx", "w", "weight_decay"}
 }
+
+var _ fixture.Method = Method{}
 
 // SettingsFrom implements fixture.Settings (the fixture's init
 // tensors replace the context init, so ctx_init is empty; the hand-crafted

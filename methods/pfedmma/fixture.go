@@ -135,3 +135,14 @@ func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, err
 	}
 	return out, nil
 }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"adapter_dim", "adapter_end", "adapter_scale", "adapter_start", "batch_size", "local_epochs", "lr",
+		"momentum", "weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

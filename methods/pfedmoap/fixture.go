@@ -441,3 +441,15 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	}
 	return out, nil
 }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"batch_size", "class_token_position", "client", "gating_embed_dim", "gating_heads", "gating_lr",
+		"gating_momentum", "gating_weight_decay", "init_std", "lambda", "local_epochs", "logit_scale",
+		"lr", "momentum", "n_ctx", "num_experts", "scaling", "seed", "selection", "weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

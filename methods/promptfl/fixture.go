@@ -80,3 +80,14 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"batch_size", "class_token_position", "csc", "local_epochs", "logit_scale", "lr", "momentum",
+		"n_ctx", "prox_mu", "weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

@@ -99,3 +99,14 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 		return spec(env, s.config(env.Seed)), nil
 	})
 }
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"batch_size", "class_token_position", "frac", "init_std", "local_epochs", "logit_scale", "lr",
+		"momentum", "n_ctx", "num_prompt", "theta", "weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

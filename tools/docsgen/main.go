@@ -1,7 +1,9 @@
-// Command docsgen rewrites the README's generated blocks (the tables and
-// summary sentences of measured numbers) from the JSON evidence under docs/;
-// `make docs` runs it. With -check it only reports the blocks that differ
-// and exits 1 when any does.
+// Command docsgen rewrites the generated blocks (the tables and summary
+// sentences of measured numbers) of every markdown file that holds them —
+// README.md, docs/*.md and methods/*/README.md — from the JSON evidence
+// under docs/, and each method's settings table from its DefaultConfig and
+// the comments of its settings struct; `make docs` runs it. With -check it only reports the blocks
+// that differ and exits 1 when any does.
 package main
 
 import (
@@ -12,21 +14,23 @@ import (
 
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/internal/docsgen"
+	"github.com/pfedmma/pfedmma/methods"
+	_ "github.com/pfedmma/pfedmma/methods/all" // every method's settings table
 )
 
 func main() {
-	readme := flag.String("readme", "README.md", "the README whose generated blocks to rewrite")
+	root := flag.String("root", ".", "the repository root, whose README.md, docs/*.md and methods/*/README.md hold the generated blocks")
 	docs := flag.String("docs", "docs", "the folder of evidence")
 	check := flag.Bool("check", false, "only report blocks that differ from the evidence")
 	flag.Parse()
-	if err := run(*readme, *docs, *check); err != nil {
+	if err := run(*root, *docs, *check); err != nil {
 		slog.Error("docsgen", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(readmePath, docsDir string, check bool) error {
-	data, err := os.ReadFile(readmePath)
+func run(root, docsDir string, check bool) error {
+	files, err := docsgen.Files(root)
 	if err != nil {
 		return err
 	}
@@ -34,41 +38,49 @@ func run(readmePath, docsDir string, check bool) error {
 	if err != nil {
 		return err
 	}
+	settings, err := docsgen.SettingsBlocks(root, MethodSettings())
+	if err != nil {
+		return err
+	}
+	blocks = append(blocks, settings...)
 	rows, err := docsgen.RenderRows(docsDir)
 	if err != nil {
 		return err
 	}
 	if check {
-		diffs, err := docsgen.Diff(string(data), blocks)
+		diffs, err := docsgen.DiffFiles(files, blocks, rows)
 		if err != nil {
-			return fmt.Errorf("%s: %w", readmePath, err)
+			return err
 		}
-		rowDiffs, err := docsgen.DiffRows(string(data), rows)
-		if err != nil {
-			return fmt.Errorf("%s: %w", readmePath, err)
-		}
-		diffs = append(diffs, rowDiffs...)
 		for _, d := range diffs {
 			fmt.Println(d)
 		}
 		if len(diffs) > 0 {
-			return fmt.Errorf("%s: %d generated blocks differ from their evidence; run make docs", readmePath, len(diffs))
+			return fmt.Errorf("%d generated blocks differ from their evidence; run make docs", len(diffs))
 		}
 		return nil
 	}
-	out, err := docsgen.Update(string(data), blocks)
+	out, err := docsgen.UpdateFiles(files, blocks, rows)
 	if err != nil {
-		return fmt.Errorf("%s: %w", readmePath, err)
+		return err
 	}
-	if out, err = docsgen.UpdateRows(out, rows); err != nil {
-		return fmt.Errorf("%s: %w", readmePath, err)
+	for i, f := range out {
+		if f.Text == files[i].Text {
+			continue
+		}
+		if err := atomicfile.WriteBytes(f.Path, []byte(f.Text)); err != nil {
+			return fmt.Errorf("%s: %w", f.Path, err)
+		}
+		slog.Info("docsgen: rewrote generated blocks", "file", f.Path)
 	}
-	if out == string(data) {
-		return nil
-	}
-	if err := atomicfile.WriteBytes(readmePath, []byte(out)); err != nil {
-		return fmt.Errorf("%s: %w", readmePath, err)
-	}
-	slog.Info("docsgen: rewrote generated blocks", "readme", readmePath)
 	return nil
+}
+
+// MethodSettings lists every registered method with its default settings.
+func MethodSettings() []docsgen.MethodSettings {
+	var ms []docsgen.MethodSettings
+	for _, m := range methods.All() {
+		ms = append(ms, docsgen.MethodSettings{Name: m.Info().Name, Defaults: m.DefaultConfig()})
+	}
+	return ms
 }
