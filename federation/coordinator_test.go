@@ -223,6 +223,21 @@ func TestCoordinatorFedAvg(t *testing.T) {
 	if want := slices.Repeat([]int{1, 2, 3}, 3); !slices.Equal(evalDone, want) {
 		t.Errorf("eval progress %v, want %v", evalDone, want)
 	}
+	// EvalEvery 3 over 7 rounds: after rounds 2, 5 and the last, 6
+	_, proxies = stepSites("", 1, 2)
+	h, err = (&Coordinator{Strategy: &meanStrategy{}, Proxies: proxies, Rounds: 7, Fraction: 1, EvalEvery: 3}).Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evaluated = nil
+	for _, r := range h.Rounds {
+		if r.Eval != nil {
+			evaluated = append(evaluated, r.Round)
+		}
+	}
+	if !slices.Equal(evaluated, []int{2, 5, 6}) {
+		t.Errorf("evaluated after rounds %v, want [2 5 6] (EvalEvery 3, 7 rounds)", evaluated)
+	}
 	// NoEvaluate: no round is evaluated
 	_, proxies = stepSites("", 1, 2, 3)
 	h, err = (&Coordinator{Strategy: &meanStrategy{}, Proxies: proxies, Rounds: 2, Fraction: 1, NoEvaluate: true}).Run(context.Background())
@@ -294,9 +309,14 @@ func TestResumeEqualsRun(t *testing.T) {
 	_, proxies := stepSites(dir, 1, 2, 3, 4)
 	s := &meanStrategy{}
 	c := &Coordinator{Strategy: s, Proxies: proxies, Rounds: 5, Fraction: 0.5, Seed: 9, Store: FileStore{Path: filepath.Join(dir, "ckpt")}}
+	var logs bytes.Buffer
+	c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	h, err := c.Resume(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "different sampler settings") {
+		t.Errorf("resuming with the same seed and fraction warned: %s", logs.String())
 	}
 	if !slices.Equal(s.g, want.g) || len(h.Rounds) != 5 {
 		t.Fatalf("resumed g %v (%d rounds), uninterrupted %v", s.g, len(h.Rounds), want.g)
@@ -336,6 +356,16 @@ func TestResumeEqualsRun(t *testing.T) {
 	bad("clients", func(k *Checkpoint) {}, fresh(1, 2, 3), "checkpoint has clients [0 1 2 3], run has [0 1 2]")
 	bad("history", func(k *Checkpoint) { k.NextRound = 3 }, fresh(1, 2, 3, 4), "history holds 5 rounds, next round is 3")
 	bad("sampler", func(k *Checkpoint) { k.Sampler = []byte{1} }, fresh(1, 2, 3, 4), "sampler state")
+	for _, edit := range []func(*Coordinator){func(c *Coordinator) { c.Seed = 10 }, func(c *Coordinator) { c.Fraction = 0.75 }} {
+		c := fresh(1, 2, 3, 4)
+		edit(c)
+		c.Store = store
+		logs.Reset()
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		if _, err := c.Resume(ctx); err != nil || !strings.Contains(logs.String(), "resuming with different sampler settings") {
+			t.Errorf("seed %d fraction %g: %v; the warning is missing: %s", c.Seed, c.Fraction, err, logs.String())
+		}
+	}
 	if _, err := fresh(1, 2).Resume(ctx); err == nil || !strings.Contains(err.Error(), "no checkpoint store") {
 		t.Errorf("resume without a store: %v", err)
 	}
@@ -448,7 +478,10 @@ func TestAvailability(t *testing.T) {
 	if err != nil || cs[2].fits != 1 || !slices.Equal(s.results[0], []int{0, 2}) {
 		t.Fatalf("retry: %v, client 2 asked %d times, aggregated %v", err, cs[2].fits, s.results)
 	}
-	if !strings.Contains(logs.String(), "still waiting for clients") {
+	if cs[0].fits != 2 {
+		t.Errorf("client 0 asked %d times, want 2 (the round, then once more after the wait)", cs[0].fits)
+	}
+	if !strings.Contains(logs.String(), `msg="still waiting for clients to reach --min-fit" round=0 need=2 available=1`) {
 		t.Errorf("the wait logged nothing: %s", logs.String())
 	}
 }
@@ -483,7 +516,7 @@ func TestLastDepartedClient(t *testing.T) {
 	_, proxies = stepSites("", 1, 2)
 	_, err = (&Coordinator{Strategy: &meanStrategy{}, Proxies: proxies, Rounds: 1, Fraction: 1, TolerateFailures: true,
 		Departed: func(int) string { return "revoked" }}).Run(ctx)
-	if !errors.Is(err, errBelowMinFit) || !strings.Contains(err.Error(), "left the schedule: [0 1]") {
+	if !errors.Is(err, errBelowMinFit) || !strings.Contains(err.Error(), "0 of 2 selected clients answered, 1 needed (left the schedule: [0 1])") {
 		t.Fatalf("every client departed: %v", err)
 	}
 }
@@ -624,8 +657,42 @@ func TestSecureBegin(t *testing.T) {
 	if _, err := co.Run(ctx); err != nil || fmt.Sprint(c1.cfgs) != "[map[lr:0]]" {
 		t.Errorf("nothing to add: %v, config %v", err, c1.cfgs)
 	}
+	co.FitConfig, sec.extra = nil, map[string]string{"secagg": "on"}
+	c1.cfgs = nil
+	if _, err := co.Run(ctx); err != nil || fmt.Sprint(c1.cfgs) != "[map[secagg:on]]" {
+		t.Errorf("no FitConfig: %v, config %v", err, c1.cfgs)
+	}
 	sec.err = errors.New("no session")
 	if _, err := co.Run(ctx); err == nil || !strings.Contains(err.Error(), "secure aggregation: no session") {
 		t.Errorf("Begin failing: %v", err)
+	}
+}
+
+// slowClient answers after its delay, ignoring the context.
+type slowClient struct {
+	stepClient
+	delay time.Duration
+}
+
+func (c *slowClient) Fit(ctx context.Context, ins FitIns) (FitRes, error) {
+	time.Sleep(c.delay)
+	return c.stepClient.Fit(ctx, ins)
+}
+
+// TestRoundTimeoutSequential: one client at a time, a round whose fit
+// phase outlasts RoundTimeout makes the clients not yet asked late
+// failures, never participants.
+func TestRoundTimeoutSequential(t *testing.T) {
+	c0 := &slowClient{stepClient: *newStep(0, 1), delay: 200 * time.Millisecond}
+	c1 := newStep(1, 1)
+	s := &meanStrategy{}
+	h, err := (&Coordinator{Strategy: s, Proxies: []ClientProxy{NewSite(c0, ""), NewSite(c1, "")}, Rounds: 1, Fraction: 1, NoEvaluate: true,
+		TolerateFailures: true, RoundTimeout: 50 * time.Millisecond}).Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := h.Rounds[0]
+	if c1.fits != 0 || !slices.Equal(r.Participants, []int{0}) || !strings.Contains(r.Failures[1], "deadline exceeded") {
+		t.Fatalf("client 1 asked %d times; participants %v, failures %v", c1.fits, r.Participants, r.Failures)
 	}
 }

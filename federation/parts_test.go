@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -416,5 +417,61 @@ func TestCloneMetricsNeverNil(t *testing.T) {
 	}
 	if !math.IsNaN(cloneMetrics(map[string]float64{"n": math.NaN()})["n"]) {
 		t.Error("NaN lost")
+	}
+}
+
+// TestFailedEvaluationKeepsState: a storeless site (no folder: nothing to
+// reload) whose evaluation without tensors fails keeps its trained state
+// for the next round, alone or in a group.
+func TestFailedEvaluationKeepsState(t *testing.T) {
+	ctx := context.Background()
+	for _, group := range []bool{false, true} {
+		s := NewSite(&failInstall{evalInstall{w: make([]float32, 2)}}, "")
+		if _, err := s.Fit(ctx, FitIns{Round: 0}); err != nil { // [1 1]
+			t.Fatal(err)
+		}
+		var err error
+		if group {
+			_, errs := EvaluateSites(ctx, &recordingGroup{fail: -1}, []*Site{s}, []EvaluateIns{{Round: 0}})
+			err = errs[0]
+		} else {
+			_, err = s.Evaluate(ctx, EvaluateIns{Round: 0})
+		}
+		if err == nil {
+			t.Fatal("the failing evaluation succeeded")
+		}
+		res, err := s.Fit(ctx, FitIns{Round: 1})
+		if err != nil || res.Params["w"].Data[0] != 2 {
+			t.Errorf("group %v: round 1 trained from %v (%v), want [2 2] (its state after round 0)", group, res.Params["w"].Data, err)
+		}
+	}
+}
+
+// TestLastEvalRoundZero: LastEval finds an evaluation in round 0.
+func TestLastEvalRoundZero(t *testing.T) {
+	h := History{Rounds: []RoundReport{{Round: 0, Eval: map[int]Metrics{}}, {Round: 1}}}
+	if r, ok := h.LastEval(); !ok || r.Round != 0 {
+		t.Fatalf("LastEval = round %d, %v; want round 0", r.Round, ok)
+	}
+}
+
+// TestSamplerOracle: the sampled rounds are those of the documented
+// algorithm, written here from the doc comment: a partial Fisher–Yates
+// shuffle of the sorted IDs drawing IntN(n−i) for i < m from PCG(seed,
+// 0x9e3779b97f4a7c15), sorted.
+func TestSamplerOracle(t *testing.T) {
+	ids := []int{0, 1, 2, 3, 4, 5, 6}
+	r := mrand.New(mrand.NewPCG(17, 0x9e3779b97f4a7c15))
+	s := NewSampler(0.45, 17) // m = 3
+	for round := 1; round <= 30; round++ {
+		pool := slices.Clone(ids)
+		for i := 0; i < 3; i++ {
+			j := i + r.IntN(len(pool)-i)
+			pool[i], pool[j] = pool[j], pool[i]
+		}
+		want := slices.Sorted(slices.Values(pool[:3]))
+		if got := s.Sample(round, ids); !slices.Equal(got, want) {
+			t.Fatalf("round %d: sampled %v, the documented algorithm %v", round, got, want)
+		}
 	}
 }
