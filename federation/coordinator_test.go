@@ -478,6 +478,26 @@ func TestAvailability(t *testing.T) {
 	if err != nil || cs[2].fits != 1 || !slices.Equal(s.results[0], []int{0, 2}) {
 		t.Fatalf("retry: %v, client 2 asked %d times, aggregated %v", err, cs[2].fits, s.results)
 	}
+	// the wait logs every RetryEvery, not before: a 50 ms wait with
+	// RetryEvery 10 s logs no "still waiting" line
+	_, proxies = stepSites("", 1, 2, 3)
+	mu.Lock()
+	up = map[int]bool{0: true, 1: false, 2: false}
+	mu.Unlock()
+	var quiet bytes.Buffer
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		mu.Lock()
+		up[2] = true
+		mu.Unlock()
+	}()
+	if _, err := (&Coordinator{Strategy: &meanStrategy{}, Proxies: proxies, Rounds: 1, Fraction: 1, TolerateFailures: true, MinFit: 2, Available: avail,
+		RetryEvery: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(&quiet, nil))}).Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(quiet.String(), "still waiting") {
+		t.Errorf("a wait shorter than RetryEvery logged: %s", quiet.String())
+	}
 	if cs[0].fits != 2 {
 		t.Errorf("client 0 asked %d times, want 2 (the round, then once more after the wait)", cs[0].fits)
 	}
