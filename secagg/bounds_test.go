@@ -165,6 +165,18 @@ func TestShamirEdges(t *testing.T) {
 	if _, err := combine(xs[:2], sh[:2]); !errors.Is(err, errBadShares) {
 		t.Errorf("a share limb of p: %v, want errBadShares", err)
 	}
+	// p is ≡ 0 but not a field element: a share limb of p where the true
+	// limb is 0 (threshold 1: the share is the secret) is refused too
+	var zero [SecretSize]byte
+	zero[0] = 1
+	z, err := split(zero, 1, xs, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z[0][5] = prime
+	if _, err := combine(xs[:1], z[:1]); !errors.Is(err, errBadShares) {
+		t.Errorf("a share limb of p for a limb 0: %v, want errBadShares", err)
+	}
 }
 
 // TestQuantiserEdges: values at ±Clip are not clipped, values beyond are
@@ -203,9 +215,9 @@ func TestWireEdges(t *testing.T) {
 	_, err := UnmarshalMasked(MarshalMasked(m))
 	wantErr(t, "ID 2^31+1", err, "site ID 2147483649 out of range")
 	b := MarshalSurvivors([]int{1, 2, 3})
-	binary.LittleEndian.PutUint32(b[2:], 1000)
+	binary.LittleEndian.PutUint32(b[2:], 10)
 	_, err = UnmarshalSurvivors(b)
-	wantErr(t, "forged count", err, "list of 1000 items in 24 bytes")
+	wantErr(t, "forged count", err, "list of 10 items in 24 bytes")
 	b = MarshalSurvivors([]int{1})
 	b[0] = 9
 	_, err = UnmarshalSurvivors(b)
@@ -344,6 +356,8 @@ func TestLowOrderEncryptionKey(t *testing.T) {
 	adv[1].EncKey = make([]byte, 32)
 	_, err := r.clients[0].ShareKeys(adv)
 	wantErr(t, "all-zero key", err, "key agreement with site 1")
+	_, err = r.clients[2].ShareKeys(adv)
+	wantErr(t, "all-zero key, site 2", err, "key agreement with site 1:")
 	if bytes.Equal(adv[2].EncKey, adv[1].EncKey) {
 		t.Fatal("test setup")
 	}
