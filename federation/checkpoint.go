@@ -180,7 +180,7 @@ func readCheckpoint(f io.ReaderAt, size int64) (*Checkpoint, error) {
 	}
 	idxOff := binary.LittleEndian.Uint64(tr[0:])
 	idxLen := binary.LittleEndian.Uint64(tr[8:])
-	if idxOff < uint64(len(ckptMagic)) || idxOff > uint64(size) || idxLen != uint64(size-trailerSize)-idxOff {
+	if idxOff < uint64(len(ckptMagic)) || idxOff > uint64(size-trailerSize) || idxLen != uint64(size-trailerSize)-idxOff {
 		return nil, fmt.Errorf("trailer: index at %d+%d does not fit a file of %d bytes", idxOff, idxLen, size)
 	}
 	js := make([]byte, idxLen)

@@ -3,7 +3,9 @@ package federation
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"math"
 	"os"
 	"path/filepath"
@@ -182,5 +184,40 @@ func TestSiteKeepsEvaluatedState(t *testing.T) {
 	}
 	if res.Params["w"].Data[0] != 8 {
 		t.Fatalf("round 1 trained from %v, want the evaluated [7 8]", res.Params["w"].Data)
+	}
+}
+
+// craftTrailer is a file of the magic, body and a trailer naming the index
+// at off+n (its CRC that of the n bytes at off, when they exist).
+func craftTrailer(body []byte, off, n uint64) []byte {
+	b := append([]byte(ckptMagic), body...)
+	var tr [trailerSize]byte
+	binary.LittleEndian.PutUint64(tr[0:], off)
+	binary.LittleEndian.PutUint64(tr[8:], n)
+	if off+n <= uint64(len(b)) && off <= off+n {
+		binary.LittleEndian.PutUint32(tr[16:], crc32.Checksum(b[off:off+n], castagnoli))
+	}
+	copy(tr[20:], ckptEnd)
+	return append(b, tr[:]...)
+}
+
+// TestCheckpointTrailerOutOfRange: a trailer whose index starts past the
+// trailer (at the file's end, with a length that wraps around to fit) is
+// refused with an error, not a panic (it made a slice of 2^64−24 bytes).
+func TestCheckpointTrailerOutOfRange(t *testing.T) {
+	const size = uint64(len(ckptMagic) + trailerSize)
+	for _, off := range []uint64{size, size - 1, size - trailerSize + 1} {
+		b := craftTrailer(nil, off, (size-trailerSize)-off)
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("index at %d: panic %v", off, p)
+				}
+			}()
+			_, err := readCheckpoint(bytes.NewReader(b), int64(len(b)))
+			if err == nil || !strings.Contains(err.Error(), "does not fit a file of 32 bytes") {
+				t.Errorf("index at %d: %v, want a refusal of the trailer", off, err)
+			}
+		}()
 	}
 }
