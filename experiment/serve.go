@@ -85,7 +85,7 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := nameSites(c, f); err != nil {
+	if err := nameSites(c, f, e.Federation.Fraction); err != nil {
 		return nil, err
 	}
 	modelID, err := IdentifyModel(c.Model, e.Vocab)
@@ -135,8 +135,8 @@ func checkServeConfig(c ServeConfig) error {
 
 // nameSites names f's sites (--sites, or the certificates folder's, which
 // must be as many as the configuration's clients) and refuses a --min-fit
-// larger than the federation.
-func nameSites(c ServeConfig, f *Federated) error {
+// larger than the federation or than the sites a round samples.
+func nameSites(c ServeConfig, f *Federated, fraction float64) error {
 	f.SiteNames = c.Sites
 	if c.Certs != "" {
 		names, err := certs.Sites(c.Certs)
@@ -151,6 +151,11 @@ func nameSites(c ServeConfig, f *Federated) error {
 	}
 	if c.MinFit > len(f.Task.Clients) {
 		return fmt.Errorf("--min-fit %d is larger than the federation (federation.clients=%d)", c.MinFit, len(f.Task.Clients))
+	}
+	if n := federation.NewSampler(fraction, 0).Count(len(f.Task.Clients)); c.MinFit > n {
+		// a round asks n sites: one that lost any would wait for more
+		// answers than it asked for, forever
+		return fmt.Errorf("--min-fit %d is larger than the %d sites a round samples (federation.fraction=%g of %d sites)", c.MinFit, n, fraction, len(f.Task.Clients))
 	}
 	return nil
 }

@@ -191,6 +191,11 @@ func (c *Coordinator) setup() (map[int]ClientProxy, []ClientInfo, error) {
 		infos = append(infos, ClientInfo{ID: p.ID(), NumExamples: p.NumExamples()})
 	}
 	sort.Slice(infos, func(i, j int) bool { return infos[i].ID < infos[j].ID })
+	if n := NewSampler(c.Fraction, 0).Count(len(infos)); c.MinFit > n {
+		// a sampled round that lost a client would wait for more answers
+		// than it asked for, forever
+		return nil, nil, fmt.Errorf("federation: MinFit %d is more than the %d clients a round samples (fraction %g of %d)", c.MinFit, n, c.Fraction, len(infos))
+	}
 	if err := c.checkSecure(); err != nil {
 		return nil, nil, err
 	}

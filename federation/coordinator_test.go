@@ -716,3 +716,18 @@ func TestRoundTimeoutSequential(t *testing.T) {
 		t.Fatalf("client 1 asked %d times; participants %v, failures %v", c1.fits, r.Participants, r.Failures)
 	}
 }
+
+// TestMinFitAboveSampledRefused: a MinFit above the clients a round
+// samples is refused at setup (a sampled round that lost a client would
+// otherwise wait for more answers than it asked for); at the sampled
+// count it runs.
+func TestMinFitAboveSampledRefused(t *testing.T) {
+	_, proxies := stepSites("", 1, 2, 3, 4)
+	_, err := (&Coordinator{Strategy: &meanStrategy{}, Proxies: proxies, Rounds: 1, Fraction: 0.5, TolerateFailures: true, MinFit: 3}).Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "MinFit 3 is more than the 2 clients a round samples") {
+		t.Fatalf("MinFit 3 of 2 sampled: %v", err)
+	}
+	if _, err := (&Coordinator{Strategy: &meanStrategy{}, Proxies: proxies, Rounds: 1, Fraction: 0.5, TolerateFailures: true, MinFit: 2}).Run(context.Background()); err != nil {
+		t.Fatalf("MinFit 2 of 2 sampled: %v", err)
+	}
+}
