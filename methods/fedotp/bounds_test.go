@@ -1,6 +1,7 @@
 package fedotp
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -134,9 +135,19 @@ func TestStepRefusesLabels(t *testing.T) {
 		t.Fatalf("label 1 of 2: %v", err)
 	}
 	for _, y := range []int{l.C, -1} {
-		if _, _, err := l.Step(img, []int{y}); err == nil || !strings.Contains(err.Error(), "label") {
-			t.Errorf("label %d of %d classes: error %v, want one naming the label", y, l.C, err)
+		if _, _, err := l.Step(img, []int{y}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("label %d of sample 0 outside 0..1", y)) {
+			t.Errorf("label %d of %d classes: error %v, want one naming the label and the range 0..1", y, l.C, err)
 		}
+	}
+}
+
+// TestNewRefusesNoClasses: no class prompt rows is an error, not a panic.
+func TestNewRefusesNoClasses(t *testing.T) {
+	m, _ := tinyModel()
+	cfg := DefaultConfig()
+	cfg.NCtx = 2
+	if _, err := New(m, []int{}, cfg); err == nil {
+		t.Error("no class prompts accepted")
 	}
 }
 
