@@ -1,6 +1,7 @@
 package promptfolio
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -116,11 +117,15 @@ func TestStepAndLogitsRefuseBadInput(t *testing.T) {
 	for name, call := range map[string]func() error{
 		"empty batch": func() error { _, _, _, err := l.Step(nil, nil); return err },
 		"short image": func() error { _, _, _, err := l.Step(img[:7], []int{1}); return err },
-		"label C":     func() error { _, _, _, err := l.Step(img, []int{2}); return err },
-		"label −1":    func() error { _, _, _, err := l.Step(img, []int{-1}); return err },
 	} {
 		if err := call(); err == nil {
 			t.Errorf("Step, %s: accepted", name)
+		}
+	}
+	for _, y := range []int{2, -1} {
+		want := fmt.Sprintf("label %d of sample 0 outside 0..1", y)
+		if _, _, _, err := l.Step(img, []int{y}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("label %d of 2 classes: error %v, want %q", y, err, want)
 		}
 	}
 	fresh := tinyLearner(t, DefaultConfig())
@@ -190,5 +195,17 @@ func TestGlobalPartShapes(t *testing.T) {
 	}
 	if d := next[ParamCtx].Data; d[5] != 0 || d[6] != 7 || own[ParamCtx].Data[0] != 1 {
 		t.Errorf("next %v, own %v", d, own[ParamCtx].Data)
+	}
+}
+
+// TestNewRefusesNoClasses: no class prompt rows is an error, not a panic.
+func TestNewRefusesNoClasses(t *testing.T) {
+	mc := clip.Config{EmbedDim: 8,
+		Vision: clip.VisionConfig{ImageSize: 8, PatchSize: 4, Width: 8, Layers: 1, Heads: 2, MLPWidth: 16},
+		Text:   clip.TextConfig{ContextLength: 8, VocabSize: 30, Width: 8, Layers: 1, Heads: 2, MLPWidth: 16}}
+	cfg := DefaultConfig()
+	cfg.NCtx = 2
+	if _, err := New(clip.New(clip.Random(mc, 1)), []int{}, cfg); err == nil {
+		t.Error("no class prompts accepted")
 	}
 }
