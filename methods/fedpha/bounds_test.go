@@ -235,3 +235,30 @@ func TestPushHinge(t *testing.T) {
 		}
 	}
 }
+
+// TestProjectionNoDerivative: Backward refuses a rank-deficient global
+// prompt (a kept singular value 0) and equal kept and dropped singular
+// values, naming why, rather than returning a gradient.
+func TestProjectionNoDerivative(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		ratio float64
+		a     []float32
+		want  string
+	}{
+		{"rank 1 of 2", 1, []float32{1, 0, 0, 2, 0, 0}, "rank-deficient"},
+		{"singular values 1 and 1", 0.5, []float32{1, 0, 0, 0, 1, 0}, "are equal"},
+	} {
+		p := Projection{Ratio: c.ratio}
+		if _, err := p.Forward(c.a, 2, 3); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		r := make([]float32, 9)
+		for i := range r {
+			r[i] = float32(i%4) - 1.5
+		}
+		if err := p.Backward(make([]float32, 6), r); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one saying %q", c.name, err, c.want)
+		}
+	}
+}
