@@ -123,3 +123,28 @@ func TestStepAndLogitsInput(t *testing.T) {
 		t.Errorf("Logits of a short prefix: error %v", err)
 	}
 }
+
+// TestCheckInitWords: class prompts that share their first n_ctx tokens
+// (the ctx_init words) pass, over every row; rows that differ inside them
+// are refused naming the first differing position; without ctx_init
+// nothing is checked.
+func TestCheckInitWords(t *testing.T) {
+	const L = 12
+	rows := make([]int, 3*L)
+	copy(rows, []int{18, 7, 8, 9, 3, 19})
+	copy(rows[L:], []int{18, 7, 8, 9, 4, 3, 19})
+	copy(rows[2*L:], []int{18, 7, 8, 9, 5, 6, 3, 19})
+	cfg := Config{NCtx: 3, Depth: 1, CtxFromTokens: true}
+	if err := checkInitWords(rows, L, cfg); err != nil {
+		t.Errorf("three prompts sharing 3 words: %v", err)
+	}
+	rows[2*L+2] = 11 // the last row differs at position 2
+	err := checkInitWords(rows, L, cfg)
+	if err == nil || !strings.Contains(err.Error(), "maple.ctx_init") || !strings.Contains(err.Error(), "differ at position 2") {
+		t.Errorf("the last row differing at position 2: %v", err)
+	}
+	cfg.CtxFromTokens = false
+	if err := checkInitWords(rows, L, cfg); err != nil {
+		t.Errorf("no ctx_init: %v", err)
+	}
+}
