@@ -2,6 +2,7 @@ package fedtpg
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"strings"
@@ -107,28 +108,32 @@ func TestFixtureAggregation(t *testing.T) {
 }
 
 // TestFixtureRoundRefusesClasses: a client class outside the label space,
-// or a label outside the client's classes, is refused naming the tensor.
+// or a label outside the client's classes, is refused naming the tensor
+// and the range.
 func TestFixtureRoundRefusesClasses(t *testing.T) {
 	f := load(t, "init.safetensors", "round.safetensors")
 	C := len(f.Ints["tokens"]) / f.Model.W.Config.Text.ContextLength
 	cl := f.Ints["client0.classes"]
-	for name, mod := range map[string]func(ints map[string][]int){
-		"client0.classes": func(ints map[string][]int) {
+	for _, tc := range []struct {
+		want string
+		mod  func(ints map[string][]int)
+	}{
+		{fmt.Sprintf("\"client0.classes\": class %d outside 0..%d", C, C-1), func(ints map[string][]int) {
 			c := append([]int(nil), cl...)
 			c[0] = C
 			ints["client0.classes"] = c
-		},
-		"client0.labels": func(ints map[string][]int) {
+		}},
+		{fmt.Sprintf("\"client0.labels\": label %d of image 0 outside the client's %d classes", len(cl), len(cl)), func(ints map[string][]int) {
 			l := append([]int(nil), ints["client0.labels"]...)
 			l[0] = len(cl)
 			ints["client0.labels"] = l
-		},
+		}},
 	} {
 		g := *f
 		g.Ints = maps.Clone(f.Ints)
-		mod(g.Ints)
-		if _, err := (Method{}).FixtureRound(context.Background(), &g); err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("%s out of range: error %v, want one naming it", name, err)
+		tc.mod(g.Ints)
+		if _, err := (Method{}).FixtureRound(context.Background(), &g); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want one saying %s", err, tc.want)
 		}
 	}
 }
