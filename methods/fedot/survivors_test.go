@@ -140,7 +140,8 @@ func TestEvaluateReportsMetrics(t *testing.T) {
 
 // TestInitClassifierFromText: without given parameters, init text starts
 // w_g at the class prompts' L2-normalised text features (the frozen CLIP
-// text encoder, run here directly), init random at U(−1/√d, 1/√d) rows.
+// text encoder, run here directly) and a class in no label space at a zero
+// row (not NaN); init random at U(−1/√d, 1/√d) rows.
 func TestInitClassifierFromText(t *testing.T) {
 	m := tinyModel()
 	const K = 3
@@ -158,12 +159,18 @@ func TestInitClassifierFromText(t *testing.T) {
 		t.Fatal(err)
 	}
 	clip.NormalizeRows(nil, want, K, d)
-	for _, init := range []string{"text", "random"} {
+	for _, init := range []string{"text", "random", "text, class 2 in no space"} {
 		env, err := fixture.TensorEnv(m, methods.Features, tokens, K, clients, train.Options{Epochs: 1, Batch: 2, LR: 0.01}, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan, err := Method{}.Build(env, &Settings{Variant: VariantFedOT, Blocks: 1, Init: init})
+		if strings.HasSuffix(init, "no space") {
+			// the dataset keeps 3 classes, the only label space has 0 and 1
+			env.Task.Spaces[0].Classes = []int{0, 1}
+			env.SpaceTokenRows[0] = tokens[:2*len(tokens)/K]
+			init = "text, no space"
+		}
+		plan, err := Method{}.Build(env, &Settings{Variant: VariantFedOT, Blocks: 1, Init: strings.TrimSuffix(init, ", no space")})
 		env.TrainStore.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -182,6 +189,13 @@ func TestInitClassifierFromText(t *testing.T) {
 		case "text":
 			if md > 1e-5 {
 				t.Errorf("init text: w_g differs from the normalised text features by %g", md)
+			}
+		case "text, no space":
+			// rows 0 and 1 from the text; row 2, in no space, zero (not NaN)
+			for i, v := range wg {
+				if i < 2*d && math.Abs(float64(v-want[i])) > 1e-5 || i >= 2*d && v != 0 {
+					t.Fatalf("class in no space: w_g[%d][%d] = %g", i/d, i%d, v)
+				}
 			}
 		case "random":
 			if md < 1e-2 || mx >= 1/math.Sqrt(float64(d)) {
