@@ -41,6 +41,7 @@ func main() {
 	workers := flag.Int("workers", 1, "mutants run at once")
 	factor := flag.Float64("timeout-factor", 3, "a mutant's time limit: this times its tests' unmutated time, plus 10 s")
 	exclude := flag.String("exclude", "", "regexp of files (relative to the module root) not to mutate")
+	flag.BoolVar(&testShort, "short", false, "run the tests with -test.short (skips the world-job quality guards)")
 	tests := flag.String("tests", "", "comma-separated folders of other packages whose tests also run against the mutants (a shared package's users)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -61,6 +62,9 @@ func main() {
 		fail(err)
 	}
 }
+
+// testShort passes -test.short to every test run.
+var testShort bool
 
 // splitList splits a comma-separated flag value, dropping empty parts.
 func splitList(v string) []string {

@@ -120,7 +120,11 @@ func (s *schemata) exec(ctx context.Context, b *testBinary, timeout time.Duratio
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	cmd := exec.CommandContext(ctx, b.bin, append([]string{"-test.count=1"}, args...)...)
+	pre := []string{"-test.count=1"}
+	if testShort {
+		pre = append(pre, "-test.short")
+	}
+	cmd := exec.CommandContext(ctx, b.bin, append(pre, args...)...)
 	cmd.Dir = b.dir
 	cmd.Env = append(os.Environ(), "PFEDMMA_MUTANT="+mutant, "PFEDMMA_MUTANT_TRACE="+trace)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
