@@ -154,8 +154,9 @@ func TestFixtureTokens(t *testing.T) {
 
 // TestFixtureBoundaries: the step takes domain n−1 and labels 0 and C−1,
 // and refuses domain −1, label −1, no labels and images that do not match
-// the labels, naming the range or the tensor; the round refuses a negative
-// seed, a client domain of −1 and a file without clients, and takes seed 0.
+// the labels, naming the range or the tensor; the round refuses a client
+// domain of −1 and a file without clients (it reads no seed: it draws
+// nothing).
 func TestFixtureBoundaries(t *testing.T) {
 	for _, c := range []struct {
 		name, want string // want "": accepted
@@ -172,8 +173,6 @@ func TestFixtureBoundaries(t *testing.T) {
 		{"label C", fmt.Sprintf("label %d outside 0..%d", fixClasses, fixClasses-1), func(f *fixture.Fixture) { f.Ints["labels"][1] = fixClasses }, false},
 		{"no labels", `tensor "images"`, func(f *fixture.Fixture) { f.Ints["labels"] = []int{} }, false},
 		{"an image short", `tensor "images"`, func(f *fixture.Fixture) { f.Ints["labels"] = []int{0, 1, 2, 3} }, false},
-		{"seed 0", "", func(f *fixture.Fixture) { f.Meta["seed"] = "0" }, true},
-		{"seed −1", "seed=-1", func(f *fixture.Fixture) { f.Meta["seed"] = "-1" }, true},
 		{"client domain −1", "domain -1 outside", func(f *fixture.Fixture) { f.Meta["client2.domain"] = "-1" }, true},
 		{"no clients", `"client0.images"`, func(f *fixture.Fixture) {
 			for k := range f.Batch {
