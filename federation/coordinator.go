@@ -194,7 +194,7 @@ func (c *Coordinator) setup() (map[int]ClientProxy, []ClientInfo, error) {
 	if n := NewSampler(c.Fraction, 0).Count(len(infos)); c.MinFit > n {
 		// a sampled round that lost a client would wait for more answers
 		// than it asked for, forever
-		return nil, nil, fmt.Errorf("federation: MinFit %d is more than the %d clients a round samples (fraction %g of %d)", c.MinFit, n, c.Fraction, len(infos))
+		return nil, nil, fmt.Errorf("federation: --min-fit %d is more than the %d clients a round samples (fraction %g of %d)", c.MinFit, n, c.Fraction, len(infos))
 	}
 	if err := c.checkSecure(); err != nil {
 		return nil, nil, err

@@ -724,7 +724,7 @@ func TestRoundTimeoutSequential(t *testing.T) {
 func TestMinFitAboveSampledRefused(t *testing.T) {
 	_, proxies := stepSites("", 1, 2, 3, 4)
 	_, err := (&Coordinator{Strategy: &meanStrategy{}, Proxies: proxies, Rounds: 1, Fraction: 0.5, TolerateFailures: true, MinFit: 3}).Run(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "MinFit 3 is more than the 2 clients a round samples") {
+	if err == nil || !strings.Contains(err.Error(), "--min-fit 3 is more than the 2 clients a round samples") {
 		t.Fatalf("MinFit 3 of 2 sampled: %v", err)
 	}
 	if _, err := (&Coordinator{Strategy: &meanStrategy{}, Proxies: proxies, Rounds: 1, Fraction: 0.5, TolerateFailures: true, MinFit: 2}).Run(context.Background()); err != nil {
