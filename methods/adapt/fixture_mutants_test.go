@@ -152,10 +152,10 @@ func TestFixtureTokens(t *testing.T) {
 	}
 }
 
-// TestFixtureBoundaries: the step takes domain n−1 and labels 0 and C−1,
-// and refuses domain −1, label −1, no labels and images that do not match
+// TestFixtureBoundaries: the step takes domains 0 and n−1 and labels 0 and
+// C−1, and refuses domains −1 and n, label −1, no labels and images that do not match
 // the labels, naming the range or the tensor; the round refuses a client
-// domain of −1 and a file without clients (it reads no seed: it draws
+// domain of −1 or n, naming the range, and a file without clients (it reads no seed: it draws
 // nothing).
 func TestFixtureBoundaries(t *testing.T) {
 	for _, c := range []struct {
@@ -173,7 +173,14 @@ func TestFixtureBoundaries(t *testing.T) {
 		{"label C", fmt.Sprintf("label %d outside 0..%d", fixClasses, fixClasses-1), func(f *fixture.Fixture) { f.Ints["labels"][1] = fixClasses }, false},
 		{"no labels", `tensor "images"`, func(f *fixture.Fixture) { f.Ints["labels"] = []int{} }, false},
 		{"an image short", `tensor "images"`, func(f *fixture.Fixture) { f.Ints["labels"] = []int{0, 1, 2, 3} }, false},
-		{"client domain −1", "domain -1 outside", func(f *fixture.Fixture) { f.Meta["client2.domain"] = "-1" }, true},
+		{"domain 0", "", func(f *fixture.Fixture) {
+			f.Ints["domain"] = []int{0}
+			delete(f.Params, EMATargetPrefix+TextName(0)) // its own: no EMA target
+		}, false},
+		{"domain n", fmt.Sprintf("domain %d outside 0..%d", fixDomains, fixDomains-1), func(f *fixture.Fixture) { f.Ints["domain"] = []int{fixDomains} }, false},
+		// the round fixture's parameters hold 2 text prompts
+		{"client domain −1", "domain -1 outside 0..1", func(f *fixture.Fixture) { f.Meta["client2.domain"] = "-1" }, true},
+		{"client domain n", "domain 2 outside 0..1", func(f *fixture.Fixture) { f.Meta["client2.domain"] = "2" }, true},
 		{"no clients", `"client0.images"`, func(f *fixture.Fixture) {
 			for k := range f.Batch {
 				if strings.HasPrefix(k, "client") {
