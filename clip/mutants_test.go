@@ -262,3 +262,39 @@ func TestAdapterSeesExactRows(t *testing.T) {
 		}
 	}
 }
+
+// TestFrozenBF16InputGrad: a frozen block in bfloat16 computes its input
+// gradients with its bfloat16 weights (dout and w rounded to bfloat16,
+// float32 accumulation), checked against that product in float64; a
+// float32 product with the unrounded weights differs by bf16 rounding.
+func TestFrozenBF16InputGrad(t *testing.T) {
+	c := tinyConfig()
+	w := Random(c, 8)
+	D, MLP := c.Text.Width, c.Text.MLPWidth
+	b := &Block{W: &w.Text.Blocks[0], D: D, H: 2, MLP: MLP}
+	if err := b.SetPrecision(gemm.BF16); err != nil {
+		t.Fatal(err)
+	}
+	if b.Precision() != gemm.BF16 {
+		t.Fatal("block not in bf16")
+	}
+	const N = 5
+	rng := rand.New(rand.NewPCG(3, 8))
+	dout := gradcheck.Rand(rng, N*D, 1)
+	got := make([]float32, N*MLP)
+	b.inputGrad(got, nil, nil, dout, nil, b.W.ProjW, b.bf.proj, N, MLP, D) // proj: [D, MLP]
+	var maxDiff, maxRef float64
+	for i := 0; i < N; i++ {
+		for j := 0; j < MLP; j++ {
+			var s float64
+			for o := 0; o < D; o++ {
+				s += float64(gemm.RoundBF16(dout[i*D+o])) * float64(gemm.RoundBF16(b.W.ProjW[o*MLP+j]))
+			}
+			maxRef = math.Max(maxRef, math.Abs(s))
+			maxDiff = math.Max(maxDiff, math.Abs(float64(got[i*MLP+j])-s))
+		}
+	}
+	if maxDiff > 1e-5*maxRef {
+		t.Fatalf("frozen bf16 input gradient: max |Δ| %.3g from the bf16 product (max %.3g)", maxDiff, maxRef)
+	}
+}
