@@ -283,6 +283,8 @@ func TestFrozenBF16InputGrad(t *testing.T) {
 	dout := gradcheck.Rand(rng, N*D, 1)
 	got := make([]float32, N*MLP)
 	b.inputGrad(got, nil, nil, dout, nil, b.W.ProjW, b.bf.proj, N, MLP, D) // proj: [D, MLP]
+	acc := make([]float32, N*MLP)                                          // linearBackward's frozen path, onto zeros
+	b.linearBackward(acc, nil, nil, dout, nil, b.W.ProjW, b.bf.proj, N, MLP, D)
 	var maxDiff, maxRef float64
 	for i := 0; i < N; i++ {
 		for j := 0; j < MLP; j++ {
@@ -292,6 +294,7 @@ func TestFrozenBF16InputGrad(t *testing.T) {
 			}
 			maxRef = math.Max(maxRef, math.Abs(s))
 			maxDiff = math.Max(maxDiff, math.Abs(float64(got[i*MLP+j])-s))
+			maxDiff = math.Max(maxDiff, math.Abs(float64(acc[i*MLP+j])-s))
 		}
 	}
 	if maxDiff > 1e-5*maxRef {
