@@ -244,21 +244,7 @@ func TestWireEdges(t *testing.T) {
 // refused as they arrive, and a finished round accepts nothing more.
 func TestServerRefusesAfterFinish(t *testing.T) {
 	r, xs, ws := setup(t, 3)
-	for _, s := range r.cfg.Sites {
-		in, _ := r.srv.Inbox(s)
-		m, _, err := r.clients[s].MaskInput(in, xs[s], ws[s])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.srv.ReceiveMasked(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	alive, _ := r.srv.MaskedDone()
-	sigs, err := consistency(r.srv, r.clients, alive)
-	if err != nil {
-		t.Fatal(err)
-	}
+	alive, sigs := maskAndSign(t, r, xs, ws)
 	for i, s := range alive {
 		rv, err := r.clients[s].Unmask(sigs)
 		if err != nil {

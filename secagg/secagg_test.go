@@ -614,21 +614,7 @@ func TestMalformedMessages(t *testing.T) {
 
 	// a bad revealed share makes the unmasking fail, naming the site
 	r, xs, ws = setup(t, 4)
-	for _, s := range r.cfg.Sites {
-		in, _ := r.srv.Inbox(s)
-		m, _, err := r.clients[s].MaskInput(in, xs[s], ws[s])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.srv.ReceiveMasked(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	alive, _ := r.srv.MaskedDone()
-	sigs, err := consistency(r.srv, r.clients, alive)
-	if err != nil {
-		t.Fatal(err)
-	}
+	alive, sigs := maskAndSign(t, r, xs, ws)
 	for i, s := range alive {
 		rv, err := r.clients[s].Unmask(sigs)
 		if err != nil {
@@ -711,4 +697,26 @@ func mustShares(t *testing.T, b []byte) []EncryptedShare {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// maskAndSign sends every site's masked input of r to the server and runs the
+// consistency round: the sites alive and their signatures.
+func maskAndSign(t *testing.T, r *round, xs map[int][]float32, ws map[int]uint64) ([]int, []Consistency) {
+	t.Helper()
+	for _, s := range r.cfg.Sites {
+		in, _ := r.srv.Inbox(s)
+		m, _, err := r.clients[s].MaskInput(in, xs[s], ws[s])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.srv.ReceiveMasked(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alive, _ := r.srv.MaskedDone()
+	sigs, err := consistency(r.srv, r.clients, alive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return alive, sigs
 }
