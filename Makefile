@@ -8,7 +8,7 @@ BIN       := bin/pfedmma
 # changed here. Every binary that links package gemm, pfedmma and each test
 # binary, picks the best family by itself when none is preset (gemm's init).
 
-.PHONY: mutants-gremlins run test deps build bench fuzz proto clean docs mutants fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external
+.PHONY: mutants-gremlins run test deps build bench fuzz proto clean docs mutants fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external fixtures-promptsrc
 
 # Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
 # path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
@@ -118,6 +118,15 @@ fixtures-fedmvp:
 	$(FIXTURE_PY) -u tools/fixtures/fedmvp/verify.py
 
 FEDMVP_REF ?= /work/.mirror/mainaksingha01+FedMVP/repo
+
+# PromptSRC reference fixtures (testdata/promptsrc) from the authors' code (PROMPTSRC_REF: a git
+# mirror of muzairkhattak/PromptSRC; DASSL_REF: KaiyangZhou/Dassl.pytorch), checked by an
+# independent float64 version (tools/fixtures/promptsrc/verify.py: torch float64 as autograd
+# engine, finite-difference spot checks; under a CPU-minute). Not part of build or test.
+PROMPTSRC_REF ?= /work/.mirror/muzairkhattak+PromptSRC/repo
+fixtures-promptsrc:
+	PROMPTSRC_REF=$(PROMPTSRC_REF) $(FIXTURE_PY) tools/fixtures/promptsrc/make_fixture.py
+	$(FIXTURE_PY) -u tools/fixtures/promptsrc/verify.py --testdata testdata
 
 # Fixtures from outside the project for the methods the Go tests used to check only against
 # themselves (testdata/clip_adapter, clip_lora, fedot, adapt; see testdata/README.md):
