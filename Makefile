@@ -8,7 +8,7 @@ BIN       := bin/pfedmma
 # changed here. Every binary that links package gemm, pfedmma and each test
 # binary, picks the best family by itself when none is preset (gemm's init).
 
-.PHONY: mutants-gremlins run test deps build bench fuzz proto clean docs mutants fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external fixtures-promptsrc
+.PHONY: mutants-gremlins run test deps build bench fuzz proto clean docs mutants fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external fixtures-promptsrc fixtures-prograd
 
 # Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
 # path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
@@ -127,6 +127,15 @@ PROMPTSRC_REF ?= /work/.mirror/muzairkhattak+PromptSRC/repo
 fixtures-promptsrc:
 	PROMPTSRC_REF=$(PROMPTSRC_REF) $(FIXTURE_PY) tools/fixtures/promptsrc/make_fixture.py
 	$(FIXTURE_PY) -u tools/fixtures/promptsrc/verify.py --testdata testdata
+
+# ProGrad reference fixtures (testdata/prograd) from the authors' code (PROGRAD_REF: a git mirror
+# of BeierZhu/Prompt-align, which ships ProGrad.public/ and its Dassl fork with the projection),
+# checked by an independent float64 version (tools/fixtures/prograd/verify.py; under a
+# CPU-minute). Not part of build or test.
+PROGRAD_REF ?= /work/.mirror/BeierZhu+Prompt-align/repo
+fixtures-prograd:
+	PROGRAD_REF=$(PROGRAD_REF) $(FIXTURE_PY) tools/fixtures/prograd/make_fixture.py
+	$(FIXTURE_PY) -u tools/fixtures/prograd/verify.py --testdata testdata
 
 # Fixtures from outside the project for the methods the Go tests used to check only against
 # themselves (testdata/clip_adapter, clip_lora, fedot, adapt; see testdata/README.md):
