@@ -8,7 +8,7 @@ BIN       := bin/pfedmma
 # changed here. Every binary that links package gemm, pfedmma and each test
 # binary, picks the best family by itself when none is preset (gemm's init).
 
-.PHONY: mutants-gremlins run test deps build bench fuzz proto clean docs mutants fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external fixtures-promptsrc fixtures-prograd
+.PHONY: mutants-gremlins run test deps build bench fuzz proto clean docs mutants fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external fixtures-promptsrc fixtures-prograd fixtures-plot
 
 # Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
 # path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
@@ -136,6 +136,15 @@ PROGRAD_REF ?= /work/.mirror/BeierZhu+Prompt-align/repo
 fixtures-prograd:
 	PROGRAD_REF=$(PROGRAD_REF) $(FIXTURE_PY) tools/fixtures/prograd/make_fixture.py
 	$(FIXTURE_PY) -u tools/fixtures/prograd/verify.py --testdata testdata
+
+# PLOT reference fixtures (testdata/plot) from the authors' code (PLOT_REF: a git mirror of
+# CHENGY12/PLOT, plot-coop/), on clip-tiny (patch tokens) and clip-rn-tiny, checked by an
+# independent float64 version (tools/fixtures/plot/verify.py; a few CPU-minutes). Not part of
+# build or test.
+PLOT_REF ?= /work/.mirror/CHENGY12+PLOT/repo
+fixtures-plot:
+	PLOT_REF=$(PLOT_REF) $(FIXTURE_PY) tools/fixtures/plot/make_fixture.py
+	$(FIXTURE_PY) -u tools/fixtures/plot/verify.py --testdata testdata
 
 # Fixtures from outside the project for the methods the Go tests used to check only against
 # themselves (testdata/clip_adapter, clip_lora, fedot, adapt; see testdata/README.md):
