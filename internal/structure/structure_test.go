@@ -212,8 +212,6 @@ var pending = map[string]int{
 	"bench/method.go: Method":                               174,
 	"bench/paperscale.go: measurePreset":                    111,
 	"bench/train.go: Train":                                 160,
-	"checkpoint/config.go: source.applyConfig":              91,
-	"checkpoint/layout.go: layout":                          107,
 	"clip/block.go: Block.Backward":                         96,
 	"clip/resnet/resnet.go: FromTensors":                    146,
 	"cmd/pfedmma":                                           1667,
