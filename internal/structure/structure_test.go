@@ -212,7 +212,6 @@ var pending = map[string]int{
 	"bench/method.go: Method":                               174,
 	"bench/paperscale.go: measurePreset":                    111,
 	"bench/train.go: Train":                                 160,
-	"clip/resnet/resnet.go: FromTensors":                    146,
 	"cmd/pfedmma":                                           1667,
 	"cmd/pfedmma/serve.go: init":                            70,
 	"cmd/pfedmma/site.go: init":                             119,
