@@ -224,5 +224,4 @@ var pending = map[string]int{
 	"methods/pfedmoap/fixture.go: Method.FixtureRound":      139,
 	"methods/pfedmoap/fixture.go: RoundFromFile":            100,
 	"methods/pfedmoap/method.go: Method.Build":              130,
-	"partition/dirichlet.go: dirichlet":                     91,
 }
