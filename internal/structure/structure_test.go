@@ -216,7 +216,6 @@ var pending = map[string]int{
 	"cmd/pfedmma/serve.go: init":                            70,
 	"cmd/pfedmma/site.go: init":                             119,
 	"methods/adapt/fixture.go: Method.Step":                 102,
-	"methods/adapt/learner.go: Learner.Step":                118,
 	"methods/fedmvp/method.go: Method.Build":                132,
 	"methods/fedmvp/method.go: Method.Step":                 83,
 	"methods/fedmvp/promptformer.go: promptFormer.backward": 99,
