@@ -513,11 +513,8 @@ func (s *source) infer(scheme Scheme, info *Info) (clip.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	grid := 0
-	for grid*grid < pos[0]-1 {
-		grid++
-	}
-	if grid == 0 || grid*grid != pos[0]-1 {
+	grid := gridSide(pos[0])
+	if grid == 0 {
 		return cfg, fmt.Errorf("checkpoint %s: %w: tensor %q: shape %v: %d tokens is not a square grid plus a class token",
 			s.path, ErrMismatch, s.full(n.pos), pos, pos[0])
 	}
@@ -596,6 +593,20 @@ func (s *source) isResNet() bool {
 	return ok
 }
 
+// gridSide is the side of the square grid of tokens−1 patches (one token,
+// the class token or the pool's mean, besides), or 0 when tokens−1 is not a
+// positive square.
+func gridSide(tokens int) int {
+	grid := 0
+	for grid*grid < tokens-1 {
+		grid++
+	}
+	if grid*grid != tokens-1 {
+		return 0
+	}
+	return grid
+}
+
 // inferResNet infers a ResNet CLIP's configuration: the text tower as for
 // a ViT, the image size from the attention pool's grid (as CLIP's
 // build_model), the embedding from the text projection.
@@ -605,11 +616,8 @@ func (s *source) inferResNet(info *Info) (clip.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	grid := 0
-	for grid*grid < pos[0]-1 {
-		grid++
-	}
-	if grid == 0 || grid*grid != pos[0]-1 {
+	grid := gridSide(pos[0])
+	if grid == 0 {
 		return cfg, fmt.Errorf("checkpoint %s: %w: tensor %q: %d tokens is not a square grid plus one", s.path, ErrMismatch, "visual.attnpool.positional_embedding", pos[0])
 	}
 	cfg.Vision = clip.VisionConfig{ResNet: true, ImageSize: 32 * grid}

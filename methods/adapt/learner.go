@@ -175,8 +175,7 @@ func (l *Learner) TextFeatures(P tensor.Named) ([]float32, error) {
 		return nil, fmt.Errorf("adapt: %w", err)
 	}
 	l.u = append(l.u[:0], f...)
-	l.unorm = nn.Grow(l.unorm, n*l.C)
-	unitRows(l.unorm, l.u, n*l.C, l.E)
+	l.unorm = clip.NormalizeRows(l.unorm, l.u, n*l.C, l.E)
 	return l.u, nil
 }
 
@@ -199,9 +198,9 @@ func (l *Learner) forward(P tensor.Named, x0 []float32, B int, train bool) ([]fl
 	mixForward(l.mix, l.w, l.u, B, n, C, E)
 	l.txt = l.mix
 	if l.Cfg.AdaLN {
-		l.cond, l.condNorm = grow(l.cond, B*E), grow(l.condNorm, B)
+		l.cond = grow(l.cond, B*E)
 		copy(l.cond, l.feat[:B*E])
-		unitRows(l.condNorm, l.cond, B, E)
+		l.condNorm = clip.NormalizeRows(l.condNorm, l.cond, B, E)
 		W, b := l.adaLNParams(P)
 		l.txt = l.ada.forward(l.mix, l.cond, W, b, B, C, E)
 	}
@@ -313,8 +312,7 @@ func (l *Learner) textForward(P tensor.Named, own int) error {
 		}
 	}
 	l.u = append(l.u[:0], l.raw...)
-	l.unorm = nn.Grow(l.unorm, n*C)
-	unitRows(l.unorm, l.u, n*C, E)
+	l.unorm = clip.NormalizeRows(l.unorm, l.u, n*C, E)
 	return nil
 }
 
