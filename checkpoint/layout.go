@@ -41,18 +41,12 @@ func layout(cfg clip.Config, s Scheme, w *clip.Weights, ls []float32) []param {
 	if w != nil {
 		vis, txt = &w.Vision, &w.Text
 	}
-	switch {
-	case s == OpenAI && cfg.Vision.ResNet:
-		// the ResNet image tower is read by clip/resnet; only the text
-		// tower is laid out here
-		l.openAIText(txt, cfg.Text, cfg.EmbedDim, ls)
-	case s == OpenAI:
-		l.openAIVision(vis, cfg.Vision, cfg.EmbedDim)
-		l.openAIText(txt, cfg.Text, cfg.EmbedDim, ls)
-	default:
-		l.hfVision(vis, cfg.Vision, cfg.EmbedDim)
-		l.hfText(txt, cfg.Text, cfg.EmbedDim, ls)
+	// the ResNet image tower is read by clip/resnet; only the text tower is
+	// laid out here
+	if !(s == OpenAI && cfg.Vision.ResNet) {
+		l.vision(vis, cfg.Vision, cfg.EmbedDim)
 	}
+	l.text(txt, cfg.Text, cfg.EmbedDim, ls)
 	return l.out
 }
 
@@ -129,66 +123,44 @@ func third(buf []float32, i, n int) []float32 {
 	return buf[i*n : (i+1)*n]
 }
 
-// openAIVision lays out OpenAI's ViT image tower and its projection.
-func (l *layouter) openAIVision(vis *clip.VisionWeights, vc clip.VisionConfig, e int) {
-	dv := vc.Width
-	l.add("visual.class_embedding", vis.ClassEmb, false, dv)
-	l.add("visual.conv1.weight", vis.Conv1W, false, dv, 3, vc.PatchSize, vc.PatchSize)
-	l.add("visual.positional_embedding", vis.PosEmb, false, vc.Tokens(), dv)
-	l.add("visual.ln_pre.weight", vis.LnPreW, false, dv)
-	l.add("visual.ln_pre.bias", vis.LnPreB, false, dv)
+// vision lays out the ViT image tower and its projection.
+func (l *layouter) vision(vis *clip.VisionWeights, vc clip.VisionConfig, e int) {
+	n, dv := schemeNames[l.scheme], vc.Width
+	l.add(n.class, vis.ClassEmb, false, dv)
+	l.add(n.patch, vis.Conv1W, false, dv, 3, vc.PatchSize, vc.PatchSize)
+	l.add(n.pos, vis.PosEmb, false, vc.Tokens(), dv)
+	l.add(n.lnPre+"weight", vis.LnPreW, false, dv)
+	l.add(n.lnPre+"bias", vis.LnPreB, false, dv)
 	for i := range vc.Layers {
-		l.block(fmt.Sprintf("visual.transformer.resblocks.%d.", i), l.blk(vis.Blocks, i), dv, vc.MLPWidth)
+		l.block(fmt.Sprintf("%s%d.", n.vblocks, i), l.blk(vis.Blocks, i), dv, vc.MLPWidth)
 	}
-	l.add("visual.ln_post.weight", vis.LnPostW, false, dv)
-	l.add("visual.ln_post.bias", vis.LnPostB, false, dv)
-	l.add("visual.proj", vis.Proj, false, dv, e)
+	l.add(n.lnPost+"weight", vis.LnPostW, false, dv)
+	l.add(n.lnPost+"bias", vis.LnPostB, false, dv)
+	l.projection(n.vproj, n.projT, vis.Proj, dv, e)
 }
 
-// openAIText lays out OpenAI's text tower, projection and logit scale.
-func (l *layouter) openAIText(txt *clip.TextWeights, tc clip.TextConfig, e int, ls []float32) {
-	dt := tc.Width
-	l.add("token_embedding.weight", txt.TokenEmb, false, tc.VocabSize, dt)
-	l.add("positional_embedding", txt.PosEmb, false, tc.ContextLength, dt)
+// text lays out the text tower, its projection and the logit scale.
+func (l *layouter) text(txt *clip.TextWeights, tc clip.TextConfig, e int, ls []float32) {
+	n, dt := schemeNames[l.scheme], tc.Width
+	l.add(n.tok, txt.TokenEmb, false, tc.VocabSize, dt)
+	l.add(n.tpos, txt.PosEmb, false, tc.ContextLength, dt)
 	for i := range tc.Layers {
-		l.block(fmt.Sprintf("transformer.resblocks.%d.", i), l.blk(txt.Blocks, i), dt, tc.MLPWidth)
+		l.block(fmt.Sprintf("%s%d.", n.tblocks, i), l.blk(txt.Blocks, i), dt, tc.MLPWidth)
 	}
-	l.add("ln_final.weight", txt.LnFinalW, false, dt)
-	l.add("ln_final.bias", txt.LnFinalB, false, dt)
-	l.add("text_projection", txt.Proj, false, dt, e)
+	l.add(n.lnFinal+"weight", txt.LnFinalW, false, dt)
+	l.add(n.lnFinal+"bias", txt.LnFinalB, false, dt)
+	l.projection(n.tproj, n.projT, txt.Proj, dt, e)
 	l.add("logit_scale", ls, false)
 }
 
-// hfVision lays out Hugging Face's image tower and its (transposed)
-// projection.
-func (l *layouter) hfVision(vis *clip.VisionWeights, vc clip.VisionConfig, e int) {
-	dv := vc.Width
-	l.add("vision_model.embeddings.class_embedding", vis.ClassEmb, false, dv)
-	l.add("vision_model.embeddings.patch_embedding.weight", vis.Conv1W, false, dv, 3, vc.PatchSize, vc.PatchSize)
-	l.add("vision_model.embeddings.position_embedding.weight", vis.PosEmb, false, vc.Tokens(), dv)
-	l.add("vision_model.pre_layrnorm.weight", vis.LnPreW, false, dv)
-	l.add("vision_model.pre_layrnorm.bias", vis.LnPreB, false, dv)
-	for i := range vc.Layers {
-		l.block(fmt.Sprintf("vision_model.encoder.layers.%d.", i), l.blk(vis.Blocks, i), dv, vc.MLPWidth)
+// projection adds a tower's projection, [d, e] in clip.Weights, stored so
+// or (transposed) as [e, d].
+func (l *layouter) projection(name string, transposed bool, dst []float32, d, e int) {
+	if transposed {
+		l.add(name, dst, true, e, d)
+		return
 	}
-	l.add("vision_model.post_layernorm.weight", vis.LnPostW, false, dv)
-	l.add("vision_model.post_layernorm.bias", vis.LnPostB, false, dv)
-	l.add("visual_projection.weight", vis.Proj, true, e, dv)
-}
-
-// hfText lays out Hugging Face's text tower, its (transposed) projection
-// and the logit scale.
-func (l *layouter) hfText(txt *clip.TextWeights, tc clip.TextConfig, e int, ls []float32) {
-	dt := tc.Width
-	l.add("text_model.embeddings.token_embedding.weight", txt.TokenEmb, false, tc.VocabSize, dt)
-	l.add("text_model.embeddings.position_embedding.weight", txt.PosEmb, false, tc.ContextLength, dt)
-	for i := range tc.Layers {
-		l.block(fmt.Sprintf("text_model.encoder.layers.%d.", i), l.blk(txt.Blocks, i), dt, tc.MLPWidth)
-	}
-	l.add("text_model.final_layer_norm.weight", txt.LnFinalW, false, dt)
-	l.add("text_model.final_layer_norm.bias", txt.LnFinalB, false, dt)
-	l.add("text_projection.weight", txt.Proj, true, e, dt)
-	l.add("logit_scale", ls, false)
+	l.add(name, dst, false, d, e)
 }
 
 // ignorable lists tensors a scheme's checkpoints may hold that carry no

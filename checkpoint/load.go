@@ -473,9 +473,13 @@ func (s *source) layers(prefix string) (int, error) {
 	return len(seen), nil
 }
 
-// names are the tensors that define a scheme's architecture.
+// names are a scheme's names of the tensors outside the blocks (those that
+// define the architecture, and the LayerNorms around the blocks: a name
+// ending in '.' is followed by "weight" and "bias"); vblocks and tblocks
+// start a block's names, followed by its index and '.'.
 type names struct {
 	patch, pos, vproj, vblocks, tok, tpos, tproj, tblocks, fc string
+	class, lnPre, lnPost, lnFinal                             string
 	projT                                                     bool // projections stored as [embed, width]
 }
 
@@ -484,12 +488,15 @@ var schemeNames = map[Scheme]names{
 		patch: "visual.conv1.weight", pos: "visual.positional_embedding", vproj: "visual.proj",
 		vblocks: "visual.transformer.resblocks.", tok: "token_embedding.weight", tpos: "positional_embedding",
 		tproj: "text_projection", tblocks: "transformer.resblocks.", fc: "mlp.c_fc.weight",
+		class: "visual.class_embedding", lnPre: "visual.ln_pre.", lnPost: "visual.ln_post.", lnFinal: "ln_final.",
 	},
 	HF: {
 		patch: "vision_model.embeddings.patch_embedding.weight", pos: "vision_model.embeddings.position_embedding.weight",
 		vproj: "visual_projection.weight", vblocks: "vision_model.encoder.layers.",
 		tok: "text_model.embeddings.token_embedding.weight", tpos: "text_model.embeddings.position_embedding.weight",
 		tproj: "text_projection.weight", tblocks: "text_model.encoder.layers.", fc: "mlp.fc1.weight", projT: true,
+		class: "vision_model.embeddings.class_embedding", lnPre: "vision_model.pre_layrnorm.",
+		lnPost: "vision_model.post_layernorm.", lnFinal: "text_model.final_layer_norm.",
 	},
 }
 
