@@ -73,46 +73,32 @@ func (l *layouter) blk(blocks []clip.BlockWeights, i int) *clip.BlockWeights {
 // block lays out one transformer block of width d and MLP width h under
 // prefix, in the layouter's scheme.
 func (l *layouter) block(prefix string, b *clip.BlockWeights, d, h int) {
+	n := schemeNames[l.scheme]
+	l.add(prefix+n.ln1+"weight", b.Ln1W, false, d)
+	l.add(prefix+n.ln1+"bias", b.Ln1B, false, d)
+	l.inProj(prefix, b, d)
+	l.add(prefix+n.attnOut+"weight", b.OutProjW, false, d, d)
+	l.add(prefix+n.attnOut+"bias", b.OutProjB, false, d)
+	l.add(prefix+n.ln2+"weight", b.Ln2W, false, d)
+	l.add(prefix+n.ln2+"bias", b.Ln2B, false, d)
+	l.add(prefix+n.mlpIn+"weight", b.FcW, false, h, d)
+	l.add(prefix+n.mlpIn+"bias", b.FcB, false, h)
+	l.add(prefix+n.mlpOut+"weight", b.ProjW, false, d, h)
+	l.add(prefix+n.mlpOut+"bias", b.ProjB, false, d)
+}
+
+// inProj lays out a block's attention input projection: fused q|k|v for
+// OpenAI, q, k and v as separate thirds of the fused buffers for HF.
+func (l *layouter) inProj(prefix string, b *clip.BlockWeights, d int) {
 	if l.scheme == OpenAI {
-		l.openAIBlock(prefix, b, d, h)
+		l.add(prefix+"attn.in_proj_weight", b.InProjW, false, 3*d, d)
+		l.add(prefix+"attn.in_proj_bias", b.InProjB, false, 3*d)
 		return
 	}
-	l.hfBlock(prefix, b, d, h)
-}
-
-// openAIBlock lays out a block with OpenAI's names and fused q/k/v.
-func (l *layouter) openAIBlock(prefix string, b *clip.BlockWeights, d, h int) {
-	l.add(prefix+"ln_1.weight", b.Ln1W, false, d)
-	l.add(prefix+"ln_1.bias", b.Ln1B, false, d)
-	l.add(prefix+"attn.in_proj_weight", b.InProjW, false, 3*d, d)
-	l.add(prefix+"attn.in_proj_bias", b.InProjB, false, 3*d)
-	l.add(prefix+"attn.out_proj.weight", b.OutProjW, false, d, d)
-	l.add(prefix+"attn.out_proj.bias", b.OutProjB, false, d)
-	l.add(prefix+"ln_2.weight", b.Ln2W, false, d)
-	l.add(prefix+"ln_2.bias", b.Ln2B, false, d)
-	l.add(prefix+"mlp.c_fc.weight", b.FcW, false, h, d)
-	l.add(prefix+"mlp.c_fc.bias", b.FcB, false, h)
-	l.add(prefix+"mlp.c_proj.weight", b.ProjW, false, d, h)
-	l.add(prefix+"mlp.c_proj.bias", b.ProjB, false, d)
-}
-
-// hfBlock lays out a block with Hugging Face's names, q, k and v as
-// separate thirds of the fused buffers.
-func (l *layouter) hfBlock(prefix string, b *clip.BlockWeights, d, h int) {
-	l.add(prefix+"layer_norm1.weight", b.Ln1W, false, d)
-	l.add(prefix+"layer_norm1.bias", b.Ln1B, false, d)
 	for i, qkv := range []string{"q", "k", "v"} {
 		l.add(prefix+"self_attn."+qkv+"_proj.weight", third(b.InProjW, i, d*d), false, d, d)
 		l.add(prefix+"self_attn."+qkv+"_proj.bias", third(b.InProjB, i, d), false, d)
 	}
-	l.add(prefix+"self_attn.out_proj.weight", b.OutProjW, false, d, d)
-	l.add(prefix+"self_attn.out_proj.bias", b.OutProjB, false, d)
-	l.add(prefix+"layer_norm2.weight", b.Ln2W, false, d)
-	l.add(prefix+"layer_norm2.bias", b.Ln2B, false, d)
-	l.add(prefix+"mlp.fc1.weight", b.FcW, false, h, d)
-	l.add(prefix+"mlp.fc1.bias", b.FcB, false, h)
-	l.add(prefix+"mlp.fc2.weight", b.ProjW, false, d, h)
-	l.add(prefix+"mlp.fc2.bias", b.ProjB, false, d)
 }
 
 // third is the i-th third of a fused q/k/v buffer of n values (nil for nil).
