@@ -98,16 +98,9 @@ func Init(dir string, sites, hosts []string) error {
 	if err != nil {
 		return fmt.Errorf("certs init: CA: %w", err)
 	}
-	srv := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: CoordinatorCN},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(validity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
+	srv := leaf(pkix.Name{CommonName: CoordinatorCN}, now, x509.ExtKeyUsageServerAuth)
+	srv.DNSNames = []string{"localhost"}
+	srv.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			srv.IPAddresses = append(srv.IPAddresses, ip)
@@ -306,16 +299,22 @@ func loadCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	return ca, key, nil
 }
 
-func issueSite(dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey) error {
-	now := time.Now()
-	tmpl := &x509.Certificate{
+// leaf is the template of a certificate the CA issues to subject for usage
+// (server or client authentication), valid from an hour before now for
+// validity.
+func leaf(subject pkix.Name, now time.Time, usage x509.ExtKeyUsage) *x509.Certificate {
+	return &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: name},
+		Subject:      subject,
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 	}
+}
+
+func issueSite(dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey) error {
+	tmpl := leaf(pkix.Name{CommonName: name}, time.Now(), x509.ExtKeyUsageClientAuth)
 	return issue(filepath.Join(dir, SitesDir), name+".crt", name+".key", tmpl, ca, caKey)
 }
 

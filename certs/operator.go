@@ -36,15 +36,7 @@ func AddOperator(dir, name string) error {
 	if _, err := os.Stat(filepath.Join(dir, OperatorsDir, name+".crt")); err == nil {
 		return fmt.Errorf("certs add-operator: %s already exists", filepath.Join(dir, OperatorsDir, name+".crt"))
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: name, OrganizationalUnit: []string{OperatorUnit}},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(validity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
+	tmpl := leaf(pkix.Name{CommonName: name, OrganizationalUnit: []string{OperatorUnit}}, time.Now(), x509.ExtKeyUsageClientAuth)
 	return issue(filepath.Join(dir, OperatorsDir), name+".crt", name+".key", tmpl, ca, caKey)
 }
 

@@ -88,54 +88,67 @@ func (s *source) applyConfig(scheme Scheme, cfg *clip.Config, info *Info) error 
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	vc, tc := &cfg.Vision, &cfg.Text
 	if scheme == HF {
-		var c hfConfig
-		if err := json.Unmarshal(b, &c); err != nil {
-			return fmt.Errorf("checkpoint %s: %w", path, err)
-		}
-		v, t := c.VisionConfig, c.TextConfig
-		err := s.compare(path, []field{
-			{"projection_dim", c.ProjectionDim, cfg.EmbedDim},
-			{"vision_config.hidden_size", v.HiddenSize, vc.Width},
-			{"vision_config.intermediate_size", v.IntermediateSize, vc.MLPWidth},
-			{"vision_config.num_hidden_layers", v.NumHiddenLayers, vc.Layers},
-			{"vision_config.image_size", v.ImageSize, vc.ImageSize},
-			{"vision_config.patch_size", v.PatchSize, vc.PatchSize},
-			{"text_config.hidden_size", t.HiddenSize, tc.Width},
-			{"text_config.intermediate_size", t.IntermediateSize, tc.MLPWidth},
-			{"text_config.num_hidden_layers", t.NumHiddenLayers, tc.Layers},
-			{"text_config.max_position_embeddings", t.MaxPositionEmbeddings, tc.ContextLength},
-			{"text_config.vocab_size", t.VocabSize, tc.VocabSize},
-		})
-		if err != nil {
-			return err
-		}
-		if v.NumAttentionHeads != nil {
-			vc.Heads = *v.NumAttentionHeads
-		}
-		if t.NumAttentionHeads != nil {
-			tc.Heads = *t.NumAttentionHeads
-		}
-		va, ta := "quick_gelu", "quick_gelu" // the CLIPConfig default
-		if v.HiddenAct != nil {
-			va = *v.HiddenAct
-		}
-		if t.HiddenAct != nil {
-			ta = *t.HiddenAct
-		}
-		info.Activation = va
-		if va != ta {
-			info.Activation = "vision " + va + ", text " + ta
-		}
-		return nil
+		return s.applyHFConfig(path, b, cfg, info)
 	}
+	return s.applyOpenCLIPConfig(path, b, cfg, info)
+}
+
+// applyHFConfig checks a Hugging Face config.json (b, read from path)
+// against cfg, then takes its attention head counts and activations.
+func (s *source) applyHFConfig(path string, b []byte, cfg *clip.Config, info *Info) error {
+	vc, tc := &cfg.Vision, &cfg.Text
+	var c hfConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	v, t := c.VisionConfig, c.TextConfig
+	err := s.compare(path, []field{
+		{"projection_dim", c.ProjectionDim, cfg.EmbedDim},
+		{"vision_config.hidden_size", v.HiddenSize, vc.Width},
+		{"vision_config.intermediate_size", v.IntermediateSize, vc.MLPWidth},
+		{"vision_config.num_hidden_layers", v.NumHiddenLayers, vc.Layers},
+		{"vision_config.image_size", v.ImageSize, vc.ImageSize},
+		{"vision_config.patch_size", v.PatchSize, vc.PatchSize},
+		{"text_config.hidden_size", t.HiddenSize, tc.Width},
+		{"text_config.intermediate_size", t.IntermediateSize, tc.MLPWidth},
+		{"text_config.num_hidden_layers", t.NumHiddenLayers, tc.Layers},
+		{"text_config.max_position_embeddings", t.MaxPositionEmbeddings, tc.ContextLength},
+		{"text_config.vocab_size", t.VocabSize, tc.VocabSize},
+	})
+	if err != nil {
+		return err
+	}
+	if v.NumAttentionHeads != nil {
+		vc.Heads = *v.NumAttentionHeads
+	}
+	if t.NumAttentionHeads != nil {
+		tc.Heads = *t.NumAttentionHeads
+	}
+	va, ta := "quick_gelu", "quick_gelu" // the CLIPConfig default
+	if v.HiddenAct != nil {
+		va = *v.HiddenAct
+	}
+	if t.HiddenAct != nil {
+		ta = *t.HiddenAct
+	}
+	info.Activation = va
+	if va != ta {
+		info.Activation = "vision " + va + ", text " + ta
+	}
+	return nil
+}
+
+// applyOpenCLIPConfig checks an open_clip config (b, read from path) against
+// cfg, then takes its head counts and activation, with open_clip's defaults.
+func (s *source) applyOpenCLIPConfig(path string, b []byte, cfg *clip.Config, info *Info) error {
+	vc, tc := &cfg.Vision, &cfg.Text
 	var c openCLIPConfig
 	if err := json.Unmarshal(b, &c); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	m := c.ModelCfg
-	err = s.compare(path, []field{
+	err := s.compare(path, []field{
 		{"model_cfg.embed_dim", m.EmbedDim, cfg.EmbedDim},
 		{"model_cfg.vision_cfg.image_size", m.VisionCfg.ImageSize, vc.ImageSize},
 		{"model_cfg.vision_cfg.layers", m.VisionCfg.Layers, vc.Layers},

@@ -36,126 +36,117 @@ type param struct {
 // otherwise w must have the sizes of cfg (see Validate) and ls is the
 // one-element holder of the logit scale.
 func layout(cfg clip.Config, s Scheme, w *clip.Weights, ls []float32) []param {
-	var out []param
-	add := func(name string, dst []float32, transpose bool, shape ...int) {
-		out = append(out, param{name: name, shape: shape, dst: dst, transpose: transpose})
-	}
+	l := &layouter{scheme: s, w: w}
 	vis, txt := &clip.VisionWeights{}, &clip.TextWeights{}
 	if w != nil {
 		vis, txt = &w.Vision, &w.Text
 	}
-	vc, tc, e := cfg.Vision, cfg.Text, cfg.EmbedDim
-	dv, dt := vc.Width, tc.Width
-	block := func(prefix string, b *clip.BlockWeights, d, h int) {
-		if s == OpenAI {
-			add(prefix+"ln_1.weight", b.Ln1W, false, d)
-			add(prefix+"ln_1.bias", b.Ln1B, false, d)
-			add(prefix+"attn.in_proj_weight", b.InProjW, false, 3*d, d)
-			add(prefix+"attn.in_proj_bias", b.InProjB, false, 3*d)
-			add(prefix+"attn.out_proj.weight", b.OutProjW, false, d, d)
-			add(prefix+"attn.out_proj.bias", b.OutProjB, false, d)
-			add(prefix+"ln_2.weight", b.Ln2W, false, d)
-			add(prefix+"ln_2.bias", b.Ln2B, false, d)
-			add(prefix+"mlp.c_fc.weight", b.FcW, false, h, d)
-			add(prefix+"mlp.c_fc.bias", b.FcB, false, h)
-			add(prefix+"mlp.c_proj.weight", b.ProjW, false, d, h)
-			add(prefix+"mlp.c_proj.bias", b.ProjB, false, d)
-			return
-		}
-		// part is the i-th third of a fused q/k/v buffer of n values.
-		part := func(buf []float32, i, n int) []float32 {
-			if buf == nil {
-				return nil
-			}
-			return buf[i*n : (i+1)*n]
-		}
-		add(prefix+"layer_norm1.weight", b.Ln1W, false, d)
-		add(prefix+"layer_norm1.bias", b.Ln1B, false, d)
-		for i, qkv := range []string{"q", "k", "v"} {
-			add(prefix+"self_attn."+qkv+"_proj.weight", part(b.InProjW, i, d*d), false, d, d)
-			add(prefix+"self_attn."+qkv+"_proj.bias", part(b.InProjB, i, d), false, d)
-		}
-		add(prefix+"self_attn.out_proj.weight", b.OutProjW, false, d, d)
-		add(prefix+"self_attn.out_proj.bias", b.OutProjB, false, d)
-		add(prefix+"layer_norm2.weight", b.Ln2W, false, d)
-		add(prefix+"layer_norm2.bias", b.Ln2B, false, d)
-		add(prefix+"mlp.fc1.weight", b.FcW, false, h, d)
-		add(prefix+"mlp.fc1.bias", b.FcB, false, h)
-		add(prefix+"mlp.fc2.weight", b.ProjW, false, d, h)
-		add(prefix+"mlp.fc2.bias", b.ProjB, false, d)
+	// the ResNet image tower is read by clip/resnet; only the text tower is
+	// laid out here
+	if !(s == OpenAI && cfg.Vision.ResNet) {
+		l.vision(vis, cfg.Vision, cfg.EmbedDim)
 	}
-	blk := func(blocks []clip.BlockWeights, i int) *clip.BlockWeights {
-		if w == nil {
-			return &clip.BlockWeights{}
-		}
-		return &blocks[i]
-	}
-	tokens := vc.Tokens()
-	if s == OpenAI && vc.ResNet {
-		// the ResNet image tower is read by clip/resnet; only the text
-		// tower is laid out here
-		textTower(add, block, blk, txt, tc, e, ls)
-		return out
-	}
-	if s == OpenAI {
-		add("visual.class_embedding", vis.ClassEmb, false, dv)
-		add("visual.conv1.weight", vis.Conv1W, false, dv, 3, vc.PatchSize, vc.PatchSize)
-		add("visual.positional_embedding", vis.PosEmb, false, tokens, dv)
-		add("visual.ln_pre.weight", vis.LnPreW, false, dv)
-		add("visual.ln_pre.bias", vis.LnPreB, false, dv)
-		for i := range vc.Layers {
-			block(fmt.Sprintf("visual.transformer.resblocks.%d.", i), blk(vis.Blocks, i), dv, vc.MLPWidth)
-		}
-		add("visual.ln_post.weight", vis.LnPostW, false, dv)
-		add("visual.ln_post.bias", vis.LnPostB, false, dv)
-		add("visual.proj", vis.Proj, false, dv, e)
-		add("token_embedding.weight", txt.TokenEmb, false, tc.VocabSize, dt)
-		add("positional_embedding", txt.PosEmb, false, tc.ContextLength, dt)
-		for i := range tc.Layers {
-			block(fmt.Sprintf("transformer.resblocks.%d.", i), blk(txt.Blocks, i), dt, tc.MLPWidth)
-		}
-		add("ln_final.weight", txt.LnFinalW, false, dt)
-		add("ln_final.bias", txt.LnFinalB, false, dt)
-		add("text_projection", txt.Proj, false, dt, e)
-		add("logit_scale", ls, false)
-		return out
-	}
-	add("vision_model.embeddings.class_embedding", vis.ClassEmb, false, dv)
-	add("vision_model.embeddings.patch_embedding.weight", vis.Conv1W, false, dv, 3, vc.PatchSize, vc.PatchSize)
-	add("vision_model.embeddings.position_embedding.weight", vis.PosEmb, false, tokens, dv)
-	add("vision_model.pre_layrnorm.weight", vis.LnPreW, false, dv)
-	add("vision_model.pre_layrnorm.bias", vis.LnPreB, false, dv)
-	for i := range vc.Layers {
-		block(fmt.Sprintf("vision_model.encoder.layers.%d.", i), blk(vis.Blocks, i), dv, vc.MLPWidth)
-	}
-	add("vision_model.post_layernorm.weight", vis.LnPostW, false, dv)
-	add("vision_model.post_layernorm.bias", vis.LnPostB, false, dv)
-	add("visual_projection.weight", vis.Proj, true, e, dv)
-	add("text_model.embeddings.token_embedding.weight", txt.TokenEmb, false, tc.VocabSize, dt)
-	add("text_model.embeddings.position_embedding.weight", txt.PosEmb, false, tc.ContextLength, dt)
-	for i := range tc.Layers {
-		block(fmt.Sprintf("text_model.encoder.layers.%d.", i), blk(txt.Blocks, i), dt, tc.MLPWidth)
-	}
-	add("text_model.final_layer_norm.weight", txt.LnFinalW, false, dt)
-	add("text_model.final_layer_norm.bias", txt.LnFinalB, false, dt)
-	add("text_projection.weight", txt.Proj, true, e, dt)
-	add("logit_scale", ls, false)
-	return out
+	l.text(txt, cfg.Text, cfg.EmbedDim, ls)
+	return l.out
 }
 
-// textTower lays out OpenAI's text tower, projection and logit scale.
-func textTower(add func(string, []float32, bool, ...int), block func(string, *clip.BlockWeights, int, int),
-	blk func([]clip.BlockWeights, int) *clip.BlockWeights, txt *clip.TextWeights, tc clip.TextConfig, e int, ls []float32) {
-	dt := tc.Width
-	add("token_embedding.weight", txt.TokenEmb, false, tc.VocabSize, dt)
-	add("positional_embedding", txt.PosEmb, false, tc.ContextLength, dt)
-	for i := range tc.Layers {
-		block(fmt.Sprintf("transformer.resblocks.%d.", i), blk(txt.Blocks, i), dt, tc.MLPWidth)
+// layouter collects the tensors of one layout call, in checkpoint order.
+type layouter struct {
+	scheme Scheme
+	w      *clip.Weights // nil when only names and shapes are wanted
+	out    []param
+}
+
+// add appends one tensor stored under name with the given shape.
+func (l *layouter) add(name string, dst []float32, transpose bool, shape ...int) {
+	l.out = append(l.out, param{name: name, shape: shape, dst: dst, transpose: transpose})
+}
+
+// blk is blocks[i], or empty weights when only shapes are wanted.
+func (l *layouter) blk(blocks []clip.BlockWeights, i int) *clip.BlockWeights {
+	if l.w == nil {
+		return &clip.BlockWeights{}
 	}
-	add("ln_final.weight", txt.LnFinalW, false, dt)
-	add("ln_final.bias", txt.LnFinalB, false, dt)
-	add("text_projection", txt.Proj, false, dt, e)
-	add("logit_scale", ls, false)
+	return &blocks[i]
+}
+
+// block lays out one transformer block of width d and MLP width h under
+// prefix, in the layouter's scheme.
+func (l *layouter) block(prefix string, b *clip.BlockWeights, d, h int) {
+	n := schemeNames[l.scheme]
+	l.add(prefix+n.ln1+"weight", b.Ln1W, false, d)
+	l.add(prefix+n.ln1+"bias", b.Ln1B, false, d)
+	l.inProj(prefix, b, d)
+	l.add(prefix+n.attnOut+"weight", b.OutProjW, false, d, d)
+	l.add(prefix+n.attnOut+"bias", b.OutProjB, false, d)
+	l.add(prefix+n.ln2+"weight", b.Ln2W, false, d)
+	l.add(prefix+n.ln2+"bias", b.Ln2B, false, d)
+	l.add(prefix+n.mlpIn+"weight", b.FcW, false, h, d)
+	l.add(prefix+n.mlpIn+"bias", b.FcB, false, h)
+	l.add(prefix+n.mlpOut+"weight", b.ProjW, false, d, h)
+	l.add(prefix+n.mlpOut+"bias", b.ProjB, false, d)
+}
+
+// inProj lays out a block's attention input projection: fused q|k|v for
+// OpenAI, q, k and v as separate thirds of the fused buffers for HF.
+func (l *layouter) inProj(prefix string, b *clip.BlockWeights, d int) {
+	if l.scheme == OpenAI {
+		l.add(prefix+"attn.in_proj_weight", b.InProjW, false, 3*d, d)
+		l.add(prefix+"attn.in_proj_bias", b.InProjB, false, 3*d)
+		return
+	}
+	for i, qkv := range []string{"q", "k", "v"} {
+		l.add(prefix+"self_attn."+qkv+"_proj.weight", third(b.InProjW, i, d*d), false, d, d)
+		l.add(prefix+"self_attn."+qkv+"_proj.bias", third(b.InProjB, i, d), false, d)
+	}
+}
+
+// third is the i-th third of a fused q/k/v buffer of n values (nil for nil).
+func third(buf []float32, i, n int) []float32 {
+	if buf == nil {
+		return nil
+	}
+	return buf[i*n : (i+1)*n]
+}
+
+// vision lays out the ViT image tower and its projection.
+func (l *layouter) vision(vis *clip.VisionWeights, vc clip.VisionConfig, e int) {
+	n, dv := schemeNames[l.scheme], vc.Width
+	l.add(n.class, vis.ClassEmb, false, dv)
+	l.add(n.patch, vis.Conv1W, false, dv, 3, vc.PatchSize, vc.PatchSize)
+	l.add(n.pos, vis.PosEmb, false, vc.Tokens(), dv)
+	l.add(n.lnPre+"weight", vis.LnPreW, false, dv)
+	l.add(n.lnPre+"bias", vis.LnPreB, false, dv)
+	for i := range vc.Layers {
+		l.block(fmt.Sprintf("%s%d.", n.vblocks, i), l.blk(vis.Blocks, i), dv, vc.MLPWidth)
+	}
+	l.add(n.lnPost+"weight", vis.LnPostW, false, dv)
+	l.add(n.lnPost+"bias", vis.LnPostB, false, dv)
+	l.projection(n.vproj, n.projT, vis.Proj, dv, e)
+}
+
+// text lays out the text tower, its projection and the logit scale.
+func (l *layouter) text(txt *clip.TextWeights, tc clip.TextConfig, e int, ls []float32) {
+	n, dt := schemeNames[l.scheme], tc.Width
+	l.add(n.tok, txt.TokenEmb, false, tc.VocabSize, dt)
+	l.add(n.tpos, txt.PosEmb, false, tc.ContextLength, dt)
+	for i := range tc.Layers {
+		l.block(fmt.Sprintf("%s%d.", n.tblocks, i), l.blk(txt.Blocks, i), dt, tc.MLPWidth)
+	}
+	l.add(n.lnFinal+"weight", txt.LnFinalW, false, dt)
+	l.add(n.lnFinal+"bias", txt.LnFinalB, false, dt)
+	l.projection(n.tproj, n.projT, txt.Proj, dt, e)
+	l.add("logit_scale", ls, false)
+}
+
+// projection adds a tower's projection, [d, e] in clip.Weights, stored so
+// or (transposed) as [e, d].
+func (l *layouter) projection(name string, transposed bool, dst []float32, d, e int) {
+	if transposed {
+		l.add(name, dst, true, e, d)
+		return
+	}
+	l.add(name, dst, false, d, e)
 }
 
 // ignorable lists tensors a scheme's checkpoints may hold that carry no

@@ -473,23 +473,33 @@ func (s *source) layers(prefix string) (int, error) {
 	return len(seen), nil
 }
 
-// names are the tensors that define a scheme's architecture.
+// names are a scheme's tensor names: a name ending in '.' is a layer's,
+// followed by "weight" and "bias"; vblocks and tblocks start a block's
+// names, followed by its index and '.', then the block's own names (ln1 …
+// mlpOut, and the attention's q/k/v, fused or not: see layouter.block).
 type names struct {
-	patch, pos, vproj, vblocks, tok, tpos, tproj, tblocks, fc string
-	projT                                                     bool // projections stored as [embed, width]
+	patch, pos, vproj, vblocks, tok, tpos, tproj, tblocks string
+	class, lnPre, lnPost, lnFinal                         string
+	ln1, attnOut, ln2, mlpIn, mlpOut                      string
+	projT                                                 bool // projections stored as [embed, width]
 }
 
 var schemeNames = map[Scheme]names{
 	OpenAI: {
 		patch: "visual.conv1.weight", pos: "visual.positional_embedding", vproj: "visual.proj",
 		vblocks: "visual.transformer.resblocks.", tok: "token_embedding.weight", tpos: "positional_embedding",
-		tproj: "text_projection", tblocks: "transformer.resblocks.", fc: "mlp.c_fc.weight",
+		tproj: "text_projection", tblocks: "transformer.resblocks.",
+		class: "visual.class_embedding", lnPre: "visual.ln_pre.", lnPost: "visual.ln_post.", lnFinal: "ln_final.",
+		ln1: "ln_1.", attnOut: "attn.out_proj.", ln2: "ln_2.", mlpIn: "mlp.c_fc.", mlpOut: "mlp.c_proj.",
 	},
 	HF: {
 		patch: "vision_model.embeddings.patch_embedding.weight", pos: "vision_model.embeddings.position_embedding.weight",
 		vproj: "visual_projection.weight", vblocks: "vision_model.encoder.layers.",
 		tok: "text_model.embeddings.token_embedding.weight", tpos: "text_model.embeddings.position_embedding.weight",
-		tproj: "text_projection.weight", tblocks: "text_model.encoder.layers.", fc: "mlp.fc1.weight", projT: true,
+		tproj: "text_projection.weight", tblocks: "text_model.encoder.layers.", projT: true,
+		class: "vision_model.embeddings.class_embedding", lnPre: "vision_model.pre_layrnorm.",
+		lnPost: "vision_model.post_layernorm.", lnFinal: "text_model.final_layer_norm.",
+		ln1: "layer_norm1.", attnOut: "self_attn.out_proj.", ln2: "layer_norm2.", mlpIn: "mlp.fc1.", mlpOut: "mlp.fc2.",
 	},
 }
 
@@ -513,11 +523,8 @@ func (s *source) infer(scheme Scheme, info *Info) (clip.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	grid := 0
-	for grid*grid < pos[0]-1 {
-		grid++
-	}
-	if grid == 0 || grid*grid != pos[0]-1 {
+	grid := gridSide(pos[0])
+	if grid == 0 {
 		return cfg, fmt.Errorf("checkpoint %s: %w: tensor %q: shape %v: %d tokens is not a square grid plus a class token",
 			s.path, ErrMismatch, s.full(n.pos), pos, pos[0])
 	}
@@ -525,7 +532,7 @@ func (s *source) infer(scheme Scheme, info *Info) (clip.Config, error) {
 	if vc.Layers, err = s.layers(n.vblocks); err != nil {
 		return cfg, err
 	}
-	fc, err := s.dims(n.vblocks+"0."+n.fc, "mlp", "width")
+	fc, err := s.dims(n.vblocks+"0."+n.mlpIn+"weight", "mlp", "width")
 	if err != nil {
 		return cfg, err
 	}
@@ -581,7 +588,7 @@ func (s *source) inferText(n names, tc *clip.TextConfig) error {
 	if tc.Layers, err = s.layers(n.tblocks); err != nil {
 		return err
 	}
-	fc, err := s.dims(n.tblocks+"0."+n.fc, "mlp", "width")
+	fc, err := s.dims(n.tblocks+"0."+n.mlpIn+"weight", "mlp", "width")
 	if err != nil {
 		return err
 	}
@@ -596,6 +603,20 @@ func (s *source) isResNet() bool {
 	return ok
 }
 
+// gridSide is the side of the square grid of tokens−1 patches (one token,
+// the class token or the pool's mean, besides), or 0 when tokens−1 is not a
+// positive square.
+func gridSide(tokens int) int {
+	grid := 0
+	for grid*grid < tokens-1 {
+		grid++
+	}
+	if grid*grid != tokens-1 {
+		return 0
+	}
+	return grid
+}
+
 // inferResNet infers a ResNet CLIP's configuration: the text tower as for
 // a ViT, the image size from the attention pool's grid (as CLIP's
 // build_model), the embedding from the text projection.
@@ -605,11 +626,8 @@ func (s *source) inferResNet(info *Info) (clip.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	grid := 0
-	for grid*grid < pos[0]-1 {
-		grid++
-	}
-	if grid == 0 || grid*grid != pos[0]-1 {
+	grid := gridSide(pos[0])
+	if grid == 0 {
 		return cfg, fmt.Errorf("checkpoint %s: %w: tensor %q: %d tokens is not a square grid plus one", s.path, ErrMismatch, "visual.attnpool.positional_embedding", pos[0])
 	}
 	cfg.Vision = clip.VisionConfig{ResNet: true, ImageSize: 32 * grid}

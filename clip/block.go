@@ -227,76 +227,107 @@ func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 		}
 		return
 	}
-	D, MLP, w, g := b.D, b.MLP, b.W, b.G
-	B, T, rows := a.B, a.T, a.rows
-	N := B * T
 	sc := scratch
-	grow := nn.Grow
 	var gw blockGradViews
-	if g != nil {
-		gw = blockGradViews{g}
+	if b.G != nil {
+		gw = blockGradViews{b.G}
 	}
+	// residual: dx' = dout                            [rows, D]
+	sc.dx2 = nn.Grow(sc.dx2, a.rows*b.D)
+	copy(sc.dx2, dout[:a.rows*b.D])
+	b.mlpBackward(sc, gw, dout)
+	b.attentionBackward(sc, gw, dout)
+	b.ln1Backward(dx, sc, gw)
+}
 
-	// residual: dx' = dout
-	sc.dx2 = grow(sc.dx2, rows*D)
-	copy(sc.dx2, dout[:rows*D])
-
-	// MLP: y = x' + gelu · c_projᵀ
-	sc.dgelu = grow(sc.dgelu, rows*MLP)
+// mlpBackward runs y = x' + c_proj(QuickGELU(c_fc(ln_2(x')))) backward:
+// from dout [rows, D] it accumulates the MLP's and ln_2's weight gradients
+// and adds the gradient through ln_2 into sc.dx2 [rows, D].
+func (b *Block) mlpBackward(sc *BlockScratch, gw blockGradViews, dout []float32) {
+	a, w := &b.saved, b.W
+	D, MLP, rows := b.D, b.MLP, b.saved.rows
+	sc.dgelu = nn.Grow(sc.dgelu, rows*MLP)
 	b.inputGrad(sc.dgelu, gw.projW(), gw.projB(), dout, a.gelu, w.ProjW, b.bf.proj, rows, MLP, D)
-	sc.dfc = grow(sc.dfc, rows*MLP)
+	sc.dfc = nn.Grow(sc.dfc, rows*MLP)
 	clear(sc.dfc)
 	nn.QuickGELUBackward(sc.dfc, sc.dgelu, a.fc, rows*MLP)
-	sc.dln2 = grow(sc.dln2, rows*D)
+	sc.dln2 = nn.Grow(sc.dln2, rows*D)
 	b.inputGrad(sc.dln2, gw.fcW(), gw.fcB(), sc.dfc, a.ln2, w.FcW, b.bf.fc, rows, D, MLP)
 	nn.LayerNormBackward(sc.dx2, gw.ln2W(), gw.ln2B(), sc.dln2, a.x2, a.mean2, a.rstd2, w.Ln2W, rows, D)
+}
 
-	// attention: x' = x + att · out_projᵀ
-	sc.datt = grow(sc.datt, rows*D)
-	b.inputGrad(sc.datt, gw.outW(), gw.outB(), sc.dx2, a.att, w.OutProjW, b.bf.outProj, rows, D, D)
+// attentionBackward runs x' = x + att · out_projᵀ backward from sc.dx2
+// [rows, D] down to sc.dln1 [B·T, D], the gradient of ln_1(x), adding the
+// adapter's share (whose output gradient is dout).
+func (b *Block) attentionBackward(sc *BlockScratch, gw blockGradViews, dout []float32) {
+	a := &b.saved
+	D, N := b.D, a.B*a.T
+	sc.datt = nn.Grow(sc.datt, a.rows*D)
+	b.inputGrad(sc.datt, gw.outW(), gw.outB(), sc.dx2, a.att, b.W.OutProjW, b.bf.outProj, a.rows, D, D)
 	s, q, k, v, _ := b.attnViews(a)
-	sc.dprob = grow(sc.dprob, B*b.H*s.Tq*T)
-	sc.dln1 = grow(sc.dln1, N*D)
+	sc.dprob = nn.Grow(sc.dprob, a.B*b.H*s.Tq*a.T)
+	sc.dln1 = nn.Grow(sc.dln1, N*D)
 	if a.pool == nil {
-		sc.dqkv = grow(sc.dqkv, N*3*D)
-		clear(sc.dqkv)
-		nn.AttentionBackward(sc.dqkv, sc.dqkv[D:], sc.dqkv[2*D:], sc.datt, a.probs, q, k, v, sc.dprob, s)
-		b.inputGrad(sc.dln1, gw.inW(0, 3*D, D), gw.inB(0, 3*D), sc.dqkv, a.ln1, w.InProjW, b.bf.inProj, N, D, 3*D)
-		if b.QKV != nil {
-			for part := 0; part < 3; part++ {
-				b.QKV.Backward(part, sc.dln1, sc.dqkv[part*D:], 3*D, N)
-			}
-		}
-		if b.Adapter != nil {
-			b.Adapter.Backward(sc.dln1, dout[:rows*D], rows)
-		}
-	} else {
-		sc.dqkv = grow(sc.dqkv, N*2*D)
-		clear(sc.dqkv)
-		sc.dq = grow(sc.dq, B*D)
-		clear(sc.dq)
-		nn.AttentionBackward(sc.dq, sc.dqkv, sc.dqkv[D:], sc.datt, a.probs, q, k, v, sc.dprob, s)
-		b.inputGrad(sc.dln1, gw.inW(D, 3*D, D), gw.inB(D, 3*D), sc.dqkv, a.ln1, w.InProjW[D*D:], b.bf.inKV, N, D, 2*D)
-		sc.dln1p = grow(sc.dln1p, B*D)
-		b.inputGrad(sc.dln1p, gw.inW(0, D, D), gw.inB(0, D), sc.dq, a.ln1p, w.InProjW[:D*D], b.bf.inQ, B, D, D)
-		if b.QKV != nil {
-			b.QKV.Backward(1, sc.dln1, sc.dqkv, 2*D, N)
-			b.QKV.Backward(2, sc.dln1, sc.dqkv[D:], 2*D, N)
-			b.QKV.Backward(0, sc.dln1p, sc.dq, D, B)
-		}
-		if b.Adapter != nil {
-			b.Adapter.Backward(sc.dln1p, dout[:rows*D], rows)
-		}
-		for r, p := range a.pool {
-			dst := sc.dln1[(r*T+p)*D : (r*T+p)*D+D]
-			for j, v := range sc.dln1p[r*D : r*D+D] {
-				dst[j] += v
-			}
+		b.qkvBackward(sc, gw, dout, s, q, k, v)
+		return
+	}
+	b.pooledQKVBackward(sc, gw, dout, s, q, k, v)
+}
+
+// qkvBackward is the full block's attention and q|k|v = h · in_projᵀ + b
+// backward: sc.datt [B·T, D] → sc.dqkv [B·T, 3D] → sc.dln1 [B·T, D].
+func (b *Block) qkvBackward(sc *BlockScratch, gw blockGradViews, dout []float32, s nn.AttentionShape, q, k, v []float32) {
+	a := &b.saved
+	D, N := b.D, a.B*a.T
+	sc.dqkv = nn.Grow(sc.dqkv, N*3*D)
+	clear(sc.dqkv)
+	nn.AttentionBackward(sc.dqkv, sc.dqkv[D:], sc.dqkv[2*D:], sc.datt, a.probs, q, k, v, sc.dprob, s)
+	b.inputGrad(sc.dln1, gw.inW(0, 3*D, D), gw.inB(0, 3*D), sc.dqkv, a.ln1, b.W.InProjW, b.bf.inProj, N, D, 3*D)
+	if b.QKV != nil {
+		for part := 0; part < 3; part++ {
+			b.QKV.Backward(part, sc.dln1, sc.dqkv[part*D:], 3*D, N)
 		}
 	}
+	if b.Adapter != nil {
+		b.Adapter.Backward(sc.dln1, dout[:a.rows*D], a.rows)
+	}
+}
+
+// pooledQKVBackward is the pruned block's attention backward: k|v for every
+// token (sc.dqkv [B·T, 2D]), q for the pooled token only (sc.dq [B, D]);
+// the pooled rows' ln_1 gradient sc.dln1p [B, D] is added into sc.dln1
+// [B·T, D] at the pooled positions.
+func (b *Block) pooledQKVBackward(sc *BlockScratch, gw blockGradViews, dout []float32, s nn.AttentionShape, q, k, v []float32) {
+	a, w := &b.saved, b.W
+	B, D, N := a.B, b.D, a.B*a.T
+	sc.dqkv = nn.Grow(sc.dqkv, N*2*D)
+	clear(sc.dqkv)
+	sc.dq = nn.Grow(sc.dq, B*D)
+	clear(sc.dq)
+	nn.AttentionBackward(sc.dq, sc.dqkv, sc.dqkv[D:], sc.datt, a.probs, q, k, v, sc.dprob, s)
+	b.inputGrad(sc.dln1, gw.inW(D, 3*D, D), gw.inB(D, 3*D), sc.dqkv, a.ln1, w.InProjW[D*D:], b.bf.inKV, N, D, 2*D)
+	sc.dln1p = nn.Grow(sc.dln1p, B*D)
+	b.inputGrad(sc.dln1p, gw.inW(0, D, D), gw.inB(0, D), sc.dq, a.ln1p, w.InProjW[:D*D], b.bf.inQ, B, D, D)
+	if b.QKV != nil {
+		b.QKV.Backward(1, sc.dln1, sc.dqkv, 2*D, N)
+		b.QKV.Backward(2, sc.dln1, sc.dqkv[D:], 2*D, N)
+		b.QKV.Backward(0, sc.dln1p, sc.dq, D, B)
+	}
+	if b.Adapter != nil {
+		b.Adapter.Backward(sc.dln1p, dout[:a.rows*D], a.rows)
+	}
+	addPooled(sc.dln1, sc.dln1p, a.T, D, a.pool)
+}
+
+// ln1Backward runs h = ln_1(x) backward from sc.dln1 [B·T, D] into dx
+// [B·T, D] (+=) and adds the residual sc.dx2; with dx nil only ln_1's
+// weight gradients are taken (when the block learns).
+func (b *Block) ln1Backward(dx []float32, sc *BlockScratch, gw blockGradViews) {
+	a, w := &b.saved, b.W
+	D, N := b.D, a.B*a.T
 	if dx == nil {
 		// Only weight gradients were asked for; ln_1's weights still need theirs.
-		if g != nil {
+		if g := b.G; g != nil {
 			nn.LayerNormBackward(nil, g.Ln1W, g.Ln1B, sc.dln1, a.x, a.mean1, a.rstd1, w.Ln1W, N, D)
 		}
 		return
@@ -305,12 +336,18 @@ func (b *Block) Backward(dx, dout []float32, scratch *BlockScratch) {
 	// residual into the block input
 	if a.pool == nil {
 		nn.AddInto(dx[:N*D], sc.dx2[:N*D])
-	} else {
-		for r, p := range a.pool {
-			dst := dx[(r*T+p)*D : (r*T+p)*D+D]
-			for j, v := range sc.dx2[r*D : r*D+D] {
-				dst[j] += v
-			}
+		return
+	}
+	addPooled(dx, sc.dx2, a.T, D, a.pool)
+}
+
+// addPooled adds src [B, D] into dst [B, T, D] at each row's pooled
+// position pool[r], one value at a time.
+func addPooled(dst, src []float32, T, D int, pool []int) {
+	for r, p := range pool {
+		row := dst[(r*T+p)*D : (r*T+p)*D+D]
+		for j, v := range src[r*D : r*D+D] {
+			row[j] += v
 		}
 	}
 }

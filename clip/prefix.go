@@ -69,6 +69,20 @@ func TruncatePrefix(prefix []float32, eot []int, C, ctx, D int) ([]float32, int)
 	return out, T
 }
 
+// LogSumExp is log Σ exp(row), shifted by the row's maximum for range
+// (float64 sum).
+func LogSumExp(row []float32) float64 {
+	mx := row[0]
+	for _, v := range row {
+		mx = max(mx, v)
+	}
+	var sum float64
+	for _, v := range row {
+		sum += math.Exp(float64(v - mx))
+	}
+	return float64(mx) + math.Log(sum)
+}
+
 // CrossEntropy returns the mean softmax cross-entropy of logits [B, C]
 // against labels and, when dlogits is not nil, writes its gradient
 // (softmax − onehot)/B there ([B, C], overwritten).
@@ -76,15 +90,7 @@ func CrossEntropy(logits []float32, labels []int, B, C int, dlogits []float32) f
 	var loss float64
 	for i := 0; i < B; i++ {
 		row := logits[i*C : i*C+C]
-		mx := row[0]
-		for _, v := range row {
-			mx = max(mx, v)
-		}
-		var sum float64
-		for _, v := range row {
-			sum += math.Exp(float64(v - mx))
-		}
-		lse := float64(mx) + math.Log(sum)
+		lse := LogSumExp(row)
 		loss += lse - float64(row[labels[i]])
 		if dlogits != nil {
 			for c, v := range row {

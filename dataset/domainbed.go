@@ -110,9 +110,9 @@ func LoadTerraIncognita(root string, opts Options) (*Dataset, error) {
 	return loadDomainBed(terraSpec, root, opts)
 }
 
-// foldName is the key folder names are matched by: lower case without
-// spaces, '_' and '-'.
-func foldName(s string) string {
+// FoldName is the key domain and folder names are matched by: lower case
+// without spaces, '_' and '-' ("real_world" and "Real World" fold alike).
+func FoldName(s string) string {
 	return strings.Map(func(r rune) rune {
 		switch r {
 		case ' ', '_', '-':
@@ -138,12 +138,12 @@ func subfolders(dir string) ([]string, error) {
 }
 
 // matchFolders maps each wanted name to the folder among found that has
-// the same [foldName]. It fails, listing what was found, when a wanted name
+// the same [FoldName]. It fails, listing what was found, when a wanted name
 // has no folder or when a folder matches none of the allowed names.
 func matchFolders(what, dir string, wanted, allowed, found []string) (map[string]string, error) {
 	byKey := map[string]string{}
 	for _, f := range found {
-		k := foldName(f)
+		k := FoldName(f)
 		if prev, ok := byKey[k]; ok {
 			return nil, fmt.Errorf("%s: folders %q and %q name the same %s", dir, prev, f, what)
 		}
@@ -152,14 +152,14 @@ func matchFolders(what, dir string, wanted, allowed, found []string) (map[string
 	out := map[string]string{}
 	var missing, extra []string
 	for _, w := range wanted {
-		if f, ok := byKey[foldName(w)]; ok {
+		if f, ok := byKey[FoldName(w)]; ok {
 			out[w] = f
 		} else {
 			missing = append(missing, w)
 		}
 	}
 	for _, f := range found {
-		if !slices.ContainsFunc(allowed, func(a string) bool { return foldName(a) == foldName(f) }) {
+		if !slices.ContainsFunc(allowed, func(a string) bool { return FoldName(a) == FoldName(f) }) {
 			extra = append(extra, f)
 		}
 	}
@@ -221,14 +221,14 @@ func findDomainBedDir(spec domainBedSpec, root string) (string, error) {
 }
 
 // selectDomains returns the preset domains named by sel (matched by
-// [foldName]), or all of them when sel is empty.
+// [FoldName]), or all of them when sel is empty.
 func selectDomains(name string, preset, sel []string) ([]string, error) {
 	if len(sel) == 0 {
 		return slices.Clone(preset), nil
 	}
 	out := make([]string, 0, len(sel))
 	for _, s := range sel {
-		i := slices.IndexFunc(preset, func(p string) bool { return foldName(p) == foldName(s) })
+		i := slices.IndexFunc(preset, func(p string) bool { return FoldName(p) == FoldName(s) })
 		if i < 0 {
 			return nil, fmt.Errorf("dataset %s: domain %q: want one of %q", name, s, preset)
 		}
@@ -243,9 +243,9 @@ func selectDomains(name string, preset, sel []string) ([]string, error) {
 // holdOutRand seeds the test hold-out of one (domain, class) folder.
 func holdOutRand(seed uint64, domain, class string) interface{ Shuffle(int, func(int, int)) } {
 	h := fnv.New64a()
-	h.Write([]byte(foldName(domain)))
+	h.Write([]byte(FoldName(domain)))
 	h.Write([]byte{0})
-	h.Write([]byte(foldName(class)))
+	h.Write([]byte(FoldName(class)))
 	return newRand(seed, streamDomainBed^h.Sum64())
 }
 

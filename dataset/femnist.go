@@ -95,11 +95,54 @@ func findFEMNISTDir(root string) (string, error) {
 	return "", fmt.Errorf("dataset femnist: no train/ and test/ folders of LEAF JSON files in any of %q", cands)
 }
 
+// loadFEMNIST reads the LEAF files under root's FEMNIST folder: the
+// selected writers (opts.Domains; all when empty) become the domains, in the
+// selection's order, and only labels below numClasses are kept.
 func loadFEMNIST(name, root string, opts Options, numClasses int) (*Dataset, error) {
 	dir, err := findFEMNISTDir(root)
 	if err != nil {
 		return nil, err
 	}
+	files, err := femnistFiles(name, dir)
+	if err != nil {
+		return nil, err
+	}
+	all := append(slices.Clone(files["train"]), files["test"]...)
+	ids, err := femnistSelection(name, all, opts.Domains)
+	if err != nil {
+		return nil, err
+	}
+	r := &femnistReader{
+		d:          &Dataset{Name: name, Classes: slices.Clone(FEMNISTClasses[:numClasses])},
+		numClasses: numClasses,
+		selected:   idSet(ids),
+		domainOf:   map[string]int{},
+	}
+	for _, split := range []string{"train", "test"} {
+		for _, file := range files[split] {
+			err := readLEAFFile(file, func(user string, u *leafUser) error {
+				r.addUser(split, user, u)
+				return nil
+			}, r.selected)
+			if err != nil {
+				return nil, fmt.Errorf("dataset %s: %w", name, err)
+			}
+		}
+	}
+	if ids != nil {
+		if err := r.orderAs(name, ids); err != nil {
+			return nil, err
+		}
+	}
+	if len(r.d.Domains) == 0 {
+		return nil, fmt.Errorf("dataset %s: %s: no images", name, dir)
+	}
+	return r.d, nil
+}
+
+// femnistFiles lists the sorted .json files of dir's train/ and test/
+// folders; each must hold at least one.
+func femnistFiles(name, dir string) (map[string][]string, error) {
 	files := map[string][]string{}
 	for _, split := range []string{"train", "test"} {
 		fs, err := filepath.Glob(filepath.Join(dir, split, "*.json"))
@@ -112,79 +155,83 @@ func loadFEMNIST(name, root string, opts Options, numClasses int) (*Dataset, err
 		slices.Sort(fs)
 		files[split] = fs
 	}
-	all := append(slices.Clone(files["train"]), files["test"]...)
-	ids, err := femnistSelection(name, all, opts.Domains)
-	if err != nil {
-		return nil, err
+	return files, nil
+}
+
+// idSet is the set of ids, or nil for nil ids (every writer).
+func idSet(ids []string) map[string]bool {
+	if ids == nil {
+		return nil
 	}
-	var selected map[string]bool
-	if ids != nil {
-		selected = map[string]bool{}
-		for _, id := range ids {
-			selected[id] = true
+	set := map[string]bool{}
+	for _, id := range ids {
+		set[id] = true
+	}
+	return set
+}
+
+// femnistReader collects the items of the selected writers into d, a domain
+// per writer in the order the files first give the writer an item.
+type femnistReader struct {
+	d          *Dataset
+	numClasses int
+	selected   map[string]bool // nil: every writer
+	domainOf   map[string]int  // writer → domain index in d.Domains
+}
+
+// addUser adds the images of one writer of split ("train" or "test") whose
+// label is below numClasses, pixels scaled from [0, 1] to bytes.
+func (r *femnistReader) addUser(split, user string, u *leafUser) {
+	if r.selected != nil && !r.selected[user] {
+		return
+	}
+	d := r.d
+	for k, y := range u.Y {
+		if y >= r.numClasses {
+			continue
+		}
+		dom, ok := r.domainOf[user]
+		if !ok {
+			dom = len(d.Domains)
+			r.domainOf[user] = dom
+			d.Domains = append(d.Domains, user)
+		}
+		pix := make([]byte, len(u.X[k]))
+		for i, v := range u.X[k] {
+			pix[i] = byte(math.Round(v * 255))
+		}
+		it := Item{Key: split + "/" + user + "/" + strconv.Itoa(k), Label: y, Domain: dom,
+			Source: Pixels{Width: FEMNISTImageSide, Height: FEMNISTImageSide, Channels: 1, Pix: pix}}
+		if split == "train" {
+			d.Train = append(d.Train, it)
+		} else {
+			d.Test = append(d.Test, it)
 		}
 	}
-	d := &Dataset{Name: name, Classes: slices.Clone(FEMNISTClasses[:numClasses])}
-	domainOf := map[string]int{}
-	for _, split := range []string{"train", "test"} {
-		for _, file := range files[split] {
-			err := readLEAFFile(file, func(user string, u *leafUser) error {
-				if selected != nil && !selected[user] {
-					return nil
-				}
-				for k, y := range u.Y {
-					if y >= numClasses {
-						continue
-					}
-					dom, ok := domainOf[user]
-					if !ok {
-						dom = len(d.Domains)
-						domainOf[user] = dom
-						d.Domains = append(d.Domains, user)
-					}
-					pix := make([]byte, len(u.X[k]))
-					for i, v := range u.X[k] {
-						pix[i] = byte(math.Round(v * 255))
-					}
-					it := Item{Key: split + "/" + user + "/" + strconv.Itoa(k), Label: y, Domain: dom,
-						Source: Pixels{Width: FEMNISTImageSide, Height: FEMNISTImageSide, Channels: 1, Pix: pix}}
-					if split == "train" {
-						d.Train = append(d.Train, it)
-					} else {
-						d.Test = append(d.Test, it)
-					}
-				}
-				return nil
-			}, selected)
-			if err != nil {
-				return nil, fmt.Errorf("dataset %s: %w", name, err)
-			}
+}
+
+// orderAs renumbers the domains into the order of the selected writer ids,
+// failing naming the selected writers that have no images.
+func (r *femnistReader) orderAs(name string, ids []string) error {
+	var missing []string
+	order := map[int]int{}
+	for _, id := range ids {
+		dom, ok := r.domainOf[id]
+		if !ok {
+			missing = append(missing, id)
+		}
+		order[dom] = len(order)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("dataset %s: selected writers %q have no images", name, missing)
+	}
+	for _, sp := range [][]Item{r.d.Train, r.d.Test} {
+		for i := range sp {
+			sp[i].Domain = order[sp[i].Domain]
 		}
 	}
-	if ids != nil {
-		var missing []string
-		order := map[int]int{}
-		for _, id := range ids {
-			dom, ok := domainOf[id]
-			if !ok {
-				missing = append(missing, id)
-			}
-			order[dom] = len(order)
-		}
-		if len(missing) > 0 {
-			return nil, fmt.Errorf("dataset %s: selected writers %q have no images", name, missing)
-		}
-		for _, sp := range [][]Item{d.Train, d.Test} {
-			for i := range sp {
-				sp[i].Domain = order[sp[i].Domain]
-			}
-		}
-		d.Domains = ids
-	}
-	if len(d.Domains) == 0 {
-		return nil, fmt.Errorf("dataset %s: %s: no images", name, dir)
-	}
-	return d, nil
+	r.d.Domains = ids
+	return nil
 }
 
 // femnistSelection resolves Options.Domains to writer ids, in order (nil:

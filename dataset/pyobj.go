@@ -191,102 +191,121 @@ func (c *pyClass) PyNew(...any) (any, error) {
 	return nil, fmt.Errorf("pickle: cannot instantiate %s.%s", c.module, c.name)
 }
 
+// findClass resolves the pickle globals numpy arrays and Python 3 bytes
+// need (the whitelist); any other global is an error.
 func findClass(module, name string) (any, error) {
 	numpyMod := func(sub string) bool {
 		return module == "numpy.core."+sub || module == "numpy._core."+sub
 	}
 	switch {
 	case numpyMod("multiarray") && name == "_reconstruct":
-		return callable(func(args ...any) (any, error) {
-			if len(args) < 1 {
-				return nil, fmt.Errorf("numpy _reconstruct: no arguments")
-			}
-			return &ndarray{}, nil
-		}), nil
+		return callable(npReconstruct), nil
 	case module == "numpy" && name == "ndarray":
 		return &pyClass{module, name}, nil
 	case module == "numpy" && name == "dtype":
-		return callable(func(args ...any) (any, error) {
-			if len(args) < 1 {
-				return nil, fmt.Errorf("numpy dtype: no arguments")
-			}
-			s, ok := toStr(args[0])
-			if !ok {
-				return nil, fmt.Errorf("numpy dtype: want a type string, got %T", args[0])
-			}
-			return newDtype(s)
-		}), nil
+		return callable(npDtypeNew), nil
 	case numpyMod("numeric") && name == "_frombuffer":
-		// _frombuffer(buffer, dtype, shape, order)
-		return callable(func(args ...any) (any, error) {
-			if len(args) != 4 {
-				return nil, fmt.Errorf("numpy _frombuffer: want 4 arguments, got %d", len(args))
-			}
-			dt, ok := args[1].(*npDtype)
-			if !ok {
-				return nil, fmt.Errorf("numpy _frombuffer: dtype: got %T", args[1])
-			}
-			shape, err := toShape(args[2])
-			if err != nil {
-				return nil, fmt.Errorf("numpy _frombuffer: shape: %w", err)
-			}
-			if o, _ := toStr(args[3]); o == "F" {
-				if err := onlyOneAxisLong(shape); err != nil {
-					return nil, fmt.Errorf("numpy _frombuffer: Fortran order not supported: %w", err)
-				}
-			}
-			a := &ndarray{shape: shape, dtype: dt}
-			return a, a.setData(args[0])
-		}), nil
+		return callable(npFromBuffer), nil
 	case numpyMod("multiarray") && name == "scalar":
-		// scalar(dtype, raw bytes): a numpy scalar such as np.int64(3).
-		return callable(func(args ...any) (any, error) {
-			if len(args) != 2 {
-				return nil, fmt.Errorf("numpy scalar: want 2 arguments, got %d", len(args))
-			}
-			dt, ok := args[0].(*npDtype)
-			if !ok {
-				return nil, fmt.Errorf("numpy scalar: dtype: got %T", args[0])
-			}
-			a := &ndarray{shape: nil, dtype: dt}
-			if err := a.setData(args[1]); err != nil {
-				return nil, fmt.Errorf("numpy scalar: %w", err)
-			}
-			return a.element(0)
-		}), nil
+		return callable(npScalar), nil
 	case module == "_codecs" && name == "encode":
-		// Python 3 writes bytes at protocol 2 as _codecs.encode(str, "latin1").
-		return callable(func(args ...any) (any, error) {
-			if len(args) < 1 {
-				return nil, fmt.Errorf("_codecs.encode: no arguments")
-			}
-			s, ok := args[0].(string)
-			if !ok {
-				return nil, fmt.Errorf("_codecs.encode: want a str, got %T", args[0])
-			}
-			if len(args) > 1 {
-				if enc, _ := args[1].(string); enc != "latin1" && enc != "latin-1" && enc != "iso-8859-1" {
-					return nil, fmt.Errorf("_codecs.encode: unsupported encoding %q", enc)
-				}
-			}
-			b := make([]byte, 0, len(s))
-			for _, r := range s {
-				if r > 0xff {
-					return nil, fmt.Errorf("_codecs.encode: rune %U is not latin-1", r)
-				}
-				b = append(b, byte(r))
-			}
-			return b, nil
-		}), nil
+		return callable(codecsEncode), nil
 	case (module == "__builtin__" || module == "builtins") && name == "bytearray":
-		return callable(func(args ...any) (any, error) {
-			if len(args) == 0 {
-				return []byte{}, nil
-			}
-			return toByteSlice(args[0])
-		}), nil
+		return callable(pyBytearray), nil
 	}
 	return nil, fmt.Errorf("pickle: class %s.%s is not allowed", module, name)
+}
+
+// npReconstruct is numpy's _reconstruct: an empty array that BUILD fills.
+func npReconstruct(args ...any) (any, error) {
+	if len(args) < 1 {
+		return nil, fmt.Errorf("numpy _reconstruct: no arguments")
+	}
+	return &ndarray{}, nil
+}
+
+// npDtypeNew is numpy.dtype(type string).
+func npDtypeNew(args ...any) (any, error) {
+	if len(args) < 1 {
+		return nil, fmt.Errorf("numpy dtype: no arguments")
+	}
+	s, ok := toStr(args[0])
+	if !ok {
+		return nil, fmt.Errorf("numpy dtype: want a type string, got %T", args[0])
+	}
+	return newDtype(s)
+}
+
+// npFromBuffer is numpy's _frombuffer(buffer, dtype, shape, order).
+func npFromBuffer(args ...any) (any, error) {
+	if len(args) != 4 {
+		return nil, fmt.Errorf("numpy _frombuffer: want 4 arguments, got %d", len(args))
+	}
+	dt, ok := args[1].(*npDtype)
+	if !ok {
+		return nil, fmt.Errorf("numpy _frombuffer: dtype: got %T", args[1])
+	}
+	shape, err := toShape(args[2])
+	if err != nil {
+		return nil, fmt.Errorf("numpy _frombuffer: shape: %w", err)
+	}
+	if o, _ := toStr(args[3]); o == "F" {
+		if err := onlyOneAxisLong(shape); err != nil {
+			return nil, fmt.Errorf("numpy _frombuffer: Fortran order not supported: %w", err)
+		}
+	}
+	a := &ndarray{shape: shape, dtype: dt}
+	return a, a.setData(args[0])
+}
+
+// npScalar is numpy's scalar(dtype, raw bytes): a numpy scalar such as
+// np.int64(3).
+func npScalar(args ...any) (any, error) {
+	if len(args) != 2 {
+		return nil, fmt.Errorf("numpy scalar: want 2 arguments, got %d", len(args))
+	}
+	dt, ok := args[0].(*npDtype)
+	if !ok {
+		return nil, fmt.Errorf("numpy scalar: dtype: got %T", args[0])
+	}
+	a := &ndarray{shape: nil, dtype: dt}
+	if err := a.setData(args[1]); err != nil {
+		return nil, fmt.Errorf("numpy scalar: %w", err)
+	}
+	return a.element(0)
+}
+
+// codecsEncode is _codecs.encode(str, "latin1"), as Python 3 writes bytes
+// at protocol 2.
+func codecsEncode(args ...any) (any, error) {
+	if len(args) < 1 {
+		return nil, fmt.Errorf("_codecs.encode: no arguments")
+	}
+	s, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("_codecs.encode: want a str, got %T", args[0])
+	}
+	if len(args) > 1 {
+		if enc, _ := args[1].(string); enc != "latin1" && enc != "latin-1" && enc != "iso-8859-1" {
+			return nil, fmt.Errorf("_codecs.encode: unsupported encoding %q", enc)
+		}
+	}
+	b := make([]byte, 0, len(s))
+	for _, r := range s {
+		if r > 0xff {
+			return nil, fmt.Errorf("_codecs.encode: rune %U is not latin-1", r)
+		}
+		b = append(b, byte(r))
+	}
+	return b, nil
+}
+
+// pyBytearray is the builtin bytearray([source]).
+func pyBytearray(args ...any) (any, error) {
+	if len(args) == 0 {
+		return []byte{}, nil
+	}
+	return toByteSlice(args[0])
 }
 
 // loadPickle reads a pickle file with [decodePickle].

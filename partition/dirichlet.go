@@ -103,18 +103,8 @@ func DomainDirichlet(train, test []dataset.Item, cfg DirichletConfig, seed uint6
 // slices) among cfg.Clients clients of domain dom.
 func dirichlet(trainLabels, testLabels, trainIdx, testIdx []int, cfg DirichletConfig, rng *rand.Rand, dom int) ([]Client, error) {
 	k := cfg.Clients
-	switch {
-	case k < 1:
-		return nil, fmt.Errorf("partition: dirichlet: %d clients", k)
-	case !(cfg.Beta > 0) || math.IsInf(cfg.Beta, 0):
-		return nil, fmt.Errorf("partition: dirichlet: β = %g, want > 0", cfg.Beta)
-	case len(trainIdx) < k*cfg.MinSize || len(testIdx) < k*cfg.MinSize:
-		return nil, fmt.Errorf("partition: dirichlet: %d train / %d test items cannot give %d clients %d each", len(trainIdx), len(testIdx), k, cfg.MinSize)
-	}
-	for _, i := range trainIdx {
-		if i < 0 || i >= len(trainLabels) {
-			return nil, fmt.Errorf("partition: dirichlet: train index %d out of range", i)
-		}
+	if err := checkDirichlet(trainLabels, trainIdx, testIdx, cfg); err != nil {
+		return nil, err
 	}
 	classes, trainBy := byLabel(trainLabels, trainIdx)
 	testClasses, testBy := byLabel(testLabels, testIdx)
@@ -124,73 +114,119 @@ func dirichlet(trainLabels, testLabels, trainIdx, testIdx []int, cfg DirichletCo
 		}
 	}
 	slices.Sort(classes)
-	threshold := float64(len(trainIdx)) / float64(k)
-	p := make([]float64, k)
+	d := dealer{rng: rng, beta: cfg.Beta, threshold: float64(len(trainIdx)) / float64(k), p: make([]float64, k)}
 	for attempt := 1; attempt <= cfg.MaxRetries; attempt++ {
 		trainOf := make([][]int, k)
 		testOf := make([][]int, k)
 		for _, l := range classes {
-			tr := slices.Clone(trainBy[l])
-			te := slices.Clone(testBy[l])
-			rng.Shuffle(len(tr), func(i, j int) { tr[i], tr[j] = tr[j], tr[i] })
-			rng.Shuffle(len(te), func(i, j int) { te[i], te[j] = te[j], te[i] })
-			dirichletSample(rng, cfg.Beta, p)
-			sum := 0.0
-			for j := range p {
-				if float64(len(trainOf[j])) >= threshold {
-					p[j] = 0
-				}
-				sum += p[j]
-			}
-			if sum == 0 { // every client full, or all mass underflowed: spread evenly
-				for j := range p {
-					p[j] = 1
-				}
-				sum = float64(k)
-			}
-			cum := 0.0
-			trLo, teLo := 0, 0
-			for j := range k {
-				cum += p[j] / sum
-				trHi, teHi := len(tr), len(te)
-				if j < k-1 { // numpy: (cumsum(p) * n).astype(int)[:-1]
-					trHi = min(int(cum*float64(len(tr))), len(tr))
-					teHi = min(int(cum*float64(len(te))), len(te))
-				}
-				trainOf[j] = append(trainOf[j], tr[trLo:trHi]...)
-				testOf[j] = append(testOf[j], te[teLo:teHi]...)
-				trLo, teLo = trHi, teHi
-			}
+			d.deal(trainOf, testOf, trainBy[l], testBy[l])
 		}
-		ok := true
-		for j := range k {
-			if len(trainOf[j]) < cfg.MinSize || len(testOf[j]) < cfg.MinSize {
-				ok = false
-				break
-			}
+		if allHold(trainOf, testOf, cfg.MinSize) {
+			return dirichletClients(trainLabels, trainOf, testOf, dom), nil
 		}
-		if !ok {
-			continue
-		}
-		out := make([]Client, k)
-		for j := range k {
-			slices.Sort(trainOf[j])
-			slices.Sort(testOf[j])
-			seen := map[int]bool{}
-			for _, i := range trainOf[j] {
-				seen[trainLabels[i]] = true
-			}
-			cls := make([]int, 0, len(seen))
-			for l := range seen {
-				cls = append(cls, l)
-			}
-			slices.Sort(cls)
-			out[j] = Client{ID: j, Domain: dom, Classes: cls, Train: trainOf[j], Test: testOf[j]}
-		}
-		return out, nil
 	}
 	return nil, fmt.Errorf("partition: dirichlet: no partition with every one of %d clients holding >= %d train and test items after %d attempts (β=%g, %d train, %d test items)",
 		k, cfg.MinSize, cfg.MaxRetries, cfg.Beta, len(trainIdx), len(testIdx))
+}
+
+// checkDirichlet refuses a configuration no partition can satisfy and train
+// indices outside trainLabels.
+func checkDirichlet(trainLabels, trainIdx, testIdx []int, cfg DirichletConfig) error {
+	k := cfg.Clients
+	switch {
+	case k < 1:
+		return fmt.Errorf("partition: dirichlet: %d clients", k)
+	case !(cfg.Beta > 0) || math.IsInf(cfg.Beta, 0):
+		return fmt.Errorf("partition: dirichlet: β = %g, want > 0", cfg.Beta)
+	case len(trainIdx) < k*cfg.MinSize || len(testIdx) < k*cfg.MinSize:
+		return fmt.Errorf("partition: dirichlet: %d train / %d test items cannot give %d clients %d each", len(trainIdx), len(testIdx), k, cfg.MinSize)
+	}
+	for _, i := range trainIdx {
+		if i < 0 || i >= len(trainLabels) {
+			return fmt.Errorf("partition: dirichlet: train index %d out of range", i)
+		}
+	}
+	return nil
+}
+
+// dealer deals one class at a time among len(p) clients by a fresh
+// Dirichlet draw; clients holding threshold train items or more get no
+// more.
+type dealer struct {
+	rng       *rand.Rand
+	beta      float64
+	threshold float64
+	p         []float64 // the class's proportions, one per client
+}
+
+// deal shuffles one class's train and test items and appends consecutive
+// runs of them to each client's trainOf / testOf, cut where the cumulative
+// proportions fall (numpy's split at (cumsum(p) · n).astype(int)[:-1]).
+func (d *dealer) deal(trainOf, testOf [][]int, train, test []int) {
+	p, k := d.p, len(d.p)
+	tr := slices.Clone(train)
+	te := slices.Clone(test)
+	d.rng.Shuffle(len(tr), func(i, j int) { tr[i], tr[j] = tr[j], tr[i] })
+	d.rng.Shuffle(len(te), func(i, j int) { te[i], te[j] = te[j], te[i] })
+	dirichletSample(d.rng, d.beta, p)
+	sum := 0.0
+	for j := range p {
+		if float64(len(trainOf[j])) >= d.threshold {
+			p[j] = 0
+		}
+		sum += p[j]
+	}
+	if sum == 0 { // every client full, or all mass underflowed: spread evenly
+		for j := range p {
+			p[j] = 1
+		}
+		sum = float64(k)
+	}
+	cum := 0.0
+	trLo, teLo := 0, 0
+	for j := range k {
+		cum += p[j] / sum
+		trHi, teHi := len(tr), len(te)
+		if j < k-1 { // numpy: (cumsum(p) * n).astype(int)[:-1]
+			trHi = min(int(cum*float64(len(tr))), len(tr))
+			teHi = min(int(cum*float64(len(te))), len(te))
+		}
+		trainOf[j] = append(trainOf[j], tr[trLo:trHi]...)
+		testOf[j] = append(testOf[j], te[teLo:teHi]...)
+		trLo, teLo = trHi, teHi
+	}
+}
+
+// allHold reports whether every client holds at least minSize train and
+// test items.
+func allHold(trainOf, testOf [][]int, minSize int) bool {
+	for j := range trainOf {
+		if len(trainOf[j]) < minSize || len(testOf[j]) < minSize {
+			return false
+		}
+	}
+	return true
+}
+
+// dirichletClients makes the clients of domain dom from their dealt items
+// (sorted), each with the sorted labels of its train items as its classes.
+func dirichletClients(trainLabels []int, trainOf, testOf [][]int, dom int) []Client {
+	out := make([]Client, len(trainOf))
+	for j := range out {
+		slices.Sort(trainOf[j])
+		slices.Sort(testOf[j])
+		seen := map[int]bool{}
+		for _, i := range trainOf[j] {
+			seen[trainLabels[i]] = true
+		}
+		cls := make([]int, 0, len(seen))
+		for l := range seen {
+			cls = append(cls, l)
+		}
+		slices.Sort(cls)
+		out[j] = Client{ID: j, Domain: dom, Classes: cls, Train: trainOf[j], Test: testOf[j]}
+	}
+	return out
 }
 
 // dirichletSample fills p with a draw from Dir(β·1): independent

@@ -42,7 +42,7 @@ func (c *CosineCE) Loss(img, txt []float32, B, C, E int, logitScale float32, lab
 	var loss float64
 	for i := 0; i < B; i++ {
 		row := c.logits[i*C : i*C+C]
-		lse := logSumExp(row)
+		lse := clip.LogSumExp(row)
 		loss += lse - float64(row[labels[i]])
 		for j, v := range row {
 			c.dl[i*C+j] = float32(math.Exp(float64(v)-lse) / float64(B))
@@ -54,31 +54,24 @@ func (c *CosineCE) Loss(img, txt []float32, B, C, E int, logitScale float32, lab
 	return loss / float64(B), c.logits, c.dTxt, nil
 }
 
-func logSumExp(row []float32) float64 {
-	mx := row[0]
-	for _, v := range row {
-		mx = max(mx, v)
-	}
-	var s float64
-	for _, v := range row {
-		s += math.Exp(float64(v - mx))
-	}
-	return float64(mx) + math.Log(s)
-}
-
 // Cosines writes cos[r] = ⟨a_r, b_r⟩ / (‖a_r‖·‖b_r‖) for the rows of
 // a, b [R, E] (float64 accumulation).
 func Cosines(cos, a, b []float32, R, E int) {
 	for r := 0; r < R; r++ {
 		x, y := a[r*E:r*E+E], b[r*E:r*E+E]
-		var xy, xx, yy float64
-		for k := range x {
-			xy += float64(x[k]) * float64(y[k])
-			xx += float64(x[k]) * float64(x[k])
-			yy += float64(y[k]) * float64(y[k])
-		}
+		xy, xx, yy := dots(x, y)
 		cos[r] = float32(xy / math.Sqrt(xx*yy))
 	}
+}
+
+// dots is ⟨x, y⟩, ⟨x, x⟩ and ⟨y, y⟩ with float64 accumulation.
+func dots(x, y []float32) (xy, xx, yy float64) {
+	for k := range x {
+		xy += float64(x[k]) * float64(y[k])
+		xx += float64(x[k]) * float64(x[k])
+		yy += float64(y[k]) * float64(y[k])
+	}
+	return xy, xx, yy
 }
 
 // CosinesBackward accumulates the gradient of Cosines: for dcos [R] it adds
@@ -89,12 +82,7 @@ func Cosines(cos, a, b []float32, R, E int) {
 func CosinesBackward(da, db, dcos, a, b []float32, R, E int) {
 	for r := 0; r < R; r++ {
 		x, y := a[r*E:r*E+E], b[r*E:r*E+E]
-		var xy, xx, yy float64
-		for k := range x {
-			xy += float64(x[k]) * float64(y[k])
-			xx += float64(x[k]) * float64(x[k])
-			yy += float64(y[k]) * float64(y[k])
-		}
+		xy, xx, yy := dots(x, y)
 		nx, ny := math.Sqrt(xx), math.Sqrt(yy)
 		cos, g := xy/(nx*ny), float64(dcos[r])
 		if da != nil {

@@ -267,18 +267,6 @@ func BuildAll(ds *dataset.Dataset, o Options) ([]*Task, error) {
 	return out, nil
 }
 
-// foldDomain is the comparison key of domain names: lower case without
-// spaces, '_' and '-'.
-func foldDomain(s string) string {
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case ' ', '_', '-':
-			return -1
-		}
-		return r
-	}, strings.ToLower(s))
-}
-
 var locationRE = regexp.MustCompile(`^location_?(\d+)$`)
 
 // DomainAbbrev is the short name the papers' tables give a domain:
@@ -304,7 +292,7 @@ func ResolveDomain(ds *dataset.Dataset, name string) (int, error) {
 	}
 	var hits []int
 	for i, d := range ds.Domains {
-		if foldDomain(d) == foldDomain(name) {
+		if dataset.FoldName(d) == dataset.FoldName(name) {
 			hits = append(hits, i)
 		}
 	}

@@ -185,42 +185,37 @@ func baseToNovel(ds *dataset.Dataset, train, test []dataset.Item, o Options) (*T
 	t := &Task{Protocol: BaseToNovel, Dataset: ds, Train: train, Test: test,
 		Spaces:  []Space{{"base", b2n.Split.Base}, {"novel", b2n.Split.Novel}},
 		Metrics: []string{"local", "base", "novel", "hm"}}
-	base := &EvalSet{Name: "base", Space: 0}
-	for _, i := range b2n.Base {
-		base.Images = append(base.Images, i)
-		base.Labels = append(base.Labels, b2n.Split.BaseMap[test[i].Label])
-	}
-	novel := &EvalSet{Name: "novel", Space: 1}
-	for _, i := range b2n.Novel {
-		novel.Images = append(novel.Images, i)
-		novel.Labels = append(novel.Labels, b2n.Split.NovelMap[test[i].Label])
-	}
+	base := mappedEval("base", 0, test, b2n.Base, b2n.Split.BaseMap)
+	novel := mappedEval("novel", 1, test, b2n.Novel, b2n.Split.NovelMap)
 	for _, c := range b2n.Clients {
 		ct := ClientTask{ID: c.ID, TrainSpace: 0}
 		for _, i := range c.Train {
 			ct.Train = append(ct.Train, i)
 			ct.Labels = append(ct.Labels, b2n.Split.BaseMap[train[i].Label])
 		}
-		local := &EvalSet{Name: "local", Space: 0}
-		for _, i := range c.Test {
-			local.Images = append(local.Images, i)
-			local.Labels = append(local.Labels, b2n.Split.BaseMap[test[i].Label])
-		}
+		local := mappedEval("local", 0, test, c.Test, b2n.Split.BaseMap)
 		if len(ct.Train) == 0 || len(local.Images) == 0 {
 			return nil, fmt.Errorf("experiment: base-to-novel client %d has %d training and %d local test images", c.ID, len(ct.Train), len(local.Images))
 		}
 		clientBase := base
 		if o.OthersBase {
-			clientBase = &EvalSet{Name: "base", Space: 0}
-			for _, i := range b2n.OthersBase(test, c.ID) {
-				clientBase.Images = append(clientBase.Images, i)
-				clientBase.Labels = append(clientBase.Labels, b2n.Split.BaseMap[test[i].Label])
-			}
+			clientBase = mappedEval("base", 0, test, b2n.OthersBase(test, c.ID), b2n.Split.BaseMap)
 		}
 		ct.Evals = []*EvalSet{local, clientBase, novel}
 		t.Clients = append(t.Clients, ct)
 	}
 	return t, nil
+}
+
+// mappedEval scores the test images idx in space, each labelled by
+// labelOf[its class] (the class's index in the space).
+func mappedEval(name string, space int, test []dataset.Item, idx []int, labelOf map[int]int) *EvalSet {
+	ev := &EvalSet{Name: name, Space: space}
+	for _, i := range idx {
+		ev.Images = append(ev.Images, i)
+		ev.Labels = append(ev.Labels, labelOf[test[i].Label])
+	}
+	return ev
 }
 
 // labelShift: Dirichlet label shift (optionally within each domain); every
@@ -251,12 +246,7 @@ func labelShift(ds *dataset.Dataset, train, test []dataset.Item, o Options) (*Ta
 			ct.Train = append(ct.Train, i)
 			ct.Labels = append(ct.Labels, train[i].Label)
 		}
-		ev := &EvalSet{Name: "acc"}
-		for _, i := range c.Test {
-			ev.Images = append(ev.Images, i)
-			ev.Labels = append(ev.Labels, test[i].Label)
-		}
-		ct.Evals = []*EvalSet{ev}
+		ct.Evals = []*EvalSet{evalOf("acc", test, c.Test)}
 		t.Clients = append(t.Clients, ct)
 	}
 	sort.Slice(t.Clients, func(a, b int) bool { return t.Clients[a].ID < t.Clients[b].ID })

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -74,11 +75,7 @@ func Absences(absent map[int][]int, name func(int) string) []Absence {
 			missed[id] = append(missed[id], r)
 		}
 	}
-	ids := make([]int, 0, len(missed))
-	for id := range missed {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(missed))
 	out := make([]Absence, 0, len(ids))
 	for _, id := range ids {
 		sp := Spans(missed[id])
@@ -119,11 +116,7 @@ func Departures(departed map[int][]int, name func(int) string) []Departure {
 			}
 		}
 	}
-	ids := make([]int, 0, len(first))
-	for id := range first {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(first))
 	out := make([]Departure, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, Departure{Site: name(id), Round: first[id], Reason: DepartedReason,

@@ -422,17 +422,25 @@ func (f *File) Float32Into(name string, dst []float32) ([]int, error) {
 	off := r.offset
 	for i := range dst {
 		dst[i] = decode(t.DType, data[(off-lo)*int64(size):])
-		for k := len(idx) - 1; k >= 0; k-- {
-			idx[k]++
-			off += r.stride[k]
-			if idx[k] < r.shape[k] {
-				break
-			}
-			off -= int64(idx[k]) * r.stride[k]
-			idx[k] = 0
-		}
+		off = r.next(idx, off)
 	}
 	return slices.Clone(t.Shape), nil
+}
+
+// next moves the C-order index idx of the view one element on and returns
+// the storage offset (in elements) of that element, given off, the offset
+// of the element at idx.
+func (r *tensorRef) next(idx []int, off int64) int64 {
+	for k := len(idx) - 1; k >= 0; k-- {
+		idx[k]++
+		off += r.stride[k]
+		if idx[k] < r.shape[k] {
+			break
+		}
+		off -= int64(idx[k]) * r.stride[k]
+		idx[k] = 0
+	}
+	return off
 }
 
 // readSpan reads n bytes at offset start of a record, streaming past the
@@ -465,15 +473,7 @@ func (f *File) readSparse(t *Tensor, dst []float32) error {
 	off := r.offset
 	for i := range dst {
 		offs[i], order[i] = off, i
-		for k := len(idx) - 1; k >= 0; k-- {
-			idx[k]++
-			off += r.stride[k]
-			if idx[k] < r.shape[k] {
-				break
-			}
-			off -= int64(idx[k]) * r.stride[k]
-			idx[k] = 0
-		}
+		off = r.next(idx, off)
 	}
 	slices.SortFunc(order, func(a, b int) int { return int(offs[a] - offs[b]) })
 	rc, err := t.record.Open()

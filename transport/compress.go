@@ -144,14 +144,8 @@ func decodeCompressed(data []byte, b *pb.Blob, spec Spec, lim Limits) (tensor.Na
 			shape[i] = int(d)
 			n *= d
 		}
-		if spec != nil {
-			want, ok := spec[name]
-			if !ok {
-				return nil, refuse(ReasonUnknownName, "tensor %q is not a shared tensor of the method", name)
-			}
-			if !slices.Equal(shape, want) {
-				return nil, refuse(ReasonShape, "tensor %q has shape %v, want %v", name, shape, want)
-			}
+		if rf := checkShared(spec, name, shape); rf != nil {
+			return nil, rf
 		}
 		size := codec.Size(int(n))
 		if len(data)-off < size {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/transport/pb"
 )
 
@@ -32,13 +33,7 @@ func (p *RemoteProxy) NumExamples() int {
 
 // Fit implements federation.ClientProxy.
 func (p *RemoteProxy) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	data, blob, err := encodeMessage(ins.Params, p.s.cfg.Compress)
-	if err != nil {
-		return federation.FitRes{}, fmt.Errorf("site %q round %d: %w", p.st.name, ins.Round, err)
-	}
-	t := &task{id: newTaskID(), site: p.st, round: ins.Round, kind: pb.TaskKind_TASK_KIND_FIT, config: ins.Config,
-		data: data, blob: blob, done: make(chan taskResult, 1)}
-	res, err := p.run(ctx, t)
+	res, err := p.send(ctx, pb.TaskKind_TASK_KIND_FIT, ins.Round, ins.Config, ins.Params)
 	return res.fit, err
 }
 
@@ -46,14 +41,20 @@ func (p *RemoteProxy) Fit(ctx context.Context, ins federation.FitIns) (federatio
 // the strategy's evaluation tensors (ins.Params) as a fit task carries its
 // download.
 func (p *RemoteProxy) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
-	data, blob, err := encodeMessage(ins.Params, p.s.cfg.Compress)
-	if err != nil {
-		return federation.EvaluateRes{}, fmt.Errorf("site %q round %d: %w", p.st.name, ins.Round, err)
-	}
-	t := &task{id: newTaskID(), site: p.st, round: ins.Round, kind: pb.TaskKind_TASK_KIND_EVALUATE, config: ins.Config,
-		data: data, blob: blob, done: make(chan taskResult, 1)}
-	res, err := p.run(ctx, t)
+	res, err := p.send(ctx, pb.TaskKind_TASK_KIND_EVALUATE, ins.Round, ins.Config, ins.Params)
 	return res.eval, err
+}
+
+// send encodes params as the download of a task of kind for round and
+// runs it.
+func (p *RemoteProxy) send(ctx context.Context, kind pb.TaskKind, round int, config map[string]string, params tensor.Named) (taskResult, error) {
+	data, blob, err := encodeMessage(params, p.s.cfg.Compress)
+	if err != nil {
+		return taskResult{}, fmt.Errorf("site %q round %d: %w", p.st.name, round, err)
+	}
+	t := &task{id: newTaskID(), site: p.st, round: round, kind: kind, config: config,
+		data: data, blob: blob, done: make(chan taskResult, 1)}
+	return p.run(ctx, t)
 }
 
 func (p *RemoteProxy) run(ctx context.Context, t *task) (taskResult, error) {

@@ -120,7 +120,19 @@ func (s *Server) claim(st *siteState, taskID string, round int, kind pb.TaskKind
 
 // finish settles a claimed task with its result (or refusal).
 func (s *Server) finish(t *task, res taskResult) {
+	s.settle(t, res, false)
+}
+
+// settle marks claimed task t answered, takes it off its site's queue and
+// hands res to the proxy waiting for it. With unlessRevoked it does none of
+// that, and reports false, when t's site is revoked by now (checked under
+// the same hold of s.mu).
+func (s *Server) settle(t *task, res taskResult, unlessRevoked bool) bool {
 	s.mu.Lock()
+	if unlessRevoked && t.site.revoked {
+		s.mu.Unlock()
+		return false
+	}
 	t.state = taskDone
 	s.answered[t.id] = true
 	t.site.queue = slices.DeleteFunc(t.site.queue, func(q *task) bool { return q == t })
@@ -128,6 +140,7 @@ func (s *Server) finish(t *task, res taskResult) {
 	s.mu.Unlock()
 	t.done <- res
 	s.changed()
+	return true
 }
 
 func (s *Server) refused(st *siteState, round int, taskID string, r *refusal) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -52,19 +51,12 @@ func (s *Server) UploadUpdate(stream grpc.ClientStreamingServer[pb.UpdateChunk, 
 		s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: upload refused: %s", st.name, round, rf.msg)})
 		return stream.SendAndClose(&pb.UploadReply{Reason: rf.code + ": " + rf.msg})
 	}
-	if s.cfg.Store != nil {
-		if err := s.cfg.Store.RecordUpdate(coordstore.Update{TaskID: t.id, Round: round, Site: st.name, Kind: "fit",
-			NumExamples: int(h.NumExamples), Bytes: n, SHA256: hexSum(h.Params.GetSha256())}); err != nil {
-			rf := refuse(ReasonReplay, "%v", err)
-			if !errors.Is(err, coordstore.ErrReplay) {
-				s.log.Error("coordinator storage error: upload not recorded", "round", round, "site", st.name, "err", err)
-				rf = refuse(ReasonCoordinator, "coordinator error: the upload could not be recorded")
-				defer s.storageFailed(err)
-			}
-			s.refused(st, round, h.TaskId, rf)
-			s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: %s", st.name, round, rf.msg)})
-			return stream.SendAndClose(&pb.UploadReply{Reason: rf.code + ": " + rf.msg})
+	if rf, fatal := s.record(st, t, h.TaskId, "upload", coordstore.Update{TaskID: t.id, Round: round, Site: st.name, Kind: "fit",
+		NumExamples: int(h.NumExamples), Bytes: n, SHA256: hexSum(h.Params.GetSha256())}); rf != nil {
+		if fatal != nil {
+			defer s.storageFailed(fatal)
 		}
+		return stream.SendAndClose(&pb.UploadReply{Reason: rf.code + ": " + rf.msg})
 	}
 	if rf := s.finishUnlessRevoked(t, taskResult{fit: federation.FitRes{Params: params, NumExamples: int(h.NumExamples), Metrics: h.Metrics}}); rf != nil {
 		s.refused(st, round, h.TaskId, rf)
@@ -74,6 +66,30 @@ func (s *Server) UploadUpdate(stream grpc.ClientStreamingServer[pb.UpdateChunk, 
 	s.metrics.WireIn.Add(float64(n))
 	s.log.Info("update accepted", "round", round, "site", st.name, "task", t.id, "bytes", n, "num_examples", h.NumExamples)
 	return stream.SendAndClose(&pb.UploadReply{Accepted: true})
+}
+
+// record stores claimed task t's answer u (what: "upload" or "evaluation")
+// in the coordinator's store, if it has one, before the answer is settled.
+// A replay or a storage failure refuses the answer and settles t with the
+// refusal; a storage failure is also logged and returned as fatal, for the
+// caller to pass to storageFailed once its reply is sent.
+func (s *Server) record(st *siteState, t *task, taskID, what string, u coordstore.Update) (rf *refusal, fatal error) {
+	if s.cfg.Store == nil {
+		return nil, nil
+	}
+	err := s.cfg.Store.RecordUpdate(u)
+	if err == nil {
+		return nil, nil
+	}
+	rf = refuse(ReasonReplay, "%v", err)
+	if !errors.Is(err, coordstore.ErrReplay) {
+		s.log.Error("coordinator storage error: "+what+" not recorded", "round", u.Round, "site", st.name, "err", err)
+		rf = refuse(ReasonCoordinator, "coordinator error: the %s could not be recorded", what)
+		fatal = err
+	}
+	s.refused(st, u.Round, taskID, rf)
+	s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: %s", st.name, u.Round, rf.msg)})
+	return rf, fatal
 }
 
 // ReasonRevoked counts answers refused because their site was revoked
@@ -96,18 +112,9 @@ func (s *Server) revokedRefusal(st *siteState) *refusal {
 // step under s.mu, the lock Revoke takes, so an answer is either accepted
 // before the revocation or discarded (the refusal returned).
 func (s *Server) finishUnlessRevoked(t *task, res taskResult) *refusal {
-	s.mu.Lock()
-	if t.site.revoked {
-		s.mu.Unlock()
+	if !s.settle(t, res, true) {
 		return refuse(ReasonRevoked, "site %q was revoked while it answered: its answer is discarded", t.site.name)
 	}
-	t.state = taskDone
-	s.answered[t.id] = true
-	t.site.queue = slices.DeleteFunc(t.site.queue, func(q *task) bool { return q == t })
-	t.site.state = "idle"
-	s.mu.Unlock()
-	t.done <- res
-	s.changed()
 	return nil
 }
 
@@ -165,18 +172,12 @@ func (s *Server) ReportEval(ctx context.Context, req *pb.EvalReport) (*pb.Upload
 		s.refused(st, round, req.TaskId, rf)
 		return &pb.UploadReply{Reason: rf.code + ": " + rf.msg}, nil
 	}
-	if s.cfg.Store != nil {
-		if err := s.cfg.Store.RecordUpdate(coordstore.Update{TaskID: t.id, Round: round, Site: st.name, Kind: "evaluate", NumExamples: int(req.NumExamples)}); err != nil {
-			rf := refuse(ReasonReplay, "%v", err)
-			if !errors.Is(err, coordstore.ErrReplay) {
-				s.log.Error("coordinator storage error: evaluation not recorded", "round", round, "site", st.name, "err", err)
-				rf = refuse(ReasonCoordinator, "coordinator error: the evaluation could not be recorded")
-				defer s.storageFailed(err)
-			}
-			s.refused(st, round, req.TaskId, rf)
-			s.finish(t, taskResult{err: fmt.Errorf("site %q round %d: %s", st.name, round, rf.msg)})
-			return &pb.UploadReply{Reason: rf.code + ": " + rf.msg}, nil
+	if rf, fatal := s.record(st, t, req.TaskId, "evaluation",
+		coordstore.Update{TaskID: t.id, Round: round, Site: st.name, Kind: "evaluate", NumExamples: int(req.NumExamples)}); rf != nil {
+		if fatal != nil {
+			defer s.storageFailed(fatal)
 		}
+		return &pb.UploadReply{Reason: rf.code + ": " + rf.msg}, nil
 	}
 	if rf := s.finishUnlessRevoked(t, taskResult{eval: federation.EvaluateRes{Metrics: req.Metrics, NumExamples: int(req.NumExamples)}}); rf != nil {
 		s.refused(st, round, req.TaskId, rf)

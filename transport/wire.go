@@ -194,14 +194,8 @@ func decodeBlob(data []byte, b *pb.Blob, spec Spec, lim Limits) (tensor.Named, *
 		if dt != string(safetensors.F32) {
 			return nil, refuse(ReasonDType, "tensor %q has dtype %s, want F32", name, dt)
 		}
-		if spec != nil {
-			want, ok := spec[name]
-			if !ok {
-				return nil, refuse(ReasonUnknownName, "tensor %q is not a shared tensor of the method", name)
-			}
-			if !slices.Equal(shape, want) {
-				return nil, refuse(ReasonShape, "tensor %q has shape %v, want %v", name, shape, want)
-			}
+		if rf := checkShared(spec, name, shape); rf != nil {
+			return nil, rf
 		}
 		if nb := 4 * int64(tensor.Numel(shape)); nb > lim.MaxTensorBytes {
 			return nil, refuse(ReasonTooLarge, "tensor %q has %d bytes, limit %d", name, nb, lim.MaxTensorBytes)
@@ -229,6 +223,22 @@ func decodeBlob(data []byte, b *pb.Blob, spec Spec, lim Limits) (tensor.Named, *
 		}
 	}
 	return out, nil
+}
+
+// checkShared refuses, when spec is not nil, a tensor that is not one of
+// the method's shared tensors or has another shape than spec gives it.
+func checkShared(spec Spec, name string, shape []int) *refusal {
+	if spec == nil {
+		return nil
+	}
+	want, ok := spec[name]
+	if !ok {
+		return refuse(ReasonUnknownName, "tensor %q is not a shared tensor of the method", name)
+	}
+	if !slices.Equal(shape, want) {
+		return refuse(ReasonShape, "tensor %q has shape %v, want %v", name, shape, want)
+	}
+	return nil
 }
 
 func sameShape64(a []int, b []int64) bool {

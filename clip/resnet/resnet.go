@@ -70,79 +70,113 @@ type Encoder struct {
 // FromTensors builds the encoder from OpenAI-named tensors (prefix
 // "visual."); get returns a tensor or an error naming it.
 func FromTensors(get func(name string) (*tensor.Tensor, error)) (*Encoder, error) {
+	r := tensorReader{get: get}
 	e := &Encoder{}
-	ld := func(name string, shape ...int) ([]float32, error) {
-		t, err := get("visual." + name)
-		if err != nil {
-			return nil, err
-		}
-		if len(shape) > 0 && !tensor.SameShape(t.Shape, shape) {
-			return nil, fmt.Errorf("tensor %q: shape %v, want %v", "visual."+name, t.Shape, shape)
-		}
-		return t.Data, nil
+	if err := r.stem(e); err != nil {
+		return nil, err
 	}
-	convBN := func(cname, bname string, cin, cout, k, pad int) (conv, error) {
-		w, err := ld(cname+".weight", cout, cin, k, k)
-		if err != nil {
-			return conv{}, err
-		}
-		g, err := ld(bname+".weight", cout)
-		if err != nil {
-			return conv{}, err
-		}
-		beta, err := ld(bname+".bias", cout)
-		if err != nil {
-			return conv{}, err
-		}
-		mean, err := ld(bname+".running_mean", cout)
-		if err != nil {
-			return conv{}, err
-		}
-		variance, err := ld(bname+".running_var", cout)
-		if err != nil {
-			return conv{}, err
-		}
-		c := conv{w: make([]float32, len(w)), b: make([]float32, cout), cin: cin, cout: cout, k: k, pad: pad}
-		per := cin * k * k
-		for o := 0; o < cout; o++ {
-			if variance[o] < 0 {
-				return conv{}, fmt.Errorf("tensor %q: negative running variance %v", "visual."+bname+".running_var", variance[o])
-			}
-			s := float64(g[o]) / math.Sqrt(float64(variance[o])+bnEps)
-			for i := 0; i < per; i++ {
-				c.w[o*per+i] = float32(float64(w[o*per+i]) * s)
-			}
-			c.b[o] = float32(float64(beta[o]) - float64(mean[o])*s)
-		}
-		return c, nil
+	if err := r.stages(e); err != nil {
+		return nil, err
 	}
-	c1, err := get("visual.conv1.weight")
+	if err := r.attnPool(e); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// tensorReader reads the image tower's tensors, each named "visual." + name.
+type tensorReader struct {
+	get func(name string) (*tensor.Tensor, error)
+}
+
+// ld is the values of visual.name, checked against shape when one is given.
+func (r tensorReader) ld(name string, shape ...int) ([]float32, error) {
+	t, err := r.get("visual." + name)
 	if err != nil {
 		return nil, err
 	}
+	if len(shape) > 0 && !tensor.SameShape(t.Shape, shape) {
+		return nil, fmt.Errorf("tensor %q: shape %v, want %v", "visual."+name, t.Shape, shape)
+	}
+	return t.Data, nil
+}
+
+// convBN reads convolution cname [cout, cin, k, k] and BatchNorm bname
+// [cout] and folds the BatchNorm into the convolution's weights and bias.
+func (r tensorReader) convBN(cname, bname string, cin, cout, k, pad int) (conv, error) {
+	w, err := r.ld(cname+".weight", cout, cin, k, k)
+	if err != nil {
+		return conv{}, err
+	}
+	g, err := r.ld(bname+".weight", cout)
+	if err != nil {
+		return conv{}, err
+	}
+	beta, err := r.ld(bname+".bias", cout)
+	if err != nil {
+		return conv{}, err
+	}
+	mean, err := r.ld(bname+".running_mean", cout)
+	if err != nil {
+		return conv{}, err
+	}
+	variance, err := r.ld(bname+".running_var", cout)
+	if err != nil {
+		return conv{}, err
+	}
+	c := conv{w: make([]float32, len(w)), b: make([]float32, cout), cin: cin, cout: cout, k: k, pad: pad}
+	per := cin * k * k
+	for o := 0; o < cout; o++ {
+		if variance[o] < 0 {
+			return conv{}, fmt.Errorf("tensor %q: negative running variance %v", "visual."+bname+".running_var", variance[o])
+		}
+		s := float64(g[o]) / math.Sqrt(float64(variance[o])+bnEps)
+		for i := 0; i < per; i++ {
+			c.w[o*per+i] = float32(float64(w[o*per+i]) * s)
+		}
+		c.b[o] = float32(float64(beta[o]) - float64(mean[o])*s)
+	}
+	return c, nil
+}
+
+// stem reads the three stem convolutions (3 → w/2 → w/2 → w) and sets the
+// width w from conv1's [w/2, 3, 3, 3].
+func (r tensorReader) stem(e *Encoder) error {
+	c1, err := r.get("visual.conv1.weight")
+	if err != nil {
+		return err
+	}
 	if len(c1.Shape) != 4 || c1.Shape[1] != 3 || c1.Shape[2] != 3 {
-		return nil, fmt.Errorf("tensor %q: shape %v, want [w/2, 3, 3, 3]", "visual.conv1.weight", c1.Shape)
+		return fmt.Errorf("tensor %q: shape %v, want [w/2, 3, 3, 3]", "visual.conv1.weight", c1.Shape)
 	}
 	half := c1.Shape[0]
 	w := 2 * half
 	e.Cfg.Width = w
-	if e.stem[0], err = convBN("conv1", "bn1", 3, half, 3, 1); err != nil {
-		return nil, err
+	if e.stem[0], err = r.convBN("conv1", "bn1", 3, half, 3, 1); err != nil {
+		return err
 	}
-	if e.stem[1], err = convBN("conv2", "bn2", half, half, 3, 1); err != nil {
-		return nil, err
+	if e.stem[1], err = r.convBN("conv2", "bn2", half, half, 3, 1); err != nil {
+		return err
 	}
-	if e.stem[2], err = convBN("conv3", "bn3", half, w, 3, 1); err != nil {
-		return nil, err
+	if e.stem[2], err = r.convBN("conv3", "bn3", half, w, 3, 1); err != nil {
+		return err
 	}
+	return nil
+}
+
+// stages reads the four stages of bottlenecks (stage s has planes w·2^s
+// and 4·planes outputs), as many per stage as the tensors hold, at least
+// one.
+func (r tensorReader) stages(e *Encoder) error {
+	w := e.Cfg.Width
 	inplanes := w
 	for s := 0; s < 4; s++ {
 		planes := w << s
 		for i := 0; ; i++ {
 			p := fmt.Sprintf("layer%d.%d.", s+1, i)
-			if _, err := get("visual." + p + "conv1.weight"); err != nil {
+			if _, err := r.get("visual." + p + "conv1.weight"); err != nil {
 				if i == 0 {
-					return nil, err
+					return err
 				}
 				break
 			}
@@ -150,70 +184,89 @@ func FromTensors(get func(name string) (*tensor.Tensor, error)) (*Encoder, error
 			if s > 0 && i == 0 {
 				stride = 2
 			}
-			var b bottleneck
-			b.stride = stride
-			if b.c1, err = convBN(p+"conv1", p+"bn1", inplanes, planes, 1, 0); err != nil {
-				return nil, err
-			}
-			if b.c2, err = convBN(p+"conv2", p+"bn2", planes, planes, 3, 1); err != nil {
-				return nil, err
-			}
-			if b.c3, err = convBN(p+"conv3", p+"bn3", planes, 4*planes, 1, 0); err != nil {
-				return nil, err
-			}
-			if stride > 1 || inplanes != 4*planes {
-				d, err := convBN(p+"downsample.0", p+"downsample.1", inplanes, 4*planes, 1, 0)
-				if err != nil {
-					return nil, err
-				}
-				b.down = &d
+			b, err := r.bottleneck(p, inplanes, planes, stride)
+			if err != nil {
+				return err
 			}
 			e.stages[s] = append(e.stages[s], b)
 			e.Cfg.Layers[s]++
 			inplanes = 4 * planes
 		}
 	}
-	C := 32 * w
-	pos, err := get("visual.attnpool.positional_embedding")
+	return nil
+}
+
+// bottleneck reads the block under prefix p: 1×1 inplanes → planes, 3×3
+// planes → planes, 1×1 planes → 4·planes, and the downsampling shortcut
+// when the stride or the width changes.
+func (r tensorReader) bottleneck(p string, inplanes, planes, stride int) (bottleneck, error) {
+	var b bottleneck
+	var err error
+	b.stride = stride
+	if b.c1, err = r.convBN(p+"conv1", p+"bn1", inplanes, planes, 1, 0); err != nil {
+		return b, err
+	}
+	if b.c2, err = r.convBN(p+"conv2", p+"bn2", planes, planes, 3, 1); err != nil {
+		return b, err
+	}
+	if b.c3, err = r.convBN(p+"conv3", p+"bn3", planes, 4*planes, 1, 0); err != nil {
+		return b, err
+	}
+	if stride > 1 || inplanes != 4*planes {
+		d, err := r.convBN(p+"downsample.0", p+"downsample.1", inplanes, 4*planes, 1, 0)
+		if err != nil {
+			return b, err
+		}
+		b.down = &d
+	}
+	return b, nil
+}
+
+// attnPool reads the attention pool over C = 32·w channels: its positional
+// embedding [grid²+1, C] (which sets the image size 32·grid), the q/k/v
+// projections [C, C] and c_proj [embed, C] (which sets the output size).
+func (r tensorReader) attnPool(e *Encoder) error {
+	C := 32 * e.Cfg.Width
+	pos, err := r.get("visual.attnpool.positional_embedding")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(pos.Shape) != 2 || pos.Shape[1] != C {
-		return nil, fmt.Errorf("tensor %q: shape %v, want [tokens, %d]", "visual.attnpool.positional_embedding", pos.Shape, C)
+		return fmt.Errorf("tensor %q: shape %v, want [tokens, %d]", "visual.attnpool.positional_embedding", pos.Shape, C)
 	}
 	grid := int(math.Round(math.Sqrt(float64(pos.Shape[0] - 1))))
 	if grid*grid+1 != pos.Shape[0] {
-		return nil, fmt.Errorf("tensor %q: %d tokens is not a square grid plus one", "visual.attnpool.positional_embedding", pos.Shape[0])
+		return fmt.Errorf("tensor %q: %d tokens is not a square grid plus one", "visual.attnpool.positional_embedding", pos.Shape[0])
 	}
 	e.pos = pos.Data
 	e.Cfg.ImageSize = 32 * grid
 	e.Cfg.Heads = C / 64
 	if C%64 != 0 || e.Cfg.Heads < 1 {
-		return nil, fmt.Errorf("attention pool width %d is not a multiple of 64", C)
+		return fmt.Errorf("attention pool width %d is not a multiple of 64", C)
 	}
 	for _, x := range []struct {
 		name string
 		w, b *[]float32
 	}{{"q_proj", &e.qW, &e.qB}, {"k_proj", &e.kW, &e.kB}, {"v_proj", &e.vW, &e.vB}} {
-		if *x.w, err = ld("attnpool."+x.name+".weight", C, C); err != nil {
-			return nil, err
+		if *x.w, err = r.ld("attnpool."+x.name+".weight", C, C); err != nil {
+			return err
 		}
-		if *x.b, err = ld("attnpool."+x.name+".bias", C); err != nil {
-			return nil, err
+		if *x.b, err = r.ld("attnpool."+x.name+".bias", C); err != nil {
+			return err
 		}
 	}
-	cw, err := get("visual.attnpool.c_proj.weight")
+	cw, err := r.get("visual.attnpool.c_proj.weight")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(cw.Shape) != 2 || cw.Shape[1] != C {
-		return nil, fmt.Errorf("tensor %q: shape %v, want [embed, %d]", "visual.attnpool.c_proj.weight", cw.Shape, C)
+		return fmt.Errorf("tensor %q: shape %v, want [embed, %d]", "visual.attnpool.c_proj.weight", cw.Shape, C)
 	}
 	e.cW, e.Cfg.EmbedDim = cw.Data, cw.Shape[0]
-	if e.cB, err = ld("attnpool.c_proj.bias", e.Cfg.EmbedDim); err != nil {
-		return nil, err
+	if e.cB, err = r.ld("attnpool.c_proj.bias", e.Cfg.EmbedDim); err != nil {
+		return err
 	}
-	return e, nil
+	return nil
 }
 
 // convForward computes out [B, Cout, Ho, Wo] = relu?(W ∗ in + b) for in

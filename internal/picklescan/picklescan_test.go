@@ -57,3 +57,36 @@ func TestDecode(t *testing.T) {
 		t.Errorf("Decode of a refused global: %v (FindClass called: %v)", err, called)
 	}
 }
+
+// TestScanLengthsAndMemo covers the argument checks the first table does
+// not, and STACK_GLOBAL names taken from the memo: BINPUT/BINGET and their
+// LONG forms carry a string literal, a text PUT over the index forgets it.
+func TestScanLengthsAndMemo(t *testing.T) {
+	const builtins = "X\x08\x00\x00\x00builtins"
+	for _, tc := range []struct {
+		name, want string // want "" is a pickle Scan accepts
+		b          string
+	}{
+		{"truncated length", "opcode 'X' at byte 2: truncated", "\x80\x02X\x01\x00"},
+		{"truncated argument", "opcode 'M' at byte 2: truncated", "\x80\x02M\x01"},
+		{"negative length", "negative length", "\x80\x02T\xff\xff\xff\xff."},
+		{"unterminated line", "unterminated line", "\x80\x02cbuiltins"},
+		{"empty text LONG", "LONG at byte 2: empty", "\x80\x02L-L\n."},
+		{"bad PUT index", "PUT at byte 3: bad index", "\x80\x02(px\n."},
+		{"frame that fits", "", "\x80\x04\x95\x02\x00\x00\x00\x00\x00\x00\x00K\x01."},
+		{"BINGET names", "", "\x80\x02" + builtins + "q\x01X\x03\x00\x00\x00intq\x02h\x01h\x02\x93."},
+		{"LONG_BINGET names", "",
+			"\x80\x02" + builtins + "r\x01\x00\x00\x00X\x03\x00\x00\x00intr\x02\x00\x00\x00j\x01\x00\x00\x00j\x02\x00\x00\x00\x93."},
+		{"LONG_BINGET names refused", errRefused.Error(),
+			"\x80\x02X\x02\x00\x00\x00osr\x01\x00\x00\x00X\x06\x00\x00\x00systemr\x02\x00\x00\x00j\x01\x00\x00\x00j\x02\x00\x00\x00\x93."},
+		{"PUT forgets", "not string literals", "\x80\x02" + builtins + "q\x01X\x03\x00\x00\x00intq\x02(p1\nh\x01h\x02\x93."},
+	} {
+		err := Scan([]byte(tc.b), only)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: Scan = %v, want nil", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: Scan = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -20,8 +20,8 @@ import (
 func scoresForward(a, qn, kn, qnorm, knorm, q, k []float32, B, n, D int, tau float32) {
 	copy(qn, q[:B*D])
 	copy(kn, k[:B*n*D])
-	unitRows(qnorm, qn, B, D)
-	unitRows(knorm, kn, B*n, D)
+	clip.NormalizeRows(qnorm, qn, B, D)
+	clip.NormalizeRows(knorm, kn, B*n, D)
 	for b := 0; b < B; b++ {
 		qb := qn[b*D : (b+1)*D]
 		for i := 0; i < n; i++ {
@@ -240,8 +240,8 @@ func (a *adaLN) backward(dh, dcond, dout []float32, W, dW, dbias [][]float32) {
 func cosineForward(logits, vn, tn, vnorm, tnorm, v, t []float32, B, C, E int, s float32) {
 	copy(vn, v[:B*E])
 	copy(tn, t[:B*C*E])
-	unitRows(vnorm, vn, B, E)
-	unitRows(tnorm, tn, B*C, E)
+	clip.NormalizeRows(vnorm, vn, B, E)
+	clip.NormalizeRows(tnorm, tn, B*C, E)
 	for b := 0; b < B; b++ {
 		vb := vn[b*E : (b+1)*E]
 		for c := 0; c < C; c++ {
@@ -282,22 +282,6 @@ func cosineBackward(dv, dt, dlogits, vn, tn, vnorm, tnorm []float32, B, C, E int
 		}
 	}
 	return tmp
-}
-
-// unitRows normalises the rows of x [N, d] in place and writes their norms.
-func unitRows(norms, x []float32, N, d int) {
-	for i := 0; i < N; i++ {
-		row := x[i*d : (i+1)*d]
-		var s float64
-		for _, v := range row {
-			s += float64(v) * float64(v)
-		}
-		nr := float32(math.Sqrt(s))
-		norms[i] = nr
-		for j := range row {
-			row[j] /= nr
-		}
-	}
 }
 
 func dot(a, b []float32) float32 {

@@ -175,8 +175,7 @@ func (l *Learner) TextFeatures(P tensor.Named) ([]float32, error) {
 		return nil, fmt.Errorf("adapt: %w", err)
 	}
 	l.u = append(l.u[:0], f...)
-	l.unorm = nn.Grow(l.unorm, n*l.C)
-	unitRows(l.unorm, l.u, n*l.C, l.E)
+	l.unorm = clip.NormalizeRows(l.unorm, l.u, n*l.C, l.E)
 	return l.u, nil
 }
 
@@ -199,9 +198,9 @@ func (l *Learner) forward(P tensor.Named, x0 []float32, B int, train bool) ([]fl
 	mixForward(l.mix, l.w, l.u, B, n, C, E)
 	l.txt = l.mix
 	if l.Cfg.AdaLN {
-		l.cond, l.condNorm = grow(l.cond, B*E), grow(l.condNorm, B)
+		l.cond = grow(l.cond, B*E)
 		copy(l.cond, l.feat[:B*E])
-		unitRows(l.condNorm, l.cond, B, E)
+		l.condNorm = clip.NormalizeRows(l.condNorm, l.cond, B, E)
 		W, b := l.adaLNParams(P)
 		l.txt = l.ada.forward(l.mix, l.cond, W, b, B, C, E)
 	}
@@ -240,36 +239,61 @@ func (l *Learner) Logits(P tensor.Named, x0 []float32, B int) ([]float32, []floa
 //
 //	loss = CE(s·cos(f_V, f_T), y) + λ · CE(a, own)
 func (l *Learner) Step(P, G tensor.Named, x0 []float32, labels []int, own int) (float64, map[string]float64, int, error) {
-	n, C, E, Dt := l.Cfg.Domains, l.C, l.E, l.Dt
 	B := len(labels)
-	if B == 0 {
-		return 0, nil, 0, fmt.Errorf("adapt: empty batch")
-	}
-	if own < 0 || own >= n {
-		return 0, nil, 0, fmt.Errorf("adapt: domain %d outside 0..%d", own, n-1)
-	}
-	if err := l.check(P); err != nil {
+	if err := l.checkStep(P, G, labels, own); err != nil {
 		return 0, nil, 0, err
 	}
+	if err := l.textForward(P, own); err != nil {
+		return 0, nil, 0, err
+	}
+	logits, err := l.forward(P, x0, B, true)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	ce, dce, correct := l.losses(logits, labels, own)
+	l.headBackward(P, G, B)
+	l.ownTextBackward(G, own)
+	loss := ce + float64(float32(l.Cfg.Lambda))*dce
+	return loss, map[string]float64{"loss_ce": ce, "loss_dom": dce}, correct, nil
+}
+
+// checkStep refuses an empty batch, a domain outside 0..n−1, parameters or
+// gradients without every tensor at its shape, and labels outside 0..C−1.
+func (l *Learner) checkStep(P, G tensor.Named, labels []int, own int) error {
+	n, C := l.Cfg.Domains, l.C
+	if len(labels) == 0 {
+		return fmt.Errorf("adapt: empty batch")
+	}
+	if own < 0 || own >= n {
+		return fmt.Errorf("adapt: domain %d outside 0..%d", own, n-1)
+	}
+	if err := l.check(P); err != nil {
+		return err
+	}
 	if err := l.check(G); err != nil {
-		return 0, nil, 0, fmt.Errorf("gradients: %w", err)
+		return fmt.Errorf("gradients: %w", err)
 	}
 	for i, y := range labels {
 		if y < 0 || y >= C {
-			return 0, nil, 0, fmt.Errorf("adapt: label %d of sample %d outside 0..%d", y, i, C-1)
+			return fmt.Errorf("adapt: label %d of sample %d outside 0..%d", y, i, C-1)
 		}
 	}
-	// Text: the own prompt (kept for backward) and the others.
-	grow := nn.Grow
+	return nil
+}
+
+// textForward encodes the own prompt (kept for backward) and the others
+// (constants) into l.raw [n, C, E], and their unit rows into l.u.
+func (l *Learner) textForward(P tensor.Named, own int) error {
+	n, C, E := l.Cfg.Domains, l.C, l.E
 	fOwn, err := l.own.Forward(P[TextName(own)].Data, 1, true)
 	if err != nil {
-		return 0, nil, 0, fmt.Errorf("adapt: %w", err)
+		return fmt.Errorf("adapt: %w", err)
 	}
-	l.raw = grow(l.raw, n*C*E)
+	l.raw = nn.Grow(l.raw, n*C*E)
 	copy(l.raw[own*C*E:(own+1)*C*E], fOwn)
 	if n > 1 {
-		D := l.Cfg.NCtx * Dt
-		l.ctx = grow(l.ctx, (n-1)*D)
+		D := l.Cfg.NCtx * l.Dt
+		l.ctx = nn.Grow(l.ctx, (n-1)*D)
 		for i, j := 0, 0; i < n; i++ {
 			if i != own {
 				copy(l.ctx[j*D:(j+1)*D], P[TextName(i)].Data)
@@ -278,7 +302,7 @@ func (l *Learner) Step(P, G tensor.Named, x0 []float32, labels []int, own int) (
 		}
 		f, err := l.rest.Forward(l.ctx[:(n-1)*D], n-1, false)
 		if err != nil {
-			return 0, nil, 0, fmt.Errorf("adapt: %w", err)
+			return fmt.Errorf("adapt: %w", err)
 		}
 		for i, j := 0, 0; i < n; i++ {
 			if i != own {
@@ -288,55 +312,45 @@ func (l *Learner) Step(P, G tensor.Named, x0 []float32, labels []int, own int) (
 		}
 	}
 	l.u = append(l.u[:0], l.raw...)
-	l.unorm = grow(l.unorm, n*C)
-	unitRows(l.unorm, l.u, n*C, E)
-	logits, err := l.forward(P, x0, B, true)
-	if err != nil {
-		return 0, nil, 0, err
-	}
+	l.unorm = clip.NormalizeRows(l.unorm, l.u, n*C, E)
+	return nil
+}
 
-	// Losses: classification CE on the logits, domain CE on the scores.
-	l.dl, l.da = grow(l.dl, B*C), grow(l.da, B*n)
-	ce := clip.CrossEntropy(logits, labels, B, C, l.dl)
+// losses is the classification CE on logits [B, C] (its gradient in l.dl)
+// and the domain CE of the scores l.a [B, n] against own (its gradient,
+// times λ, in l.da), and the number of correctly classified examples.
+func (l *Learner) losses(logits []float32, labels []int, own int) (ce, dce float64, correct int) {
+	n, C, B := l.Cfg.Domains, l.C, len(labels)
+	l.dl, l.da = nn.Grow(l.dl, B*C), nn.Grow(l.da, B*n)
+	ce = clip.CrossEntropy(logits, labels, B, C, l.dl)
 	dom := make([]int, B)
 	for i := range dom {
 		dom[i] = own
 	}
 	lam := float32(l.Cfg.Lambda)
-	dce := clip.CrossEntropy(l.a, dom, B, n, l.da)
+	dce = clip.CrossEntropy(l.a, dom, B, n, l.da)
 	for i := range l.da {
 		l.da[i] *= lam
 	}
-	correct := 0
 	for b, y := range labels {
 		if eval.Argmax(logits[b*C:(b+1)*C]) == y {
 			correct++
 		}
 	}
+	return ce, dce, correct
+}
 
-	// Backward: cosine head → (AdaLN) → mix → weights and own text features.
+// headBackward runs the head backward from l.dl and l.da: cosine head →
+// (AdaLN) → mix → weights and scores → visual prompts (into G, overwritten);
+// the text features' gradient is left in l.du [n, C, E].
+func (l *Learner) headBackward(P, G tensor.Named, B int) {
+	n, C, E := l.Cfg.Domains, l.C, l.E
 	s := float32(math.Exp(float64(l.LogitScale)))
 	l.dv, l.dt = zeroed(l.dv, B*E), zeroed(l.dt, B*C*E)
 	l.tmp = cosineBackward(l.dv, l.dt, l.dl, l.vn, l.tn, l.vnorm, l.tnorm, B, C, E, s, l.tmp)
 	dm := l.dt
 	if l.Cfg.AdaLN {
-		W, _ := l.adaLNParams(P)
-		dW, db := l.adaLNParams(G)
-		for i := range dW {
-			clear(dW[i])
-			clear(db[i])
-		}
-		l.dm, l.dcond = zeroed(l.dm, B*C*E), zeroed(l.dcond, B*E)
-		l.ada.backward(l.dm, l.dcond, l.dt, W, dW, db)
-		dm = l.dm
-		// v̂ = f_V/‖f_V‖
-		l.tmp = grow(l.tmp, E)
-		for b := 0; b < B; b++ {
-			clip.NormBackward(l.tmp[:E], l.dcond[b*E:(b+1)*E], l.cond[b*E:(b+1)*E], l.condNorm[b:b+1], 1, E)
-			for j, v := range l.tmp[:E] {
-				l.dv[b*E+j] += v
-			}
-		}
+		dm = l.adaLNBackward(P, G, B)
 	}
 	l.dw, l.du = zeroed(l.dw, B*n), zeroed(l.du, n*C*E)
 	mixBackward(l.dw, l.du, dm, l.w, l.u, B, n, C, E)
@@ -344,18 +358,44 @@ func (l *Learner) Step(P, G tensor.Named, x0 []float32, labels []int, own int) (
 	l.dq, l.dk = zeroed(l.dq, B*l.Dv), zeroed(l.dk, B*n*l.Dv)
 	l.tmp = scoresBackward(l.dq, l.dk, l.da, l.qn, l.kn, l.qnorm, l.knorm, B, n, l.Dv, float32(l.Cfg.Tau), l.tmp)
 	copy(G[ParamVisual].Data, l.pv.Backward(l.dv, l.dq, l.dk))
+}
 
-	// own text features: u = raw/‖raw‖
-	l.draw = grow(l.draw, C*E)
+// adaLNBackward runs AdaLN backward from l.dt [B, C, E]: its parameters'
+// gradients into G (overwritten), its condition v̂ = f_V/‖f_V‖ into l.dv
+// (+=); it returns the gradient at the mix, l.dm [B, C, E].
+func (l *Learner) adaLNBackward(P, G tensor.Named, B int) []float32 {
+	C, E := l.C, l.E
+	W, _ := l.adaLNParams(P)
+	dW, db := l.adaLNParams(G)
+	for i := range dW {
+		clear(dW[i])
+		clear(db[i])
+	}
+	l.dm, l.dcond = zeroed(l.dm, B*C*E), zeroed(l.dcond, B*E)
+	l.ada.backward(l.dm, l.dcond, l.dt, W, dW, db)
+	// v̂ = f_V/‖f_V‖
+	l.tmp = nn.Grow(l.tmp, E)
+	for b := 0; b < B; b++ {
+		clip.NormBackward(l.tmp[:E], l.dcond[b*E:(b+1)*E], l.cond[b*E:(b+1)*E], l.condNorm[b:b+1], 1, E)
+		for j, v := range l.tmp[:E] {
+			l.dv[b*E+j] += v
+		}
+	}
+	return l.dm
+}
+
+// ownTextBackward takes the own text features' gradient (u = raw/‖raw‖)
+// through the own prompt's encoder into G; the other prompts' gradients
+// are zero.
+func (l *Learner) ownTextBackward(G tensor.Named, own int) {
+	n, C, E := l.Cfg.Domains, l.C, l.E
+	l.draw = nn.Grow(l.draw, C*E)
 	off := own * C * E
 	clip.NormBackward(l.draw, l.du[off:off+C*E], l.u[off:off+C*E], l.unorm[own*C:(own+1)*C], C, E)
 	for i := 0; i < n; i++ {
 		clear(G[TextName(i)].Data)
 	}
 	copy(G[TextName(own)].Data, l.own.Backward(l.draw))
-
-	loss := ce + float64(lam)*dce
-	return loss, map[string]float64{"loss_ce": ce, "loss_dom": dce}, correct, nil
 }
 
 func zeroed(buf []float32, n int) []float32 {

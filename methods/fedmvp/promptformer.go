@@ -162,14 +162,29 @@ func (f *promptFormer) forward(vis, xpatch []float32, p tensor.Named, B int) {
 // the tensors trained in the current mode: the cross-attention block (or the
 // LoRA factors) and the linear map.
 func (f *promptFormer) backward(g, p tensor.Named, dvis []float32) {
-	B, P, Dv, H, F, r, N := f.B, f.P, f.Dv, f.H, f.F, f.R, f.N
-	M := B * P
-	train := func(name string) []float32 {
-		if f.lora == (len(name) > len(crossAttnPrefix) && name[:len(crossAttnPrefix)] == crossAttnPrefix) {
-			return nil // frozen in this mode
-		}
-		return g[name].Data
+	f.ffBackward(g, p, dvis)
+	dk, dv := f.attnBackward(g, p)
+	f.inProjBackward(g, p, dk, dv)
+	f.keyNormBackward(g, p)
+	f.queryInputBackward(g, p)
+	f.ctxBackward(g, p)
+}
+
+// trained is g's gradient of name when the current mode trains it, nil
+// when it is frozen (the cross-attention block under LoRA, the LoRA
+// factors before the switch).
+func (f *promptFormer) trained(g tensor.Named, name string) []float32 {
+	if f.lora == (len(name) > len(crossAttnPrefix) && name[:len(crossAttnPrefix)] == crossAttnPrefix) {
+		return nil // frozen in this mode
 	}
+	return g[name].Data
+}
+
+// ffBackward runs the pool and y = W2·GEGLU(W1·LN_f(a) + b1) + b2 + a
+// backward: dvis [B, K, Dv] → f.dy [B·P, Dv] → f.da [B·P, Dv].
+func (f *promptFormer) ffBackward(g, p tensor.Named, dvis []float32) {
+	B, P, Dv, F := f.B, f.P, f.Dv, f.F
+	M := B * P
 	// pool
 	f.dy = nn.Grow(f.dy, M*Dv)
 	clear(f.dy)
@@ -179,17 +194,25 @@ func (f *promptFormer) backward(g, p tensor.Named, dvis []float32) {
 	copy(f.da, f.dy)
 	f.dg = nn.Grow(f.dg, M*F)
 	clear(f.dg)
-	nn.LinearBackward(f.dg, train(ParamFF2W), train(ParamFF2B), f.dy, f.g, p[ParamFF2W].Data, M, F, Dv)
+	nn.LinearBackward(f.dg, f.trained(g, ParamFF2W), f.trained(g, ParamFF2B), f.dy, f.g, p[ParamFF2W].Data, M, F, Dv)
 	f.du = nn.Grow(f.du, M*2*F)
 	gegluBackward(f.du, f.dg, f.u, M, F)
 	f.dfn = nn.Grow(f.dfn, M*Dv)
 	clear(f.dfn)
-	nn.LinearBackward(f.dfn, train(ParamFF1W), train(ParamFF1B), f.du, f.fn, p[ParamFF1W].Data, M, Dv, 2*F)
-	nn.LayerNormBackward(f.da, train(ParamNormFW), train(ParamNormFB), f.dfn, f.a, f.fmean, f.frstd, p[ParamNormFW].Data, M, Dv)
+	nn.LinearBackward(f.dfn, f.trained(g, ParamFF1W), f.trained(g, ParamFF1B), f.du, f.fn, p[ParamFF1W].Data, M, Dv, 2*F)
+	nn.LayerNormBackward(f.da, f.trained(g, ParamNormFW), f.trained(g, ParamNormFB), f.dfn, f.a, f.fmean, f.frstd, p[ParamNormFW].Data, M, Dv)
+}
+
+// attnBackward runs a = att·W_oᵀ + b_o and the attention backward from f.da
+// [B·P, Dv]: dq per image into f.dq [B·P, Dv], dk and dv summed over the
+// images, returned as [N, Dv] each.
+func (f *promptFormer) attnBackward(g, p tensor.Named) (dk, dv []float32) {
+	B, P, Dv, H, N := f.B, f.P, f.Dv, f.H, f.N
+	M := B * P
 	// out projection
 	f.datt = nn.Grow(f.datt, M*Dv)
 	clear(f.datt)
-	nn.LinearBackward(f.datt, train(ParamOutW), train(ParamOutB), f.da, f.att, p[ParamOutW].Data, M, Dv, Dv)
+	nn.LinearBackward(f.datt, f.trained(g, ParamOutW), f.trained(g, ParamOutB), f.da, f.att, p[ParamOutW].Data, M, Dv, Dv)
 	// attention: dq per image, dk | dv summed over the images
 	f.dq = nn.Grow(f.dq, M*Dv)
 	clear(f.dq)
@@ -200,53 +223,73 @@ func (f *promptFormer) backward(g, p tensor.Named, dvis []float32) {
 	for i := 0; i < B; i++ {
 		nn.AttentionBackward(f.dq[i*P*Dv:], f.dkv, f.dkv[Dv:], f.datt[i*P*Dv:], f.probs[i*H*P*N:], f.q[i*P*Dv:], f.kv, f.kv[Dv:], f.scratch, sh)
 	}
-	dk, dv := make([]float32, N*Dv), make([]float32, N*Dv)
+	dk, dv = make([]float32, N*Dv), make([]float32, N*Dv)
 	for i := 0; i < N; i++ {
 		copy(dk[i*Dv:(i+1)*Dv], f.dkv[i*2*Dv:i*2*Dv+Dv])
 		copy(dv[i*Dv:(i+1)*Dv], f.dkv[i*2*Dv+Dv:(i+1)*2*Dv])
 	}
-	// in projection (rows q | k | v of in_proj_weight)
+	return dk, dv
+}
+
+// inProjBackward runs the in projection (rows q | k | v of in_proj_weight)
+// backward: f.dq → f.dqn [B·P, Dv], dk → f.dkn [N, Dv], dv → f.dvin [N, Dv].
+func (f *promptFormer) inProjBackward(g, p tensor.Named, dk, dv []float32) {
+	Dv, N, M := f.Dv, f.N, f.B*f.P
 	w := p[ParamInW].Data
 	var dw, db []float32
-	if gw := train(ParamInW); gw != nil {
-		dw, db = gw, train(ParamInB)
-	}
-	part := func(s []float32, i int) []float32 {
-		if s == nil {
-			return nil
-		}
-		return s[i*Dv*Dv : (i+1)*Dv*Dv]
-	}
-	bpart := func(s []float32, i int) []float32 {
-		if s == nil {
-			return nil
-		}
-		return s[i*Dv : (i+1)*Dv]
+	if gw := f.trained(g, ParamInW); gw != nil {
+		dw, db = gw, f.trained(g, ParamInB)
 	}
 	f.dqn = nn.Grow(f.dqn, M*Dv)
 	clear(f.dqn)
-	nn.LinearBackward(f.dqn, part(dw, 0), bpart(db, 0), f.dq, f.qn, w[:Dv*Dv], M, Dv, Dv)
+	nn.LinearBackward(f.dqn, nthPart(dw, 0, Dv*Dv), nthPart(db, 0, Dv), f.dq, f.qn, w[:Dv*Dv], M, Dv, Dv)
 	f.dkn = nn.Grow(f.dkn, N*Dv)
 	clear(f.dkn)
-	nn.LinearBackward(f.dkn, part(dw, 1), bpart(db, 1), dk, f.kn, w[Dv*Dv:2*Dv*Dv], N, Dv, Dv)
+	nn.LinearBackward(f.dkn, nthPart(dw, 1, Dv*Dv), nthPart(db, 1, Dv), dk, f.kn, w[Dv*Dv:2*Dv*Dv], N, Dv, Dv)
 	f.dvin = nn.Grow(f.dvin, N*Dv)
 	clear(f.dvin)
-	nn.LinearBackward(f.dvin, part(dw, 2), bpart(db, 2), dv, f.vin, w[2*Dv*Dv:], N, Dv, Dv)
-	// layer norms of the query and key inputs
+	nn.LinearBackward(f.dvin, nthPart(dw, 2, Dv*Dv), nthPart(db, 2, Dv), dv, f.vin, w[2*Dv*Dv:], N, Dv, Dv)
+}
+
+// nthPart is s[i·n : (i+1)·n], or nil for nil s.
+func nthPart(s []float32, i, n int) []float32 {
+	if s == nil {
+		return nil
+	}
+	return s[i*n : (i+1)*n]
+}
+
+// keyNormBackward runs LN_k(k_in) backward: f.dkn → f.dkin [N, Dv].
+func (f *promptFormer) keyNormBackward(g, p tensor.Named) {
+	Dv, N := f.Dv, f.N
 	f.dkin = nn.Grow(f.dkin, N*Dv)
 	clear(f.dkin)
-	nn.LayerNormBackward(f.dkin, train(ParamNormKW), train(ParamNormKB), f.dkn, f.kin, f.kmean, f.krstd, p[ParamNormKW].Data, N, Dv)
-	if f.lora {
-		// the query LoRA needs the gradient at q_in; x_patch is frozen
-		f.dqin = nn.Grow(f.dqin, M*Dv)
-		clear(f.dqin)
-		nn.LayerNormBackward(f.dqin, nil, nil, f.dqn, f.qin, f.qmean, f.qrstd, p[ParamNormQW].Data, M, Dv)
-		f.dxa = nn.Grow(f.dxa, M*r)
-		loraBackward(nil, g[ParamQA].Data, g[ParamQB].Data, f.dxa, f.dqin, f.xpatch, f.qxa, p[ParamQA].Data, p[ParamQB].Data, M, Dv, r)
-	} else {
+	nn.LayerNormBackward(f.dkin, f.trained(g, ParamNormKW), f.trained(g, ParamNormKB), f.dkn, f.kin, f.kmean, f.krstd, p[ParamNormKW].Data, N, Dv)
+}
+
+// queryInputBackward runs LN_q(q_in) backward from f.dqn [B·P, Dv]: into
+// LN_q's weights before the switch, through q_in = x_patch + LoRA_q into the
+// query LoRA factors after it (x_patch is frozen).
+func (f *promptFormer) queryInputBackward(g, p tensor.Named) {
+	Dv, r, M := f.Dv, f.R, f.B*f.P
+	if !f.lora {
 		nn.LayerNormBackward(nil, g[ParamNormQW].Data, g[ParamNormQB].Data, f.dqn, f.qin, f.qmean, f.qrstd, p[ParamNormQW].Data, M, Dv)
+		return
 	}
-	// keys' and values' inputs → ctx
+	// the query LoRA needs the gradient at q_in; x_patch is frozen
+	f.dqin = nn.Grow(f.dqin, M*Dv)
+	clear(f.dqin)
+	nn.LayerNormBackward(f.dqin, nil, nil, f.dqn, f.qin, f.qmean, f.qrstd, p[ParamNormQW].Data, M, Dv)
+	f.dxa = nn.Grow(f.dxa, M*r)
+	loraBackward(nil, g[ParamQA].Data, g[ParamQB].Data, f.dxa, f.dqin, f.xpatch, f.qxa, p[ParamQA].Data, p[ParamQB].Data, M, Dv, r)
+}
+
+// ctxBackward takes the keys' and values' input gradients f.dkin and f.dvin
+// [N, Dv] (through their LoRA factors after the switch) to ctx, f.dctx
+// [N, Dv], and through ctx = text·Wᵀ + b into the linear map (text is
+// frozen).
+func (f *promptFormer) ctxBackward(g, p tensor.Named) {
+	Dv, r, N, M := f.Dv, f.R, f.N, f.B*f.P
 	f.dctx = nn.Grow(f.dctx, N*Dv)
 	clear(f.dctx)
 	if f.lora {
