@@ -136,7 +136,11 @@ func (s *Server) settle(t *task, res taskResult, unlessRevoked bool) bool {
 	t.state = taskDone
 	s.answered[t.id] = true
 	t.site.queue = slices.DeleteFunc(t.site.queue, func(q *task) bool { return q == t })
-	t.site.state = "idle"
+	if !t.site.revoked {
+		// a site revoked while it answered stays "revoked": a refusal
+		// settled after the revocation must not make it look idle
+		t.site.state = "idle"
+	}
 	s.mu.Unlock()
 	t.done <- res
 	s.changed()
