@@ -208,10 +208,10 @@ func (w *serveOutputs) result(err error) (*Result, error) {
 }
 
 // serveCoordinator is the coordinator of Serve: `pfedmma run`'s schedule
-// (Options.coordinator), every site asked at once, failures tolerated, and
+// (Options.federation), every site asked at once, failures tolerated, and
 // the configuration's fingerprint sent with every round.
 func serveCoordinator(o Options, strat federation.Strategy, clients, minFit int, timeout time.Duration, fingerprint string) *federation.Coordinator {
-	co := o.coordinator(strat)
+	co := o.federation().Coordinator(strat)
 	co.Parallel, co.TolerateFailures, co.MinFit, co.RoundTimeout = clients, true, minFit, timeout
 	co.FitConfig = func(int) map[string]string { return map[string]string{FingerprintKey: fingerprint} }
 	return co
