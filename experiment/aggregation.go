@@ -18,7 +18,7 @@ func checkAggregation(o Options, ms []methods.Method, envs map[cacheKey]*methods
 		return nil // a single method is refused when its plan is built
 	}
 	for i, meth := range ms {
-		if _, err := o.federation().Plan(meth, envs[keys[i]], o.Sections[o.Methods[i]]); err != nil {
+		if _, err := o.Federation().Plan(meth, envs[keys[i]], o.Sections[o.Methods[i]]); err != nil {
 			return fmt.Errorf("%s: %w", o.Methods[i], err)
 		}
 	}

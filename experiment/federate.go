@@ -142,7 +142,7 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 	if o.OnEvaluate != nil {
 		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 	}
-	sess, err := session.Build(session.Config{Env: env, Method: meth, Settings: o.Sections[name], Federation: o.federation()})
+	sess, err := session.Build(session.Config{Env: env, Method: meth, Settings: o.Sections[name], Federation: o.Federation()})
 	if err != nil {
 		f.Close()
 		return nil, err

@@ -378,7 +378,7 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 		defer func() { env.OnEvaluate = nil }()
 	}
-	sess, err := session.Build(session.Config{Env: env, Method: meth, Settings: o.Sections[name], Federation: o.federation()})
+	sess, err := session.Build(session.Config{Env: env, Method: meth, Settings: o.Sections[name], Federation: o.Federation()})
 	if err != nil {
 		return nil, err
 	}
@@ -445,7 +445,7 @@ type methodRun struct {
 func (m *methodRun) proxies(ckdir string) []federation.ClientProxy {
 	proxies := make([]federation.ClientProxy, len(m.plan.Clients))
 	for i, c := range m.plan.Clients {
-		proxies[i] = m.o.federation().Proxy(federation.NewSite(c, filepath.Join(ckdir, fmt.Sprintf("site-%03d", c.ID()))))
+		proxies[i] = m.o.Federation().Proxy(federation.NewSite(c, filepath.Join(ckdir, fmt.Sprintf("site-%03d", c.ID()))))
 	}
 	return proxies
 }

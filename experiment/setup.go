@@ -196,12 +196,12 @@ func (b *siteBytes) extra() map[string]any {
 		"update_bytes_total": b.totalUp, "download_bytes_total": b.totalDown, "compress": cmp.Or(string(b.codec), string(compress.None))}
 }
 
-// federation is how o federates a method's plan (session.Federation):
+// Federation is how o federates a method's plan (session.Federation):
 // the aggregation section, secure aggregation, compression and the
 // schedule — the rounds, the sampling of sites and the rounds after which
 // every site is evaluated (federation.eval_every as FromConfig maps it):
 // `run` and `serve` start from it alike.
-func (o Options) federation() session.Federation {
+func (o Options) Federation() session.Federation {
 	return session.Federation{Aggregation: o.Aggregation, Secure: o.SecureAggregation, Compress: o.Compress, Seed: o.Seed,
 		Rounds: o.Rounds, Fraction: o.Fraction, EvalEvery: o.EvalEvery, EvaluateAlone: o.EvaluateAlone}
 }

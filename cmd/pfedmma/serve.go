@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/deploy"
 )
 
 // experimentFlags are the configuration flags `run`, `serve` and `site`
@@ -69,11 +69,11 @@ func init() {
 	var x experimentFlags
 	var r robustFlags
 	var quiet bool
-	c := experiment.ServeConfig{}
+	c := deploy.ServeConfig{}
 	cmd := &cobra.Command{
 		Use:   "serve [--config EXP.yaml] [--preset NAME] [--set k=v]... --listen ADDR --certs D --state DIR [--out DIR] [--http ADDR]",
 		Short: "Coordinate a federation over the network (gRPC, mTLS): the strategy, never data or private tensors",
-		Long:  experiment.ServeHelp,
+		Long:  deploy.ServeHelp,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runServe(cmd, c, x, &r, quiet)
@@ -101,7 +101,7 @@ func init() {
 
 // runServe runs `pfedmma serve` with c completed from the experiment flags
 // x and their shorthands r.
-func runServe(cmd *cobra.Command, c experiment.ServeConfig, x experimentFlags, r *robustFlags, quiet bool) error {
+func runServe(cmd *cobra.Command, c deploy.ServeConfig, x experimentFlags, r *robustFlags, quiet bool) error {
 	sets, err := r.sets(cmd.Flags())
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -118,7 +118,7 @@ func runServe(cmd *cobra.Command, c experiment.ServeConfig, x experimentFlags, r
 		// warnings and errors only, then the results table
 		c.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	res, err := experiment.Serve(cmd.Context(), c)
+	res, err := deploy.Serve(cmd.Context(), c)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

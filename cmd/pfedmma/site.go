@@ -10,18 +10,18 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/deploy"
 )
 
 func init() {
 	var x experimentFlags
-	var c experiment.SiteConfig
+	var c deploy.SiteConfig
 	var clients string
 	var modelFlag, policyFile string
 	cmd := &cobra.Command{
 		Use:   "site --server ADDR --certs D (--name SITE | --clients 0-49) --data DIR|world [--state DIR] [--model FILE] [--policy FILE] [--accept-methods M,…] [--max-upload-mib N] [--require-secure-aggregation]",
 		Short: "Serve one site of a federation: train on local data, upload only the tensors it computes from the accepted task",
-		Long:  experiment.SiteHelp,
+		Long:  deploy.SiteHelp,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := completeSite(cmd.Flags(), &c, x, modelFlag, policyFile); err != nil {
@@ -30,11 +30,11 @@ func init() {
 			if clients != "" {
 				return hostSites(cmd, c, clients)
 			}
-			res, err := experiment.Site(cmd.Context(), c)
+			res, err := deploy.Site(cmd.Context(), c)
 			if err != nil {
 				return fmt.Errorf("%s: %w", strings.TrimSpace("site "+c.Name), err)
 			}
-			experiment.WriteSiteDone(cmd.OutOrStdout(), c.Name, res.ID, res.State, res.Over, res.OverFile)
+			deploy.WriteSiteDone(cmd.OutOrStdout(), c.Name, res.ID, res.State, res.Over, res.OverFile)
 			return nil
 		},
 	}
@@ -56,7 +56,7 @@ func init() {
 
 // addPolicyFlags declares the site policy's flags: --policy FILE and the
 // shorthands of its keys.
-func addPolicyFlags(fl *pflag.FlagSet, p *experiment.SitePolicy, file *string) {
+func addPolicyFlags(fl *pflag.FlagSet, p *deploy.SitePolicy, file *string) {
 	fl.StringVar(file, "policy", "", "the site's policy, a YAML file: methods, settings (pinned values, e.g. fedotp.avg_prompt: 1), max_upload_mib, max_download_mib, require_secure_aggregation, min_participants; --accept-methods, --max-upload-mib, --max-download-mib, --require-secure-aggregation and --min-participants are shorthands for its keys (a key given both ways is an error)")
 	fl.StringSliceVar(&p.AcceptMethods, "accept-methods", nil, "refuse a task whose trained method is not one of these (e.g. pfedmma,promptfl); default: any (policy key methods)")
 	fl.Float64Var(&p.MaxUploadMiB, "max-upload-mib", 0, "refuse a task whose upload per round, as this site computes it from the task's method and settings (a masked value counting 8 bytes), exceeds this many MiB, and any real upload over it; 0: no limit (policy key max_upload_mib)")
@@ -67,8 +67,8 @@ func addPolicyFlags(fl *pflag.FlagSet, p *experiment.SitePolicy, file *string) {
 
 // sitePolicy completes the flags' policy p with the policy file (a key
 // given both ways is an error) and checks it.
-func sitePolicy(fl *pflag.FlagSet, p *experiment.SitePolicy, file string) error {
-	if err := experiment.CompleteSitePolicy(p, file, fl.Changed); err != nil {
+func sitePolicy(fl *pflag.FlagSet, p *deploy.SitePolicy, file string) error {
+	if err := deploy.CompleteSitePolicy(p, file, fl.Changed); err != nil {
 		return fmt.Errorf("site: %w", err)
 	}
 	return nil
@@ -77,7 +77,7 @@ func sitePolicy(fl *pflag.FlagSet, p *experiment.SitePolicy, file string) error 
 // completeSite checks the site's flags and completes c from them: the
 // policy, the site-local --set overrides, the experiment when the site
 // gives its own, and the model.
-func completeSite(fl *pflag.FlagSet, c *experiment.SiteConfig, x experimentFlags, modelFlag, policyFile string) error {
+func completeSite(fl *pflag.FlagSet, c *deploy.SiteConfig, x experimentFlags, modelFlag, policyFile string) error {
 	if c.Insecure && c.Certs != "" {
 		return errors.New("site: --insecure-dev and --certs exclude each other (--insecure-dev connects in clear text and would ignore the certificates)")
 	}
@@ -87,7 +87,7 @@ func completeSite(fl *pflag.FlagSet, c *experiment.SiteConfig, x experimentFlags
 	if c.DuplicateGrace <= 0 {
 		return fmt.Errorf("site: --duplicate-grace %s: want a positive duration", c.DuplicateGrace)
 	}
-	sets, err := experiment.ParseSiteSets(x.sets)
+	sets, err := deploy.ParseSiteSets(x.sets)
 	if err != nil {
 		return fmt.Errorf("site: %w", err)
 	}
@@ -113,13 +113,13 @@ func completeSite(fl *pflag.FlagSet, c *experiment.SiteConfig, x experimentFlags
 // hostSites runs `pfedmma site --clients SPEC`: one process serving
 // several clients of the federation (--threads, the root's flag, sets the
 // threads they take turns to use).
-func hostSites(cmd *cobra.Command, c experiment.SiteConfig, spec string) error {
-	res, err := experiment.HostSites(cmd.Context(), c, spec)
+func hostSites(cmd *cobra.Command, c deploy.SiteConfig, spec string) error {
+	res, err := deploy.HostSites(cmd.Context(), c, spec)
 	if err != nil {
 		return fmt.Errorf("site --clients %s: %w", spec, err)
 	}
 	for _, r := range res {
-		experiment.WriteSiteDone(cmd.OutOrStdout(), r.Name, r.ID, r.State, r.Over, r.OverFile)
+		deploy.WriteSiteDone(cmd.OutOrStdout(), r.Name, r.ID, r.State, r.Over, r.OverFile)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package experiment
+package deploy
 
 // SiteHelp is the long help of `pfedmma site`.
 const SiteHelp = `Join the federation coordinated by 'pfedmma serve' as site SITE (its certificate's CN; the
