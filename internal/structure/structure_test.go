@@ -202,15 +202,10 @@ func TestFunctionAndCommandSizes(t *testing.T) {
 }
 
 // pending are the findings issue 37's splitting has not reached yet, at
-// their size when listed: the bench drivers, numerical kernels and method
-// builders, the fixture replays (methods/*/fixture.go, methods/fixture:
-// they leave with the parity package).
+// their size when listed: numerical kernels and method builders, the
+// fixture replays (methods/*/fixture.go, methods/fixture: they leave with
+// the parity package).
 var pending = map[string]int{
-	"bench/engine.go: Engine":                               130,
-	"bench/experiment.go: Experiment":                       113,
-	"bench/method.go: Method":                               174,
-	"bench/paperscale.go: measurePreset":                    111,
-	"bench/train.go: Train":                                 160,
 	"checkpoint/config.go: source.applyConfig":              91,
 	"checkpoint/layout.go: layout":                          107,
 	"clip/block.go: Block.Backward":                         96,
