@@ -1,3 +1,10 @@
+// Package deploy runs a federation over the network: Serve is the
+// coordinator (`pfedmma serve`), Site and HostSites the sites (`pfedmma
+// site`). Both sides build the method's session from the same
+// configuration as `pfedmma run` (experiment.PrepareFederated), so serve
+// and its sites compute the simulation's results; the coordinator sends
+// its task (the experiment, the model's SHA-256), and a site accepts it
+// under its SitePolicy and uploads only the tensors it computes from it.
 package deploy
 
 import (
