@@ -71,11 +71,6 @@ func Engine(ctx context.Context, o EngineOptions) (*EngineResult, error) {
 	if o.Config.Vision.Width == 0 {
 		o.Config = clip.ViTB16()
 	}
-	logf := func(s string) {
-		if o.Log != nil {
-			o.Log(s)
-		}
-	}
 	vc := o.Config.Vision
 	B, T, D := o.Batch, vc.Tokens(), vc.Width
 	if o.Precision == gemm.Auto {
@@ -86,29 +81,62 @@ func Engine(ctx context.Context, o EngineOptions) (*EngineResult, error) {
 		}
 	}
 	inUse, best := gemm.KernelFamily()
-	res := &EngineResult{CPU: gemm.CPU(), Backend: gemm.Backend(), Core: inUse, BestCore: best, Precision: o.Precision.String(),
-		Threads: gemm.Threads(), Batch: B, Repeat: o.Repeat}
+	e := &engineRun{ctx: ctx, o: o, B: B, T: T, D: D, rng: rand.New(rand.NewPCG(1, 2)),
+		res: &EngineResult{CPU: gemm.CPU(), Backend: gemm.Backend(), Core: inUse, BestCore: best, Precision: o.Precision.String(),
+			Threads: gemm.Threads(), Batch: B, Repeat: o.Repeat}}
 	if o.Precision == gemm.BF16 {
-		res.BF16Backend = gemm.BF16Backend()
+		e.res.BF16Backend = gemm.BF16Backend()
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	randv := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = rng.Float32()*2 - 1
-		}
-		return v
+	if err := e.gemmRate(); err != nil {
+		return nil, err
 	}
+	model, err := e.blockTimes()
+	if err != nil {
+		return nil, err
+	}
+	if err := e.encoderTimes(model); err != nil {
+		return nil, err
+	}
+	return e.res, nil
+}
 
-	// GEMM: the MLP's c_fc shape, [B·T, D] × [D, 4D]; peak = best of the repeats
-	logf("gemm")
-	m, n, k := B*T, vc.MLPWidth, D
-	a, w, c := randv(m*k), randv(n*k), make([]float32, m*n)
+// engineRun is one Engine benchmark: its options, shapes, random source
+// and the result its three measurements fill in turn.
+type engineRun struct {
+	ctx     context.Context
+	o       EngineOptions
+	B, T, D int
+	rng     *rand.Rand
+	res     *EngineResult
+}
+
+// logf logs one progress line.
+func (e *engineRun) logf(s string) {
+	if e.o.Log != nil {
+		e.o.Log(s)
+	}
+}
+
+// randv is n values uniform in [-1, 1).
+func (e *engineRun) randv(n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = e.rng.Float32()*2 - 1
+	}
+	return v
+}
+
+// gemmRate measures the GEMM rate at the MLP's c_fc shape, [B·T, D] × [D, 4D]
+// (peak: the best of the repeats), in float32 and with BF16 in bfloat16.
+func (e *engineRun) gemmRate() error {
+	e.logf("gemm")
+	m, n, k := e.B*e.T, e.o.Config.Vision.MLPWidth, e.D
+	a, w, c := e.randv(m*k), e.randv(n*k), make([]float32, m*n)
 	peak := func(f func()) (float64, error) {
 		f()
 		best := 0.0
-		for i := 0; i < max(o.Repeat, 3); i++ {
-			if err := ctx.Err(); err != nil {
+		for i := 0; i < max(e.o.Repeat, 3); i++ {
+			if err := e.ctx.Err(); err != nil {
 				return 0, err
 			}
 			t0 := time.Now()
@@ -118,37 +146,42 @@ func Engine(ctx context.Context, o EngineOptions) (*EngineResult, error) {
 		return best, nil
 	}
 	var err error
-	if res.GemmGFLOPS, err = peak(func() { gemm.MatMul(false, true, m, n, k, a, w, c, false) }); err != nil {
-		return nil, err
+	if e.res.GemmGFLOPS, err = peak(func() { gemm.MatMul(false, true, m, n, k, a, w, c, false) }); err != nil {
+		return err
 	}
-	if o.Precision == gemm.BF16 {
+	if e.o.Precision == gemm.BF16 {
 		wb, err := gemm.NewBF16Weights(w, n, k)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if res.GemmBF16GFLOPS, err = peak(func() { gemm.MatMulBF16(true, m, n, k, a, wb, nil, c, false) }); err != nil {
-			return nil, err
+		if e.res.GemmBF16GFLOPS, err = peak(func() { gemm.MatMulBF16(true, m, n, k, a, wb, nil, c, false) }); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	// One block forward and backward (input gradients only, frozen weights).
-	logf("block")
-	weights := clip.Random(clip.Config{EmbedDim: o.Config.EmbedDim, Vision: clip.VisionConfig{
+// blockTimes measures one block's forward and backward (input gradients only,
+// frozen weights) and returns the random model it built.
+func (e *engineRun) blockTimes() (*clip.Model, error) {
+	e.logf("block")
+	vc, B, T, D := e.o.Config.Vision, e.B, e.T, e.D
+	weights := clip.Random(clip.Config{EmbedDim: e.o.Config.EmbedDim, Vision: clip.VisionConfig{
 		ImageSize: vc.ImageSize, PatchSize: vc.PatchSize, Width: D, Layers: vc.Layers, Heads: vc.Heads, MLPWidth: vc.MLPWidth},
 		Text: clip.TextConfig{ContextLength: 77, VocabSize: 16, Width: 64, Layers: 1, Heads: 1, MLPWidth: 64}}, 1)
 	model := clip.New(weights)
-	if err := model.SetPrecision(o.Precision); err != nil {
+	if err := model.SetPrecision(e.o.Precision); err != nil {
 		return nil, err
 	}
 	blk := model.Vision.Stack.Blocks[0]
 	var sc clip.BlockScratch
-	x, out, dx := randv(B*T*D), make([]float32, B*T*D), make([]float32, B*T*D)
-	dout := randv(B * T * D)
-	fwd, err := Measure(ctx, 1, o.Repeat, func(int) error { blk.Forward(out, x, B, T, nil, true, &sc); return nil })
+	x, out, dx := e.randv(B*T*D), make([]float32, B*T*D), make([]float32, B*T*D)
+	dout := e.randv(B * T * D)
+	fwd, err := Measure(e.ctx, 1, e.o.Repeat, func(int) error { blk.Forward(out, x, B, T, nil, true, &sc); return nil })
 	if err != nil {
 		return nil, err
 	}
-	bwd, err := Measure(ctx, 1, o.Repeat, func(int) error { blk.Backward(dx, dout, &sc); return nil })
+	bwd, err := Measure(e.ctx, 1, e.o.Repeat, func(int) error { blk.Backward(dx, dout, &sc); return nil })
 	if err != nil {
 		return nil, err
 	}
@@ -158,8 +191,9 @@ func Engine(ctx context.Context, o EngineOptions) (*EngineResult, error) {
 	blk.Forward(out, x, B, T, nil, true, &sc)
 	st := gemm.ReadStats()
 	gemm.EnableStats(false)
+	res := e.res
 	peakRate := res.GemmGFLOPS
-	if o.Precision == gemm.BF16 {
+	if e.o.Precision == gemm.BF16 {
 		peakRate = res.GemmBF16GFLOPS
 	}
 	res.BlockLinearGFLOPS = st.GFLOPS()
@@ -169,25 +203,30 @@ func Engine(ctx context.Context, o EngineOptions) (*EngineResult, error) {
 	res.BlockForwardGFLOPS = blockFLOPs(B, T, D, vc.MLPWidth) / fwd.Median / 1e9
 	res.BlockGemmShareOfPeak = res.BlockForwardGFLOPS / peakRate
 	res.BlockLinearShareOfPeak = res.BlockLinearGFLOPS / peakRate
+	return model, nil
+}
 
-	// Whole image encoder forward.
-	logf("image encoder")
-	pixels := randv(B * 3 * vc.ImageSize * vc.ImageSize)
-	feat := make([]float32, B*o.Config.EmbedDim)
-	enc, err := Measure(ctx, 1, o.Repeat, func(int) error { model.Vision.Encode(feat, pixels, B); return nil })
+// encoderTimes measures the whole image encoder's forward.
+func (e *engineRun) encoderTimes(model *clip.Model) error {
+	e.logf("image encoder")
+	B, vc := e.B, e.o.Config.Vision
+	pixels := e.randv(B * 3 * vc.ImageSize * vc.ImageSize)
+	feat := make([]float32, B*e.o.Config.EmbedDim)
+	enc, err := Measure(e.ctx, 1, e.o.Repeat, func(int) error { model.Vision.Encode(feat, pixels, B); return nil })
 	if err != nil {
-		return nil, err
+		return err
 	}
 	gemm.EnableStats(true)
 	t0 := time.Now()
 	model.Vision.Encode(feat, pixels, B)
 	wall := time.Since(t0).Seconds()
-	st = gemm.ReadStats()
+	st := gemm.ReadStats()
 	gemm.EnableStats(false)
+	res := e.res
 	res.ImageForwardSecPerBatch = enc.Median
 	res.ImageForwardSpread = enc.Spread
 	res.ImageForwardImagesPerS = enc.PerS(B)
 	res.ImageForwardGemmGFLOPS = st.GFLOPS()
 	res.ImageForwardGemmShare = st.Seconds / wall
-	return res, nil
+	return nil
 }

@@ -111,36 +111,8 @@ func Experiment(ctx context.Context, o ExperimentOptions) (*ExperimentResult, er
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	logf("writing a random ViT-B/16 and a CoOp DTD-layout folder")
-	model, err := writeViTB16(filepath.Join(dir, "model"))
+	e, model, err := benchConfig(o, dir, logf)
 	if err != nil {
-		return nil, err
-	}
-	root := filepath.Join(dir, "DATA")
-	if err := writeDTD(root, o.Classes, o.Shots, o.TestPerClass); err != nil {
-		return nil, err
-	}
-	e, err := config.Preset("paper-base2novel")
-	if err != nil {
-		return nil, err
-	}
-	method := o.Method
-	if method == "" {
-		// the preset's one trained method (pFedMMA)
-		if method, err = experiment.TrainedMethod(e.Methods); err != nil {
-			return nil, err
-		}
-	}
-	e.Methods = []string{method}
-	e.Model, e.Dataset.Name, e.Dataset.Root, e.Dataset.Shots = model, "dtd", root, o.Shots
-	e.Federation.Clients, e.Federation.Rounds, e.Federation.EvalEvery = o.Clients, o.Rounds, 1
-	e.Augment = config.Augment{Mode: config.AugmentNone}
-	e.Seeds = nil
-	e.Output = config.Output{}
-	if o.Precision != "" {
-		e.Engine.Precision = o.Precision
-	}
-	if err := e.Validate(); err != nil {
 		return nil, err
 	}
 	out := filepath.Join(dir, "run")
@@ -169,6 +141,54 @@ func Experiment(ctx context.Context, o ExperimentOptions) (*ExperimentResult, er
 	if len(res.Rounds) < 2 {
 		return nil, fmt.Errorf("bench experiment: %d rounds timed", len(res.Rounds))
 	}
+	if err := res.summarize(opts, e.Federation.LocalEpochs, o.Reference); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// benchConfig writes a random ViT-B/16 and a CoOp DTD-layout folder of
+// o's size into dir and returns the paper-base2novel preset on them: o's
+// method (default: the preset's trained one), clients and rounds, every
+// round evaluated, no augmentation.
+func benchConfig(o ExperimentOptions, dir string, logf func(string)) (*config.Experiment, string, error) {
+	logf("writing a random ViT-B/16 and a CoOp DTD-layout folder")
+	model, err := writeViTB16(filepath.Join(dir, "model"))
+	if err != nil {
+		return nil, "", err
+	}
+	root := filepath.Join(dir, "DATA")
+	if err := writeDTD(root, o.Classes, o.Shots, o.TestPerClass); err != nil {
+		return nil, "", err
+	}
+	e, err := config.Preset("paper-base2novel")
+	if err != nil {
+		return nil, "", err
+	}
+	method := o.Method
+	if method == "" {
+		// the preset's one trained method (pFedMMA)
+		if method, err = experiment.TrainedMethod(e.Methods); err != nil {
+			return nil, "", err
+		}
+	}
+	e.Methods = []string{method}
+	e.Model, e.Dataset.Name, e.Dataset.Root, e.Dataset.Shots = model, "dtd", root, o.Shots
+	e.Federation.Clients, e.Federation.Rounds, e.Federation.EvalEvery = o.Clients, o.Rounds, 1
+	e.Augment = config.Augment{Mode: config.AugmentNone}
+	e.Seeds = nil
+	e.Output = config.Output{}
+	if o.Precision != "" {
+		e.Engine.Precision = o.Precision
+	}
+	return e, model, e.Validate()
+}
+
+// summarize computes the per-round medians over the rounds after the
+// first, the images the authors' loop pushes through the model per round
+// (localEpochs over each client's images, and its test sets) and, with
+// ref, the reference's time per round and the speedups.
+func (res *ExperimentResult) summarize(opts experiment.Options, localEpochs int, ref *Reference) error {
 	res.FirstRoundSeconds = res.CacheFillSeconds + res.Rounds[0].Seconds
 	var tot, fit, agg, ev, gf []float64
 	for _, r := range res.Rounds[1:] {
@@ -181,16 +201,16 @@ func Experiment(ctx context.Context, o ExperimentOptions) (*ExperimentResult, er
 	// test sets (Local, Base, Novel) with the full model.
 	task, err := taskOf(opts)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, c := range task.Clients {
-		res.TrainImagesPerRound += e.Federation.LocalEpochs * len(c.Train)
+		res.TrainImagesPerRound += localEpochs * len(c.Train)
 		for _, s := range c.Evals {
 			res.EvalImagesPerRound += len(s.Images)
 		}
 	}
 	res.Projected50Seconds = res.FirstRoundSeconds + 49*res.SecondsPerRound
-	if ref := o.Reference; ref != nil {
+	if ref != nil {
 		res.ReferenceTrainPerRound = float64(res.TrainImagesPerRound) / ref.TrainImagesPerS
 		res.ReferenceEvalPerRound = float64(res.EvalImagesPerRound) / ref.EvalImagesPerS
 		res.ReferencePerRound = res.ReferenceTrainPerRound + res.ReferenceEvalPerRound
@@ -202,7 +222,7 @@ func Experiment(ctx context.Context, o ExperimentOptions) (*ExperimentResult, er
 			res.SpeedupEval = res.ReferenceEvalPerRound / res.EvalSecondsPerRound
 		}
 	}
-	return res, nil
+	return nil
 }
 
 func median(x []float64) float64 {

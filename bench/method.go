@@ -13,6 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/session"
 	"github.com/pfedmma/pfedmma/tokenizer"
 )
 
@@ -94,54 +95,109 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 	if o.Steps <= 0 {
 		o.Steps = MinSteps
 	}
-	logf := o.Log
-	if logf == nil {
-		logf = func(string) {}
+	if o.Log == nil {
+		o.Log = func(string) {}
 	}
+	b, err := newMethodBench(&o)
+	if err != nil {
+		return nil, err
+	}
+	env, px, err := b.env(o)
+	if err != nil {
+		return nil, err
+	}
+	defer env.TrainStore.Close()
+	sess, err := session.Build(session.Config{Env: env, Method: b.meth, Settings: b.sec})
+	if err != nil {
+		return nil, err
+	}
+	if sess.Coordinator == nil {
+		return nil, fmt.Errorf("%s does not train", o.Method)
+	}
+	if err := firstRound(ctx, sess.Plan, o.Batch); err != nil {
+		return nil, err
+	}
+	tt, te, err := timeMethod(ctx, o, sess.Plan, frozenWork(o, env.Prefixer, px))
+	if err != nil {
+		return nil, err
+	}
+	res := &MethodResult{CPU: gemm.CPU(), Method: o.Method, Backend: gemm.Backend(), Core: gemm.CoreName(), Threads: gemm.Threads(),
+		Precision: o.Precision.String(), Batch: o.Batch, Classes: o.Classes, Depth: b.depthName(),
+		TrainPerS: float64(o.Batch) / tt.Median, TrainSpread: tt.Spread, EvalPerS: float64(o.Batch) / te.Median, EvalSpread: te.Spread}
+	if o.Uncached {
+		res.Depth, res.Recomputed = "none", res.Depth
+	}
+	if ref := o.Reference; ref != nil {
+		res.ReferenceTrn, res.ReferenceEval, res.ReferenceConf = ref.TrainImagesPerS, ref.EvalImagesPerS, ref.Config
+		res.SpeedupTrain, res.SpeedupEval = res.TrainPerS/ref.TrainImagesPerS, res.EvalPerS/ref.EvalImagesPerS
+	}
+	return res, nil
+}
+
+// methodBench is the method a Method benchmark runs: its settings (the
+// defaults with its benchmark settings), the model at the asked precision,
+// the depth of its frozen records and whether they are split.
+type methodBench struct {
+	meth  methods.Method
+	sec   config.Section
+	m     *clip.Model
+	depth int
+	split bool
+}
+
+// newMethodBench resolves o's method, settings and model (o.Precision
+// auto becomes the precision chosen) and checks the reference's shapes.
+func newMethodBench(o *MethodOptions) (*methodBench, error) {
 	meth, err := methods.Get(o.Method)
 	if err != nil {
 		return nil, err
 	}
-	var sec config.Section
+	b := &methodBench{meth: meth, m: o.Model}
 	if d := meth.DefaultConfig(); d != nil {
-		sec = d
+		b.sec = d
 	}
-	if b, ok := meth.(methods.Benchmarked); ok && sec != nil {
-		b.BenchSettings(sec)
+	if bs, ok := meth.(methods.Benchmarked); ok && b.sec != nil {
+		bs.BenchSettings(b.sec)
 	}
-	m := o.Model
-	if m == nil {
-		m = clip.New(clip.Random(clip.ViTB16(), 1))
+	if b.m == nil {
+		b.m = clip.New(clip.Random(clip.ViTB16(), 1))
 	}
 	if o.Precision == gemm.Auto {
-		p := m.ChoosePrecision()
+		p := b.m.ChoosePrecision()
 		o.Precision = p.Chosen
-		if o.Log != nil {
-			o.Log("precision auto: " + p.String())
-		}
+		o.Log("precision auto: " + p.String())
 	}
-	if err := m.SetPrecision(o.Precision); err != nil {
+	if err := b.m.SetPrecision(o.Precision); err != nil {
 		return nil, err
 	}
-	L := m.W.Config.Vision.Layers
-	if f, ok := sec.(config.ModelFitter); ok {
+	L := b.m.W.Config.Vision.Layers
+	if f, ok := b.sec.(config.ModelFitter); ok {
 		for _, c := range f.FitModel(L) {
-			logf(o.Method + "." + c)
+			o.Log(o.Method + "." + c)
 		}
 	}
-	depth, err := meth.Depth(sec, L)
-	if err != nil {
+	if b.depth, err = meth.Depth(b.sec, L); err != nil {
 		return nil, err
 	}
-	if depth == methods.AnyDepth {
+	if b.depth == methods.AnyDepth {
 		return nil, fmt.Errorf("%s does not train", o.Method)
 	}
-	S := m.W.Config.Vision.ImageSize
 	if o.Reference != nil {
-		if err := o.Reference.Check(o.Method, o.Batch, o.Classes, S); err != nil {
+		if err := o.Reference.Check(o.Method, o.Batch, o.Classes, b.m.W.Config.Vision.ImageSize); err != nil {
 			return nil, err
 		}
 	}
+	b.split, err = methods.SplitRecords(meth, b.sec, L)
+	return b, err
+}
+
+// env builds the frozen env of two clients holding the same random batch
+// (client 1 only takes part in round 0: it gives client 0 a pool entry, an
+// expert for pFedMoAP), the batch also being client 0's evaluation set; it
+// returns the env and the batch's pixels.
+func (b *methodBench) env(o MethodOptions) (*methods.Env, []float32, error) {
+	m := b.m
+	S := m.W.Config.Vision.ImageSize
 	r := rand.New(rand.NewPCG(3, 4))
 	px := make([]float32, o.Batch*3*S*S)
 	for i := range px {
@@ -151,31 +207,24 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 	for i := range labels {
 		labels[i] = i % o.Classes
 	}
-	logf(fmt.Sprintf("computing the cached records of %d images at depth %d", o.Batch, depth))
+	o.Log(fmt.Sprintf("computing the cached records of %d images at depth %d", o.Batch, b.depth))
 	opts := train.Options{Epochs: 1, Batch: o.Batch, Optimizer: "sgd", LR: 1e-3, Momentum: 0.9, WD: 5e-4}
-	// two clients with the same batch: client 1 only takes part in round 0
-	// (it gives client 0 a pool entry, an expert for pFedMoAP)
 	tc := fixture.TensorClient{Pixels: px, Labels: labels}
-	split, err := methods.SplitRecords(meth, sec, L)
-	if err != nil {
-		return nil, err
-	}
 	newEnv := fixture.TensorEnv
-	if split {
+	if b.split {
 		newEnv = fixture.SplitTensorEnv
 	}
-	env, err := newEnv(m, depth, classRows(o.Classes, m.W.Config.Text.ContextLength, m.W.Config.Text.VocabSize),
+	env, err := newEnv(m, b.depth, classRows(o.Classes, m.W.Config.Text.ContextLength, m.W.Config.Text.VocabSize),
 		o.Classes, []fixture.TensorClient{tc, tc}, opts, 1)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer env.TrainStore.Close()
 	if o.Vocab != "" {
 		if env.Tok, err = tokenizer.Load(o.Vocab); err != nil {
-			return nil, fmt.Errorf("--vocab: %w", err)
+			env.TrainStore.Close()
+			return nil, nil, fmt.Errorf("--vocab: %w", err)
 		}
 	}
-	// the batch is also the client's evaluation set
 	task := &env.Task.Clients[0]
 	env.Task.Test = env.Task.Train
 	set := &protocol.EvalSet{Name: "acc", Space: 0, Labels: labels}
@@ -184,35 +233,39 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 		set.Images = append(set.Images, i)
 	}
 	task.Evals = []*protocol.EvalSet{set}
-	plan, err := meth.Build(env, sec)
-	if err != nil {
-		return nil, err
-	}
-	c := plan.Clients[0]
-	infos := []federation.ClientInfo{{ID: 0, NumExamples: o.Batch}, {ID: 1, NumExamples: o.Batch}}
+	return env, px, nil
+}
+
+// firstRound is round 0 with both clients, driven by hand: the strategy
+// initialised, configured, both clients fitted and their results
+// aggregated.
+func firstRound(ctx context.Context, plan *methods.Plan, batch int) error {
+	infos := []federation.ClientInfo{{ID: 0, NumExamples: batch}, {ID: 1, NumExamples: batch}}
 	if err := plan.Strategy.Init(infos); err != nil {
-		return nil, err
+		return err
 	}
-	// round 0: both clients
 	in, err := plan.Strategy.Configure(0, []int{0, 1})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var results []federation.FitResult
 	for id, cl := range plan.Clients {
 		res, err := cl.Fit(ctx, federation.FitIns{Round: 0, Params: in[id]})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		results = append(results, federation.FitResult{ClientID: id, NumExamples: res.NumExamples, Params: res.Params})
 	}
-	if err := plan.Strategy.Aggregate(0, results, nil); err != nil {
-		return nil, err
-	}
-	round := 1
-	frozen := frozenWork(o, env.Prefixer, px)
-	logf(fmt.Sprintf("timing %d training steps of batch %d", o.Steps, o.Batch))
-	tt, err := Measure(ctx, 1, o.Steps, func(int) error {
+	return plan.Strategy.Aggregate(0, results, nil)
+}
+
+// timeMethod times o.Steps training epochs of client 0 (each configured by
+// the strategy from round 1 on) and o.Steps evaluations, each after the
+// frozen work (none when cached).
+func timeMethod(ctx context.Context, o MethodOptions, plan *methods.Plan, frozen func()) (train, eval Timing, err error) {
+	c, round := plan.Clients[0], 1
+	o.Log(fmt.Sprintf("timing %d training steps of batch %d", o.Steps, o.Batch))
+	train, err = Measure(ctx, 1, o.Steps, func(int) error {
 		frozen()
 		in, err := plan.Strategy.Configure(round, []int{0})
 		if err != nil {
@@ -223,38 +276,29 @@ func Method(ctx context.Context, o MethodOptions) (*MethodResult, error) {
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return train, eval, err
 	}
-	logf(fmt.Sprintf("timing %d evaluations of batch %d", o.Steps, o.Batch))
-	te, err := Measure(ctx, 1, o.Steps, func(int) error {
+	o.Log(fmt.Sprintf("timing %d evaluations of batch %d", o.Steps, o.Batch))
+	eval, err = Measure(ctx, 1, o.Steps, func(int) error {
 		frozen()
 		_, err := c.Evaluate(ctx, federation.EvaluateIns{Round: round})
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	depthName := fmt.Sprintf("prefix before block %d", depth)
-	if split {
-		depthName = fmt.Sprintf("block %d's frozen output and adapter input", depth)
-	}
-	switch depth {
+	return train, eval, err
+}
+
+// depthName says what the method's cached records are.
+func (b *methodBench) depthName() string {
+	switch b.depth {
 	case methods.Features:
-		depthName = "image features"
+		return "image features"
 	case methods.TokenFeatures:
-		depthName = "every token's features"
+		return "every token's features"
 	case methods.Embeddings:
-		depthName = "patch embeddings and frozen features"
+		return "patch embeddings and frozen features"
 	}
-	res := &MethodResult{CPU: gemm.CPU(), Method: o.Method, Backend: gemm.Backend(), Core: gemm.CoreName(), Threads: gemm.Threads(),
-		Precision: o.Precision.String(), Batch: o.Batch, Classes: o.Classes, Depth: depthName,
-		TrainPerS: float64(o.Batch) / tt.Median, TrainSpread: tt.Spread, EvalPerS: float64(o.Batch) / te.Median, EvalSpread: te.Spread}
-	if o.Uncached {
-		res.Depth, res.Recomputed = "none", depthName
+	if b.split {
+		return fmt.Sprintf("block %d's frozen output and adapter input", b.depth)
 	}
-	if ref := o.Reference; ref != nil {
-		res.ReferenceTrn, res.ReferenceEval, res.ReferenceConf = ref.TrainImagesPerS, ref.EvalImagesPerS, ref.Config
-		res.SpeedupTrain, res.SpeedupEval = res.TrainPerS/ref.TrainImagesPerS, res.EvalPerS/ref.EvalImagesPerS
-	}
-	return res, nil
+	return fmt.Sprintf("prefix before block %d", b.depth)
 }

@@ -364,69 +364,14 @@ func scaleValues(axis string, e *config.Experiment) []int {
 // number of classes, every client trained and evaluated every round.
 func measurePreset(ctx context.Context, o PaperScaleOptions, e *config.Experiment, method string, real DatasetCounts,
 	model, dir string, logf func(string)) (*MeasuredRun, error) {
-	shots := e.Dataset.Shots
-	if shots == 0 { // the full training set: its images per class
-		shots = max(1, real.Train/real.Classes)
-	}
-	shotsM := max(1, int(math.Round(float64(shots)*o.Scale)))
-	testM := max(1, int(math.Round(float64(real.Test)/float64(real.Classes)*o.Scale)))
-	clients := o.ClientsMeasured
-	if clients <= 0 {
-		clients = min(e.Federation.Clients, 10)
-	}
-	if e.Protocol.Name == config.ProtocolBaseToNovel {
-		clients = min(clients, real.Classes/4) // two base classes per client
-	}
-	// a method whose settings need a pool of clients (pFedMoAP's
-	// num_experts) is measured with at least that many
-	if mc, ok := e.Section(method).(interface{ MinClients() int }); ok && mc.MinClients() > clients {
-		logf(fmt.Sprintf("%s: measuring %d clients, not %d: its settings need at least %d", method, min(mc.MinClients(), e.Federation.Clients), clients, mc.MinClients()))
-		clients = min(mc.MinClients(), e.Federation.Clients)
-	}
-	root := filepath.Join(dir, "DATA")
-	logf(fmt.Sprintf("%s: generating %d classes × (%d train + %d test) images at 224 px", method, real.Classes, shotsM, testM))
-	if err := writeDTD(root, real.Classes, shotsM, testM); err != nil {
+	p := &presetRun{ctx: ctx, o: o, e: e, method: method, model: model, dir: dir, root: filepath.Join(dir, "DATA"), logf: logf}
+	testM := p.sizes(real)
+	logf(fmt.Sprintf("%s: generating %d classes × (%d train + %d test) images at 224 px", method, real.Classes, p.shotsM, testM))
+	if err := writeDTD(p.root, real.Classes, p.shotsM, testM); err != nil {
 		return nil, err
 	}
-	m := &MeasuredRun{Dataset: "dtd layout (generated)", Scale: o.Scale, Classes: real.Classes, Clients: clients, LoadBefore: loadAvg()}
-	run := func(budgetMiB int, tag string) ([]RoundTiming, float64, *experiment.Options, error) {
-		me := *e
-		me.Methods = []string{method}
-		me.Model, me.Dataset.Name, me.Dataset.Root, me.Dataset.Domains = model, "dtd", root, nil
-		if e.Dataset.Shots > 0 {
-			me.Dataset.Shots = shotsM
-		}
-		me.Federation.Clients, me.Federation.Rounds, me.Federation.EvalEvery, me.Federation.Fraction = clients, o.RoundsMeasured, 1, 1
-		me.Protocol.MinSamples = 0 // a small generated set: no minimum per client
-		me.Cache.MemoryMiB = budgetMiB
-		me.Cache.DType = config.DTypeFloat32
-		if o.CacheBF16 {
-			me.Cache.DType = config.DTypeBFloat16
-		}
-		me.Seeds = nil
-		me.Output = config.Output{}
-		if err := me.Validate(); err != nil {
-			return nil, 0, nil, err
-		}
-		opts, err := experiment.FromConfig(&me, model, me.Seed, filepath.Join(dir, "run-"+tag))
-		if err != nil {
-			return nil, 0, nil, err
-		}
-		var rounds []RoundTiming
-		opts.OnRound = func(_ string, r federation.RoundReport) {
-			rounds = append(rounds, RoundTiming{Round: r.Round, Seconds: r.Seconds, Fit: r.FitSeconds, Aggregate: r.AggregateSeconds, Eval: r.EvalSeconds})
-			logf(fmt.Sprintf("%s (%s): round %d: %.1f s (train %.1f, evaluation %.1f)", method, tag, r.Round, r.Seconds, r.FitSeconds, r.EvalSeconds))
-		}
-		out, err := experiment.Run(ctx, opts)
-		if err != nil {
-			return nil, 0, nil, err
-		}
-		if len(rounds) < 2 {
-			return nil, 0, nil, fmt.Errorf("%d rounds timed", len(rounds))
-		}
-		return rounds, out.Summary.Timings["prefix_s"], &opts, nil
-	}
-	rounds, fill, opts, err := run(1<<20, "ram") // 1 TiB: every record in RAM
+	m := &MeasuredRun{Dataset: "dtd layout (generated)", Scale: o.Scale, Classes: real.Classes, Clients: p.clients, LoadBefore: loadAvg()}
+	rounds, fill, opts, err := p.run(1<<20, "ram") // 1 TiB: every record in RAM
 	if err != nil {
 		return nil, err
 	}
@@ -436,17 +381,7 @@ func measurePreset(ctx context.Context, o PaperScaleOptions, e *config.Experimen
 	if err != nil {
 		return nil, err
 	}
-	epochs := max(e.Federation.LocalEpochs, 1)
-	for _, c := range task.Clients {
-		m.TrainImages += epochs * len(c.Train)
-		for _, s := range c.Evals {
-			m.EvalImages += len(s.Images)
-		}
-	}
-	m.CachedRecords = len(task.UsedTest())
-	if e.Augment.Mode != config.AugmentOnline {
-		m.CachedRecords += len(task.UsedTrain()) * max(e.Augment.Views, 1)
-	}
+	m.count(task, e)
 	var tot, fit, ev []float64
 	for _, r := range rounds[1:] {
 		tot, fit, ev = append(tot, r.Seconds), append(fit, r.Fit+r.Aggregate), append(ev, r.Eval)
@@ -458,7 +393,7 @@ func measurePreset(ctx context.Context, o PaperScaleOptions, e *config.Experimen
 	logf(fmt.Sprintf("%s: cache fill %.1f s (%d records), %d training and %d evaluation images per round: %.3f s per training image, %.3f s per evaluation image, peak RSS %.0f MiB",
 		method, fill, m.CachedRecords, m.TrainImages, m.EvalImages, m.TrainSecondsPerImg, m.EvalSecondsPerImg, m.PeakRSSMiB))
 	if o.SpillCompare {
-		sr, _, _, err := run(1, "spilled") // 1 MiB: every record but a few spilled
+		sr, _, _, err := p.run(1, "spilled") // 1 MiB: every record but a few spilled
 		if err != nil {
 			return nil, fmt.Errorf("spilled run: %w", err)
 		}
@@ -472,6 +407,102 @@ func measurePreset(ctx context.Context, o PaperScaleOptions, e *config.Experimen
 	}
 	m.LoadAfter = loadAvg()
 	return m, nil
+}
+
+// presetRun is the measured run of one preset's method: its generated data
+// in root, its shots per class and clients (sizes).
+type presetRun struct {
+	ctx                      context.Context
+	o                        PaperScaleOptions
+	e                        *config.Experiment
+	method, model, dir, root string
+	shotsM, clients          int
+	logf                     func(string)
+}
+
+// sizes sets the measured run's shots per class and clients from the
+// preset's and the real dataset's, and returns its test images per class.
+func (p *presetRun) sizes(real DatasetCounts) (testM int) {
+	e, o := p.e, p.o
+	shots := e.Dataset.Shots
+	if shots == 0 { // the full training set: its images per class
+		shots = max(1, real.Train/real.Classes)
+	}
+	p.shotsM = max(1, int(math.Round(float64(shots)*o.Scale)))
+	testM = max(1, int(math.Round(float64(real.Test)/float64(real.Classes)*o.Scale)))
+	clients := o.ClientsMeasured
+	if clients <= 0 {
+		clients = min(e.Federation.Clients, 10)
+	}
+	if e.Protocol.Name == config.ProtocolBaseToNovel {
+		clients = min(clients, real.Classes/4) // two base classes per client
+	}
+	// a method whose settings need a pool of clients (pFedMoAP's
+	// num_experts) is measured with at least that many
+	if mc, ok := e.Section(p.method).(interface{ MinClients() int }); ok && mc.MinClients() > clients {
+		p.logf(fmt.Sprintf("%s: measuring %d clients, not %d: its settings need at least %d", p.method, min(mc.MinClients(), e.Federation.Clients), clients, mc.MinClients()))
+		clients = min(mc.MinClients(), e.Federation.Clients)
+	}
+	p.clients = clients
+	return testM
+}
+
+// run runs the measured experiment with a prefix cache of budgetMiB (tag
+// names its folder) and returns its round timings, its cache fill seconds
+// and its options.
+func (p *presetRun) run(budgetMiB int, tag string) ([]RoundTiming, float64, *experiment.Options, error) {
+	e, o := p.e, p.o
+	me := *e
+	me.Methods = []string{p.method}
+	me.Model, me.Dataset.Name, me.Dataset.Root, me.Dataset.Domains = p.model, "dtd", p.root, nil
+	if e.Dataset.Shots > 0 {
+		me.Dataset.Shots = p.shotsM
+	}
+	me.Federation.Clients, me.Federation.Rounds, me.Federation.EvalEvery, me.Federation.Fraction = p.clients, o.RoundsMeasured, 1, 1
+	me.Protocol.MinSamples = 0 // a small generated set: no minimum per client
+	me.Cache.MemoryMiB = budgetMiB
+	me.Cache.DType = config.DTypeFloat32
+	if o.CacheBF16 {
+		me.Cache.DType = config.DTypeBFloat16
+	}
+	me.Seeds = nil
+	me.Output = config.Output{}
+	if err := me.Validate(); err != nil {
+		return nil, 0, nil, err
+	}
+	opts, err := experiment.FromConfig(&me, p.model, me.Seed, filepath.Join(p.dir, "run-"+tag))
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	var rounds []RoundTiming
+	opts.OnRound = func(_ string, r federation.RoundReport) {
+		rounds = append(rounds, RoundTiming{Round: r.Round, Seconds: r.Seconds, Fit: r.FitSeconds, Aggregate: r.AggregateSeconds, Eval: r.EvalSeconds})
+		p.logf(fmt.Sprintf("%s (%s): round %d: %.1f s (train %.1f, evaluation %.1f)", p.method, tag, r.Round, r.Seconds, r.FitSeconds, r.EvalSeconds))
+	}
+	out, err := experiment.Run(p.ctx, opts)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if len(rounds) < 2 {
+		return nil, 0, nil, fmt.Errorf("%d rounds timed", len(rounds))
+	}
+	return rounds, out.Summary.Timings["prefix_s"], &opts, nil
+}
+
+// count sets m's images per round (local epochs over each client's
+// training images; its test sets) and its cached records.
+func (m *MeasuredRun) count(task *protocol.Task, e *config.Experiment) {
+	epochs := max(e.Federation.LocalEpochs, 1)
+	for _, c := range task.Clients {
+		m.TrainImages += epochs * len(c.Train)
+		for _, s := range c.Evals {
+			m.EvalImages += len(s.Images)
+		}
+	}
+	m.CachedRecords = len(task.UsedTest())
+	if e.Augment.Mode != config.AugmentOnline {
+		m.CachedRecords += len(task.UsedTrain()) * max(e.Augment.Views, 1)
+	}
 }
 
 // methodRecord is the cache record of the trained method of opts on a

@@ -97,137 +97,26 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 	if o.Steps <= 0 {
 		o.Steps = MinSteps
 	}
-	logf := func(s string) {
-		if o.Log != nil {
-			o.Log(s)
-		}
-	}
-	cfg := clip.ViTB16()
-	B, C := o.Batch, o.Classes
-	w := clip.Random(cfg, 1)
-	m := clip.New(w)
+	t := &trainBench{ctx: ctx, o: o, cfg: clip.ViTB16(), B: o.Batch}
+	t.m = clip.New(clip.Random(t.cfg, 1))
 	asked := o.Precision
 	var probe *gemm.Probe
 	if o.Precision == gemm.Auto {
-		p := m.ChoosePrecision()
-		probe, o.Precision = &p, p.Chosen
-		logf("precision auto: " + p.String())
+		p := t.m.ChoosePrecision()
+		probe, t.o.Precision = &p, p.Chosen
+		t.logf("precision auto: " + p.String())
 	}
-	if err := m.SetPrecision(o.Precision); err != nil {
+	if err := t.m.SetPrecision(t.o.Precision); err != nil {
 		return nil, err
 	}
-	rng := rand.New(rand.NewPCG(2, 3))
-	ctxLen := cfg.Text.ContextLength
-	tokens := make([]int, C*ctxLen)
-	for c := 0; c < C; c++ {
-		n := 5 + rng.IntN(8) // "a photo of a <class>." is 7–12 tokens
-		tokens[c*ctxLen] = 49406
-		for i := 1; i < n; i++ {
-			tokens[c*ctxLen+i] = 1 + rng.IntN(49000)
-		}
-		tokens[c*ctxLen+n] = 49407
-	}
-	mcfg := mma.Config{Start: o.Start, End: cfg.Vision.Layers, Dim: o.Dim, Scale: 0.005}
-	a := mma.New(mcfg, cfg.Vision.Width, cfg.Text.Width, rng)
-	l, err := mma.NewLearner(m, a, nil)
-	if err != nil {
+	if err := t.setup(); err != nil {
 		return nil, err
-	}
-	l.Split = !o.NoSplit && mma.CanSplit(o.Start, cfg.Vision.Layers)
-	// records: the prefix before block ℓ, or split records
-	records := func(pixels []float32, dst []float32) []float32 {
-		if l.Split {
-			return clip.ImageSplitRecords(m, o.Start, pixels, B, dst)
-		}
-		return clip.ImagePrefix(m, o.Start, pixels, B, dst)
-	}
-	l.Attach()
-	if err := l.SetClasses(tokens, C); err != nil {
-		return nil, err
-	}
-	labels := make([]int, B)
-	for i := range labels {
-		labels[i] = rng.IntN(C)
-	}
-	var params []optim.Param
-	for _, n := range a.Names() {
-		params = append(params, optim.Param{Name: n, Value: a.Params[n].Data, Grad: a.Grads[n].Data})
-	}
-	opt := optim.NewSGD(0.9, 5e-4, false)
-
-	// A photo-sized source image for the online modes' decode-free
-	// preprocessing (RandomResizedCrop + flip, or resize + center crop).
-	src := image.NewRGBA(image.Rect(0, 0, 500, 375))
-	for i := range src.Pix {
-		src.Pix[i] = uint8(rng.IntN(256))
-	}
-	src.Set(0, 0, color.RGBA{1, 2, 3, 255})
-	tf := preprocess.CLIPTransform(cfg.Vision.ImageSize)
-	S := cfg.Vision.ImageSize
-	per := 3 * S * S
-	pixels := make([]float32, B*per)
-	augment := func(train bool, seed uint64) {
-		nn.ParallelFor(B, 1, func(lo, hi int) {
-			for k := lo; k < hi; k++ {
-				var px []float32
-				if train {
-					px = tf.Augment(src, rand.New(rand.NewPCG(seed, uint64(k))))
-				} else {
-					px = tf.Eval(src)
-				}
-				copy(pixels[k*per:], px)
-			}
-		})
-	}
-	augment(false, 0)
-	logf("prefix")
-	prefix := records(pixels, nil)
-
-	step := func(pre []float32) error {
-		a.ZeroGrads()
-		if _, _, err := l.Step(pre, B, labels); err != nil {
-			return err
-		}
-		return opt.Step(0.001, params)
-	}
-	timeIt := func(name string, rate, spread *float64, f func(i int) error) error {
-		logf(name)
-		t, err := Measure(ctx, 1, o.Steps, f) // warm-up: buffers grow once
-		*rate, *spread = t.PerS(B), t.Spread
-		return err
 	}
 	inUse, best := gemm.KernelFamily()
-	res := &TrainResult{CPU: gemm.CPU(), Backend: gemm.Backend(), Core: inUse, BestCore: best, Precision: o.Precision.String(), PrecisionAsked: asked.String(), Probe: probe,
-		Threads: gemm.Threads(), Steps: o.Steps, Batch: B, Classes: C,
-		Blocks: strconv.Itoa(o.Start) + "-" + strconv.Itoa(cfg.Vision.Layers), Dim: o.Dim, Split: l.Split}
-	if err := timeIt("train cached", &res.TrainCachedPerS, &res.TrainCachedSpread, func(int) error { return step(prefix) }); err != nil {
-		return nil, err
-	}
-	gemm.EnableStats(true)
-	err = step(prefix)
-	res.GemmGFLOPS = gemm.ReadStats().GFLOPS()
-	gemm.EnableStats(false)
-	if err != nil {
-		return nil, err
-	}
-	txt := append([]float32(nil), l.TextFeatures(false)...)
-	if err := timeIt("eval cached", &res.EvalCachedPerS, &res.EvalCachedSpread, func(int) error { l.Logits(prefix, B, txt); return nil }); err != nil {
-		return nil, err
-	}
-	var buf []float32
-	if err := timeIt("train online", &res.TrainOnlinePerS, &res.TrainOnlineSpread, func(i int) error {
-		augment(true, uint64(i+2))
-		buf = records(pixels, buf)
-		return step(buf)
-	}); err != nil {
-		return nil, err
-	}
-	if err := timeIt("eval online", &res.EvalOnlinePerS, &res.EvalOnlineSpread, func(int) error {
-		augment(false, 0)
-		buf = records(pixels, buf)
-		l.Logits(buf, B, txt) // text features are computed once per evaluation, as in the cached mode
-		return nil
-	}); err != nil {
+	res := &TrainResult{CPU: gemm.CPU(), Backend: gemm.Backend(), Core: inUse, BestCore: best, Precision: t.o.Precision.String(), PrecisionAsked: asked.String(), Probe: probe,
+		Threads: gemm.Threads(), Steps: o.Steps, Batch: o.Batch, Classes: o.Classes,
+		Blocks: strconv.Itoa(o.Start) + "-" + strconv.Itoa(t.cfg.Vision.Layers), Dim: o.Dim, Split: t.l.Split}
+	if err := t.measure(res); err != nil {
 		return nil, err
 	}
 	res.PeakRSSMiB = peakRSSMiB()
@@ -240,6 +129,160 @@ func Train(ctx context.Context, o TrainOptions) (*TrainResult, error) {
 		res.SpeedupEvalOnline = res.EvalOnlinePerS / r.EvalImagesPerS
 	}
 	return res, nil
+}
+
+// trainBench is one Train benchmark: the random ViT-B/16, pFedMMA's
+// adapters and learner on it, a batch's labels and pixels, the optimizer
+// and the photo-sized source image the online modes preprocess.
+type trainBench struct {
+	ctx    context.Context
+	o      TrainOptions
+	cfg    clip.Config
+	B      int
+	m      *clip.Model
+	a      *mma.Adapters
+	l      *mma.Learner
+	labels []int
+	params []optim.Param
+	opt    *optim.SGD
+	src    *image.RGBA
+	tf     preprocess.Transform
+	pixels []float32
+}
+
+// logf logs one progress line.
+func (t *trainBench) logf(s string) {
+	if t.o.Log != nil {
+		t.o.Log(s)
+	}
+}
+
+// setup builds the adapters and learner on the model, C random class
+// prompts, the batch's labels, the optimizer and the source image, drawing
+// from one seeded generator in that order.
+func (t *trainBench) setup() error {
+	o, cfg, C := t.o, t.cfg, t.o.Classes
+	rng := rand.New(rand.NewPCG(2, 3))
+	ctxLen := cfg.Text.ContextLength
+	tokens := make([]int, C*ctxLen)
+	for c := 0; c < C; c++ {
+		n := 5 + rng.IntN(8) // "a photo of a <class>." is 7–12 tokens
+		tokens[c*ctxLen] = 49406
+		for i := 1; i < n; i++ {
+			tokens[c*ctxLen+i] = 1 + rng.IntN(49000)
+		}
+		tokens[c*ctxLen+n] = 49407
+	}
+	mcfg := mma.Config{Start: o.Start, End: cfg.Vision.Layers, Dim: o.Dim, Scale: 0.005}
+	t.a = mma.New(mcfg, cfg.Vision.Width, cfg.Text.Width, rng)
+	var err error
+	if t.l, err = mma.NewLearner(t.m, t.a, nil); err != nil {
+		return err
+	}
+	t.l.Split = !o.NoSplit && mma.CanSplit(o.Start, cfg.Vision.Layers)
+	t.l.Attach()
+	if err := t.l.SetClasses(tokens, C); err != nil {
+		return err
+	}
+	t.labels = make([]int, t.B)
+	for i := range t.labels {
+		t.labels[i] = rng.IntN(C)
+	}
+	for _, n := range t.a.Names() {
+		t.params = append(t.params, optim.Param{Name: n, Value: t.a.Params[n].Data, Grad: t.a.Grads[n].Data})
+	}
+	t.opt = optim.NewSGD(0.9, 5e-4, false)
+	// A photo-sized source image for the online modes' decode-free
+	// preprocessing (RandomResizedCrop + flip, or resize + center crop).
+	t.src = image.NewRGBA(image.Rect(0, 0, 500, 375))
+	for i := range t.src.Pix {
+		t.src.Pix[i] = uint8(rng.IntN(256))
+	}
+	t.src.Set(0, 0, color.RGBA{1, 2, 3, 255})
+	t.tf = preprocess.CLIPTransform(cfg.Vision.ImageSize)
+	S := cfg.Vision.ImageSize
+	t.pixels = make([]float32, t.B*3*S*S)
+	return nil
+}
+
+// records computes the batch's cached records from pixels into dst: the
+// prefix before block ℓ, or split records.
+func (t *trainBench) records(dst []float32) []float32 {
+	if t.l.Split {
+		return clip.ImageSplitRecords(t.m, t.o.Start, t.pixels, t.B, dst)
+	}
+	return clip.ImagePrefix(t.m, t.o.Start, t.pixels, t.B, dst)
+}
+
+// augment preprocesses the source image into every image of the batch:
+// training augmentation seeded by seed, or the evaluation transform.
+func (t *trainBench) augment(train bool, seed uint64) {
+	per := 3 * t.cfg.Vision.ImageSize * t.cfg.Vision.ImageSize
+	nn.ParallelFor(t.B, 1, func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			var px []float32
+			if train {
+				px = t.tf.Augment(t.src, rand.New(rand.NewPCG(seed, uint64(k))))
+			} else {
+				px = t.tf.Eval(t.src)
+			}
+			copy(t.pixels[k*per:], px)
+		}
+	})
+}
+
+// step is one training step on the records pre.
+func (t *trainBench) step(pre []float32) error {
+	t.a.ZeroGrads()
+	if _, _, err := t.l.Step(pre, t.B, t.labels); err != nil {
+		return err
+	}
+	return t.opt.Step(0.001, t.params)
+}
+
+// timeIt measures f (after a warm-up: buffers grow once) into rate and
+// spread.
+func (t *trainBench) timeIt(name string, rate, spread *float64, f func(i int) error) error {
+	t.logf(name)
+	m, err := Measure(t.ctx, 1, t.o.Steps, f)
+	*rate, *spread = m.PerS(t.B), m.Spread
+	return err
+}
+
+// measure times training and evaluation on cached records and online
+// (preprocessing and records computed at every step) into res.
+func (t *trainBench) measure(res *TrainResult) error {
+	t.augment(false, 0)
+	t.logf("prefix")
+	prefix := t.records(nil)
+	if err := t.timeIt("train cached", &res.TrainCachedPerS, &res.TrainCachedSpread, func(int) error { return t.step(prefix) }); err != nil {
+		return err
+	}
+	gemm.EnableStats(true)
+	err := t.step(prefix)
+	res.GemmGFLOPS = gemm.ReadStats().GFLOPS()
+	gemm.EnableStats(false)
+	if err != nil {
+		return err
+	}
+	txt := append([]float32(nil), t.l.TextFeatures(false)...)
+	if err := t.timeIt("eval cached", &res.EvalCachedPerS, &res.EvalCachedSpread, func(int) error { t.l.Logits(prefix, t.B, txt); return nil }); err != nil {
+		return err
+	}
+	var buf []float32
+	if err := t.timeIt("train online", &res.TrainOnlinePerS, &res.TrainOnlineSpread, func(i int) error {
+		t.augment(true, uint64(i+2))
+		buf = t.records(buf)
+		return t.step(buf)
+	}); err != nil {
+		return err
+	}
+	return t.timeIt("eval online", &res.EvalOnlinePerS, &res.EvalOnlineSpread, func(int) error {
+		t.augment(false, 0)
+		buf = t.records(buf)
+		t.l.Logits(buf, t.B, txt) // text features are computed once per evaluation, as in the cached mode
+		return nil
+	})
 }
 
 // TrainRow is one row of `pfedmma bench train`'s table: a rate, its

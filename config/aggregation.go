@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/pfedmma/pfedmma/compress"
 )
 
 // Aggregation rules (aggregation.rule).
@@ -122,4 +124,49 @@ func (a Aggregation) fingerprintLines() []string {
 			fmt.Sprintf("aggregation.dp.seed=%d", a.DP.Seed))
 	}
 	return out
+}
+
+// Shorthands are the values of `pfedmma serve`'s shorthand flags for keys
+// of the aggregation and federation sections (--aggregate, --trim,
+// --clip-norm, --dp-noise-multiplier, --dp-clip, --dp-delta,
+// --secure-aggregation, --compress).
+type Shorthands struct {
+	Aggregate                                string
+	Trim, ClipNorm, DPNoise, DPClip, DPDelta float64
+	Secure                                   bool
+	Compress                                 string
+}
+
+// Sets turns the shorthand flags given (changed reports whether a flag was
+// given) into the --set overrides they stand for; a flag not given changes
+// nothing (the configuration's value stands).
+func (r Shorthands) Sets(changed func(flag string) bool) ([]string, error) {
+	var sets []string
+	if changed("aggregate") {
+		rule := map[string]string{"mean": RuleMean, "median": RuleMedian,
+			"trimmed-mean": RuleTrimmedMean, RuleTrimmedMean: RuleTrimmedMean}[r.Aggregate]
+		if rule == "" {
+			return nil, fmt.Errorf("--aggregate %q: want mean, median or trimmed-mean", r.Aggregate)
+		}
+		sets = append(sets, "aggregation.rule="+rule)
+	}
+	for _, f := range []struct {
+		flag, key string
+		v         float64
+	}{{"trim", "trim", r.Trim}, {"clip-norm", "clip_norm", r.ClipNorm}, {"dp-noise-multiplier", "dp.noise_multiplier", r.DPNoise},
+		{"dp-clip", "dp.clip", r.DPClip}, {"dp-delta", "dp.delta", r.DPDelta}} {
+		if changed(f.flag) {
+			sets = append(sets, "aggregation."+f.key+"="+strconv.FormatFloat(f.v, 'g', -1, 64))
+		}
+	}
+	if changed("secure-aggregation") {
+		sets = append(sets, "federation.secure_aggregation="+strconv.FormatBool(r.Secure))
+	}
+	if changed("compress") {
+		if _, err := compress.Parse(r.Compress); err != nil {
+			return nil, fmt.Errorf("--compress %q: want none, fp16 or int8", r.Compress)
+		}
+		sets = append(sets, "federation.compress="+r.Compress)
+	}
+	return sets, nil
 }

@@ -2,32 +2,12 @@ package experiment
 
 import (
 	"fmt"
-	"log/slog"
 	"maps"
 
 	"github.com/pfedmma/pfedmma/federation/robust"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/report"
 )
-
-// buildPlan builds method name's plan and wraps its strategy as the
-// configuration's aggregation section asks (robust.FromConfig): `pfedmma
-// run` and `pfedmma serve` build their strategy here, so a simulation
-// reproduces a hardened deployment. A method that does not train (no
-// strategy) is left as it is.
-func buildPlan(o Options, meth methods.Method, env *methods.Env, name string) (*methods.Plan, error) {
-	plan, err := meth.Build(env, o.Sections[name])
-	if err != nil || plan.Strategy == nil {
-		return plan, err
-	}
-	if err := checkSecure(o, plan.Strategy); err != nil {
-		return nil, err
-	}
-	if plan.Strategy, err = robust.FromConfig(plan.Strategy, o.Aggregation, o.Seed, slog.Default()); err != nil {
-		return nil, err
-	}
-	return plan, nil
-}
 
 // checkAggregation builds every method's plan once before any trains when
 // the aggregation section is on and the run compares several methods, so
@@ -38,7 +18,7 @@ func checkAggregation(o Options, ms []methods.Method, envs map[cacheKey]*methods
 		return nil // a single method is refused when its plan is built
 	}
 	for i, meth := range ms {
-		if _, err := buildPlan(o, meth, envs[keys[i]], o.Methods[i]); err != nil {
+		if _, err := o.Federation().Plan(meth, envs[keys[i]], o.Sections[o.Methods[i]]); err != nil {
 			return fmt.Errorf("%s: %w", o.Methods[i], err)
 		}
 	}

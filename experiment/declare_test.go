@@ -1,9 +1,6 @@
 package experiment
 
 import (
-	"errors"
-	"io/fs"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -29,9 +26,10 @@ func init() {
 	methods.Register(probe{name: "probe_trains", frozen: false})
 }
 
-// TestMethodsDeclareNotNames (issue 20): a federation's trained method,
-// predict's default method and whether a site file is needed come from the
-// methods.Frozen declaration.
+// TestMethodsDeclareNotNames (issue 20): a federation's trained method and
+// the methods that run on image features come from the methods'
+// declarations (predict's own test covers its default method and site
+// file).
 func TestMethodsDeclareNotNames(t *testing.T) {
 	if got, err := TrainedMethod([]string{"probe_frozen", PFedMMA}); err != nil || got != PFedMMA {
 		t.Errorf("a method declaring Frozen beside pfedmma: trained method %q, %v; want pfedmma", got, err)
@@ -41,21 +39,6 @@ func TestMethodsDeclareNotNames(t *testing.T) {
 	}
 	if got, err := TrainedMethod([]string{ZeroShot, "promptfl"}); err != nil || got != "promptfl" {
 		t.Errorf("zeroshot beside promptfl: trained method %q, %v", got, err)
-	}
-	info := &RunInfo{Methods: []string{"probe_frozen", "promptfl", PFedMMA}}
-	if m, err := predictMethod(info, PredictConfig{}); err != nil || m.Info().Name != "promptfl" {
-		t.Errorf("predict's default method: %v, %v; want the first trained, promptfl", m, err)
-	}
-	info.Methods = []string{"probe_trains", PFedMMA}
-	if m, err := predictMethod(info, PredictConfig{}); err != nil || m.Info().Name != "probe_trains" {
-		t.Errorf("predict's default method: %v, %v; want probe_trains, which declares it trains", m, err)
-	}
-	missing := filepath.Join(t.TempDir(), SiteFile(0))
-	if saved, err := readSiteFile(missing, false); err != nil || len(saved) != 0 {
-		t.Errorf("a frozen method's missing site file: %v, %v; want no tensors", saved, err)
-	}
-	if _, err := readSiteFile(missing, true); err == nil || !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("a trained method's missing site file: error %v", err)
 	}
 	fm := featureMethods()
 	for _, want := range []string{ZeroShot, "probe_frozen", "promptfl", "fedpgp", "clip_adapter"} {

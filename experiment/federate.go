@@ -9,11 +9,10 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/memlimit"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/prefixcache"
-	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
+	"github.com/pfedmma/pfedmma/session"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -122,34 +121,33 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 		return nil, err
 	}
 	f := &Federated{Name: name, Method: meth, Task: task, Dataset: s.ds.Name, template: s.tmpl}
-	var env *methods.Env
-	if site < 0 {
-		px := &prefixcache.Prefixer{Model: m, Start: depth, Transform: preprocess.CLIPTransform(m.W.Config.Vision.ImageSize), Batch: max(o.EvalBatch, 1), Split: key.split}
-		env = &methods.Env{Model: m, Tok: tok, Task: task, Start: depth, Template: s.tmpl, Seed: o.Seed, Train: o.Train,
-			Views: s.views, Online: s.online, Prefixer: px}
-	} else {
+	var bar *progress.Bar // the site's: the coordinator reads no image
+	if site >= 0 {
 		// the memory estimate of `pfedmma run` (the weights, loaded
 		// already, are out of what is available)
 		need := estimateMemory(o, m.W.Config, 0, task, []cacheKey{key}, s.views, s.online, cacheBudget(o.CacheMiB)/2)
 		if err := checkMemory(need, memlimit.AvailableMiB()); err != nil {
 			return nil, fmt.Errorf("site %d: %w", site, err)
 		}
-		bar := progress.New(o.Progress, 0, "frozen prefixes", "img", progress.WithMode(o.ProgressMode))
-		env, err = newEnv(ctx, o, m, tok, task, s.tmpl, key, s.views, s.online, cacheBudget(o.CacheMiB)/2, bar)
-		bar.Finish()
-		if err != nil {
-			return nil, err
-		}
-		f.close = func() { env.TrainStore.Close(); env.TestStore.Close() }
+		bar = progress.New(o.Progress, 0, "frozen prefixes", "img", progress.WithMode(o.ProgressMode))
 	}
+	env, err := session.NewEnv(ctx, o.frozen(m, tok, task, s.tmpl, key, s.views, s.online, cacheBudget(o.CacheMiB)/2, bar))
+	if bar != nil {
+		bar.Finish()
+	}
+	if err != nil {
+		return nil, err
+	}
+	f.close = func() { session.CloseEnv(env) }
 	if o.OnEvaluate != nil {
 		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 	}
-	plan, err := buildPlan(o, meth, env, name)
+	sess, err := session.Build(session.Config{Env: env, Method: meth, Settings: o.Sections[name], Federation: o.Federation()})
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
+	plan := sess.Plan
 	if plan.Strategy == nil {
 		f.Close()
 		return nil, fmt.Errorf("%s does not train: nothing to federate", name)

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pfedmma/pfedmma/actcache"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/config"
@@ -24,12 +23,11 @@ import (
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/internal/memlimit"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
-	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
+	"github.com/pfedmma/pfedmma/session"
 	"github.com/pfedmma/pfedmma/tokenizer"
 )
 
@@ -264,12 +262,11 @@ func openEnvs(ctx context.Context, o Options, s *setup) ([]cacheKey, map[cacheKe
 	var opened []*methods.Env
 	closeEnvs := func() { // in the reverse order of opening, each test store before its train store
 		for i := len(opened) - 1; i >= 0; i-- {
-			opened[i].TestStore.Close()
-			opened[i].TrainStore.Close()
+			session.CloseEnv(opened[i])
 		}
 	}
 	for _, d := range distinct {
-		env, err := newEnv(ctx, o, m, tok, task, s.tmpl, d, s.views, s.online, budget, root)
+		env, err := session.NewEnv(ctx, o.frozen(m, tok, task, s.tmpl, d, s.views, s.online, budget, root))
 		if err != nil {
 			closeEnvs()
 			return nil, nil, nil, err
@@ -360,39 +357,18 @@ func depthsOf(keys []cacheKey) []string {
 	return out
 }
 
-// newEnv builds the frozen records of cache key: the prefixes of depth
-// ℓ = key.depth, split records when key.split.
-func newEnv(ctx context.Context, o Options, m *clip.Model, tok *tokenizer.Tokenizer, task *protocol.Task, tmpl string,
-	key cacheKey, views int, online bool, budget int64, bar *progress.Bar) (*methods.Env, error) {
-	S := m.W.Config.Vision.ImageSize
-	batch := o.EvalBatch
-	if batch <= 0 {
-		batch = 32
+// frozen describes the frozen env of cache key on the setup's model, task
+// and template: the prefixes of depth ℓ = key.depth, split records when
+// key.split; the stores hold budget bytes each in RAM (nil bar: no cache,
+// the coordinator's env).
+func (o Options) frozen(m *clip.Model, tok *tokenizer.Tokenizer, task *protocol.Task, tmpl string,
+	key cacheKey, views int, online bool, budget int64, bar *progress.Bar) session.Frozen {
+	f := session.Frozen{Model: m, Tok: tok, Task: task, Template: tmpl, Depth: key.depth, Split: key.split, Seed: o.Seed,
+		Train: o.Train, Views: views, Online: online, EvalBatch: o.EvalBatch}
+	if bar != nil {
+		f.Cache = &session.Cache{Budget: budget, SpillDir: o.SpillDir, BF16: o.CacheBF16, NoCache: o.NoCache, Bar: bar}
 	}
-	start := key.depth
-	px := &prefixcache.Prefixer{Model: m, Start: start, Transform: preprocess.CLIPTransform(S), Batch: batch, Split: key.split}
-	dtype := actcache.Float32
-	if o.CacheBF16 {
-		dtype = actcache.BFloat16
-	}
-	trainStore, err := actcache.New(actcache.Options{RecordLen: px.RecordLen(), MemoryBudget: budget, SpillDir: o.SpillDir, DType: dtype})
-	if err != nil {
-		return nil, err
-	}
-	testStore, err := actcache.New(actcache.Options{RecordLen: px.RecordLen(), MemoryBudget: budget, SpillDir: o.SpillDir, DType: dtype})
-	if err != nil {
-		trainStore.Close()
-		return nil, err
-	}
-	env := &methods.Env{Model: m, Tok: tok, Task: task, Start: start, Template: tmpl, Seed: o.Seed,
-		Train: o.Train, Views: views, Online: online, Prefixer: px, TrainStore: trainStore, TestStore: testStore,
-		Evaluator: &eval.Evaluator{Source: testStore, RecordLen: px.RecordLen(), Batch: batch}}
-	if err := env.Fill(ctx, views, o.NoCache, bar); err != nil {
-		trainStore.Close()
-		testStore.Close()
-		return nil, err
-	}
-	return env, nil
+	return f
 }
 
 // runMethod runs one method's federation (or, for a method that does not
@@ -402,11 +378,12 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 		defer func() { env.OnEvaluate = nil }()
 	}
-	plan, err := buildPlan(o, meth, env, name)
+	sess, err := session.Build(session.Config{Env: env, Method: meth, Settings: o.Sections[name], Federation: o.Federation()})
 	if err != nil {
 		return nil, err
 	}
-	if plan.Strategy == nil {
+	plan, coord := sess.Plan, sess.Coordinator
+	if coord == nil {
 		return evaluateOnce(ctx, env, plan, name, log)
 	}
 	ckdir := filepath.Join(o.OutDir, "checkpoints", name)
@@ -425,7 +402,6 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 		slog.Warn("method has no global model: the held-out / unseen sets are not scored", "method", name)
 	}
 	store := federation.FileStore{Path: filepath.Join(ckdir, federation.CheckpointFile)}
-	coord := o.coordinator(plan.Strategy)
 	coord.Proxies, coord.Store = m.proxies(ckdir), store
 	// one line per round is logged below, with the metrics
 	coord.Logger = slog.New(slog.DiscardHandler)
@@ -469,7 +445,7 @@ type methodRun struct {
 func (m *methodRun) proxies(ckdir string) []federation.ClientProxy {
 	proxies := make([]federation.ClientProxy, len(m.plan.Clients))
 	for i, c := range m.plan.Clients {
-		proxies[i] = m.o.compressed(federation.NewSite(c, filepath.Join(ckdir, fmt.Sprintf("site-%03d", c.ID()))))
+		proxies[i] = m.o.Federation().Proxy(federation.NewSite(c, filepath.Join(ckdir, fmt.Sprintf("site-%03d", c.ID()))))
 	}
 	return proxies
 }

@@ -125,9 +125,9 @@ func runRelative(dir, path string) string {
 	return abs
 }
 
-// resolveRunPath returns a path run.json holds: a relative one is relative
+// ResolveRunPath returns a path run.json holds: a relative one is relative
 // to the run folder dir.
-func resolveRunPath(dir, path string) string {
+func ResolveRunPath(dir, path string) string {
 	if path == "" || filepath.IsAbs(path) {
 		return path
 	}

@@ -99,7 +99,7 @@ func TestRunSecureAggregation(t *testing.T) {
 		t.Errorf("compression with secure aggregation: %v, want a refusal naming federation.compress", err)
 	}
 	// the simulation's quantiser is the protocol's default
-	if s, ok := secure.secure(nil).(*federation.SimulatedSecure); ok || s != nil {
+	if s, ok := secure.Federation().SecureAggregator(nil).(*federation.SimulatedSecure); ok || s != nil {
 		t.Error("a secure aggregator for a method that does not train")
 	}
 }

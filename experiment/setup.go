@@ -12,6 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/session"
 )
 
 // setup is what a job is before any image is read, the same for `pfedmma
@@ -195,12 +196,12 @@ func (b *siteBytes) extra() map[string]any {
 		"update_bytes_total": b.totalUp, "download_bytes_total": b.totalDown, "compress": cmp.Or(string(b.codec), string(compress.None))}
 }
 
-// coordinator is o's federation schedule — the rounds, the sampling of
-// sites and the rounds after which every site is evaluated
-// (federation.eval_every as FromConfig maps it) — for strat: `run` and
-// `serve` start from it alike.
-func (o Options) coordinator(strat federation.Strategy) *federation.Coordinator {
-	return &federation.Coordinator{Strategy: strat, Rounds: o.Rounds, Fraction: o.Fraction, Seed: o.Seed, EvalEvery: o.EvalEvery,
-		EvaluateAlone: o.EvaluateAlone, PayloadBytes: o.Compress.Bytes,
-		Secure: o.secure(strat)}
+// Federation is how o federates a method's plan (session.Federation):
+// the aggregation section, secure aggregation, compression and the
+// schedule — the rounds, the sampling of sites and the rounds after which
+// every site is evaluated (federation.eval_every as FromConfig maps it):
+// `run` and `serve` start from it alike.
+func (o Options) Federation() session.Federation {
+	return session.Federation{Aggregation: o.Aggregation, Secure: o.SecureAggregation, Compress: o.Compress, Seed: o.Seed,
+		Rounds: o.Rounds, Fraction: o.Fraction, EvalEvery: o.EvalEvery, EvaluateAlone: o.EvaluateAlone}
 }

@@ -57,76 +57,72 @@ func newBenchEngineCmd() *cobra.Command {
 	return cmd
 }
 
-// benchTrainFlags are the flags of `bench train`.
-type benchTrainFlags struct {
-	asJSON, uncached, split             bool
-	batch, steps, classes, start, dim   int
-	vocab, precision, reference, method string
-}
-
 // newBenchTrainCmd builds `bench train`.
 func newBenchTrainCmd() *cobra.Command {
-	var t benchTrainFlags
+	var t bench.TrainCommand
+	var split bool
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "pFedMMA training and evaluation images/s (ViT-B/16 shapes, random weights, blocks 10-12, r 32, 24 classes)",
 		Long:  bench.TrainHelp,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runBenchTrain(cmd, t)
+			t.NoSplit, t.Log = !split, benchLog("bench train")
+			return bench.RunTrain(cmd.Context(), t, cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&t.asJSON, "json", false, "print JSON")
-	f.BoolVar(&t.uncached, "uncached", false, "with --method: recompute the frozen records (image encoder up to the method's cache depth) at every step and evaluation, like for like with the authors' code")
-	f.IntVar(&t.batch, "batch", 32, "batch size")
-	f.IntVar(&t.steps, "steps", bench.MinSteps, "timed steps per measurement (after one warm-up step)")
-	f.IntVar(&t.classes, "classes", 24, "classes")
-	f.IntVar(&t.start, "start", 10, "first adapted block")
-	f.IntVar(&t.dim, "dim", 32, "adapter width r")
-	f.BoolVar(&t.split, "cache-block-output", true, "cache block ℓ's frozen output and adapter input (pfedmma.cache_block_output); false caches the prefix before block ℓ")
-	f.StringVar(&t.vocab, "vocab", "", "with --method: CLIP's BPE vocabulary (bpe_simple_vocab_16e6.txt.gz), for a method that tokenises text itself (fedmvp's class descriptions)")
-	f.StringVar(&t.method, "method", "", "benchmark this registered method through its client and the training loop (default: the pFedMMA engine benchmark)")
-	f.StringVar(&t.precision, "precision", "fp32", "frozen weights' products: fp32, bf16 or auto (bf16 where a start-up probe measures it faster here)")
-	f.StringVar(&t.reference, "reference", "", "reference figures (JSON: train_images_per_s, eval_images_per_s, peak_rss_mib) to compute speedups against")
+	f.BoolVar(&t.JSON, "json", false, "print JSON")
+	f.BoolVar(&t.Uncached, "uncached", false, "with --method: recompute the frozen records (image encoder up to the method's cache depth) at every step and evaluation, like for like with the authors' code")
+	f.IntVar(&t.Batch, "batch", 32, "batch size")
+	f.IntVar(&t.Steps, "steps", bench.MinSteps, "timed steps per measurement (after one warm-up step)")
+	f.IntVar(&t.Classes, "classes", 24, "classes")
+	f.IntVar(&t.Start, "start", 10, "first adapted block")
+	f.IntVar(&t.Dim, "dim", 32, "adapter width r")
+	f.BoolVar(&split, "cache-block-output", true, "cache block ℓ's frozen output and adapter input (pfedmma.cache_block_output); false caches the prefix before block ℓ")
+	f.StringVar(&t.Vocab, "vocab", "", "with --method: CLIP's BPE vocabulary (bpe_simple_vocab_16e6.txt.gz), for a method that tokenises text itself (fedmvp's class descriptions)")
+	f.StringVar(&t.Method, "method", "", "benchmark this registered method through its client and the training loop (default: the pFedMMA engine benchmark)")
+	f.StringVar(&t.Precision, "precision", "fp32", "frozen weights' products: fp32, bf16 or auto (bf16 where a start-up probe measures it faster here)")
+	f.StringVar(&t.Reference, "reference", "", "reference figures (JSON: train_images_per_s, eval_images_per_s, peak_rss_mib) to compute speedups against")
 	return cmd
 }
 
-// runBenchTrain runs `bench train`: the pFedMMA engine benchmark, or with
-// --method a registered method's.
-func runBenchTrain(cmd *cobra.Command, t benchTrainFlags) error {
-	if err := bench.CheckTrainSizes(t.batch, t.steps, t.classes, t.start, t.dim); err != nil {
-		return fmt.Errorf("bench train: %w", err)
+func init() {
+	var x bench.ExperimentCommand
+	cmd := &cobra.Command{
+		Use:   "experiment [--rounds N] [--clients N] [--shots N] [--reference FILE.json] [--json] | --preset NAME[:DATASET]... [--rounds-measured N] [--scale F] [--memory-budget MiB] [--out DIR]",
+		Short: "A whole base-to-novel experiment at ViT-B/16 shapes: seconds per round by phase, FLOPs, projection",
+		Long:  bench.ExperimentHelp,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			x.Log = benchLog("bench experiment")
+			return bench.RunExperiment(cmd.Context(), x, cmd.OutOrStdout())
+		},
 	}
-	prec, err := gemm.ParsePrecision(t.precision)
-	if err != nil {
-		return fmt.Errorf("bench train: --precision: %w", err)
-	}
-	var ref *bench.Reference
-	if t.reference != "" {
-		if ref, err = bench.LoadReference(t.reference); err != nil {
-			return fmt.Errorf("bench train: --reference: %w", err)
-		}
-	}
-	logf, w := benchLog("bench train"), cmd.OutOrStdout()
-	if t.method != "" {
-		r, err := bench.Method(cmd.Context(), bench.MethodOptions{Method: t.method, Batch: t.batch, Classes: t.classes, Steps: t.steps,
-			Precision: prec, Reference: ref, Log: logf, Uncached: t.uncached, Vocab: t.vocab})
-		if err != nil {
-			return fmt.Errorf("bench train --method %s: %w", t.method, err)
-		}
-		if t.asJSON {
-			return writeJSON(w, r)
-		}
-		return r.WriteText(w, ref)
-	}
-	r, err := bench.Train(cmd.Context(), bench.TrainOptions{Batch: t.batch, Steps: t.steps, Classes: t.classes, Start: t.start, Dim: t.dim,
-		Precision: prec, Reference: ref, Log: logf, NoSplit: !t.split})
-	if err != nil {
-		return fmt.Errorf("bench train: %w", err)
-	}
-	if t.asJSON {
-		return writeJSON(w, r)
-	}
-	return r.WriteText(w, ref)
+	addBenchExperimentFlags(cmd, &x)
+	benchCmd.AddCommand(cmd)
+}
+
+// addBenchExperimentFlags defines the flags of `bench experiment` on cmd.
+func addBenchExperimentFlags(cmd *cobra.Command, x *bench.ExperimentCommand) {
+	f, o, ps := cmd.Flags(), &x.Options, &x.PaperScale
+	f.IntVar(&o.Rounds, "rounds", 2, "rounds (≥ 2; the first also fills the cache)")
+	f.IntVar(&o.Clients, "clients", 10, "clients")
+	f.IntVar(&o.Shots, "shots", 16, "training images per class")
+	f.IntVar(&o.Classes, "classes", 40, "classes of the generated dataset (half base, half novel)")
+	f.IntVar(&o.TestPerClass, "test-per-class", 10, "test images per class")
+	f.StringVar(&x.Reference, "reference", "", "the authors' figures (JSON: train_images_per_s, eval_images_per_s, peak_rss_mib)")
+	f.BoolVar(&x.JSON, "json", false, "print JSON")
+	f.StringArrayVar(&ps.Presets, "preset", nil, "project this paper preset (NAME or NAME:DATASET, e.g. paper-cifar:cifar100; repeatable) from measured rounds: see Paper-scale runs in the README")
+	f.IntVar(&ps.RoundsMeasured, "rounds-measured", 2, "with --preset: measured rounds (≥ 2; the first fills the cache)")
+	f.Float64Var(&ps.Scale, "scale", 0.25, "with --preset: fraction of the shots and test images per class the measured run generates (classes, model, method stay the preset's)")
+	f.IntVar(&ps.ClientsMeasured, "clients-measured", 2, "with --preset: clients of the measured run (0: the preset's, at most 10; at least what the method needs, e.g. pfedmoap.num_experts)")
+	f.IntVar(&ps.MemoryBudgetMiB, "memory-budget", 8192, "with --preset: RAM budget of the prefix cache in MiB (cache.memory_mib); beyond it records spill to a memory-mapped file")
+	f.StringVar(&x.CacheDType, "cache-dtype", "bfloat16", "with --preset: storage of the cached prefixes, bfloat16 or float32 (cache.dtype)")
+	f.BoolVar(&ps.SpillCompare, "spill-compare", true, "with --preset: measure the rounds again with every cached record spilled (the spill's cost)")
+	f.StringArrayVar(&x.Merge, "merge", nil, "instead of measuring: join the presets of earlier --preset runs' paperscale.json files (repeatable) into one table and plot")
+	f.BoolVar(&x.Reproject, "reproject", false, "with --merge: project the saved measurements again under --memory-budget and --cache-dtype")
+	f.StringVar(&x.Out, "out", "", "with --preset: write paperscale.json, paperscale.md and paperscale.png here")
+	f.StringVar(&o.Precision, "precision", "fp32", "frozen weights' products: fp32 (exact) or bf16")
+	f.BoolVar(&o.EvaluateAlone, "evaluate-alone", false, "evaluate every client on its own (the baseline of evaluating a method's clients together)")
 }

@@ -62,26 +62,6 @@ func newCertsInitCmd() *cobra.Command {
 	return cmd
 }
 
-// newCertsAddSiteCmd builds `certs add-site`.
-func newCertsAddSiteCmd() *cobra.Command {
-	var dir string
-	cmd := &cobra.Command{
-		Use:   "add-site --dir D NAME",
-		Short: "Issue a certificate for a new site (the next client ID)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := certs.AddSite(dir, args[0])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "site %s is client %d\n", args[0], id)
-			return nil
-		},
-	}
-	dirFlag(cmd, &dir)
-	return cmd
-}
-
 // newCertsRevokeCmd builds `certs revoke`.
 func newCertsRevokeCmd() *cobra.Command {
 	var dir string
@@ -114,22 +94,27 @@ func newCertsRevokeCmd() *cobra.Command {
 	return cmd
 }
 
-// newCertsRekeyCmd builds `certs rekey`.
-func newCertsRekeyCmd() *cobra.Command {
+// newCertsNameCmd builds the certs subcommand what on one NAME
+// (add-site, rekey, add-operator): do acts and returns the line printed;
+// checkDir refuses an empty --dir first.
+func newCertsNameCmd(what, short, long string, checkDir bool, do func(dir, name string) (string, error)) *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
-		Use:   "rekey --dir D NAME",
-		Short: "Give a site a new certificate (same client ID), revoking its current one",
-		Long:  certs.RekeyHelp,
+		Use:   what + " --dir D NAME",
+		Short: short,
+		Long:  long,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireDir("rekey", dir); err != nil {
+			if checkDir {
+				if err := requireDir(what, dir); err != nil {
+					return err
+				}
+			}
+			line, err := do(dir, args[0])
+			if err != nil {
 				return err
 			}
-			if err := certs.Rekey(dir, args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "site %s: old certificate revoked, new one in %s/%s.crt and .key\n", args[0], certs.SitesDir, args[0])
+			fmt.Fprintln(cmd.OutOrStdout(), line)
 			return nil
 		},
 	}
@@ -137,25 +122,25 @@ func newCertsRekeyCmd() *cobra.Command {
 	return cmd
 }
 
+// newCertsAddSiteCmd builds `certs add-site`.
+func newCertsAddSiteCmd() *cobra.Command {
+	return newCertsNameCmd("add-site", "Issue a certificate for a new site (the next client ID)", "", false, func(dir, name string) (string, error) {
+		id, err := certs.AddSite(dir, name)
+		return fmt.Sprintf("site %s is client %d", name, id), err
+	})
+}
+
+// newCertsRekeyCmd builds `certs rekey`.
+func newCertsRekeyCmd() *cobra.Command {
+	return newCertsNameCmd("rekey", "Give a site a new certificate (same client ID), revoking its current one", certs.RekeyHelp, true, func(dir, name string) (string, error) {
+		return fmt.Sprintf("site %s: old certificate revoked, new one in %s/%s.crt and .key", name, certs.SitesDir, name), certs.Rekey(dir, name)
+	})
+}
+
 // newCertsAddOperatorCmd builds `certs add-operator`.
 func newCertsAddOperatorCmd() *cobra.Command {
-	var dir string
-	cmd := &cobra.Command{
-		Use:   "add-operator --dir D NAME",
-		Short: "Issue an operator certificate: it opens the dashboard, /api/status and /metrics (never the federation)",
-		Long:  certs.AddOperatorHelp,
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireDir("add-operator", dir); err != nil {
-				return err
-			}
-			if err := certs.AddOperator(dir, args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "operator %s: %s/%s.crt and .key\n", args[0], certs.OperatorsDir, args[0])
-			return nil
-		},
-	}
-	dirFlag(cmd, &dir)
-	return cmd
+	return newCertsNameCmd("add-operator", "Issue an operator certificate: it opens the dashboard, /api/status and /metrics (never the federation)", certs.AddOperatorHelp, true,
+		func(dir, name string) (string, error) {
+			return fmt.Sprintf("operator %s: %s/%s.crt and .key", name, certs.OperatorsDir, name), certs.AddOperator(dir, name)
+		})
 }

@@ -6,11 +6,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/predict"
 )
 
 func init() {
-	var c experiment.EmbedConfig
+	var c predict.EmbedConfig
 	cmd := &cobra.Command{
 		Use:   "embed --model PATH [--vocab FILE] (--image FILE... | --pixels FILE.safetensors) [--text STRING...] [--normalize]",
 		Short: "Print CLIP image and text features as JSON",
@@ -21,7 +21,7 @@ func init() {
 			if c.Model, err = resolveModelPath(c.Model); err != nil {
 				return fmt.Errorf("embed: %w", err)
 			}
-			out, err := experiment.Embed(cmd.Context(), c)
+			out, err := predict.Embed(cmd.Context(), c)
 			if err != nil {
 				return fmt.Errorf("embed: %w", err)
 			}

@@ -7,9 +7,11 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/checkpoint"
+	"github.com/pfedmma/pfedmma/experiment"
 )
 
-// TestLoadModelRefusesNaN: the CLI's model loader (embed, zeroshot, …)
+// TestLoadModelRefusesNaN: the commands' model loader (embed, zeroshot, …:
+// experiment.LoadModel)
 // refuses NaN weights naming the tensor.
 func TestLoadModelRefusesNaN(t *testing.T) {
 	dir := tinyWorldModel(t)
@@ -22,7 +24,7 @@ func TestLoadModelRefusesNaN(t *testing.T) {
 	if err := checkpoint.Save(file, w, checkpoint.OpenAI); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := loadModel(dir, "", true); err == nil || !strings.Contains(err.Error(), "text_projection") {
+	if _, _, err := experiment.LoadModel(dir, ""); err == nil || !strings.Contains(err.Error(), "text_projection") {
 		t.Fatalf("NaN model: error %v, want one naming text_projection", err)
 	}
 }

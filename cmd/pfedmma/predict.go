@@ -5,21 +5,21 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/predict"
 )
 
 func init() {
-	var c experiment.PredictConfig
+	var c predict.PredictConfig
 	cmd := &cobra.Command{
 		Use:   "predict --run DIR [--method NAME] [--client N] [--space NAME|all] [--top K] [--model PATH] --image FILE [FILE...]",
 		Short: "Classify images with one site's personalised model from a finished run",
-		Long:  experiment.PredictHelp,
+		Long:  predict.PredictHelp,
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := c
 			c.Images = append(c.Images, args...)
 			c.DefaultModel = defaultModelDir
-			p, err := experiment.Predict(cmd.Context(), c)
+			p, err := predict.Predict(cmd.Context(), c)
 			if err != nil {
 				return fmt.Errorf("predict: %w", err)
 			}

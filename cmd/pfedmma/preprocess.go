@@ -5,14 +5,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/predict"
 )
 
 func init() { rootCmd.AddCommand(newPreprocessCmd()) }
 
 // newPreprocessCmd builds the preprocess subcommand (fresh flags each call).
 func newPreprocessCmd() *cobra.Command {
-	var c experiment.PreprocessConfig
+	var c predict.PreprocessConfig
 	cmd := &cobra.Command{
 		Use:   "preprocess [--image FILE]... [FILE]... --out FILE.safetensors",
 		Short: "Apply CLIP's image transform (PIL-exact resize, center crop, normalise) and save the tensors",
@@ -22,7 +22,7 @@ func newPreprocessCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := c
 			c.Images = append(append([]string(nil), c.Images...), args...)
-			if err := experiment.Preprocess(cmd.Context(), c); err != nil {
+			if err := predict.Preprocess(cmd.Context(), c); err != nil {
 				return fmt.Errorf("preprocess: %w", err)
 			}
 			return nil
@@ -30,7 +30,7 @@ func newPreprocessCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringArrayVar(&c.Images, "image", nil, "image file (repeatable; positional arguments are added too)")
-	f.IntVar(&c.Size, "size", 224, fmt.Sprintf("output side length (%d..%d)", experiment.MinPreprocessSize, experiment.MaxPreprocessSize))
+	f.IntVar(&c.Size, "size", 224, fmt.Sprintf("output side length (%d..%d)", predict.MinPreprocessSize, predict.MaxPreprocessSize))
 	f.StringVar(&c.Out, "out", "", "output safetensors file")
 	f.StringVar(&c.Interp, "interp", "", "resampling filter: bicubic or bilinear (default: bicubic for clip, bilinear for cifar)")
 	f.StringVar(&c.Stats, "stats", "clip", "normalisation statistics: clip or cifar")

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/redraw"
 )
 
 func init() {
@@ -13,10 +13,10 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "report RUN_DIR [RUN_DIR...] [--out DIR]",
 		Short: "Re-draw a finished run's tables and figures; with several runs (datasets), their comparison",
-		Long:  experiment.RedrawHelp,
+		Long:  redraw.Help,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := experiment.Redraw(args, out, cmd.OutOrStdout()); err != nil {
+			if err := redraw.Redraw(args, out, cmd.OutOrStdout()); err != nil {
 				return fmt.Errorf("report: %w", err)
 			}
 			return nil

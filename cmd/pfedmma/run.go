@@ -7,14 +7,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/progress"
+	"github.com/pfedmma/pfedmma/rundir"
 	_ "github.com/pfedmma/pfedmma/world" // the generated "world" dataset
 )
 
 func init() {
 	var x experimentFlags
-	var c experiment.RunDirConfig
+	var c rundir.Config
 	var modelFlag string
 	var quiet, listPresets bool
 	cmd := &cobra.Command{
@@ -48,7 +48,7 @@ func init() {
 			if quiet {
 				c.ProgressMode = progress.Quiet
 			}
-			if err := experiment.RunDir(cmd.Context(), c); err != nil {
+			if err := rundir.Run(cmd.Context(), c); err != nil {
 				return fmt.Errorf("run: %w", err)
 			}
 			return nil
@@ -75,5 +75,5 @@ func useModel(e *config.Experiment, model string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return path, experiment.UseModel(e, model, path)
+	return path, rundir.UseModel(e, model, path)
 }

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/report"
+	"github.com/pfedmma/pfedmma/rundir"
 )
 
 // TestRunResumeMissingCheckpoint: --resume of a run whose checkpoint was
@@ -29,7 +29,7 @@ func TestRunResumeMissingCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// as a run stopped before it ended (a finished run has nothing to resume)
-	if err := experiment.WriteRunMarker(out, experiment.RunMarker{Fingerprint: "stopped"}); err != nil {
+	if err := rundir.WriteRunMarker(out, rundir.RunMarker{Fingerprint: "stopped"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := execute(t, append(tinyRunArgs(model, out, 2), "--resume")...)
@@ -151,8 +151,8 @@ func TestResumeFinishedRunChangesNothing(t *testing.T) {
 			t.Errorf("--resume of a finished run (garbage site checkpoint %v): exit %d\n%s", corrupt, r.Code, tail(r.Stderr))
 		}
 		after := snapshot(t, out)
-		delete(before, experiment.LockFile)
-		delete(after, experiment.LockFile)
+		delete(before, rundir.LockFile)
+		delete(after, rundir.LockFile)
 		if d := diffSnapshots(before, after); len(d) > 0 {
 			t.Errorf("--resume of a finished run (garbage site checkpoint %v) changed %v", corrupt, d)
 		}
@@ -173,7 +173,7 @@ func TestResumeKeepsFinishedSeeds(t *testing.T) {
 	if err := os.Remove(filepath.Join(out, "summary.json")); err != nil {
 		t.Fatal(err)
 	}
-	if err := experiment.WriteRunMarker(out, experiment.RunMarker{Fingerprint: "stopped"}); err != nil {
+	if err := rundir.WriteRunMarker(out, rundir.RunMarker{Fingerprint: "stopped"}); err != nil {
 		t.Fatal(err)
 	}
 	seed1 := filepath.Join(out, "seed_1")

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/internal/testmodel"
+	"github.com/pfedmma/pfedmma/rundir"
 	"github.com/pfedmma/pfedmma/world"
 )
 
@@ -131,7 +131,7 @@ func TestRunOutputFolder(t *testing.T) {
 	if err := os.MkdirAll(locked, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	unlock, err := experiment.LockRunDir(locked)
+	unlock, err := rundir.Lock(locked)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestForceKeepsUserFiles(t *testing.T) {
 	model := tinyWorldModel(t)
 	dir := userFolder(t)
 	before := snapshot(t, dir)
-	refused(t, cliOptions{Dir: dir}, []string{"notes.txt", "src", "no " + experiment.RunMarkerFile},
+	refused(t, cliOptions{Dir: dir}, []string{"notes.txt", "src", "no " + rundir.RunMarkerFile},
 		append(tinyRunArgs(model, ".", 1), "--force")...)
 	if d := diffSnapshots(before, snapshot(t, dir)); len(d) > 0 {
 		t.Errorf("--force changed the user's folder: %v", d)
@@ -172,8 +172,8 @@ func TestForceRefusesForeignFilesInRun(t *testing.T) {
 	if r := cli(t, cliOptions{}, tinyRunArgs(model, out, 1)...); r.Code != 0 {
 		t.Fatalf("run: %s", r.Stderr)
 	}
-	var m experiment.RunMarker
-	b, err := os.ReadFile(filepath.Join(out, experiment.RunMarkerFile))
+	var m rundir.RunMarker
+	b, err := os.ReadFile(filepath.Join(out, rundir.RunMarkerFile))
 	if err != nil {
 		t.Fatalf("the run wrote no marker: %v", err)
 	}
@@ -232,11 +232,11 @@ func TestDefaultRunFolder(t *testing.T) {
 	if entries, _ := os.ReadDir("runs"); len(entries) != 0 {
 		t.Errorf("failed runs left %d folders in runs/", len(entries))
 	}
-	a, err := experiment.NewDefaultRunDir("same")
+	a, err := rundir.NewDefault("same")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := experiment.NewDefaultRunDir("same")
+	b, err := rundir.NewDefault("same")
 	if err != nil {
 		t.Fatal(err)
 	}

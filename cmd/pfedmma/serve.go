@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
@@ -11,7 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/deploy"
 )
 
 // experimentFlags are the configuration flags `run`, `serve` and `site`
@@ -44,101 +43,40 @@ func (x *experimentFlags) compose() (*config.Experiment, string, error) {
 	return e, model, err
 }
 
-// robustFlags are serve's robust aggregation and differential privacy
-// flags: shorthands for --set aggregation.… (the section `run` reads too).
-type robustFlags struct {
-	aggregate                                string
-	trim, clipNorm, dpNoise, dpClip, dpDelta float64
-	secure                                   bool
-}
+// robustFlags are serve's robust aggregation, differential privacy and
+// compression flags: shorthands for --set aggregation.… (the section `run`
+// reads too) and federation.compress.
+type robustFlags struct{ config.Shorthands }
 
 func (r *robustFlags) add(fl *pflag.FlagSet) {
-	fl.StringVar(&r.aggregate, "aggregate", "mean", "mean (the method's own), median or trimmed-mean of the shared tensors (--set aggregation.rule=…)")
-	fl.Float64Var(&r.trim, "trim", 0, "trimmed-mean: fraction cut at each end (--set aggregation.trim=…)")
-	fl.Float64Var(&r.clipNorm, "clip-norm", 0, "clip each site's update to this L2 norm, 0: off (--set aggregation.clip_norm=…)")
-	fl.Float64Var(&r.dpNoise, "dp-noise-multiplier", 0, "differential privacy: Gaussian noise σ, 0: off (--set aggregation.dp.noise_multiplier=…)")
-	fl.Float64Var(&r.dpClip, "dp-clip", 1, "differential privacy: per-site L2 clip C (--set aggregation.dp.clip=…)")
-	fl.Float64Var(&r.dpDelta, "dp-delta", 1e-5, "differential privacy: δ of the reported ε (--set aggregation.dp.delta=…)")
-	fl.BoolVar(&r.secure, "secure-aggregation", false, "secure aggregation (SecAgg+): the coordinator holds only masked updates and their sum (--set federation.secure_aggregation=true; sites receive it with the task)")
+	fl.StringVar(&r.Aggregate, "aggregate", "mean", "mean (the method's own), median or trimmed-mean of the shared tensors (--set aggregation.rule=…)")
+	fl.Float64Var(&r.Trim, "trim", 0, "trimmed-mean: fraction cut at each end (--set aggregation.trim=…)")
+	fl.Float64Var(&r.ClipNorm, "clip-norm", 0, "clip each site's update to this L2 norm, 0: off (--set aggregation.clip_norm=…)")
+	fl.Float64Var(&r.DPNoise, "dp-noise-multiplier", 0, "differential privacy: Gaussian noise σ, 0: off (--set aggregation.dp.noise_multiplier=…)")
+	fl.Float64Var(&r.DPClip, "dp-clip", 1, "differential privacy: per-site L2 clip C (--set aggregation.dp.clip=…)")
+	fl.Float64Var(&r.DPDelta, "dp-delta", 1e-5, "differential privacy: δ of the reported ε (--set aggregation.dp.delta=…)")
+	fl.BoolVar(&r.Secure, "secure-aggregation", false, "secure aggregation (SecAgg+): the coordinator holds only masked updates and their sum (--set federation.secure_aggregation=true; sites receive it with the task)")
+	fl.StringVar(&r.Compress, "compress", "none", "encode the tensors sent both ways: none, fp16 (half precision) or int8 (blockwise, a float32 scale per 64 values) (--set federation.compress=…; sites need the same setting)")
 }
 
-// sets turns the flags given in fl into the --set overrides of the
-// aggregation section they are shorthands for; a flag left unset changes
-// nothing (the configuration's value stands). Sites need the same settings
-// (--set aggregation.…): they enter the configuration's fingerprint.
-func (r *robustFlags) sets(fl *pflag.FlagSet) ([]string, error) {
-	var sets []string
-	if fl.Changed("aggregate") {
-		rule := map[string]string{"mean": config.RuleMean, "median": config.RuleMedian,
-			"trimmed-mean": config.RuleTrimmedMean, config.RuleTrimmedMean: config.RuleTrimmedMean}[r.aggregate]
-		if rule == "" {
-			return nil, fmt.Errorf("--aggregate %q: want mean, median or trimmed-mean", r.aggregate)
-		}
-		sets = append(sets, "aggregation.rule="+rule)
-	}
-	for _, f := range []struct {
-		flag, key string
-		v         float64
-	}{{"trim", "trim", r.trim}, {"clip-norm", "clip_norm", r.clipNorm}, {"dp-noise-multiplier", "dp.noise_multiplier", r.dpNoise},
-		{"dp-clip", "dp.clip", r.dpClip}, {"dp-delta", "dp.delta", r.dpDelta}} {
-		if fl.Changed(f.flag) {
-			sets = append(sets, "aggregation."+f.key+"="+strconv.FormatFloat(f.v, 'g', -1, 64))
-		}
-	}
-	if fl.Changed("secure-aggregation") {
-		sets = append(sets, "federation.secure_aggregation="+strconv.FormatBool(r.secure))
-	}
-	return sets, nil
-}
+// sets turns the flags given in fl into the --set overrides they are
+// shorthands for; a flag left unset changes nothing. Sites need the same
+// settings (--set aggregation.…): they enter the configuration's
+// fingerprint.
+func (r *robustFlags) sets(fl *pflag.FlagSet) ([]string, error) { return r.Shorthands.Sets(fl.Changed) }
 
 func init() {
 	var x experimentFlags
 	var r robustFlags
 	var quiet bool
-	var cf compressFlag
-	c := experiment.ServeConfig{}
+	c := deploy.ServeConfig{}
 	cmd := &cobra.Command{
 		Use:   "serve [--config EXP.yaml] [--preset NAME] [--set k=v]... --listen ADDR --certs D --state DIR [--out DIR] [--http ADDR]",
 		Short: "Coordinate a federation over the network (gRPC, mTLS): the strategy, never data or private tensors",
-		Long: `Run the coordinator of a federation configured exactly as 'pfedmma run' is (one trained
-method). Sites ('pfedmma site') connect with the certificates made by 'pfedmma certs init';
-the i-th site of --sites there is client i. Each site receives the experiment (the resolved
-configuration and the model's SHA-256) when it registers: sites need no experiment flags.
-The coordinator's state (rounds, strategy, sampler, received updates) lives in an SQLite
-database in --state: restarted with the same flags after a crash it resumes where it stopped. After the last round it writes the run's
-outputs (config.yaml, run.json, summary.json, report.md, figures, metrics,
-global/METHOD.safetensors) to --out and exits 0.
---http serves the live dashboard, /metrics (Prometheus) and /healthz.`,
-		Args: cobra.NoArgs,
+		Long:  deploy.ServeHelp,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sets, err := r.sets(cmd.Flags())
-			if err != nil {
-				return fmt.Errorf("serve: %w", err)
-			}
-			csets, err := cf.sets(cmd.Flags())
-			if err != nil {
-				return fmt.Errorf("serve: %w", err)
-			}
-			sets = append(sets, csets...)
-			xs := x // the flags after the user's --set: they win
-			xs.sets = append(append([]string(nil), x.sets...), sets...)
-			if c.Experiment, c.Model, err = xs.compose(); err != nil {
-				return err
-			}
-			if c.Preset = x.preset; c.Preset == "" && x.cfgPath == "" {
-				c.Preset = config.DefaultPreset // the dashboard names it
-			}
-			if quiet {
-				// warnings and errors only, then the results table
-				c.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			}
-			res, err := experiment.Serve(cmd.Context(), c)
-			if err != nil {
-				return fmt.Errorf("serve: %w", err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), res.Table.Text())
-			fmt.Fprintf(cmd.OutOrStdout(), "results in %s\n", res.OutDir)
-			return nil
+			return runServe(cmd, c, x, &r, quiet)
 		},
 	}
 	x.add(cmd)
@@ -158,6 +96,33 @@ global/METHOD.safetensors) to --out and exits 0.
 	fl.DurationVar(&c.OfflineAfter, "offline-after", 15*time.Second, "a site not heard from for this long is offline: not asked, its task given up (a round below --min-fit then waits for it)")
 	fl.BoolVar(&quiet, "quiet", false, "no progress: log only warnings and errors, then print the results table")
 	r.add(fl)
-	cf.add(fl)
 	rootCmd.AddCommand(cmd)
+}
+
+// runServe runs `pfedmma serve` with c completed from the experiment flags
+// x and their shorthands r.
+func runServe(cmd *cobra.Command, c deploy.ServeConfig, x experimentFlags, r *robustFlags, quiet bool) error {
+	sets, err := r.sets(cmd.Flags())
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	xs := x // the flags after the user's --set: they win
+	xs.sets = append(append([]string(nil), x.sets...), sets...)
+	if c.Experiment, c.Model, err = xs.compose(); err != nil {
+		return err
+	}
+	if c.Preset = x.preset; c.Preset == "" && x.cfgPath == "" {
+		c.Preset = config.DefaultPreset // the dashboard names it
+	}
+	if quiet {
+		// warnings and errors only, then the results table
+		c.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	res, err := deploy.Serve(cmd.Context(), c)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), res.Table.Text())
+	fmt.Fprintf(cmd.OutOrStdout(), "results in %s\n", res.OutDir)
+	return nil
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/deploy"
 )
 
 // TestSitePolicyFlags (issue 34): --policy FILE sets the site's policy,
@@ -24,9 +24,9 @@ func TestSitePolicyFlags(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("max_uploads_mib: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	parse := func(args ...string) (experiment.SitePolicy, error) {
+	parse := func(args ...string) (deploy.SitePolicy, error) {
 		t.Helper()
-		var p experiment.SitePolicy
+		var p deploy.SitePolicy
 		var f string
 		fl := pflag.NewFlagSet("site", pflag.ContinueOnError)
 		addPolicyFlags(fl, &p, &f)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 )
 
 // TestStepRefusesKeysTheMethodDoesNotRead: `pfedmma step`/`round
@@ -88,7 +89,7 @@ func TestStepKeysRefused(t *testing.T) {
 		name := m.Info().Name
 		s, ok := m.(fixture.Settings)
 		if !ok {
-			if err := checkMethodKeys(m, []string{"lr=1"}); err == nil || !strings.Contains(err.Error(), name) {
+			if err := parity.CheckMethodKeys(m, []string{"lr=1"}); err == nil || !strings.Contains(err.Error(), name) {
 				t.Errorf("%s (no fixture step) takes --set lr=1: %v", name, err)
 			}
 			continue
@@ -99,7 +100,7 @@ func TestStepKeysRefused(t *testing.T) {
 		}
 		for _, k := range universe {
 			kk := strings.ReplaceAll(k, "client<i>.", "client3.")
-			err := checkMethodKeys(m, []string{kk + "=1"})
+			err := parity.CheckMethodKeys(m, []string{kk + "=1"})
 			switch {
 			case fixture.Listed(listed, kk) && err != nil:
 				t.Errorf("%s refuses %s, which it lists: %v", name, kk, err)

@@ -6,11 +6,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/predict"
 )
 
 func init() {
-	var c experiment.ClassifyConfig
+	var c predict.ClassifyConfig
 	var classes string
 	cmd := &cobra.Command{
 		Use:   `zeroshot --model PATH [--vocab FILE] --classes "a,b,c" [--template "a photo of a {}."] --image FILE...`,
@@ -23,7 +23,7 @@ func init() {
 			if c.Model, err = resolveModelPath(c.Model); err != nil {
 				return fmt.Errorf("zeroshot: %w", err)
 			}
-			p, err := experiment.Classify(cmd.Context(), c)
+			p, err := predict.Classify(cmd.Context(), c)
 			if err != nil {
 				return fmt.Errorf("zeroshot: %w", err)
 			}

@@ -202,19 +202,10 @@ func TestFunctionAndCommandSizes(t *testing.T) {
 }
 
 // pending are the findings issue 37's splitting has not reached yet, at
-// their size when listed: the bench drivers, numerical kernels and method
-// builders, the fixture replays (methods/*/fixture.go, methods/fixture:
-// they leave with the parity package), cmd/pfedmma's site and serve (edited
-// by another change) and cmd/pfedmma's size.
+// their size when listed: numerical kernels and method builders, the
+// fixture replays (methods/*/fixture.go, methods/fixture: they leave with
+// the parity package).
 var pending = map[string]int{
-	"bench/engine.go: Engine":                          130,
-	"bench/experiment.go: Experiment":                  113,
-	"bench/method.go: Method":                          174,
-	"bench/paperscale.go: measurePreset":               111,
-	"bench/train.go: Train":                            160,
-	"cmd/pfedmma":                                      1667,
-	"cmd/pfedmma/serve.go: init":                       70,
-	"cmd/pfedmma/site.go: init":                        119,
 	"methods/adapt/fixture.go: Method.Step":            102,
 	"methods/fedmvp/method.go: Method.Build":           132,
 	"methods/fedmvp/method.go: Method.Step":            83,

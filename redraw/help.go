@@ -1,7 +1,7 @@
-package experiment
+package redraw
 
-// RedrawHelp is the long help of `pfedmma report`, which runs Redraw.
-const RedrawHelp = `Re-draw the figures (curves.png/svg: one panel per metric; final.png/svg: the
+// Help is the long help of `pfedmma report`, which runs Redraw.
+const Help = `Re-draw the figures (curves.png/svg: one panel per metric; final.png/svg: the
 final bars) and report.md of each finished run folder from its metrics.jsonl and
 summary.json. With several run folders (one per dataset, same methods) it also
 writes into --out the table averaged over the datasets (summary.json, report.md)

@@ -1,4 +1,11 @@
-package experiment
+// Package deploy runs a federation over the network: Serve is the
+// coordinator (`pfedmma serve`), Site and HostSites the sites (`pfedmma
+// site`). Both sides build the method's session from the same
+// configuration as `pfedmma run` (experiment.PrepareFederated), so serve
+// and its sites compute the simulation's results; the coordinator sends
+// its task (the experiment, the model's SHA-256), and a site accepts it
+// under its SitePolicy and uploads only the tensors it computes from it.
+package deploy
 
 import (
 	"context"
@@ -12,6 +19,7 @@ import (
 	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/dashboard"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/transport"
 )
@@ -64,7 +72,7 @@ type ServeConfig struct {
 // (WriteFederationReports) at once — c.Linger only keeps the dashboard up
 // after that — and returns them when it stops. Restarted with the same configuration after a
 // crash, it resumes from its state folder.
-func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
+func Serve(ctx context.Context, c ServeConfig) (*experiment.Result, error) {
 	if err := checkServeConfig(c); err != nil {
 		return nil, err
 	}
@@ -72,11 +80,11 @@ func Serve(ctx context.Context, c ServeConfig) (*Result, error) {
 		c.Out = filepath.Join(c.State, "out")
 	}
 	e := c.Experiment
-	o, err := FromConfig(e, c.Model, e.Seed, c.Out)
+	o, err := experiment.FromConfig(e, c.Model, e.Seed, c.Out)
 	if err != nil {
 		return nil, err
 	}
-	f, err := PrepareFederated(ctx, o, -1)
+	f, err := experiment.PrepareFederated(ctx, o, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +144,7 @@ func checkServeConfig(c ServeConfig) error {
 // nameSites names f's sites (--sites, or the certificates folder's, which
 // must be as many as the configuration's clients) and refuses a --min-fit
 // larger than the federation or than the sites a round samples.
-func nameSites(c ServeConfig, f *Federated, fraction float64) error {
+func nameSites(c ServeConfig, f *experiment.Federated, fraction float64) error {
 	f.SiteNames = c.Sites
 	if c.Certs != "" {
 		names, err := certs.Sites(c.Certs)
@@ -163,11 +171,11 @@ func nameSites(c ServeConfig, f *Federated, fraction float64) error {
 // serveOutputs writes Serve's outputs as soon as the rounds end (--linger
 // only keeps the dashboard up after that).
 type serveOutputs struct {
-	o      Options
-	f      *Federated
+	o      experiment.Options
+	f      *experiment.Federated
 	out    string
 	logger *slog.Logger
-	res    *Result
+	res    *experiment.Result
 	werr   error
 }
 
@@ -177,7 +185,7 @@ type serveOutputs struct {
 func (w *serveOutputs) finished(hist *federation.History, err error) {
 	stopped := errors.Is(err, transport.ErrStopped) && hist != nil && len(hist.Rounds) > 0
 	if (err == nil || stopped) && hist != nil {
-		if w.res, w.werr = WriteFederationReports(w.o, w.f, hist); w.werr == nil {
+		if w.res, w.werr = experiment.WriteFederationReports(w.o, w.f, hist); w.werr == nil {
 			w.logger.Info("results written", "out", w.out)
 		} else {
 			w.logger.Error("the results could not be written", "out", w.out, "err", w.werr)
@@ -187,7 +195,7 @@ func (w *serveOutputs) finished(hist *federation.History, err error) {
 
 // result is Serve's answer given the coordinator's error err: a stop by a
 // signal with the rounds done written is a result, not a failure.
-func (w *serveOutputs) result(err error) (*Result, error) {
+func (w *serveOutputs) result(err error) (*experiment.Result, error) {
 	if errors.Is(err, transport.ErrStopped) {
 		switch {
 		case w.werr != nil:
@@ -208,10 +216,10 @@ func (w *serveOutputs) result(err error) (*Result, error) {
 }
 
 // serveCoordinator is the coordinator of Serve: `pfedmma run`'s schedule
-// (Options.coordinator), every site asked at once, failures tolerated, and
+// (Options.Federation), every site asked at once, failures tolerated, and
 // the configuration's fingerprint sent with every round.
-func serveCoordinator(o Options, strat federation.Strategy, clients, minFit int, timeout time.Duration, fingerprint string) *federation.Coordinator {
-	co := o.coordinator(strat)
+func serveCoordinator(o experiment.Options, strat federation.Strategy, clients, minFit int, timeout time.Duration, fingerprint string) *federation.Coordinator {
+	co := o.Federation().Coordinator(strat)
 	co.Parallel, co.TolerateFailures, co.MinFit, co.RoundTimeout = clients, true, minFit, timeout
 	co.FitConfig = func(int) map[string]string { return map[string]string{FingerprintKey: fingerprint} }
 	return co

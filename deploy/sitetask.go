@@ -1,4 +1,4 @@
-package experiment
+package deploy
 
 import (
 	"cmp"
@@ -16,6 +16,7 @@ import (
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/tokenizer"
 	"github.com/pfedmma/pfedmma/transport"
@@ -173,7 +174,7 @@ func AcceptTask(task *transport.Task, c SiteConfig, id ModelID) (*config.Experim
 		return nil, &TaskRefusal{fmt.Sprintf("the coordinator's vocabulary has SHA-256 %s, this site's (%s) %s: put the coordinator's vocabulary beside the model or give it with --set vocab=FILE",
 			task.VocabSHA256, cmp.Or(c.Vocab, "beside "+modelName(c.ModelArg)), id.Vocab)}
 	}
-	method, err := TrainedMethod(e.Methods)
+	method, err := experiment.TrainedMethod(e.Methods)
 	if err != nil {
 		return nil, fmt.Errorf("%s: methods: %w", TaskName, err)
 	}

@@ -1,4 +1,4 @@
-package experiment
+package predict
 
 // PredictHelp is the long help of `pfedmma predict`.
 const PredictHelp = `Classify images with the model one site (client) ended a finished run with.

@@ -1,4 +1,4 @@
-package experiment
+package deploy
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/transport"
 )
@@ -198,11 +199,11 @@ func clientsWithin(spec string, ids []int, e *config.Experiment) error {
 // client ids[i] as site hosted[i], until the federation ends (SiteFromTask
 // for several clients).
 func hostFromTask(ctx context.Context, hosted []SiteConfig, ids []int, e *config.Experiment, fingerprint string, model ModelID) ([]HostedSiteResult, error) {
-	o, err := FromConfig(e, hosted[0].Model, e.Seed, hosted[0].State)
+	o, err := experiment.FromConfig(e, hosted[0].Model, e.Seed, hosted[0].State)
 	if err != nil {
 		return nil, err
 	}
-	f, err := PrepareFederated(ctx, o, ids[len(ids)-1])
+	f, err := experiment.PrepareFederated(ctx, o, ids[len(ids)-1])
 	if err != nil {
 		return nil, fmt.Errorf("--clients: %w", err)
 	}

@@ -1,4 +1,4 @@
-package experiment
+package predict
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/internal/memlimit"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/safetensors"
@@ -44,9 +45,9 @@ func Embed(ctx context.Context, c EmbedConfig) (*Features, error) {
 	var tok *tokenizer.Tokenizer
 	var err error
 	if len(c.Texts) > 0 {
-		m, tok, err = LoadModel(c.Model, c.Vocab)
+		m, tok, err = experiment.LoadModel(c.Model, c.Vocab)
 	} else {
-		m, err = LoadWeights(c.Model)
+		m, err = experiment.LoadWeights(c.Model)
 	}
 	if err != nil {
 		return nil, err
@@ -131,7 +132,7 @@ func Classify(ctx context.Context, c ClassifyConfig) (*Prediction, error) {
 	case !strings.Contains(c.Template, "{}"):
 		return nil, fmt.Errorf("--template %q has no {} placeholder", c.Template)
 	}
-	m, tok, err := LoadModel(c.Model, c.Vocab)
+	m, tok, err := experiment.LoadModel(c.Model, c.Vocab)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,7 @@
-package experiment
+// Package redraw re-draws finished run folders (`pfedmma report`): their
+// figures and report.md from the metrics they logged, and the comparison
+// of several runs.
+package redraw
 
 import (
 	"fmt"
@@ -9,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/report"
 )
 
@@ -64,7 +68,7 @@ func redrawRun(dir string, w io.Writer) (string, *report.Summary, error) {
 		return "", nil, err
 	}
 	name := filepath.Base(dir)
-	if info, err := ReadRunInfo(dir); err == nil {
+	if info, err := experiment.ReadRunInfo(dir); err == nil {
 		name = info.Dataset
 	}
 	title := name + " — " + s.Protocol

@@ -1,4 +1,7 @@
-package experiment
+// Package rundir runs `pfedmma run` into its output folder: one run per
+// seed of the configuration (experiment.Run), the folder's lock and
+// marker, --resume of a stopped run and --force over an earlier one.
+package rundir
 
 import (
 	"context"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/report"
@@ -24,8 +28,8 @@ import (
 // run started with; --resume refuses another configuration.
 const FingerprintFile = "fingerprint.txt"
 
-// RunDirConfig is one `pfedmma run`: an experiment run into a run folder.
-type RunDirConfig struct {
+// Config is one `pfedmma run`: an experiment run into a run folder.
+type Config struct {
 	Experiment *config.Experiment
 	// Model is the checkpoint (the configuration's model, resolved).
 	Model string
@@ -43,13 +47,13 @@ type RunDirConfig struct {
 	Stdout, Stderr io.Writer
 }
 
-// RunDir runs an experiment into a run folder, as `pfedmma run` does: it
+// Run runs an experiment into a run folder, as `pfedmma run` does: it
 // takes the folder's lock, checks (with Resume) that the configuration is
 // the one the run started with, marks the folder as a run's, and runs
 // every seed (each in seed_<n>/ when there are several, then their mean).
 // A seed whose run ended is kept as it is when resumed. An interrupted run
 // is resumed with the same configuration and Resume.
-func RunDir(ctx context.Context, c RunDirConfig) (err error) {
+func Run(ctx context.Context, c Config) (err error) {
 	e := c.Experiment
 	out := c.Out
 	if out == "" {
@@ -60,7 +64,7 @@ func RunDir(ctx context.Context, c RunDirConfig) (err error) {
 		if name == "" {
 			name = "run"
 		}
-		if out, err = NewDefaultRunDir(name); err != nil {
+		if out, err = NewDefault(name); err != nil {
 			return err
 		}
 		defer func() {
@@ -92,7 +96,7 @@ func RunDir(ctx context.Context, c RunDirConfig) (err error) {
 
 // runSeeds runs every seed of c's experiment into out and writes their
 // mean when there are several.
-func runSeeds(ctx context.Context, c RunDirConfig, out string) ([]*report.Summary, error) {
+func runSeeds(ctx context.Context, c Config, out string) ([]*report.Summary, error) {
 	seeds := c.Experiment.RunSeeds()
 	var summaries []*report.Summary
 	for _, seed := range seeds {
@@ -109,13 +113,13 @@ func runSeeds(ctx context.Context, c RunDirConfig, out string) ([]*report.Summar
 				continue
 			}
 		}
-		o, err := FromConfig(c.Experiment, c.Model, seed, dir)
+		o, err := experiment.FromConfig(c.Experiment, c.Model, seed, dir)
 		if err != nil {
 			return nil, err
 		}
 		o.Resume, o.Force, o.Progress, o.ProgressMode = c.Resume, c.Force, c.Progress, c.ProgressMode
 		slog.Info("run", "out", dir, "seed", seed, "model", c.Model)
-		res, err := Run(ctx, o)
+		res, err := experiment.Run(ctx, o)
 		if errors.Is(err, context.Canceled) {
 			return nil, fmt.Errorf("interrupted; continue it with: pfedmma run --resume --out %s (and the same config): %w", out, err)
 		}
@@ -161,7 +165,7 @@ func (d *runDir) open(resume, force bool) (unlock func(), done bool, err error) 
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return nil, false, err
 	}
-	unlock, err = LockRunDir(d.dir)
+	unlock, err = Lock(d.dir)
 	if err != nil {
 		return nil, false, err
 	}
@@ -221,10 +225,10 @@ func (d *runDir) finish() error {
 	return WriteRunMarker(d.dir, d.marker)
 }
 
-// NewDefaultRunDir creates and returns a new folder runs/<name>-<time>,
+// NewDefault creates and returns a new folder runs/<name>-<time>,
 // with a suffix -2, -3, … when a run of the same name started in the same
 // second (the folder is created exclusively, so two runs never share it).
-func NewDefaultRunDir(name string) (string, error) {
+func NewDefault(name string) (string, error) {
 	if err := os.MkdirAll("runs", 0o755); err != nil {
 		return "", err
 	}
@@ -250,7 +254,7 @@ func NewDefaultRunDir(name string) (string, error) {
 // the run stopped before its first method started. An interrupted run
 // keeps its folder for --resume.
 func removeIfNotResumable(dir string) {
-	if _, err := os.Stat(filepath.Join(dir, RunInfoFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, experiment.RunInfoFile)); err == nil {
 		return
 	}
 	if err := os.RemoveAll(dir); err != nil {

@@ -1,4 +1,4 @@
-package experiment
+package rundir
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/report"
 )
@@ -21,11 +22,11 @@ import (
 // exclusive lock on while it writes there; it holds the holder's pid.
 const LockFile = ".pfedmma.lock"
 
-// LockRunDir takes an exclusive, non-blocking lock on dir's lock file and
+// Lock takes an exclusive, non-blocking lock on dir's lock file and
 // writes this process's pid into it. A second run into the same folder gets
 // an error naming the holder's pid. The lock goes with the process (also
 // when it is killed); unlock releases it earlier.
-func LockRunDir(dir string) (unlock func(), err error) {
+func Lock(dir string) (unlock func(), err error) {
 	path := filepath.Join(dir, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -132,7 +133,7 @@ func runFinished(dir string) (when string, finished bool, err error) {
 func isRunOutput(name string, isDir bool) bool {
 	if isDir {
 		switch {
-		case name == LegacyAdaptersDir, name == SitesDir, name == GlobalDir, name == "checkpoints":
+		case name == experiment.LegacyAdaptersDir, name == experiment.SitesDir, name == experiment.GlobalDir, name == "checkpoints":
 			return true
 		case strings.HasPrefix(name, "seed_"), strings.HasPrefix(name, "fold-"):
 			return true
@@ -140,7 +141,7 @@ func isRunOutput(name string, isDir bool) bool {
 		return false
 	}
 	switch name {
-	case RunMarkerFile, LockFile, FingerprintFile, "config.yaml", RunInfoFile,
+	case RunMarkerFile, LockFile, FingerprintFile, "config.yaml", experiment.RunInfoFile,
 		report.MetricsJSONL, report.MetricsCSV, report.SummaryFile, report.LODOFile,
 		"report.md", "curves.png", "final.png", "radar.png", "curves.svg", "final.svg", "radar.svg",
 		"global.safetensors":

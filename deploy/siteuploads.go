@@ -1,4 +1,4 @@
-package experiment
+package deploy
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/transport"
@@ -91,7 +92,7 @@ func computeUploads(e *config.Experiment, method string, spec map[string][]int) 
 // method built from it), logs it, keeps it in c.State/uploads.json and
 // checks it against the site's --max-upload-mib (a *TaskRefusal). It
 // returns the tensors the site may upload.
-func (c SiteConfig) acceptUploads(e *config.Experiment, f *Federated, states ...string) (transport.Spec, error) {
+func (c SiteConfig) acceptUploads(e *config.Experiment, f *experiment.Federated, states ...string) (transport.Spec, error) {
 	spec, err := f.Spec()
 	if err != nil {
 		return nil, err

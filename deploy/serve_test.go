@@ -1,4 +1,4 @@
-package experiment
+package deploy
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -63,11 +64,11 @@ func TestServeEvaluatesAsRun(t *testing.T) {
 		want  []int
 	}{{"0", []int{3}}, {"3", []int{2, 3}}, {"1", []int{0, 1, 2, 3}}} {
 		e := tinyConfig(t, "federation.rounds=4", "federation.eval_every="+tc.every)
-		o, err := FromConfig(e, model, e.Seed, t.TempDir())
+		o, err := experiment.FromConfig(e, model, e.Seed, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Run(context.Background(), o)
+		res, err := experiment.Run(context.Background(), o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,26 +98,26 @@ func TestServeEvaluatesAsRun(t *testing.T) {
 func TestFederationWritesRunFiles(t *testing.T) {
 	model := smallModel(t)
 	e := tinyConfig(t, "federation.rounds=2", "federation.eval_every=1")
-	sim, err := FromConfig(e, model, e.Seed, t.TempDir())
+	sim, err := experiment.FromConfig(e, model, e.Seed, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := Run(context.Background(), sim)
+	want, err := experiment.Run(context.Background(), sim)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := sim
 	o.OutDir = t.TempDir()
-	coord, err := PrepareFederated(context.Background(), o, -1)
+	coord, err := experiment.PrepareFederated(context.Background(), o, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer coord.Close()
 	co := serveCoordinator(o, coord.Plan.Strategy, 2, 2, time.Minute, e.Fingerprint())
 	co.Logger = slog.New(slog.DiscardHandler)
-	var sites []*Federated
+	var sites []*experiment.Federated
 	for i := range 2 {
-		s, err := PrepareFederated(context.Background(), o, i)
+		s, err := experiment.PrepareFederated(context.Background(), o, i)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +129,7 @@ func TestFederationWritesRunFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := WriteFederationReports(o, coord, hist)
+	got, err := experiment.WriteFederationReports(o, coord, hist)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,13 +139,13 @@ func TestFederationWritesRunFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{GlobalFile(PFedMMA), filepath.Join(SitesFolder(PFedMMA), SiteFile(0)), filepath.Join(SitesFolder(PFedMMA), SiteFile(1))} {
+	for _, f := range []string{experiment.GlobalFile("pfedmma"), filepath.Join(experiment.SitesFolder("pfedmma"), experiment.SiteFile(0)), filepath.Join(experiment.SitesFolder("pfedmma"), experiment.SiteFile(1))} {
 		a, err := os.ReadFile(filepath.Join(sim.OutDir, f))
 		if err != nil {
 			t.Fatalf("run: %v", err)
 		}
 		dir := o.OutDir
-		if filepath.Dir(f) != GlobalDir {
+		if filepath.Dir(f) != experiment.GlobalDir {
 			dir = siteDir
 		}
 		b, err := os.ReadFile(filepath.Join(dir, f))
@@ -155,17 +156,17 @@ func TestFederationWritesRunFiles(t *testing.T) {
 			t.Errorf("%s differs between run and serve + sites", f)
 		}
 	}
-	for _, f := range []string{RunInfoFile, "config.yaml", "summary.json", "metrics.jsonl", "report.md"} {
+	for _, f := range []string{experiment.RunInfoFile, "config.yaml", "summary.json", "metrics.jsonl", "report.md"} {
 		if _, err := os.Stat(filepath.Join(o.OutDir, f)); err != nil {
 			t.Errorf("serve wrote no %s: %v", f, err)
 		}
 	}
-	if a, b := runFiles(t, sim.OutDir, "checkpoints", SitesDir, ".pfedmma"), runFiles(t, o.OutDir); !slices.Equal(a, b) {
+	if a, b := runFiles(t, sim.OutDir, "checkpoints", experiment.SitesDir, ".pfedmma"), runFiles(t, o.OutDir); !slices.Equal(a, b) {
 		t.Errorf("run wrote %v, serve %v", a, b)
 	}
 	for _, k := range []string{"update_bytes_per_round_per_site", "download_bytes_per_round_per_site"} {
 		w, g := want.Summary.Extra[k].(map[string]float64), got.Summary.Extra[k].(map[string]float64)
-		if w[PFedMMA] <= 0 || w[PFedMMA] != g[PFedMMA] {
+		if w["pfedmma"] <= 0 || w["pfedmma"] != g["pfedmma"] {
 			t.Errorf("%s: run %v, serve %v", k, w, g)
 		}
 	}

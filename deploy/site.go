@@ -1,4 +1,4 @@
-package experiment
+package deploy
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/certs"
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/transport"
@@ -233,14 +234,14 @@ func taskFingerprint(data []byte) string {
 // end, what it keeps to State/sites/<method>/client_NNN.safetensors, the
 // file `pfedmma run` writes for that client.
 func SiteFromTask(ctx context.Context, c SiteConfig, e *config.Experiment, fingerprint string, model ModelID, id int) (*SiteResult, error) {
-	o, err := FromConfig(e, c.Model, e.Seed, c.State)
+	o, err := experiment.FromConfig(e, c.Model, e.Seed, c.State)
 	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(c.State, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := PrepareFederated(ctx, o, id)
+	f, err := experiment.PrepareFederated(ctx, o, id)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package experiment
+package deploy
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pfedmma/pfedmma/dashboard"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/transport"
 )
 
@@ -279,13 +280,13 @@ func TestSiteRefusesClearUploadUnderSecureTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := tinyConfig(t, "federation.secure_aggregation=true", "federation.rounds=1")
-	o, err := FromConfig(e, model, e.Seed, t.TempDir())
+	o, err := experiment.FromConfig(e, model, e.Seed, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	coord, err := PrepareFederated(ctx, o, -1)
+	coord, err := experiment.PrepareFederated(ctx, o, -1)
 	if err != nil {
 		t.Fatal(err)
 	}

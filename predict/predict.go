@@ -1,4 +1,10 @@
-package experiment
+// Package predict uses a CLIP model outside training: Predict classifies
+// images with the model one site ended a finished run with (the run
+// folder's run.json and the site's file), Classify is zero-shot CLIP,
+// Embed prints image and text features, and Preprocess writes images as
+// the pixel tensors the model reads. The commands predict, zeroshot, embed
+// and preprocess run them.
+package predict
 
 import (
 	"context"
@@ -17,6 +23,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/preprocess"
@@ -90,7 +97,7 @@ func Predict(ctx context.Context, c PredictConfig) (*Prediction, error) {
 			return nil, fmt.Errorf("--image %w", err)
 		}
 	}
-	info, err := ReadRunInfo(c.Run)
+	info, err := experiment.ReadRunInfo(c.Run)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +114,7 @@ func Predict(ctx context.Context, c PredictConfig) (*Prediction, error) {
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(c.Run, info.Sites[name], SiteFile(c.Client))
+	path := filepath.Join(c.Run, info.Sites[name], experiment.SiteFile(c.Client))
 	saved, err := readSiteFile(path, methods.Trains(meth))
 	if err != nil {
 		return nil, fmt.Errorf("site %d of %s: %w%s", c.Client, name, err, siteFileHint(info, c.Run, name, c.Client, err))
@@ -116,7 +123,7 @@ func Predict(ctx context.Context, c PredictConfig) (*Prediction, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, tok, err := LoadModel(model, vocab)
+	m, tok, err := experiment.LoadModel(model, vocab)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +163,7 @@ func Predict(ctx context.Context, c PredictConfig) (*Prediction, error) {
 
 // predictMethod returns the method c asks for, or the run's first trained
 // method (its first method when none trains).
-func predictMethod(info *RunInfo, c PredictConfig) (methods.Method, error) {
+func predictMethod(info *experiment.RunInfo, c PredictConfig) (methods.Method, error) {
 	name := c.Method
 	if name == "" {
 		name = info.Methods[0]
@@ -175,7 +182,7 @@ func predictMethod(info *RunInfo, c PredictConfig) (methods.Method, error) {
 
 // predictSpace returns the classes (indices into info.Classes) and the name
 // of the label space c asks for.
-func predictSpace(info *RunInfo, c PredictConfig) ([]int, string, error) {
+func predictSpace(info *experiment.RunInfo, c PredictConfig) ([]int, string, error) {
 	sp, ok := info.ClientSpace[c.Client]
 	if !ok {
 		return nil, "", fmt.Errorf("--client %d: run %s has clients 0..%d", c.Client, c.Run, len(info.ClientSpace)-1)
@@ -201,7 +208,7 @@ func predictSpace(info *RunInfo, c PredictConfig) ([]int, string, error) {
 }
 
 // runSection decodes the method's settings run.json recorded.
-func runSection(info *RunInfo, dir string, meth methods.Method) (config.Section, error) {
+func runSection(info *experiment.RunInfo, dir string, meth methods.Method) (config.Section, error) {
 	name := meth.Info().Name
 	src, ok := info.Sections[name]
 	if !ok || meth.DefaultConfig() == nil {
@@ -211,10 +218,10 @@ func runSection(info *RunInfo, dir string, meth methods.Method) (config.Section,
 	dec := yaml.NewDecoder(strings.NewReader(src))
 	dec.KnownFields(true)
 	if err := dec.Decode(sec); err != nil && err != io.EOF {
-		return nil, fmt.Errorf("%s: field \"sections\": %s: %w", filepath.Join(dir, RunInfoFile), name, err)
+		return nil, fmt.Errorf("%s: field \"sections\": %s: %w", filepath.Join(dir, experiment.RunInfoFile), name, err)
 	}
 	if err := config.CheckSection(name, sec); err != nil {
-		return nil, fmt.Errorf("%s: field \"sections\": %w", filepath.Join(dir, RunInfoFile), err)
+		return nil, fmt.Errorf("%s: field \"sections\": %w", filepath.Join(dir, experiment.RunInfoFile), err)
 	}
 	return sec, nil
 }
@@ -242,13 +249,13 @@ func readSiteFile(path string, needed bool) (tensor.Named, error) {
 // siteFileHint says where a missing site file is: in a served run each
 // site keeps it in its state folder; a simulated run writes it only with
 // output.save_adapters.
-func siteFileHint(info *RunInfo, run, method string, client int, err error) string {
+func siteFileHint(info *experiment.RunInfo, run, method string, client int, err error) string {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return ""
 	}
 	if info.Served {
 		return fmt.Sprintf("; this run was coordinated by pfedmma serve, whose sites keep their files: copy %s from the state folder of client %d's site (its --state, or STATE/site-NAME with --clients) into %s",
-			filepath.Join(info.Sites[method], SiteFile(client)), client, filepath.Join(run, info.Sites[method]))
+			filepath.Join(info.Sites[method], experiment.SiteFile(client)), client, filepath.Join(run, info.Sites[method]))
 	}
 	return " (was the run made with output.save_adapters?)"
 }
@@ -257,8 +264,8 @@ func siteFileHint(info *RunInfo, run, method string, client int, err error) stri
 // when given (checked against run.json's digest), else run.json's model
 // (a relative path is inside the run folder), else, when that is not on
 // this machine, the embedded model if it is the one the run used.
-func predictModel(info *RunInfo, c PredictConfig) (model, vocab string, err error) {
-	vocab = resolveRunPath(c.Run, info.Vocab)
+func predictModel(info *experiment.RunInfo, c PredictConfig) (model, vocab string, err error) {
+	vocab = experiment.ResolveRunPath(c.Run, info.Vocab)
 	if vocab != "" {
 		if _, err := os.Stat(vocab); err != nil {
 			vocab = "" // the one beside the model
@@ -269,7 +276,7 @@ func predictModel(info *RunInfo, c PredictConfig) (model, vocab string, err erro
 			return "", "", fmt.Errorf("--model %w", err)
 		}
 		if info.ModelSHA256 != "" {
-			sum, err := ModelDigest(c.Model)
+			sum, err := experiment.ModelDigest(c.Model)
 			if err != nil {
 				return "", "", fmt.Errorf("--model %s: %w", c.Model, err)
 			}
@@ -279,7 +286,7 @@ func predictModel(info *RunInfo, c PredictConfig) (model, vocab string, err erro
 		}
 		return c.Model, vocab, nil
 	}
-	model = resolveRunPath(c.Run, info.Model)
+	model = experiment.ResolveRunPath(c.Run, info.Model)
 	if _, err := os.Stat(model); err == nil {
 		return model, vocab, nil
 	}
@@ -293,15 +300,15 @@ func predictModel(info *RunInfo, c PredictConfig) (model, vocab string, err erro
 		sum = ", SHA-256 " + info.ModelSHA256
 	}
 	return "", "", fmt.Errorf("run %s: its model %s (field \"model\" of %s) is not on this machine: pass --model with the model the run trained with (%s%s)",
-		c.Run, model, RunInfoFile, filepath.Base(model), sum)
+		c.Run, model, experiment.RunInfoFile, filepath.Base(model), sum)
 }
 
 // isModel says whether the model at path is the one run.json names: by
 // digest, or, without one, by the embedded model's folder name (its
 // content hash).
-func isModel(path string, info *RunInfo) bool {
+func isModel(path string, info *experiment.RunInfo) bool {
 	if info.ModelSHA256 != "" {
-		sum, err := ModelDigest(path)
+		sum, err := experiment.ModelDigest(path)
 		return err == nil && sum == info.ModelSHA256
 	}
 	return filepath.Base(path) == filepath.Base(info.Model)
