@@ -257,15 +257,30 @@ func (r *recordLogits) Logits(space int, prefix []float32, B int) ([]float32, er
 	return l, nil
 }
 
-// TrainBatch loads the prefixes of a client's training examples batch
-// (indices into c.Train) into e.TrainBuf: from the cache, picking one of the
+// Workspace is a client's training-batch buffers: the batch's records
+// (Buf) and, in online mode, its augmented pixels (Px).
+type Workspace struct {
+	Buf, Px []float32
+}
+
+// TrainBatch loads the prefixes of a client's training examples batch into
+// e.TrainBuf (see LoadBatch).
+func (e *Env) TrainBatch(c *protocol.ClientTask, batch []int, rng interface{ IntN(int) int }, round, epoch int) error {
+	w := Workspace{Buf: e.TrainBuf, Px: e.TrainPx}
+	err := e.LoadBatch(&w, c, batch, rng, round, epoch)
+	e.TrainBuf, e.TrainPx = w.Buf, w.Px
+	return err
+}
+
+// LoadBatch loads the prefixes of a client's training examples batch
+// (indices into c.Train) into w.Buf: from the cache, picking one of the
 // cached views at random with rng, or recomputed from freshly augmented
 // pixels in online mode (view round·1000 + epoch).
-func (e *Env) TrainBatch(c *protocol.ClientTask, batch []int, rng interface{ IntN(int) int }, round, epoch int) error {
+func (e *Env) LoadBatch(w *Workspace, c *protocol.ClientTask, batch []int, rng interface{ IntN(int) int }, round, epoch int) error {
 	n := e.Prefixer.RecordLen()
-	e.TrainBuf = nn.Grow(e.TrainBuf, len(batch)*n)
+	w.Buf = nn.Grow(w.Buf, len(batch)*n)
 	if e.Online {
-		return e.onlinePrefixes(c, batch, round, epoch)
+		return e.onlinePrefixes(w, c, batch, round, epoch)
 	}
 	recs := make([]int, 0, len(batch))
 	for _, k := range batch {
@@ -276,20 +291,20 @@ func (e *Env) TrainBatch(c *protocol.ClientTask, batch []int, rng interface{ Int
 		}
 		recs = append(recs, views[v])
 	}
-	return e.TrainStore.GetBatch(recs, e.TrainBuf[:len(batch)*n])
+	return e.TrainStore.GetBatch(recs, w.Buf[:len(batch)*n])
 }
 
 // onlinePrefixes recomputes the prefixes of a batch from freshly augmented
 // pixels (the reference's per-epoch augmentation).
-func (e *Env) onlinePrefixes(c *protocol.ClientTask, batch []int, round, epoch int) error {
+func (e *Env) onlinePrefixes(w *Workspace, c *protocol.ClientTask, batch []int, round, epoch int) error {
 	S := e.Model.W.Config.Vision.ImageSize
 	per := 3 * S * S
-	e.TrainPx = nn.Grow(e.TrainPx, len(batch)*per)
+	w.Px = nn.Grow(w.Px, len(batch)*per)
 	errs := make([]error, len(batch))
 	nn.ParallelFor(len(batch), 1, func(lo, hi int) {
 		for k := lo; k < hi; k++ {
 			v := prefixcache.View{Item: c.Train[batch[k]], Index: round*1000 + epoch, Augment: true}
-			errs[k] = e.Prefixer.Pixels(e.Task.Train, v, e.Seed, e.TrainPx[k*per:(k+1)*per])
+			errs[k] = e.Prefixer.Pixels(e.Task.Train, v, e.Seed, w.Px[k*per:(k+1)*per])
 		}
 	})
 	for _, err := range errs {
@@ -297,6 +312,6 @@ func (e *Env) onlinePrefixes(c *protocol.ClientTask, batch []int, round, epoch i
 			return err
 		}
 	}
-	e.TrainBuf = e.Prefixer.Compute(e.TrainPx, len(batch), e.TrainBuf)
+	w.Buf = e.Prefixer.Compute(w.Px, len(batch), w.Buf)
 	return nil
 }
