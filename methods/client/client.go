@@ -150,8 +150,13 @@ func correct(logits []float32, labels []int) int {
 }
 
 // Fit installs what the server sent, trains locally and uploads the shared
-// tensors (or the Uploader site's).
+// tensors (or the Uploader site's), with the loop's metrics and a Reporter
+// site's.
 func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
+	rep, _ := c.Site.(Reporter)
+	if rep != nil {
+		rep.StartFit()
+	}
 	if err := c.install(ins.Params); err != nil {
 		return federation.FitRes{}, err
 	}
@@ -164,6 +169,14 @@ func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 		up = u.Upload()
 	} else {
 		up = c.SharedTensors()
+	}
+	if rep != nil {
+		if m == nil {
+			m = map[string]float64{}
+		}
+		if err := rep.Report(ins.Round, m); err != nil {
+			return federation.FitRes{}, err
+		}
 	}
 	return federation.FitRes{Params: up, NumExamples: len(c.Task.Train), Metrics: m}, nil
 }

@@ -246,24 +246,34 @@ func (h *hooks) LoadExtra(st tensor.Named) error {
 	h.extra = st["x/extra"].Data[0]
 	return nil
 }
+func (h *hooks) StartFit() { h.calls = append(h.calls, "start") }
+func (h *hooks) Report(round int, m map[string]float64) error {
+	h.calls = append(h.calls, "report")
+	m["x"] = float64(round + 1)
+	return nil
+}
 func (h *hooks) Kept() (tensor.Named, error) {
 	return tensor.Named{"x/kept": {Shape: []int{1}, Data: []float32{h.extra}}}, nil
 }
 
 // TestSiteHooks: every optional interface of the site is used in its
-// place: receive, before and after each step, the upload, the trained
-// filter (own stays), scoring's prepare, the extra state and what is kept.
+// place: the start of a Fit, receive, before and after each step, the
+// upload, the report, the trained filter (own stays), scoring's prepare,
+// the extra state and what is kept.
 func TestSiteHooks(t *testing.T) {
 	env := world(t)
 	plan, f := build(t, env, &Spec{Name: "m", Site: func(c *Client) any { return &hooks{c: c} }})
 	c := plan.Clients[0].(*Client)
 	h := c.Site.(*hooks)
-	res, err := c.Fit(context.Background(), federation.FitIns{Params: tensor.Named{"shared": tensor.New(2)}})
+	res, err := c.Fit(context.Background(), federation.FitIns{Round: 4, Params: tensor.Named{"shared": tensor.New(2)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(h.calls, " "); got != "receive before after before after upload" {
+	if got := strings.Join(h.calls, " "); got != "start receive before after before after upload report" {
 		t.Errorf("calls %q", got)
+	}
+	if res.Metrics["x"] != 5 || res.Metrics["loss"] == 0 {
+		t.Errorf("metrics %v, want the loop's and the Reporter's x = 5", res.Metrics)
 	}
 	if !same(vals(res.Params, "own"), []float32{3, 4}) || len(res.Params) != 1 {
 		t.Errorf("uploaded %v, want the Uploader's own = [3 4]", res.Params)

@@ -118,6 +118,13 @@ type (
 		SaveExtra() (tensor.Named, error)
 		LoadExtra(st tensor.Named) error
 	}
+	// Reporter adds to a Fit's metrics after the local training and the
+	// upload (DP-FPL's privacy spent); StartFit runs when the Fit starts,
+	// before the client installs what it received.
+	Reporter interface {
+		StartFit()
+		Report(round int, metrics map[string]float64) error
+	}
 	// Keeper adds to what a site keeps for `pfedmma predict` (its
 	// parameters P) what its scoring uses beyond them (pFedMoAP's
 	// downloaded experts), so that predict equals evaluation.
