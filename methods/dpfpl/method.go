@@ -233,8 +233,8 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 				Initial: tensor.Named{ParamGlobal: init[ParamGlobal].Clone()}, EvaluateGlobal: true},
 				std: cfg.NoiseStd, lr: tr.Rate, seed: env.Seed, replay: s.replay}
 		},
-		Site: func(c *client.Client) any {
-			return &clientState{c: c, index: index[c.Task.ID], s: s, train: tr, sigma: s.Sigma()}
+		Site: func(c *client.Client) (any, error) {
+			return &clientState{c: c, index: index[c.Task.ID], s: s, train: tr, sigma: s.Sigma()}, nil
 		}})
 }
 

@@ -158,7 +158,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			}
 			return strategy.UniformMean(Shared, shared)
 		},
-		Site: func(c *client.Client) any { return &site{c: c, s: s} }})
+		Site: func(c *client.Client) (any, error) { return &site{c: c, s: s}, nil }})
 }
 
 // learner is the client's learner of its training space.

@@ -121,7 +121,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			// own local prompts] (baselines.md §4)
 			return &strategy.FedAvg{Shared: federation.Names(ParamCtx), Initial: g, EvaluateGlobal: true}
 		},
-		Site: func(c *client.Client) any { return &site{c: c, avg: cfg.AvgPrompt} }})
+		Site: func(c *client.Client) (any, error) { return &site{c: c, avg: cfg.AvgPrompt}, nil }})
 }
 
 // site uploads the first avg prompts of the client's context and installs

@@ -166,8 +166,8 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			return &strategy.KNNPool{Shared: federation.Names(ParamCtx), K: cfg.NumExperts - 1,
 				Initial: tensor.Named{ParamCtx: init[ParamCtx].Clone()}, Random: s.Selection == "random", Seed: env.Seed}
 		},
-		Site: func(c *client.Client) any {
-			return &siteState{c: c, cfg: cfg, env: env, opt: cfg.newGateOpt(), round: -1}
+		Site: func(c *client.Client) (any, error) {
+			return &siteState{c: c, cfg: cfg, env: env, opt: cfg.newGateOpt(), round: -1}, nil
 		}})
 }
 

@@ -117,7 +117,7 @@ func spec(env *methods.Env, cfg Config) *client.Spec {
 			g, _ := GlobalPart(init) // shapes checked by New
 			return &strategy.FedAvg{Shared: federation.Names(ParamCtx), Initial: g}
 		},
-		Site: func(c *client.Client) any { return site{c} }}
+		Site: func(c *client.Client) (any, error) { return site{c}, nil }}
 }
 
 // site uploads the client's prompt 0 and installs the server's global
