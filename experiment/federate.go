@@ -33,6 +33,8 @@ type Federated struct {
 	SiteNames []string
 	template  string
 	close     func()
+	// observer watches the clients (o.OnEvaluate) when set.
+	observer *methods.Observer
 }
 
 // Close releases the prefix caches.
@@ -139,9 +141,7 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 		return nil, err
 	}
 	f.close = func() { session.CloseEnv(env) }
-	if o.OnEvaluate != nil {
-		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
-	}
+	f.observer = observer(o, name)
 	sess, err := session.Build(session.Config{Env: env, Method: meth, Settings: o.Sections[name], Federation: o.Federation()})
 	if err != nil {
 		f.Close()
@@ -157,7 +157,12 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 }
 
 // Client returns site i's client.
-func (f *Federated) Client(i int) federation.Client { return f.Plan.Clients[i] }
+func (f *Federated) Client(i int) federation.Client {
+	if f.observer == nil || f.observer.OnEvaluate == nil {
+		return f.Plan.Clients[i]
+	}
+	return methods.Observed(f.Plan.Clients[i], f.observer)
+}
 
 // WriteSite writes what site i keeps (its personalised parameters) to
 // dir/sites/<method>/client_NNN.safetensors, the file `pfedmma run` writes

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/nn"
-	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/tokenizer"
@@ -18,8 +18,10 @@ import (
 
 // Env is everything the methods of a run share: the frozen model, the task,
 // the cached frozen prefixes of every training view and test image (the
-// input of block Start), the class prompts, the local-training settings and
-// the buffers clients reuse (they run one at a time).
+// input of block Start), the class prompts and the local-training settings.
+// It holds no client's state: each client loads its batches into its own
+// Workspace, and the runner's hooks (progress, evaluation logits) come in
+// the clients' contexts (Observer).
 type Env struct {
 	Model *clip.Model
 	Tok   *tokenizer.Tokenizer
@@ -56,17 +58,6 @@ type Env struct {
 	spacePrefix map[int][]float32 // class-prompt prefix per label space
 	spaceEOT    map[int][]int
 
-	// OnEvaluate, when set, is told of every client evaluation (Evaluate):
-	// the client's task and, per evaluation set of c.Evals, the logits it
-	// scored [len(Images), C] — the window a test has onto what a site's
-	// evaluation computed (predict = evaluation).
-	OnEvaluate func(c *protocol.ClientTask, logits [][]float32)
-
-	// RoundBar is the running method's round bar, if any.
-	RoundBar *progress.Bar
-	// TrainBuf and TrainPx are the training batch's prefixes and pixels,
-	// shared by the clients.
-	TrainBuf, TrainPx []float32
 	// shared holds objects clients of one method share (workspaces), by
 	// key; see Shared.
 	shared map[string]any
@@ -85,15 +76,6 @@ func (e *Env) Shared(key string, mk func() any) any {
 		e.shared[key] = v
 	}
 	return v
-}
-
-// StepBar starts a progress bar for one client's batches inside the current
-// round (nil-safe: without a round bar it returns a quiet bar).
-func (e *Env) StepBar(total int, desc string) *progress.Bar {
-	if e.RoundBar == nil {
-		return progress.New(nil, total, desc, "img")
-	}
-	return e.RoundBar.Child(total, desc, "img")
 }
 
 // Prompt returns the prompt of a class name.
@@ -212,7 +194,8 @@ func (e *Env) EvalSets(c *protocol.ClientTask) []eval.Set {
 func (e *Env) Evaluate(ctx context.Context, sc eval.Scorer, c *protocol.ClientTask) (eval.Metrics, error) {
 	sets := e.EvalSets(c)
 	var rec *recordLogits
-	if e.OnEvaluate != nil {
+	onEvaluate := ObserverFrom(ctx).OnEvaluate
+	if onEvaluate != nil {
 		rec = &recordLogits{Scorer: sc, sets: sets, out: make([][]float32, len(sets))}
 		rec.skipEmpty()
 		sc = rec
@@ -222,7 +205,7 @@ func (e *Env) Evaluate(ctx context.Context, sc eval.Scorer, c *protocol.ClientTa
 		return nil, err
 	}
 	if rec != nil {
-		e.OnEvaluate(c, rec.out)
+		onEvaluate(c, rec.out)
 	}
 	if e.Task.Protocol == protocol.BaseToNovel {
 		eval.WithHM(m)
@@ -257,15 +240,62 @@ func (r *recordLogits) Logits(space int, prefix []float32, B int) ([]float32, er
 	return l, nil
 }
 
-// TrainBatch loads the prefixes of a client's training examples batch
-// (indices into c.Train) into e.TrainBuf: from the cache, picking one of the
+// Workspace is a client's training-batch buffers: the batch's records
+// (Buf) and, in online mode, its augmented pixels (Px).
+type Workspace struct {
+	Buf, Px []float32
+}
+
+// Workspaces hands the clients of one method their batch buffers for the
+// length of a training run, so that memory grows with the clients that
+// train at once, not with the clients. The zero value is ready; a nil
+// *Workspaces hands out fresh ones.
+type Workspaces struct {
+	mu   sync.Mutex
+	free []*Workspace
+}
+
+// Get returns a free workspace, or a new one.
+func (p *Workspaces) Get() *Workspace {
+	if p == nil {
+		return &Workspace{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		w := p.free[n-1]
+		p.free = p.free[:n-1]
+		return w
+	}
+	return &Workspace{}
+}
+
+// Put returns w for another client's use.
+func (p *Workspaces) Put(w *Workspace) {
+	if p == nil || w == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.free = append(p.free, w)
+}
+
+// Free is the number of workspaces waiting for a client.
+func (p *Workspaces) Free() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free)
+}
+
+// LoadBatch loads the prefixes of a client's training examples batch
+// (indices into c.Train) into w.Buf: from the cache, picking one of the
 // cached views at random with rng, or recomputed from freshly augmented
 // pixels in online mode (view round·1000 + epoch).
-func (e *Env) TrainBatch(c *protocol.ClientTask, batch []int, rng interface{ IntN(int) int }, round, epoch int) error {
+func (e *Env) LoadBatch(w *Workspace, c *protocol.ClientTask, batch []int, rng interface{ IntN(int) int }, round, epoch int) error {
 	n := e.Prefixer.RecordLen()
-	e.TrainBuf = nn.Grow(e.TrainBuf, len(batch)*n)
+	w.Buf = nn.Grow(w.Buf, len(batch)*n)
 	if e.Online {
-		return e.onlinePrefixes(c, batch, round, epoch)
+		return e.onlinePrefixes(w, c, batch, round, epoch)
 	}
 	recs := make([]int, 0, len(batch))
 	for _, k := range batch {
@@ -276,20 +306,20 @@ func (e *Env) TrainBatch(c *protocol.ClientTask, batch []int, rng interface{ Int
 		}
 		recs = append(recs, views[v])
 	}
-	return e.TrainStore.GetBatch(recs, e.TrainBuf[:len(batch)*n])
+	return e.TrainStore.GetBatch(recs, w.Buf[:len(batch)*n])
 }
 
 // onlinePrefixes recomputes the prefixes of a batch from freshly augmented
 // pixels (the reference's per-epoch augmentation).
-func (e *Env) onlinePrefixes(c *protocol.ClientTask, batch []int, round, epoch int) error {
+func (e *Env) onlinePrefixes(w *Workspace, c *protocol.ClientTask, batch []int, round, epoch int) error {
 	S := e.Model.W.Config.Vision.ImageSize
 	per := 3 * S * S
-	e.TrainPx = nn.Grow(e.TrainPx, len(batch)*per)
+	w.Px = nn.Grow(w.Px, len(batch)*per)
 	errs := make([]error, len(batch))
 	nn.ParallelFor(len(batch), 1, func(lo, hi int) {
 		for k := lo; k < hi; k++ {
 			v := prefixcache.View{Item: c.Train[batch[k]], Index: round*1000 + epoch, Augment: true}
-			errs[k] = e.Prefixer.Pixels(e.Task.Train, v, e.Seed, e.TrainPx[k*per:(k+1)*per])
+			errs[k] = e.Prefixer.Pixels(e.Task.Train, v, e.Seed, w.Px[k*per:(k+1)*per])
 		}
 	})
 	for _, err := range errs {
@@ -297,6 +327,6 @@ func (e *Env) onlinePrefixes(c *protocol.ClientTask, batch []int, round, epoch i
 			return err
 		}
 	}
-	e.TrainBuf = e.Prefixer.Compute(e.TrainPx, len(batch), e.TrainBuf)
+	w.Buf = e.Prefixer.Compute(w.Px, len(batch), w.Buf)
 	return nil
 }

@@ -13,6 +13,7 @@
 package methods
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
@@ -162,4 +163,18 @@ func (p PredictEnv) ClassPromptTokens(classes []string, prefix string) ([]int, e
 type Predictor interface {
 	// Logits scores pixels [B, 3, S, S] against classes (names): [B, C].
 	Logits(pixels []float32, B int, classes []string) ([]float32, error)
+}
+
+// Section returns sec as the settings of method name, *T (its DefaultConfig's
+// type): an error naming the method and both types when sec is another type
+// or nil.
+func Section[T any, PT interface {
+	*T
+	config.Section
+}](name string, sec config.Section) (PT, error) {
+	s, ok := sec.(PT)
+	if !ok || s == nil {
+		return nil, fmt.Errorf("%s: config section is %T, want %T", name, sec, PT(nil))
+	}
+	return s, nil
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -64,11 +64,7 @@ func (Method) DefaultConfig() config.Section {
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("promptfl: config section is %T, want *promptfl.Settings", sec)
-	}
-	return s, nil
+	return methods.Section[Settings]("promptfl", sec)
 }
 
 // Build implements methods.Method.
@@ -78,29 +74,38 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		return nil, err
 	}
 	cfg := s.config(env.Seed)
-	spec := &promptfed.Spec{Name: "promptfl", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
-		NewLearner: func(tokens []int) (promptfed.Learner, error) {
+	return client.Build(env, &client.Spec{Name: "promptfl", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
+		NewLearner: func(_ int, tokens []int) (client.Learner, error) {
 			l, err := New(env.Model, tokens, cfg)
 			if err != nil {
 				return nil, err
 			}
 			return &spaceLearner{Learner: l}, nil
 		},
-		Receive: func(c *promptfed.Client, in tensor.Named) error {
-			if err := c.ReceiveShared(in); err != nil {
-				return err
-			}
-			l, err := c.Learner()
-			if err != nil {
-				return err
-			}
-			var anchor tensor.Named
-			if cfg.ProxMu > 0 {
-				anchor = tensor.Named{ParamCtx: c.P[ParamCtx]} // the round's global context
-			}
-			return l.(*spaceLearner).SetGlobal(anchor)
-		}}
-	return promptfed.Build(env, spec)
+		Site: func(c *client.Client) (any, error) { return &site{c: c, prox: cfg.ProxMu > 0}, nil }})
+}
+
+// site receives the round's global context and, with FedProx, makes it the
+// learner's anchor.
+type site struct {
+	c    *client.Client
+	prox bool
+}
+
+// Receive implements client.Receiver.
+func (s *site) Receive(in tensor.Named) error {
+	if err := s.c.ReceiveShared(in); err != nil {
+		return err
+	}
+	l, err := s.c.Learner()
+	if err != nil {
+		return err
+	}
+	var anchor tensor.Named
+	if s.prox {
+		anchor = tensor.Named{ParamCtx: s.c.P[ParamCtx]} // the round's global context
+	}
+	return l.(*spaceLearner).SetGlobal(anchor)
 }
 
 // spaceLearner scores with the cosine head on cached image features.
@@ -145,7 +150,7 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, tensor.Named{ParamCtx: p.ctx}, func(tokens []int) (*Learner, error) {
+	l, err := client.PredictLearner(p.pe, p.cfg.NCtx, classes, tensor.Named{ParamCtx: p.ctx}, func(tokens []int) (*Learner, error) {
 		return New(m, tokens, p.cfg)
 	})
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -29,7 +29,7 @@ func TestPredictorLogits(t *testing.T) {
 	env := &methods.Env{Model: m, Tok: tok, Template: "a photo of a {}.",
 		Task: &protocol.Task{Dataset: &dataset.Dataset{Classes: classes}, Spaces: []protocol.Space{{Classes: []int{0, 1, 2}}}}}
 	s := &Settings{NCtx: 4, InitStd: 0.5}
-	tokens, err := env.ClassPromptTokens(0, promptfed.Placeholder(4))
+	tokens, err := env.ClassPromptTokens(0, client.Placeholder(4))
 	if err != nil {
 		t.Fatal(err)
 	}

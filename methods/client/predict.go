@@ -1,4 +1,4 @@
-package promptfed
+package client
 
 import (
 	"github.com/pfedmma/pfedmma/methods"
