@@ -26,11 +26,7 @@ func (s *Spaces) Get(space int) (Learner, error) {
 	if l, ok := s.by[space]; ok {
 		return l, nil
 	}
-	words := s.spec.Words
-	if words == "" {
-		words = Placeholder(s.spec.Placeholder)
-	}
-	tokens, err := s.env.ClassPromptTokens(space, words)
+	tokens, err := s.tokens(space)
 	if err != nil {
 		return nil, err
 	}
@@ -40,6 +36,19 @@ func (s *Spaces) Get(space int) (Learner, error) {
 	}
 	s.by[space] = l
 	return l, nil
+}
+
+// tokens are the class prompts [C, ctx] of a label space (nil under
+// Spec.NoPrompts).
+func (s *Spaces) tokens(space int) ([]int, error) {
+	if s.spec.NoPrompts {
+		return nil, nil
+	}
+	words := s.spec.Words
+	if words == "" {
+		words = Placeholder(s.spec.Placeholder)
+	}
+	return s.env.ClassPromptTokens(space, words)
 }
 
 // Placeholder is CoOp's prompt prefix of n "X" words.
