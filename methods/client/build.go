@@ -2,6 +2,8 @@ package client
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -138,7 +140,8 @@ func installInit(env *methods.Env, spec *Spec, init tensor.Named) error {
 	if env.Init == nil {
 		return nil
 	}
-	for name, t := range init {
+	for _, name := range slices.Sorted(maps.Keys(init)) { // the first missing by name
+		t := init[name]
 		src, ok := env.Init[name]
 		if !ok || !tensor.SameShape(src.Shape, t.Shape) {
 			return fmt.Errorf("%s initial parameters: no %q of shape %v", spec.Name, name, t.Shape)
