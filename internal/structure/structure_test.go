@@ -224,12 +224,10 @@ var pending = map[string]int{
 	"internal/picklescan/picklescan.go: Scan":               165,
 	"methods/adapt/fixture.go: Method.Step":                 102,
 	"methods/adapt/learner.go: Learner.Step":                118,
-	"methods/fedmvp/method.go: Method.Build":                132,
 	"methods/fedmvp/method.go: Method.Step":                 83,
 	"methods/fedmvp/promptformer.go: promptFormer.backward": 99,
 	"methods/fixture/step.go: LearnerStep":                  103,
 	"methods/pfedmoap/fixture.go: Method.FixtureRound":      139,
 	"methods/pfedmoap/fixture.go: RoundFromFile":            100,
-	"methods/pfedmoap/method.go: Method.Build":              130,
 	"partition/dirichlet.go: dirichlet":                     91,
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/pfedmma/pfedmma/dataset"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/world"
@@ -62,7 +62,7 @@ func TestUnseenStyleAtLeastZeroShot(t *testing.T) {
 	var adaptTokens, zsTokens []int
 	for _, c := range ds.Classes {
 		name := strings.ReplaceAll(c, "_", " ")
-		ids, err := tok.Tokenize(promptfed.Placeholder(s.NCtx)+" "+name+".", ctx, false)
+		ids, err := tok.Tokenize(client.Placeholder(s.NCtx)+" "+name+".", ctx, false)
 		if err != nil {
 			t.Fatal(err)
 		}

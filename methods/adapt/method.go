@@ -88,8 +88,8 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/clientbase"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -186,11 +186,7 @@ func (Method) DefaultConfig() config.Section { return DefaultSettings() }
 func (Method) Depth(config.Section, int) (int, error) { return 1, nil }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("adapt: config section is %T, want *adapt.Settings", sec)
-	}
-	return s, nil
+	return methods.Section[Settings]("adapt", sec)
 }
 
 // Domains returns the distinct dataset domains of a task's clients, sorted:
@@ -219,7 +215,7 @@ func (s *shared) learner(space int) (*Learner, error) {
 	if l, ok := s.spaces[space]; ok {
 		return l, nil
 	}
-	tokens, err := s.env.ClassPromptTokens(space, promptfed.Placeholder(s.cfg.NCtx))
+	tokens, err := s.env.ClassPromptTokens(space, client.Placeholder(s.cfg.NCtx))
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +376,7 @@ type predictor struct {
 
 func (p *predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	tokens, err := p.pe.ClassPromptTokens(classes, promptfed.Placeholder(p.cfg.NCtx))
+	tokens, err := p.pe.ClassPromptTokens(classes, client.Placeholder(p.cfg.NCtx))
 	if err != nil {
 		return nil, err
 	}

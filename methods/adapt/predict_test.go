@@ -8,7 +8,7 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 )
 
 // TestPredictorMatchesLearner: the Predictor built from saved parameters
@@ -24,7 +24,7 @@ func TestPredictorMatchesLearner(t *testing.T) {
 	s.AdaLN = true
 	cfg := s.config(3, 4)
 	classes := []string{"red_circle", "blue square", "green triangle"}
-	tokens, err := methods.PredictEnv{Model: m, Tok: tok}.ClassPromptTokens(classes, promptfed.Placeholder(s.NCtx))
+	tokens, err := methods.PredictEnv{Model: m, Tok: tok}.ClassPromptTokens(classes, client.Placeholder(s.NCtx))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,12 +64,8 @@ func Build(env *methods.Env, spec *Spec) (*methods.Plan, error) {
 		return nil, err
 	}
 	sp := &Spaces{env: env, spec: spec, by: map[int]Learner{}}
-	first, err := sp.Get(env.Task.Clients[0].TrainSpace)
+	init, err := initial(env, spec, sp)
 	if err != nil {
-		return nil, err
-	}
-	init := first.Params().Clone() // drawn from the run seed
-	if err := installInit(env, spec, init); err != nil {
 		return nil, err
 	}
 	plan := &methods.Plan{Strategy: newStrategy(spec, init)}
@@ -85,7 +81,10 @@ func Build(env *methods.Env, spec *Spec) (*methods.Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		c := newClient(env, t, sp, spec, init.Clone(), loop, ws)
+		c, err := newClient(env, t, sp, spec, init.Clone(), loop, ws)
+		if err != nil {
+			return nil, err
+		}
 		clients = append(clients, c)
 		plan.Clients = append(plan.Clients, c)
 	}
@@ -95,7 +94,10 @@ func Build(env *methods.Env, spec *Spec) (*methods.Plan, error) {
 		// the global model: a new site's parameters after the server's
 		// broadcast, scored without training
 		plan.GlobalScorer = func() (eval.Scorer, error) {
-			c := newClient(env, &protocol.ClientTask{ID: -1}, sp, spec, init.Clone(), clients[0].loop, ws)
+			c, err := newClient(env, &protocol.ClientTask{ID: -1}, sp, spec, init.Clone(), clients[0].loop, ws)
+			if err != nil {
+				return nil, err
+			}
 			if err := c.install(g.Global()); err != nil {
 				return nil, err
 			}
@@ -103,6 +105,30 @@ func Build(env *methods.Env, spec *Spec) (*methods.Plan, error) {
 		}
 	}
 	return plan, nil
+}
+
+// initial is the parameters every client starts from: spec.Init's, or the
+// first client's learner's (drawn from the run seed), with env.Init
+// installed.
+func initial(env *methods.Env, spec *Spec, sp *Spaces) (tensor.Named, error) {
+	var init tensor.Named
+	if spec.Init != nil {
+		p, err := spec.Init()
+		if err != nil {
+			return nil, err
+		}
+		init = p.Clone()
+	} else {
+		first, err := sp.Get(env.Task.Clients[0].TrainSpace)
+		if err != nil {
+			return nil, err
+		}
+		init = first.Params().Clone() // drawn from the run seed
+	}
+	if err := installInit(env, spec, init); err != nil {
+		return nil, err
+	}
+	return init, nil
 }
 
 // newStrategy is spec's strategy, or FedAvg of the shared tensors of init.

@@ -37,12 +37,17 @@ type Client struct {
 	onLoss func(loss float64)
 }
 
-func newClient(env *methods.Env, t *protocol.ClientTask, sp *Spaces, spec *Spec, p tensor.Named, loop *train.Loop, ws *pool) *Client {
+func newClient(env *methods.Env, t *protocol.ClientTask, sp *Spaces, spec *Spec, p tensor.Named, loop *train.Loop, ws *pool) (*Client, error) {
 	c := &Client{Env: env, Task: t, Spaces: sp, Spec: spec, P: p, loop: loop, pool: ws}
-	if spec.Site != nil {
-		c.Site = spec.Site(c)
+	if spec.Site == nil {
+		return c, nil
 	}
-	return c
+	site, err := spec.Site(c)
+	if err != nil {
+		return nil, fmt.Errorf("%s client %d: %w", spec.Name, t.ID, err)
+	}
+	c.Site = site
+	return c, nil
 }
 
 // ID implements federation.Client.
@@ -55,7 +60,29 @@ func (c *Client) NumExamples() int { return len(c.Task.Train) }
 func (c *Client) TrainOptions() train.Options { return c.loop.Opts }
 
 // Learner returns the learner of the client's training space.
-func (c *Client) Learner() (Learner, error) { return c.Spaces.Get(c.Task.TrainSpace) }
+func (c *Client) Learner() (Learner, error) { return c.learner(c.Task.TrainSpace) }
+
+// learner returns the learner of a label space: the Owner site's, or the
+// one the method's clients share.
+func (c *Client) learner(space int) (Learner, error) {
+	if o, ok := c.Site.(Owner); ok {
+		return o.Learner(space)
+	}
+	return c.Spaces.Get(space)
+}
+
+// Loop is the client's local training loop (its optimizer and random
+// generator).
+func (c *Client) Loop() *train.Loop { return c.loop }
+
+// EvalGroup implements federation.GroupEvaluator: a Grouper site's group,
+// or nil (the client is evaluated alone).
+func (c *Client) EvalGroup() federation.GroupEval {
+	if g, ok := c.Site.(Grouper); ok {
+		return g.EvalGroup()
+	}
+	return nil
+}
 
 // Params implements train.Learner: the client's tensors (those a Trainer
 // site keeps) with the learner's gradient buffers, in name order.
@@ -92,6 +119,9 @@ func (c *Client) Load(l Learner) error {
 		dst, ok := lp[name]
 		if !ok || len(dst.Data) != len(t.Data) {
 			return fmt.Errorf("%s client %d: learner has no %q of %d values", c.Spec.Name, c.Task.ID, name, len(t.Data))
+		}
+		if len(t.Data) > 0 && &dst.Data[0] == &t.Data[0] {
+			continue // an Owner's learner holding P itself
 		}
 		copy(dst.Data, t.Data)
 	}
@@ -150,8 +180,13 @@ func correct(logits []float32, labels []int) int {
 }
 
 // Fit installs what the server sent, trains locally and uploads the shared
-// tensors (or the Uploader site's).
+// tensors (or the Uploader site's), with the loop's metrics and a Reporter
+// site's.
 func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
+	rep, _ := c.Site.(Reporter)
+	if rep != nil {
+		rep.StartFit()
+	}
 	if err := c.install(ins.Params); err != nil {
 		return federation.FitRes{}, err
 	}
@@ -164,6 +199,14 @@ func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 		up = u.Upload()
 	} else {
 		up = c.SharedTensors()
+	}
+	if rep != nil {
+		if m == nil {
+			m = map[string]float64{}
+		}
+		if err := rep.Report(ins.Round, m); err != nil {
+			return federation.FitRes{}, err
+		}
 	}
 	return federation.FitRes{Params: up, NumExamples: len(c.Task.Train), Metrics: m}, nil
 }

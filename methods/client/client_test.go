@@ -206,7 +206,7 @@ func TestState(t *testing.T) {
 		t.Errorf("loaded own = %v, want %v", d.P["own"].Data, c.P["own"].Data)
 	}
 	delete(st, "param/own")
-	if err := d.LoadState(st); err == nil || !strings.Contains(err.Error(), "m client 0 state: no own of shape [2]") {
+	if err := d.LoadState(st); err == nil || !strings.Contains(err.Error(), "m client 0 state: no param/own of shape [2]") {
 		t.Errorf("state without param/own: %v", err)
 	}
 }
@@ -246,24 +246,34 @@ func (h *hooks) LoadExtra(st tensor.Named) error {
 	h.extra = st["x/extra"].Data[0]
 	return nil
 }
+func (h *hooks) StartFit() { h.calls = append(h.calls, "start") }
+func (h *hooks) Report(round int, m map[string]float64) error {
+	h.calls = append(h.calls, "report")
+	m["x"] = float64(round + 1)
+	return nil
+}
 func (h *hooks) Kept() (tensor.Named, error) {
 	return tensor.Named{"x/kept": {Shape: []int{1}, Data: []float32{h.extra}}}, nil
 }
 
 // TestSiteHooks: every optional interface of the site is used in its
-// place: receive, before and after each step, the upload, the trained
-// filter (own stays), scoring's prepare, the extra state and what is kept.
+// place: the start of a Fit, receive, before and after each step, the
+// upload, the report, the trained filter (own stays), scoring's prepare,
+// the extra state and what is kept.
 func TestSiteHooks(t *testing.T) {
 	env := world(t)
-	plan, f := build(t, env, &Spec{Name: "m", Site: func(c *Client) any { return &hooks{c: c} }})
+	plan, f := build(t, env, &Spec{Name: "m", Site: func(c *Client) (any, error) { return &hooks{c: c}, nil }})
 	c := plan.Clients[0].(*Client)
 	h := c.Site.(*hooks)
-	res, err := c.Fit(context.Background(), federation.FitIns{Params: tensor.Named{"shared": tensor.New(2)}})
+	res, err := c.Fit(context.Background(), federation.FitIns{Round: 4, Params: tensor.Named{"shared": tensor.New(2)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(h.calls, " "); got != "receive before after before after upload" {
+	if got := strings.Join(h.calls, " "); got != "start receive before after before after upload report" {
 		t.Errorf("calls %q", got)
+	}
+	if res.Metrics["x"] != 5 || res.Metrics["loss"] == 0 {
+		t.Errorf("metrics %v, want the loop's and the Reporter's x = 5", res.Metrics)
 	}
 	if !same(vals(res.Params, "own"), []float32{3, 4}) || len(res.Params) != 1 {
 		t.Errorf("uploaded %v, want the Uploader's own = [3 4]", res.Params)
@@ -312,5 +322,64 @@ func TestWorkspaces(t *testing.T) {
 	}
 	if env.TrainBuf != nil {
 		t.Errorf("the clients loaded their batches into the Env")
+	}
+}
+
+// owner is a site owning its learner, whose parameters are the client's P,
+// and evaluated in a group.
+type owner struct {
+	f *fake
+	g federation.GroupEval
+}
+
+func (o *owner) Learner(int) (Learner, error)    { return o.f, nil }
+func (o *owner) EvalGroup() federation.GroupEval { return o.g }
+
+type group struct{ federation.GroupEval }
+
+// TestOwnerSites: a method whose sites own their learners builds no shared
+// one: every client starts from Spec.Init's parameters, trains its own
+// learner (P is the learner's parameters), saves them under StatePrefix,
+// and reports its site's evaluation group; a client without a Grouper
+// site has none.
+func TestOwnerSites(t *testing.T) {
+	env := world(t)
+	g := &group{}
+	init := newFake(2).p
+	spec := &Spec{Name: "m", Input: Block, Shared: federation.Names("shared"), StatePrefix: "adapter/",
+		Init: func() (tensor.Named, error) { return init, nil },
+		Site: func(c *Client) (any, error) {
+			f := newFake(2)
+			f.p = c.P
+			return &owner{f: f, g: g}, nil
+		}}
+	plan, err := Build(env, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c0, c1 := plan.Clients[0].(*Client), plan.Clients[1].(*Client)
+	if _, err := c0.Fit(context.Background(), federation.FitIns{}); err != nil {
+		t.Fatal(err)
+	}
+	f0 := c0.Site.(*owner).f
+	if len(f0.seen) != 2 || !same(f0.seen[1], []float32{0.5, 1.5, 2.5, 3.5}) || len(c1.Site.(*owner).f.seen) != 0 {
+		t.Errorf("client 0's learner saw %v, client 1's %v", f0.seen, c1.Site.(*owner).f.seen)
+	}
+	if !same(vals(c1.P, "own"), []float32{3, 4}) || !same(vals(init, "own"), []float32{3, 4}) {
+		t.Errorf("client 1 or the initial parameters changed: %v, %v", c1.P["own"].Data, init["own"].Data)
+	}
+	st, err := c0.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st["adapter/own"]; !ok {
+		t.Errorf("state %v has no adapter/own", st)
+	}
+	if ge, ok := plan.Clients[0].(federation.GroupEvaluator); !ok || ge.EvalGroup() != g {
+		t.Errorf("client 0's evaluation group is not its site's")
+	}
+	plain, _ := build(t, env, &Spec{Name: "m"})
+	if g := plain.Clients[0].(*Client).EvalGroup(); g != nil {
+		t.Errorf("a client without a Grouper site has the group %v", g)
 	}
 }

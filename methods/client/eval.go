@@ -32,7 +32,7 @@ type scorer struct {
 }
 
 func (s *scorer) Logits(space int, img []float32, B int) ([]float32, error) {
-	l, err := s.c.Spaces.Get(space)
+	l, err := s.c.learner(space)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +53,15 @@ func (s *scorer) Logits(space int, img []float32, B int) ([]float32, error) {
 	return l.Logits(img, B)
 }
 
-// State holds the parameters (as "param/<name>"), the optimizer state, the
+// statePrefix is the prefix of the parameters in the client's State.
+func (c *Client) statePrefix() string {
+	if c.Spec.StatePrefix == "" {
+		return "param/"
+	}
+	return c.Spec.StatePrefix
+}
+
+// State holds the parameters (as "param/<name>", or Spec.StatePrefix), the optimizer state, the
 // random generator and an ExtraState site's state.
 func (c *Client) State() (tensor.Named, error) {
 	st, err := c.loop.State()
@@ -61,7 +69,7 @@ func (c *Client) State() (tensor.Named, error) {
 		return nil, err
 	}
 	for name, t := range c.P {
-		st["param/"+name] = t.Clone()
+		st[c.statePrefix()+name] = t.Clone()
 	}
 	if x, ok := c.Site.(ExtraState); ok {
 		extra, err := x.SaveExtra()
@@ -76,9 +84,9 @@ func (c *Client) State() (tensor.Named, error) {
 // LoadState restores a State.
 func (c *Client) LoadState(st tensor.Named) error {
 	for name, p := range c.P {
-		t, ok := st["param/"+name]
+		t, ok := st[c.statePrefix()+name]
 		if !ok || !tensor.SameShape(t.Shape, p.Shape) {
-			return fmt.Errorf("%s client %d state: no %s of shape %v", c.Spec.Name, c.Task.ID, name, p.Shape)
+			return fmt.Errorf("%s client %d state: no %s%s of shape %v", c.Spec.Name, c.Task.ID, c.statePrefix(), name, p.Shape)
 		}
 		copy(p.Data, t.Data)
 	}

@@ -45,6 +45,9 @@ const (
 	// Embeddings are methods.Embeddings records (ln_pre's input and the
 	// frozen features of the image and its mirror): FedMVP.
 	Embeddings
+	// Block is the input of the method's first block ℓ (pFedMMA), which
+	// the method checks against env.Start itself.
+	Block
 )
 
 // Spec is one method as the clients run it.
@@ -64,8 +67,16 @@ type Spec struct {
 	// NewLearner builds the learner of a label space from its class
 	// prompts [C, ctx]. The learners are shared by the clients (they train
 	// one at a time): a client loads its parameters into a learner before
-	// each use.
+	// each use. A method whose sites own their learners (Owner) leaves it
+	// nil.
 	NewLearner func(space int, tokens []int) (Learner, error)
+	// Init, when set, gives the initial parameters every client starts
+	// from (with env.Init installed); nil: the parameters of the learner of
+	// the first client's training space, drawn from the run seed.
+	Init func() (tensor.Named, error)
+	// StatePrefix is the prefix of the parameters' names in a client's
+	// State ("" is "param/"; pFedMMA keeps its "adapter/").
+	StatePrefix string
 	// Shared selects the tensors the server aggregates (the rest stay on
 	// the site).
 	Shared federation.Filter
@@ -78,7 +89,7 @@ type Spec struct {
 	// Site, when set, makes the method's own part of client c, kept as
 	// c.Site: what the method keeps per site beyond P, implementing any of
 	// the optional interfaces below to change the client's steps.
-	Site func(c *Client) any
+	Site func(c *Client) (any, error)
 }
 
 // The optional interfaces a Spec's Site value may implement.
@@ -120,6 +131,25 @@ type (
 	ExtraState interface {
 		SaveExtra() (tensor.Named, error)
 		LoadExtra(st tensor.Named) error
+	}
+	// Reporter adds to a Fit's metrics after the local training and the
+	// upload (DP-FPL's privacy spent); StartFit runs when the Fit starts,
+	// before the client installs what it received.
+	Reporter interface {
+		StartFit()
+		Report(round int, metrics map[string]float64) error
+	}
+	// Owner is a site that owns its learners (pFedMMA: adapters attached to
+	// the shared frozen model) instead of sharing the Spec's per label
+	// space; Learner returns the one of a label space.
+	Owner interface {
+		Learner(space int) (Learner, error)
+	}
+	// Grouper is a site whose client can be evaluated together with the
+	// other clients of its group (federation.GroupEvaluator): EvalGroup
+	// returns the group, nil to be evaluated alone.
+	Grouper interface {
+		EvalGroup() federation.GroupEval
 	}
 	// Keeper adds to what a site keeps for `pfedmma predict` (its
 	// parameters P) what its scoring uses beyond them (pFedMoAP's

@@ -9,7 +9,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/tokenizer"
@@ -65,11 +65,7 @@ func (Method) DefaultConfig() config.Section {
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("cocoop: config section is %T, want *cocoop.Settings", sec)
-	}
-	return s, nil
+	return methods.Section[Settings]("cocoop", sec)
 }
 
 func (s *Settings) config(m *clip.Model, tok *tokenizer.Tokenizer, seed uint64) (Config, error) {
@@ -99,16 +95,16 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	if err != nil {
 		return nil, err
 	}
-	spec := &promptfed.Spec{Name: "cocoop", Placeholder: cfg.NCtx,
+	spec := &client.Spec{Name: "cocoop", Placeholder: cfg.NCtx,
 		Shared: federation.Names(ParamNames...),
-		NewLearner: func(tokens []int) (promptfed.Learner, error) {
+		NewLearner: func(_ int, tokens []int) (client.Learner, error) {
 			l, err := New(env.Model, tokens, cfg)
 			if err != nil {
 				return nil, err
 			}
 			return spaceLearner{l}, nil
 		}}
-	return promptfed.Build(env, spec)
+	return client.Build(env, spec)
 }
 
 // spaceLearner scores each image with its own prompts.
@@ -143,7 +139,7 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+	l, err := client.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
 		return New(m, tokens, p.cfg)
 	})
 	if err != nil {

@@ -1,7 +1,6 @@
 package dpfpl
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"math"
@@ -13,7 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation/robust"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -148,9 +147,9 @@ func (Method) SmallSettings(int) map[string]string {
 }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("dpfpl: config section is %T, want *dpfpl.Settings", sec)
+	s, err := methods.Section[Settings]("dpfpl", sec)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.config(0, 1).Validate(); err != nil {
 		return nil, err
@@ -165,8 +164,13 @@ func settings(sec config.Section) (*Settings, error) {
 }
 
 // clientState is a site's privacy bookkeeping: the local mechanism's
-// applications so far (saved with the client's state).
+// applications so far (saved with the client's state), and the privacy
+// spent it adds to the site's training metrics.
 type clientState struct {
+	c      *client.Client
+	s      *Settings
+	train  train.Options
+	sigma  float64
 	index  int // the client's position in the task (fixture draws)
 	ledger Ledger
 	lrs    []float64 // the current round's step learning rates
@@ -216,104 +220,79 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	for i, c := range env.Task.Clients {
 		index[c.ID] = i
 	}
-	spec := &promptfed.Spec{Name: "dpfpl", Placeholder: cfg.NCtx, Shared: federation.Names(ParamGlobal), Train: s.train,
-		NewLearner: func(tokens []int) (promptfed.Learner, error) {
+	return client.Build(env, &client.Spec{Name: "dpfpl", Placeholder: cfg.NCtx, Shared: federation.Names(ParamGlobal), Train: &tr,
+		NewLearner: func(_ int, tokens []int) (client.Learner, error) {
 			l, err := New(env.Model, tokens, cfg)
 			if err != nil {
 				return nil, err
 			}
 			return &spaceLearner{Learner: l}, nil
 		},
-		AfterBackward: func(c *promptfed.Client, b train.Batch) error {
-			st := state(c, index)
-			l, err := c.Learner()
-			if err != nil {
-				return err
-			}
-			var src Source = RNGSource{RNG: b.RNG}
-			if s.replay != nil {
-				src = &replaySource{draws: s.replay, prefix: fmt.Sprintf("client%d.", st.index), used: &st.draws}
-			}
-			if err := l.(*spaceLearner).Privatize(src); err != nil {
-				return err
-			}
-			st.ledger.LocalSteps++
-			st.lrs = append(st.lrs, tr.Rate(b.Round, b.Epoch))
-			return nil
-		},
-		SaveExtra: func(c *promptfed.Client) (tensor.Named, error) {
-			return saveLedger(state(c, index).ledger), nil
-		},
-		LoadExtra: func(c *promptfed.Client, st tensor.Named) error {
-			l, err := loadLedger(st)
-			if err != nil {
-				return fmt.Errorf("dpfpl client %d state: %w", c.Task.ID, err)
-			}
-			state(c, index).ledger = l
-			return nil
-		},
 		Strategy: func(init tensor.Named) federation.Strategy {
 			return &server{inner: &strategy.FedAvg{Shared: federation.Names(ParamGlobal), Uniform: true,
 				Initial: tensor.Named{ParamGlobal: init[ParamGlobal].Clone()}, EvaluateGlobal: true},
 				std: cfg.NoiseStd, lr: tr.Rate, seed: env.Seed, replay: s.replay}
-		}}
-	plan, err := promptfed.Build(env, spec)
+		},
+		Site: func(c *client.Client) (any, error) {
+			return &clientState{c: c, index: index[c.Task.ID], s: s, train: tr, sigma: s.Sigma()}, nil
+		}})
+}
+
+// AfterBackward implements client.AfterBackwarder: the local mechanism
+// (clipping and noise) on the batch's gradients, recorded in the ledger.
+func (st *clientState) AfterBackward(b train.Batch) error {
+	l, err := st.c.Learner()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	sigma := s.Sigma()
-	for i, c := range plan.Clients {
-		plan.Clients[i] = &client{Client: c.(*promptfed.Client), index: index, sigma: sigma, delta: s.Delta, train: tr,
-			perExample: s.PerExampleDP}
+	var src Source = RNGSource{RNG: b.RNG}
+	if st.s.replay != nil {
+		src = &replaySource{draws: st.s.replay, prefix: fmt.Sprintf("client%d.", st.index), used: &st.draws}
 	}
-	return plan, nil
+	if err := l.(*spaceLearner).Privatize(src); err != nil {
+		return err
+	}
+	st.ledger.LocalSteps++
+	st.lrs = append(st.lrs, st.train.Rate(b.Round, b.Epoch))
+	return nil
 }
 
-func state(c *promptfed.Client, index map[int]int) *clientState {
-	st, ok := c.Extra.(*clientState)
-	if !ok {
-		st = &clientState{index: index[c.Task.ID]}
-		c.Extra = st
+// SaveExtra implements client.ExtraState: the ledger.
+func (st *clientState) SaveExtra() (tensor.Named, error) { return saveLedger(st.ledger), nil }
+
+// LoadExtra implements client.ExtraState.
+func (st *clientState) LoadExtra(saved tensor.Named) error {
+	l, err := loadLedger(saved)
+	if err != nil {
+		return fmt.Errorf("dpfpl client %d state: %w", st.c.Task.ID, err)
 	}
-	return st
+	st.ledger = l
+	return nil
 }
 
-// client adds the privacy spent to a site's training metrics.
-type client struct {
-	*promptfed.Client
-	index map[int]int
-	sigma float64
-	delta float64
-	train train.Options
-	// perExample: the site runs DP-SGD (Settings.PerExampleDP)
-	perExample bool
-}
+// StartFit implements client.Reporter: a round's learning rates start
+// empty.
+func (st *clientState) StartFit() { st.lrs = st.lrs[:0] }
 
-// Fit implements federation.Client: after the local training it records
+// Report implements client.Reporter: after the local training it records
 // the round's UploadFactor in the site's ledger and reports the ε spent so
 // far (Ledger.Epsilons).
-func (c *client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	st := state(c.Client, c.index)
-	st.lrs = st.lrs[:0]
-	res, err := c.Client.Fit(ctx, ins)
-	if err != nil || c.sigma <= 0 {
-		return res, err
+func (st *clientState) Report(round int, m map[string]float64) error {
+	if st.sigma <= 0 {
+		return nil
 	}
 	// the momentum buffer carries earlier rounds' steps when it is kept
 	// and there were any
-	carried := !c.train.ResetOptimizer && st.ledger.LocalSteps > len(st.lrs)
-	f := UploadFactor(st.lrs, c.train.Rate(ins.Round, 0), c.train.Momentum, carried)
+	carried := !st.train.ResetOptimizer && st.ledger.LocalSteps > len(st.lrs)
+	f := UploadFactor(st.lrs, st.train.Rate(round, 0), st.train.Momentum, carried)
 	st.ledger.UploadFactors = append(st.ledger.UploadFactors, float64(float32(f))) // as saved
-	st.ledger.PerExample = c.perExample
-	eps, err := st.ledger.Epsilons(c.sigma, c.train.Batch, c.delta)
+	st.ledger.PerExample = st.s.PerExampleDP
+	eps, err := st.ledger.Epsilons(st.sigma, st.train.Batch, st.s.Delta)
 	if err != nil {
-		return res, err
+		return err
 	}
-	if res.Metrics == nil {
-		res.Metrics = map[string]float64{}
-	}
-	maps.Copy(res.Metrics, eps)
-	return res, nil
+	maps.Copy(m, eps)
+	return nil
 }
 
 // saveLedger is a site's ledger as state tensors.
@@ -511,7 +490,7 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+	l, err := client.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
 		return New(m, tokens, p.cfg)
 	})
 	if err != nil {

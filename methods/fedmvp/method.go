@@ -11,9 +11,9 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/prompt"
@@ -105,9 +105,9 @@ func (Method) Depth(sec config.Section, layers int) (int, error) {
 }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("fedmvp: config section is %T, want *fedmvp.Settings", sec)
+	s, err := methods.Section[Settings]("fedmvp", sec)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.config(0).Validate(0, 0); err != nil {
 		return nil, err
@@ -119,19 +119,14 @@ func settings(sec config.Section) (*Settings, error) {
 // training batch and, when that loss is below the switch threshold, the
 // cross-attention as it was before that batch's step (frozen holds it).
 type site struct {
+	c      *client.Client
+	s      *Settings
 	lora   bool
 	last   float64
 	frozen tensor.Named
 }
 
-func siteOf(c *promptfed.Client) *site {
-	s, ok := c.Extra.(*site)
-	if !ok {
-		s = &site{}
-		c.Extra = s
-	}
-	return s
-}
+func siteOf(c *client.Client) *site { return c.Site.(*site) }
 
 // Build implements methods.Method.
 func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
@@ -140,18 +135,9 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		return nil, err
 	}
 	cfg := s.config(env.Seed)
-	// the learners by their live linear weight: promptfed may hand a hook
-	// a wrapper of the learner (the fixtures' loss recorder)
-	byParams := map[*tensor.Tensor]*Learner{}
-	learnerOf := func(l promptfed.Learner) (*Learner, error) {
-		if fl, ok := byParams[l.Params()[ParamLinW]]; ok {
-			return fl, nil
-		}
-		return nil, fmt.Errorf("fedmvp: learner %T was not built by fedmvp", l)
-	}
-	spec := &promptfed.Spec{Name: "fedmvp", Embeddings: true, Shared: Shared,
-		Train: func(run train.Options) train.Options { return run.Own("", s.LR, 0, s.LocalEpochs) },
-		NewSpaceLearner: func(space int, _ []int) (promptfed.Learner, error) {
+	opts := env.Train.Own("", s.LR, 0, s.LocalEpochs)
+	return client.Build(env, &client.Spec{Name: "fedmvp", Input: client.Embeddings, Shared: Shared, Train: &opts,
+		NewLearner: func(space int, _ []int) (client.Learner, error) {
 			tokens, rows, err := spaceDescriptions(env, s, space)
 			if err != nil {
 				return nil, err
@@ -161,12 +147,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			if err != nil {
 				return nil, err
 			}
-			fl, err := New(env.Model, text, rows, C, cfg)
-			if err != nil {
-				return nil, err
-			}
-			byParams[fl.p[ParamLinW]] = fl
-			return fl, nil
+			return New(env.Model, text, rows, C, cfg)
 		},
 		Strategy: func(init tensor.Named) federation.Strategy {
 			shared := tensor.Named{}
@@ -177,94 +158,113 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			}
 			return strategy.UniformMean(Shared, shared)
 		},
-		Trained: func(c *promptfed.Client, name string) bool { return Trained(name, siteOf(c).lora) },
-		BeforeStep: func(c *promptfed.Client, b train.Batch) error {
-			l, err := c.Learner()
-			if err != nil {
-				return err
-			}
-			fl, err := learnerOf(l)
-			if err != nil {
-				return err
-			}
-			fl.LoRA = siteOf(c).lora
-			switch {
-			case s.FlipProb <= 0:
-				fl.Flip = false
-			case s.FlipProb >= 1:
-				fl.Flip = true
-			default:
-				fl.Flip = b.RNG.Float64() < s.FlipProb
-			}
-			return nil
-		},
-		AfterBackward: func(c *promptfed.Client, _ train.Batch) error {
-			l, err := c.Learner()
-			if err != nil {
-				return err
-			}
-			fl, err := learnerOf(l)
-			if err != nil {
-				return err
-			}
-			st := siteOf(c)
-			st.last, st.frozen = fl.lastLoss, nil
-			if !st.lora && st.last < s.LoRAThreshold {
-				// a candidate switching batch: keep the cross-attention
-				// from before its step (see Upload)
-				st.frozen = tensor.Named{}
-				for name, t := range c.P {
-					if Trained(name, false) && !Trained(name, true) {
-						st.frozen[name] = t.Clone()
-					}
-				}
-			}
-			return nil
-		},
-		Upload: func(c *promptfed.Client) tensor.Named {
-			st := siteOf(c)
-			// client.py: a last-batch loss below the threshold switches
-			// the client to LoRA for good, between that batch's forward
-			// and its backward: the cross-attention is frozen before the
-			// step, which leaves it as it was (the LoRA factors, outside
-			// that forward, have no gradient either)
-			if !st.lora && st.last < s.LoRAThreshold {
-				st.lora = true
-				for name, t := range st.frozen {
-					copy(c.P[name].Data, t.Data)
-				}
-			}
-			st.frozen = nil
-			up := tensor.Named{}
-			for name, t := range c.P {
-				up[name] = t.Clone()
-			}
-			return up
-		},
-		Prepare: func(c *promptfed.Client, l promptfed.Learner) error {
-			fl, err := learnerOf(l)
-			if err != nil {
-				return err
-			}
-			fl.LoRA = siteOf(c).lora
-			return fl.Prepare()
-		},
-		SaveExtra: func(c *promptfed.Client) (tensor.Named, error) {
-			return tensor.Named{StateLoRA: loraTensor(siteOf(c).lora)}, nil
-		},
-		LoadExtra: func(c *promptfed.Client, st tensor.Named) error {
-			t, ok := st[StateLoRA]
-			if !ok || len(t.Data) != 1 {
-				return fmt.Errorf("fedmvp client %d state: no %s", c.Task.ID, StateLoRA)
-			}
-			siteOf(c).lora = t.Data[0] != 0
-			return nil
-		},
-		Kept: func(c *promptfed.Client) (tensor.Named, error) {
-			return tensor.Named{StateLoRA: loraTensor(siteOf(c).lora)}, nil
-		},
+		Site: func(c *client.Client) (any, error) { return &site{c: c, s: s}, nil }})
+}
+
+// learner is the client's learner of its training space.
+func (st *site) learner() (*Learner, error) {
+	l, err := st.c.Learner()
+	if err != nil {
+		return nil, err
 	}
-	return promptfed.Build(env, spec)
+	fl, ok := l.(*Learner)
+	if !ok {
+		return nil, fmt.Errorf("fedmvp: learner %T was not built by fedmvp", l)
+	}
+	return fl, nil
+}
+
+// Trained implements client.Trainer: the cross-attention, or the LoRA
+// factors once the site has switched.
+func (st *site) Trained(name string) bool { return Trained(name, st.lora) }
+
+// BeforeStep implements client.BeforeStepper: the site's LoRA switch and
+// the batch's flip of the consistency view.
+func (st *site) BeforeStep(b train.Batch) error {
+	fl, err := st.learner()
+	if err != nil {
+		return err
+	}
+	fl.LoRA = st.lora
+	switch {
+	case st.s.FlipProb <= 0:
+		fl.Flip = false
+	case st.s.FlipProb >= 1:
+		fl.Flip = true
+	default:
+		fl.Flip = b.RNG.Float64() < st.s.FlipProb
+	}
+	return nil
+}
+
+// AfterBackward implements client.AfterBackwarder: it keeps the batch's
+// loss and, for a candidate switching batch, the cross-attention from
+// before its step (see Upload).
+func (st *site) AfterBackward(train.Batch) error {
+	fl, err := st.learner()
+	if err != nil {
+		return err
+	}
+	st.last, st.frozen = fl.lastLoss, nil
+	if !st.lora && st.last < st.s.LoRAThreshold {
+		st.frozen = tensor.Named{}
+		for name, t := range st.c.P {
+			if Trained(name, false) && !Trained(name, true) {
+				st.frozen[name] = t.Clone()
+			}
+		}
+	}
+	return nil
+}
+
+// Upload implements client.Uploader: every parameter, after the switch.
+func (st *site) Upload() tensor.Named {
+	// client.py: a last-batch loss below the threshold switches the client
+	// to LoRA for good, between that batch's forward and its backward: the
+	// cross-attention is frozen before the step, which leaves it as it was
+	// (the LoRA factors, outside that forward, have no gradient either)
+	if !st.lora && st.last < st.s.LoRAThreshold {
+		st.lora = true
+		for name, t := range st.frozen {
+			copy(st.c.P[name].Data, t.Data)
+		}
+	}
+	st.frozen = nil
+	up := tensor.Named{}
+	for name, t := range st.c.P {
+		up[name] = t.Clone()
+	}
+	return up
+}
+
+// Prepare implements client.Preparer: scoring with the site's LoRA switch.
+func (st *site) Prepare(l client.Learner) error {
+	fl, ok := l.(*Learner)
+	if !ok {
+		return fmt.Errorf("fedmvp: learner %T was not built by fedmvp", l)
+	}
+	fl.LoRA = st.lora
+	return fl.Prepare()
+}
+
+// SaveExtra implements client.ExtraState: the LoRA switch.
+func (st *site) SaveExtra() (tensor.Named, error) {
+	return tensor.Named{StateLoRA: loraTensor(st.lora)}, nil
+}
+
+// LoadExtra implements client.ExtraState.
+func (st *site) LoadExtra(saved tensor.Named) error {
+	t, ok := saved[StateLoRA]
+	if !ok || len(t.Data) != 1 {
+		return fmt.Errorf("fedmvp client %d state: no %s", st.c.Task.ID, StateLoRA)
+	}
+	st.lora = t.Data[0] != 0
+	return nil
+}
+
+// Kept implements client.Keeper: predict scores with the site's switch.
+func (st *site) Kept() (tensor.Named, error) {
+	return tensor.Named{StateLoRA: loraTensor(st.lora)}, nil
 }
 
 func loraTensor(on bool) *tensor.Tensor {

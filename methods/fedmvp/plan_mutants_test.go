@@ -14,8 +14,8 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -42,7 +42,7 @@ func TestSwitchNeedsLossBelowThreshold(t *testing.T) {
 	s.LoRAThreshold = 0
 	plan := tensorPlan(t, s)
 	round(t, plan, 0)
-	last := siteOf(plan.Clients[0].(*promptfed.Client)).last
+	last := siteOf(plan.Clients[0].(*client.Client)).last
 	if !(last > 0) {
 		t.Fatalf("last batch loss %v", last)
 	}
@@ -54,7 +54,7 @@ func TestSwitchNeedsLossBelowThreshold(t *testing.T) {
 		s.LoRAThreshold = tc.threshold
 		plan := tensorPlan(t, s)
 		round(t, plan, 0)
-		if got := siteOf(plan.Clients[0].(*promptfed.Client)).last; got != last {
+		if got := siteOf(plan.Clients[0].(*client.Client)).last; got != last {
 			t.Fatalf("the rerun's last loss %v differs from %v", got, last)
 		}
 		if got := siteLoRA(t, plan, 0); got != tc.lora {
@@ -100,7 +100,7 @@ func TestFlipCoinDirection(t *testing.T) {
 		s.FlipProb = tc.p
 		plan := tensorPlan(t, s)
 		round(t, plan, 0)
-		l, err := plan.Clients[0].(*promptfed.Client).Learner()
+		l, err := plan.Clients[0].(*client.Client).Learner()
 		if err != nil {
 			t.Fatal(err)
 		}

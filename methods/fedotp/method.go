@@ -7,8 +7,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
-	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/ot"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -91,9 +90,9 @@ func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()
 func (Method) Depth(config.Section, int) (int, error) { return methods.TokenFeatures, nil }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("fedotp: config section is %T, want *fedotp.Settings", sec)
+	s, err := methods.Section[Settings]("fedotp", sec)
+	if err != nil {
+		return nil, err
 	}
 	return s, s.config(0).Validate()
 }
@@ -107,9 +106,9 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		return nil, err
 	}
 	cfg := s.config(env.Seed)
-	return promptfed.Build(env, &promptfed.Spec{Name: "fedotp", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
-		Train: func(run train.Options) train.Options { return run.Own("", s.LR, 0, s.LocalEpochs) },
-		NewLearner: func(tokens []int) (promptfed.Learner, error) {
+	opts := env.Train.Own("", s.LR, 0, s.LocalEpochs)
+	return client.Build(env, &client.Spec{Name: "fedotp", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx), Train: &opts,
+		NewLearner: func(_ int, tokens []int) (client.Learner, error) {
 			l, err := New(env.Model, tokens, cfg)
 			if err != nil {
 				return nil, err
@@ -122,29 +121,42 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			// own local prompts] (baselines.md §4)
 			return &strategy.FedAvg{Shared: federation.Names(ParamCtx), Initial: g, EvaluateGlobal: true}
 		},
-		Upload: func(c *promptfed.Client) tensor.Named {
-			g, _ := GlobalPart(c.P, cfg.AvgPrompt)
-			return g
-		},
-		Receive: func(c *promptfed.Client, in tensor.Named) error {
-			for name := range in {
-				if name != ParamCtx {
-					return fmt.Errorf("fedotp client %d: received unexpected tensor %q", c.Task.ID, name)
-				}
-			}
-			if len(in) == 0 {
-				return nil
-			}
-			next, err := WithGlobal(c.P, in)
-			if err != nil {
-				return fmt.Errorf("fedotp client %d: %w", c.Task.ID, err)
-			}
-			copy(c.P[ParamCtx].Data, next[ParamCtx].Data)
-			return nil
-		}})
+		Site: func(c *client.Client) (any, error) { return &site{c: c, avg: cfg.AvgPrompt}, nil }})
 }
 
-// spaceLearner adapts the learner to promptfed: Prepare computes the text
+// site uploads the first avg prompts of the client's context and installs
+// the server's average over them, keeping its own local prompts.
+type site struct {
+	c   *client.Client
+	avg int
+}
+
+// Upload implements client.Uploader.
+func (s *site) Upload() tensor.Named {
+	g, _ := GlobalPart(s.c.P, s.avg)
+	return g
+}
+
+// Receive implements client.Receiver.
+func (s *site) Receive(in tensor.Named) error {
+	c := s.c
+	for name := range in {
+		if name != ParamCtx {
+			return fmt.Errorf("fedotp client %d: received unexpected tensor %q", c.Task.ID, name)
+		}
+	}
+	if len(in) == 0 {
+		return nil
+	}
+	next, err := WithGlobal(c.P, in)
+	if err != nil {
+		return fmt.Errorf("fedotp client %d: %w", c.Task.ID, err)
+	}
+	copy(c.P[ParamCtx].Data, next[ParamCtx].Data)
+	return nil
+}
+
+// spaceLearner adapts the learner to the client: Prepare computes the text
 // features once per evaluation, Logits reuses them.
 type spaceLearner struct{ *Learner }
 
@@ -184,7 +196,7 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+	l, err := client.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
 		return New(m, tokens, p.cfg)
 	})
 	if err != nil {

@@ -7,8 +7,8 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 )
 
@@ -43,7 +43,7 @@ func TestOwnLR(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := plan.Clients[0].(*promptfed.Client).TrainOptions(); got != tc.want {
+		if got := plan.Clients[0].(*client.Client).TrainOptions(); got != tc.want {
 			t.Fatalf("lr %v, local_epochs %d: clients train with %+v, want %+v", tc.lr, tc.epochs, got, tc.want)
 		}
 	}

@@ -1,13 +1,11 @@
 package fedpgp
 
 import (
-	"fmt"
-
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -69,9 +67,9 @@ func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("fedpgp: config section is %T, want *fedpgp.Settings", sec)
+	s, err := methods.Section[Settings]("fedpgp", sec)
+	if err != nil {
+		return nil, err
 	}
 	return s, s.config(0).Validate()
 }
@@ -83,8 +81,8 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		return nil, err
 	}
 	cfg := s.config(env.Seed)
-	return promptfed.Build(env, &promptfed.Spec{Name: "fedpgp", Placeholder: cfg.NCtx, Shared: federation.Names(ParamSigma),
-		NewLearner: func(tokens []int) (promptfed.Learner, error) {
+	return client.Build(env, &client.Spec{Name: "fedpgp", Placeholder: cfg.NCtx, Shared: federation.Names(ParamSigma),
+		NewLearner: func(_ int, tokens []int) (client.Learner, error) {
 			l, err := New(env.Model, tokens, cfg)
 			if err != nil {
 				return nil, err
@@ -145,7 +143,7 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+	l, err := client.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
 		return New(m, tokens, p.cfg)
 	})
 	if err != nil {

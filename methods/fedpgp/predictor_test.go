@@ -9,7 +9,7 @@ import (
 	"github.com/pfedmma/pfedmma/assets"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 )
 
 // TestPredictorLogits: the predictor scores pixels with the saved
@@ -26,7 +26,7 @@ func TestPredictorLogits(t *testing.T) {
 	classes := []string{"red_circle", "blue square", "green striped triangle"}
 	s := &Settings{NCtx: 4, Bottleneck: 2, NumPrompt: 2, Mu: 1, Temp: 0.5, InitStd: 0.5}
 	pe := methods.PredictEnv{Model: m, Tok: tok, Template: "a photo of a {}."}
-	tokens, err := pe.ClassPromptTokens(classes, promptfed.Placeholder(4))
+	tokens, err := pe.ClassPromptTokens(classes, client.Placeholder(4))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -75,9 +75,9 @@ func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("fedpha: config section is %T, want *fedpha.Settings", sec)
+	s, err := methods.Section[Settings]("fedpha", sec)
+	if err != nil {
+		return nil, err
 	}
 	return s, s.config(0).Validate()
 }
@@ -92,14 +92,14 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	if err != nil {
 		return nil, err
 	}
-	plan, err := promptfed.Build(env, spec(env, s.config(env.Seed)))
+	plan, err := client.Build(env, spec(env, s.config(env.Seed)))
 	if err != nil {
 		return nil, err
 	}
 	if len(plan.Clients) == 0 || plan.Global == nil {
 		return plan, nil
 	}
-	if c0, ok := plan.Clients[0].(*promptfed.Client); ok {
+	if c0, ok := plan.Clients[0].(*client.Client); ok {
 		spaces := c0.Spaces
 		plan.GlobalScorer = func() (eval.Scorer, error) {
 			return &globalScorer{spaces: spaces, global: plan.Global(), ready: map[int]bool{}}, nil
@@ -108,14 +108,14 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	return plan, nil
 }
 
-func spec(env *methods.Env, cfg Config) *promptfed.Spec {
-	return &promptfed.Spec{Name: "fedpha", Placeholder: cfg.NCtx, Shared: federation.Names(ParamGlobal),
-		NewLearner: func(tokens []int) (promptfed.Learner, error) { return New(env.Model, tokens, cfg) }}
+func spec(env *methods.Env, cfg Config) *client.Spec {
+	return &client.Spec{Name: "fedpha", Placeholder: cfg.NCtx, Shared: federation.Names(ParamGlobal),
+		NewLearner: func(_ int, tokens []int) (client.Learner, error) { return New(env.Model, tokens, cfg) }}
 }
 
 // globalScorer scores with the server's global context alone.
 type globalScorer struct {
-	spaces *promptfed.Spaces
+	spaces *client.Spaces
 	global tensor.Named
 	ready  map[int]bool
 }
@@ -166,7 +166,7 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+	l, err := client.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
 		return New(m, tokens, p.cfg)
 	})
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -85,7 +85,7 @@ func TestLocalStaysPrivate(t *testing.T) {
 	methodtest.Round(t, plan, 1, []int{1})
 	after, _ := plan.Site(0) // not selected in round 1: unchanged
 	methodtest.SameNamed(t, "idle client", after, before)
-	c := plan.Clients[0].(*promptfed.Client)
+	c := plan.Clients[0].(*client.Client)
 	if err := c.ReceiveShared(plan.Global()); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	s := DefaultConfig()
 	s.NCtx = 4
 	classes := []string{"red_circle", "blue square", "green triangle"}
-	tokens, err := methods.PredictEnv{Model: m, Tok: tok}.ClassPromptTokens(classes, promptfed.Placeholder(s.NCtx))
+	tokens, err := methods.PredictEnv{Model: m, Tok: tok}.ClassPromptTokens(classes, client.Placeholder(s.NCtx))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestGlobalScorer(t *testing.T) {
 }
 
 func promptfedLearner(plan *methods.Plan) (*Learner, error) {
-	pl, err := plan.Clients[0].(*promptfed.Client).Learner()
+	pl, err := plan.Clients[0].(*client.Client).Learner()
 	if err != nil {
 		return nil, err
 	}

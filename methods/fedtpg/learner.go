@@ -168,7 +168,7 @@ func (l *Learner) TextFeatures() ([]float32, error) {
 	return l.enc.Forward(ctx, 1, false)
 }
 
-// Prepare computes the class text features for scoring (promptfed.Learner).
+// Prepare computes the class text features for scoring (client.Learner).
 func (l *Learner) Prepare() error {
 	f, err := l.TextFeatures()
 	l.txt = append(l.txt[:0:0], f...)

@@ -60,7 +60,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -163,9 +163,9 @@ func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("fedtpg: config section is %T, want *fedtpg.Settings", sec)
+	s, err := methods.Section[Settings]("fedtpg", sec)
+	if err != nil {
+		return nil, err
 	}
 	return s, s.config(0).Validate()
 }
@@ -196,7 +196,7 @@ func build(env *methods.Env, s *Settings, names map[int][]int) (*methods.Plan, e
 	// its prompt rows, and finds each row's name by it.
 	byPrompt := map[string][]int{}
 	for space := range env.Task.Spaces {
-		rows, err := env.ClassPromptTokens(space, promptfed.Placeholder(cfg.NCtx))
+		rows, err := env.ClassPromptTokens(space, client.Placeholder(cfg.NCtx))
 		if err != nil {
 			return nil, fmt.Errorf("fedtpg: %w", err)
 		}
@@ -208,8 +208,8 @@ func build(env *methods.Env, s *Settings, names map[int][]int) (*methods.Plan, e
 			byPrompt[rowKey(rows[k*ctxLen:(k+1)*ctxLen])] = nr[k*ctxLen : (k+1)*ctxLen]
 		}
 	}
-	spec := &promptfed.Spec{Name: "fedtpg", Placeholder: cfg.NCtx, Shared: Shared,
-		NewLearner: func(tokens []int) (promptfed.Learner, error) {
+	spec := &client.Spec{Name: "fedtpg", Placeholder: cfg.NCtx, Shared: Shared,
+		NewLearner: func(_ int, tokens []int) (client.Learner, error) {
 			nr := make([]int, 0, len(tokens))
 			for k := 0; k < len(tokens)/ctxLen; k++ {
 				r, ok := byPrompt[rowKey(tokens[k*ctxLen:(k+1)*ctxLen])]
@@ -229,13 +229,14 @@ func build(env *methods.Env, s *Settings, names map[int][]int) (*methods.Plan, e
 			}
 			return &strategy.FedAvg{Shared: Shared, Uniform: !s.WeightedMean, Initial: shared}
 		}}
-	spec.Train = s.train
-	plan, err := promptfed.Build(env, spec)
+	opts := s.train(env.Train)
+	spec.Train = &opts
+	plan, err := client.Build(env, spec)
 	if err != nil || env == orig {
 		return plan, err
 	}
 	for i, c := range plan.Clients {
-		plan.Clients[i] = &ownClient{Client: c.(*promptfed.Client), orig: orig}
+		plan.Clients[i] = &ownClient{Client: c.(*client.Client), orig: orig}
 	}
 	return plan, nil
 }
@@ -300,7 +301,7 @@ func setOf(x []int) map[int]bool {
 // ownClient is a client of an own-class copy of the run's Env: it hands the
 // run's round bar to the copy before training.
 type ownClient struct {
-	*promptfed.Client
+	*client.Client
 	orig *methods.Env
 }
 
@@ -362,7 +363,7 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	var tokens, names []int
 	for _, c := range classes {
 		name := strings.ReplaceAll(c, "_", " ")
-		ids, err := p.pe.Tok.Tokenize(promptfed.Placeholder(p.cfg.NCtx)+" "+name+".", ctxLen, false)
+		ids, err := p.pe.Tok.Tokenize(client.Placeholder(p.cfg.NCtx)+" "+name+".", ctxLen, false)
 		if err != nil {
 			return nil, err
 		}

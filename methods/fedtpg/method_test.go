@@ -15,9 +15,9 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -223,7 +223,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	classes := []string{"red_circle", "blue square", "green striped triangle"}
 	env := &methods.Env{Model: m, Tok: tok, Template: "a photo of a {}.",
 		Task: &protocol.Task{Dataset: &dataset.Dataset{Classes: classes}, Spaces: []protocol.Space{{Classes: []int{0, 1, 2}}}}}
-	tokens, err := env.ClassPromptTokens(0, promptfed.Placeholder(s.NCtx))
+	tokens, err := env.ClassPromptTokens(0, client.Placeholder(s.NCtx))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,11 +294,11 @@ func TestOwnClasses(t *testing.T) {
 		if len(env.Task.Spaces) != 1 || env.Task.Clients[0].TrainSpace != 0 || !slices.Equal(env.Task.Clients[0].Labels, labels) {
 			t.Fatal("Build changed the run's task")
 		}
-		var c *promptfed.Client
+		var c *client.Client
 		switch x := plan.Clients[0].(type) {
 		case *ownClient:
 			c = x.Client
-		case *promptfed.Client:
+		case *client.Client:
 			c = x
 		}
 		l, err := c.Learner()

@@ -9,7 +9,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/tokenizer"
@@ -75,11 +75,7 @@ func (Method) DefaultConfig() config.Section {
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("kgcoop: config section is %T, want *kgcoop.Settings", sec)
-	}
-	return s, nil
+	return methods.Section[Settings]("kgcoop", sec)
 }
 
 func (s *Settings) config(m *clip.Model, tok *tokenizer.Tokenizer, seed uint64) (Config, error) {
@@ -109,8 +105,8 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	if err != nil {
 		return nil, err
 	}
-	spec := &promptfed.Spec{Name: "kgcoop", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
-		NewSpaceLearner: func(space int, tokens []int) (promptfed.Learner, error) {
+	spec := &client.Spec{Name: "kgcoop", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
+		NewLearner: func(space int, tokens []int) (client.Learner, error) {
 			template := s.TemplateRows
 			if template == nil {
 				if template, err = env.SpaceTokens(space); err != nil {
@@ -123,7 +119,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			}
 			return &spaceLearner{Learner: l}, nil
 		}}
-	return promptfed.Build(env, spec)
+	return client.Build(env, spec)
 }
 
 // spaceLearner scores with the cosine head on cached image features.
@@ -164,7 +160,7 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, tensor.Named{ParamCtx: p.ctx}, func(tokens []int) (*Learner, error) {
+	l, err := client.PredictLearner(p.pe, p.cfg.NCtx, classes, tensor.Named{ParamCtx: p.ctx}, func(tokens []int) (*Learner, error) {
 		return New(m, tokens, tokens, p.cfg)
 	})
 	if err != nil {

@@ -11,10 +11,10 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -77,7 +77,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	if cfg.NCtx != 4 {
 		t.Fatalf("ctx_init %q gave n_ctx %d, want 4", s.CtxInit, cfg.NCtx)
 	}
-	tokens, err := env.ClassPromptTokens(0, promptfed.Placeholder(cfg.NCtx))
+	tokens, err := env.ClassPromptTokens(0, client.Placeholder(cfg.NCtx))
 	if err != nil {
 		t.Fatal(err)
 	}

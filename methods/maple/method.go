@@ -9,7 +9,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -50,7 +50,7 @@ func (s *Settings) words() (string, bool) {
 	if w != "" && s.NCtx <= 4 {
 		return w, true
 	}
-	return promptfed.Placeholder(s.NCtx), false
+	return client.Placeholder(s.NCtx), false
 }
 
 // Check implements config.Section.
@@ -121,9 +121,9 @@ func (Method) Depth(sec config.Section, layers int) (int, error) {
 }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("maple: config section is %T, want *maple.Settings", sec)
+	s, err := methods.Section[Settings]("maple", sec)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.config(0).Validate(0); err != nil {
 		return nil, err
@@ -139,15 +139,16 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	}
 	cfg := s.config(env.Seed)
 	words, _ := s.words()
-	spec := &promptfed.Spec{Name: "maple", Placeholder: cfg.NCtx, Words: words, Prefixes: true, Shared: Shared,
-		NewLearner: func(tokens []int) (promptfed.Learner, error) {
+	spec := &client.Spec{Name: "maple", Placeholder: cfg.NCtx, Words: words, Input: client.Prefixes, Shared: Shared,
+		NewLearner: func(_ int, tokens []int) (client.Learner, error) {
 			if err := checkInitWords(tokens, env.Model.W.Config.Text.ContextLength, cfg); err != nil {
 				return nil, err
 			}
 			return New(env.Model, tokens, cfg)
 		}}
-	spec.Train = s.train
-	return promptfed.Build(env, spec)
+	opts := s.train(env.Train)
+	spec.Train = &opts
+	return client.Build(env, spec)
 }
 
 // checkInitWords refuses a ctx_init with fewer than n_ctx tokens: its

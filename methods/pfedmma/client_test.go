@@ -12,6 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
@@ -207,7 +208,7 @@ func (r *batchRecorder) Step(_ context.Context, b train.Batch) (float64, int, er
 
 // TestClientBatchOrderStream: a pFedMMA client shuffles its examples with
 // PCG(seed, ID+1), the generator every other method's client uses
-// (clientbase, promptfed), so that all methods see the same batches.
+// (methods/client, clientbase), so that all methods see the same batches.
 func TestClientBatchOrderStream(t *testing.T) {
 	step := open(t, "../../testdata/mma-l2/step.safetensors")
 	images, labels := get(t, step, "images"), getInts(t, step, "labels")
@@ -215,9 +216,9 @@ func TestClientBatchOrderStream(t *testing.T) {
 	opts := train.Options{Epochs: 1, Batch: 2, LR: 0.001}
 	env, plan := fixtureEnv(t, "mma-l2", 2, clients, opts, nil)
 	for i, pc := range plan.Clients {
-		c := pc.(*client)
+		c := pc.(*client.Client)
 		rec := &batchRecorder{}
-		if _, err := c.loop.Run(context.Background(), 0, rec); err != nil {
+		if _, err := c.Loop().Run(context.Background(), 0, rec); err != nil {
 			t.Fatal(err)
 		}
 		want := rand.New(rand.NewPCG(env.Seed, uint64(c.ID())+1)).Perm(len(labels))
@@ -236,8 +237,8 @@ func TestEvalGroupFromBlockOne(t *testing.T) {
 	clients := []fixture.TensorClient{{Pixels: images, Labels: labels}, {Pixels: images, Labels: labels}}
 	for _, start := range []int{0, 1, 4} {
 		_, plan := fixtureEnv(t, "mma-l2", start, clients, train.Options{Epochs: 1, Batch: 2, LR: 0.001}, nil)
-		g0 := plan.Clients[0].(*client).EvalGroup()
-		g1 := plan.Clients[1].(*client).EvalGroup()
+		g0 := plan.Clients[0].(*client.Client).EvalGroup()
+		g1 := plan.Clients[1].(*client.Client).EvalGroup()
 		if start == 0 {
 			if g0 != nil || g1 != nil {
 				t.Errorf("start 0: clients have a group evaluation")

@@ -8,6 +8,7 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/nn"
 	"github.com/pfedmma/pfedmma/protocol"
 )
@@ -101,39 +102,41 @@ func (g *evalGroup) imageFeatures(l *Learner, B int) ([]float32, error) {
 
 // groupScorer is one client's scorer inside a group evaluation.
 type groupScorer struct {
-	c *client
+	s *site
 	g *evalGroup
 }
 
 // Logits implements eval.Scorer as the client's CosineScorer does.
-func (s groupScorer) Logits(space int, _ []float32, B int) ([]float32, error) {
-	c := s.c
-	txt, err := c.textFeatures(space)
+func (gs groupScorer) Logits(space int, _ []float32, B int) ([]float32, error) {
+	s := gs.s
+	txt, err := s.textFeatures(space)
 	if err != nil {
 		return nil, err
 	}
 	txt = append([]float32(nil), txt...)
-	c.learner.Attach()
-	img, err := s.g.imageFeatures(c.learner, B)
+	s.learner.Attach()
+	img, err := gs.g.imageFeatures(s.learner, B)
 	if err != nil {
 		return nil, err
 	}
-	E := c.env.Model.W.Config.EmbedDim
-	return clip.Logits(img, txt, B, len(txt)/E, E, c.env.Model.W.LogitScale), nil
+	E := s.env.Model.W.Config.EmbedDim
+	return clip.Logits(img, txt, B, len(txt)/E, E, s.env.Model.W.LogitScale), nil
 }
 
 // EvaluateGroup implements federation.GroupEval.
 func (g *evalGroup) EvaluateGroup(ctx context.Context, clients []federation.Client, ins []federation.EvaluateIns) ([]federation.EvaluateRes, []error) {
 	res := make([]federation.EvaluateRes, len(clients))
 	errs := make([]error, len(clients))
-	cs := make([]*client, len(clients))
+	ss := make([]*site, len(clients))
 	alone := false
 	for i, fc := range clients {
-		c, ok := fc.(*client)
-		if !ok || c.group != g || len(ins[i].Params) > 0 {
+		c, ok := fc.(*client.Client)
+		if ok {
+			ss[i], ok = c.Site.(*site)
+		}
+		if !ok || ss[i].group != g || len(ins[i].Params) > 0 {
 			alone = true
 		}
-		cs[i] = c
 	}
 	if alone {
 		for i, fc := range clients {
@@ -141,30 +144,21 @@ func (g *evalGroup) EvaluateGroup(ctx context.Context, clients []federation.Clie
 		}
 		return res, errs
 	}
-	scs := make([]eval.Scorer, len(cs))
-	tasks := make([]*protocol.ClientTask, len(cs))
-	for i, c := range cs {
-		c.txt = map[int][]float32{}
-		scs[i], tasks[i] = groupScorer{c, g}, c.task
+	scs := make([]eval.Scorer, len(ss))
+	tasks := make([]*protocol.ClientTask, len(ss))
+	for i, s := range ss {
+		s.txt = map[int][]float32{}
+		scs[i], tasks[i] = groupScorer{s, g}, s.c.Task
 	}
-	bar := g.env.StepBar(1, fmt.Sprintf("%d clients eval", len(cs)))
+	bar := g.env.StepBar(1, fmt.Sprintf("%d clients eval", len(ss)))
 	defer bar.Finish()
 	ms, err := g.env.EvaluateGroup(ctx, g.prepare, scs, tasks)
-	for i, c := range cs {
+	for i, s := range ss {
 		if err != nil {
-			errs[i] = fmt.Errorf("client %d: %w", c.task.ID, err)
+			errs[i] = fmt.Errorf("client %d: %w", s.c.Task.ID, err)
 			continue
 		}
-		res[i] = federation.EvaluateRes{Metrics: ms[i], NumExamples: len(c.task.Train)}
+		res[i] = federation.EvaluateRes{Metrics: ms[i], NumExamples: len(s.c.Task.Train)}
 	}
 	return res, errs
-}
-
-// EvalGroup implements federation.GroupEvaluator: the clients of one run
-// share a group when their adapters start at block ℓ ≥ 1.
-func (c *client) EvalGroup() federation.GroupEval {
-	if c.group == nil {
-		return nil
-	}
-	return c.group
 }

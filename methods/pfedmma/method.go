@@ -7,11 +7,9 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
-	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -179,53 +177,13 @@ func (m Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, erro
 		}
 	}
 	ws := env.Shared("pfedmma.workspace", func() any { return NewWorkspace() }).(*Workspace)
-	plan := &methods.Plan{}
-	var clients []*client
 	var group *evalGroup
 	if cfg.Start >= 1 {
 		group = &evalGroup{env: env, start: cfg.Start}
 	}
-	for i := range env.Task.Clients {
-		cl, err := newClient(env, &env.Task.Clients[i], init, ws)
-		if err != nil {
-			return nil, err
-		}
-		cl.group = group
-		clients = append(clients, cl)
-		plan.Clients = append(plan.Clients, cl)
-	}
-	shared := tensor.Named{}
-	for name, p := range init.Params {
-		if IsShared(name) {
-			shared[name] = p.Clone()
-		}
-	}
-	fa := &strategy.FedAvg{Shared: federation.Filter(IsShared), Initial: shared}
-	plan.Strategy = fa
-	plan.Site = func(i int) (tensor.Named, error) { return clients[i].learner.Adapters.Params.Clone(), nil }
-	plan.Global = fa.Global
-	// the global model: what a new site starts from, the server's shared
-	// projections with the initial (seeded) private down/up layers
-	plan.GlobalScorer = func() (eval.Scorer, error) {
-		a := New(init.Cfg, init.Dv, init.Dt, nil)
-		if err := a.Load(init.Params); err != nil {
-			return nil, err
-		}
-		for name, t := range fa.Global() {
-			p, ok := a.Params[name]
-			if !ok || !tensor.SameShape(p.Shape, t.Shape) {
-				return nil, fmt.Errorf("pfedmma global model: unexpected tensor %q", name)
-			}
-			copy(p.Data, t.Data)
-		}
-		l, err := NewLearner(env.Model, a, ws)
-		if err != nil {
-			return nil, err
-		}
-		l.Split = env.Split()
-		return attachedScorer{&client{env: env, task: &protocol.ClientTask{ID: -1}, learner: l, txt: map[int][]float32{}}}, nil
-	}
-	return plan, nil
+	return client.Build(env, &client.Spec{Name: "pfedmma", Input: client.Block, Shared: federation.Filter(IsShared), StatePrefix: "adapter/",
+		Init: func() (tensor.Named, error) { return init.Params, nil },
+		Site: func(c *client.Client) (any, error) { return newSite(c, env, init, ws, group) }})
 }
 
 // Predictor implements methods.Method: a site's adapters on the full model.

@@ -9,7 +9,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/prompt"
@@ -104,9 +104,9 @@ func (Method) BenchSettings(sec config.Section) {
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("pfedmoap: config section is %T, want *pfedmoap.Settings", sec)
+	s, err := methods.Section[Settings]("pfedmoap", sec)
+	if err != nil {
+		return nil, err
 	}
 	return s, s.config(0).Validate()
 }
@@ -132,6 +132,9 @@ func (Method) CheckTask(sec config.Section, clients int) error {
 // siteState is what a pFedMoAP client keeps beyond its parameters: the
 // experts it downloaded last and its gate's optimizer.
 type siteState struct {
+	c       *client.Client
+	cfg     Config
+	env     *methods.Env
 	experts [][]float32
 	opt     *optim.SGD
 	round   int
@@ -151,17 +154,8 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	if err := (Method{}).CheckTask(sec, len(env.Task.Clients)); err != nil {
 		return nil, err
 	}
-	state := func(c *promptfed.Client) *siteState {
-		if c.Extra == nil {
-			c.Extra = &siteState{opt: cfg.newGateOpt(), round: -1}
-		}
-		return c.Extra.(*siteState)
-	}
-	setExperts := func(c *promptfed.Client, l promptfed.Learner) error {
-		return l.(*spaceLearner).SetExperts(state(c).experts)
-	}
-	return promptfed.Build(env, &promptfed.Spec{Name: "pfedmoap", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
-		NewLearner: func(tokens []int) (promptfed.Learner, error) {
+	return client.Build(env, &client.Spec{Name: "pfedmoap", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
+		NewLearner: func(_ int, tokens []int) (client.Learner, error) {
 			l, err := New(env.Model, tokens, cfg)
 			if err != nil {
 				return nil, err
@@ -172,108 +166,127 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			return &strategy.KNNPool{Shared: federation.Names(ParamCtx), K: cfg.NumExperts - 1,
 				Initial: tensor.Named{ParamCtx: init[ParamCtx].Clone()}, Random: s.Selection == "random", Seed: env.Seed}
 		},
-		Receive: func(c *promptfed.Client, in tensor.Named) error {
-			global, experts, err := strategy.SplitExperts(in)
-			if err != nil {
-				return err
-			}
-			if err := c.ReceiveShared(global); err != nil {
-				return err
-			}
-			st := state(c)
-			st.experts = st.experts[:0]
-			for _, e := range experts {
-				t, ok := e[ParamCtx]
-				if !ok {
-					return fmt.Errorf("pfedmoap client %d: an expert lacks %q", c.Task.ID, ParamCtx)
-				}
-				st.experts = append(st.experts, append([]float32(nil), t.Data...))
-			}
-			l, err := c.Learner()
-			if err != nil {
-				return err
-			}
-			return setExperts(c, l)
-		},
-		Prepare: func(c *promptfed.Client, l promptfed.Learner) error {
-			if err := setExperts(c, l); err != nil {
-				return err
-			}
-			return l.Prepare()
-		},
-		Trained: func(c *promptfed.Client, name string) bool { return !IsGate(name) },
-		AfterBackward: func(c *promptfed.Client, b train.Batch) error {
-			st := state(c)
-			if len(st.experts) == 0 {
-				return nil // the gate takes no part without experts
-			}
-			if b.Round != st.round && env.Train.ResetOptimizer {
-				st.opt = cfg.newGateOpt()
-			}
-			st.round = b.Round
-			l, err := c.Learner()
-			if err != nil {
-				return err
-			}
-			g := l.Grads()
-			var ps []optim.Param
-			for _, name := range gateNames {
-				ps = append(ps, optim.Param{Name: name, Value: c.P[name].Data, Grad: g[name].Data})
-			}
-			return st.opt.Step(cfg.GateLR, ps)
-		},
-		Kept: func(c *promptfed.Client) (tensor.Named, error) {
-			// the experts of the last download, which the site's
-			// evaluation mixes in: predict mixes them in too
-			out := tensor.Named{}
-			for i, e := range state(c).experts {
-				out[strategy.ExpertName(i, ParamCtx)] = &tensor.Tensor{Shape: c.P[ParamCtx].Shape, Data: append([]float32(nil), e...)}
-			}
-			return out, nil
-		},
-		SaveExtra: func(c *promptfed.Client) (tensor.Named, error) {
-			st := state(c)
-			out := tensor.Named{"moap/round": {Shape: []int{1}, Data: []float32{float32(st.round)}}}
-			for name, t := range st.opt.State() {
-				out["moap/gateopt/"+name] = t
-			}
-			for i, e := range st.experts {
-				out["moap/expert/"+strconv.Itoa(i)] = &tensor.Tensor{Shape: []int{len(e)}, Data: append([]float32(nil), e...)}
-			}
-			return out, nil
-		},
-		LoadExtra: func(c *promptfed.Client, saved tensor.Named) error {
-			st := state(c)
-			opt := tensor.Named{}
-			var experts [][]float32
-			for name, t := range saved {
-				switch {
-				case strings.HasPrefix(name, "moap/gateopt/"):
-					opt[strings.TrimPrefix(name, "moap/gateopt/")] = t
-				case strings.HasPrefix(name, "moap/expert/"):
-					i, err := strconv.Atoi(strings.TrimPrefix(name, "moap/expert/"))
-					if err != nil || i < 0 || i > 1000 {
-						return fmt.Errorf("pfedmoap client %d state: entry %q", c.Task.ID, name)
-					}
-					for len(experts) <= i {
-						experts = append(experts, nil)
-					}
-					experts[i] = append([]float32(nil), t.Data...)
-				}
-			}
-			st.opt = cfg.newGateOpt()
-			if err := st.opt.LoadState(opt); err != nil {
-				return fmt.Errorf("pfedmoap client %d gate optimizer: %w", c.Task.ID, err)
-			}
-			st.experts = experts
-			if r, ok := saved["moap/round"]; ok && len(r.Data) == 1 {
-				st.round = int(r.Data[0])
-			}
-			return nil
+		Site: func(c *client.Client) (any, error) {
+			return &siteState{c: c, cfg: cfg, env: env, opt: cfg.newGateOpt(), round: -1}, nil
 		}})
 }
 
-// spaceLearner adapts the learner to promptfed.
+// Receive implements client.Receiver: the global prompt, then the experts
+// the server picked for the site.
+func (st *siteState) Receive(in tensor.Named) error {
+	c := st.c
+	global, experts, err := strategy.SplitExperts(in)
+	if err != nil {
+		return err
+	}
+	if err := c.ReceiveShared(global); err != nil {
+		return err
+	}
+	st.experts = st.experts[:0]
+	for _, e := range experts {
+		t, ok := e[ParamCtx]
+		if !ok {
+			return fmt.Errorf("pfedmoap client %d: an expert lacks %q", c.Task.ID, ParamCtx)
+		}
+		st.experts = append(st.experts, append([]float32(nil), t.Data...))
+	}
+	l, err := c.Learner()
+	if err != nil {
+		return err
+	}
+	return l.(*spaceLearner).SetExperts(st.experts)
+}
+
+// Prepare implements client.Preparer: the site's experts, then the text
+// features.
+func (st *siteState) Prepare(l client.Learner) error {
+	if err := l.(*spaceLearner).SetExperts(st.experts); err != nil {
+		return err
+	}
+	return l.Prepare()
+}
+
+// Trained implements client.Trainer: the loop's optimizer trains the
+// prompt, AfterBackward the gate.
+func (st *siteState) Trained(name string) bool { return !IsGate(name) }
+
+// AfterBackward implements client.AfterBackwarder: the gate's own SGD step.
+func (st *siteState) AfterBackward(b train.Batch) error {
+	c := st.c
+	if len(st.experts) == 0 {
+		return nil // the gate takes no part without experts
+	}
+	if b.Round != st.round && st.env.Train.ResetOptimizer {
+		st.opt = st.cfg.newGateOpt()
+	}
+	st.round = b.Round
+	l, err := c.Learner()
+	if err != nil {
+		return err
+	}
+	g := l.Grads()
+	var ps []optim.Param
+	for _, name := range gateNames {
+		ps = append(ps, optim.Param{Name: name, Value: c.P[name].Data, Grad: g[name].Data})
+	}
+	return st.opt.Step(st.cfg.GateLR, ps)
+}
+
+// Kept implements client.Keeper: the experts of the last download, which
+// the site's evaluation mixes in: predict mixes them in too.
+func (st *siteState) Kept() (tensor.Named, error) {
+	out := tensor.Named{}
+	for i, e := range st.experts {
+		out[strategy.ExpertName(i, ParamCtx)] = &tensor.Tensor{Shape: st.c.P[ParamCtx].Shape, Data: append([]float32(nil), e...)}
+	}
+	return out, nil
+}
+
+// SaveExtra implements client.ExtraState: the round, the gate's optimizer
+// and the experts.
+func (st *siteState) SaveExtra() (tensor.Named, error) {
+	out := tensor.Named{"moap/round": {Shape: []int{1}, Data: []float32{float32(st.round)}}}
+	for name, t := range st.opt.State() {
+		out["moap/gateopt/"+name] = t
+	}
+	for i, e := range st.experts {
+		out["moap/expert/"+strconv.Itoa(i)] = &tensor.Tensor{Shape: []int{len(e)}, Data: append([]float32(nil), e...)}
+	}
+	return out, nil
+}
+
+// LoadExtra implements client.ExtraState.
+func (st *siteState) LoadExtra(saved tensor.Named) error {
+	c := st.c
+	opt := tensor.Named{}
+	var experts [][]float32
+	for name, t := range saved {
+		switch {
+		case strings.HasPrefix(name, "moap/gateopt/"):
+			opt[strings.TrimPrefix(name, "moap/gateopt/")] = t
+		case strings.HasPrefix(name, "moap/expert/"):
+			i, err := strconv.Atoi(strings.TrimPrefix(name, "moap/expert/"))
+			if err != nil || i < 0 || i > 1000 {
+				return fmt.Errorf("pfedmoap client %d state: entry %q", c.Task.ID, name)
+			}
+			for len(experts) <= i {
+				experts = append(experts, nil)
+			}
+			experts[i] = append([]float32(nil), t.Data...)
+		}
+	}
+	st.opt = st.cfg.newGateOpt()
+	if err := st.opt.LoadState(opt); err != nil {
+		return fmt.Errorf("pfedmoap client %d gate optimizer: %w", c.Task.ID, err)
+	}
+	st.experts = experts
+	if r, ok := saved["moap/round"]; ok && len(r.Data) == 1 {
+		st.round = int(r.Data[0])
+	}
+	return nil
+}
+
+// spaceLearner adapts the learner to the client.
 type spaceLearner struct{ *Learner }
 
 func (s *spaceLearner) Step(img []float32, labels []int) (float64, map[string]float64, []float32, error) {
@@ -327,7 +340,7 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+	l, err := client.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
 		return New(m, tokens, p.cfg)
 	})
 	if err != nil {

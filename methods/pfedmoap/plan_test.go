@@ -17,7 +17,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -97,8 +97,8 @@ func TestResumeBitIdentical(t *testing.T) {
 // gateSteps is client i's gate optimizer step count.
 func gateSteps(t *testing.T, plan *methods.Plan, i int) int {
 	t.Helper()
-	c := plan.Clients[i].(*promptfed.Client)
-	return c.Extra.(*siteState).opt.Steps()
+	c := plan.Clients[i].(*client.Client)
+	return c.Site.(*siteState).opt.Steps()
 }
 
 // TestGateOptimizerReset: the gate's SGD is fresh at the start of each
@@ -227,7 +227,7 @@ func TestPredictorMatchesLearner(t *testing.T) {
 	cfg := s.config(0)
 	classes := []string{"red_circle", "blue square", "green triangle"}
 	pe := methods.PredictEnv{Model: m, Tok: tok, Template: "a photo of a {}."}
-	tokens, err := pe.ClassPromptTokens(classes, promptfed.Placeholder(s.NCtx))
+	tokens, err := pe.ClassPromptTokens(classes, client.Placeholder(s.NCtx))
 	if err != nil {
 		t.Fatal(err)
 	}

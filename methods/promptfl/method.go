@@ -82,7 +82,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			}
 			return &spaceLearner{Learner: l}, nil
 		},
-		Site: func(c *client.Client) any { return &site{c: c, prox: cfg.ProxMu > 0} }})
+		Site: func(c *client.Client) (any, error) { return &site{c: c, prox: cfg.ProxMu > 0}, nil }})
 }
 
 // site receives the round's global context and, with FedProx, makes it the

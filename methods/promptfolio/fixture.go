@@ -8,8 +8,8 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -91,7 +91,7 @@ func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error
 // round: the server's global prompt installed by the client's own receive
 // step into its trained parameters.
 func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
-	return promptfed.FixtureRound(ctx, f, Method{}, func(env *methods.Env, sec config.Section) (*promptfed.Spec, error) {
+	return client.FixtureRound(ctx, f, Method{}, func(env *methods.Env, sec config.Section) (*client.Spec, error) {
 		s, err := settings(sec)
 		if err != nil {
 			return nil, err

@@ -7,7 +7,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -88,9 +88,9 @@ func (Method) BenchSettings(sec config.Section) {
 func (Method) Depth(config.Section, int) (int, error) { return methods.Features, nil }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("promptfolio: config section is %T, want *promptfolio.Settings", sec)
+	s, err := methods.Section[Settings]("promptfolio", sec)
+	if err != nil {
+		return nil, err
 	}
 	return s, s.config(0).Validate()
 }
@@ -105,27 +105,34 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		return nil, err
 	}
 	sp := spec(env, s.config(env.Seed))
-	sp.Train = s.train
-	return promptfed.Build(env, sp)
+	opts := s.train(env.Train)
+	sp.Train = &opts
+	return client.Build(env, sp)
 }
 
-func spec(env *methods.Env, cfg Config) *promptfed.Spec {
-	return &promptfed.Spec{Name: "promptfolio", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
-		NewLearner: func(tokens []int) (promptfed.Learner, error) { return New(env.Model, tokens, cfg) },
+func spec(env *methods.Env, cfg Config) *client.Spec {
+	return &client.Spec{Name: "promptfolio", Placeholder: cfg.NCtx, Shared: federation.Names(ParamCtx),
+		NewLearner: func(_ int, tokens []int) (client.Learner, error) { return New(env.Model, tokens, cfg) },
 		Strategy: func(init tensor.Named) federation.Strategy {
 			g, _ := GlobalPart(init) // shapes checked by New
 			return &strategy.FedAvg{Shared: federation.Names(ParamCtx), Initial: g}
 		},
-		Upload: func(c *promptfed.Client) tensor.Named {
-			g, _ := GlobalPart(c.P)
-			return g
-		},
-		Receive: receive}
+		Site: func(c *client.Client) (any, error) { return site{c}, nil }}
 }
 
-// receive installs the server's global prompt as the client's prompt 0; its
-// prompt 1 stays as trained.
-func receive(c *promptfed.Client, in tensor.Named) error {
+// site uploads the client's prompt 0 and installs the server's global
+// prompt as its prompt 0; its prompt 1 stays as trained.
+type site struct{ c *client.Client }
+
+// Upload implements client.Uploader.
+func (s site) Upload() tensor.Named {
+	g, _ := GlobalPart(s.c.P)
+	return g
+}
+
+// Receive implements client.Receiver.
+func (s site) Receive(in tensor.Named) error {
+	c := s.c
 	for name := range in {
 		if name != ParamCtx {
 			return fmt.Errorf("promptfolio client %d: received unexpected tensor %q", c.Task.ID, name)
@@ -163,7 +170,7 @@ type predictor struct {
 
 func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
 	m := p.pe.Model
-	l, err := promptfed.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
+	l, err := client.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
 		return New(m, tokens, p.cfg)
 	})
 	if err != nil {

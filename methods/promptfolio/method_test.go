@@ -12,9 +12,9 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
-	"github.com/pfedmma/pfedmma/methods/promptfed"
 	"github.com/pfedmma/pfedmma/methods/promptfl"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -113,7 +113,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	m := clip.New(w)
 	s := &Settings{NCtx: 4, Theta: 0.3, InitStd: 0.02}
 	classes := []string{"red_circle", "blue square", "green triangle"}
-	tokens, err := methods.PredictEnv{Model: m, Tok: tok}.ClassPromptTokens(classes, promptfed.Placeholder(s.NCtx))
+	tokens, err := methods.PredictEnv{Model: m, Tok: tok}.ClassPromptTokens(classes, client.Placeholder(s.NCtx))
 	if err != nil {
 		t.Fatal(err)
 	}
