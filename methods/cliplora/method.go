@@ -289,7 +289,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			}
 			return &strategy.FedAvg{Shared: shared, Initial: p.Clone()}
 		},
-		Site: func(c *client.Client) any { return newSite(c, s, init.Deltas) }})
+		Site: func(c *client.Client) (any, error) { return newSite(c, s, init.Deltas), nil }})
 }
 
 // Predictor implements methods.Method: the site's LoRA on the full model.

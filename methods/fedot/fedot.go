@@ -280,7 +280,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			return strategy.UniformMean(filter, initial)
 		},
 		// the site keeps the class names with its parameters
-		Site: func(*client.Client) any { return site{names} }})
+		Site: func(*client.Client) (any, error) { return site{names}, nil }})
 }
 
 // initClassifier fills w_g [K, d]: the normalised text features of every
