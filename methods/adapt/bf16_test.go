@@ -11,6 +11,7 @@ import (
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -98,7 +99,7 @@ func TestBF16FrozenWeightsUntouched(t *testing.T) {
 	defer env.TrainStore.Close()
 	env.Task.Clients[1].Domain = 1
 	plan := methodtest.Build(t, Method{}, env, s)
-	before := plan.Clients[0].(*Client).P.Clone()
+	before := plan.Clients[0].(*client.Client).P.Clone()
 	round(t, plan, 0)
 	round(t, plan, 1)
 	if !reflect.DeepEqual(m.W, fresh.W) {
@@ -109,7 +110,7 @@ func TestBF16FrozenWeightsUntouched(t *testing.T) {
 			t.Fatal("a block has weight gradients or left bf16 after training")
 		}
 	}
-	after := plan.Clients[0].(*Client).P
+	after := plan.Clients[0].(*client.Client).P
 	for _, name := range []string{ParamVisual, TextName(0)} {
 		if slices.Equal(before[name].Data, after[name].Data) {
 			t.Errorf("%s did not move in two rounds: nothing was trained", name)

@@ -1,86 +1,109 @@
 package adapt
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
-	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
-	"github.com/pfedmma/pfedmma/methods/clientbase"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// Client is one ADAPT site: every parameter (its own domain's text prompt,
-// its EMA copies of the other domains' prompts, the visual prompts, AdaLN),
-// the latest received copies the EMA moves toward, its optimizer and random
-// state.
-type Client struct {
-	clientbase.Base
-	sh *shared
+// spaceLearner is a label space's Learner with the parameters a client
+// loads into it, their gradients and the client's own domain (its site sets
+// it before each step).
+type spaceLearner struct {
+	l    *Learner
+	p, g tensor.Named
+	// own is the training client's domain, id its ID (errors).
+	own, id int
+	txt     bool
+}
+
+func (s *spaceLearner) Params() tensor.Named { return s.p }
+func (s *spaceLearner) Grads() tensor.Named  { return s.g }
+
+// Step implements client.Learner: the loss and gradients of a batch of
+// cached prefixes for the own domain.
+func (s *spaceLearner) Step(x0 []float32, labels []int) (float64, map[string]float64, []float32, error) {
+	loss, terms, _, err := s.l.Step(s.p, s.g, x0, labels, s.own)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("adapt client %d: %w", s.id, err)
+	}
+	return loss, terms, s.l.logits[:len(labels)*s.l.C], nil
+}
+
+// Prepare implements client.Learner: the text features of the loaded
+// parameters.
+func (s *spaceLearner) Prepare() error {
+	_, err := s.l.TextFeatures(s.p)
+	return err
+}
+
+// Logits implements client.Learner.
+func (s *spaceLearner) Logits(x0 []float32, B int) ([]float32, error) {
+	lg, _, err := s.l.Logits(s.p, x0, B)
+	return lg, err
+}
+
+// site is one ADAPT client's own part: its domain and the latest received
+// copies of the other domains' text prompts that its EMA moves toward.
+type site struct {
+	c   *client.Client
+	ema float64
 	// Domain is the client's ADAPT domain index (into Domains(task)).
 	Domain int
-	// P are the parameters, G their gradients (reference names).
-	P, G tensor.Named
 	// Recv holds the latest received text prompt of every other domain
 	// that has been relayed (the EMA targets).
 	Recv tensor.Named
 }
 
-// trained reports whether the client's optimizer updates a parameter.
-func (c *Client) trained(name string) bool {
-	return !Relayed(name) || name == TextName(c.Domain)
+// Trained implements client.Trainer: the own text prompt, the visual
+// prompts and AdaLN (the EMA moves the other domains' prompts).
+func (s *site) Trained(name string) bool {
+	return !Relayed(name) || name == TextName(s.Domain)
 }
 
-// Params implements train.Learner: the own text prompt, the visual prompts
-// and AdaLN.
-func (c *Client) Params() []optim.Param { return clientbase.Params(c.P, c.G, c.trained) }
-
-// emaStep moves every external prompt toward its received copy:
+// emaStep moves every external prompt of P toward its received copy:
 // t ← α·t + (1−α)·t_received.
-func (c *Client) emaStep() {
-	a := float32(c.sh.ema)
-	for name, r := range c.Recv {
-		t := c.P[name].Data
+func emaStep(P, recv tensor.Named, ema float64) {
+	a := float32(ema)
+	for name, r := range recv {
+		t := P[name].Data
 		for i, v := range r.Data {
 			t[i] = a*t[i] + (1-a)*v
 		}
 	}
 }
 
-// Step implements train.Learner: one EMA update of the external prompts,
-// then the loss and gradients of a batch of cached prefixes.
-func (c *Client) Step(ctx context.Context, b train.Batch) (float64, int, error) {
-	labels, err := c.Batch(b)
+// BeforeStep implements client.BeforeStepper: one EMA update of the
+// external prompts, loaded into the learner with the client's domain.
+func (s *site) BeforeStep(train.Batch) error {
+	l, err := s.c.Learner()
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
-	l, err := c.sh.learner(c.Task.TrainSpace)
-	if err != nil {
-		return 0, 0, err
-	}
-	c.emaStep()
-	loss, _, correct, err := l.Step(c.P, c.G, c.Buf(), labels, c.Domain)
-	if err != nil {
-		return 0, 0, fmt.Errorf("adapt client %d: %w", c.Task.ID, err)
-	}
-	return loss, correct, nil
+	emaStep(s.c.P, s.Recv, s.ema)
+	sl := l.(*spaceLearner)
+	sl.own, sl.id = s.Domain, s.c.Task.ID
+	return s.c.Load(l)
 }
 
-// Receive installs what the server sent: the averaged tensors, and the
+// Receive implements client.Receiver: the averaged tensors, and the
 // relayed text prompts — averaged per domain — as the EMA targets of the
 // other domains and, merged with the client's own copy, as its own
 // domain's prompt.
-func (c *Client) Receive(in tensor.Named) error {
+func (s *site) Receive(in tensor.Named) error {
+	c := s.c
 	global, relayed, err := strategy.SplitRelayed(in)
 	if err != nil {
 		return fmt.Errorf("adapt client %d: %w", c.Task.ID, err)
 	}
-	if err := c.Install(c.P, global, Averaged); err != nil {
+	if err := c.ReceiveShared(global); err != nil {
 		return err
 	}
 	by := map[string][]*tensor.Tensor{}
@@ -93,36 +116,70 @@ func (c *Client) Receive(in tensor.Named) error {
 			by[name] = append(by[name], t)
 		}
 	}
-	own := TextName(c.Domain)
+	own := TextName(s.Domain)
 	if peers := by[own]; len(peers) > 0 {
 		copy(c.P[own].Data, meanOf(append([]*tensor.Tensor{c.P[own]}, peers...)).Data)
 	}
 	delete(by, own)
-	if c.Recv == nil {
-		c.Recv = tensor.Named{}
+	if s.Recv == nil {
+		s.Recv = tensor.Named{}
 	}
 	for name, ts := range by {
-		c.Recv[name] = meanOf(ts)
+		s.Recv[name] = meanOf(ts)
 	}
 	return nil
 }
 
-// Fit installs what the server sent, trains locally and uploads its own
-// text prompt, the visual prompts and AdaLN.
-func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	if err := c.Receive(ins.Params); err != nil {
-		return federation.FitRes{}, err
+// Upload implements client.Uploader: its own text prompt, the visual
+// prompts and AdaLN.
+func (s *site) Upload() tensor.Named {
+	up := tensor.Named{}
+	for name, t := range s.c.P {
+		if s.Trained(name) {
+			up[name] = t.Clone()
+		}
 	}
-	m, err := c.Train(ctx, ins.Round, c)
-	if err != nil {
-		return federation.FitRes{}, err
-	}
-	return c.Fitted(clientbase.Shared(c.P, c.trained), m), nil
+	return up
 }
 
-// Evaluate scores the client's parameters on its evaluation sets.
-func (c *Client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
-	return c.Base.Evaluate(ctx, &Scorer{Learner: c.sh.learner, P: c.P})
+// SaveExtra implements client.ExtraState: the received copies, as
+// "recv/<name>".
+func (s *site) SaveExtra() (tensor.Named, error) {
+	st := tensor.Named{}
+	for name, t := range s.Recv {
+		st["recv/"+name] = t.Clone()
+	}
+	return st, nil
+}
+
+// LoadExtra implements client.ExtraState.
+func (s *site) LoadExtra(st tensor.Named) error {
+	recv := tensor.Named{}
+	for k, t := range st {
+		name, ok := strings.CutPrefix(k, "recv/")
+		if !ok {
+			continue
+		}
+		p, ok := s.c.P[name]
+		if !ok || !Relayed(name) || !tensor.SameShape(t.Shape, p.Shape) {
+			return fmt.Errorf("adapt client %d state: %s does not fit", s.c.Task.ID, k)
+		}
+		recv[name] = t.Clone()
+	}
+	s.Recv = recv
+	return nil
+}
+
+// trainedParams pairs the tensors of P a client of domain own trains with
+// their gradients in G, in name order (the fixture step's optimizer list).
+func trainedParams(P, G tensor.Named, own int) []optim.Param {
+	var ps []optim.Param
+	for _, name := range slices.Sorted(maps.Keys(P)) {
+		if !Relayed(name) || name == TextName(own) {
+			ps = append(ps, optim.Param{Name: name, Value: P[name].Data, Grad: G[name].Data})
+		}
+	}
+	return ps
 }
 
 // Scorer scores cached prefixes with parameters P (eval.Scorer); the text
@@ -151,32 +208,4 @@ func (s *Scorer) Logits(space int, prefix []float32, B int) ([]float32, error) {
 	}
 	lg, _, err := l.Logits(s.P, prefix, B)
 	return lg, err
-}
-
-// State holds the parameters (the EMA copies of the other domains' prompts
-// included), the received copies, the optimizer state and the random
-// generator.
-func (c *Client) State() (tensor.Named, error) {
-	return c.SaveState(clientbase.Saved{Prefix: "param/", Tensors: c.P}, clientbase.Saved{Prefix: "recv/", Tensors: c.Recv})
-}
-
-// LoadState restores a State.
-func (c *Client) LoadState(st tensor.Named) error {
-	if err := c.LoadTensors(st, clientbase.Saved{Prefix: "param/", Tensors: c.P}); err != nil {
-		return err
-	}
-	recv := tensor.Named{}
-	for k, t := range st {
-		name, ok := strings.CutPrefix(k, "recv/")
-		if !ok {
-			continue
-		}
-		p, ok := c.P[name]
-		if !ok || !Relayed(name) || !tensor.SameShape(t.Shape, p.Shape) {
-			return fmt.Errorf("adapt client %d state: %s does not fit", c.Task.ID, k)
-		}
-		recv[name] = t.Clone()
-	}
-	c.Recv = recv
-	return c.Loop.LoadState(st)
 }

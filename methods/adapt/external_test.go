@@ -14,6 +14,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
@@ -182,8 +183,8 @@ func TestExternalStep(t *testing.T) {
 			if (name == "step_ema") != (len(recv) == 1) {
 				t.Fatalf("%s: %d EMA targets", name, len(recv))
 			}
-			c := extPlan(t, f, s, clients, doms, B).Clients[domain].(*Client)
-			c.Recv = recv
+			c := extPlan(t, f, s, clients, doms, B).Clients[domain].(*client.Client)
+			c.Site.(*site).Recv = recv
 			items := make([]int, B)
 			for i := range items {
 				items[i] = i
@@ -212,8 +213,8 @@ func TestExternalStep(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("trained %v, want %v", got, want)
 			}
-			c = extPlan(t, f, s, clients, doms, B).Clients[domain].(*Client)
-			c.Recv = recv
+			c = extPlan(t, f, s, clients, doms, B).Clients[domain].(*client.Client)
+			c.Site.(*site).Recv = recv
 			if _, err := c.Fit(context.Background(), federation.FitIns{Params: tensor.Named{ParamVisual: f.Params[ParamVisual].Clone()}}); err != nil {
 				t.Fatal(err)
 			}

@@ -306,10 +306,10 @@ func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error
 		return nil, err
 	}
 	// the production client's parameter list and EMA, without its data
-	c := &Client{sh: &shared{ema: s.EMA}, Domain: own, P: P, G: zerosLike(P), Recv: recv}
-	c.emaStep()
+	G := zerosLike(P)
+	emaStep(P, recv, s.EMA)
 	x0 := clip.ImagePrefix(m, 1, images.Data, B, nil)
-	loss, terms, _, err := l.Step(c.P, c.G, x0, labels, own)
+	loss, terms, _, err := l.Step(P, G, x0, labels, own)
 	if err != nil {
 		return nil, err
 	}
@@ -341,14 +341,14 @@ func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error
 	if err != nil {
 		return nil, err
 	}
-	params := c.Params()
+	params := trainedParams(P, G, own)
 	for _, p := range params {
-		out["grad."+p.Name] = &tensor.Tensor{Shape: slices.Clone(c.G[p.Name].Shape), Data: slices.Clone(p.Grad)}
+		out["grad."+p.Name] = &tensor.Tensor{Shape: slices.Clone(G[p.Name].Shape), Data: slices.Clone(p.Grad)}
 	}
 	if err := opt.Step(opts.Rate(0, 0), params); err != nil {
 		return nil, fmt.Errorf("adapt fixture: %w", err)
 	}
-	for name, t := range c.P {
+	for name, t := range P {
 		out["step1."+name] = t
 	}
 	return out, nil

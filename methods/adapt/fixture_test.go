@@ -20,6 +20,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/safetensors"
@@ -321,7 +322,7 @@ func TestFixtureRoundMatchesPlan(t *testing.T) {
 		round(t, plan, 0)
 		want := tensor.Named{}
 		for i := range plan.Clients {
-			for k, v := range plan.Clients[i].(*Client).P {
+			for k, v := range plan.Clients[i].(*client.Client).P {
 				want[fmt.Sprintf("client%d.trained.%s", i, k)] = v
 			}
 		}

@@ -89,7 +89,6 @@ import (
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/clientbase"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -251,46 +250,49 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		return nil, err
 	}
 	sh := &shared{env: env, cfg: cfg, ema: s.EMA, spaces: map[int]*Learner{}}
-	first, err := sh.learner(env.Task.Clients[0].TrainSpace)
+	var init tensor.Named // the initial parameters (Init, then Strategy's)
+	opts := s.trainOptions(env.Train)
+	spec := &client.Spec{Name: "adapt", Input: client.Prefixes, Placeholder: cfg.NCtx, Shared: Averaged, Train: &opts,
+		Init: func() (tensor.Named, error) {
+			first, err := sh.learner(env.Task.Clients[0].TrainSpace)
+			if err != nil {
+				return nil, err
+			}
+			init = InitParams(cfg, first.Dt, first.Dv, first.E)
+			return init, nil
+		},
+		NewLearner: func(space int, _ []int) (client.Learner, error) {
+			l, err := sh.learner(space)
+			if err != nil {
+				return nil, err
+			}
+			return &spaceLearner{l: l, p: zerosLike(init), g: zerosLike(init)}, nil
+		},
+		Strategy: func(p tensor.Named) federation.Strategy {
+			init = p // with env.Init installed
+			avg := tensor.Named{}
+			for name, t := range p {
+				if Averaged(name) {
+					avg[name] = t.Clone()
+				}
+			}
+			return &strategy.Relay{Averaged: Averaged, Relayed: Relayed, Initial: avg}
+		},
+		Site: func(c *client.Client) (any, error) {
+			return &site{c: c, ema: s.EMA, Domain: slices.Index(doms, c.Task.Domain)}, nil
+		}}
+	plan, err := client.Build(env, spec)
 	if err != nil {
 		return nil, err
 	}
-	init := InitParams(cfg, first.Dt, first.Dv, first.E)
-	if env.Init != nil {
-		for name, t := range init {
-			src, ok := env.Init[name]
-			if !ok || !tensor.SameShape(src.Shape, t.Shape) {
-				return nil, fmt.Errorf("adapt initial parameters: no %q of shape %v", name, t.Shape)
-			}
-			copy(t.Data, src.Data)
-		}
-	}
-	avg := tensor.Named{}
-	for name, t := range init {
-		if Averaged(name) {
-			avg[name] = t.Clone()
-		}
-	}
-	relay := &strategy.Relay{Averaged: Averaged, Relayed: Relayed, Initial: avg}
-	opts := s.trainOptions(env.Train)
-	plan := &methods.Plan{Strategy: relay, Uploads: map[string][]int{}}
+	relay := plan.Strategy.(*strategy.Relay)
+	plan.Uploads = map[string][]int{}
 	for name, t := range init {
 		if Relayed(name) {
 			// a site uploads its domain's text prompt, relayed to the others
 			plan.Uploads[name] = slices.Clone(t.Shape)
 		}
 	}
-	bases, err := clientbase.Bases("adapt", env, opts)
-	if err != nil {
-		return nil, err
-	}
-	var clients []*Client
-	for _, b := range bases {
-		c := &Client{Base: b, sh: sh, Domain: slices.Index(doms, b.Task.Domain), P: init.Clone(), G: zerosLike(init)}
-		clients = append(clients, c)
-		plan.Clients = append(plan.Clients, c)
-	}
-	plan.Site = func(i int) (tensor.Named, error) { return clients[i].P.Clone(), nil }
 	plan.Global = func() tensor.Named { return GlobalModel(relay.State(), init) }
 	// the global model mixes every domain's prompt by the image's domain
 	// weights: how ADAPT scores an unseen domain

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -28,15 +29,15 @@ func TestReceiveAveragesOwnDomain(t *testing.T) {
 	}
 	defer env.TrainStore.Close()
 	plan := methodtest.Build(t, Method{}, env, s)
-	c := plan.Clients[0].(*Client)
-	own := TextName(c.Domain)
+	c := plan.Clients[0].(*client.Client)
+	own := TextName(c.Site.(*site).Domain)
 	mine := c.P[own].Clone()
 	peer := mine.Clone()
 	for i := range peer.Data {
 		peer.Data[i] = float32(i%7) - 3
 	}
 	// no peer of its domain: unchanged
-	if err := c.Receive(tensor.Named{}); err != nil {
+	if err := c.Site.(*site).Receive(tensor.Named{}); err != nil {
 		t.Fatal(err)
 	}
 	for i, v := range c.P[own].Data {
@@ -44,7 +45,7 @@ func TestReceiveAveragesOwnDomain(t *testing.T) {
 			t.Fatalf("%s[%d] = %g with no peer, want %g", own, i, v, mine.Data[i])
 		}
 	}
-	if err := c.Receive(tensor.Named{strategy.RelayName(1, own): peer}); err != nil {
+	if err := c.Site.(*site).Receive(tensor.Named{strategy.RelayName(1, own): peer}); err != nil {
 		t.Fatal(err)
 	}
 	for i, v := range c.P[own].Data {

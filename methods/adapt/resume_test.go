@@ -6,6 +6,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -60,10 +61,10 @@ func TestResumeBitIdentical(t *testing.T) {
 		ids := []int{0, 1, 2}
 		r := methodtest.Resume(t, build, [3][]int{ids, ids, ids})
 		for i := range r.Straight.Clients {
-			a, b := r.Straight.Clients[i].(*Client), r.Resumed.Clients[i].(*Client)
+			a, b := r.Straight.Clients[i].(*client.Client), r.Resumed.Clients[i].(*client.Client)
 			methodtest.SameNamed(t, "params", b.P, a.P)
-			methodtest.SameNamed(t, "received", b.Recv, a.Recv)
-			if len(a.Recv) == 0 {
+			methodtest.SameNamed(t, "received", b.Site.(*site).Recv, a.Site.(*site).Recv)
+			if len(a.Site.(*site).Recv) == 0 {
 				t.Fatalf("client %d received no prompts in three rounds", i)
 			}
 		}
@@ -80,14 +81,14 @@ func TestRelayAndEMA(t *testing.T) {
 	doms := []int{0, 1, 1}
 	_, plan := tensorPlan(t, doms, s)
 	round(t, plan, 0)
-	c0 := plan.Clients[0].(*Client)
-	c1, c2 := plan.Clients[1].(*Client), plan.Clients[2].(*Client)
+	c0 := plan.Clients[0].(*client.Client)
+	c1, c2 := plan.Clients[1].(*client.Client), plan.Clients[2].(*client.Client)
 	ext := c0.P[TextName(1)].Clone() // client 0's copy of domain 1, still the initial value
 	up1, up2 := c1.P[TextName(1)].Clone(), c2.P[TextName(1)].Clone()
 	round(t, plan, 1)
 	want := meanOf([]*tensor.Tensor{up1, up2})
-	methodtest.SameNamed(t, "client 0's target for domain 1", tensor.Named{"x": c0.Recv[TextName(1)]}, tensor.Named{"x": want})
-	if _, ok := c0.Recv[TextName(0)]; ok {
+	methodtest.SameNamed(t, "client 0's target for domain 1", tensor.Named{"x": c0.Site.(*site).Recv[TextName(1)]}, tensor.Named{"x": want})
+	if _, ok := c0.Site.(*site).Recv[TextName(0)]; ok {
 		t.Error("client 0 keeps an EMA target for its own domain")
 	}
 	// 3 steps of EMA α = 0.99 toward the target: t = target + 0.99³(t₀ − target)
@@ -98,7 +99,7 @@ func TestRelayAndEMA(t *testing.T) {
 			t.Fatalf("client 0's domain-1 copy [%d] = %g, want %g after three EMA steps", i, got[i], e)
 		}
 	}
-	if c1.Domain != c2.Domain || c0.Domain == c1.Domain {
-		t.Fatalf("domains %d %d %d, want 0 1 1", c0.Domain, c1.Domain, c2.Domain)
+	if c1.Site.(*site).Domain != c2.Site.(*site).Domain || c0.Site.(*site).Domain == c1.Site.(*site).Domain {
+		t.Fatalf("domains %d %d %d, want 0 1 1", c0.Site.(*site).Domain, c1.Site.(*site).Domain, c2.Site.(*site).Domain)
 	}
 }

@@ -2,6 +2,8 @@ package client
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/eval"
@@ -25,11 +27,7 @@ func (s *Spaces) Get(space int) (Learner, error) {
 	if l, ok := s.by[space]; ok {
 		return l, nil
 	}
-	words := s.spec.Words
-	if words == "" {
-		words = Placeholder(s.spec.Placeholder)
-	}
-	tokens, err := s.env.ClassPromptTokens(space, words)
+	tokens, err := s.tokens(space)
 	if err != nil {
 		return nil, err
 	}
@@ -39,6 +37,19 @@ func (s *Spaces) Get(space int) (Learner, error) {
 	}
 	s.by[space] = l
 	return l, nil
+}
+
+// tokens are the class prompts [C, ctx] of a label space (nil under
+// Spec.NoPrompts).
+func (s *Spaces) tokens(space int) ([]int, error) {
+	if s.spec.NoPrompts {
+		return nil, nil
+	}
+	words := s.spec.Words
+	if words == "" {
+		words = Placeholder(s.spec.Placeholder)
+	}
+	return s.env.ClassPromptTokens(space, words)
 }
 
 // Placeholder is CoOp's prompt prefix of n "X" words.
@@ -154,7 +165,8 @@ func installInit(env *methods.Env, spec *Spec, init tensor.Named) error {
 	if env.Init == nil {
 		return nil
 	}
-	for name, t := range init {
+	for _, name := range slices.Sorted(maps.Keys(init)) { // the first missing by name
+		t := init[name]
 		src, ok := env.Init[name]
 		if !ok || !tensor.SameShape(src.Shape, t.Shape) {
 			return fmt.Errorf("%s initial parameters: no %q of shape %v", spec.Name, name, t.Shape)

@@ -61,6 +61,9 @@ type Spec struct {
 	// CTX_INIT "a photo of a").
 	Placeholder int
 	Words       string
+	// NoPrompts is set by a method whose learners read no class prompts
+	// (adapters on frozen features): NewLearner gets nil tokens.
+	NoPrompts bool
 	// NewLearner builds the learner of a label space from its class
 	// prompts [C, ctx]. The learners are shared by the clients (they train
 	// one at a time): a client loads its parameters into a learner before

@@ -12,6 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
@@ -135,7 +136,7 @@ func TestExternalStep(t *testing.T) {
 	clients := []fixture.TensorClient{{Pixels: images.Data, Labels: labels}}
 	opts := extOptions(t, f, B)
 	plan := extPlan(t, f, s, clients, opts)
-	c := plan.Clients[0].(*Client)
+	c := plan.Clients[0].(*client.Client)
 	loss, _, err := c.Step(context.Background(), train.Batch{Items: allItems(B), RNG: rand.New(rand.NewPCG(0, 0))})
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +151,7 @@ func TestExternalStep(t *testing.T) {
 		t.Errorf("%d trained tensors, want W1 and W2", n)
 	}
 	// the optimizer step of the production loop
-	c = extPlan(t, f, s, clients, opts).Clients[0].(*Client)
+	c = extPlan(t, f, s, clients, opts).Clients[0].(*client.Client)
 	if _, err := c.Fit(context.Background(), federation.FitIns{Params: f.Params.Clone()}); err != nil {
 		t.Fatal(err)
 	}

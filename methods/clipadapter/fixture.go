@@ -13,8 +13,8 @@ import (
 	"slices"
 
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -153,11 +153,8 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 // what the site keeps, which after the round's evaluation is the server's
 // average it is scored with.
 func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
-	return fixture.PlainRound(ctx, f, Method{}, fixture.OwnSites(Method{}, func(c *Client) tensor.Named { return c.P }))
+	return fixture.PlainRound(ctx, f, Method{}, fixture.OwnSites(Method{}, func(c *client.Client) tensor.Named { return c.P }))
 }
-
-// Scorer implements methods.BatchScorer: the client's own adapter.
-func (c *Client) Scorer() (eval.Scorer, error) { return scorer{c.w, c.P}, nil }
 
 // FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.

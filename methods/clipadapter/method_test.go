@@ -11,6 +11,7 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -25,7 +26,7 @@ func build(t testing.TB, s *Settings, d, K, clients, n int, opts train.Options) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan.Clients[0].(*Client).w.text = map[int][]float32{0: txt}
+	model(plan.Clients[0]).text = map[int][]float32{0: txt}
 	return plan
 }
 
@@ -104,7 +105,7 @@ func TestGlobalModel(t *testing.T) {
 func tasks(plan *methods.Plan) []*protocol.ClientTask {
 	var out []*protocol.ClientTask
 	for _, c := range plan.Clients {
-		out = append(out, c.(*Client).Task)
+		out = append(out, c.(*client.Client).Task)
 	}
 	return out
 }
@@ -115,7 +116,7 @@ func tasks(plan *methods.Plan) []*protocol.ClientTask {
 func TestEvaluateReceivesGlobal(t *testing.T) {
 	s := &Settings{Ratio: 0.2, Reduction: 4}
 	plan := build(t, s, 16, 5, 2, 24, methodtest.FeatureOptions())
-	methodtest.EvaluateReceivesGlobal(t, plan, plan.Clients[0].(*Client).P)
+	methodtest.EvaluateReceivesGlobal(t, plan, plan.Clients[0].(*client.Client).P)
 }
 
 // BenchmarkRoundViTB32 is one CLIP-Adapter round at ViT-B/32 shapes (d =
@@ -206,8 +207,8 @@ func TestScorerLogits(t *testing.T) {
 	const d, K, B = 16, 5, 11 // B odd: the count differs from B − count
 	s := &Settings{Ratio: 0.2, Reduction: 4}
 	plan := build(t, s, d, K, 2, 24, methodtest.FeatureOptions())
-	c := plan.Clients[0].(*Client)
-	txt := c.w.text[0]
+	c := plan.Clients[0].(*client.Client)
+	txt := model(c).text[0]
 	rng := rand.New(rand.NewPCG(5, 6))
 	f := gradcheck.Rand(rng, B*d, 1)
 	// features near the class texts, so that some but not all are right
@@ -263,9 +264,18 @@ func TestScorerLogits(t *testing.T) {
 	if hits == 0 || hits == B || 2*hits == B {
 		t.Fatalf("oracle hits %d of %d: the case does not test the count (0, all or half)", hits, B)
 	}
-	m := c.w
+	m := model(c)
 	m.Grads = tensor.Named{ParamW1: tensor.New(d/4, d), ParamW2: tensor.New(d, d/4)}
 	if _, correct := m.Step(c.P, f, labels, txt); correct != hits {
 		t.Errorf("Step counts %d correct, oracle %d", correct, hits)
 	}
+}
+
+// model is the Model a client's learners share.
+func model(fc federation.Client) *Model {
+	l, err := fc.(*client.Client).Learner()
+	if err != nil {
+		panic(err)
+	}
+	return l.(*learner).m
 }

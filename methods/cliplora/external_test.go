@@ -13,6 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
@@ -202,7 +203,7 @@ func TestExternalStep(t *testing.T) {
 			B := len(labels)
 			clients := []fixture.TensorClient{{Pixels: images.Data, Labels: labels}}
 			opts := extOptions(t, f, B)
-			cl := extPlan(t, f, s, clients, opts).Clients[0].(*client)
+			cl := extPlan(t, f, s, clients, opts).Clients[0].(*client.Client)
 			items := make([]int, B)
 			for i := range items {
 				items[i] = i
@@ -220,11 +221,11 @@ func TestExternalStep(t *testing.T) {
 			if n != 48 {
 				t.Errorf("%d trained tensors, want A and B of q, k, v in 4+4 blocks", n)
 			}
-			cl = extPlan(t, f, s, clients, opts).Clients[0].(*client)
+			cl = extPlan(t, f, s, clients, opts).Clients[0].(*client.Client)
 			if _, err := cl.Fit(context.Background(), federation.FitIns{Params: f.Params.Clone()}); err != nil {
 				t.Fatal(err)
 			}
-			for name, p := range cl.lora.Params {
+			for name, p := range cl.P {
 				if g := f.Batch["grad."+name].Data; slices.Max(g) == 0 && slices.Min(g) == 0 {
 					// weight decay alone moves A (B = 0): within the rounding of A
 					tensortest.RelMax(t, "step1."+name, p.Data, f.Batch["step1."+name].Data, 1e-6)

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -68,9 +67,6 @@ func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, err
 	}
 	return fixture.LearnerStep(ctx, m, sec, f)
 }
-
-// Scorer implements methods.BatchScorer: the client's current LoRA.
-func (c *client) Scorer() (eval.Scorer, error) { return newScorer(c.env, c.lora), nil }
 
 // FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.

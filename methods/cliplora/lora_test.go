@@ -12,6 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -285,11 +286,11 @@ func TestProductAggregation(t *testing.T) {
 	if !differs {
 		t.Error("the averaged products equal the product of the averaged factors: the test cannot tell them apart")
 	}
-	c := plan.Clients[0].(*client)
-	if err := c.receive(global); err != nil {
+	c := plan.Clients[0].(*client.Client)
+	if err := c.Site.(*site).Receive(global); err != nil {
 		t.Fatal(err)
 	}
-	for name, v := range c.lora.Product(cfg) {
+	for name, v := range c.Site.(*site).lora.Product(cfg) {
 		for k := range v.Data {
 			if v.Data[k] != global[name].Data[k] {
 				t.Fatalf("after installing, %s[%d] = %v, want the average %v", name, k, v.Data[k], global[name].Data[k])

@@ -1,7 +1,6 @@
 package cliplora
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -9,15 +8,12 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/clientbase"
-	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/nn"
-	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -274,200 +270,26 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			}
 		}
 	}
-	// a fresh LoRA on deltas d (nil: none): the initial A, B, and d
-	fresh := func(d tensor.Named) *LoRA {
-		l := bind(init.Params.Clone(), cfg, s)
-		if s.product() {
-			l.withDeltas(cfg)
-			for name, t := range d {
-				copy(l.Deltas[name].Data, t.Data)
-			}
-		}
-		return l
-	}
-	plan := &methods.Plan{}
-	bases, err := clientbase.Bases("clip_lora", env, env.Train.Own(s.Optimizer, s.LR, s.WeightDecay, s.LocalEpochs))
-	if err != nil {
-		return nil, err
-	}
-	var clients []*client
-	for _, b := range bases {
-		c := &client{Base: b, env: env, s: s, init: init.Params, lora: fresh(init.Deltas)}
-		clients = append(clients, c)
-		plan.Clients = append(plan.Clients, c)
-	}
-	fa := &strategy.FedAvg{Shared: func(name string) bool { return strings.HasPrefix(name, "lora.") }, Initial: init.Params.Clone()}
+	shared := func(name string) bool { return strings.HasPrefix(name, "lora.") }
 	if s.product() {
-		fa = &strategy.FedAvg{Shared: IsDelta, Initial: init.Deltas.Clone()}
+		shared = IsDelta
 	}
-	plan.Strategy, plan.Global = fa, fa.Global
-	plan.Site = func(i int) (tensor.Named, error) {
-		out := clients[i].lora.Params.Clone()
-		for name, t := range clients[i].lora.Deltas {
-			out[name] = t.Clone()
-		}
-		return out, nil
-	}
-	// the global model: the averaged LoRA (ab), or the averaged change
-	// under a fresh LoRA (product)
-	plan.GlobalScorer = func() (eval.Scorer, error) {
-		if s.product() {
-			return newScorer(env, fresh(fa.Global())), nil
-		}
-		return newScorer(env, bind(fa.Global().Clone(), cfg, s)), nil
-	}
-	return plan, nil
-}
-
-type client struct {
-	clientbase.Base
-	// env is Base.Env, which the fixture harness's Scorer reads as c.env.
-	env *methods.Env
-	s   *Settings
-	// init holds the common initial factors (read-only): under aggregate:
-	// product a site restarts from them after installing the average.
-	init     tensor.Named
-	lora     *LoRA
-	img, txt []float32
-	head     clip.CosineLogits
-}
-
-// Params implements train.Learner.
-func (c *client) Params() []optim.Param { return clientbase.Params(c.lora.Params, c.lora.Grads, nil) }
-
-// Step implements train.Learner: both encoders forward and backward.
-func (c *client) Step(ctx context.Context, b train.Batch) (float64, int, error) {
-	env := c.Env
-	labels, err := c.Batch(b)
-	if err != nil {
-		return 0, 0, err
-	}
-	prefix, eot, err := env.SpacePrompts(c.Task.TrainSpace)
-	if err != nil {
-		return 0, 0, err
-	}
-	c.lora.Attach(env.Model, b.RNG)
-	c.lora.ZeroGrads()
-	B, C, E := len(b.Items), len(eot), env.Model.W.Config.EmbedDim
-	c.img, c.txt = Features(env.Model, c.Buf(), B, prefix, eot, true, c.img, c.txt)
-	logits := append([]float32(nil), c.head.Forward(c.img, c.txt, B, C, E, env.Model.W.LogitScale)...)
-	dl := make([]float32, B*C)
-	loss := clip.CrossEntropy(logits, labels, B, C, dl)
-	dImg, dTxt := make([]float32, B*E), make([]float32, C*E)
-	c.head.Backward(dl, dImg, dTxt)
-	Backward(env.Model, dImg, dTxt)
-	methods.DetachAll(env.Model)
-	correct := 0
-	for k, y := range labels {
-		if eval.Argmax(logits[k*C:(k+1)*C]) == y {
-			correct++
-		}
-	}
-	return loss, correct, nil
-}
-
-// Fit installs the global factors (ab) or the global change with a fresh
-// LoRA (product), trains every factor and uploads the factors (ab) or each
-// projection's whole change Δ + s·B·A (product).
-func (c *client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	if err := c.receive(ins.Params); err != nil {
-		return federation.FitRes{}, err
-	}
-	m, err := c.Train(ctx, ins.Round, c)
-	if err != nil {
-		return federation.FitRes{}, err
-	}
-	up := c.lora.Params.Clone()
-	if c.s.product() {
-		up = c.lora.Product(c.Env.Model.W.Config)
-	}
-	return c.Fitted(up, m), nil
-}
-
-// receive installs the server's tensors: the factors (ab), or the averaged
-// change as the frozen deltas with the LoRA restarted from the common
-// initial factors (product), after which the site's model is exactly the
-// average.
-func (c *client) receive(in tensor.Named) error {
-	into := c.lora.Params
-	if c.s.product() {
-		into = c.lora.Deltas
-	}
-	if err := c.Install(into, in, nil); err != nil {
-		return err
-	}
-	if c.s.product() && len(in) > 0 {
-		for name, p := range c.lora.Params {
-			copy(p.Data, c.init[name].Data)
-		}
-	}
-	return nil
-}
-
-// Evaluate scores the client's LoRA on its evaluation sets.
-func (c *client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
-	return c.Base.Evaluate(ctx, newScorer(c.Env, c.lora))
-}
-
-// scorer is CLIP with a LoRA attached while it scores a batch.
-type scorer struct {
-	env  *methods.Env
-	lora *LoRA
-	txt  map[int][]float32
-	img  []float32
-}
-
-func newScorer(env *methods.Env, l *LoRA) *scorer {
-	return &scorer{env: env, lora: l, txt: map[int][]float32{}}
-}
-
-// Logits implements eval.Scorer.
-func (s *scorer) Logits(space int, prefix []float32, B int) ([]float32, error) {
-	m := s.env.Model
-	s.lora.Attach(m, nil)
-	defer methods.DetachAll(m)
-	E := m.W.Config.EmbedDim
-	sc := methods.CosineScorer{Model: m,
-		Text: func(space int) ([]float32, error) {
-			if f, ok := s.txt[space]; ok {
-				return f, nil
+	opts := env.Train.Own(s.Optimizer, s.LR, s.WeightDecay, s.LocalEpochs)
+	return client.Build(env, &client.Spec{Name: "clip_lora", Input: client.Prefixes, NoPrompts: true, Shared: shared, Train: &opts,
+		NewLearner: func(space int, _ []int) (client.Learner, error) {
+			l := bind(init.Params.Clone(), cfg, s)
+			if s.product() {
+				l.withDeltas(cfg)
 			}
-			p, eot, err := s.env.SpacePrompts(space)
-			if err != nil {
-				return nil, err
-			}
-			t := m.Text
-			x, T := clip.TruncatePrefix(p, eot, len(eot), t.Cfg.ContextLength, t.Cfg.Width)
-			pt := t.Stack.Forward(x, len(eot), T, 0, len(t.Stack.Blocks), eot, false)
-			f := make([]float32, len(eot)*E)
-			t.HeadForward(f, pt, len(eot))
-			s.txt[space] = f
-			return f, nil
+			return &learner{env: env, lora: l, space: space}, nil
 		},
-		Image: func(prefix []float32, B int) []float32 {
-			v := m.Vision
-			pooled := v.Stack.Forward(prefix, B, v.Cfg.Tokens(), 0, len(v.Stack.Blocks), clip.ClassPool(B), false)
-			s.img = nn.Grow(s.img, B*E)
-			v.HeadForward(s.img, pooled, B)
-			return s.img
-		}}
-	return sc.Logits(space, prefix, B)
-}
-
-// State holds the factors, the optimizer state and the random generator
-// (which also draws the dropout masks).
-func (c *client) State() (tensor.Named, error) {
-	return c.SaveState(c.saved()...)
-}
-
-// saved lists the tensors a State holds: the factors and the frozen deltas.
-func (c *client) saved() []clientbase.Saved {
-	return []clientbase.Saved{{Prefix: "param/", Tensors: c.lora.Params}, {Prefix: "delta/", Tensors: c.lora.Deltas}}
-}
-
-// LoadState restores a State.
-func (c *client) LoadState(st tensor.Named) error {
-	return c.RestoreState(st, c.saved()...)
+		Strategy: func(p tensor.Named) federation.Strategy {
+			if s.product() {
+				return &strategy.FedAvg{Shared: IsDelta, Initial: init.Deltas.Clone()}
+			}
+			return &strategy.FedAvg{Shared: shared, Initial: p.Clone()}
+		},
+		Site: func(c *client.Client) (any, error) { return newSite(c, s, init.Deltas), nil }})
 }
 
 // Predictor implements methods.Method: the site's LoRA on the full model.

@@ -13,6 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -249,9 +250,9 @@ func TestStepCorrect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := plan.Clients[0].(*client)
-	for _, name := range slices.Sorted(maps.Keys(c.lora.Params)) {
-		v := c.lora.Params[name]
+	c := plan.Clients[0].(*client.Client)
+	for _, name := range slices.Sorted(maps.Keys(c.P)) {
+		v := c.P[name]
 		for i := range v.Data {
 			v.Data[i] = float32(r.NormFloat64())
 		}
@@ -261,8 +262,12 @@ func TestStepCorrect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	feats := append([]float32(nil), c.Buf()...)
-	logits, err := newScorer(env, c.lora).Logits(0, feats, N)
+	feats := records(t, env, items)
+	sc, err := c.Scorer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits, err := sc.Logits(0, feats, N)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,20 +306,20 @@ func TestReceiveNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := plan.Clients[0].(*client)
-	for _, v := range c.lora.Params {
+	c := plan.Clients[0].(*client.Client)
+	for _, v := range c.P {
 		for i := range v.Data {
 			v.Data[i] += 0.5
 		}
 	}
-	before := c.lora.Params.Clone()
-	if err := c.receive(tensor.Named{}); err != nil {
+	before := c.P.Clone()
+	if err := c.Site.(*site).Receive(tensor.Named{}); err != nil {
 		t.Fatal(err)
 	}
 	for name, v := range before {
 		for i := range v.Data {
-			if c.lora.Params[name].Data[i] != v.Data[i] {
-				t.Fatalf("%s[%d] = %v after receiving nothing, was %v", name, i, c.lora.Params[name].Data[i], v.Data[i])
+			if c.P[name].Data[i] != v.Data[i] {
+				t.Fatalf("%s[%d] = %v after receiving nothing, was %v", name, i, c.P[name].Data[i], v.Data[i])
 			}
 		}
 	}
@@ -414,18 +419,19 @@ func TestPredictorMatchesScorer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := plan.Clients[0].(*client)
-		for _, ps := range []tensor.Named{c.lora.Params, c.lora.Deltas} {
+		c := plan.Clients[0].(*client.Client)
+		for _, ps := range []tensor.Named{c.P, c.Site.(*site).lora.Deltas} {
 			for _, name := range slices.Sorted(maps.Keys(ps)) {
 				for i := range ps[name].Data {
 					ps[name].Data[i] = float32(r.NormFloat64() * 0.05)
 				}
 			}
 		}
-		if _, err := c.Batch(train.Batch{Items: []int{0, 1, 2}, RNG: rand.New(rand.NewPCG(1, 1))}); err != nil {
+		sc, err := c.Scorer()
+		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := newScorer(env, c.lora).Logits(0, append([]float32(nil), c.Buf()...), B)
+		want, err := sc.Logits(0, records(t, env, []int{0, 1, 2}), B)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -455,4 +461,15 @@ func TestPredictorMatchesScorer(t *testing.T) {
 			t.Errorf("%s: saved site without a factor: error %v", agg, err)
 		}
 	}
+}
+
+// records loads the cached prefixes of the first client's training items
+// (the one view each of a fixture.TensorEnv) as a training step reads them.
+func records(t *testing.T, env *methods.Env, items []int) []float32 {
+	t.Helper()
+	var w methods.Workspace
+	if err := env.LoadBatch(&w, &env.Task.Clients[0], items, rand.New(rand.NewPCG(1, 1)), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	return w.Buf[:len(items)*env.Prefixer.RecordLen()]
 }

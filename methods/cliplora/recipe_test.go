@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 )
@@ -33,7 +34,7 @@ func TestOwnOptimizer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := plan.Clients[0].(*client).Loop.Opts; got != tc.want {
+		if got := plan.Clients[0].(*client.Client).TrainOptions(); got != tc.want {
 			t.Fatalf("section %+v: clients train with %+v, want %+v", sec, got, tc.want)
 		}
 	}

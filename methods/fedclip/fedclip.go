@@ -48,7 +48,6 @@
 package fedclip
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -59,10 +58,8 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/clientbase"
-	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/nn"
-	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -160,7 +157,9 @@ func checked(src tensor.Named, d int, what string) (tensor.Named, error) {
 	return p, nil
 }
 
-// Build implements methods.Method.
+// Build implements methods.Method: every client starts from the seeded
+// adapter; FedAvg averages it and sends the average to every client for its
+// evaluation.
 func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
 	s, err := settings(sec)
 	if err != nil {
@@ -171,35 +170,49 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	}
 	d := env.Model.W.Config.EmbedDim
 	init := Init(d, rand.New(rand.NewPCG(env.Seed, 0xfedc11)))
-	if env.Init != nil {
-		if init, err = checked(env.Init, d, "initial parameters"); err != nil {
-			return nil, err
-		}
-	}
-	st := &strategy.FedAvg{Shared: federation.Names(Names...), Initial: init.Clone(), EvaluateGlobal: true}
-	bases, err := clientbase.Bases("fedclip", env, env.Train.Own("", s.LR, 0, s.LocalEpochs))
-	if err != nil {
-		return nil, err
-	}
 	w := newModel(d, env.Model.W.LogitScale)
 	w.z = &methods.FrozenScorer{Env: env}
-	plan := &methods.Plan{Strategy: st, Global: st.Global}
-	var clients []*Client
-	for _, b := range bases {
-		c := &Client{Whole: clientbase.Whole{Base: b, P: init.Clone()}, w: w}
-		clients = append(clients, c)
-		plan.Clients = append(plan.Clients, c)
+	shared := federation.Names(Names...)
+	opts := env.Train.Own("", s.LR, 0, s.LocalEpochs)
+	return client.Build(env, &client.Spec{Name: "fedclip", NoPrompts: true, Shared: shared, Train: &opts,
+		NewLearner: func(space int, _ []int) (client.Learner, error) {
+			return &learner{m: w, p: init.Clone(), space: space}, nil
+		},
+		Strategy: func(init tensor.Named) federation.Strategy {
+			return &strategy.FedAvg{Shared: shared, Initial: init.Clone(), EvaluateGlobal: true}
+		}})
+}
+
+// learner is the shared model with a label space's adapter.
+type learner struct {
+	m     *Model
+	p     tensor.Named
+	space int
+	txt   []float32
+}
+
+func (l *learner) Params() tensor.Named { return l.p }
+func (l *learner) Grads() tensor.Named  { return l.m.Grads }
+
+// Step implements client.Learner on cached image features.
+func (l *learner) Step(img []float32, labels []int) (float64, map[string]float64, []float32, error) {
+	txt, err := l.m.textFeatures(l.space)
+	if err != nil {
+		return 0, nil, nil, err
 	}
-	plan.Site = func(i int) (tensor.Named, error) { return clients[i].P.Clone(), nil }
-	// the whole adapter is shared: the global model is the averaged one
-	plan.GlobalScorer = func() (eval.Scorer, error) {
-		g := st.Global()
-		if g == nil {
-			g = init.Clone()
-		}
-		return scorer{w, g}, nil
-	}
-	return plan, nil
+	loss, logits := l.m.step(l.p, img, labels, txt)
+	return loss, nil, logits, nil
+}
+
+// Prepare implements client.Learner: the space's frozen text features.
+func (l *learner) Prepare() (err error) {
+	l.txt, err = l.m.textFeatures(l.space)
+	return err
+}
+
+// Logits implements client.Learner.
+func (l *learner) Logits(img []float32, B int) ([]float32, error) {
+	return l.m.Logits(l.p, img, B, l.txt), nil
 }
 
 // Model is the adapter with its losses and buffers, shared by the clients
@@ -264,85 +277,34 @@ func (m *Model) Logits(p tensor.Named, f []float32, B int, txt []float32) []floa
 // returns the loss and the number of images whose class (argmax of the
 // classification logits against txt) is right.
 func (m *Model) Step(p tensor.Named, f []float32, labels []int, txt []float32) (float64, int) {
-	for _, g := range m.Grads {
-		clear(g.Data)
-	}
-	B, C, d := len(labels), len(txt)/m.D, m.D
-	m.tb = nn.Grow(m.tb, B*d) // each image's own class prompt: [B, d]
-	for b, y := range labels {
-		copy(m.tb[b*d:(b+1)*d], txt[y*d:(y+1)*d])
-	}
-	logits := m.Logits(p, f, B, txt)
+	loss, logits := m.step(p, f, labels, txt)
+	C := len(txt) / m.D
 	correct := 0
 	for b, y := range labels {
 		if eval.Argmax(logits[b*C:(b+1)*C]) == y {
 			correct++
 		}
 	}
+	return loss, correct
+}
+
+// step is Step, returning the classification logits [B, C] (owned by m)
+// instead of the count.
+func (m *Model) step(p tensor.Named, f []float32, labels []int, txt []float32) (float64, []float32) {
+	for _, g := range m.Grads {
+		clear(g.Data)
+	}
+	B, d := len(labels), m.D
+	m.tb = nn.Grow(m.tb, B*d) // each image's own class prompt: [B, d]
+	for b, y := range labels {
+		copy(m.tb[b*d:(b+1)*d], txt[y*d:(y+1)*d])
+	}
+	logits := m.Logits(p, f, B, txt)
 	_, loss := m.Loss.Forward(m.g[:B*d], m.tb[:B*d], B, d, m.Scale)
 	m.dg = nn.Grow(m.dg, B*d)
 	m.Loss.Backward(m.dg)
 	m.Backward(weights(m.Grads), m.dg[:B*d], f, weights(p))
-	return loss, correct
-}
-
-// Client is one site: its copy of the adapter, optimizer and generator.
-type Client struct {
-	// Whole holds the client's adapter P (reference names).
-	clientbase.Whole
-	w *Model
-	// losses, when not nil, records every batch loss (fixture rounds).
-	losses *[]float32
-}
-
-// Params implements train.Learner.
-func (c *Client) Params() []optim.Param { return clientbase.Params(c.P, c.w.Grads, nil) }
-
-// Step implements train.Learner on cached image features.
-func (c *Client) Step(_ context.Context, b train.Batch) (float64, int, error) {
-	labels, err := c.Batch(b)
-	if err != nil {
-		return 0, 0, err
-	}
-	txt, err := c.w.textFeatures(c.Task.TrainSpace)
-	if err != nil {
-		return 0, 0, err
-	}
-	loss, correct := c.w.Step(c.P, c.Buf(), labels, txt)
-	if c.losses != nil {
-		*c.losses = append(*c.losses, float32(loss))
-	}
-	return loss, correct, nil
-}
-
-// Fit installs the global adapter, trains locally and uploads the adapter.
-func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	return c.FitWith(ctx, ins, c)
-}
-
-// Evaluate installs the global adapter the server sent for the evaluation
-// (the round's new average: FedAvg.EvaluateGlobal, in simulation as over
-// the network) and scores it on the client's evaluation sets; the site
-// keeps it (predict). Without one it scores the adapter it holds.
-func (c *Client) Evaluate(ctx context.Context, ins federation.EvaluateIns) (federation.EvaluateRes, error) {
-	return c.EvaluateWith(ctx, ins, scorer{c.w, c.P})
-}
-
-// Scorer implements methods.BatchScorer: the client's own adapter.
-func (c *Client) Scorer() (eval.Scorer, error) { return scorer{c.w, c.P}, nil }
-
-type scorer struct {
-	w *Model
-	p tensor.Named
-}
-
-// Logits implements eval.Scorer on cached image features f [B, d].
-func (s scorer) Logits(space int, f []float32, B int) ([]float32, error) {
-	txt, err := s.w.textFeatures(space)
-	if err != nil {
-		return nil, err
-	}
-	return s.w.Logits(s.p, f, B, txt), nil
+	return loss, logits
 }
 
 // Predictor implements methods.Method: the saved adapter on the frozen

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/optim"
@@ -148,19 +149,20 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 // — and as client<i>.batch_losses the loss of each of its batches.
 func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	var losses []*[]float32
-	own := fixture.OwnSites(Method{}, func(c *Client) tensor.Named { return c.P })
+	own := fixture.OwnSites(Method{}, func(c *client.Client) tensor.Named { return c.P })
 	out, err := fixture.PlainRound(ctx, f, Method{}, func(env *methods.Env, sec config.Section) (*methods.Plan, error) {
 		plan, err := own(env, sec)
 		if err != nil {
 			return nil, err
 		}
 		for i, pc := range plan.Clients {
-			c, ok := pc.(*Client)
+			c, ok := pc.(*client.Client)
 			if !ok {
 				return nil, fmt.Errorf("fedclip: client %d is a %T", i, pc)
 			}
-			c.losses = new([]float32)
-			losses = append(losses, c.losses)
+			l := new([]float32)
+			c.OnLoss(func(loss float64) { *l = append(*l, float32(loss)) })
+			losses = append(losses, l)
 		}
 		return plan, nil
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/protocol"
@@ -209,7 +211,7 @@ func build(t testing.TB, s *Settings, d, K, clients, n int, opts train.Options) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan.Clients[0].(*Client).w.text = map[int][]float32{0: txt}
+	model(plan.Clients[0]).text = map[int][]float32{0: txt}
 	return plan
 }
 
@@ -233,15 +235,24 @@ func TestGlobalModel(t *testing.T) {
 	plan := build(t, &Settings{}, 16, 5, 3, 24, methodtest.FeatureOptions())
 	var tasks []*protocol.ClientTask
 	for _, c := range plan.Clients {
-		tasks = append(tasks, c.(*Client).Task)
+		tasks = append(tasks, c.(*client.Client).Task)
 	}
 	methodtest.GlobalModel(t, plan, tasks, int64(3*(2*16*16+2*16)*4))
 	sc, err := plan.GlobalScorer()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tensortest.BitsDiff(sc.(scorer).p, plan.Global()) != "" {
-		t.Error("the global scorer does not use the averaged adapter")
+	// its logits are the averaged adapter's
+	const B = 3
+	f := gradcheck.Rand(rand.New(rand.NewPCG(7, 8)), B*16, 1)
+	got, err := sc.Logits(0, f, B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = slices.Clone(got)
+	m := model(plan.Clients[0])
+	if d := tensortest.BitsDiff(tensor.Named{"logits": {Data: got}}, tensor.Named{"logits": {Data: m.Logits(plan.Global(), f, B, m.text[0])}}); d != "" {
+		t.Errorf("the global scorer does not use the averaged adapter (%s)", d)
 	}
 }
 
@@ -277,13 +288,13 @@ func TestTrainingLearns(t *testing.T) {
 // it scored.
 func TestEvaluateReceivesGlobal(t *testing.T) {
 	plan := build(t, &Settings{}, 16, 5, 2, 24, methodtest.FeatureOptions())
-	c := plan.Clients[0].(*Client)
+	c := plan.Clients[0].(*client.Client)
 	methodtest.EvaluateReceivesGlobal(t, plan, c.P)
 	st, err := c.State()
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := build(t, &Settings{}, 16, 5, 2, 24, methodtest.FeatureOptions()).Clients[0].(*Client)
+	fresh := build(t, &Settings{}, 16, 5, 2, 24, methodtest.FeatureOptions()).Clients[0].(*client.Client)
 	if err := fresh.LoadState(st); err != nil {
 		t.Fatal(err)
 	}
@@ -332,14 +343,18 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	if tensortest.BitsDiff(saved, Init(m.W.Config.EmbedDim, rand.New(rand.NewPCG(5, 0xfedc11)))) == "" {
 		t.Fatal("the site's adapter did not train")
 	}
-	c := plan.Clients[0].(*Client)
+	c := plan.Clients[0].(*client.Client)
 	recs := make([]float32, B*env.Prefixer.RecordLen())
 	for k := 0; k < B; k++ {
 		if err := env.TrainStore.GetBatch([]int{env.TrainRecs[c.Task.Train[k]][0]}, recs[k*env.Prefixer.RecordLen():(k+1)*env.Prefixer.RecordLen()]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	want, err := scorer{c.w, c.P}.Logits(0, recs, B)
+	sc, err := c.Scorer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := sc.Logits(0, recs, B)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,4 +402,13 @@ func TestSettings(t *testing.T) {
 	if err := e.Set("fedclip.rate", "1"); err == nil || !strings.Contains(err.Error(), "rate") {
 		t.Errorf("unknown key fedclip.rate: %v", err)
 	}
+}
+
+// model is the Model a client's learners share.
+func model(fc federation.Client) *Model {
+	l, err := fc.(*client.Client).Learner()
+	if err != nil {
+		panic(err)
+	}
+	return l.(*learner).m
 }

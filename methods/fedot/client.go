@@ -1,19 +1,14 @@
 package fedot
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"slices"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/eval"
-	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/clientbase"
-	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/nn"
-	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -112,22 +107,32 @@ func (m *Model) Logits(p tensor.Named, h []float32, B int, classes []int) ([]flo
 // with labels (indices into classes) and overwrites m.Grads with its
 // gradients; it returns the loss and the number of correct predictions.
 func (m *Model) Step(p tensor.Named, h []float32, labels []int, classes []int) (float64, int, error) {
-	for _, g := range m.Grads {
-		clear(g.Data)
-	}
-	if err := m.Prepare(p); err != nil {
+	loss, logits, err := m.step(p, h, labels, classes)
+	if logits == nil {
 		return 0, 0, err
 	}
-	B, C, d := len(labels), len(classes), m.D
-	logits, err := m.Logits(p, h, B, classes)
-	if err != nil {
-		return 0, 0, err
-	}
-	correct := 0
+	C, correct := len(classes), 0
 	for k, y := range labels {
 		if eval.Argmax(logits[k*C:(k+1)*C]) == y {
 			correct++
 		}
+	}
+	return loss, correct, err
+}
+
+// step is Step, returning the logits [B, C] (owned by m; nil when they
+// could not be computed) instead of the count.
+func (m *Model) step(p tensor.Named, h []float32, labels []int, classes []int) (float64, []float32, error) {
+	for _, g := range m.Grads {
+		clear(g.Data)
+	}
+	if err := m.Prepare(p); err != nil {
+		return 0, nil, err
+	}
+	B, C, d := len(labels), len(classes), m.D
+	logits, err := m.Logits(p, h, B, classes)
+	if err != nil {
+		return 0, nil, err
 	}
 	m.dlogits = nn.Grow(m.dlogits, B*C)
 	loss := clip.CrossEntropy(logits, labels, B, C, m.dlogits)
@@ -151,7 +156,7 @@ func (m *Model) Step(p tensor.Named, h []float32, labels []int, classes []int) (
 		k := p[ParamDown].Shape[0]
 		m.ad.Backward(m.Grads[ParamDown].Data, m.Grads[ParamUp].Data, m.dhp, h, p[ParamUp].Data, d, k)
 	}
-	return loss, correct, err
+	return loss, logits, err
 }
 
 // LocalMatrix returns w_1 [d, d] of p (the Cayley transform of X, or
@@ -170,44 +175,34 @@ func (m *Model) LocalMatrix(p tensor.Named) ([]float32, error) {
 	return nil, nil
 }
 
-// Client is one FedOT site: its parameters P (reference names), optimizer
-// and random state.
-type Client struct {
-	// Whole holds w_g and the local map's parameters P; the server
-	// averages those Shared accepts.
-	clientbase.Whole
-	w *Model
+// learner is the shared Model with a label space's classes and a copy of
+// a client's parameters.
+type learner struct {
+	m       *Model
+	p       tensor.Named
+	classes []int
 }
 
-// Params implements train.Learner.
-func (c *Client) Params() []optim.Param { return clientbase.Params(c.P, c.w.Grads, nil) }
+func (l *learner) Params() tensor.Named { return l.p }
+func (l *learner) Grads() tensor.Named  { return l.m.Grads }
 
-// Step implements train.Learner on cached image features.
-func (c *Client) Step(_ context.Context, b train.Batch) (float64, int, error) {
-	labels, err := c.Batch(b)
-	if err != nil {
-		return 0, 0, err
-	}
-	return c.w.Step(c.P, c.Buf(), labels, c.Env.Task.Spaces[c.Task.TrainSpace].Classes)
+// Step implements client.Learner on cached image features.
+func (l *learner) Step(h []float32, labels []int) (float64, map[string]float64, []float32, error) {
+	loss, logits, err := l.m.step(l.p, h, labels, l.classes)
+	return loss, nil, logits, err
 }
 
-// Fit installs the shared tensors the server sent, trains locally and
-// uploads the shared tensors.
-func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	return c.FitWith(ctx, ins, c)
+// Prepare implements client.Learner: it factors the local map.
+func (l *learner) Prepare() error { return l.m.Prepare(l.p) }
+
+// Logits implements client.Learner.
+func (l *learner) Logits(h []float32, B int) ([]float32, error) {
+	return l.m.Logits(l.p, h, B, l.classes)
 }
 
-// Evaluate scores the client's personalised model (its w_g and w_1) on its
-// evaluation sets.
-func (c *Client) Evaluate(ctx context.Context, _ federation.EvaluateIns) (federation.EvaluateRes, error) {
-	if err := c.w.Prepare(c.P); err != nil {
-		return federation.EvaluateRes{}, err
-	}
-	return c.Base.Evaluate(ctx, scorer{c})
-}
+// site keeps, with a site's parameters, the dataset's class names (which
+// w_g's rows are), for `pfedmma predict`.
+type site struct{ names *tensor.Tensor }
 
-type scorer struct{ c *Client }
-
-func (s scorer) Logits(space int, img []float32, B int) ([]float32, error) {
-	return s.c.w.Logits(s.c.P, img, B, s.c.Env.Task.Spaces[space].Classes)
-}
+// Kept implements client.Keeper.
+func (s site) Kept() (tensor.Named, error) { return tensor.Named{SiteClasses: s.names.Clone()}, nil }

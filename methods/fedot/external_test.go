@@ -12,6 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
@@ -143,7 +144,7 @@ func TestExternalStep(t *testing.T) {
 			B := len(labels)
 			clients := []fixture.TensorClient{{Pixels: images.Data, Labels: labels}}
 			opts := extOptions(t, f, B)
-			c := extPlan(t, f, s, clients, opts).Clients[0].(*Client)
+			c := extPlan(t, f, s, clients, opts).Clients[0].(*client.Client)
 			items := make([]int, B)
 			for i := range items {
 				items[i] = i
@@ -161,12 +162,12 @@ func TestExternalStep(t *testing.T) {
 			if n != 2 {
 				t.Errorf("%d trained tensors, want w_g and x", n)
 			}
-			w1, err := c.w.LocalMatrix(c.P)
+			w1, err := model(c).LocalMatrix(c.P)
 			if err != nil {
 				t.Fatal(err)
 			}
 			tensortest.RelMax(t, "w_1", w1, f.Batch["w_1"].Data, 1e-5)
-			c = extPlan(t, f, s, clients, opts).Clients[0].(*Client)
+			c = extPlan(t, f, s, clients, opts).Clients[0].(*client.Client)
 			// the server sends w_g; the client holds its X (the initial one)
 			in := tensor.Named{ParamClassifier: f.Params[ParamClassifier].Clone()}
 			if _, err := c.Fit(context.Background(), federation.FitIns{Params: in}); err != nil {

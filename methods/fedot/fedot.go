@@ -65,22 +65,18 @@ package fedot
 
 import (
 	"fmt"
-	"maps"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strings"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/clientbase"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
-	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -267,58 +263,24 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 		return nil, err
 	}
 	s.initLocal(init, rng)
-	if env.Init != nil {
-		for _, name := range slices.Sorted(maps.Keys(init)) {
-			t := init[name]
-			src, ok := env.Init[name]
-			if !ok || !tensor.SameShape(src.Shape, t.Shape) {
-				return nil, fmt.Errorf("fedot initial parameters: no %q of shape %v", name, t.Shape)
-			}
-			copy(t.Data, src.Data)
-		}
-	}
 	filter := s.shared()
-	initial := tensor.Named{}
-	for name, t := range init {
-		if filter(name) {
-			initial[name] = t.Clone()
-		}
-	}
-	st := strategy.UniformMean(filter, initial)
-	bases, err := clientbase.Bases("fedot", env, s.trainOptions(env.Train))
-	if err != nil {
-		return nil, err
-	}
-	plan := &methods.Plan{Strategy: st, Global: st.Global}
-	var clients []*Client
-	for _, b := range bases {
-		c := &Client{Whole: clientbase.Whole{Base: b, P: init.Clone(), Shared: filter}, w: w}
-		clients = append(clients, c)
-		plan.Clients = append(plan.Clients, c)
-	}
-	// the global model: the server's shared tensors with the initial
-	// (identity) local transforms, what a new site starts from
-	plan.GlobalScorer = func() (eval.Scorer, error) {
-		c := &Client{Whole: clientbase.Whole{Base: clientbase.Base{Method: "fedot", Env: env, Task: &protocol.ClientTask{ID: -1}}, P: init.Clone(), Shared: filter}, w: w}
-		for name, t := range st.Global() {
-			p, ok := c.P[name]
-			if !ok || !tensor.SameShape(p.Shape, t.Shape) {
-				return nil, fmt.Errorf("fedot global model: unexpected tensor %q", name)
-			}
-			copy(p.Data, t.Data)
-		}
-		if err := w.Prepare(c.P); err != nil {
-			return nil, err
-		}
-		return scorer{c}, nil
-	}
+	opts := s.trainOptions(env.Train)
 	names := federation.BytesTensor([]byte(strings.Join(env.Task.Dataset.Classes, "\n")))
-	plan.Site = func(i int) (tensor.Named, error) {
-		out := clients[i].P.Clone()
-		out[SiteClasses] = names.Clone()
-		return out, nil
-	}
-	return plan, nil
+	return client.Build(env, &client.Spec{Name: "fedot", NoPrompts: true, Shared: filter, Train: &opts,
+		NewLearner: func(space int, _ []int) (client.Learner, error) {
+			return &learner{m: w, p: init.Clone(), classes: env.Task.Spaces[space].Classes}, nil
+		},
+		Strategy: func(init tensor.Named) federation.Strategy {
+			initial := tensor.Named{}
+			for name, t := range init {
+				if filter(name) {
+					initial[name] = t.Clone()
+				}
+			}
+			return strategy.UniformMean(filter, initial)
+		},
+		// the site keeps the class names with its parameters
+		Site: func(*client.Client) (any, error) { return site{names}, nil }})
 }
 
 // initClassifier fills w_g [K, d]: the normalised text features of every

@@ -17,7 +17,7 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/eval"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -223,15 +223,7 @@ func fixtureBatch(f *fixture.Fixture, K int) ([]float32, []int, error) {
 // client's parameters after its local training (w_g and the local map;
 // not the Site's class-name entry).
 func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
-	return fixture.PlainRound(ctx, f, Method{}, fixture.OwnSites(Method{}, func(c *Client) tensor.Named { return c.P }))
-}
-
-// Scorer implements methods.BatchScorer: the client's current parameters.
-func (c *Client) Scorer() (eval.Scorer, error) {
-	if err := c.w.Prepare(c.P); err != nil {
-		return nil, err
-	}
-	return scorer{c}, nil
+	return fixture.PlainRound(ctx, f, Method{}, fixture.OwnSites(Method{}, func(c *client.Client) tensor.Named { return c.P }))
 }
 
 // FixtureKeys implements fixture.Settings: the hyper-parameters (metadata

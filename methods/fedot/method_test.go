@@ -12,6 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -98,8 +99,8 @@ func TestTrainingKeepsOrthogonal(t *testing.T) {
 			}
 		}
 		for i, cl := range plan.Clients {
-			c := cl.(*Client)
-			w, err := c.w.LocalMatrix(c.P)
+			c := cl.(*client.Client)
+			w, err := model(c).LocalMatrix(c.P)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,4 +149,13 @@ func BenchmarkRoundViTB32(b *testing.B) {
 			}
 		})
 	}
+}
+
+// model is the Model a client's learners share.
+func model(c *client.Client) *Model {
+	l, err := c.Learner()
+	if err != nil {
+		panic(err)
+	}
+	return l.(*learner).m
 }

@@ -2,6 +2,17 @@
 // every client classifies with the class prompts' text features. It runs
 // from whatever frozen prefix the run caches, finishing both encoders, which
 // is exactly the full model.
+//
+// Its client is its own, not methods/client's, for a documented reason:
+// the generic client exists to train (a training loop with an optimizer
+// and a generator, a learner's step, install and upload of shared tensors,
+// state under param/), and zero-shot has none of it — its Fit returns at
+// once, its State is empty, it runs from any cached depth (AnyDepth, which
+// client.Spec's Input does not express), and it scores each evaluation set
+// the clients share once for all of them. On client.Client that would take
+// a learner whose Step never runs, a loop with nothing to update and a
+// state holding an optimizer of nothing; the client below is those few
+// lines instead (ID, NumExamples, an empty Fit, the shared evaluation).
 package zeroshot
 
 import (
