@@ -108,6 +108,16 @@ func (s *Settings) config(m *clip.Model, tok *tokenizer.Tokenizer, seed uint64) 
 
 // Build implements methods.Method.
 func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	spec, err := clientSpec(env, sec)
+	if err != nil {
+		return nil, err
+	}
+	return client.Build(env, spec)
+}
+
+// clientSpec is ProGrad as the clients run it: one learner per label
+// space, the context shared.
+func clientSpec(env *methods.Env, sec config.Section) (*client.Spec, error) {
 	s, err := settings(sec)
 	if err != nil {
 		return nil, err
@@ -130,7 +140,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			}
 			return &spaceLearner{Learner: l}, nil
 		}}
-	return client.Build(env, spec)
+	return spec, nil
 }
 
 // spaceLearner scores with the cosine head on cached image features.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/internal/methodtest"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/prompt"
@@ -176,5 +177,26 @@ func TestProject(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// TestRoundBatchLosses checks each client's per-batch cross entropy in the
+// production round (client.FixtureRound) against the authors' recorded
+// losses, and the round's branches: client 0 agreeing, client 1 projected.
+func TestRoundBatchLosses(t *testing.T) {
+	f, err := fixture.Load(fixturetest.Model(t), dir+"init.safetensors", []string{dir + "round.safetensors"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := fixturetest.Read(t, dir+"round.safetensors")
+	out, err := client.FixtureRound(context.Background(), f, Method{}, clientSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"client0.", "client1."} {
+		fixturetest.Rel(t, c+"batch_losses", out[c+"batch_losses"], ref[c+"batch_xe_losses"], 1e-5)
+	}
+	if ref["client0.batch_cos"].Data[0] <= 0 || ref["client1.batch_cos"].Data[0] >= 0 {
+		t.Fatalf("the round fixture no longer exercises both branches: cos %v, %v", ref["client0.batch_cos"].Data, ref["client1.batch_cos"].Data)
 	}
 }
