@@ -3,6 +3,7 @@ package prograd
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
@@ -65,14 +66,63 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 }
 
 // Step implements fixture.Stepper through the production client
-// (fixture.LearnerStep): "loss" (the cross entropy), "logits",
-// "grad.prompt_learner.ctx" (the update direction) and "step1.…".
+// (fixture.LearnerStep): "loss" (the cross entropy), "grad.prompt_learner.ctx"
+// (the update direction) and "step1.…"; then, from a bare learner on the
+// same inputs, what the step computes on the way: "logits",
+// "image_features", "text_features", "zs_logits", "zs_text_features",
+// "xe_loss", "kl_loss", "grad_xe.…", "grad_kl.…", their "cos" and
+// "projected" (1 when the direction was projected).
 func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
 	sec, err := m.SettingsFrom(f)
 	if err != nil {
 		return nil, err
 	}
-	return fixture.LearnerStep(ctx, m, sec, f)
+	out, err := fixture.LearnerStep(ctx, m, sec, f)
+	if err != nil {
+		return nil, err
+	}
+	s, err := settings(sec)
+	if err != nil {
+		return nil, err
+	}
+	l, img, labels, err := stepLearner(f, s)
+	if err != nil {
+		return nil, err
+	}
+	_, _, logits, err := l.Step(img, labels)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(out, l.Intermediates())
+	B := len(labels)
+	out["logits"] = &tensor.Tensor{Shape: []int{B, l.C}, Data: append([]float32(nil), logits...)}
+	out["image_features"] = &tensor.Tensor{Shape: []int{B, l.E}, Data: img}
+	return out, nil
+}
+
+// stepLearner is a bare learner of a step fixture with its parameters,
+// and the batch's image features and labels.
+func stepLearner(f *fixture.Fixture, s *Settings) (*Learner, []float32, []int, error) {
+	tokens, C, err := f.ClassTokens()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	labels, err := f.Labels(C)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	img, err := f.ImageFeatures(len(labels))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	l, err := New(f.Model, tokens, s.TemplateRows, Config{NCtx: s.NCtx, T: s.T, Lambda: s.Lambda, InitStd: s.InitStd})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := prompt.Load(l.Params(), f.Params); err != nil {
+		return nil, nil, nil, fmt.Errorf("prograd: %w", err)
+	}
+	return l, img, labels, nil
 }
 
 // SurrogateGradient implements methods.SurrogateGradient.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/internal/methodtest"
@@ -90,8 +91,9 @@ func TestStepFixture(t *testing.T) {
 }
 
 // TestStepProductionPath runs `pfedmma step` (fixture.LearnerStep: the
-// production client) on the reference steps: loss, the update
-// direction, one SGD step and the update p − init.
+// production client, then the bare learner's diagnostics) on the reference
+// steps: loss, the update direction, one SGD step and the update p − init,
+// the logits, both losses and both gradients.
 func TestStepProductionPath(t *testing.T) {
 	for _, file := range stepFiles {
 		t.Run(file, func(t *testing.T) {
@@ -105,8 +107,15 @@ func TestStepProductionPath(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, name := range []string{"loss", "grad." + ParamCtx, "step1." + ParamCtx} {
-				fixturetest.Rel(t, name, out[name], ref[name], fixturetest.Tol(name))
+			for _, name := range []string{"loss", "grad." + ParamCtx, "step1." + ParamCtx, "logits", "image_features", "zs_logits", "xe_loss", "kl_loss", "grad_xe." + ParamCtx, "grad_kl." + ParamCtx} {
+				tol := fixturetest.Tol(name)
+				if strings.HasPrefix(name, "grad_") {
+					tol = 1e-4
+				}
+				fixturetest.Rel(t, name, out[name], ref[name], tol)
+			}
+			if out["projected"].Data[0] != ref["projected"].Data[0] {
+				t.Errorf("projected %v, reference %v", out["projected"].Data[0], ref["projected"].Data[0])
 			}
 			init := f.Params[ParamCtx]
 			fixturetest.Rel(t, "update", fixturetest.Update(out["step1."+ParamCtx], init), fixturetest.Update(ref["step1."+ParamCtx], init), 1e-4)
