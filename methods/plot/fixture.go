@@ -3,7 +3,6 @@ package plot
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods/client"
@@ -63,7 +62,8 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 
 // Step implements fixture.Stepper: the step of the production client
 // (fixture.LearnerStep: loss, logits, grad.*, step1.*) and, from a learner
-// built on the same settings, the features the reference records:
+// built on the same settings, the features the reference records and the
+// logits (the client is no BatchScorer):
 // "image_features" [1+M, B, E] (token-major, as theirs), "text_features"
 // [N·C, E], "plan" [B·C, M, N].
 func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
@@ -82,7 +82,11 @@ func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, err
 	if err != nil {
 		return nil, err
 	}
-	maps.Copy(out, feats)
+	for k, v := range feats { // the client's own logits, where it scores
+		if out[k] == nil {
+			out[k] = v
+		}
+	}
 	return out, nil
 }
 
@@ -126,7 +130,8 @@ func features(f *fixture.Fixture, cfg Config) (tensor.Named, error) {
 	}
 	B := len(labels)
 	img := f.Model.EncodeImageTokens(images.Data, B)
-	if _, err := l.Logits(img, B); err != nil {
+	logits, err := l.Logits(img, B)
+	if err != nil {
 		return nil, err
 	}
 	T := len(img) / (B * l.E)
@@ -139,6 +144,7 @@ func features(f *fixture.Fixture, cfg Config) (tensor.Named, error) {
 	return tensor.Named{
 		"image_features": {Shape: []int{T, B, l.E}, Data: tm},
 		"text_features":  {Shape: []int{cfg.N * l.C, l.E}, Data: append([]float32(nil), l.TextFeatures()...)},
+		"logits":         {Shape: []int{B, l.C}, Data: append([]float32(nil), logits...)},
 		"plan":           {Shape: []int{B * l.C, T - 1, cfg.N}, Data: append([]float32(nil), l.Plan()...)},
 	}, nil
 }
