@@ -172,7 +172,7 @@ func (Method) SurrogateGradient() string {
 func (Method) FixtureKeys() []string {
 	return []string{
 		"batch_size", "class_token_position", "csc", "dataset", "eps", "global_logit", "init_std", "local_epochs",
-		"logit_scale", "lr", "max_iter", "momentum", "n_ctx", "n_prompts", "seed", "thresh", "weight_decay",
+		"logit_scale", "lr", "max_iter", "momentum", "n_ctx", "n_prompts", "thresh", "weight_decay",
 	}
 }
 
