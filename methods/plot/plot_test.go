@@ -2,9 +2,11 @@ package plot
 
 import (
 	"context"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
@@ -218,4 +220,34 @@ func fixedPlanLoss(txt, img []float32, labels []int, plan []float32, N, C, E int
 		loss += mx + math.Log(z) - logits[labels[b]]
 	}
 	return loss / float64(B)
+}
+
+// TestConfigFromMetaRefusals: fixture metadata PLOT's code cannot run
+// (csc, the class token in the middle or front) or that is out of range is
+// refused with an error naming the key; dataset ImageNet turns the global
+// branch on and global_logit overrides it.
+func TestConfigFromMetaRefusals(t *testing.T) {
+	_, base := fixturetest.Read(t, dir+"step.safetensors")
+	for key, val := range map[string]string{"csc": "True", "class_token_position": "middle", "n_prompts": "0", "eps": "-1", "max_iter": "x", "global_logit": "maybe"} {
+		meta := maps.Clone(base)
+		meta[key] = val
+		_, err := ConfigFromMeta(meta)
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s=%s: error %v, want one naming %q", key, val, err, key)
+		}
+	}
+	for _, c := range []struct {
+		dataset, global string
+		want            bool
+	}{{"Caltech101", "", false}, {"ImageNet", "", true}, {"ImageNet", "false", false}, {"Caltech101", "true", true}} {
+		meta := maps.Clone(base)
+		meta["dataset"] = c.dataset
+		if c.global != "" {
+			meta["global_logit"] = c.global
+		}
+		cfg, err := ConfigFromMeta(meta)
+		if err != nil || cfg.GlobalLogit != c.want {
+			t.Errorf("dataset %s, global_logit %q: GlobalLogit %v (%v), want %v", c.dataset, c.global, cfg.GlobalLogit, err, c.want)
+		}
+	}
 }
