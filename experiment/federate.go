@@ -34,6 +34,8 @@ type Federated struct {
 	SiteNames []string
 	template  string
 	close     func()
+	// observer watches the clients (o.OnEvaluate) when set.
+	observer *methods.Observer
 }
 
 // Close releases the prefix caches.
@@ -142,9 +144,7 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 		}
 		f.close = func() { env.TrainStore.Close(); env.TestStore.Close() }
 	}
-	if o.OnEvaluate != nil {
-		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
-	}
+	f.observer = observer(o, name)
 	plan, err := buildPlan(o, meth, env, name)
 	if err != nil {
 		f.Close()
@@ -159,7 +159,12 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 }
 
 // Client returns site i's client.
-func (f *Federated) Client(i int) federation.Client { return f.Plan.Clients[i] }
+func (f *Federated) Client(i int) federation.Client {
+	if f.observer == nil || f.observer.OnEvaluate == nil {
+		return f.Plan.Clients[i]
+	}
+	return methods.Observed(f.Plan.Clients[i], f.observer)
+}
 
 // WriteSite writes what site i keeps (its personalised parameters) to
 // dir/sites/<method>/client_NNN.safetensors, the file `pfedmma run` writes

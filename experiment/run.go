@@ -97,7 +97,7 @@ type Options struct {
 	// (benchmarks read its phase timings).
 	OnRound func(method string, r federation.RoundReport)
 	// OnEvaluate, when set, is told of every client evaluation with the
-	// logits of each of the client's evaluation sets (methods.Env's
+	// logits of each of the client's evaluation sets (methods.Observer's
 	// OnEvaluate): conformance tests compare them with `pfedmma predict`.
 	OnEvaluate func(method string, c *protocol.ClientTask, logits [][]float32)
 	// EvaluateAlone evaluates every client on its own even where its
@@ -395,13 +395,21 @@ func newEnv(ctx context.Context, o Options, m *clip.Model, tok *tokenizer.Tokeni
 	return env, nil
 }
 
+// observer is what the runner watches of method name's clients: the
+// evaluations' logits for o.OnEvaluate.
+func observer(o Options, name string) *methods.Observer {
+	obs := &methods.Observer{}
+	if o.OnEvaluate != nil {
+		obs.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
+	}
+	return obs
+}
+
 // runMethod runs one method's federation (or, for a method that does not
 // train, one evaluation of every client) and logs its rounds.
 func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Method, name string, log *report.MetricsLog) ([]report.RoundRecord, error) {
-	if o.OnEvaluate != nil {
-		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
-		defer func() { env.OnEvaluate = nil }()
-	}
+	obs := observer(o, name)
+	ctx = methods.WithObserver(ctx, obs)
 	plan, err := buildPlan(o, meth, env, name)
 	if err != nil {
 		return nil, err
@@ -418,8 +426,7 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 	}
 	m := &methodRun{ctx: ctx, o: o, env: env, plan: plan, name: name, log: log,
 		bar: progress.New(o.Progress, o.Rounds, name+" round", "round", progress.WithMode(o.ProgressMode))}
-	env.RoundBar = m.bar
-	defer func() { env.RoundBar = nil }()
+	obs.RoundBar = m.bar
 	m.global = len(env.Task.GlobalEvals) > 0 && plan.GlobalScorer != nil
 	if len(env.Task.GlobalEvals) > 0 && !m.global {
 		slog.Warn("method has no global model: the held-out / unseen sets are not scored", "method", name)

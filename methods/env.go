@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/nn"
-	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/tokenizer"
@@ -18,8 +18,10 @@ import (
 
 // Env is everything the methods of a run share: the frozen model, the task,
 // the cached frozen prefixes of every training view and test image (the
-// input of block Start), the class prompts, the local-training settings and
-// the buffers clients reuse (they run one at a time).
+// input of block Start), the class prompts and the local-training settings.
+// It holds no client's state: each client loads its batches into its own
+// Workspace, and the runner's hooks (progress, evaluation logits) come in
+// the clients' contexts (Observer).
 type Env struct {
 	Model *clip.Model
 	Tok   *tokenizer.Tokenizer
@@ -56,17 +58,6 @@ type Env struct {
 	spacePrefix map[int][]float32 // class-prompt prefix per label space
 	spaceEOT    map[int][]int
 
-	// OnEvaluate, when set, is told of every client evaluation (Evaluate):
-	// the client's task and, per evaluation set of c.Evals, the logits it
-	// scored [len(Images), C] — the window a test has onto what a site's
-	// evaluation computed (predict = evaluation).
-	OnEvaluate func(c *protocol.ClientTask, logits [][]float32)
-
-	// RoundBar is the running method's round bar, if any.
-	RoundBar *progress.Bar
-	// TrainBuf and TrainPx are the training batch's prefixes and pixels,
-	// shared by the clients.
-	TrainBuf, TrainPx []float32
 	// shared holds objects clients of one method share (workspaces), by
 	// key; see Shared.
 	shared map[string]any
@@ -85,15 +76,6 @@ func (e *Env) Shared(key string, mk func() any) any {
 		e.shared[key] = v
 	}
 	return v
-}
-
-// StepBar starts a progress bar for one client's batches inside the current
-// round (nil-safe: without a round bar it returns a quiet bar).
-func (e *Env) StepBar(total int, desc string) *progress.Bar {
-	if e.RoundBar == nil {
-		return progress.New(nil, total, desc, "img")
-	}
-	return e.RoundBar.Child(total, desc, "img")
 }
 
 // Prompt returns the prompt of a class name.
@@ -212,7 +194,8 @@ func (e *Env) EvalSets(c *protocol.ClientTask) []eval.Set {
 func (e *Env) Evaluate(ctx context.Context, sc eval.Scorer, c *protocol.ClientTask) (eval.Metrics, error) {
 	sets := e.EvalSets(c)
 	var rec *recordLogits
-	if e.OnEvaluate != nil {
+	onEvaluate := ObserverFrom(ctx).OnEvaluate
+	if onEvaluate != nil {
 		rec = &recordLogits{Scorer: sc, sets: sets, out: make([][]float32, len(sets))}
 		rec.skipEmpty()
 		sc = rec
@@ -222,7 +205,7 @@ func (e *Env) Evaluate(ctx context.Context, sc eval.Scorer, c *protocol.ClientTa
 		return nil, err
 	}
 	if rec != nil {
-		e.OnEvaluate(c, rec.out)
+		onEvaluate(c, rec.out)
 	}
 	if e.Task.Protocol == protocol.BaseToNovel {
 		eval.WithHM(m)
@@ -263,13 +246,45 @@ type Workspace struct {
 	Buf, Px []float32
 }
 
-// TrainBatch loads the prefixes of a client's training examples batch into
-// e.TrainBuf (see LoadBatch).
-func (e *Env) TrainBatch(c *protocol.ClientTask, batch []int, rng interface{ IntN(int) int }, round, epoch int) error {
-	w := Workspace{Buf: e.TrainBuf, Px: e.TrainPx}
-	err := e.LoadBatch(&w, c, batch, rng, round, epoch)
-	e.TrainBuf, e.TrainPx = w.Buf, w.Px
-	return err
+// Workspaces hands the clients of one method their batch buffers for the
+// length of a training run, so that memory grows with the clients that
+// train at once, not with the clients. The zero value is ready; a nil
+// *Workspaces hands out fresh ones.
+type Workspaces struct {
+	mu   sync.Mutex
+	free []*Workspace
+}
+
+// Get returns a free workspace, or a new one.
+func (p *Workspaces) Get() *Workspace {
+	if p == nil {
+		return &Workspace{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		w := p.free[n-1]
+		p.free = p.free[:n-1]
+		return w
+	}
+	return &Workspace{}
+}
+
+// Put returns w for another client's use.
+func (p *Workspaces) Put(w *Workspace) {
+	if p == nil || w == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.free = append(p.free, w)
+}
+
+// Free is the number of workspaces waiting for a client.
+func (p *Workspaces) Free() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free)
 }
 
 // LoadBatch loads the prefixes of a client's training examples batch

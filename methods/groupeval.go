@@ -33,7 +33,8 @@ func (e *Env) EvaluateGroup(ctx context.Context, prepare func(prefix []float32, 
 	sets := make([][]eval.Set, len(tasks))
 	correct := make([][]int, len(tasks))
 	var logits [][][]float32
-	if e.OnEvaluate != nil {
+	onEvaluate := ObserverFrom(ctx).OnEvaluate
+	if onEvaluate != nil {
 		logits = make([][][]float32, len(tasks))
 	}
 	for i, t := range tasks {
@@ -93,13 +94,14 @@ func (e *Env) EvaluateGroup(ctx context.Context, prepare func(prefix []float32, 
 			}
 		}
 	}
-	return e.groupMetrics(tasks, sets, correct, logits), nil
+	return e.groupMetrics(tasks, sets, correct, logits, onEvaluate), nil
 }
 
 // groupMetrics turns each client's correct counts per evaluation set into
 // its accuracy metrics (with the harmonic mean for base-to-novel), handing
-// the logits to OnEvaluate when kept.
-func (e *Env) groupMetrics(tasks []*protocol.ClientTask, sets [][]eval.Set, correct [][]int, logits [][][]float32) []eval.Metrics {
+// the logits to onEvaluate (the context's Observer's) when kept.
+func (e *Env) groupMetrics(tasks []*protocol.ClientTask, sets [][]eval.Set, correct [][]int, logits [][][]float32,
+	onEvaluate func(*protocol.ClientTask, [][]float32)) []eval.Metrics {
 	out := make([]eval.Metrics, len(tasks))
 	for i, t := range tasks {
 		m := eval.Metrics{}
@@ -112,7 +114,7 @@ func (e *Env) groupMetrics(tasks []*protocol.ClientTask, sets [][]eval.Set, corr
 			eval.WithHM(m)
 		}
 		if logits != nil {
-			e.OnEvaluate(t, logits[i])
+			onEvaluate(t, logits[i])
 		}
 		out[i] = m
 	}

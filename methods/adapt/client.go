@@ -64,7 +64,7 @@ func (c *Client) Step(ctx context.Context, b train.Batch) (float64, int, error) 
 		return 0, 0, err
 	}
 	c.emaStep()
-	loss, _, correct, err := l.Step(c.P, c.G, c.Env.TrainBuf, labels, c.Domain)
+	loss, _, correct, err := l.Step(c.P, c.G, c.Buf(), labels, c.Domain)
 	if err != nil {
 		return 0, 0, fmt.Errorf("adapt client %d: %w", c.Task.ID, err)
 	}

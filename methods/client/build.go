@@ -3,7 +3,6 @@ package client
 import (
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
@@ -62,7 +61,7 @@ func Build(env *methods.Env, spec *Spec) (*methods.Plan, error) {
 	if spec.Train != nil {
 		opts = *spec.Train
 	}
-	ws := &pool{}
+	ws := &methods.Workspaces{}
 	var clients []*Client
 	for i := range env.Task.Clients {
 		t := &env.Task.Clients[i]
@@ -163,29 +162,4 @@ func installInit(env *methods.Env, spec *Spec, init tensor.Named) error {
 		copy(t.Data, src.Data)
 	}
 	return nil
-}
-
-// pool hands the clients of one plan their batch buffers for the length of
-// a training run, so that memory grows with the clients that train at once,
-// not with the clients.
-type pool struct {
-	mu   sync.Mutex
-	free []*methods.Workspace
-}
-
-func (p *pool) get() *methods.Workspace {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if n := len(p.free); n > 0 {
-		w := p.free[n-1]
-		p.free = p.free[:n-1]
-		return w
-	}
-	return &methods.Workspace{}
-}
-
-func (p *pool) put(w *methods.Workspace) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.free = append(p.free, w)
 }

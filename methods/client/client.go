@@ -30,14 +30,14 @@ type Client struct {
 	l    Learner
 	// ws is the client's batch buffers while it trains, from pool.
 	ws     *methods.Workspace
-	pool   *pool
+	pool   *methods.Workspaces
 	labels []int
 	// onLoss, when set, is told of the loss of every training batch
 	// (fixture rounds record them).
 	onLoss func(loss float64)
 }
 
-func newClient(env *methods.Env, t *protocol.ClientTask, sp *Spaces, spec *Spec, p tensor.Named, loop *train.Loop, ws *pool) (*Client, error) {
+func newClient(env *methods.Env, t *protocol.ClientTask, sp *Spaces, spec *Spec, p tensor.Named, loop *train.Loop, ws *methods.Workspaces) (*Client, error) {
 	c := &Client{Env: env, Task: t, Spaces: sp, Spec: spec, P: p, loop: loop, pool: ws}
 	if spec.Site == nil {
 		return c, nil
@@ -134,7 +134,7 @@ func (c *Client) Step(ctx context.Context, b train.Batch) (float64, int, error) 
 		return 0, 0, err
 	}
 	if c.ws == nil {
-		c.ws = c.pool.get()
+		c.ws = c.pool.Get()
 	}
 	if err := c.Env.LoadBatch(c.ws, c.Task, b.Items, b.RNG, b.Round, b.Epoch); err != nil {
 		return 0, 0, err
@@ -214,9 +214,9 @@ func (c *Client) Fit(ctx context.Context, ins federation.FitIns) (federation.Fit
 // train runs round's local training with a progress bar, holding a batch
 // workspace from the plan's pool for its length.
 func (c *Client) train(ctx context.Context, round int) (map[string]float64, error) {
-	c.ws = c.pool.get()
-	defer func() { c.pool.put(c.ws); c.ws = nil }()
-	bar := c.Env.StepBar(c.loop.Batches(), fmt.Sprintf("client %d batch", c.Task.ID))
+	c.ws = c.pool.Get()
+	defer func() { c.pool.Put(c.ws); c.ws = nil }()
+	bar := methods.StepBar(ctx, c.loop.Batches(), fmt.Sprintf("client %d batch", c.Task.ID))
 	defer bar.Finish()
 	c.loop.Progress = func(n int) { bar.AddItems(1, n) }
 	return c.loop.Run(ctx, round, c)

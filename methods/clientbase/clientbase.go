@@ -32,6 +32,10 @@ type Base struct {
 	// Loop is the site's local training loop (optimizer and generator).
 	Loop   *train.Loop
 	labels []int
+	// ws is the site's batch buffers while it trains, from pool (nil: a
+	// fresh one).
+	ws   *methods.Workspace
+	pool *methods.Workspaces
 }
 
 // ID implements federation.Client.
@@ -40,10 +44,14 @@ func (b *Base) ID() int { return b.Task.ID }
 // NumExamples implements federation.Client.
 func (b *Base) NumExamples() int { return len(b.Task.Train) }
 
-// Batch loads the cached features of batch bt into Env.TrainBuf and returns
-// its labels (owned by b, valid until the next Batch).
+// Batch loads the cached features of batch bt into the client's batch
+// buffer (Buf) and returns its labels (owned by b, valid until the next
+// Batch).
 func (b *Base) Batch(bt train.Batch) ([]int, error) {
-	if err := b.Env.TrainBatch(b.Task, bt.Items, bt.RNG, bt.Round, bt.Epoch); err != nil {
+	if b.ws == nil {
+		b.ws = b.pool.Get()
+	}
+	if err := b.Env.LoadBatch(b.ws, b.Task, bt.Items, bt.RNG, bt.Round, bt.Epoch); err != nil {
 		return nil, err
 	}
 	b.labels = b.labels[:0]
@@ -53,10 +61,20 @@ func (b *Base) Batch(bt train.Batch) ([]int, error) {
 	return b.labels, nil
 }
 
+// Buf is the records of the last Batch.
+func (b *Base) Buf() []float32 {
+	if b.ws == nil {
+		return nil
+	}
+	return b.ws.Buf
+}
+
 // Train runs round's local training of l with a progress bar and returns
-// the loop's metrics.
+// the loop's metrics, holding a batch workspace for its length.
 func (b *Base) Train(ctx context.Context, round int, l train.Learner) (map[string]float64, error) {
-	bar := b.Env.StepBar(b.Loop.Batches(), fmt.Sprintf("client %d batch", b.Task.ID))
+	b.ws = b.pool.Get()
+	defer func() { b.pool.Put(b.ws); b.ws = nil }()
+	bar := methods.StepBar(ctx, b.Loop.Batches(), fmt.Sprintf("client %d batch", b.Task.ID))
 	defer bar.Finish()
 	b.Loop.Progress = func(n int) { bar.AddItems(1, n) }
 	return b.Loop.Run(ctx, round, l)
@@ -162,16 +180,18 @@ func Shared(p tensor.Named, shared func(name string) bool) tensor.Named {
 }
 
 // Bases returns the Base of every client of env's task in order, each with
-// its own local training loop of opts (random stream: the client's ID + 1).
+// its own local training loop of opts (random stream: the client's ID + 1),
+// sharing batch workspaces.
 func Bases(method string, env *methods.Env, opts train.Options) ([]Base, error) {
 	var out []Base
+	ws := &methods.Workspaces{}
 	for i := range env.Task.Clients {
 		t := &env.Task.Clients[i]
 		loop, err := train.NewLoop(opts, len(t.Train), env.Seed, uint64(t.ID)+1, fmt.Sprintf("%s client %d", method, t.ID))
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Base{Method: method, Env: env, Task: t, Loop: loop})
+		out = append(out, Base{Method: method, Env: env, Task: t, Loop: loop, pool: ws})
 	}
 	return out, nil
 }

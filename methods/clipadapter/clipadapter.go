@@ -255,7 +255,7 @@ func (c *Client) Step(_ context.Context, b train.Batch) (float64, int, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	loss, correct := c.w.Step(c.P, c.Env.TrainBuf, labels, txt)
+	loss, correct := c.w.Step(c.P, c.Buf(), labels, txt)
 	return loss, correct, nil
 }
 

@@ -349,7 +349,7 @@ func (c *client) Step(ctx context.Context, b train.Batch) (float64, int, error) 
 	c.lora.Attach(env.Model, b.RNG)
 	c.lora.ZeroGrads()
 	B, C, E := len(b.Items), len(eot), env.Model.W.Config.EmbedDim
-	c.img, c.txt = Features(env.Model, env.TrainBuf, B, prefix, eot, true, c.img, c.txt)
+	c.img, c.txt = Features(env.Model, c.Buf(), B, prefix, eot, true, c.img, c.txt)
 	logits := append([]float32(nil), c.head.Forward(c.img, c.txt, B, C, E, env.Model.W.LogitScale)...)
 	dl := make([]float32, B*C)
 	loss := clip.CrossEntropy(logits, labels, B, C, dl)

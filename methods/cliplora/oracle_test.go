@@ -261,7 +261,7 @@ func TestStepCorrect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	feats := append([]float32(nil), env.TrainBuf...)
+	feats := append([]float32(nil), c.Buf()...)
 	logits, err := newScorer(env, c.lora).Logits(0, feats, N)
 	if err != nil {
 		t.Fatal(err)
@@ -425,7 +425,7 @@ func TestPredictorMatchesScorer(t *testing.T) {
 		if _, err := c.Batch(train.Batch{Items: []int{0, 1, 2}, RNG: rand.New(rand.NewPCG(1, 1))}); err != nil {
 			t.Fatal(err)
 		}
-		want, err := newScorer(env, c.lora).Logits(0, append([]float32(nil), env.TrainBuf...), B)
+		want, err := newScorer(env, c.lora).Logits(0, append([]float32(nil), c.Buf()...), B)
 		if err != nil {
 			t.Fatal(err)
 		}

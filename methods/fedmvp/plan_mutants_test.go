@@ -251,10 +251,11 @@ func TestEvaluateScoresTrainedSite(t *testing.T) {
 		ct.Evals = []*protocol.EvalSet{set}
 	})
 	var got []float32
-	env.OnEvaluate = func(_ *protocol.ClientTask, logits [][]float32) { got = slices.Clone(logits[0]) }
+	ctx := methods.WithObserver(context.Background(), &methods.Observer{
+		OnEvaluate: func(_ *protocol.ClientTask, logits [][]float32) { got = slices.Clone(logits[0]) }})
 	round(t, plan, 0)
 	round(t, plan, 1)
-	if _, err := plan.Clients[0].Evaluate(context.Background(), federation.EvaluateIns{}); err != nil {
+	if _, err := plan.Clients[0].Evaluate(ctx, federation.EvaluateIns{}); err != nil {
 		t.Fatal(err)
 	}
 	site, err := plan.Site(0)

@@ -188,7 +188,7 @@ func (c *Client) Step(_ context.Context, b train.Batch) (float64, int, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return c.w.Step(c.P, c.Env.TrainBuf, labels, c.Env.Task.Spaces[c.Task.TrainSpace].Classes)
+	return c.w.Step(c.P, c.Buf(), labels, c.Env.Task.Spaces[c.Task.TrainSpace].Classes)
 }
 
 // Fit installs the shared tensors the server sent, trains locally and

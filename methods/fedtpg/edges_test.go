@@ -1,6 +1,7 @@
 package fedtpg
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -12,6 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/progress"
 )
@@ -139,8 +141,8 @@ func TestFixtureRoundRefusesClasses(t *testing.T) {
 }
 
 // TestOwnClassRoundBar: a client trained over its own classes runs in a
-// copy of the run's Env, and its Fit hands that copy the run's round bar
-// (its batches' progress is a child of the round's).
+// copy of the run's Env, and its batches' progress is a child of the
+// round bar its Fit's context carries.
 func TestOwnClassRoundBar(t *testing.T) {
 	s := testSettings()
 	m, tokens, _ := randomModel(t, 6, s.NCtx, 3)
@@ -156,18 +158,17 @@ func TestOwnClassRoundBar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, ok := plan.Clients[0].(*ownClient)
-	if !ok {
-		t.Fatalf("client is a %T, want *ownClient", plan.Clients[0])
-	}
+	c := plan.Clients[0].(*client.Client)
 	if c.Env == env {
 		t.Fatal("the own-class client shares the run's Env")
 	}
-	env.RoundBar = progress.New(nil, 1, "round", "round")
-	if _, err := c.Fit(context.Background(), federation.FitIns{Round: 0}); err != nil {
+	var out bytes.Buffer
+	bar := progress.New(&out, 1, "round", "round", progress.WithMode(progress.Plain), progress.WithInterval(0))
+	ctx := methods.WithObserver(context.Background(), &methods.Observer{RoundBar: bar})
+	if _, err := c.Fit(ctx, federation.FitIns{Round: 0}); err != nil {
 		t.Fatal(err)
 	}
-	if c.Env.RoundBar != env.RoundBar {
-		t.Error("the own-class Env did not receive the run's round bar")
+	if !strings.Contains(out.String(), "client 0 batch") {
+		t.Errorf("the round bar shows no batches of the own-class client: %q", out.String())
 	}
 }

@@ -50,7 +50,6 @@
 package fedtpg
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -187,7 +186,6 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 // tokenizer.
 func build(env *methods.Env, s *Settings, names map[int][]int) (*methods.Plan, error) {
 	cfg := s.config(env.Seed)
-	orig := env
 	if s.OwnClasses {
 		env = ownClassEnv(env)
 	}
@@ -231,14 +229,7 @@ func build(env *methods.Env, s *Settings, names map[int][]int) (*methods.Plan, e
 		}}
 	opts := s.train(env.Train)
 	spec.Train = &opts
-	plan, err := client.Build(env, spec)
-	if err != nil || env == orig {
-		return plan, err
-	}
-	for i, c := range plan.Clients {
-		plan.Clients[i] = &ownClient{Client: c.(*client.Client), orig: orig}
-	}
-	return plan, nil
+	return client.Build(env, spec)
 }
 
 // ownClassEnv returns env, or — when some client's training images do not
@@ -286,7 +277,6 @@ func ownClassEnv(env *methods.Env) *methods.Env {
 	}
 	e := *env
 	e.Task, e.SpaceTokenRows = task, rows
-	e.TrainBuf, e.TrainPx = nil, nil // its own batch buffers
 	return &e
 }
 
@@ -296,19 +286,6 @@ func setOf(x []int) map[int]bool {
 		s[v] = true
 	}
 	return s
-}
-
-// ownClient is a client of an own-class copy of the run's Env: it hands the
-// run's round bar to the copy before training.
-type ownClient struct {
-	*client.Client
-	orig *methods.Env
-}
-
-// Fit implements federation.Client.
-func (c *ownClient) Fit(ctx context.Context, ins federation.FitIns) (federation.FitRes, error) {
-	c.Env.RoundBar = c.orig.RoundBar
-	return c.Client.Fit(ctx, ins)
 }
 
 func rowKey(row []int) string { return fmt.Sprint(row) }

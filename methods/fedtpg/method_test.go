@@ -294,13 +294,7 @@ func TestOwnClasses(t *testing.T) {
 		if len(env.Task.Spaces) != 1 || env.Task.Clients[0].TrainSpace != 0 || !slices.Equal(env.Task.Clients[0].Labels, labels) {
 			t.Fatal("Build changed the run's task")
 		}
-		var c *client.Client
-		switch x := plan.Clients[0].(type) {
-		case *ownClient:
-			c = x.Client
-		case *client.Client:
-			c = x
-		}
+		c := plan.Clients[0].(*client.Client)
 		l, err := c.Learner()
 		if err != nil {
 			t.Fatal(err)

@@ -150,7 +150,7 @@ func (g *evalGroup) EvaluateGroup(ctx context.Context, clients []federation.Clie
 		s.txt = map[int][]float32{}
 		scs[i], tasks[i] = groupScorer{s, g}, s.c.Task
 	}
-	bar := g.env.StepBar(1, fmt.Sprintf("%d clients eval", len(ss)))
+	bar := methods.StepBar(ctx, 1, fmt.Sprintf("%d clients eval", len(ss)))
 	defer bar.Finish()
 	ms, err := g.env.EvaluateGroup(ctx, g.prepare, scs, tasks)
 	for i, s := range ss {

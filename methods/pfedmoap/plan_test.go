@@ -299,13 +299,14 @@ func TestEvaluateScoresTrainedSite(t *testing.T) {
 	}
 	ct.Evals = []*protocol.EvalSet{set}
 	var got []float32
-	env.OnEvaluate = func(_ *protocol.ClientTask, logits [][]float32) { got = slices.Clone(logits[0]) }
+	ctx := methods.WithObserver(context.Background(), &methods.Observer{
+		OnEvaluate: func(_ *protocol.ClientTask, logits [][]float32) { got = slices.Clone(logits[0]) }})
 	s := fromConfig(DefaultConfig())
 	s.NCtx, s.GateWidth, s.GateHeads, s.NumExperts = 2, 3, 1, 3
 	plan := methodtest.Build(t, Method{}, env, s)
 	methodtest.Round(t, plan, 0, []int{0, 1, 2})
 	methodtest.Round(t, plan, 1, []int{0, 1, 2})
-	if _, err := plan.Clients[0].Evaluate(context.Background(), federation.EvaluateIns{}); err != nil {
+	if _, err := plan.Clients[0].Evaluate(ctx, federation.EvaluateIns{}); err != nil {
 		t.Fatal(err)
 	}
 	site, err := plan.Site(0)
