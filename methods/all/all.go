@@ -19,6 +19,7 @@ import (
 	_ "github.com/pfedmma/pfedmma/methods/maple"       // MaPLe
 	_ "github.com/pfedmma/pfedmma/methods/pfedmma"     // pFedMMA
 	_ "github.com/pfedmma/pfedmma/methods/pfedmoap"    // pFedMoAP
+	_ "github.com/pfedmma/pfedmma/methods/plot"        // PLOT
 	_ "github.com/pfedmma/pfedmma/methods/prograd"     // ProGrad (federated as FLiP)
 	_ "github.com/pfedmma/pfedmma/methods/promptfl"    // PromptFL
 	_ "github.com/pfedmma/pfedmma/methods/promptfolio" // PromptFolio

@@ -228,6 +228,7 @@ func probeValues(key, cur string) []string {
 		"normalize_classifier": {"false", "true"},
 		"weighted_mean":        {"false", "true"},
 		"per_example_dp":       {"false", "true"},
+		"dataset":              {"Caltech101", "ImageNet"}, // PLOT: ImageNet adds the global logit
 	}
 	var out []string
 	if vs, ok := enums[key]; ok {
