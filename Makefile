@@ -8,7 +8,7 @@ BIN       := bin/pfedmma
 # changed here. Every binary that links package gemm, pfedmma and each test
 # binary, picks the best family by itself when none is preset (gemm's init).
 
-.PHONY: mutants-gremlins run test deps build bench fuzz proto clean docs mutants fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external
+.PHONY: mutants-gremlins run test deps build bench fuzz proto clean docs mutants fixtures-maple fixtures verify-fixtures fixtures-dpfpl fixtures-fedmvp fixtures-external fixtures-promptsrc fixtures-prograd fixtures-plot
 
 # Debian packages: a C compiler, OpenBLAS (float32 GEMM), oneDNN (the opt-in bfloat16
 # path) and libjpeg-turbo (JPEG decoding as PIL does) for cgo, Fashion-MNIST (the fashion-mnist
@@ -118,6 +118,33 @@ fixtures-fedmvp:
 	$(FIXTURE_PY) -u tools/fixtures/fedmvp/verify.py
 
 FEDMVP_REF ?= /work/.mirror/mainaksingha01+FedMVP/repo
+
+# PromptSRC reference fixtures (testdata/promptsrc) from the authors' code (PROMPTSRC_REF: a git
+# mirror of muzairkhattak/PromptSRC; DASSL_REF: KaiyangZhou/Dassl.pytorch), checked by an
+# independent float64 version (tools/fixtures/promptsrc/verify.py: torch float64 as autograd
+# engine, finite-difference spot checks; under a CPU-minute). Not part of build or test.
+PROMPTSRC_REF ?= /work/.mirror/muzairkhattak+PromptSRC/repo
+fixtures-promptsrc:
+	PROMPTSRC_REF=$(PROMPTSRC_REF) $(FIXTURE_PY) tools/fixtures/promptsrc/make_fixture.py
+	$(FIXTURE_PY) -u tools/fixtures/promptsrc/verify.py --testdata testdata
+
+# ProGrad reference fixtures (testdata/prograd) from the authors' code (PROGRAD_REF: a git mirror
+# of BeierZhu/Prompt-align, which ships ProGrad.public/ and its Dassl fork with the projection),
+# checked by an independent float64 version (tools/fixtures/prograd/verify.py; under a
+# CPU-minute). Not part of build or test.
+PROGRAD_REF ?= /work/.mirror/BeierZhu+Prompt-align/repo
+fixtures-prograd:
+	PROGRAD_REF=$(PROGRAD_REF) $(FIXTURE_PY) tools/fixtures/prograd/make_fixture.py
+	$(FIXTURE_PY) -u tools/fixtures/prograd/verify.py --testdata testdata
+
+# PLOT reference fixtures (testdata/plot) from the authors' code (PLOT_REF: a git mirror of
+# CHENGY12/PLOT, plot-coop/), on clip-tiny (patch tokens) and clip-rn-tiny, checked by an
+# independent float64 version (tools/fixtures/plot/verify.py; a few CPU-minutes). Not part of
+# build or test.
+PLOT_REF ?= /work/.mirror/CHENGY12+PLOT/repo
+fixtures-plot:
+	PLOT_REF=$(PLOT_REF) $(FIXTURE_PY) tools/fixtures/plot/make_fixture.py
+	$(FIXTURE_PY) -u tools/fixtures/plot/verify.py --testdata testdata
 
 # Fixtures from outside the project for the methods the Go tests used to check only against
 # themselves (testdata/clip_adapter, clip_lora, fedot, adapt; see testdata/README.md):
