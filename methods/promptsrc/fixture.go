@@ -1,0 +1,126 @@
+package promptsrc
+
+import (
+	"fmt"
+
+	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/prompt"
+	"github.com/pfedmma/pfedmma/tensor"
+)
+
+// ConfigFromMeta reads PromptSRC's settings from a fixture's metadata:
+// n_ctx_text, n_ctx_vision, prompt_depth_text, prompt_depth_vision,
+// text_loss_weight, image_loss_weight (init_std when present).
+func ConfigFromMeta(meta map[string]string, layers int) (Config, error) {
+	c := DefaultConfig()
+	ints := []struct {
+		key string
+		dst *int
+	}{{"n_ctx_text", &c.NCtxText}, {"n_ctx_vision", &c.NCtxVision}, {"prompt_depth_text", &c.DepthText}, {"prompt_depth_vision", &c.DepthVision}}
+	var err error
+	for _, k := range ints {
+		if *k.dst, err = prompt.MetaInt(meta, k.key); err != nil {
+			return c, fmt.Errorf("promptsrc: %w", err)
+		}
+	}
+	if c.TextWeight, err = prompt.MetaFloat(meta, "text_loss_weight"); err != nil {
+		return c, fmt.Errorf("promptsrc: %w", err)
+	}
+	if c.ImageWeight, err = prompt.MetaFloat(meta, "image_loss_weight"); err != nil {
+		return c, fmt.Errorf("promptsrc: %w", err)
+	}
+	if _, ok := meta["init_std"]; ok {
+		if c.InitStd, err = prompt.MetaFloat(meta, "init_std"); err != nil {
+			return c, fmt.Errorf("promptsrc: %w", err)
+		}
+	}
+	if err := prompt.EndOnly(meta["class_token_position"], noPosition); err != nil {
+		return c, fmt.Errorf("promptsrc: metadata %w", err)
+	}
+	return c, c.Validate(layers)
+}
+
+// noPosition says why class_token_position is refused.
+const noPosition = "the authors' PromptSRC prompt learner (muzairkhattak/PromptSRC trainers/promptsrc.py) always builds [SOS][context][name]. (only end)"
+
+// replay rebuilds the learner of a fixture file on m; the hand-crafted
+// prompts are batch's "template_tokens".
+func replay(m *clip.Model, batch tensor.Named) prompt.Replay[*Learner, Config] {
+	wc := m.W.Config
+	return prompt.Replay[*Learner, Config]{Name: "promptsrc",
+		Config: func(meta map[string]string) (Config, error) {
+			return ConfigFromMeta(meta, min(wc.Vision.Layers, wc.Text.Layers))
+		},
+		New: func(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
+			template, err := prompt.Ints(batch, "template_tokens")
+			if err != nil {
+				return nil, fmt.Errorf("promptsrc: %w", err)
+			}
+			return New(m, tokens, template, cfg)
+		},
+		Scale: func(l *Learner, s float32) { l.LogitScale = s }}
+}
+
+// imagePrefixes replaces batch[pre+"images"] [B, 3, S, S] by
+// batch[pre+"image_features"] holding the frozen ln_pre prefixes as
+// [B, T0·Dv] records, the image records Step takes.
+func imagePrefixes(m *clip.Model, batch tensor.Named, pre string) (tensor.Named, error) {
+	t, ok := batch[pre+"images"]
+	if !ok {
+		return nil, fmt.Errorf("promptsrc: tensor %q is missing", pre+"images")
+	}
+	S := m.W.Config.Vision.ImageSize
+	if len(t.Shape) != 4 || t.Shape[1] != 3 || t.Shape[2] != S || t.Shape[3] != S {
+		return nil, fmt.Errorf("promptsrc: tensor %q: shape %v, want [B, 3, %d, %d]", pre+"images", t.Shape, S, S)
+	}
+	B := t.Shape[0]
+	x := clip.ImagePrefix(m, 1, t.Data, B, nil)
+	out := tensor.Named{}
+	for k, v := range batch {
+		out[k] = v
+	}
+	out[pre+"image_features"] = &tensor.Tensor{Shape: []int{B, len(x) / B}, Data: x}
+	return out, nil
+}
+
+// StepFromFile replays one training step in the layout of
+// testdata/promptsrc/step.safetensors: params holds the five prompt
+// tensors; batch "tokens" [C, Ctx], "template_tokens" [nT·C, Ctx], "labels"
+// [B] and "images" [B, 3, S, S]; meta the settings (ConfigFromMeta), lr,
+// momentum, weight_decay, logit_scale. The result holds "text_features",
+// "image_features" (raw), "zs_text_features", "zs_image_features"
+// (normalised), "logits", "zs_logits", the loss and its terms, "grad.<p>"
+// and "step1.<p>" (one step of a fresh SGD).
+func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
+	l, h, err := replay(m, batch).Learner(m, params, batch, meta, false)
+	if err != nil {
+		return nil, err
+	}
+	batch, err = imagePrefixes(m, batch, "")
+	if err != nil {
+		return nil, err
+	}
+	labels, err := prompt.Ints(batch, "labels")
+	if err != nil {
+		return nil, fmt.Errorf("promptsrc: %w", err)
+	}
+	B := len(labels)
+	rec := batch["image_features"]
+	if rec.Shape[0] != B {
+		return nil, fmt.Errorf("promptsrc: %d labels for %d images", B, rec.Shape[0])
+	}
+	out, err := prompt.StepOnce(l, rec.Data, labels, h)
+	if err != nil {
+		return nil, fmt.Errorf("promptsrc: %w", err)
+	}
+	// the step's forward pass (before the SGD step)
+	cp := func(x []float32, shape ...int) *tensor.Tensor {
+		return &tensor.Tensor{Shape: shape, Data: append([]float32(nil), x...)}
+	}
+	out["image_features"] = cp(l.imf, B, l.E)
+	out["text_features"] = cp(l.tf, l.C, l.E)
+	out["zs_text_features"] = cp(l.zt, l.C, l.E)
+	out["zs_image_features"] = cp(l.zi, B, l.E)
+	out["zs_logits"] = cp(l.zl, B, l.C)
+	return out, nil
+}
