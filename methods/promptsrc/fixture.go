@@ -1,7 +1,12 @@
 package promptsrc
 
 import (
+	"context"
 	"fmt"
+
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/methods/client"
+	"github.com/pfedmma/pfedmma/methods/fixture"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/prompt"
@@ -124,3 +129,43 @@ func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]str
 	out["zs_logits"] = cp(l.zl, B, l.C)
 	return out, nil
 }
+
+// SettingsFrom implements fixture.Settings: the settings from the
+// metadata; the anchor prompts are the fixture's "template_tokens".
+func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+	wc := f.Model.W.Config
+	c, err := ConfigFromMeta(f.Meta, min(wc.Vision.Layers, wc.Text.Layers))
+	if err != nil {
+		return nil, err
+	}
+	template, err := f.IntsOf("template_tokens")
+	if err != nil {
+		return nil, fmt.Errorf("promptsrc: the anchor prompts: %w", err)
+	}
+	return &Settings{NCtxText: c.NCtxText, NCtxVision: c.NCtxVision, PromptDepthText: c.DepthText, PromptDepthVision: c.DepthVision,
+		InitStd: c.InitStd, TextLossWeight: c.TextWeight, ImageLossWeight: c.ImageWeight, TemplateRows: template}, nil
+}
+
+// Step implements fixture.Stepper: the layout of testdata/promptsrc/step.safetensors.
+func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
+}
+
+// FixtureRound implements fixture.Rounder: the plain round through the
+// production client (client.FixtureRound: the clients in federation Sites,
+// FedAvg of every prompt, the Coordinator) with each client's
+// "client<i>.batch_losses" and "client<i>.next.<p>".
+func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+	return client.FixtureRound(ctx, f, Method{}, buildSpec)
+}
+
+// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// keys) its `pfedmma step` and `round` read; any other --set key is refused.
+func (Method) FixtureKeys() []string {
+	return []string{
+		"batch_size", "class_token_position", "image_loss_weight", "init_std", "local_epochs", "logit_scale", "lr", "momentum",
+		"n_ctx_text", "n_ctx_vision", "prompt_depth_text", "prompt_depth_vision", "text_loss_weight", "weight_decay",
+	}
+}
+
+var _ fixture.Method = Method{}

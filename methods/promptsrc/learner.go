@@ -132,13 +132,13 @@ type Learner struct {
 	vmean    []float32
 	vrstd    []float32
 
-	x0t, x0v          []float32
-	tf, imf, zi       []float32 // raw text [C, E], image [B, E] features; ẑ_i [B, E] (normalised)
-	tn, in, tnr, inr  []float32 // unit rows and norms
-	logits, zl, dl    []float32
-	dtn, din          []float32
-	dTxt, dImg, dvln  []float32
-	scoreTxt          []float32
+	x0t, x0v         []float32
+	tf, imf, zi      []float32 // raw text [C, E], image [B, E] features; ẑ_i [B, E] (normalised)
+	tn, in, tnr, inr []float32 // unit rows and norms
+	logits, zl, dl   []float32
+	dtn, din         []float32
+	dTxt, dImg, dvln []float32
+	scoreTxt         []float32
 }
 
 // New builds a learner for the class prompts tokens [C, Ctx] (each row the
