@@ -120,10 +120,20 @@ func (Method) Depth(sec config.Section, layers int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := s.config(0).Validate(layers); err != nil {
-		return 0, err
+	if s.PromptDepthText > layers {
+		return 0, fmt.Errorf("promptsrc.prompt_depth_text %d: the model has only %d blocks", s.PromptDepthText, layers)
+	}
+	if s.PromptDepthVision > layers {
+		return 0, fmt.Errorf("promptsrc.prompt_depth_vision %d: the model has only %d blocks", s.PromptDepthVision, layers)
 	}
 	return 0, nil
+}
+
+// SmallSettings implements methods.SmallRun: the tiny CLIP of the
+// conformance suite has 4 blocks, so both prompt depths are 3 (the
+// authors' 9 of 12).
+func (Method) SmallSettings(int) map[string]string {
+	return map[string]string{"prompt_depth_text": "3", "prompt_depth_vision": "3"}
 }
 
 func settings(sec config.Section) (*Settings, error) {
@@ -173,7 +183,24 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 	if err != nil {
 		return nil, err
 	}
+	if err := fitPrompts(env, sp.Placeholder); err != nil {
+		return nil, err
+	}
 	return client.Build(env, sp)
+}
+
+// fitPrompts refuses, naming the key, an n_ctx_text whose class prompts do
+// not fit the model's context.
+func fitPrompts(env *methods.Env, n int) error {
+	if env.Tok == nil || env.Task == nil {
+		return nil
+	}
+	for space := range env.Task.Spaces {
+		if _, err := env.ClassPromptTokens(space, client.Placeholder(n)); err != nil {
+			return fmt.Errorf("promptsrc.n_ctx_text: %w", err)
+		}
+	}
+	return nil
 }
 
 func buildSpec(env *methods.Env, sec config.Section) (*client.Spec, error) {
