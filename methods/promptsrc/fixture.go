@@ -7,6 +7,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods/client"
 	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/optim"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/prompt"
@@ -169,3 +170,80 @@ func (Method) FixtureKeys() []string {
 }
 
 var _ fixture.Method = Method{}
+
+// GPAFromFile replays testdata/promptsrc/gpa.safetensors: the learner
+// trains max_epoch epochs over the batch's "images" and "labels" in stored
+// order in batches of batch_size, one SGD throughout; after each epoch e
+// the state joins the Gaussian sum with w_e (gpa_mean, gpa_std) and
+// training continues from it; at the end the parameters are the sum. The
+// result holds "batch_losses", "gpa_weights", "epoch<e>.<p>" and "gpa.<p>".
+func GPAFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
+	l, h, err := replay(m, batch).Learner(m, params, batch, meta, false)
+	if err != nil {
+		return nil, err
+	}
+	E, err := prompt.MetaInt(meta, "max_epoch")
+	if err != nil {
+		return nil, fmt.Errorf("promptsrc: %w", err)
+	}
+	bs, err := prompt.MetaInt(meta, "batch_size")
+	if err != nil {
+		return nil, fmt.Errorf("promptsrc: %w", err)
+	}
+	mean, err := prompt.MetaFloat(meta, "gpa_mean")
+	if err != nil {
+		return nil, fmt.Errorf("promptsrc: %w", err)
+	}
+	std, err := prompt.MetaFloat(meta, "gpa_std")
+	if err != nil {
+		return nil, fmt.Errorf("promptsrc: %w", err)
+	}
+	w, err := GaussianWeights(E, mean, std)
+	if err != nil {
+		return nil, err
+	}
+	if batch, err = imagePrefixes(m, batch, ""); err != nil {
+		return nil, err
+	}
+	labels, err := prompt.Ints(batch, "labels")
+	if err != nil {
+		return nil, fmt.Errorf("promptsrc: %w", err)
+	}
+	rec := batch["image_features"]
+	N, per := rec.Shape[0], rec.Shape[1]
+	if len(labels) != N || bs < 1 {
+		return nil, fmt.Errorf("promptsrc: %d labels for %d images, batch_size %d", len(labels), N, bs)
+	}
+	opt := optim.NewSGD(h.Momentum, h.WeightDecay, false)
+	g := gpa{w: w}
+	out := tensor.Named{}
+	var losses []float32
+	for e := 0; e < E; e++ {
+		for i := 0; i < N; i += bs {
+			j := min(i+bs, N)
+			loss, _, _, err := l.Step(rec.Data[i*per:j*per], labels[i:j])
+			if err != nil {
+				return nil, fmt.Errorf("promptsrc: epoch %d: %w", e, err)
+			}
+			losses = append(losses, float32(loss))
+			if err := opt.Step(h.LR, prompt.OptimParams(l.Params(), l.Grads())); err != nil {
+				return nil, err
+			}
+		}
+		for name, p := range l.Params() {
+			out[fmt.Sprintf("epoch%d.%s", e, name)] = p.Clone()
+		}
+		g.add(e, l.Params())
+	}
+	g.into(l.Params())
+	for name, p := range l.Params() {
+		out["gpa."+name] = p.Clone()
+	}
+	out["batch_losses"] = &tensor.Tensor{Shape: []int{len(losses)}, Data: losses}
+	wf := make([]float32, E)
+	for i, v := range w {
+		wf[i] = float32(v)
+	}
+	out["gpa_weights"] = &tensor.Tensor{Shape: []int{E}, Data: wf}
+	return out, nil
+}

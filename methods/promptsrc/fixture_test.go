@@ -77,3 +77,27 @@ func TestStepFixture(t *testing.T) {
 			updateTol(ref["step1."+name], init[name], 1e-4))
 	}
 }
+
+// TestGPAFixture reproduces testdata/promptsrc/gpa: three epochs of the
+// authors' trainer (two batches each, one optimizer), the state after
+// every epoch, the Gaussian weights (μ 2, σ 1) and the aggregated model
+// that replaces the last epoch's (0.46–0.55 away from it: a run without
+// GPA fails).
+func TestGPAFixture(t *testing.T) {
+	m := fixturetest.Model(t)
+	init, _ := fixturetest.Read(t, dir+"init.safetensors")
+	ref, meta := fixturetest.Read(t, dir+"gpa.safetensors")
+	out, err := GPAFromFile(m, init, ref, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixturetest.Rel(t, "gpa_weights", out["gpa_weights"], ref["gpa_weights"], 1e-6)
+	fixturetest.Rel(t, "batch_losses", out["batch_losses"], ref["batch_losses"], 1e-5)
+	for name := range init {
+		for _, k := range []string{"epoch0.", "epoch1.", "epoch2.", "gpa."} {
+			fixturetest.Rel(t, k+name, out[k+name], ref[k+name], 1e-4)
+			fixturetest.Rel(t, "update "+k+name, fixturetest.Update(out[k+name], init[name]), fixturetest.Update(ref[k+name], init[name]),
+				updateTol(ref[k+name], init[name], 1e-4))
+		}
+	}
+}
