@@ -143,8 +143,22 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	if err != nil {
 		return nil, fmt.Errorf("promptsrc: the anchor prompts: %w", err)
 	}
-	return &Settings{NCtxText: c.NCtxText, NCtxVision: c.NCtxVision, PromptDepthText: c.DepthText, PromptDepthVision: c.DepthVision,
-		InitStd: c.InitStd, TextLossWeight: c.TextWeight, ImageLossWeight: c.ImageWeight, TemplateRows: template}, nil
+	s := &Settings{NCtxText: c.NCtxText, NCtxVision: c.NCtxVision, PromptDepthText: c.DepthText, PromptDepthVision: c.DepthVision,
+		InitStd: c.InitStd, TextLossWeight: c.TextWeight, ImageLossWeight: c.ImageWeight, TemplateRows: template}
+	// the GPA over local epochs when the metadata sets it (the round
+	// fixture's one epoch makes it the identity)
+	if _, ok := f.Meta["gpa_std"]; ok {
+		if s.GPAMean, err = prompt.MetaFloat(f.Meta, "gpa_mean"); err != nil {
+			return nil, fmt.Errorf("promptsrc: %w", err)
+		}
+		if s.GPAStd, err = prompt.MetaFloat(f.Meta, "gpa_std"); err != nil {
+			return nil, fmt.Errorf("promptsrc: %w", err)
+		}
+		if _, err := GaussianWeights(1, s.GPAMean, s.GPAStd); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // Step implements fixture.Stepper: the layout of testdata/promptsrc/step.safetensors.
@@ -164,7 +178,7 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
-		"batch_size", "class_token_position", "image_loss_weight", "init_std", "local_epochs", "logit_scale", "lr", "momentum",
+		"batch_size", "class_token_position", "gpa_mean", "gpa_std", "image_loss_weight", "init_std", "local_epochs", "logit_scale", "lr", "momentum",
 		"n_ctx_text", "n_ctx_vision", "prompt_depth_text", "prompt_depth_vision", "text_loss_weight", "weight_decay",
 	}
 }

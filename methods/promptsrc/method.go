@@ -37,6 +37,13 @@ type Settings struct {
 	// CLIP's (the authors' 25 and 10).
 	TextLossWeight  float64 `yaml:"text_loss_weight"`
 	ImageLossWeight float64 `yaml:"image_loss_weight"`
+	// GPAMean and GPAStd are μ and σ of the Gaussian prompt aggregation
+	// over a client's local epochs e = 1..E: after its local training a
+	// client's prompts are Σ_e w_e·θ_e, w_e ∝ N(e; μ, σ²) (the authors
+	// aggregate over their 20 training epochs with μ 15, σ 1). GPAStd 0
+	// turns it off (the last epoch's prompts).
+	GPAMean float64 `yaml:"gpa_mean"`
+	GPAStd  float64 `yaml:"gpa_std"`
 	// Templates are the hand-crafted prompts ("a photo of a {}.") whose
 	// frozen text features, averaged, are the text anchor; empty: the run's
 	// prompt_template alone (the authors average 60 ImageNet templates).
@@ -60,6 +67,10 @@ func (s *Settings) Check(c *config.Checker) {
 	c.NonNegative("init_std", s.InitStd)
 	c.NonNegative("text_loss_weight", s.TextLossWeight)
 	c.NonNegative("image_loss_weight", s.ImageLossWeight)
+	c.NonNegative("gpa_std", s.GPAStd)
+	if math.IsNaN(s.GPAMean) || math.IsInf(s.GPAMean, 0) {
+		c.Fail("gpa_mean", "%v: must be finite", s.GPAMean)
+	}
 	for i, t := range s.Templates {
 		if strings.Count(t, "{}") != 1 {
 			c.Fail("templates", "entry %d %q: must hold the class placeholder {} once", i, t)
@@ -109,7 +120,7 @@ func (Method) Info() methods.Info {
 func (Method) DefaultConfig() config.Section {
 	c := DefaultConfig()
 	return &Settings{NCtxText: c.NCtxText, NCtxVision: c.NCtxVision, PromptDepthText: c.DepthText, PromptDepthVision: c.DepthVision,
-		InitStd: c.InitStd, TextLossWeight: c.TextWeight, ImageLossWeight: c.ImageWeight}
+		InitStd: c.InitStd, TextLossWeight: c.TextWeight, ImageLossWeight: c.ImageWeight, GPAMean: 15, GPAStd: 1}
 }
 
 // Depth implements methods.Method: the image encoder runs from its first
@@ -209,14 +220,19 @@ func buildSpec(env *methods.Env, sec config.Section) (*client.Spec, error) {
 		return nil, err
 	}
 	cfg := s.config(env.Seed)
-	return &client.Spec{Name: "promptsrc", Placeholder: cfg.NCtxText, Input: client.Prefixes, Shared: Shared,
+	sp := &client.Spec{Name: "promptsrc", Placeholder: cfg.NCtxText, Input: client.Prefixes, Shared: Shared,
 		NewLearner: func(space int, tokens []int) (client.Learner, error) {
 			tmpl, err := s.templateTokens(env, space)
 			if err != nil {
 				return nil, err
 			}
 			return New(env.Model, tokens, tmpl, cfg)
-		}}, nil
+		}}
+	if s.GPAStd > 0 {
+		mean, std := s.GPAMean, s.GPAStd
+		sp.Site = func(c *client.Client) (any, error) { return &gpaSite{c: c, mean: mean, std: std, epoch: -1}, nil }
+	}
+	return sp, nil
 }
 
 // Predictor implements methods.Method: the site's prompts on the frozen
