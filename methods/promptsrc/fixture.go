@@ -145,17 +145,21 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	}
 	s := &Settings{NCtxText: c.NCtxText, NCtxVision: c.NCtxVision, PromptDepthText: c.DepthText, PromptDepthVision: c.DepthVision,
 		InitStd: c.InitStd, TextLossWeight: c.TextWeight, ImageLossWeight: c.ImageWeight, TemplateRows: template}
-	// the GPA over local epochs when the metadata sets it (the round
-	// fixture's one epoch makes it the identity)
-	if _, ok := f.Meta["gpa_std"]; ok {
-		if s.GPAMean, err = prompt.MetaFloat(f.Meta, "gpa_mean"); err != nil {
-			return nil, fmt.Errorf("promptsrc: %w", err)
+	// the GPA over local epochs where the metadata sets gpa_std > 0 (the
+	// round fixture has none; its one epoch would make it the identity)
+	for key, dst := range map[string]*float64{"gpa_mean": &s.GPAMean, "gpa_std": &s.GPAStd} {
+		if _, ok := f.Meta[key]; ok {
+			if *dst, err = prompt.MetaFloat(f.Meta, key); err != nil {
+				return nil, fmt.Errorf("promptsrc: %w", err)
+			}
 		}
-		if s.GPAStd, err = prompt.MetaFloat(f.Meta, "gpa_std"); err != nil {
-			return nil, fmt.Errorf("promptsrc: %w", err)
-		}
+	}
+	if s.GPAStd < 0 {
+		return nil, fmt.Errorf("promptsrc: metadata gpa_std %g: must not be negative", s.GPAStd)
+	}
+	if s.GPAStd > 0 {
 		if _, err := GaussianWeights(1, s.GPAMean, s.GPAStd); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("promptsrc: metadata: %w", err)
 		}
 	}
 	return s, nil
