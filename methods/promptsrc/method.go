@@ -21,29 +21,34 @@ var Shared = federation.Filter(func(string) bool { return true })
 
 // Settings is the promptsrc config section.
 type Settings struct {
-	// NCtxText and NCtxVision are the prompt tokens per layer of each
-	// encoder (the authors' 4 and 4).
-	NCtxText   int `yaml:"n_ctx_text"`
+	// NCtxText is the number of text prompt tokens per layer (the authors' 4).
+	NCtxText int `yaml:"n_ctx_text"`
+	// NCtxVision is the number of visual prompt tokens per layer (the authors' 4).
 	NCtxVision int `yaml:"n_ctx_vision"`
-	// PromptDepthText and PromptDepthVision are J_t and J_v, the blocks
-	// prompted in each encoder (the embedding-level prompts count as the
-	// first; the authors' 9 and 9 of ViT-B/16's 12).
-	PromptDepthText   int `yaml:"prompt_depth_text"`
+	// PromptDepthText is J_t, the text encoder's prompted blocks (the
+	// embedding-level prompts count as the first; the authors' 9 of
+	// ViT-B/16's 12).
+	PromptDepthText int `yaml:"prompt_depth_text"`
+	// PromptDepthVision is J_v, the image encoder's prompted blocks (the
+	// appended prompts count as the first; the authors' 9 of 12).
 	PromptDepthVision int `yaml:"prompt_depth_vision"`
 	// InitStd is σ of the N(0, σ²) draw of every prompt (0.02).
 	InitStd float64 `yaml:"init_std"`
-	// TextLossWeight and ImageLossWeight are λ_t and λ_i, the weights of
-	// the L1 pulls of the text and image features towards the frozen
-	// CLIP's (the authors' 25 and 10).
-	TextLossWeight  float64 `yaml:"text_loss_weight"`
+	// TextLossWeight is λ_t, the weight of the L1 pull of the normalised
+	// text features towards the frozen CLIP's template average (the
+	// authors' 25).
+	TextLossWeight float64 `yaml:"text_loss_weight"`
+	// ImageLossWeight is λ_i, the weight of the L1 pull of the normalised
+	// image features towards the frozen CLIP's (the authors' 10).
 	ImageLossWeight float64 `yaml:"image_loss_weight"`
-	// GPAMean and GPAStd are μ and σ of the Gaussian prompt aggregation
-	// over a client's local epochs e = 1..E: after its local training a
-	// client's prompts are Σ_e w_e·θ_e, w_e ∝ N(e; μ, σ²) (the authors
-	// aggregate over their 20 training epochs with μ 15, σ 1). GPAStd 0
-	// turns it off (the last epoch's prompts).
+	// GPAMean is μ of the Gaussian prompt aggregation over a client's
+	// local epochs e = 1..E: after its local training a client's prompts
+	// are Σ_e w_e·θ_e, w_e ∝ N(e; μ, σ²) (the authors aggregate over their
+	// 20 training epochs with μ 15).
 	GPAMean float64 `yaml:"gpa_mean"`
-	GPAStd  float64 `yaml:"gpa_std"`
+	// GPAStd is σ of that aggregation (the authors' 1); 0 turns it off
+	// (the last epoch's prompts).
+	GPAStd float64 `yaml:"gpa_std"`
 	// Templates are the hand-crafted prompts ("a photo of a {}.") whose
 	// frozen text features, averaged, are the text anchor; empty: the run's
 	// prompt_template alone (the authors average 60 ImageNet templates).
