@@ -120,11 +120,7 @@ func (Method) DefaultConfig() config.Section {
 }
 
 func settings(sec config.Section) (*Settings, error) {
-	s, ok := sec.(*Settings)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("pfedmma: config section is %T, want *pfedmma.Settings", sec)
-	}
-	return s, nil
+	return methods.Section[Settings]("pfedmma", sec)
 }
 
 // Depth implements methods.Method: the first adapted block.
