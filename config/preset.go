@@ -571,6 +571,8 @@ func worldCompareShared() *Experiment {
 	e.setSection("promptfolio.n_ctx", "8")
 	e.setSection("fedpha.n_ctx", "8")
 	e.setSection("maple.prompt_depth", "3") // the tiny model has 4 blocks
+	e.setSection("promptsrc.prompt_depth_text", "3")
+	e.setSection("promptsrc.prompt_depth_vision", "3")
 	e.setSection("cocoop.n_ctx", "4")
 	e.setSection("dpfpl.n_ctx", "8")
 	e.setSection("adapt.lr", "0.005") // as world-dg: 5e-4 is for ADAPT's 200 rounds

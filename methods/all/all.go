@@ -23,5 +23,6 @@ import (
 	_ "github.com/pfedmma/pfedmma/methods/prograd"     // ProGrad (federated as FLiP)
 	_ "github.com/pfedmma/pfedmma/methods/promptfl"    // PromptFL
 	_ "github.com/pfedmma/pfedmma/methods/promptfolio" // PromptFolio
+	_ "github.com/pfedmma/pfedmma/methods/promptsrc"   // PromptSRC
 	_ "github.com/pfedmma/pfedmma/methods/zeroshot"    // zero-shot CLIP
 )
