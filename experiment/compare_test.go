@@ -175,7 +175,7 @@ func TestWorldCompareGuardFailsUntrained(t *testing.T) {
 // embeddings, block 1 and the last block), one round each, and each gets a
 // row with finite metrics.
 func TestEveryMethodInOneRun(t *testing.T) {
-	all := []string{"zeroshot", "pfedmma", "promptfl", "fedpgp", "fedotp", "clip_adapter", "clip_lora", "pfedmoap", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "maple", "cocoop", "kgcoop", "dpfpl", "fedmvp"}
+	all := []string{"zeroshot", "pfedmma", "promptfl", "fedpgp", "fedotp", "clip_adapter", "clip_lora", "pfedmoap", "fedot", "adapt", "fedtpg", "promptfolio", "fedpha", "fedclip", "maple", "cocoop", "kgcoop", "dpfpl", "fedmvp", "prograd", "plot", "promptsrc"}
 	for _, name := range methods.Names() {
 		if !slices.Contains(all, name) && !strings.HasPrefix(name, "probe_") { // declare_test.go's probes
 			t.Errorf("registered method %s is not in the run: add it", name)
