@@ -16,6 +16,9 @@ import (
 // reproduces a hardened deployment. A method that does not train (no
 // strategy) is left as it is.
 func buildPlan(o Options, meth methods.Method, env *methods.Env, name string) (*methods.Plan, error) {
+	// the methods sharing env read its training options when they build
+	// their clients, right here
+	env.Train.DropLast = o.DropLast[name]
 	plan, err := meth.Build(env, o.Sections[name])
 	if err != nil || plan.Strategy == nil {
 		return plan, err

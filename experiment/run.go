@@ -48,6 +48,10 @@ type Options struct {
 	Methods  []string
 	Sections map[string]config.Section
 	Train    train.Options
+	// DropLast names the methods that train with each epoch's partial last
+	// batch dropped (train.drop_last, resolved per method by FromConfig);
+	// it sets Train.DropLast of each method's environment (buildPlan).
+	DropLast map[string]bool
 	Rounds   int
 	Fraction float64
 	// EvalEvery evaluates after rounds k-1, 2k-1, … and the last (≤ 1:
@@ -100,6 +104,10 @@ type Options struct {
 	// logits of each of the client's evaluation sets (methods.Env's
 	// OnEvaluate): conformance tests compare them with `pfedmma predict`.
 	OnEvaluate func(method string, c *protocol.ClientTask, logits [][]float32)
+	// OnTrainBatch, when set, is told of every training batch a client of
+	// a method loads (methods.Env.OnTrainBatch): tests count the batches
+	// an epoch steps.
+	OnTrainBatch func(method string, c *protocol.ClientTask, batch []int)
 	// EvaluateAlone evaluates every client on its own even where its
 	// method can evaluate the clients together (federation.GroupEvaluator):
 	// the same results, slower; benchmarks and tests compare the two.
@@ -401,6 +409,10 @@ func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Me
 	if o.OnEvaluate != nil {
 		env.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 		defer func() { env.OnEvaluate = nil }()
+	}
+	if o.OnTrainBatch != nil {
+		env.OnTrainBatch = func(c *protocol.ClientTask, batch []int) { o.OnTrainBatch(name, c, batch) }
+		defer func() { env.OnTrainBatch = nil }()
 	}
 	plan, err := buildPlan(o, meth, env, name)
 	if err != nil {

@@ -61,6 +61,10 @@ type Env struct {
 	// scored [len(Images), C] — the window a test has onto what a site's
 	// evaluation computed (predict = evaluation).
 	OnEvaluate func(c *protocol.ClientTask, logits [][]float32)
+	// OnTrainBatch, when set, is told of every training batch a client
+	// loads (TrainBatch: its task and the batch's indices into c.Train) —
+	// the window a test has onto the batches an epoch steps.
+	OnTrainBatch func(c *protocol.ClientTask, batch []int)
 
 	// RoundBar is the running method's round bar, if any.
 	RoundBar *progress.Bar
@@ -262,6 +266,9 @@ func (r *recordLogits) Logits(space int, prefix []float32, B int) ([]float32, er
 // cached views at random with rng, or recomputed from freshly augmented
 // pixels in online mode (view round·1000 + epoch).
 func (e *Env) TrainBatch(c *protocol.ClientTask, batch []int, rng interface{ IntN(int) int }, round, epoch int) error {
+	if e.OnTrainBatch != nil {
+		e.OnTrainBatch(c, batch)
+	}
 	n := e.Prefixer.RecordLen()
 	e.TrainBuf = nn.Grow(e.TrainBuf, len(batch)*n)
 	if e.Online {
