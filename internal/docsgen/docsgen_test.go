@@ -46,6 +46,11 @@ func repoDocs(t *testing.T) ([]File, []Block, []Row) {
 		t.Fatal(err)
 	}
 	blocks = append(blocks, settings...)
+	figs, err := FigureBlocks("../..", files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks = append(blocks, figs...)
 	rows, err := RenderRows("../../docs")
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +191,13 @@ func writeSummaries(t *testing.T, dir string, fp32Local, bf16Local float64) {
 				"pfedmma":  map[string]any{"local": p.local, "hm": 80.5},
 				"zeroshot": map[string]any{"local": 74.21875, "hm": 77.7316},
 			},
+			"protocol": "base2novel",
 		})
+	}
+	// the settings the printed table's title names (dataset, clients)
+	cfg := []byte("dataset:\n  name: world\nfederation:\n  clients: 7\n")
+	if err := os.WriteFile(filepath.Join(dir, DefaultJobDir, "fp32", "config.yaml"), cfg, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -208,6 +219,17 @@ func TestDefaultJobBlock(t *testing.T) {
 	}
 	if got := body(t, blocks, "default-job-bf16-diff"); got != "The largest difference is 0.16 points (pfedmma local)." {
 		t.Errorf("default-job-bf16-diff = %q", got)
+	}
+	// what `make run` prints, from the fp32 run (the JSON's method order)
+	want = "\n```\n" +
+		"world — base2novel, 7 clients\n" +
+		"Method    Local     HM\n" +
+		"--------  -----  -----\n" +
+		"pfedmma   90.94  80.50\n" +
+		"zeroshot  74.22  77.73\n" +
+		"```\n"
+	if got := body(t, blocks, "default-job-output"); got != want {
+		t.Errorf("default-job-output =\n%s\nwant\n%s", got, want)
 	}
 }
 
@@ -502,5 +524,51 @@ func TestSettingsBlock(t *testing.T) {
 	}
 	if _, err := SettingsBlocks("../..", []MethodSettings{{Name: "x", Defaults: &Block{}}}); err == nil || !strings.Contains(err.Error(), `yaml tag "name"`) {
 		t.Errorf("settings of a type with no yaml section: err = %v", err)
+	}
+}
+
+// TestFigureFollowsEvidence: a figure (a number of the prose, block fig-…)
+// renders the value its marker names, formatted as it says (a signed one
+// with the minus sign), and DiffFiles names the file and the figure when
+// the evidence changes under it or the number is edited by hand; a key the
+// evidence lacks is an error naming the file and the key.
+func TestFigureFollowsEvidence(t *testing.T) {
+	root := t.TempDir()
+	ev := filepath.Join(root, "docs", "x", "summary.json")
+	writeJSON(t, ev, map[string]any{"methods": map[string]any{"pfedmma": map[string]any{"avg": 78.8993}}, "d": []any{-0.4092}})
+	md := "Avg <!-- generated:fig-a (make docs; from docs/x/summary.json methods.pfedmma.avg %.1f) -->?<!-- /generated:fig-a -->, " +
+		"diff <!-- generated:fig-d (make docs; from docs/x/summary.json d.0 %+.2f) -->?<!-- /generated:fig-d -->.\n"
+	files := []File{{Path: "doc.md", Text: md}}
+	blocks, err := FigureBlocks(root, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := body(t, blocks, "fig-a") + " " + body(t, blocks, "fig-d"); got != "78.9 −0.41" {
+		t.Errorf("figures %q, want \"78.9 −0.41\"", got)
+	}
+	out, err := UpdateFiles(files, blocks, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := DiffFiles(out, blocks, nil); err != nil || len(d) > 0 {
+		t.Fatalf("rendered file differs from its evidence: %v %v", d, err)
+	}
+	// the evidence changes; the doc does not
+	writeJSON(t, ev, map[string]any{"methods": map[string]any{"pfedmma": map[string]any{"avg": 79.3}}, "d": []any{-0.4092}})
+	if blocks, err = FigureBlocks(root, out); err != nil {
+		t.Fatal(err)
+	}
+	d, err := DiffFiles(out, blocks, nil)
+	if err != nil || len(d) != 1 || !strings.Contains(d[0], "doc.md") || !strings.Contains(d[0], `"fig-a"`) {
+		t.Errorf("changed evidence: diffs %v (%v), want one naming doc.md and fig-a", d, err)
+	}
+	// a hand edit
+	edited := []File{{Path: "doc.md", Text: strings.Replace(out[0].Text, "−0.41", "−0.40", 1)}}
+	if d, _ := DiffFiles(edited, blocks, nil); len(d) != 2 {
+		t.Errorf("hand edit and changed evidence: diffs %v, want 2", d)
+	}
+	bad := []File{{Path: "doc.md", Text: strings.Replace(md, "methods.pfedmma.avg", "methods.pfedmma.hm", 1)}}
+	if _, err := FigureBlocks(root, bad); err == nil || !strings.Contains(err.Error(), "methods.pfedmma.hm") || !strings.Contains(err.Error(), "summary.json") {
+		t.Errorf("a missing key: error %v, want one naming the file and the key", err)
 	}
 }

@@ -1,0 +1,112 @@
+package docsgen
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// A figure is one number of the prose read from its evidence: a generated
+// block named fig-… whose marker names the JSON file (relative to the
+// repository root), the path of the value in it and, optionally, its
+// format,
+//
+//	<!-- generated:fig-deploy-local (make docs; from docs/deploy/comparison.json plain_last_round.local %.2f) -->81.36<!-- /generated:fig-deploy-local -->
+//
+// The path is dot-separated keys and array indices; the format is a Go
+// verb for a float64 (%.2f when left out; a + in it writes a negative
+// value with the minus sign −). A figure's evidence is its marker, so the
+// prose can quote any number of any evidence file without a renderer per
+// number: FigureBlocks renders every figure the files hold.
+const figurePrefix = "fig-"
+
+var figureMarker = regexp.MustCompile(`<!-- generated:(` + figurePrefix + `[a-z0-9-]+) \(make docs; from ([^)]*)\) -->`)
+
+// FigureBlocks renders every figure block the files hold from the evidence
+// its marker names, under root (the repository root).
+func FigureBlocks(root string, files []File) ([]Block, error) {
+	var blocks []Block
+	seen := map[string]string{}
+	for _, f := range files {
+		for _, m := range figureMarker.FindAllStringSubmatch(f.Text, -1) {
+			name, source := m[1], m[2]
+			if prev, ok := seen[name]; ok {
+				return nil, fmt.Errorf("%s: figure %q appears in %s too", f.Path, name, prev)
+			}
+			seen[name] = f.Path
+			body, err := renderFigure(root, source)
+			if err != nil {
+				return nil, fmt.Errorf("%s: figure %q: %w", f.Path, name, err)
+			}
+			blocks = append(blocks, Block{Name: name, Source: source, Body: body})
+		}
+	}
+	return blocks, nil
+}
+
+// renderFigure formats the value source names: "FILE PATH [FORMAT]".
+func renderFigure(root, source string) (string, error) {
+	fields := strings.Fields(source)
+	if len(fields) < 2 || len(fields) > 3 {
+		return "", fmt.Errorf("source %q: want FILE PATH [FORMAT]", source)
+	}
+	format := "%.2f"
+	if len(fields) == 3 {
+		format = fields[2]
+		if !strings.HasPrefix(format, "%") || strings.Count(format, "%") != 1 {
+			return "", fmt.Errorf("source %q: format %q is not one Go verb", source, format)
+		}
+	}
+	v, err := jsonValue(filepath.Join(root, filepath.FromSlash(fields[0])), fields[1])
+	if err != nil {
+		return "", err
+	}
+	s := fmt.Sprintf(format, v)
+	if strings.Contains(format, "+") && strings.HasPrefix(s, "-") {
+		s = "−" + s[1:]
+	}
+	return s, nil
+}
+
+// jsonValue reads the number at path (dot-separated keys and array
+// indices) of the JSON file at file.
+func jsonValue(file, path string) (float64, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return 0, fmt.Errorf("%s: %w", file, err)
+	}
+	at := ""
+	for _, key := range strings.Split(path, ".") {
+		at = strings.TrimPrefix(at+"."+key, ".")
+		switch x := v.(type) {
+		case map[string]any:
+			next, ok := x[key]
+			if !ok {
+				return 0, fmt.Errorf("%s: no key %s", file, at)
+			}
+			v = next
+		case []any:
+			i, err := strconv.Atoi(key)
+			if err != nil || i < 0 || i >= len(x) {
+				return 0, fmt.Errorf("%s: %s: want an index below %d", file, at, len(x))
+			}
+			v = x[i]
+		default:
+			return 0, fmt.Errorf("%s: %s: a %T has no key %s", file, at, v, key)
+		}
+	}
+	f, ok := v.(float64)
+	if !ok || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%s: %s is %v, not a number", file, path, v)
+	}
+	return f, nil
+}
