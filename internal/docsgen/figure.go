@@ -18,7 +18,8 @@ import (
 //
 //	<!-- generated:fig-deploy-local (make docs; from docs/deploy/comparison.json plain_last_round.local %.2f) -->81.36<!-- /generated:fig-deploy-local -->
 //
-// The path is dot-separated keys and array indices; the format is a Go
+// The path is dot-separated keys and array indices (negative from the end;
+// a .jsonl file is the array of its lines); the format is a Go
 // verb for a float64 (%.2f when left out; a + in it writes a negative
 // value with the minus sign −). A figure's evidence is its marker, so the
 // prose can quote any number of any evidence file without a renderer per
@@ -74,15 +75,16 @@ func renderFigure(root, source string) (string, error) {
 }
 
 // jsonValue reads the number at path (dot-separated keys and array
-// indices) of the JSON file at file.
+// indices, negative ones from the end) of the JSON file at file; a .jsonl
+// file is the array of its lines (metrics.jsonl: 0 is round 0's record).
 func jsonValue(file, path string) (float64, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return 0, err
 	}
-	var v any
-	if err := json.Unmarshal(data, &v); err != nil {
-		return 0, fmt.Errorf("%s: %w", file, err)
+	v, err := decodeEvidence(file, data)
+	if err != nil {
+		return 0, err
 	}
 	at := ""
 	for _, key := range strings.Split(path, ".") {
@@ -96,6 +98,9 @@ func jsonValue(file, path string) (float64, error) {
 			v = next
 		case []any:
 			i, err := strconv.Atoi(key)
+			if err == nil && i < 0 {
+				i += len(x) // from the end: -1 is the last
+			}
 			if err != nil || i < 0 || i >= len(x) {
 				return 0, fmt.Errorf("%s: %s: want an index below %d", file, at, len(x))
 			}
@@ -109,4 +114,25 @@ func jsonValue(file, path string) (float64, error) {
 		return 0, fmt.Errorf("%s: %s is %v, not a number", file, path, v)
 	}
 	return f, nil
+}
+
+// decodeEvidence decodes a JSON file, or a JSON-lines file (.jsonl) as the
+// array of its lines.
+func decodeEvidence(file string, data []byte) (any, error) {
+	if !strings.HasSuffix(file, ".jsonl") {
+		var v any
+		if err := json.Unmarshal(data, &v); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		return v, nil
+	}
+	var lines []any
+	for i, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var v any
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			return nil, fmt.Errorf("%s: line %d: %w", file, i+1, err)
+		}
+		lines = append(lines, v)
+	}
+	return lines, nil
 }
