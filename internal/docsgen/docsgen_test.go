@@ -572,3 +572,27 @@ func TestFigureFollowsEvidence(t *testing.T) {
 		t.Errorf("a missing key: error %v, want one naming the file and the key", err)
 	}
 }
+
+// TestRunTable: a run table (block table-…) is what `pfedmma run` prints
+// for the summary.json its marker names, in the summary's method order.
+func TestRunTable(t *testing.T) {
+	root := t.TempDir()
+	writeJSON(t, filepath.Join(root, "docs", "r", "summary.json"), map[string]any{
+		"protocol": "base2novel", "metrics": []string{"local", "hm"},
+		"methods": map[string]any{"zeroshot": map[string]any{"local": 74.21875, "hm": 77.7316}, "pfedmma": map[string]any{"local": 90.9375, "hm": 80.693}},
+	})
+	md := "<!-- generated:table-r (make docs; from docs/r/summary.json) -->\n<!-- /generated:table-r -->\n"
+	blocks, err := FigureBlocks(root, []File{{Path: "doc.md", Text: md}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "\n```\n" +
+		"Method    Local     HM\n" +
+		"--------  -----  -----\n" +
+		"pfedmma   90.94  80.69\n" +
+		"zeroshot  74.22  77.73\n" +
+		"```\n"
+	if got := body(t, blocks, "table-r"); got != want {
+		t.Errorf("table-r =\n%s\nwant\n%s", got, want)
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/pfedmma/pfedmma/report"
 )
 
 // A figure is one number of the prose read from its evidence: a generated
@@ -26,10 +28,15 @@ import (
 // number: FigureBlocks renders every figure the files hold.
 const figurePrefix = "fig-"
 
-var figureMarker = regexp.MustCompile(`<!-- generated:(` + figurePrefix + `[a-z0-9-]+) \(make docs; from ([^)]*)\) -->`)
+// A run table is a generated block named table-… whose marker names a
+// run's summary.json: its body is the table `pfedmma run` prints for it
+// (report.Summary.Table, without a title), in a code fence.
+const runTablePrefix = "table-"
 
-// FigureBlocks renders every figure block the files hold from the evidence
-// its marker names, under root (the repository root).
+var figureMarker = regexp.MustCompile(`<!-- generated:((?:` + figurePrefix + `|` + runTablePrefix + `)[a-z0-9-]+) \(make docs; from ([^)]*)\) -->`)
+
+// FigureBlocks renders every figure and run table the files hold from the
+// evidence its marker names, under root (the repository root).
 func FigureBlocks(root string, files []File) ([]Block, error) {
 	var blocks []Block
 	seen := map[string]string{}
@@ -40,7 +47,11 @@ func FigureBlocks(root string, files []File) ([]Block, error) {
 				return nil, fmt.Errorf("%s: figure %q appears in %s too", f.Path, name, prev)
 			}
 			seen[name] = f.Path
-			body, err := renderFigure(root, source)
+			render := renderFigure
+			if strings.HasPrefix(name, runTablePrefix) {
+				render = renderRunTable
+			}
+			body, err := render(root, source)
 			if err != nil {
 				return nil, fmt.Errorf("%s: figure %q: %w", f.Path, name, err)
 			}
@@ -135,4 +146,17 @@ func decodeEvidence(file string, data []byte) (any, error) {
 		lines = append(lines, v)
 	}
 	return lines, nil
+}
+
+// renderRunTable renders the summary.json source names as `pfedmma run`
+// prints it.
+func renderRunTable(root, source string) (string, error) {
+	s, err := report.ReadSummary(filepath.Join(root, filepath.FromSlash(strings.TrimSpace(source))))
+	if err != nil {
+		return "", err
+	}
+	if len(s.Methods) == 0 {
+		return "", fmt.Errorf("%s: no methods", source)
+	}
+	return "\n```\n" + s.Table("").Text() + "```\n", nil
 }
