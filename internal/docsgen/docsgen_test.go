@@ -537,14 +537,15 @@ func TestFigureFollowsEvidence(t *testing.T) {
 	ev := filepath.Join(root, "docs", "x", "summary.json")
 	writeJSON(t, ev, map[string]any{"methods": map[string]any{"pfedmma": map[string]any{"avg": 78.8993}}, "d": []any{-0.4092}})
 	md := "Avg <!-- generated:fig-a (make docs; from docs/x/summary.json methods.pfedmma.avg %.1f) -->?<!-- /generated:fig-a -->, " +
-		"diff <!-- generated:fig-d (make docs; from docs/x/summary.json d.0 %+.2f) -->?<!-- /generated:fig-d -->.\n"
+		"diff <!-- generated:fig-d (make docs; from docs/x/summary.json d.0 %+.2f) -->?<!-- /generated:fig-d -->, " +
+		"gap <!-- generated:fig-g (make docs; from docs/x/summary.json methods.pfedmma.avg - d.0 %.1f) -->?<!-- /generated:fig-g -->.\n"
 	files := []File{{Path: "doc.md", Text: md}}
 	blocks, err := FigureBlocks(root, files)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := body(t, blocks, "fig-a") + " " + body(t, blocks, "fig-d"); got != "78.9 −0.41" {
-		t.Errorf("figures %q, want \"78.9 −0.41\"", got)
+	if got := body(t, blocks, "fig-a") + " " + body(t, blocks, "fig-d") + " " + body(t, blocks, "fig-g"); got != "78.9 −0.41 79.3" {
+		t.Errorf("figures %q, want \"78.9 −0.41 79.3\" (78.8993 + 0.4092 = 79.3085)", got)
 	}
 	out, err := UpdateFiles(files, blocks, nil)
 	if err != nil {
@@ -559,13 +560,13 @@ func TestFigureFollowsEvidence(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := DiffFiles(out, blocks, nil)
-	if err != nil || len(d) != 1 || !strings.Contains(d[0], "doc.md") || !strings.Contains(d[0], `"fig-a"`) {
-		t.Errorf("changed evidence: diffs %v (%v), want one naming doc.md and fig-a", d, err)
+	if err != nil || len(d) != 2 || !strings.Contains(d[0], "doc.md") || !strings.Contains(d[0], `"fig-a"`) || !strings.Contains(d[1], `"fig-g"`) {
+		t.Errorf("changed evidence: diffs %v (%v), want two naming doc.md, fig-a and fig-g (the difference)", d, err)
 	}
 	// a hand edit
 	edited := []File{{Path: "doc.md", Text: strings.Replace(out[0].Text, "−0.41", "−0.40", 1)}}
-	if d, _ := DiffFiles(edited, blocks, nil); len(d) != 2 {
-		t.Errorf("hand edit and changed evidence: diffs %v, want 2", d)
+	if d, _ := DiffFiles(edited, blocks, nil); len(d) != 3 {
+		t.Errorf("hand edit and changed evidence (fig-a, fig-g; fig-d): diffs %v, want 3", d)
 	}
 	bad := []File{{Path: "doc.md", Text: strings.Replace(md, "methods.pfedmma.avg", "methods.pfedmma.hm", 1)}}
 	if _, err := FigureBlocks(root, bad); err == nil || !strings.Contains(err.Error(), "methods.pfedmma.hm") || !strings.Contains(err.Error(), "summary.json") {

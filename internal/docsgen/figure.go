@@ -20,7 +20,8 @@ import (
 //
 //	<!-- generated:fig-deploy-local (make docs; from docs/deploy/comparison.json plain_last_round.local %.2f) -->81.36<!-- /generated:fig-deploy-local -->
 //
-// The path is dot-separated keys and array indices (negative from the end;
+// "FILE PATH - PATH2 [FORMAT]" gives a difference of two values of the
+// file. The path is dot-separated keys and array indices (negative from the end;
 // a .jsonl file is the array of its lines); the format is a Go
 // verb for a float64 (%.2f when left out; a + in it writes a negative
 // value with the minus sign −). A figure's evidence is its marker, so the
@@ -61,11 +62,18 @@ func FigureBlocks(root string, files []File) ([]Block, error) {
 	return blocks, nil
 }
 
-// renderFigure formats the value source names: "FILE PATH [FORMAT]".
+// renderFigure formats the value source names: "FILE PATH [- PATH2]
+// [FORMAT]" (PATH2, in the same file, is subtracted: a difference the
+// prose states).
 func renderFigure(root, source string) (string, error) {
 	fields := strings.Fields(source)
+	var minus string
+	if len(fields) >= 4 && fields[2] == "-" {
+		minus = fields[3]
+		fields = append(fields[:2], fields[4:]...)
+	}
 	if len(fields) < 2 || len(fields) > 3 {
-		return "", fmt.Errorf("source %q: want FILE PATH [FORMAT]", source)
+		return "", fmt.Errorf("source %q: want FILE PATH [- PATH] [FORMAT]", source)
 	}
 	format := "%.2f"
 	if len(fields) == 3 {
@@ -74,9 +82,17 @@ func renderFigure(root, source string) (string, error) {
 			return "", fmt.Errorf("source %q: format %q is not one Go verb", source, format)
 		}
 	}
-	v, err := jsonValue(filepath.Join(root, filepath.FromSlash(fields[0])), fields[1])
+	file := filepath.Join(root, filepath.FromSlash(fields[0]))
+	v, err := jsonValue(file, fields[1])
 	if err != nil {
 		return "", err
+	}
+	if minus != "" {
+		w, err := jsonValue(file, minus)
+		if err != nil {
+			return "", err
+		}
+		v -= w
 	}
 	s := fmt.Sprintf(format, v)
 	if strings.Contains(format, "+") && strings.HasPrefix(s, "-") {
