@@ -535,7 +535,11 @@ func TestSettingsBlock(t *testing.T) {
 func TestFigureFollowsEvidence(t *testing.T) {
 	root := t.TempDir()
 	ev := filepath.Join(root, "docs", "x", "summary.json")
-	writeJSON(t, ev, map[string]any{"methods": map[string]any{"pfedmma": map[string]any{"avg": 78.8993}}, "d": []any{-0.4092}})
+	writeJSON(t, ev, map[string]any{"methods": map[string]any{"pfedmma": map[string]any{"avg": 78.8993}}, "d": []any{-0.4092}, "top1": 0.53125})
+	pct := []File{{Path: "p.md", Text: "<!-- generated:fig-p (make docs; from docs/x/summary.json top1 100*%.1f) -->?<!-- /generated:fig-p -->"}}
+	if b, err := FigureBlocks(root, pct); err != nil || body(t, b, "fig-p") != "53.1" {
+		t.Errorf("a fraction in percent: %v %v, want 53.1", b, err)
+	}
 	md := "Avg <!-- generated:fig-a (make docs; from docs/x/summary.json methods.pfedmma.avg %.1f) -->?<!-- /generated:fig-a -->, " +
 		"diff <!-- generated:fig-d (make docs; from docs/x/summary.json d.0 %+.2f) -->?<!-- /generated:fig-d -->, " +
 		"gap <!-- generated:fig-g (make docs; from docs/x/summary.json methods.pfedmma.avg - d.0 %.1f) -->?<!-- /generated:fig-g -->.\n"

@@ -24,7 +24,7 @@ import (
 // file. The path is dot-separated keys and array indices (negative from the end;
 // a .jsonl file is the array of its lines); the format is a Go
 // verb for a float64 (%.2f when left out; a + in it writes a negative
-// value with the minus sign −). A figure's evidence is its marker, so the
+// value with the minus sign −; 100*%.1f writes a fraction in percent). A figure's evidence is its marker, so the
 // prose can quote any number of any evidence file without a renderer per
 // number: FigureBlocks renders every figure the files hold.
 const figurePrefix = "fig-"
@@ -75,9 +75,12 @@ func renderFigure(root, source string) (string, error) {
 	if len(fields) < 2 || len(fields) > 3 {
 		return "", fmt.Errorf("source %q: want FILE PATH [- PATH] [FORMAT]", source)
 	}
-	format := "%.2f"
+	format, scale := "%.2f", 1.0
 	if len(fields) == 3 {
 		format = fields[2]
+		if f, ok := strings.CutPrefix(format, "100*"); ok {
+			format, scale = f, 100 // a fraction written in percent
+		}
 		if !strings.HasPrefix(format, "%") || strings.Count(format, "%") != 1 {
 			return "", fmt.Errorf("source %q: format %q is not one Go verb", source, format)
 		}
@@ -94,7 +97,7 @@ func renderFigure(root, source string) (string, error) {
 		}
 		v -= w
 	}
-	s := fmt.Sprintf(format, v)
+	s := fmt.Sprintf(format, v*scale)
 	if strings.Contains(format, "+") && strings.HasPrefix(s, "-") {
 		s = "−" + s[1:]
 	}
