@@ -601,3 +601,43 @@ func TestRunTable(t *testing.T) {
 		t.Errorf("table-r =\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestRunTableMerged: a run table over a stopped run's metrics.jsonl and a
+// finished run's summary.json lists the methods in the files' order, each
+// method's last record from the stopped run unless the finished run's
+// summary holds it (b below: its round-0 record in the stopped run is not
+// its result).
+func TestRunTableMerged(t *testing.T) {
+	root := t.TempDir()
+	rec := func(round int, method string, local, hm float64) string {
+		b, _ := json.Marshal(map[string]any{"round": round, "method": method, "mean": map[string]float64{"local": local, "hm": hm, "loss": 1}})
+		return string(b) + "\n"
+	}
+	jsonl := rec(0, "zeroshot", 74.2, 77.7) + rec(0, "a", 80, 81) + rec(1, "a", 90, 82) + rec(0, "b", 50, 50)
+	if err := os.MkdirAll(filepath.Join(root, "docs", "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "docs", "a", "metrics.jsonl"), []byte(jsonl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeJSON(t, filepath.Join(root, "docs", "b", "summary.json"), map[string]any{
+		"protocol": "base2novel", "metrics": []string{"local", "hm"},
+		"methods": map[string]any{"b": map[string]any{"local": 85, "hm": 83}, "c": map[string]any{"local": 70, "hm": 71}, "zeroshot": map[string]any{"local": 74.2, "hm": 77.7}},
+	})
+	md := "<!-- generated:table-m (make docs; from docs/a/metrics.jsonl docs/b/summary.json) -->\n<!-- /generated:table-m -->\n"
+	blocks, err := FigureBlocks(root, []File{{Path: "doc.md", Text: md}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "\n```\n" +
+		"Method    Local     HM\n" +
+		"--------  -----  -----\n" +
+		"zeroshot  74.20  77.70\n" +
+		"a         90.00  82.00\n" +
+		"b         85.00  83.00\n" +
+		"c         70.00  71.00\n" +
+		"```\n"
+	if got := body(t, blocks, "table-m"); got != want {
+		t.Errorf("table-m =\n%s\nwant\n%s", got, want)
+	}
+}

@@ -167,15 +167,88 @@ func decodeEvidence(file string, data []byte) (any, error) {
 	return lines, nil
 }
 
-// renderRunTable renders the summary.json source names as `pfedmma run`
-// prints it.
+// renderRunTable renders the runs source names (one or more files: a
+// run's summary.json, or the metrics.jsonl of a run stopped before its
+// summary, of which each method's last record counts) as one table shaped
+// as `pfedmma run` prints it: the methods in the order the files list
+// them, a method's numbers from a summary.json when one holds it (a
+// finished run's, not a stopped one's last round), the columns of the
+// first summary.json.
 func renderRunTable(root, source string) (string, error) {
-	s, err := report.ReadSummary(filepath.Join(root, filepath.FromSlash(strings.TrimSpace(source))))
+	type file struct {
+		order []string
+		vals  map[string]report.Metrics
+		final bool // a summary.json
+	}
+	var files []file
+	var merged report.Summary
+	final := map[string]report.Metrics{}
+	for _, rel := range strings.Fields(source) {
+		path := filepath.Join(root, filepath.FromSlash(rel))
+		f := file{vals: map[string]report.Metrics{}}
+		if strings.HasSuffix(rel, ".jsonl") {
+			recs, err := readRecords(path)
+			if err != nil {
+				return "", err
+			}
+			for _, r := range recs {
+				if _, ok := f.vals[r.Method]; !ok {
+					f.order = append(f.order, r.Method)
+				}
+				f.vals[r.Method] = r.Mean
+			}
+		} else {
+			s, err := report.ReadSummary(path)
+			if err != nil {
+				return "", err
+			}
+			if merged.Metrics == nil {
+				merged.Protocol, merged.Metrics = s.Protocol, s.Metrics
+			}
+			f.final = true
+			for _, r := range s.Methods {
+				f.order = append(f.order, r.Method)
+				f.vals[r.Method] = r.Metrics
+				if _, ok := final[r.Method]; !ok {
+					final[r.Method] = r.Metrics
+				}
+			}
+		}
+		files = append(files, f)
+	}
+	if merged.Metrics == nil {
+		return "", fmt.Errorf("%s: a run table needs a summary.json (its columns)", source)
+	}
+	seen := map[string]bool{}
+	for _, f := range files {
+		for _, m := range f.order {
+			if seen[m] {
+				continue
+			}
+			seen[m] = true
+			v, ok := final[m]
+			if !ok {
+				v = f.vals[m]
+			}
+			merged.Methods = append(merged.Methods, report.MethodResult{Method: m, Metrics: v})
+		}
+	}
+	return "\n```\n" + merged.Table("").Text() + "```\n", nil
+}
+
+// readRecords reads a run's metrics.jsonl, one round record a line.
+func readRecords(path string) ([]report.RoundRecord, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	if len(s.Methods) == 0 {
-		return "", fmt.Errorf("%s: no methods", source)
+	var recs []report.RoundRecord
+	for i, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r report.RoundRecord
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			return nil, fmt.Errorf("%s: line %d: %w", path, i+1, err)
+		}
+		recs = append(recs, r)
 	}
-	return "\n```\n" + s.Table("").Text() + "```\n", nil
+	return recs, nil
 }
