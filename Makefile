@@ -81,8 +81,9 @@ proto:
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc --proto_path=transport/pb --go_out=transport/pb --go_opt=paths=source_relative \
 		--go-grpc_out=transport/pb --go-grpc_opt=paths=source_relative transport/pb/federation.proto
 
-# Rewrites the generated blocks of README.md, docs/*.md and methods/*/README.md (tables and summary sentences of measured
-# numbers, between <!-- generated:NAME --> markers) from the JSON evidence under docs/;
+# Rewrites the generated blocks of README.md, docs/*.md, docs/*/README.md and methods/*/README.md (tables, summary
+# sentences and the prose's figures of measured numbers, between <!-- generated:NAME --> markers; a fig-… or table-…
+# marker names its own JSON evidence) from the JSON evidence under docs/;
 # `go test ./internal/docsgen` (in `make test`) fails when they differ.
 docs:
 	$(GO) run ./tools/docsgen -root . -docs docs

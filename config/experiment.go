@@ -262,16 +262,22 @@ const (
 
 // Train is the local training loop's batching.
 type Train struct {
-	// DropLast drops each epoch's partial last batch when the client holds
-	// at least one full batch, as Dassl's training loaders do (drop_last =
-	// is_train and len(data) >= batch_size; the authors' CoOp-family code).
-	// false (the default) trains on the partial batch, as CLIP-LoRA's,
-	// FedTPG's and FedMVP's loaders do; true would move the recorded runs
-	// of the presets whose clients hold a partial batch (world-domains,
-	// world-dirichlet, world-deploy, fashion-mnist: experiment's
-	// TestPartialBatchPresets), not the default job's or world-compare's.
-	DropLast bool `yaml:"drop_last"`
+	// DropLast says whether an epoch drops its partial last batch when the
+	// client holds at least one full batch: auto (the default) does what
+	// each method's authors' training loader does (methods.Info.Loader:
+	// Dassl's loaders, drop_last = is_train and len(data) >= batch_size,
+	// drop it; CLIP-LoRA's, FedTPG's, FedMVP's, PMFLT's keep it); true or
+	// false force it for every method of the run. A client whose examples
+	// fill whole batches trains the same either way.
+	DropLast string `yaml:"drop_last"`
 }
+
+// train.drop_last values.
+const (
+	DropLastAuto  = "auto"
+	DropLastTrue  = "true"
+	DropLastFalse = "false"
+)
 
 // Optimizer is the local optimizer.
 type Optimizer struct {

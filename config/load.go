@@ -117,6 +117,7 @@ func Compose(s Sources) (*Experiment, error) {
 		if lines, err = e.decodeFile(name, data); err != nil {
 			return nil, err
 		}
+		e.keepOldDropLast(data, lines)
 	}
 	setFrom := map[string]string{}
 	for _, kv := range s.Sets {
@@ -156,6 +157,18 @@ func Compose(s Sources) (*Experiment, error) {
 		errs[i] = fe
 	}
 	return nil, errors.Join(errs...)
+}
+
+// keepOldDropLast reads a resolved config (a run folder's config.yaml, a
+// federation's task) written before train.drop_last existed as the run it
+// was: every epoch kept its partial last batch (train.drop_last false), not
+// the later default auto. A resolved config sets every field, so one
+// without the key predates it.
+func (e *Experiment) keepOldDropLast(data []byte, lines map[string]int) {
+	resolved := bytes.HasPrefix(data, []byte(resolvedHeader)) || bytes.HasPrefix(data, []byte(taskHeader))
+	if _, set := lines["train.drop_last"]; resolved && !set {
+		e.Train.DropLast = DropLastFalse
+	}
 }
 
 // dropPresetDomains forgets the preset's dataset.domains when a later layer

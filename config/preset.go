@@ -166,6 +166,7 @@ func common() *Experiment {
 			Schedule: ScheduleConstant, ResetEachRound: true,
 		},
 		BatchSize: 32,
+		Train:     Train{DropLast: DropLastAuto},
 		Sections:  defaultSections(), // the methods' defaults are the papers' settings
 		Augment:   Augment{Mode: AugmentOnline},
 		Cache:     Cache{DType: DTypeFloat32},

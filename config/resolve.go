@@ -14,13 +14,20 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// resolvedHeader and taskHeader begin the YAML of [Experiment.Resolved] and
+// [Experiment.TaskYAML]; a file that begins with one sets every field.
+const (
+	resolvedHeader = "# pfedmma experiment, fully resolved"
+	taskHeader     = "# pfedmma task"
+)
+
 // Resolved returns the fully resolved config as YAML, every field written
 // out, headed by a comment with its fingerprint. A run writes it into its
 // output folder; [Load] or [Compose] on it gives back an equal Experiment
 // (whatever preset they start from, since every field is set).
 func (e *Experiment) Resolved() ([]byte, error) {
 	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "# pfedmma experiment, fully resolved\n# fingerprint: %s\n", e.Fingerprint())
+	fmt.Fprintf(&buf, "%s\n# fingerprint: %s\n", resolvedHeader, e.Fingerprint())
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
 	if err := enc.Encode(e); err != nil {
@@ -67,10 +74,28 @@ func (e *Experiment) fingerprintLines() []string {
 	lines = slices.DeleteFunc(lines, func(l string) bool {
 		return len(e.Seeds) > 0 && strings.HasPrefix(l, "seed=") ||
 			l == `federation.compress="none"` || // the same run as no compress key
-			l == "train.drop_last=false" // the same run as before the key
+			strings.HasPrefix(l, "train.drop_last=") // dropLastLines
 	})
+	lines = append(lines, e.dropLastLines()...)
 	slices.Sort(lines)
 	return lines
+}
+
+// dropLastLines is train.drop_last's part of the fingerprint, by its
+// effect on the run's methods: nothing when no method of the run drops a
+// partial last batch (false, or auto over methods whose authors keep it:
+// the same run as before the key, when every epoch kept it), the line
+// "train.drop_last=true" of a run that forces it (as when the key was a
+// boolean), and `train.drop_last="auto"` when auto drops it for at least
+// one method.
+func (e *Experiment) dropLastLines() []string {
+	if !slices.ContainsFunc(e.Methods, e.DropLast) {
+		return nil
+	}
+	if e.Train.DropLast == DropLastTrue {
+		return []string{"train.drop_last=true"}
+	}
+	return []string{"train.drop_last=" + strconv.Quote(e.Train.DropLast)}
 }
 
 // flatten appends "path=value" for every non-zero leaf of v.

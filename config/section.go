@@ -27,7 +27,8 @@ type Section interface {
 var (
 	sectionsMu sync.RWMutex
 	sections   = map[string]func() Section{}
-	methods    []string // registration order
+	methods    []string        // registration order
+	dropsLast  map[string]bool // methods whose authors' loader drops a partial last batch
 )
 
 // RegisterMethod makes name a method a config may list in methods, with
@@ -52,6 +53,36 @@ func RegisterMethod(name string, defaults func() Section) {
 		panic("config: section " + name + " must be a pointer to a struct")
 	}
 	sections[name] = defaults
+}
+
+// RegisterDropLast records what method name's authors' training loader does
+// with an epoch's partial last batch (drops: it drops it when the client
+// holds at least one full batch, as Dassl's loaders do): what
+// train.drop_last auto does for that method. Package methods calls it
+// beside RegisterMethod, from methods.Info.Loader.
+func RegisterDropLast(name string, drops bool) {
+	sectionsMu.Lock()
+	defer sectionsMu.Unlock()
+	if dropsLast == nil {
+		dropsLast = map[string]bool{}
+	}
+	dropsLast[name] = drops
+}
+
+// DropLast says whether method trains with the partial last batch dropped
+// in this experiment: train.drop_last true or false for every method, auto
+// as the method's authors' loader (RegisterDropLast; false for a method
+// that declared nothing).
+func (e *Experiment) DropLast(method string) bool {
+	switch e.Train.DropLast {
+	case DropLastTrue:
+		return true
+	case DropLastAuto:
+		sectionsMu.RLock()
+		defer sectionsMu.RUnlock()
+		return dropsLast[method]
+	}
+	return false
 }
 
 // Methods lists the registered method names in registration order.

@@ -48,7 +48,7 @@ func (e *Experiment) TaskYAML() ([]byte, error) {
 		deleteKey(parent, key)
 	}
 	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "# pfedmma task (the coordinator's resolved experiment without the site-local settings)\n# fingerprint: %s\n", e.Fingerprint())
+	fmt.Fprintf(&buf, taskHeader+" (the coordinator's resolved experiment without the site-local settings)\n# fingerprint: %s\n", e.Fingerprint())
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
 	if err := enc.Encode(root); err != nil {

@@ -136,6 +136,7 @@ func (e *Experiment) check() []*FieldError {
 
 	e.checkOptimizer(c)
 	c.between("batch_size", e.BatchSize, 1, MaxBatchSize)
+	c.oneOf("train.drop_last", e.Train.DropLast, DropLastAuto, DropLastTrue, DropLastFalse)
 
 	e.checkSections(c)
 

@@ -7,6 +7,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation/robust"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/report"
+	"github.com/pfedmma/pfedmma/session"
 )
 
 // checkAggregation builds every method's plan once before any trains when
@@ -18,7 +19,7 @@ func checkAggregation(o Options, ms []methods.Method, envs map[cacheKey]*methods
 		return nil // a single method is refused when its plan is built
 	}
 	for i, meth := range ms {
-		if _, err := o.Federation().Plan(meth, envs[keys[i]], o.Sections[o.Methods[i]]); err != nil {
+		if _, err := session.Build(o.session(meth, envs[keys[i]], o.Methods[i])); err != nil {
 			return fmt.Errorf("%s: %w", o.Methods[i], err)
 		}
 	}

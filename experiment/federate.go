@@ -142,7 +142,7 @@ func PrepareFederated(ctx context.Context, o Options, site int) (*Federated, err
 	}
 	f.close = func() { session.CloseEnv(env) }
 	f.observer = observer(o, name)
-	sess, err := session.Build(session.Config{Env: env, Method: meth, Settings: o.Sections[name], Federation: o.Federation()})
+	sess, err := session.Build(o.session(meth, env, name))
 	if err != nil {
 		f.Close()
 		return nil, err

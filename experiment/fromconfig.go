@@ -71,10 +71,20 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 		Methods: e.Methods, Sections: e.Sections, Aggregation: e.Aggregation, SecureAggregation: e.Federation.SecureAggregation,
 		Train: train.Options{Epochs: e.Federation.LocalEpochs, Batch: e.BatchSize, Optimizer: e.Optimizer.Name,
 			LR: e.Optimizer.LR, Momentum: e.Optimizer.Momentum, WD: e.Optimizer.WeightDecay, Schedule: sched,
-			ResetOptimizer: e.Optimizer.ResetEachRound, DropLast: e.Train.DropLast},
-		Rounds: e.Federation.Rounds, Fraction: e.Federation.Fraction, EvalEvery: evalEvery, Compress: codec,
+			ResetOptimizer: e.Optimizer.ResetEachRound},
+		DropLast: dropLastByMethod(e),
+		Rounds:   e.Federation.Rounds, Fraction: e.Federation.Fraction, EvalEvery: evalEvery, Compress: codec,
 		Augment: e.Augment.String(), Template: e.Prompt, Seed: seed, EvalBatch: e.Eval.BatchSize,
 		OutDir: outDir, SaveAdapters: e.Output.SaveAdapters, Plots: e.Output.Plots, ConfigYAML: resolved,
 		Precision: prec, CacheMiB: e.Cache.MemoryMiB, SpillDir: e.Cache.SpillDir, CacheBF16: e.Cache.DType == "bfloat16",
 	}, nil
+}
+
+// dropLastByMethod resolves train.drop_last for each method of e.
+func dropLastByMethod(e *config.Experiment) map[string]bool {
+	out := make(map[string]bool, len(e.Methods))
+	for _, m := range e.Methods {
+		out[m] = e.DropLast(m)
+	}
+	return out
 }

@@ -46,6 +46,10 @@ type Options struct {
 	Methods  []string
 	Sections map[string]config.Section
 	Train    train.Options
+	// DropLast names the methods that train with each epoch's partial last
+	// batch dropped (train.drop_last, resolved per method by FromConfig);
+	// it sets Train.DropLast of each method's environment (buildPlan).
+	DropLast map[string]bool
 	Rounds   int
 	Fraction float64
 	// EvalEvery evaluates after rounds k-1, 2k-1, … and the last (≤ 1:
@@ -98,6 +102,10 @@ type Options struct {
 	// logits of each of the client's evaluation sets (methods.Observer's
 	// OnEvaluate): conformance tests compare them with `pfedmma predict`.
 	OnEvaluate func(method string, c *protocol.ClientTask, logits [][]float32)
+	// OnTrainBatch, when set, is told of every training batch a client of
+	// a method loads (methods.Observer.OnTrainBatch): tests count the batches
+	// an epoch steps.
+	OnTrainBatch func(method string, c *protocol.ClientTask, batch []int)
 	// EvaluateAlone evaluates every client on its own even where its
 	// method can evaluate the clients together (federation.GroupEvaluator):
 	// the same results, slower; benchmarks and tests compare the two.
@@ -378,7 +386,16 @@ func observer(o Options, name string) *methods.Observer {
 	if o.OnEvaluate != nil {
 		obs.OnEvaluate = func(c *protocol.ClientTask, logits [][]float32) { o.OnEvaluate(name, c, logits) }
 	}
+	if o.OnTrainBatch != nil {
+		obs.OnTrainBatch = func(c *protocol.ClientTask, batch []int) { o.OnTrainBatch(name, c, batch) }
+	}
 	return obs
+}
+
+// session is method name's session on env: its settings, the run's
+// federation and the training loader its authors use (train.drop_last).
+func (o Options) session(meth methods.Method, env *methods.Env, name string) session.Config {
+	return session.Config{Env: env, Method: meth, Settings: o.Sections[name], Federation: o.Federation(), DropLast: o.DropLast[name]}
 }
 
 // runMethod runs one method's federation (or, for a method that does not
@@ -386,7 +403,7 @@ func observer(o Options, name string) *methods.Observer {
 func runMethod(ctx context.Context, o Options, env *methods.Env, meth methods.Method, name string, log *report.MetricsLog) ([]report.RoundRecord, error) {
 	obs := observer(o, name)
 	ctx = methods.WithObserver(ctx, obs)
-	sess, err := session.Build(session.Config{Env: env, Method: meth, Settings: o.Sections[name], Federation: o.Federation()})
+	sess, err := session.Build(o.session(meth, env, name))
 	if err != nil {
 		return nil, err
 	}

@@ -31,12 +31,16 @@ func WriteList(w io.Writer, infos []Info) error {
 	return err
 }
 
-// WriteDetails prints a method's name, what it trains and shares,
-// and its paper, each wrapped at listWidth columns.
+// WriteDetails prints a method's name, what it trains and shares, its
+// paper and its authors' training loader, each wrapped at listWidth columns.
 func (i Info) WriteDetails(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString(i.Name + "\n")
-	for _, f := range [][2]string{{"trains", i.Trains}, {"shares", i.Shares}, {"paper", i.Paper}} {
+	fields := [][2]string{{"trains", i.Trains}, {"shares", i.Shares}, {"paper", i.Paper}}
+	if i.Loader != "" {
+		fields = append(fields, [2]string{"loader", i.Loader.describe()})
+	}
+	for _, f := range fields {
 		lines := wrap(f[1], listWidth-10)
 		for n, l := range lines {
 			label := ""
@@ -79,4 +83,13 @@ func wrap(s string, n int) []string {
 		lines = append(lines, cur)
 	}
 	return lines
+}
+
+// describe says what the loader does with a partial last batch, as
+// `pfedmma methods NAME` prints it.
+func (l Loader) describe() string {
+	if l.DropsLast() {
+		return string(l) + ": the authors' loader drops an epoch's partial last batch (train.drop_last auto drops it)"
+	}
+	return string(l) + ": the authors' loader keeps an epoch's partial last batch (train.drop_last auto keeps it)"
 }

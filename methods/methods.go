@@ -32,7 +32,29 @@ type Info struct {
 	// Trains and Shares say what each site trains and what the server
 	// aggregates; Paper cites the method.
 	Trains, Shares, Paper string
+	// Loader is what the authors' training loader does with an epoch's
+	// partial last batch: what train.drop_last auto does for the method
+	// ("" for a method that does not train).
+	Loader Loader
 }
+
+// Loader is a method's authors' training loader, by what it does with an
+// epoch's partial last batch.
+type Loader string
+
+// The training loaders of the authors' code.
+const (
+	// DasslLoader drops the partial last batch when the client holds at
+	// least one full batch: Dassl's build_data_loader, drop_last =
+	// is_train and len(data_source) >= batch_size (the CoOp family).
+	DasslLoader Loader = "dassl"
+	// TorchLoader keeps it: PyTorch's DataLoader with drop_last=False,
+	// its default.
+	TorchLoader Loader = "torch"
+)
+
+// DropsLast says whether the loader drops a partial last batch.
+func (l Loader) DropsLast() bool { return l == DasslLoader }
 
 // Depths that are not a block number.
 const (

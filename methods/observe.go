@@ -22,6 +22,10 @@ type Observer struct {
 	// test has onto what a site's evaluation computed (predict =
 	// evaluation).
 	OnEvaluate func(c *protocol.ClientTask, logits [][]float32)
+	// OnTrainBatch, when set, is told of every training batch a client
+	// loads (its task and the batch's indices into c.Train) — the window a
+	// test has onto the batches an epoch steps.
+	OnTrainBatch func(c *protocol.ClientTask, batch []int)
 }
 
 type observerKey struct{}

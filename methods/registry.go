@@ -29,6 +29,7 @@ func Register(m Method) {
 		defaults = m.DefaultConfig
 	}
 	config.RegisterMethod(name, defaults)
+	config.RegisterDropLast(name, m.Info().Loader.DropsLast())
 }
 
 // Get returns a registered method; an unknown name is an error listing the

@@ -207,7 +207,8 @@ func (d *runDir) checkResume() (done bool, err error) {
 		return false, fmt.Errorf("--resume %s: %w", d.dir, err)
 	}
 	if strings.TrimSpace(string(old)) != d.fingerprint {
-		return false, fmt.Errorf("--resume %s: the configuration differs from the one the run started with (fingerprint %s, now %s)", d.dir, strings.TrimSpace(string(old)), d.fingerprint)
+		return false, fmt.Errorf("--resume %s: the configuration differs from the one the run started with (fingerprint %s, now %s); --config %s resumes it with the settings it started with (a run from before train.drop_last reads there as false, the run it was)",
+			d.dir, strings.TrimSpace(string(old)), d.fingerprint, filepath.Join(d.dir, "config.yaml"))
 	}
 	when, done, err := runFinished(d.dir)
 	if err != nil {

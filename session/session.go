@@ -125,6 +125,10 @@ type Config struct {
 	Settings config.Section
 	// Federation wraps the plan's strategy and schedules its rounds.
 	Federation Federation
+	// DropLast is the method's train.drop_last, resolved (its authors'
+	// training loader under auto): whether an epoch skips a partial last
+	// batch when the client holds at least one full batch.
+	DropLast bool
 }
 
 // Session is one method ready to be driven: its frozen env, its plan and,
@@ -143,6 +147,9 @@ func Build(c Config) (*Session, error) {
 	if c.Env == nil {
 		return nil, fmt.Errorf("%s: no frozen env to build the session on", c.Method.Info().Name)
 	}
+	// the methods sharing Env read its training options when they build
+	// their clients, right here
+	c.Env.Train.DropLast = c.DropLast
 	plan, err := c.Federation.Plan(c.Method, c.Env, c.Settings)
 	if err != nil {
 		return nil, err

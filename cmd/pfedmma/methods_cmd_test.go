@@ -43,6 +43,11 @@ func TestMethodsFitsTerminal(t *testing.T) {
 				t.Errorf("methods %s lacks %q:\n%s", i.Name, want, out)
 			}
 		}
+		// its authors' loader, what train.drop_last auto does for it
+		verb := map[bool]string{true: "drops", false: "keeps"}[i.Loader.DropsLast()]
+		if i.Loader != "" && !strings.Contains(flat, "loader "+string(i.Loader)+": the authors' loader "+verb) {
+			t.Errorf("methods %s does not say its loader %s %s a partial last batch:\n%s", i.Name, i.Loader, verb, out)
+		}
 	}
 	if _, err := execute(t, "methods", "nope"); err == nil || !strings.Contains(err.Error(), `"nope"`) {
 		t.Errorf("methods nope: error %v, want one naming it", err)

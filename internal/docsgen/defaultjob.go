@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/report"
 )
 
 // DefaultJobDir holds the default world job's summary.json in fp32 and in
@@ -106,8 +109,30 @@ func defaultJobBlocks(docsDir string) ([]Block, error) {
 	if worst > 0 {
 		diff = fmt.Sprintf("The largest difference is %.2f points (%s).", worst, worstAt)
 	}
+	out, err := defaultJobOutput(docsDir)
+	if err != nil {
+		return nil, err
+	}
 	return []Block{
+		out,
 		{Name: "default-job-bf16", Source: src, Body: b.String()},
 		{Name: "default-job-bf16-diff", Source: src, Body: diff},
 	}, nil
+}
+
+// defaultJobOutput renders what `make run` prints at its end (the table of
+// report.Summary.Table) from the fp32 run's summary.json and config.yaml.
+func defaultJobOutput(docsDir string) (Block, error) {
+	dir := filepath.Join(docsDir, DefaultJobDir, "fp32")
+	s, err := report.ReadSummary(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		return Block{}, fmt.Errorf("default job: %w", err)
+	}
+	e, err := config.Load(filepath.Join(dir, "config.yaml"))
+	if err != nil {
+		return Block{}, fmt.Errorf("default job: %w", err)
+	}
+	title := fmt.Sprintf("%s — %s, %d clients", e.Dataset.Name, s.Protocol, e.Federation.Clients)
+	return Block{Name: "default-job-output", Source: "docs/defaultjob/fp32/summary.json and config.yaml",
+		Body: "\n```\n" + s.Table(title).Text() + "```\n"}, nil
 }

@@ -20,7 +20,8 @@
 // speed-METHOD for its methods/NAME/README.md), docs/sitting/3 (the engine and round
 // tables of "Performance"), docs/defaultjob (the default job in fp32 and
 // bf16), docs/fullbackprop (world-compare's full-backpropagation methods in
-// fp32 and bf16) and docs/compress (CLIP-LoRA's compressed-update rows).
+// fp32 and bf16), docs/compress (CLIP-LoRA's compressed-update rows) and
+// docs/paperscale (the paper-scale projection's tables).
 package docsgen
 
 import (
@@ -57,7 +58,11 @@ func Render(docsDir string) ([]Block, error) {
 	if err != nil {
 		return nil, err
 	}
-	blocks := append(append(append(tab.Blocks(), dj...), eng...), fb...)
+	ps, err := paperScaleBlock(docsDir)
+	if err != nil {
+		return nil, err
+	}
+	blocks := append(append(append(append(tab.Blocks(), dj...), eng...), fb...), ps)
 	for _, rel := range runBlocks {
 		b, err := RunBlock(docsDir, rel)
 		if err != nil {

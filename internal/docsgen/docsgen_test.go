@@ -46,6 +46,11 @@ func repoDocs(t *testing.T) ([]File, []Block, []Row) {
 		t.Fatal(err)
 	}
 	blocks = append(blocks, settings...)
+	figs, err := FigureBlocks("../..", files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks = append(blocks, figs...)
 	rows, err := RenderRows("../../docs")
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +191,13 @@ func writeSummaries(t *testing.T, dir string, fp32Local, bf16Local float64) {
 				"pfedmma":  map[string]any{"local": p.local, "hm": 80.5},
 				"zeroshot": map[string]any{"local": 74.21875, "hm": 77.7316},
 			},
+			"protocol": "base2novel",
 		})
+	}
+	// the settings the printed table's title names (dataset, clients)
+	cfg := []byte("dataset:\n  name: world\nfederation:\n  clients: 7\n")
+	if err := os.WriteFile(filepath.Join(dir, DefaultJobDir, "fp32", "config.yaml"), cfg, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -208,6 +219,17 @@ func TestDefaultJobBlock(t *testing.T) {
 	}
 	if got := body(t, blocks, "default-job-bf16-diff"); got != "The largest difference is 0.16 points (pfedmma local)." {
 		t.Errorf("default-job-bf16-diff = %q", got)
+	}
+	// what `make run` prints, from the fp32 run (the JSON's method order)
+	want = "\n```\n" +
+		"world — base2novel, 7 clients\n" +
+		"Method    Local     HM\n" +
+		"--------  -----  -----\n" +
+		"pfedmma   90.94  80.50\n" +
+		"zeroshot  74.22  77.73\n" +
+		"```\n"
+	if got := body(t, blocks, "default-job-output"); got != want {
+		t.Errorf("default-job-output =\n%s\nwant\n%s", got, want)
 	}
 }
 
@@ -502,5 +524,120 @@ func TestSettingsBlock(t *testing.T) {
 	}
 	if _, err := SettingsBlocks("../..", []MethodSettings{{Name: "x", Defaults: &Block{}}}); err == nil || !strings.Contains(err.Error(), `yaml tag "name"`) {
 		t.Errorf("settings of a type with no yaml section: err = %v", err)
+	}
+}
+
+// TestFigureFollowsEvidence: a figure (a number of the prose, block fig-…)
+// renders the value its marker names, formatted as it says (a signed one
+// with the minus sign), and DiffFiles names the file and the figure when
+// the evidence changes under it or the number is edited by hand; a key the
+// evidence lacks is an error naming the file and the key.
+func TestFigureFollowsEvidence(t *testing.T) {
+	root := t.TempDir()
+	ev := filepath.Join(root, "docs", "x", "summary.json")
+	writeJSON(t, ev, map[string]any{"methods": map[string]any{"pfedmma": map[string]any{"avg": 78.8993}}, "d": []any{-0.4092}, "top1": 0.53125})
+	pct := []File{{Path: "p.md", Text: "<!-- generated:fig-p (make docs; from docs/x/summary.json top1 100*%.1f) -->?<!-- /generated:fig-p -->"}}
+	if b, err := FigureBlocks(root, pct); err != nil || body(t, b, "fig-p") != "53.1" {
+		t.Errorf("a fraction in percent: %v %v, want 53.1", b, err)
+	}
+	md := "Avg <!-- generated:fig-a (make docs; from docs/x/summary.json methods.pfedmma.avg %.1f) -->?<!-- /generated:fig-a -->, " +
+		"diff <!-- generated:fig-d (make docs; from docs/x/summary.json d.0 %+.2f) -->?<!-- /generated:fig-d -->, " +
+		"gap <!-- generated:fig-g (make docs; from docs/x/summary.json methods.pfedmma.avg - d.0 %.1f) -->?<!-- /generated:fig-g -->.\n"
+	files := []File{{Path: "doc.md", Text: md}}
+	blocks, err := FigureBlocks(root, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := body(t, blocks, "fig-a") + " " + body(t, blocks, "fig-d") + " " + body(t, blocks, "fig-g"); got != "78.9 −0.41 79.3" {
+		t.Errorf("figures %q, want \"78.9 −0.41 79.3\" (78.8993 + 0.4092 = 79.3085)", got)
+	}
+	out, err := UpdateFiles(files, blocks, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := DiffFiles(out, blocks, nil); err != nil || len(d) > 0 {
+		t.Fatalf("rendered file differs from its evidence: %v %v", d, err)
+	}
+	// the evidence changes; the doc does not
+	writeJSON(t, ev, map[string]any{"methods": map[string]any{"pfedmma": map[string]any{"avg": 79.3}}, "d": []any{-0.4092}})
+	if blocks, err = FigureBlocks(root, out); err != nil {
+		t.Fatal(err)
+	}
+	d, err := DiffFiles(out, blocks, nil)
+	if err != nil || len(d) != 2 || !strings.Contains(d[0], "doc.md") || !strings.Contains(d[0], `"fig-a"`) || !strings.Contains(d[1], `"fig-g"`) {
+		t.Errorf("changed evidence: diffs %v (%v), want two naming doc.md, fig-a and fig-g (the difference)", d, err)
+	}
+	// a hand edit
+	edited := []File{{Path: "doc.md", Text: strings.Replace(out[0].Text, "−0.41", "−0.40", 1)}}
+	if d, _ := DiffFiles(edited, blocks, nil); len(d) != 3 {
+		t.Errorf("hand edit and changed evidence (fig-a, fig-g; fig-d): diffs %v, want 3", d)
+	}
+	bad := []File{{Path: "doc.md", Text: strings.Replace(md, "methods.pfedmma.avg", "methods.pfedmma.hm", 1)}}
+	if _, err := FigureBlocks(root, bad); err == nil || !strings.Contains(err.Error(), "methods.pfedmma.hm") || !strings.Contains(err.Error(), "summary.json") {
+		t.Errorf("a missing key: error %v, want one naming the file and the key", err)
+	}
+}
+
+// TestRunTable: a run table (block table-…) is what `pfedmma run` prints
+// for the summary.json its marker names, in the summary's method order.
+func TestRunTable(t *testing.T) {
+	root := t.TempDir()
+	writeJSON(t, filepath.Join(root, "docs", "r", "summary.json"), map[string]any{
+		"protocol": "base2novel", "metrics": []string{"local", "hm"},
+		"methods": map[string]any{"zeroshot": map[string]any{"local": 74.21875, "hm": 77.7316}, "pfedmma": map[string]any{"local": 90.9375, "hm": 80.693}},
+	})
+	md := "<!-- generated:table-r (make docs; from docs/r/summary.json) -->\n<!-- /generated:table-r -->\n"
+	blocks, err := FigureBlocks(root, []File{{Path: "doc.md", Text: md}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "\n```\n" +
+		"Method    Local     HM\n" +
+		"--------  -----  -----\n" +
+		"pfedmma   90.94  80.69\n" +
+		"zeroshot  74.22  77.73\n" +
+		"```\n"
+	if got := body(t, blocks, "table-r"); got != want {
+		t.Errorf("table-r =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestRunTableMerged: a run table over a stopped run's metrics.jsonl and a
+// finished run's summary.json lists the methods in the files' order, each
+// method's last record from the stopped run unless the finished run's
+// summary holds it (b below: its round-0 record in the stopped run is not
+// its result).
+func TestRunTableMerged(t *testing.T) {
+	root := t.TempDir()
+	rec := func(round int, method string, local, hm float64) string {
+		b, _ := json.Marshal(map[string]any{"round": round, "method": method, "mean": map[string]float64{"local": local, "hm": hm, "loss": 1}})
+		return string(b) + "\n"
+	}
+	jsonl := rec(0, "zeroshot", 74.2, 77.7) + rec(0, "a", 80, 81) + rec(1, "a", 90, 82) + rec(0, "b", 50, 50)
+	if err := os.MkdirAll(filepath.Join(root, "docs", "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "docs", "a", "metrics.jsonl"), []byte(jsonl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeJSON(t, filepath.Join(root, "docs", "b", "summary.json"), map[string]any{
+		"protocol": "base2novel", "metrics": []string{"local", "hm"},
+		"methods": map[string]any{"b": map[string]any{"local": 85, "hm": 83}, "c": map[string]any{"local": 70, "hm": 71}, "zeroshot": map[string]any{"local": 74.2, "hm": 77.7}},
+	})
+	md := "<!-- generated:table-m (make docs; from docs/a/metrics.jsonl docs/b/summary.json) -->\n<!-- /generated:table-m -->\n"
+	blocks, err := FigureBlocks(root, []File{{Path: "doc.md", Text: md}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "\n```\n" +
+		"Method    Local     HM\n" +
+		"--------  -----  -----\n" +
+		"zeroshot  74.20  77.70\n" +
+		"a         90.00  82.00\n" +
+		"b         85.00  83.00\n" +
+		"c         70.00  71.00\n" +
+		"```\n"
+	if got := body(t, blocks, "table-m"); got != want {
+		t.Errorf("table-m =\n%s\nwant\n%s", got, want)
 	}
 }

@@ -17,10 +17,10 @@ type File struct {
 
 // filePatterns are the markdown files, relative to the repository root, in
 // which generated blocks and rows may live.
-var filePatterns = []string{"README.md", "docs/*.md", "methods/*/README.md"}
+var filePatterns = []string{"README.md", "docs/*.md", "docs/*/README.md", "methods/*/README.md"}
 
 // Files reads every markdown file under root that may hold generated blocks
-// (README.md, docs/*.md, methods/*/README.md), in a stable order; Path is
+// (README.md, docs/*.md, docs/*/README.md, methods/*/README.md), in a stable order; Path is
 // root joined with the file's relative path.
 func Files(root string) ([]File, error) {
 	var paths []string

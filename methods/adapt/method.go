@@ -174,6 +174,7 @@ func (Method) Info() methods.Info {
 	return methods.Info{Name: "adapt",
 		Trains: "its domain's CoOp text prompt, n visual prompt tokens (and optional AdaLN) on frozen CLIP",
 		Shares: "text prompts relayed to every client (EMA-merged), visual prompts and AdaLN averaged",
+		Loader: methods.TorchLoader, // no authors' code: PyTorch's default, every example trains
 		Paper:  "Learning to Prompt Your Domain for Federated Vision-Language Models (ADAPT)"}
 }
 

@@ -136,6 +136,9 @@ func (c *Client) Step(ctx context.Context, b train.Batch) (float64, int, error) 
 	if c.ws == nil {
 		c.ws = c.pool.Get()
 	}
+	if f := methods.ObserverFrom(ctx).OnTrainBatch; f != nil {
+		f(c.Task, b.Items)
+	}
 	if err := c.Env.LoadBatch(c.ws, c.Task, b.Items, b.RNG, b.Round, b.Epoch); err != nil {
 		return 0, 0, err
 	}

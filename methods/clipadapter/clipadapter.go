@@ -80,6 +80,7 @@ func (Method) Info() methods.Info {
 	return methods.Info{Name: "clip_adapter",
 		Trains: "a residual two-layer adapter of the frozen image features (d → d/4 → d, ratio 0.2)",
 		Shares: "the whole adapter (FedAvg, weights n_i)",
+		Loader: methods.DasslLoader, // gaopengcuhk/CLIP-Adapter: a Dassl TrainerX
 		Paper:  "Gao et al., CLIP-Adapter: Better Vision-Language Models with Feature Adapters (2021)"}
 }
 

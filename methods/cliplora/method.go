@@ -83,6 +83,7 @@ type Method struct{}
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "clip_lora", Trains: "LoRA (rank r) on q, k, v of every block of both encoders",
 		Shares: "A and B of every LoRA (FedAvg, weights n_i; aggregate: product averages Δ + s·B·A exactly): one global model",
+		Loader: methods.TorchLoader, // MaxZanella/CLIP-LoRA: datasets/utils.py drop_last=False
 		Paper:  "Zanella & Ben Ayed, Low-Rank Few-Shot Adaptation of Vision-Language Models (2024), federated as in the pFedMMA paper"}
 }
 

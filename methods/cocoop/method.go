@@ -52,6 +52,7 @@ type Method struct{}
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "cocoop", Trains: "a CoOp context plus a meta-net adding an image-conditioned bias (frozen CLIP)",
 		Shares: "the whole prompt learner: context and meta-net (FedAvg, weights n_i)",
+		Loader: methods.DasslLoader, // KaiyangZhou/CoOp: Dassl's TrainerX loader
 		Paper:  "Zhou et al., Conditional Prompt Learning for Vision-Language Models (CVPR 2022), federated as in FLiP / PMFLT"}
 }
 

@@ -126,6 +126,7 @@ func (Method) Info() methods.Info {
 	return methods.Info{Name: "dpfpl",
 		Trains: "a global and a local CoOp context; the local one's gradient rebuilt from a low-rank factorisation + residual, with local DP noise on the factors' gradients",
 		Shares: "the global context, clipped but not noised on the site unless per_example_dp (the coordinator sees it in the clear); the server adds Gaussian noise to the uniform mean (global DP: against other sites and the published global context, not the coordinator); the local context stays on the site",
+		Loader: methods.DasslLoader, // linhhtran/DP-FPL: Dassl's fed_train_loader_x
 		Paper:  "Tran et al., Privacy-Preserving Personalized Federated Prompt Learning for Multimodal Large Language Models (ICLR 2025)"}
 }
 

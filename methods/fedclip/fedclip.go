@@ -100,6 +100,7 @@ func (Method) Info() methods.Info {
 	return methods.Info{Name: "fedclip",
 		Trains: "an attention adapter on the frozen image feature (softmax(W2 tanh(W1 f + b1) + b2) ⊙ f), batch-contrastive loss",
 		Shares: "the whole adapter (FedAvg, weights n_i): one global model",
+		Loader: methods.TorchLoader, // Yuqin-G/PMFLT: dm_federated.build_data_loader, no drop_last
 		Paper:  "Lu et al., FedCLIP: Fast Generalization and Personalization for CLIP in Federated Learning (2023)"}
 }
 

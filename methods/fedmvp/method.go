@@ -85,6 +85,7 @@ func (Method) Info() methods.Info {
 	return methods.Info{Name: "fedmvp",
 		Trains: "a PromptFormer (cross-attention of the patch embeddings over class-description features) whose pooled outputs are visual prompts; after the loss falls below lora_threshold, LoRA factors on its inputs instead",
 		Shares: "the whole prompt learner (uniform mean, as the authors' server); the LoRA switch stays on the site",
+		Loader: methods.TorchLoader, // mainaksingha01/FedMVP: dm_federated.build_data_loader, no drop_last
 		Paper:  "Singha et al., FedMVP: Federated Multi-modal Visual Prompt Tuning for Vision-Language Models (ICCV 2025)"}
 }
 

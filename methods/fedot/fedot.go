@@ -148,6 +148,7 @@ func (Method) Info() methods.Info {
 	return methods.Info{Name: "fedot",
 		Trains: "a linear classifier w_g and a private Cayley-orthogonal map of the frozen image features (r blocks)",
 		Shares: "w_g only (uniform mean)",
+		Loader: methods.TorchLoader, // no authors' code: PyTorch's default, every example trains
 		Paper:  "FedOT: federated orthogonal transforms for black-box foundation models (fedot-paper)"}
 }
 

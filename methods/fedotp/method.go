@@ -80,6 +80,7 @@ type Method struct{}
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "fedotp", Trains: "a global and a local CoOp prompt matched to image patches by optimal transport",
 		Shares: "the global prompt only (FedAvg, weights n_i)",
+		Loader: methods.DasslLoader, // HongxiaLee/FedOTP: Dassl's fed_train_loader_x
 		Paper:  "Li et al., Global and Local Prompts Cooperation via Optimal Transport for Federated Learning (CVPR 2024)"}
 }
 

@@ -57,6 +57,7 @@ type Method struct{}
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "fedpgp", Trains: "a global context sigma and a personal low-rank U·V (CoOp prompts)",
 		Shares: "sigma only (FedAvg, weights n_i); U and V stay on the site",
+		Loader: methods.DasslLoader, // sajjad-ucsb/pFedMMA trainers/fedpgp.py: Dassl's fed_train_loader_x
 		Paper:  "Cui et al., Harmonizing Generalization and Personalization in Federated Prompt Learning (ICML 2024)"}
 }
 

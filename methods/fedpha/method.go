@@ -65,6 +65,7 @@ type Method struct{}
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "fedpha", Trains: "a global and a private local CoOp prompt, the local one also projected by the SVD of the global one",
 		Shares: "the global prompt only (FedAvg, weights n_i)",
+		Loader: methods.TorchLoader, // Yuqin-G/PMFLT: dm_federated.build_data_loader, no drop_last
 		Paper:  "Fang et al., Federated Prompt Learning for Heterogeneous Client Adaptation (ICML 2025)"}
 }
 

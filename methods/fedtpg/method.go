@@ -152,6 +152,7 @@ func (Method) Info() methods.Info {
 	return methods.Info{Name: "fedtpg",
 		Trains: "a prompt generator: learnable queries cross-attending to the class names' CLIP text features, GEGLU feed-forward (n_ctx vectors at the embedding)",
 		Shares: "the whole generator (uniform mean as the authors' code; weighted_mean: n_i weights)",
+		Loader: methods.TorchLoader, // boschresearch/FedTPG: dm_federated.build_data_loader, no drop_last
 		Paper:  "Qiu et al., Federated Text-driven Prompt Generation for Vision-Language Models (ICLR 2024)"}
 }
 

@@ -62,6 +62,7 @@ type Method struct{}
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "kgcoop", Trains: "a CoOp context pulled towards the hand-crafted prompts' text features (frozen CLIP)",
 		Shares: "the context (FedAvg, weights n_i)",
+		Loader: methods.DasslLoader, // htyao89/KgCoOp: Dassl.ProGrad's train_loader_x
 		Paper:  "Yao et al., Visual-Language Prompt Tuning with Knowledge-guided Context Optimization (CVPR 2023), federated as in FLiP / PMFLT"}
 }
 

@@ -96,6 +96,7 @@ func (Method) Info() methods.Info {
 	return methods.Info{Name: "maple",
 		Trains: "deep prompts in both encoders (n_ctx tokens in blocks < prompt_depth), the visual ones coupled to the text ones by linear maps",
 		Shares: "the whole prompt learner (FedAvg, weights n_i, as FLiP/PMFLT)",
+		Loader: methods.DasslLoader, // muzairkhattak/multimodal-prompt-learning: Dassl's TrainerX loader
 		Paper:  "Khattak et al., MaPLe: Multi-modal Prompt Learning (CVPR 2023)"}
 }
 

@@ -111,6 +111,7 @@ func (Method) Info() methods.Info {
 	return methods.Info{Name: "pfedmma",
 		Trains: "image and text adapters (down, shared r×r, up) in blocks ℓ..L",
 		Shares: "the shared r×r projections (FedAvg, weights n_i)",
+		Loader: methods.DasslLoader, // sajjad-ucsb/pFedMMA: Dassl's fed_train_loader_x
 		Paper:  "Ghiasvand et al., pFedMMA: Personalized Federated Fine-Tuning with Multi-Modal Adapter for Vision-Language Models (2025)"}
 }
 

@@ -86,6 +86,7 @@ type Method struct{}
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "pfedmoap", Trains: "a CoOp prompt and a local attention gate over downloaded expert prompts",
 		Shares: "the prompt (FedAvg, weights n_i; a pool of every client's prompt serves the K nearest as experts); the gate stays on the site",
+		Loader: methods.DasslLoader, // ljaiverson/pFedMoAP: Dassl's fed_train_loader_x
 		Paper:  "Luo et al., Mixture of Experts Made Personalized: Federated Prompt Learning for Vision-Language Models (ICLR 2025)"}
 }
 

@@ -64,7 +64,9 @@ type Method struct{}
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "plot", Trains: "N CoOp prompts per class matched to the image's local features by optimal transport",
 		Shares: "all N prompts (FedAvg, weights n_i)",
-		Paper:  "Chen et al., PLOT: Prompt Learning with Optimal Transport for Vision-Language Models (ICLR 2023)"}
+		Paper:  "Chen et al., PLOT: Prompt Learning with Optimal Transport for Vision-Language Models (ICLR 2023)",
+		Loader: methods.DasslLoader, // CHENGY12/PLOT plot-coop: a Dassl TrainerX (Dassl.pytorch)
+	}
 }
 
 // DefaultConfig implements methods.Method.

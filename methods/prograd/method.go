@@ -66,7 +66,9 @@ type Method struct{}
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "prograd", Trains: "a CoOp context whose cross-entropy gradient is projected off the direction conflicting with the zero-shot CLIP's (frozen CLIP)",
 		Shares: "the context (FedAvg, weights n_i)",
-		Paper:  "Zhu et al., Prompt-aligned Gradient for Prompt Tuning (ICCV 2023), federated as in FLiP"}
+		Paper:  "Zhu et al., Prompt-aligned Gradient for Prompt Tuning (ICCV 2023), federated as in FLiP",
+		Loader: methods.DasslLoader, // BeierZhu/Prompt-align Dassl.ProGrad.pytorch/dassl/data/data_manager.py
+	}
 }
 
 // DefaultConfig implements methods.Method: the authors' scripts (n_ctx 16

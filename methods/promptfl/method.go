@@ -51,6 +51,7 @@ type Method struct{}
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "promptfl", Trains: "a CoOp text context (n_ctx vectors) on frozen CLIP",
 		Shares: "the context (FedAvg, weights n_i; optional FedProx μ)",
+		Loader: methods.DasslLoader, // sajjad-ucsb/pFedMMA trainers/promptfl.py: Dassl's fed_train_loader_x
 		Paper:  "Guo et al., PromptFL: Let Federated Participants Cooperatively Learn Prompts Instead of Models (2023)"}
 }
 

@@ -70,6 +70,7 @@ type Method struct{}
 func (Method) Info() methods.Info {
 	return methods.Info{Name: "promptfolio", Trains: "a global and a local CoOp prompt whose text features are mixed by θ",
 		Shares: "the global prompt only (FedAvg over the round's clients, weights n_i)",
+		Loader: methods.DasslLoader, // PanBikang/PromptFolio: Dassl's fed_train_loader_x
 		Paper:  "Pan et al., Federated Learning from Vision-Language Foundation Models: Theoretical Analysis and Method (NeurIPS 2024)"}
 }
 

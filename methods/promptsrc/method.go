@@ -117,7 +117,9 @@ func (Method) Info() methods.Info {
 	return methods.Info{Name: "promptsrc",
 		Trains: "independent deep prompts in both encoders, pulled towards the frozen CLIP's features and logits (L1 on features, KL on logits)",
 		Shares: "every prompt (FedAvg, weights n_i)",
-		Paper:  "Khattak et al., Self-regulating Prompts: Foundational Model Adaptation without Forgetting (ICCV 2023)"}
+		Paper:  "Khattak et al., Self-regulating Prompts: Foundational Model Adaptation without Forgetting (ICCV 2023)",
+		Loader: methods.DasslLoader, // muzairkhattak/PromptSRC: a Dassl TrainerX (Dassl.pytorch)
+	}
 }
 
 // DefaultConfig implements methods.Method: the authors' ViT-B/16 settings

@@ -1,7 +1,8 @@
 // Command docsgen rewrites the generated blocks (the tables and summary
 // sentences of measured numbers) of every markdown file that holds them —
-// README.md, docs/*.md and methods/*/README.md — from the JSON evidence
-// under docs/, and each method's settings table from its DefaultConfig and
+// README.md, docs/*.md, docs/*/README.md and methods/*/README.md — from the
+// JSON evidence under docs/ (and each figure, a number of the prose, from
+// the evidence its marker names), and each method's settings table from its DefaultConfig and
 // the comments of its settings struct; `make docs` runs it. With -check it only reports the blocks
 // that differ and exits 1 when any does.
 package main
@@ -43,6 +44,11 @@ func run(root, docsDir string, check bool) error {
 		return err
 	}
 	blocks = append(blocks, settings...)
+	figs, err := docsgen.FigureBlocks(root, files)
+	if err != nil {
+		return err
+	}
+	blocks = append(blocks, figs...)
 	rows, err := docsgen.RenderRows(docsDir)
 	if err != nil {
 		return err
