@@ -46,7 +46,9 @@ var fingerprintSkip = []string{"name", "threads", "cache", "output", "aggregatio
 // Fingerprint is a stable hash (64 hex digits, SHA-256) of the settings
 // that determine a run's results; `pfedmma run --resume` refuses a config
 // whose fingerprint differs from the interrupted run's. It leaves out name,
-// threads, cache and output (they change speed or files, not numbers),
+// threads, cache and output (they change speed or files, not numbers), the
+// sections of registered methods the run does not run (so that registering
+// a method leaves every fingerprint as it was),
 // seed when seeds is set, and aggregation's settings that are not in
 // effect (aggregation off hashes as before the section existed). It hashes sorted "path=value" lines of the
 // non-zero fields, so it does not depend on field order, and a field added
@@ -68,6 +70,9 @@ func (e *Experiment) fingerprintLines() []string {
 	var lines []string
 	flatten(reflect.ValueOf(*e), "", &lines)
 	for _, name := range slices.Sorted(maps.Keys(e.Sections)) {
+		if !slices.Contains(e.Methods, name) {
+			continue // a method the run does not run: its settings change nothing
+		}
 		flatten(reflect.ValueOf(e.Sections[name]).Elem(), name, &lines)
 	}
 	lines = append(lines, e.Aggregation.fingerprintLines()...)
