@@ -100,14 +100,15 @@ func (c Config) Validate(layers int) error {
 	return nil
 }
 
-// tower runs one encoder's blocks with n prompt rows per sequence replaced
-// at the input of blocks 1..J−1. Segment s < J−1 is block s alone; the last
+// Tower runs one encoder's blocks with n prompt rows per sequence replaced
+// at the input of blocks 1..J−1 (MaPLe's deep-prompt tower; PromptSRC's
+// learner runs it too). Segment s < J−1 is block s alone; the last
 // segment is blocks J−1..L−1 (pooled). The blocks are private copies
 // (Block.FrozenCopy) that share the frozen weights and run in the precision
 // the model had when the learner was made: after Model.SetPrecision(BF16)
 // their weight products, forward and input gradient, run in bfloat16 with
 // float32 accumulation.
-type tower struct {
+type Tower struct {
 	segs []clip.Stack
 	off  int // first prompt position of every sequence
 	n, D int
@@ -118,8 +119,10 @@ type tower struct {
 	dp   [][]float32  // [J][n, D] gradients at the prompt rows
 }
 
-func newTower(blocks []*clip.Block, J, off, n int) *tower {
-	t := &tower{off: off, n: n, D: blocks[0].D}
+// NewTower returns the tower of blocks with J prompted segments and n prompt
+// rows per sequence starting at position off.
+func NewTower(blocks []*clip.Block, J, off, n int) *Tower {
+	t := &Tower{off: off, n: n, D: blocks[0].D}
 	for s := 0; s < J-1; s++ {
 		t.segs = append(t.segs, clip.Stack{Blocks: []*clip.Block{blocks[s].FrozenCopy()}})
 	}
@@ -133,10 +136,10 @@ func newTower(blocks []*clip.Block, J, off, n int) *tower {
 	return t
 }
 
-// forward runs x0 [B, T, D] (the first block's input, prompt rows already in
+// Forward runs x0 [B, T, D] (the first block's input, prompt rows already in
 // place) with deep[s] [n, D] replacing the prompt rows at the input of
 // segment s ≥ 1, pools the last block at pool and returns [B, D].
-func (t *tower) forward(x0 []float32, deep [][]float32, B, T int, pool []int, train bool) []float32 {
+func (t *Tower) Forward(x0 []float32, deep [][]float32, B, T int, pool []int, train bool) []float32 {
 	t.B, t.T = B, T
 	D, n := t.D, t.n
 	x := x0
@@ -161,10 +164,10 @@ func (t *tower) forward(x0 []float32, deep [][]float32, B, T int, pool []int, tr
 	return x
 }
 
-// backward takes the gradient at the pooled output [B, D] and returns the
-// gradient at x0 [B, T, D] (owned by t); t.dp[s], s ≥ 1, receive the
-// gradients of deep[s] summed over the sequences.
-func (t *tower) backward(dpool []float32) []float32 {
+// Backward takes the gradient at the pooled output [B, D] and returns the
+// gradient at x0 [B, T, D] (owned by t); PromptGrad(s), s ≥ 1, receives
+// the gradients of deep[s] summed over the sequences.
+func (t *Tower) Backward(dpool []float32) []float32 {
 	B, T, D, n := t.B, t.T, t.D, t.n
 	g := dpool
 	for s := len(t.segs) - 1; s >= 0; s-- {
@@ -190,6 +193,10 @@ func (t *tower) backward(dpool []float32) []float32 {
 	return g
 }
 
+// PromptGrad returns the gradient of deep[s] [n, D] from the last Backward
+// (owned by t; nil for s = 0).
+func (t *Tower) PromptGrad(s int) []float32 { return t.dp[s] }
+
 // Learner trains one MaPLe prompt learner on a frozen CLIP for one label
 // space. Several clients may share a Learner when they train one at a time
 // (load a client's tensors into Params first). Its blocks and heads are
@@ -210,7 +217,7 @@ type Learner struct {
 
 	p, g tensor.Named
 
-	txt, img *tower
+	txt, img *Tower
 	vp       [][]float32 // [J][n, Dv] visual prompts v_0..v_{J−1}
 	vln      []float32   // [n, Dv] ln_pre(v_0)
 	vmean    []float32
@@ -259,8 +266,8 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	l.base = textBase(full, m.Text.W.PosEmb, C, ctxLen, T, Dt, n)
 	l.vis = clip.Vision{Cfg: m.Vision.Cfg, W: m.Vision.W}
 	l.text = clip.Text{Cfg: m.Text.Cfg, W: m.Text.W}
-	l.txt = newTower(m.Text.Stack.Blocks, J, 1, n)
-	l.img = newTower(m.Vision.Stack.Blocks, J, l.T0, n)
+	l.txt = NewTower(m.Text.Stack.Blocks, J, 1, n)
+	l.img = NewTower(m.Vision.Stack.Blocks, J, l.T0, n)
 
 	l.p, l.g = tensor.Named{}, tensor.Named{}
 	add := func(name string, shape ...int) {
@@ -367,7 +374,7 @@ func (l *Learner) TextFeatures(train bool) []float32 {
 			x[i] += v
 		}
 	}
-	pooled := l.txt.forward(l.x0t, l.tdeep, C, T, l.eot, train)
+	pooled := l.txt.Forward(l.x0t, l.tdeep, C, T, l.eot, train)
 	l.tf = nn.Grow(l.tf, C*l.E)
 	l.text.HeadForward(l.tf, pooled, C)
 	return l.tf
@@ -389,7 +396,7 @@ func (l *Learner) ImageFeatures(prefix []float32, B int, train bool) []float32 {
 		copy(l.x0v[b*T*Dv:(b*T+T0)*Dv], prefix[b*T0*Dv:(b+1)*T0*Dv])
 		copy(l.x0v[(b*T+T0)*Dv:(b+1)*T*Dv], l.vln)
 	}
-	pooled := l.img.forward(l.x0v, l.vp, B, T, clip.ClassPool(B), train)
+	pooled := l.img.Forward(l.x0v, l.vp, B, T, clip.ClassPool(B), train)
 	l.imf = nn.Grow(l.imf, B*l.E)
 	l.vis.HeadForward(l.imf, pooled, B)
 	return l.imf
@@ -429,7 +436,7 @@ func (l *Learner) backward(B int) {
 	n, Dt, Dv, C, T := l.Cfg.NCtx, l.Dt, l.Dv, l.C, l.textT
 	J := l.Cfg.Depth
 	// image side: dx0 → ln_pre(v_0) rows summed over images → v_0
-	dx0 := l.img.backward(l.vis.HeadBackward(l.dImg))
+	dx0 := l.img.Backward(l.vis.HeadBackward(l.dImg))
 	Ti := l.T0 + n
 	l.dvln = nn.Grow(l.dvln, n*Dv)
 	clear(l.dvln)
@@ -443,7 +450,7 @@ func (l *Learner) backward(B int) {
 	w := l.m.Vision.W
 	nn.LayerNormBackward(l.dv0, nil, nil, l.dvln, l.vp[0], l.vmean, l.vrstd, w.LnPreW, n, Dv)
 	// text side: dx0 rows 1..n summed over classes → ctx
-	dxt := l.txt.backward(l.text.HeadBackward(l.dTxt))
+	dxt := l.txt.Backward(l.text.HeadBackward(l.dTxt))
 	dctx := l.g[ParamCtx].Data
 	for r := 0; r < C; r++ {
 		for i, v := range dxt[(r*T+1)*Dt : (r*T+1+n)*Dt] {
@@ -454,8 +461,8 @@ func (l *Learner) backward(B int) {
 	nn.LinearBackward(dctx, l.g[ParamProjW].Data, l.g[ParamProjB].Data, l.dv0, l.p[ParamCtx].Data, l.p[ParamProjW].Data, n, Dt, Dv)
 	for k := 1; k < J; k++ {
 		dt := l.g[ParamText(k)].Data
-		copy(dt, l.txt.dp[k])
-		nn.LinearBackward(dt, l.g[ParamCouple(k, "weight")].Data, l.g[ParamCouple(k, "bias")].Data, l.img.dp[k],
+		copy(dt, l.txt.PromptGrad(k))
+		nn.LinearBackward(dt, l.g[ParamCouple(k, "weight")].Data, l.g[ParamCouple(k, "bias")].Data, l.img.PromptGrad(k),
 			l.p[ParamText(k)].Data, l.p[ParamCouple(k, "weight")].Data, n, Dt, Dv)
 	}
 }

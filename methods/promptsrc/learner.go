@@ -39,6 +39,7 @@ import (
 	"strconv"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/methods/maple"
 	"github.com/pfedmma/pfedmma/nn"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -125,7 +126,7 @@ type Learner struct {
 
 	p, g tensor.Named
 
-	txt, img *tower
+	txt, img *maple.Tower
 	vdeep    [][]float32 // [J_v][n_v, Dv] (index 0: v_0)
 	tdeep    [][]float32 // [J_t][n_t, Dt] (index 0 unused)
 	vln      []float32   // [n_v, Dv] ln_pre(v_0)
@@ -186,8 +187,8 @@ func New(m *clip.Model, tokens, templates []int, cfg Config) (*Learner, error) {
 	for _, b := range m.Vision.Stack.Blocks {
 		l.zsStack.Blocks = append(l.zsStack.Blocks, b.FrozenCopy())
 	}
-	l.txt = newTower(m.Text.Stack.Blocks, cfg.DepthText, 1, nt)
-	l.img = newTower(m.Vision.Stack.Blocks, cfg.DepthVision, l.T0, cfg.NCtxVision)
+	l.txt = maple.NewTower(m.Text.Stack.Blocks, cfg.DepthText, 1, nt)
+	l.img = maple.NewTower(m.Vision.Stack.Blocks, cfg.DepthVision, l.T0, cfg.NCtxVision)
 
 	l.p, l.g = tensor.Named{}, tensor.Named{}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5c7a1))
@@ -282,7 +283,7 @@ func (l *Learner) TextFeatures(train bool) []float32 {
 	for k := 1; k < l.Cfg.DepthText; k++ {
 		l.tdeep[k] = l.p[ParamText(k)].Data
 	}
-	pooled := l.txt.forward(l.x0t, l.tdeep, C, T, l.eot, train)
+	pooled := l.txt.Forward(l.x0t, l.tdeep, C, T, l.eot, train)
 	l.tf = nn.Grow(l.tf, C*l.E)
 	l.text.HeadForward(l.tf, pooled, C)
 	return l.tf
@@ -308,7 +309,7 @@ func (l *Learner) ImageFeatures(prefix []float32, B int, train bool) []float32 {
 		copy(l.x0v[b*T*Dv:(b*T+T0)*Dv], prefix[b*T0*Dv:(b+1)*T0*Dv])
 		copy(l.x0v[(b*T+T0)*Dv:(b+1)*T*Dv], l.vln)
 	}
-	pooled := l.img.forward(l.x0v, l.vdeep, B, T, clip.ClassPool(B), train)
+	pooled := l.img.Forward(l.x0v, l.vdeep, B, T, clip.ClassPool(B), train)
 	l.imf = nn.Grow(l.imf, B*l.E)
 	l.vis.HeadForward(l.imf, pooled, B)
 	return l.imf
@@ -461,7 +462,7 @@ func (l *Learner) Step(prefix []float32, labels []int) (float64, map[string]floa
 func (l *Learner) backward(B int) {
 	nt, nv, Dt, Dv, C, T := l.Cfg.NCtxText, l.Cfg.NCtxVision, l.Dt, l.Dv, l.C, l.textT
 	// image side: dx0 → ln_pre(v_0) rows summed over images → v_0
-	dx0 := l.img.backward(l.vis.HeadBackward(l.dImg))
+	dx0 := l.img.Backward(l.vis.HeadBackward(l.dImg))
 	Ti := l.T0 + nv
 	l.dvln = nn.Grow(l.dvln, nv*Dv)
 	clear(l.dvln)
@@ -473,10 +474,10 @@ func (l *Learner) backward(B int) {
 	w := l.m.Vision.W
 	nn.LayerNormBackward(l.g[ParamVPT].Data, nil, nil, l.dvln, l.vdeep[0], l.vmean, l.vrstd, w.LnPreW, nv, Dv)
 	for k := 1; k < l.Cfg.DepthVision; k++ {
-		copy(l.g[ParamVision(k)].Data, l.img.dp[k])
+		copy(l.g[ParamVision(k)].Data, l.img.PromptGrad(k))
 	}
 	// text side: dx0 rows 1..n summed over classes → ctx
-	dxt := l.txt.backward(l.text.HeadBackward(l.dTxt))
+	dxt := l.txt.Backward(l.text.HeadBackward(l.dTxt))
 	dctx := l.g[ParamCtx].Data
 	for r := 0; r < C; r++ {
 		for i, v := range dxt[(r*T+1)*Dt : (r*T+1+nt)*Dt] {
@@ -484,7 +485,7 @@ func (l *Learner) backward(B int) {
 		}
 	}
 	for k := 1; k < l.Cfg.DepthText; k++ {
-		copy(l.g[ParamText(k)].Data, l.txt.dp[k])
+		copy(l.g[ParamText(k)].Data, l.txt.PromptGrad(k))
 	}
 }
 
