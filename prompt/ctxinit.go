@@ -46,11 +46,28 @@ func FillContext(ctx, init []float32, nCtx, D int, seed, salt uint64, std float6
 		copy(ctx, init)
 		return nil
 	}
+	DrawContext(ctx, seed, salt, std)
+	return nil
+}
+
+// DrawContext fills ctx with N(0, std²) draws of PCG(seed, salt) in order
+// (each method its own salt).
+func DrawContext(ctx []float32, seed, salt uint64, std float64) {
 	rng := rand.New(rand.NewPCG(seed, salt))
 	for i := range ctx {
 		ctx[i] = float32(rng.NormFloat64() * std)
 	}
-	return nil
+}
+
+// NewMultiEncoder returns the encoder of N contexts per class prompt
+// (tokens [C, Ctx], nCtx context tokens at pos): its rows are prompt-major,
+// row n·C + c context n with class c (FedOTP's and PLOT's N prompts).
+func NewMultiEncoder(m *clip.Model, tokens []int, N, nCtx int, pos string) (*Encoder, error) {
+	rows := make([]int, 0, N*len(tokens))
+	for n := 0; n < N; n++ {
+		rows = append(rows, tokens...)
+	}
+	return NewEncoderAt(m, rows, nCtx, pos)
 }
 
 // NewTeacher returns the encoder of the class prompts tokens [R, Ctx]
