@@ -214,6 +214,29 @@ func ImageFeatures(m *clip.Model, batch tensor.Named, prefix string) ([]float32,
 	return m.EncodeImage(t.Data, t.Shape[0]), t.Shape[0], nil
 }
 
+// ImagePrefixes returns batch with batch[pre+"images"] [B, 3, S, S] joined
+// by batch[pre+"image_features"]: the frozen ln_pre prefixes of m as
+// [B, T0·Dv] records, the image records of learners that prompt the image
+// encoder (MaPLe, PromptSRC). batch itself is not changed.
+func ImagePrefixes(m *clip.Model, batch tensor.Named, pre string) (tensor.Named, error) {
+	t, ok := batch[pre+"images"]
+	if !ok {
+		return nil, fmt.Errorf("tensor %q is missing", pre+"images")
+	}
+	S := m.W.Config.Vision.ImageSize
+	if len(t.Shape) != 4 || t.Shape[1] != 3 || t.Shape[2] != S || t.Shape[3] != S {
+		return nil, fmt.Errorf("tensor %q: shape %v, want [B, 3, %d, %d]", pre+"images", t.Shape, S, S)
+	}
+	B := t.Shape[0]
+	x := clip.ImagePrefix(m, 1, t.Data, B, nil)
+	out := tensor.Named{}
+	for k, v := range batch {
+		out[k] = v
+	}
+	out[pre+"image_features"] = &tensor.Tensor{Shape: []int{B, len(x) / B}, Data: x}
+	return out, nil
+}
+
 // Scalar wraps v as a [1] tensor.
 func Scalar(v float64) *tensor.Tensor {
 	return &tensor.Tensor{Shape: []int{1}, Data: []float32{float32(v)}}

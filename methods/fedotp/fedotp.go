@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/ot"
@@ -103,16 +102,11 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// rows prompt-major: row n·C + c is prompt n with class c
-	rows := make([]int, 0, cfg.NumPrompt*len(tokens))
-	for n := 0; n < cfg.NumPrompt; n++ {
-		rows = append(rows, tokens...)
-	}
 	pos := cfg.Position
 	if pos == "" {
 		pos = prompt.PositionEnd
 	}
-	enc, err := prompt.NewEncoderAt(m, rows, cfg.NCtx, pos)
+	enc, err := prompt.NewMultiEncoder(m, tokens, cfg.NumPrompt, cfg.NCtx, pos)
 	if err != nil {
 		return nil, fmt.Errorf("fedotp: %w", err)
 	}
@@ -120,10 +114,7 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	l.head.OT = cfg.OT
 	l.ctx = tensor.New(cfg.NumPrompt, cfg.NCtx, enc.D)
 	l.grad = tensor.New(cfg.NumPrompt, cfg.NCtx, enc.D)
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x07f))
-	for i := range l.ctx.Data {
-		l.ctx.Data[i] = float32(rng.NormFloat64() * cfg.InitStd)
-	}
+	prompt.DrawContext(l.ctx.Data, cfg.Seed, 0x07f, cfg.InitStd)
 	return l, nil
 }
 

@@ -186,24 +186,32 @@ func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.
 	if err != nil {
 		return nil, err
 	}
-	return predictor{pe: pe, cfg: s.config(0), saved: saved}, nil
+	cfg := s.config(0)
+	return TokenPredictor[*Learner]{PE: pe, NCtx: cfg.NCtx, Saved: saved,
+		New: func(tokens []int) (*Learner, error) { return New(pe.Model, tokens, cfg) }}, nil
 }
 
-type predictor struct {
-	pe    methods.PredictEnv
-	cfg   Config
-	saved tensor.Named
+// TokenPredictor is a methods.Predictor for learners that score an image's
+// every-token features (FedOTP's, PLOT's): per call it builds the learner
+// for the asked classes with New (NCtx context placeholders), loads the
+// site's saved prompts into it and scores the images' token features.
+type TokenPredictor[L interface {
+	Params() tensor.Named
+	Logits(imgTok []float32, B int) ([]float32, error)
+}] struct {
+	PE    methods.PredictEnv
+	NCtx  int
+	Saved tensor.Named
+	New   func(tokens []int) (L, error)
 }
 
-func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
-	m := p.pe.Model
-	l, err := client.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
-		return New(m, tokens, p.cfg)
-	})
+// Logits implements methods.Predictor.
+func (p TokenPredictor[L]) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
+	l, err := client.PredictLearner(p.PE, p.NCtx, classes, p.Saved, p.New)
 	if err != nil {
 		return nil, err
 	}
-	return l.Logits(append([]float32(nil), m.EncodeImageTokens(pixels, B)...), B)
+	return l.Logits(append([]float32(nil), p.PE.Model.EncodeImageTokens(pixels, B)...), B)
 }
 
 // SmallSettings implements methods.SmallRun: 8 context tokens leave room

@@ -19,7 +19,7 @@ import (
 // towerBlocks returns every block the learner runs, both encoders.
 func towerBlocks(l *Learner) []*clip.Block {
 	var out []*clip.Block
-	for _, tw := range []*tower{l.txt, l.img} {
+	for _, tw := range []*Tower{l.txt, l.img} {
 		for _, s := range tw.segs {
 			out = append(out, s.Blocks...)
 		}

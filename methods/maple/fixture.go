@@ -41,28 +41,6 @@ func replay(m *clip.Model) prompt.Replay[*Learner, Config] {
 		Scale: func(l *Learner, s float32) { l.LogitScale = s }}
 }
 
-// imagePrefixes replaces batch[pre+"images"] [B, 3, S, S] by
-// batch[pre+"image_features"] holding the frozen ln_pre prefixes as
-// [B, T0·Dv] records, the image records MaPLe's Step takes.
-func imagePrefixes(m *clip.Model, batch tensor.Named, pre string) (tensor.Named, error) {
-	t, ok := batch[pre+"images"]
-	if !ok {
-		return nil, fmt.Errorf("maple: tensor %q is missing", pre+"images")
-	}
-	S := m.W.Config.Vision.ImageSize
-	if len(t.Shape) != 4 || t.Shape[1] != 3 || t.Shape[2] != S || t.Shape[3] != S {
-		return nil, fmt.Errorf("maple: tensor %q: shape %v, want [B, 3, %d, %d]", pre+"images", t.Shape, S, S)
-	}
-	B := t.Shape[0]
-	x := clip.ImagePrefix(m, 1, t.Data, B, nil)
-	out := tensor.Named{}
-	for k, v := range batch {
-		out[k] = v
-	}
-	out[pre+"image_features"] = &tensor.Tensor{Shape: []int{B, len(x) / B}, Data: x}
-	return out, nil
-}
-
 // StepFromFile replays one training step in the layout of
 // testdata/maple/step.safetensors: params holds the prompt learner's
 // tensors; batch "tokens" [C, Ctx], "labels" [B] and "images"
@@ -75,9 +53,9 @@ func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]str
 	if err != nil {
 		return nil, err
 	}
-	batch, err = imagePrefixes(m, batch, "")
+	batch, err = prompt.ImagePrefixes(m, batch, "")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("maple: %w", err)
 	}
 	labels, err := prompt.Ints(batch, "labels")
 	if err != nil {
@@ -115,8 +93,8 @@ func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]st
 		return nil, err
 	}
 	for k := range h.ClientSizes {
-		if batch, err = imagePrefixes(m, batch, fmt.Sprintf("client%d.", k)); err != nil {
-			return nil, err
+		if batch, err = prompt.ImagePrefixes(m, batch, fmt.Sprintf("client%d.", k)); err != nil {
+			return nil, fmt.Errorf("maple: %w", err)
 		}
 	}
 	out, err := prompt.Round(m, l, params, batch, h)

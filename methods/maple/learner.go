@@ -100,14 +100,15 @@ func (c Config) Validate(layers int) error {
 	return nil
 }
 
-// tower runs one encoder's blocks with n prompt rows per sequence replaced
-// at the input of blocks 1..J−1. Segment s < J−1 is block s alone; the last
+// Tower runs one encoder's blocks with n prompt rows per sequence replaced
+// at the input of blocks 1..J−1 (MaPLe's deep-prompt tower; PromptSRC's
+// learner runs it too). Segment s < J−1 is block s alone; the last
 // segment is blocks J−1..L−1 (pooled). The blocks are private copies
 // (Block.FrozenCopy) that share the frozen weights and run in the precision
 // the model had when the learner was made: after Model.SetPrecision(BF16)
 // their weight products, forward and input gradient, run in bfloat16 with
 // float32 accumulation.
-type tower struct {
+type Tower struct {
 	segs []clip.Stack
 	off  int // first prompt position of every sequence
 	n, D int
@@ -118,8 +119,10 @@ type tower struct {
 	dp   [][]float32  // [J][n, D] gradients at the prompt rows
 }
 
-func newTower(blocks []*clip.Block, J, off, n int) *tower {
-	t := &tower{off: off, n: n, D: blocks[0].D}
+// NewTower returns the tower of blocks with J prompted segments and n prompt
+// rows per sequence starting at position off.
+func NewTower(blocks []*clip.Block, J, off, n int) *Tower {
+	t := &Tower{off: off, n: n, D: blocks[0].D}
 	for s := 0; s < J-1; s++ {
 		t.segs = append(t.segs, clip.Stack{Blocks: []*clip.Block{blocks[s].FrozenCopy()}})
 	}
@@ -133,10 +136,10 @@ func newTower(blocks []*clip.Block, J, off, n int) *tower {
 	return t
 }
 
-// forward runs x0 [B, T, D] (the first block's input, prompt rows already in
+// Forward runs x0 [B, T, D] (the first block's input, prompt rows already in
 // place) with deep[s] [n, D] replacing the prompt rows at the input of
 // segment s ≥ 1, pools the last block at pool and returns [B, D].
-func (t *tower) forward(x0 []float32, deep [][]float32, B, T int, pool []int, train bool) []float32 {
+func (t *Tower) Forward(x0 []float32, deep [][]float32, B, T int, pool []int, train bool) []float32 {
 	t.B, t.T = B, T
 	D, n := t.D, t.n
 	x := x0
@@ -161,10 +164,10 @@ func (t *tower) forward(x0 []float32, deep [][]float32, B, T int, pool []int, tr
 	return x
 }
 
-// backward takes the gradient at the pooled output [B, D] and returns the
-// gradient at x0 [B, T, D] (owned by t); t.dp[s], s ≥ 1, receive the
-// gradients of deep[s] summed over the sequences.
-func (t *tower) backward(dpool []float32) []float32 {
+// Backward takes the gradient at the pooled output [B, D] and returns the
+// gradient at x0 [B, T, D] (owned by t); PromptGrad(s), s ≥ 1, receives
+// the gradients of deep[s] summed over the sequences.
+func (t *Tower) Backward(dpool []float32) []float32 {
 	B, T, D, n := t.B, t.T, t.D, t.n
 	g := dpool
 	for s := len(t.segs) - 1; s >= 0; s-- {
@@ -190,6 +193,10 @@ func (t *tower) backward(dpool []float32) []float32 {
 	return g
 }
 
+// PromptGrad returns the gradient of deep[s] [n, D] from the last Backward
+// (owned by t; nil for s = 0).
+func (t *Tower) PromptGrad(s int) []float32 { return t.dp[s] }
+
 // Learner trains one MaPLe prompt learner on a frozen CLIP for one label
 // space. Several clients may share a Learner when they train one at a time
 // (load a client's tensors into Params first). Its blocks and heads are
@@ -210,7 +217,7 @@ type Learner struct {
 
 	p, g tensor.Named
 
-	txt, img *tower
+	txt, img *Tower
 	vp       [][]float32 // [J][n, Dv] visual prompts v_0..v_{J−1}
 	vln      []float32   // [n, Dv] ln_pre(v_0)
 	vmean    []float32
@@ -243,12 +250,9 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	}
 	C, n, J := len(tokens)/ctxLen, cfg.NCtx, cfg.Depth
 	eot := clip.EOTPositions(tokens, C, ctxLen)
-	T := 0
-	for r, p := range eot {
-		if p <= n {
-			return nil, fmt.Errorf("maple: class prompt %d: EOT at position %d, but the %d context tokens take positions 1..%d", r, p, n, n)
-		}
-		T = max(T, p+1)
+	T, err := PromptLength(eot, n)
+	if err != nil {
+		return nil, fmt.Errorf("maple: %w", err)
 	}
 	l := &Learner{Cfg: cfg, LogitScale: m.W.LogitScale, m: m, C: C, E: wc.EmbedDim, Dt: Dt, Dv: Dv,
 		T0: m.Vision.Cfg.Tokens(), textT: T, eot: eot}
@@ -256,11 +260,11 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	if err := m.Text.TokenEmbed(full, tokens, C); err != nil {
 		return nil, fmt.Errorf("maple: %w", err)
 	}
-	l.base = textBase(full, m.Text.W.PosEmb, C, ctxLen, T, Dt, n)
+	l.base = TextBase(full, m.Text.W.PosEmb, C, ctxLen, T, Dt, n)
 	l.vis = clip.Vision{Cfg: m.Vision.Cfg, W: m.Vision.W}
 	l.text = clip.Text{Cfg: m.Text.Cfg, W: m.Text.W}
-	l.txt = newTower(m.Text.Stack.Blocks, J, 1, n)
-	l.img = newTower(m.Vision.Stack.Blocks, J, l.T0, n)
+	l.txt = NewTower(m.Text.Stack.Blocks, J, 1, n)
+	l.img = NewTower(m.Vision.Stack.Blocks, J, l.T0, n)
 
 	l.p, l.g = tensor.Named{}, tensor.Named{}
 	add := func(name string, shape ...int) {
@@ -309,10 +313,24 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	return l, nil
 }
 
-// textBase is each class prompt's first T token embeddings (of full, C
+// PromptLength returns T, the text positions the class prompts need (one
+// past the last EOT in eot), or an error naming the first prompt whose EOT
+// falls among the n context positions 1..n.
+func PromptLength(eot []int, n int) (int, error) {
+	T := 0
+	for r, p := range eot {
+		if p <= n {
+			return 0, fmt.Errorf("class prompt %d: EOT at position %d, but the %d context tokens take positions 1..%d", r, p, n, n)
+		}
+		T = max(T, p+1)
+	}
+	return T, nil
+}
+
+// TextBase is each class prompt's first T token embeddings (of full, C
 // rows of ctxLen) plus the positional embeddings pos, with the n context
 // positions after SOT zeroed (the learned context goes there).
-func textBase(full, pos []float32, C, ctxLen, T, Dt, n int) []float32 {
+func TextBase(full, pos []float32, C, ctxLen, T, Dt, n int) []float32 {
 	base := make([]float32, C*T*Dt)
 	for r := 0; r < C; r++ {
 		row := base[r*T*Dt : (r+1)*T*Dt]
@@ -323,6 +341,58 @@ func textBase(full, pos []float32, C, ctxLen, T, Dt, n int) []float32 {
 		}
 	}
 	return base
+}
+
+// TextInput returns the text encoder's input [C, T, Dt] in x0 (grown):
+// x0[r, t] = base[r, t] (+ ctx[t−1] for t in 1..n).
+func TextInput(x0, base, ctx []float32, C, T, Dt, n int) []float32 {
+	x0 = nn.Grow(x0, C*T*Dt)
+	copy(x0, base)
+	for r := 0; r < C; r++ {
+		x := x0[(r*T+1)*Dt : (r*T+1+n)*Dt]
+		for i, v := range ctx[:n*Dt] {
+			x[i] += v
+		}
+	}
+	return x0
+}
+
+// AddContextGrad adds to dctx [n, Dt] the gradient at the text input dx0
+// [C, T, Dt] of the context rows 1..n, summed over the classes.
+func AddContextGrad(dctx, dx0 []float32, C, T, Dt, n int) {
+	for r := 0; r < C; r++ {
+		for i, v := range dx0[(r*T+1)*Dt : (r*T+1+n)*Dt] {
+			dctx[i] += v
+		}
+	}
+}
+
+// ImageInput returns the image encoder's input [B, T0+n, Dv] in x0 (grown):
+// x0[b] = [prefix[b]; vln], with prefix the cached ln_pre output [B, T0, Dv]
+// and vln the n prompt rows through ln_pre [n, Dv].
+func ImageInput(x0, prefix, vln []float32, B, T0, n, Dv int) []float32 {
+	T := T0 + n
+	x0 = nn.Grow(x0, B*T*Dv)
+	for b := 0; b < B; b++ {
+		copy(x0[b*T*Dv:(b*T+T0)*Dv], prefix[b*T0*Dv:(b+1)*T0*Dv])
+		copy(x0[(b*T+T0)*Dv:(b+1)*T*Dv], vln)
+	}
+	return x0
+}
+
+// ImagePromptGrad returns in dst (grown) the gradient at the n prompt rows
+// [n, Dv] of the image encoder's input gradient dx0 [B, T0+n, Dv], summed
+// over the images.
+func ImagePromptGrad(dst, dx0 []float32, B, T0, n, Dv int) []float32 {
+	Ti := T0 + n
+	dst = nn.Grow(dst, n*Dv)
+	clear(dst)
+	for b := 0; b < B; b++ {
+		for i, v := range dx0[(b*Ti+T0)*Dv : (b+1)*Ti*Dv] {
+			dst[i] += v
+		}
+	}
+	return dst
 }
 
 // Params returns the live parameters by reference name.
@@ -357,17 +427,8 @@ func (l *Learner) Couple() [][]float32 {
 // returns the raw features [C, E] (owned by the learner). Call Couple first.
 func (l *Learner) TextFeatures(train bool) []float32 {
 	C, T, Dt, n := l.C, l.textT, l.Dt, l.Cfg.NCtx
-	// x0[r, t] = base[r, t] (+ ctx[t−1] for t in 1..n)           [C, T, Dt]
-	l.x0t = nn.Grow(l.x0t, C*T*Dt)
-	copy(l.x0t, l.base)
-	ctx := l.p[ParamCtx].Data
-	for r := 0; r < C; r++ {
-		x := l.x0t[(r*T+1)*Dt : (r*T+1+n)*Dt]
-		for i, v := range ctx {
-			x[i] += v
-		}
-	}
-	pooled := l.txt.forward(l.x0t, l.tdeep, C, T, l.eot, train)
+	l.x0t = TextInput(l.x0t, l.base, l.p[ParamCtx].Data, C, T, Dt, n)
+	pooled := l.txt.Forward(l.x0t, l.tdeep, C, T, l.eot, train)
 	l.tf = nn.Grow(l.tf, C*l.E)
 	l.text.HeadForward(l.tf, pooled, C)
 	return l.tf
@@ -383,13 +444,8 @@ func (l *Learner) ImageFeatures(prefix []float32, B int, train bool) []float32 {
 	w := l.m.Vision.W
 	l.vln, l.vmean, l.vrstd = nn.Grow(l.vln, n*Dv), nn.Grow(l.vmean, n), nn.Grow(l.vrstd, n)
 	nn.LayerNormForward(l.vln, l.vmean, l.vrstd, l.vp[0], w.LnPreW, w.LnPreB, n, Dv)
-	// x0[b] = [prefix[b]; ln_pre(v_0)]                              [B, T0+n, Dv]
-	l.x0v = nn.Grow(l.x0v, B*T*Dv)
-	for b := 0; b < B; b++ {
-		copy(l.x0v[b*T*Dv:(b*T+T0)*Dv], prefix[b*T0*Dv:(b+1)*T0*Dv])
-		copy(l.x0v[(b*T+T0)*Dv:(b+1)*T*Dv], l.vln)
-	}
-	pooled := l.img.forward(l.x0v, l.vp, B, T, clip.ClassPool(B), train)
+	l.x0v = ImageInput(l.x0v, prefix, l.vln, B, T0, n, Dv)
+	pooled := l.img.Forward(l.x0v, l.vp, B, T, clip.ClassPool(B), train)
 	l.imf = nn.Grow(l.imf, B*l.E)
 	l.vis.HeadForward(l.imf, pooled, B)
 	return l.imf
@@ -429,33 +485,22 @@ func (l *Learner) backward(B int) {
 	n, Dt, Dv, C, T := l.Cfg.NCtx, l.Dt, l.Dv, l.C, l.textT
 	J := l.Cfg.Depth
 	// image side: dx0 → ln_pre(v_0) rows summed over images → v_0
-	dx0 := l.img.backward(l.vis.HeadBackward(l.dImg))
-	Ti := l.T0 + n
-	l.dvln = nn.Grow(l.dvln, n*Dv)
-	clear(l.dvln)
-	for b := 0; b < B; b++ {
-		for i, v := range dx0[(b*Ti+l.T0)*Dv : (b+1)*Ti*Dv] {
-			l.dvln[i] += v
-		}
-	}
+	dx0 := l.img.Backward(l.vis.HeadBackward(l.dImg))
+	l.dvln = ImagePromptGrad(l.dvln, dx0, B, l.T0, n, Dv)
 	l.dv0 = nn.Grow(l.dv0, n*Dv)
 	clear(l.dv0)
 	w := l.m.Vision.W
 	nn.LayerNormBackward(l.dv0, nil, nil, l.dvln, l.vp[0], l.vmean, l.vrstd, w.LnPreW, n, Dv)
 	// text side: dx0 rows 1..n summed over classes → ctx
-	dxt := l.txt.backward(l.text.HeadBackward(l.dTxt))
+	dxt := l.txt.Backward(l.text.HeadBackward(l.dTxt))
 	dctx := l.g[ParamCtx].Data
-	for r := 0; r < C; r++ {
-		for i, v := range dxt[(r*T+1)*Dt : (r*T+1+n)*Dt] {
-			dctx[i] += v
-		}
-	}
+	AddContextGrad(dctx, dxt, C, T, Dt, n)
 	// couplings: v_0 = ctx·Wᵀ + b; v_k = t_k·W_kᵀ + b_k
 	nn.LinearBackward(dctx, l.g[ParamProjW].Data, l.g[ParamProjB].Data, l.dv0, l.p[ParamCtx].Data, l.p[ParamProjW].Data, n, Dt, Dv)
 	for k := 1; k < J; k++ {
 		dt := l.g[ParamText(k)].Data
-		copy(dt, l.txt.dp[k])
-		nn.LinearBackward(dt, l.g[ParamCouple(k, "weight")].Data, l.g[ParamCouple(k, "bias")].Data, l.img.dp[k],
+		copy(dt, l.txt.PromptGrad(k))
+		nn.LinearBackward(dt, l.g[ParamCouple(k, "weight")].Data, l.g[ParamCouple(k, "bias")].Data, l.img.PromptGrad(k),
 			l.p[ParamText(k)].Data, l.p[ParamCouple(k, "weight")].Data, n, Dt, Dv)
 	}
 }

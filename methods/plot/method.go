@@ -7,6 +7,7 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
+	"github.com/pfedmma/pfedmma/methods/fedotp"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -136,24 +137,9 @@ func (Method) Predictor(pe methods.PredictEnv, sec config.Section, saved tensor.
 	if err != nil {
 		return nil, err
 	}
-	return predictor{pe: pe, cfg: s.config(0), saved: saved}, nil
-}
-
-type predictor struct {
-	pe    methods.PredictEnv
-	cfg   Config
-	saved tensor.Named
-}
-
-func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32, error) {
-	m := p.pe.Model
-	l, err := client.PredictLearner(p.pe, p.cfg.NCtx, classes, p.saved, func(tokens []int) (*Learner, error) {
-		return New(m, tokens, p.cfg)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return l.Logits(append([]float32(nil), m.EncodeImageTokens(pixels, B)...), B)
+	cfg := s.config(0)
+	return fedotp.TokenPredictor[*Learner]{PE: pe, NCtx: cfg.NCtx, Saved: saved,
+		New: func(tokens []int) (*Learner, error) { return New(pe.Model, tokens, cfg) }}, nil
 }
 
 // SmallSettings implements methods.SmallRun: 8 context tokens leave room

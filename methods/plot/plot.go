@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/methods/fedotp"
@@ -104,12 +103,7 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// text batch prompt-major: row n·C + c is context n with class c
-	rows := make([]int, 0, cfg.N*len(tokens))
-	for n := 0; n < cfg.N; n++ {
-		rows = append(rows, tokens...)
-	}
-	enc, err := prompt.NewEncoderAt(m, rows, cfg.NCtx, prompt.PositionEnd)
+	enc, err := prompt.NewMultiEncoder(m, tokens, cfg.N, cfg.NCtx, prompt.PositionEnd)
 	if err != nil {
 		return nil, fmt.Errorf("plot: %w", err)
 	}
@@ -118,10 +112,7 @@ func New(m *clip.Model, tokens []int, cfg Config) (*Learner, error) {
 	l.ctx = tensor.New(cfg.N, cfg.NCtx, enc.D)
 	l.grad = tensor.New(cfg.N, cfg.NCtx, enc.D)
 	// their N(0, 0.02²) draw of the N contexts together
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9107))
-	for i := range l.ctx.Data {
-		l.ctx.Data[i] = float32(rng.NormFloat64() * cfg.InitStd)
-	}
+	prompt.DrawContext(l.ctx.Data, cfg.Seed, 0x9107, cfg.InitStd)
 	return l, nil
 }
 

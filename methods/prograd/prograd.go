@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/nn"
@@ -91,29 +90,14 @@ func New(m *clip.Model, tokens, template []int, cfg Config) (*Learner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	enc, err := prompt.NewEncoder(m, tokens, cfg.NCtx)
+	enc, teacher, err := prompt.NewTeacher(m, tokens, template, cfg.NCtx)
 	if err != nil {
 		return nil, fmt.Errorf("prograd: %w", err)
 	}
-	if len(template) != len(tokens) {
-		return nil, fmt.Errorf("prograd: %d hand-crafted prompt ids for %d class prompt ids", len(template), len(tokens))
-	}
-	teacher, err := m.EncodeText(template, enc.R)
-	if err != nil {
-		return nil, fmt.Errorf("prograd: hand-crafted prompts: %w", err)
-	}
 	l := &Learner{Cfg: cfg, LogitScale: m.W.LogitScale, enc: enc, C: enc.R, E: enc.E, D: enc.D,
-		ctx: tensor.New(cfg.NCtx, enc.D), grad: tensor.New(cfg.NCtx, enc.D), teacher: append([]float32(nil), teacher...)}
-	if cfg.InitCtx != nil {
-		if len(cfg.InitCtx) != len(l.ctx.Data) {
-			return nil, fmt.Errorf("prograd: ctx_init gives %d values, want %d × %d", len(cfg.InitCtx), cfg.NCtx, enc.D)
-		}
-		copy(l.ctx.Data, cfg.InitCtx)
-	} else {
-		rng := rand.New(rand.NewPCG(cfg.Seed, 0x960d))
-		for i := range l.ctx.Data {
-			l.ctx.Data[i] = float32(rng.NormFloat64() * cfg.InitStd)
-		}
+		ctx: tensor.New(cfg.NCtx, enc.D), grad: tensor.New(cfg.NCtx, enc.D), teacher: teacher}
+	if err := prompt.FillContext(l.ctx.Data, cfg.InitCtx, cfg.NCtx, enc.D, cfg.Seed, 0x960d, cfg.InitStd); err != nil {
+		return nil, fmt.Errorf("prograd: %w", err)
 	}
 	return l, nil
 }

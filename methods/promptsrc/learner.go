@@ -39,6 +39,7 @@ import (
 	"strconv"
 
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/methods/maple"
 	"github.com/pfedmma/pfedmma/nn"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -125,7 +126,7 @@ type Learner struct {
 
 	p, g tensor.Named
 
-	txt, img *tower
+	txt, img *maple.Tower
 	vdeep    [][]float32 // [J_v][n_v, Dv] (index 0: v_0)
 	tdeep    [][]float32 // [J_t][n_t, Dt] (index 0 unused)
 	vln      []float32   // [n_v, Dv] ln_pre(v_0)
@@ -163,12 +164,9 @@ func New(m *clip.Model, tokens, templates []int, cfg Config) (*Learner, error) {
 		return nil, fmt.Errorf("promptsrc: %d template token ids is not a whole number of %d classes × %d", len(templates), C, ctxLen)
 	}
 	eot := clip.EOTPositions(tokens, C, ctxLen)
-	T := 0
-	for r, p := range eot {
-		if p <= nt {
-			return nil, fmt.Errorf("promptsrc: class prompt %d: EOT at position %d, but the %d context tokens take positions 1..%d", r, p, nt, nt)
-		}
-		T = max(T, p+1)
+	T, err := maple.PromptLength(eot, nt)
+	if err != nil {
+		return nil, fmt.Errorf("promptsrc: %w", err)
 	}
 	l := &Learner{Cfg: cfg, LogitScale: m.W.LogitScale, m: m, C: C, E: wc.EmbedDim, Dt: Dt, Dv: Dv,
 		T0: m.Vision.Cfg.Tokens(), textT: T, eot: eot}
@@ -176,7 +174,7 @@ func New(m *clip.Model, tokens, templates []int, cfg Config) (*Learner, error) {
 	if err := m.Text.TokenEmbed(full, tokens, C); err != nil {
 		return nil, fmt.Errorf("promptsrc: %w", err)
 	}
-	l.base = textBase(full, m.Text.W.PosEmb, C, ctxLen, T, Dt, nt)
+	l.base = maple.TextBase(full, m.Text.W.PosEmb, C, ctxLen, T, Dt, nt)
 	if err := l.anchor(templates); err != nil {
 		return nil, err
 	}
@@ -186,8 +184,8 @@ func New(m *clip.Model, tokens, templates []int, cfg Config) (*Learner, error) {
 	for _, b := range m.Vision.Stack.Blocks {
 		l.zsStack.Blocks = append(l.zsStack.Blocks, b.FrozenCopy())
 	}
-	l.txt = newTower(m.Text.Stack.Blocks, cfg.DepthText, 1, nt)
-	l.img = newTower(m.Vision.Stack.Blocks, cfg.DepthVision, l.T0, cfg.NCtxVision)
+	l.txt = maple.NewTower(m.Text.Stack.Blocks, cfg.DepthText, 1, nt)
+	l.img = maple.NewTower(m.Vision.Stack.Blocks, cfg.DepthVision, l.T0, cfg.NCtxVision)
 
 	l.p, l.g = tensor.Named{}, tensor.Named{}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5c7a1))
@@ -234,22 +232,6 @@ func (l *Learner) anchor(templates []int) error {
 	return nil
 }
 
-// textBase is each class prompt's first T token embeddings (of full, C
-// rows of ctxLen) plus the positional embeddings pos, with the n context
-// positions after SOT zeroed (the learned context goes there).
-func textBase(full, pos []float32, C, ctxLen, T, Dt, n int) []float32 {
-	base := make([]float32, C*T*Dt)
-	for r := 0; r < C; r++ {
-		row := base[r*T*Dt : (r+1)*T*Dt]
-		copy(row, full[r*ctxLen*Dt:r*ctxLen*Dt+T*Dt])
-		clear(row[Dt : (1+n)*Dt])
-		for i, p := range pos[:T*Dt] {
-			row[i] += p
-		}
-	}
-	return base
-}
-
 // Params returns the live parameters by reference name.
 func (l *Learner) Params() tensor.Named { return l.p }
 
@@ -269,20 +251,11 @@ func (l *Learner) TextAnchor() []float32 { return l.zt }
 // returns the raw features [C, E] (owned by the learner).
 func (l *Learner) TextFeatures(train bool) []float32 {
 	C, T, Dt, n := l.C, l.textT, l.Dt, l.Cfg.NCtxText
-	// x0[r, t] = base[r, t] (+ ctx[t−1] for t in 1..n)           [C, T, Dt]
-	l.x0t = nn.Grow(l.x0t, C*T*Dt)
-	copy(l.x0t, l.base)
-	ctx := l.p[ParamCtx].Data
-	for r := 0; r < C; r++ {
-		x := l.x0t[(r*T+1)*Dt : (r*T+1+n)*Dt]
-		for i, v := range ctx {
-			x[i] += v
-		}
-	}
+	l.x0t = maple.TextInput(l.x0t, l.base, l.p[ParamCtx].Data, C, T, Dt, n)
 	for k := 1; k < l.Cfg.DepthText; k++ {
 		l.tdeep[k] = l.p[ParamText(k)].Data
 	}
-	pooled := l.txt.forward(l.x0t, l.tdeep, C, T, l.eot, train)
+	pooled := l.txt.Forward(l.x0t, l.tdeep, C, T, l.eot, train)
 	l.tf = nn.Grow(l.tf, C*l.E)
 	l.text.HeadForward(l.tf, pooled, C)
 	return l.tf
@@ -302,13 +275,8 @@ func (l *Learner) ImageFeatures(prefix []float32, B int, train bool) []float32 {
 	w := l.m.Vision.W
 	l.vln, l.vmean, l.vrstd = nn.Grow(l.vln, n*Dv), nn.Grow(l.vmean, n), nn.Grow(l.vrstd, n)
 	nn.LayerNormForward(l.vln, l.vmean, l.vrstd, l.vdeep[0], w.LnPreW, w.LnPreB, n, Dv)
-	// x0[b] = [prefix[b]; ln_pre(v_0)]                              [B, T0+n, Dv]
-	l.x0v = nn.Grow(l.x0v, B*T*Dv)
-	for b := 0; b < B; b++ {
-		copy(l.x0v[b*T*Dv:(b*T+T0)*Dv], prefix[b*T0*Dv:(b+1)*T0*Dv])
-		copy(l.x0v[(b*T+T0)*Dv:(b+1)*T*Dv], l.vln)
-	}
-	pooled := l.img.forward(l.x0v, l.vdeep, B, T, clip.ClassPool(B), train)
+	l.x0v = maple.ImageInput(l.x0v, prefix, l.vln, B, T0, n, Dv)
+	pooled := l.img.Forward(l.x0v, l.vdeep, B, T, clip.ClassPool(B), train)
 	l.imf = nn.Grow(l.imf, B*l.E)
 	l.vis.HeadForward(l.imf, pooled, B)
 	return l.imf
@@ -461,30 +429,18 @@ func (l *Learner) Step(prefix []float32, labels []int) (float64, map[string]floa
 func (l *Learner) backward(B int) {
 	nt, nv, Dt, Dv, C, T := l.Cfg.NCtxText, l.Cfg.NCtxVision, l.Dt, l.Dv, l.C, l.textT
 	// image side: dx0 → ln_pre(v_0) rows summed over images → v_0
-	dx0 := l.img.backward(l.vis.HeadBackward(l.dImg))
-	Ti := l.T0 + nv
-	l.dvln = nn.Grow(l.dvln, nv*Dv)
-	clear(l.dvln)
-	for b := 0; b < B; b++ {
-		for i, v := range dx0[(b*Ti+l.T0)*Dv : (b+1)*Ti*Dv] {
-			l.dvln[i] += v
-		}
-	}
+	dx0 := l.img.Backward(l.vis.HeadBackward(l.dImg))
+	l.dvln = maple.ImagePromptGrad(l.dvln, dx0, B, l.T0, nv, Dv)
 	w := l.m.Vision.W
 	nn.LayerNormBackward(l.g[ParamVPT].Data, nil, nil, l.dvln, l.vdeep[0], l.vmean, l.vrstd, w.LnPreW, nv, Dv)
 	for k := 1; k < l.Cfg.DepthVision; k++ {
-		copy(l.g[ParamVision(k)].Data, l.img.dp[k])
+		copy(l.g[ParamVision(k)].Data, l.img.PromptGrad(k))
 	}
 	// text side: dx0 rows 1..n summed over classes → ctx
-	dxt := l.txt.backward(l.text.HeadBackward(l.dTxt))
-	dctx := l.g[ParamCtx].Data
-	for r := 0; r < C; r++ {
-		for i, v := range dxt[(r*T+1)*Dt : (r*T+1+nt)*Dt] {
-			dctx[i] += v
-		}
-	}
+	dxt := l.txt.Backward(l.text.HeadBackward(l.dTxt))
+	maple.AddContextGrad(l.g[ParamCtx].Data, dxt, C, T, Dt, nt)
 	for k := 1; k < l.Cfg.DepthText; k++ {
-		copy(l.g[ParamText(k)].Data, l.txt.dp[k])
+		copy(l.g[ParamText(k)].Data, l.txt.PromptGrad(k))
 	}
 }
 
