@@ -126,6 +126,24 @@ type ReceivedTask struct {
 	Model ModelID
 }
 
+// identify returns the site's model identity and the settings it
+// compares with the coordinator's task (its own configuration's, when it
+// has one); an unreadable model is an error naming --model.
+func (c SiteConfig) identify() (ModelID, []string, error) {
+	modelID, err := IdentifyModel(c.Model, c.Vocab)
+	if err != nil {
+		if c.ModelArg != "" {
+			return ModelID{}, nil, fmt.Errorf("--model %s: %w", c.ModelArg, err)
+		}
+		return ModelID{}, nil, err
+	}
+	var own []string
+	if c.Experiment != nil {
+		own = taskSettings(c.Experiment, modelID)
+	}
+	return modelID, own, nil
+}
+
 // ReceiveTask asks the coordinator for its task as site c.Name (client
 // id), checks it against the site's policy, model and data, and keeps it
 // in c.State/task.yaml. A refusal (*TaskRefusal) or a task the site cannot
@@ -136,16 +154,9 @@ func ReceiveTask(ctx context.Context, c SiteConfig, id int) (*ReceivedTask, erro
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	modelID, err := IdentifyModel(c.Model, c.Vocab)
+	modelID, own, err := c.identify()
 	if err != nil {
-		if c.ModelArg != "" {
-			return nil, fmt.Errorf("--model %s: %w", c.ModelArg, err)
-		}
 		return nil, err
-	}
-	var own []string
-	if c.Experiment != nil {
-		own = taskSettings(c.Experiment, modelID)
 	}
 	tc := c.transport()
 	task, err := transport.FetchTask(ctx, tc, id, own)

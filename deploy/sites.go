@@ -129,16 +129,9 @@ func HostSites(ctx context.Context, c SiteConfig, spec string) ([]HostedSiteResu
 	if res, err := hostedOver(hosted, ids); err != nil || res != nil {
 		return res, err
 	}
-	modelID, err := IdentifyModel(c.Model, c.Vocab)
+	modelID, own, err := c.identify()
 	if err != nil {
-		if c.ModelArg != "" {
-			return nil, fmt.Errorf("--model %s: %w", c.ModelArg, err)
-		}
 		return nil, err
-	}
-	var own []string
-	if c.Experiment != nil {
-		own = taskSettings(c.Experiment, modelID)
 	}
 	task, err := transport.FetchTask(ctx, hosted[0].transport(), ids[0], own)
 	var e *config.Experiment
