@@ -65,6 +65,7 @@ type Encoder struct {
 	// AttnPoolBackward
 	pb, pc, ph, pw int
 	probs          []float32
+	tk             tokenBufs // AttnPoolTokens' buffers (AttnPoolBackward's stay intact)
 }
 
 // FromTensors builds the encoder from OpenAI-named tensors (prefix
@@ -453,23 +454,7 @@ func (e *Encoder) AttnPool(feat, x []float32, B, C, H, W int) {
 	heads := e.Cfg.Heads
 	dh := C / heads
 	e.tok = nn.Grow(e.tok, B*T*C)
-	for b := 0; b < B; b++ {
-		for c := 0; c < C; c++ {
-			var s float64
-			for p := 0; p < H*W; p++ {
-				v := x[(b*C+c)*H*W+p]
-				e.tok[(b*T+1+p)*C+c] = v
-				s += float64(v)
-			}
-			e.tok[(b*T)*C+c] = float32(s / float64(H*W))
-		}
-		for t := 0; t < T; t++ {
-			row := e.tok[(b*T+t)*C : (b*T+t+1)*C]
-			for c := range row {
-				row[c] += e.pos[t*C+c]
-			}
-		}
-	}
+	poolTokens(e.tok, x, e.pos, B, C, H, W)
 	// q for the mean token only; k, v for every token
 	e.q = nn.Grow(e.q, B*C)
 	q0 := make([]float32, B*C)
@@ -518,6 +503,31 @@ func (e *Encoder) AttnPool(feat, x []float32, B, C, H, W int) {
 		}
 	}
 	nn.LinearForward(feat, e.att, e.cW, e.cB, B, C, e.Cfg.EmbedDim)
+}
+
+// poolTokens writes the attention pool's input tokens tok [B, HW+1, C] of
+// x [B, C, H, W]: token 0 the mean of the HW positions, tokens 1..HW the
+// positions in row-major order (h·W + w), each plus its positional
+// embedding pos [HW+1, C].
+func poolTokens(tok, x, pos []float32, B, C, H, W int) {
+	T := H*W + 1
+	for b := 0; b < B; b++ {
+		for c := 0; c < C; c++ {
+			var s float64
+			for p := 0; p < H*W; p++ {
+				v := x[(b*C+c)*H*W+p]
+				tok[(b*T+1+p)*C+c] = v
+				s += float64(v)
+			}
+			tok[(b*T)*C+c] = float32(s / float64(H*W))
+		}
+		for t := 0; t < T; t++ {
+			row := tok[(b*T+t)*C : (b*T+t+1)*C]
+			for c := range row {
+				row[c] += pos[t*C+c]
+			}
+		}
+	}
 }
 
 // AttnPoolBackward adds to dx [B, C, H, W] the gradient of the last
