@@ -327,25 +327,26 @@ func runMethods(ctx context.Context, o Options, s *setup, envs map[cacheKey]*met
 }
 
 // backboneFits rejects a method whose depth needs the ViT's blocks or
-// tokens on a ResNet CLIP.
-func backboneFits(resNet bool, method string, depth int) error {
-	if resNet && depth != methods.Features && depth != methods.AnyDepth {
+// tokens on a ResNet CLIP (methods.RunsOnResNet).
+func backboneFits(resNet bool, meth methods.Method, depth int) error {
+	if resNet && !methods.RunsOnResNet(meth, depth) {
 		what := fmt.Sprintf("runs blocks %d.. of a ViT image encoder", depth)
 		if depth == methods.TokenFeatures || depth == methods.Embeddings {
 			what = "needs the image encoder's patch tokens"
 		}
-		return fmt.Errorf("method %s %s; the model is a ResNet CLIP (use a ViT checkpoint, or a method on image features: %s)", method, what, strings.Join(featureMethods(), ", "))
+		return fmt.Errorf("method %s %s; the model is a ResNet CLIP (use a ViT checkpoint, or a method that runs on a ResNet: %s)", meth.Info().Name, what, strings.Join(featureMethods(), ", "))
 	}
 	return nil
 }
 
-// featureMethods lists the registered methods that run on image features
-// with their default settings (hence on a ResNet CLIP).
+// featureMethods lists the registered methods that run on a ResNet CLIP
+// with their default settings: on image features, or on the attention
+// pool's tokens (methods.RunsOnResNet).
 func featureMethods() []string {
 	var out []string
 	for _, m := range methods.All() {
 		d, err := m.Depth(m.DefaultConfig(), 12)
-		if err == nil && (d == methods.Features || d == methods.AnyDepth) {
+		if err == nil && methods.RunsOnResNet(m, d) {
 			out = append(out, m.Info().Name)
 		}
 	}

@@ -101,7 +101,7 @@ func newSetup(o Options, names []string) (*setup, error) {
 			}
 			return nil, err
 		}
-		if err := backboneFits(s.resNet, names[i], s.depths[i]); err != nil {
+		if err := backboneFits(s.resNet, meth, s.depths[i]); err != nil {
 			return nil, err
 		}
 		if s.splits[i], err = methods.SplitRecords(meth, o.Sections[names[i]], s.layers); err != nil {

@@ -87,7 +87,7 @@ func (z *FrozenScorer) ImageFeatures(prefix []float32, B int) []float32 {
 	case Features:
 		return prefix[:B*E]
 	case TokenFeatures:
-		T := m.W.Config.Vision.Tokens()
+		T := m.W.Config.Vision.FeatureTokens()
 		z.feat = nn.Grow(z.feat, B*E)
 		for b := 0; b < B; b++ {
 			copy(z.feat[b*E:(b+1)*E], prefix[b*T*E:b*T*E+E])

@@ -64,7 +64,7 @@ func ImageTokens(m *clip.Model, batch tensor.Named, prefix string) ([]float32, [
 		return nil, nil, fmt.Errorf("fedotp: tensor %q: shape %v, want [B, 3, %d, %d]", prefix+"images", t.Shape, S, S)
 	}
 	B := t.Shape[0]
-	return m.EncodeImageTokens(t.Data, B), []int{B, m.W.Config.Vision.Tokens(), m.W.Config.EmbedDim}, nil
+	return m.EncodeImageTokens(t.Data, B), []int{B, m.W.Config.Vision.FeatureTokens(), m.W.Config.EmbedDim}, nil
 }
 
 // StepFromFile replays one training step in the fixture layout of

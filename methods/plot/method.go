@@ -76,6 +76,13 @@ func (Method) DefaultConfig() config.Section { return fromConfig(DefaultConfig()
 // Depth implements methods.Method: every token's features are cached.
 func (Method) Depth(config.Section, int) (int, error) { return methods.TokenFeatures, nil }
 
+// ResNetTokens implements methods.ResNetTokens: on a ResNet CLIP the local
+// features are the attention pool's outputs at every spatial position, as
+// the authors' modified CLIP computes them (their runs use RN50).
+func (Method) ResNetTokens() string {
+	return "CHENGY12/PLOT plot-coop/clip/model.py AttentionPool2d (every token a query)"
+}
+
 func settings(sec config.Section) (*Settings, error) {
 	s, err := methods.Section[Settings]("plot", sec)
 	if err != nil {

@@ -70,7 +70,7 @@ func RecordFloats(cfg clip.Config, start int, split bool) int {
 	case Features:
 		return cfg.EmbedDim
 	case TokenFeatures:
-		return v.Tokens() * cfg.EmbedDim
+		return v.FeatureTokens() * cfg.EmbedDim
 	case Embeddings:
 		return v.Tokens()*v.Width + 2*cfg.EmbedDim
 	}
@@ -106,6 +106,11 @@ func ImageRecords(m *clip.Model, start int, pixels []float32, B int, dst []float
 		v.Encode(dst, pixels, B)
 		return dst
 	case TokenFeatures:
+		if m.ResNet != nil { // the attention pool's every-token output (PLOT's)
+			dst = nn.Grow(dst, B*m.ResNet.Tokens()*E)
+			m.ResNet.EncodeTokens(dst, pixels, B)
+			return dst
+		}
 		T := v.Cfg.Tokens()
 		x0 := v.EmbedForward(pixels, B)
 		out := v.Stack.Forward(x0, B, T, 0, len(v.Stack.Blocks), nil, false)
