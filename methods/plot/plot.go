@@ -6,7 +6,8 @@
 // patch tokens) and the class's N prompt features:
 //
 //	T      = text encoder with ctx[n] for every class, rows n·C + c      [N·C, E]
-//	P      = every image token after ln_post @ proj, locals 1..M          [B, 1+M, E]
+//	P      = every image token after ln_post @ proj (ViT) or the attention
+//	         pool's output at every token (ResNet), locals 1..M          [B, 1+M, E]
 //	sim    = ⟨P̂_b,m, T̂_n·C+c⟩                                           [B·C, M, N]
 //	plan   = Sinkhorn(sim), ε 0.1, a = 1/M, b = 1/N (no gradient)         [B·C, M, N]
 //	logits = e^s · Σ_{m,n} plan · sim                                     [B, C]

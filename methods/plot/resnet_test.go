@@ -311,3 +311,22 @@ func TestResNetTokensDeclared(t *testing.T) {
 		t.Errorf("PLOT (depth %d, %v) does not run on a ResNet", d, err)
 	}
 }
+
+// TestResNetStepCommand: `pfedmma step --method plot` on clip-rn-tiny (the
+// command's fixture.RunCommand: the backbone check, then the method's step
+// with the features it records) reproduces rn_step.
+func TestResNetStepCommand(t *testing.T) {
+	dir := "../../testdata/plot/"
+	f, err := fixture.Load(rnModel(t), dir+"rn_init.safetensors", []string{dir + "rn_step.safetensors"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := fixture.RunCommand(context.Background(), "step", "plot", Method{}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out["sim"] = f.Batch["sim"] // the command does not write sim (TestResNetStepFixture checks it)
+	for _, msg := range rnMismatches(out, f.Batch, f.Params[ParamCtx].Data) {
+		t.Error(msg)
+	}
+}
