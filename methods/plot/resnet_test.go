@@ -3,7 +3,10 @@ package plot
 import (
 	"context"
 	"fmt"
+	"image/png"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -17,8 +20,10 @@ import (
 	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/predict"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
+	"github.com/pfedmma/pfedmma/world"
 )
 
 // The ResNet fixture (testdata/plot/rn_init.safetensors, rn_step.safetensors):
@@ -282,7 +287,7 @@ func TestPlotRunsOnResNet(t *testing.T) {
 		Methods:        []string{"plot"},
 		Sections:       map[string]config.Section{"plot": s},
 		Train:          train.Options{Epochs: 1, Batch: 4, LR: 0.01, Momentum: 0.9},
-		Rounds:         1, Fraction: 1, Seed: 3, OutDir: t.TempDir(),
+		Rounds:         1, Fraction: 1, Seed: 3, OutDir: t.TempDir(), SaveAdapters: true,
 	}
 	res, err := experiment.Run(context.Background(), o)
 	if err != nil {
@@ -301,6 +306,46 @@ func TestPlotRunsOnResNet(t *testing.T) {
 		}
 	}
 	t.Logf("plot on a ResNet: %v", got)
+	trained := false
+	for _, r := range res.Records {
+		trained = trained || (r.Method == "plot" && len(r.Participants) == 2)
+	}
+	if !trained {
+		t.Errorf("no round of plot aggregated both clients' training: %+v", res.Records)
+	}
+	// `pfedmma predict` with site 1's prompts (fedotp.TokenPredictor on
+	// the ResNet's tokens)
+	pred, err := predict.Predict(context.Background(), predict.PredictConfig{Run: res.OutDir, Method: "plot", Client: 1, Top: 2,
+		Images: []string{worldImage(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pred.Images) != 1 || len(pred.Images[0].Top) != 2 || !(pred.Images[0].Top[0].Prob > 0 && pred.Images[0].Top[0].Prob <= 1) {
+		t.Errorf("predict on the ResNet run: %+v", pred)
+	}
+}
+
+// worldImage writes a test image of the generated world's class 0 as PNG.
+func worldImage(t *testing.T) string {
+	t.Helper()
+	w, err := world.New(world.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := w.Render(world.Spec{Split: world.TestSplit, Class: w.Classes()[0], Domain: world.Photo}, 48)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "class0.png")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := png.Encode(f, img); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestResNetTokensDeclared: PLOT declares its ResNet tokens, so a ResNet
