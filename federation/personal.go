@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 )
 
 // PersonalEvalKey is the FitIns.Config key ("1") that asks a Site to score
@@ -57,7 +58,8 @@ func (s *Site) personalEval(ctx context.Context, ins FitIns, res *FitRes) error 
 // example counts in rep.PersonalMean: FLiP's eval_personal
 // (flcore/utils.py), Σ_c w_c·top1_c over the round's active clients with
 // w_c = n_c / Σ n (flcore/servers/server_base.py, receive_results). A
-// client that reported none is left out, with a warning.
+// client that reported none (or not a finite number) is left out, with a
+// warning.
 func (c *Coordinator) personal(results []FitResult, rep *RoundReport) {
 	if !c.PersonalEval {
 		return
@@ -65,7 +67,7 @@ func (c *Coordinator) personal(results []FitResult, rep *RoundReport) {
 	var sum, n float64
 	for _, res := range results {
 		v, ok := PersonalOf(res.Metrics)
-		if !ok {
+		if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
 			c.logger().Warn("client reported no personal accuracy", "round", rep.Round, "client", c.names([]int{res.ClientID})[0])
 			continue
 		}
