@@ -52,3 +52,31 @@ func TestFLiPProtocolOptions(t *testing.T) {
 		t.Errorf("summary %v: want personal beside (and not equal to) local", m)
 	}
 }
+
+// TestPersonalOneClientIsLocal: with a single client the server's average
+// is the client's own upload, so the model it just trained is the model
+// Local scores after the round: "personal" must equal Local exactly (the
+// oracle: pfedmma's own Local of the same run).
+func TestPersonalOneClientIsLocal(t *testing.T) {
+	model, err := assets.DefaultModelDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := config.Compose(config.Sources{Preset: "world-base2novel",
+		Sets: []string{"methods=[promptfl]", "federation.rounds=1", "federation.clients=1", "eval.personal=true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := FromConfig(e, model, e.Seed, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := res.Summary.Get("promptfl")
+	if p, ok := m[federation.PersonalMetric]; !ok || p != m["local"] || p == m["novel"] {
+		t.Errorf("one client: personal %v (%v), local %v, novel %v: want personal = local (not novel)", p, ok, m["local"], m["novel"])
+	}
+}
