@@ -31,7 +31,7 @@ augment: views:4
 func ExampleLoad_errors() {
 	_, err := config.Compose(config.Sources{File: "exp.yaml", Data: []byte("federation:\n  fraction: 1.5\n  rouns: 3\n")})
 	fmt.Println(err)
-	// Output: exp.yaml: line 3: federation.rouns: unknown field; did you mean "rounds"? (known: clients, fraction, rounds, local_epochs, eval_every, compress, secure_aggregation)
+	// Output: exp.yaml: line 3: federation.rouns: unknown field; did you mean "rounds"? (known: clients, fraction, rounds, local_epochs, eval_every, compress, secure_aggregation, client_drop_rate)
 }
 
 func ExampleExperiment_Set() {

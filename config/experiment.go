@@ -246,6 +246,14 @@ type Federation struct {
 	// server needs each site's update, and aggregation rules other than the
 	// mean, clip_norm and dp at the server, are refused with it.
 	SecureAggregation bool `yaml:"secure_aggregation"`
+	// ClientDropRate in [0, 1) is FLiP's client drop rate (its
+	// --client_drop_rate; flcore/servers/server_base.py, receive_results):
+	// every sampled client trains, then the updates of all but
+	// ⌊(1−rate)·m⌋ of the round's m sampled clients are discarded, drawn
+	// from the run's seed and the round, and the rest are aggregated,
+	// weighted among themselves. 0 (the default) drops nothing. Refused
+	// with secure_aggregation, and when it would keep no client.
+	ClientDropRate float64 `yaml:"client_drop_rate,omitempty"`
 }
 
 // Optimizer names.
@@ -364,6 +372,15 @@ type Eval struct {
 
 	// BatchSize (≥ 1) is the evaluation batch size; the paper uses 100.
 	BatchSize int `yaml:"batch_size"`
+
+	// Personal adds FLiP's "personal" accuracy (its personal benchmark;
+	// flcore/utils.py eval_personal): right after its local training each
+	// client whose update the round aggregates scores the model it just
+	// trained — before the server aggregates it — on its own test split
+	// (Local under base2novel, acc otherwise), and the round's "personal"
+	// is their mean weighted by training-set sizes. It costs one more
+	// evaluation per client and round.
+	Personal bool `yaml:"personal,omitempty"`
 }
 
 // Output selects what a run writes besides metrics, the resolved config and

@@ -200,7 +200,34 @@ func (e *Experiment) checkFederation(c *checker) {
 			c.fail("federation.compress", "%s with federation.secure_aggregation: the masked uploads cannot be compressed; set federation.compress=none", f.Compress)
 		}
 	}
+	e.checkDrop(c)
 	e.Aggregation.Check(&Checker{prefix: "aggregation", c: c})
+}
+
+// checkDrop checks federation.client_drop_rate: in [0, 1), not with
+// secure aggregation, and keeping at least one of the clients a round
+// samples (when the number of clients is known).
+func (e *Experiment) checkDrop(c *checker) {
+	f := e.Federation
+	const key = "federation.client_drop_rate"
+	if !c.finite(key, f.ClientDropRate) || f.ClientDropRate == 0 {
+		return
+	}
+	if f.ClientDropRate < 0 || f.ClientDropRate >= 1 {
+		c.fail(key, "%v not in [0, 1)", f.ClientDropRate)
+		return
+	}
+	if f.SecureAggregation {
+		c.fail(key, "%v with federation.secure_aggregation: the secure sum would still hold the dropped sites' masked updates; use one or the other", f.ClientDropRate)
+		return
+	}
+	n := f.Clients
+	if f.Fraction > 0 && f.Fraction < 1 {
+		n = min(n, max(1, int(f.Fraction*float64(n))))
+	}
+	if keep := int((1 - f.ClientDropRate) * float64(n)); n > 0 && keep < 1 {
+		c.fail(key, "%v keeps ⌊(1−%v)·%d⌋ = 0 of the %d clients a round samples", f.ClientDropRate, f.ClientDropRate, n, n)
+	}
 }
 
 // checkOptimizer checks the optimizer section against the federation's

@@ -74,6 +74,7 @@ func FromConfig(e *config.Experiment, model string, seed uint64, outDir string) 
 			ResetOptimizer: e.Optimizer.ResetEachRound},
 		DropLast: dropLastByMethod(e),
 		Rounds:   e.Federation.Rounds, Fraction: e.Federation.Fraction, EvalEvery: evalEvery, Compress: codec,
+		DropRate: e.Federation.ClientDropRate, PersonalEval: e.Eval.Personal,
 		Augment: e.Augment.String(), Template: e.Prompt, Seed: seed, EvalBatch: e.Eval.BatchSize,
 		OutDir: outDir, SaveAdapters: e.Output.SaveAdapters, Plots: e.Output.Plots, ConfigYAML: resolved,
 		Precision: prec, CacheMiB: e.Cache.MemoryMiB, SpillDir: e.Cache.SpillDir, CacheBF16: e.Cache.DType == "bfloat16",

@@ -71,6 +71,9 @@ func finalMetrics(t *protocol.Task, r report.RoundRecord) report.Metrics {
 	if v, ok := r.Mean[protocol.ValidationMetric]; ok {
 		out[protocol.ValidationMetric] = v
 	}
+	if v, ok := r.Mean[federation.PersonalMetric]; ok {
+		out[federation.PersonalMetric] = v // eval.personal
+	}
 	// the privacy spent by the end (a method's own DP: DP-FPL's ε)
 	for k, v := range r.Mean {
 		if strings.HasPrefix(k, "dp_") {
@@ -99,6 +102,10 @@ func RoundRecord(method string, r federation.RoundReport) report.RoundRecord {
 	}
 	rec.Mean = clientMean(rec.Clients)
 	strategyMetrics(&rec, r.Strategy)
+	if len(rec.Clients) > 0 {
+		// FLiP's personal accuracy (eval.personal), beside the evaluation
+		strategyMetrics(&rec, r.PersonalMean)
+	}
 	return rec
 }
 

@@ -52,6 +52,11 @@ type Options struct {
 	DropLast map[string]bool
 	Rounds   int
 	Fraction float64
+	// DropRate is FLiP's client drop rate (federation.client_drop_rate)
+	// and PersonalEval its personal accuracy (eval.personal): see
+	// federation.Coordinator.
+	DropRate     float64
+	PersonalEval bool
 	// EvalEvery evaluates after rounds k-1, 2k-1, … and the last (≤ 1:
 	// every round).
 	EvalEvery int

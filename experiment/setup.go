@@ -203,5 +203,6 @@ func (b *siteBytes) extra() map[string]any {
 // `run` and `serve` start from it alike.
 func (o Options) Federation() session.Federation {
 	return session.Federation{Aggregation: o.Aggregation, Secure: o.SecureAggregation, Compress: o.Compress, Seed: o.Seed,
-		Rounds: o.Rounds, Fraction: o.Fraction, EvalEvery: o.EvalEvery, EvaluateAlone: o.EvaluateAlone}
+		Rounds: o.Rounds, Fraction: o.Fraction, EvalEvery: o.EvalEvery, EvaluateAlone: o.EvaluateAlone,
+		DropRate: o.DropRate, PersonalEval: o.PersonalEval}
 }

@@ -91,6 +91,20 @@ type Coordinator struct {
 	// receives the one result Secure.Combine returns (see
 	// SecureAggregator).
 	Secure SecureAggregator
+	// DropRate in [0, 1) is FLiP's client drop rate (its
+	// --client_drop_rate, flcore/servers/server_base.py receive_results):
+	// every selected client trains, then the updates of all but
+	// ⌊(1−DropRate)·m⌋ of the round's m selected clients are discarded
+	// (Dropped: drawn from Seed and the round), and the strategy aggregates
+	// the rest, weighted among themselves. 0 drops nothing.
+	DropRate float64
+	// PersonalEval asks each selected client, right after its local
+	// training, to score the model it just trained (before aggregation) on
+	// its own evaluation sets (FitIns.Config PersonalEvalKey; Site does it),
+	// and records FLiP's "personal" accuracy of the round: the kept
+	// participants' accuracies weighted by their example counts
+	// (RoundReport.Personal, PersonalMean).
+	PersonalEval bool
 
 	departed map[int]bool // clients Departed reported gone last round
 }
@@ -197,6 +211,9 @@ func (c *Coordinator) setup() (map[int]ClientProxy, []ClientInfo, error) {
 		return nil, nil, fmt.Errorf("federation: --min-fit %d is more than the %d clients a round samples (fraction %g of %d)", c.MinFit, n, c.Fraction, len(infos))
 	}
 	if err := c.checkSecure(); err != nil {
+		return nil, nil, err
+	}
+	if err := c.checkDrop(NewSampler(c.Fraction, 0).Count(len(infos))); err != nil {
 		return nil, nil, err
 	}
 	return byID, infos, nil
@@ -391,6 +408,13 @@ func (c *Coordinator) configureFit(r int, selected []int) (map[int]tensor.Named,
 	if cfg, err = c.beginSecure(r, selected, cfg); err != nil {
 		return nil, nil, err
 	}
+	if c.PersonalEval {
+		cfg = maps.Clone(cfg)
+		if cfg == nil {
+			cfg = map[string]string{}
+		}
+		cfg[PersonalEvalKey] = "1"
+	}
 	return ins, cfg, nil
 }
 
@@ -445,6 +469,7 @@ func (c *Coordinator) collectFit(r int, selected []int, ins map[int]tensor.Named
 		results = append(results, FitResult{ClientID: id, NumExamples: res[i].NumExamples, Params: res[i].Params, Metrics: res[i].Metrics})
 		rep.Participants = append(rep.Participants, id)
 	}
+	results, dropped := c.drop(r, selected, results, rep)
 	if len(failures) > 0 {
 		rep.Failures = map[int]string{}
 		for _, f := range failures {
@@ -462,7 +487,8 @@ func (c *Coordinator) collectFit(r int, selected []int, ins map[int]tensor.Named
 		return nil, nil, fmt.Errorf("%w: %d of %d selected clients answered, %d needed (left the schedule: %v)",
 			errBelowMinFit, len(results), len(selected)+len(rep.Departed), need, c.names(rep.Departed))
 	}
-	return results, failures, nil
+	c.personal(results, rep)
+	return results, append(failures, dropped...), nil
 }
 
 // evaluateRound evaluates every client on the aggregated parameters and

@@ -38,6 +38,15 @@ type RoundReport struct {
 	// Departed are the clients that had left the schedule
 	// (Coordinator.Departed: revoked sites), neither asked nor absent.
 	Departed []int `json:"departed,omitempty"`
+	// Dropped are the selected clients that trained but whose updates the
+	// client drop discarded (Coordinator.DropRate), in ascending order.
+	Dropped []int `json:"dropped,omitempty"`
+	// Personal holds, with Coordinator.PersonalEval, each kept
+	// participant's accuracy on its own test split of the model it trained
+	// this round, before aggregation; PersonalMean their mean weighted by
+	// example counts ("personal", FLiP's personal benchmark).
+	Personal     map[int]float64 `json:"personal,omitempty"`
+	PersonalMean Metrics         `json:"personal_mean,omitempty"`
 	// BytesDown and BytesUp are the tensor payloads sent to and received
 	// from the clients (PayloadBytes; BytesDown counts the evaluation
 	// instructions too).

@@ -184,7 +184,8 @@ func (s *Site) sync(before int) error {
 	return nil
 }
 
-// Fit implements ClientProxy: restore, train, save.
+// Fit implements ClientProxy: restore, train, save; then, when ins asks
+// (PersonalEvalKey), score the trained model on the client's own sets.
 func (s *Site) Fit(ctx context.Context, ins FitIns) (FitRes, error) {
 	if err := s.sync(ins.Round); err != nil {
 		return FitRes{}, err
@@ -205,6 +206,9 @@ func (s *Site) Fit(ctx context.Context, ins FitIns) (FitRes, error) {
 	s.at = ins.Round
 	if res.NumExamples == 0 {
 		res.NumExamples = s.Client.NumExamples()
+	}
+	if err := s.personalEval(ctx, ins, &res); err != nil {
+		return FitRes{}, err
 	}
 	return res, nil
 }

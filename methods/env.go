@@ -31,6 +31,10 @@ type Env struct {
 	Start    int
 	Template string
 	Seed     uint64
+	// Rounds is the run's number of federated rounds (federation.rounds;
+	// session.Build sets it), 0 where unknown (fixtures): PromptSRC's
+	// server-side aggregation over rounds weighs them.
+	Rounds int
 	// Train holds the local-training settings of the trained methods.
 	Train train.Options
 	// Views is the number of cached augmented views per training image

@@ -37,6 +37,11 @@ type Federation struct {
 	Fraction      float64
 	EvalEvery     int
 	EvaluateAlone bool
+	// DropRate is federation.client_drop_rate (FLiP's client drop:
+	// federation.Coordinator.DropRate) and PersonalEval eval.personal
+	// (FLiP's personal accuracy: federation.Coordinator.PersonalEval).
+	DropRate     float64
+	PersonalEval bool
 }
 
 // Plan builds meth's plan on env with its settings sec and wraps its
@@ -63,7 +68,7 @@ func (f Federation) Plan(meth methods.Method, env *methods.Env, sec config.Secti
 func (f Federation) Coordinator(strat federation.Strategy) *federation.Coordinator {
 	return &federation.Coordinator{Strategy: strat, Rounds: f.Rounds, Fraction: f.Fraction, Seed: f.Seed, EvalEvery: f.EvalEvery,
 		EvaluateAlone: f.EvaluateAlone, PayloadBytes: f.Compress.Bytes,
-		Secure: f.SecureAggregator(strat)}
+		Secure: f.SecureAggregator(strat), DropRate: f.DropRate, PersonalEval: f.PersonalEval}
 }
 
 // secureKey names the key that asks for secure aggregation in its

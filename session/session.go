@@ -150,6 +150,7 @@ func Build(c Config) (*Session, error) {
 	// the methods sharing Env read its training options when they build
 	// their clients, right here
 	c.Env.Train.DropLast = c.DropLast
+	c.Env.Rounds = c.Federation.Rounds
 	plan, err := c.Federation.Plan(c.Method, c.Env, c.Settings)
 	if err != nil {
 		return nil, err

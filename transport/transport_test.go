@@ -104,6 +104,9 @@ type fedOpts struct {
 	// rounds (monitor_test.go)
 	httpTokenFile string
 	httpLinger    time.Duration
+	// FLiP's client drop rate and personal evaluation (flip_test.go)
+	dropRate float64
+	personal bool
 }
 
 // startFed runs RunCoordinator and one RunSite per site in goroutines over
@@ -140,7 +143,7 @@ func startFed(t *testing.T, o fedOpts) *fed {
 	f.strat = strat
 	coord := &federation.Coordinator{Strategy: strat, Rounds: o.rounds, Fraction: o.fraction, Seed: o.seed, Parallel: o.n,
 		TolerateFailures: o.timeout > 0 || o.tolerate, RetryEvery: o.retryEvery, MinFit: o.minFit, RoundTimeout: o.timeout, Logger: quietLogger(),
-		PayloadBytes: o.compress.Bytes}
+		PayloadBytes: o.compress.Bytes, DropRate: o.dropRate, PersonalEval: o.personal}
 	if o.secure {
 		coord.Secure = simulatedSecure()
 	}

@@ -1,6 +1,7 @@
 package promptsrc
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"strings"
@@ -49,6 +50,19 @@ type Settings struct {
 	// GPAStd is σ of that aggregation (the authors' 1); 0 turns it off
 	// (the last epoch's prompts).
 	GPAStd float64 `yaml:"gpa_std"`
+	// GPAOver is what the Gaussian prompt aggregation weighs: "epochs"
+	// (also empty, the default: each client over its local epochs, the
+	// authors' single-site rule) or "rounds" (FLiP's federated rule,
+	// flcore/models/clip/PromptSRC.py gauss_avg, on the server: after
+	// round r's FedAvg the global prompts become the running sum
+	// Σ_{t≤r} g_t·avg_t, g_t ∝ N(t; gpa_mean, gpa_std²) normalised over
+	// the rounds t = 0..R−1 of the whole run — not over the rounds so far,
+	// so the prompts sent in early rounds are scaled towards zero — and
+	// the clients train without GPA).
+	GPAOver string `yaml:"gpa_over"`
+	// GPARounds is R of gpa_over rounds (FLiP: its global_rounds + 1, the
+	// rounds it runs); 0, the default: the run's federation.rounds.
+	GPARounds int `yaml:"gpa_rounds"`
 	// Templates are the hand-crafted prompts ("a photo of a {}.") whose
 	// frozen text features, averaged, are the text anchor; empty: the run's
 	// prompt_template alone (the authors average 60 ImageNet templates).
@@ -73,6 +87,10 @@ func (s *Settings) Check(c *config.Checker) {
 	c.NonNegative("text_loss_weight", s.TextLossWeight)
 	c.NonNegative("image_loss_weight", s.ImageLossWeight)
 	c.NonNegative("gpa_std", s.GPAStd)
+	if s.GPAOver != "" {
+		c.OneOf("gpa_over", s.GPAOver, GPAOverEpochs, GPAOverRounds)
+	}
+	c.AtLeast("gpa_rounds", s.GPARounds, 0)
 	if math.IsNaN(s.GPAMean) || math.IsInf(s.GPAMean, 0) {
 		c.Fail("gpa_mean", "%v: must be finite", s.GPAMean)
 	}
@@ -235,7 +253,14 @@ func buildSpec(env *methods.Env, sec config.Section) (*client.Spec, error) {
 			}
 			return New(env.Model, tokens, tmpl, cfg)
 		}}
-	if s.GPAStd > 0 {
+	switch {
+	case s.GPAStd > 0 && s.GPAOver == GPAOverRounds:
+		w, err := RoundWeights(cmp.Or(s.GPARounds, env.Rounds), s.GPAMean, s.GPAStd)
+		if err != nil {
+			return nil, fmt.Errorf("promptsrc.gpa_over rounds: %w", err)
+		}
+		sp.Strategy = func(init tensor.Named) federation.Strategy { return newRoundsGPA(sp.Shared, init, w) }
+	case s.GPAStd > 0:
 		mean, std := s.GPAMean, s.GPAStd
 		sp.Site = func(c *client.Client) (any, error) { return &gpaSite{c: c, mean: mean, std: std, epoch: -1}, nil }
 	}
