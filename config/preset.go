@@ -648,7 +648,9 @@ func worldCompareShared() *Experiment {
 // chosen by `pfedmma tune` on the validation split (docs/tuning.md has the
 // tables and the commands). PromptFL, FedPGP, pFedMoAP and pFedMMA keep the
 // world preset's SGD (lr 0.05, 3 epochs), as their papers use SGD; the tunes
-// of FedOTP, FedPHA, KgCoOp and CoCoOp kept it too.
+// of FedOTP, FedPHA, KgCoOp, CoCoOp, ProGrad and PLOT kept it too.
+// PromptSRC's tune chose lr 0.2 (3 epochs), which its section has no key
+// to carry: it runs the shared lr (docs/tuning.md).
 func worldCompare() *Experiment {
 	e := worldCompareShared()
 	e.Name = "world-compare"
