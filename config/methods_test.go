@@ -7,7 +7,7 @@ func init() {
 	RegisterMethod("pfedmma", func() Section {
 		return &testMMA{Start: 10, Dim: 32, Scale: 0.005, Activation: "relu", CacheBlockOutput: true}
 	})
-	for _, m := range []string{"promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt", "promptfolio", "fedpha", "fedclip", "fedtpg", "maple", "cocoop", "kgcoop", "dpfpl", "fedmvp"} {
+	for _, m := range []string{"promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt", "promptfolio", "fedpha", "fedclip", "fedtpg", "maple", "cocoop", "kgcoop", "dpfpl", "fedmvp", "prograd", "plot", "promptsrc"} {
 		RegisterMethod(m, nil)
 	}
 }

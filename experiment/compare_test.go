@@ -29,8 +29,13 @@ import (
 // threshold 0.1, lr 1, one local epoch: docs/tuning.md; Local 82.03 in
 // docs/worldcompare/fedmvp-dpfpl-tuned); with its code's (threshold 10) its
 // Local, 78.05, was 0.39 points above its untrained one (77.66).
+// ProGrad and PLOT are guarded with the shared recipe their tunes chose
+// (docs/tuning.md); PromptSRC with the shared one too, though its tune
+// chose lr 0.2: it has no lr key of its own, and at lr 0.2 its Local was
+// 79.30 with Base and Novel at 43.10 and 36.77
+// (docs/worldcompare/promptsrc-lr0.2).
 var worldCompareGuarded = []string{"promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt",
-	"fedtpg", "promptfolio", "fedpha", "maple", "kgcoop", "dpfpl", "fedmvp", "pfedmma"}
+	"fedtpg", "promptfolio", "fedpha", "maple", "kgcoop", "dpfpl", "fedmvp", "prograd", "plot", "promptsrc", "pfedmma"}
 
 // untrainedLocal is the Local accuracy of the guarded methods that start
 // above zero-shot's, untrained on world-compare:
@@ -39,9 +44,11 @@ var worldCompareGuarded = []string{"promptfl", "fedpgp", "fedotp", "pfedmoap", "
 // logged clip_adapter, clip_lora, fedot and kgcoop at 74.22, fedotp 74.38,
 // pfedmma 73.52, maple 69.61, adapt 48.36 and fedmvp 31.25; DP-FPL's with
 // its tuned recipe is docs/worldcompare/dpfpl-untrained's run (the same
-// 77.66 as with its code's).
+// 77.66 as with its code's); ProGrad's and PLOT's are
+// docs/worldcompare/untrained-prograd-plot-promptsrc's run, which logged
+// promptsrc at 57.73 (its random deep prompts start below zero-shot).
 var untrainedLocal = map[string]float64{"promptfl": 78.28, "fedpgp": 76.88, "pfedmoap": 75.94, "fedotp": 74.38,
-	"fedtpg": 76.88, "promptfolio": 77.11, "fedpha": 76.88, "dpfpl": 77.66}
+	"fedtpg": 76.88, "promptfolio": 77.11, "fedpha": 76.88, "dpfpl": 77.66, "prograd": 75.31, "plot": 77.58}
 
 // localGuard says why a method's Local accuracy fails the world-compare
 // guard, or "": at least 3 points above the larger of zero-shot's and the
