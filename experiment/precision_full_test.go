@@ -54,8 +54,8 @@ const bf16Slack = 1.1
 // points of float32. The float32 row is TestWorldCompareQualities' run
 // (worldCompareRun): FedMVP's row there was that of a run of FedMVP alone
 // to every digit logged (docs/worldcompare/guard-tests.log: local 77.42,
-// base 77.23, novel 87.80, hm 80.53 in both); running FedMVP in float32 again
-// doubled this test's time (FedMVP is world-compare's slowest method).
+// base 77.23, novel 87.80, hm 80.53 in both), so a float32 run of its own
+// ran FedMVP, the slowest guarded method, a second time for nothing.
 func TestBF16FedMVP(t *testing.T) {
 	fp32 := worldCompareRun(t) // shared with TestWorldCompareQualities
 	bf16 := runPreset(t, "world-compare", "methods=[fedmvp]", "federation.eval_every=5", "engine.precision=bf16")
