@@ -225,7 +225,6 @@ func TestKillNine(t *testing.T) {
 // deadline), and once restarted it catches up from the current round and
 // contributes again.
 func TestSiteVanishes(t *testing.T) {
-	t.Parallel() // processes that wait on each other and the network, not the CPU
 	if testing.Short() {
 		t.Skip("builds and runs processes; skipped with -short")
 	}
