@@ -48,8 +48,9 @@ test: deps
 # kernels, CLIP, and each method's numerics against its fixtures (every
 # method package's tests, and methods/conformance's step contract of every
 # method). The seam's contracts (resume, network = simulation, privacy,
-# aggregation, setting edges) test the federation rather than the
-# arithmetic and run in the main pass only; predict = evaluation runs there
+# aggregation, setting edges, which batches the loader drops) test the
+# federation rather than the arithmetic and run in the main pass only
+# (conformance's skipPureGo); predict = evaluation runs there
 # for every method and here for pFedMMA and PromptFL (conformance's
 # pureGoPredict), so the pure-Go path of a whole world run, its evaluation
 # and predict stays exercised. ADAPT's domain-generalisation accuracy guard

@@ -112,10 +112,11 @@ func TestWorldCompareQualities(t *testing.T) {
 }
 
 // worldCompareJob is world-compare's run of zero-shot and the guarded
-// methods, evaluated at the last round, shared by TestWorldCompareQualities
-// and TestBF16FullBackprop (its float32 side: a method's numbers do not
-// depend on the other methods of the run, CLIP-LoRA's and ADAPT's were
-// those of a run of the two alone to the last digit when measured).
+// methods, evaluated at the last round, shared by TestWorldCompareQualities,
+// TestBF16FullBackprop and TestBF16FedMVP (their float32 side: a method's
+// numbers do not depend on the other methods of the run, CLIP-LoRA's and
+// ADAPT's were those of a run of the two alone to the last digit when
+// measured, FedMVP's those of a run of FedMVP alone).
 var worldCompareJob sharedRun
 
 func worldCompareRun(t *testing.T) *Result {

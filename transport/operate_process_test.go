@@ -67,6 +67,7 @@ func ended(t *testing.T, p *proc, d time.Duration) error {
 // result is the uninterrupted one (nothing of the second process was
 // aggregated).
 func TestProcessDuplicateSession(t *testing.T) {
+	t.Parallel() // processes that wait on each other and the network, not the CPU
 	// rounds enough that the first session is still connected when the
 	// second one gives up (-duplicate-grace)
 	const n, rounds, seed = 3, 20, 7
@@ -109,6 +110,7 @@ func TestProcessDuplicateSession(t *testing.T) {
 // round 3 and ends with the uninterrupted run's result (nothing saved was
 // lost).
 func TestProcessFullDisk(t *testing.T) {
+	t.Parallel() // processes that wait on each other and the network, not the CPU
 	const n, rounds, seed = 3, 6, 7
 	f := newProcFed(t, n)
 	want, _ := reference(t, n, rounds, 1, seed)

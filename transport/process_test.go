@@ -160,6 +160,7 @@ func final(t *testing.T, p *proc) tensor.Named {
 // with the same flags, and checks that the final global tensors equal an
 // uninterrupted in-process run bit for bit.
 func TestKillNine(t *testing.T) {
+	t.Parallel() // processes that wait on each other and the network, not the CPU
 	if testing.Short() {
 		t.Skip("builds and runs processes; skipped with -short")
 	}
@@ -168,6 +169,7 @@ func TestKillNine(t *testing.T) {
 	want, _ := reference(t, n, rounds, 1, seed)
 	for _, victim := range []string{"coordinator", "site-1"} {
 		t.Run(victim, func(t *testing.T) {
+			t.Parallel() // each victim has its own folder and port
 			dir := t.TempDir()
 			var sites []string
 			for i := range n {

@@ -128,6 +128,7 @@ func TestSecureAggregationSurvivesDrop(t *testing.T) {
 // it shared its keys in round 1, and checks that the run finishes with the
 // simulation's global tensors bit for bit.
 func TestSecureAggregationProcesses(t *testing.T) {
+	t.Parallel() // processes that wait on each other and the network, not the CPU
 	if testing.Short() {
 		t.Skip("builds and runs processes; skipped with -short")
 	}
@@ -176,6 +177,7 @@ func TestSecureAggregationProcesses(t *testing.T) {
 // interrupted round runs again in a new session and the run ends with the
 // simulation's global tensors bit for bit.
 func TestSecureAggregationCoordinatorRestart(t *testing.T) {
+	t.Parallel() // processes that wait on each other and the network, not the CPU
 	if testing.Short() {
 		t.Skip("builds and runs processes; skipped with -short")
 	}

@@ -264,6 +264,7 @@ func answering(s *Server, taskID string) bool {
 // certificate (certs rekey) it registers again, rejoins the schedule and
 // is aggregated in the later rounds; its old certificate stays refused.
 func TestRevokedSiteRekeyed(t *testing.T) {
+	t.Parallel() // 40 rounds of slow toy sites: it waits, and its deadlines are tens of seconds
 	const rounds = 40
 	f := startFed(t, fedOpts{n: 3, rounds: rounds, fraction: 1, seed: 1, timeout: time.Minute, minFit: 2,
 		clients: slowClients(150 * time.Millisecond)})

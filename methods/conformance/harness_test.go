@@ -379,8 +379,8 @@ func loadModel(t *testing.T, o experiment.Options) (*clip.Model, *tokenizer.Toke
 // skipPureGo skips a federation-level check in make test's pure-Go pass:
 // that pass re-checks the engine's numerics (predict = evaluation bit for
 // bit, the step contract) under the fallback GEMM; resume, network,
-// privacy, aggregation and setting edges do not depend on the GEMM and run
-// in the main pass, where they must pass.
+// privacy, aggregation, setting edges and the loader's partial last batch
+// do not depend on the GEMM and run in the main pass, where they must pass.
 func skipPureGo(t *testing.T) {
 	t.Helper()
 	if pureGo {
