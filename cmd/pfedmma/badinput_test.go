@@ -60,7 +60,6 @@ func TestUnboundedSizesRefused(t *testing.T) {
 // preprocess or predict is refused at once naming it (before: blocked
 // forever, deaf to Ctrl-C).
 func TestFIFOImagesRefused(t *testing.T) {
-	t.Parallel() // its own child processes and folder
 	model := tinyWorldModel(t)
 	fifo := filepath.Join(t.TempDir(), "photo.png")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
@@ -89,7 +88,6 @@ func TestFIFOImagesRefused(t *testing.T) {
 // (or a truncated real file) under each accepted extension, exits non-zero
 // with a message naming the file, without a panic.
 func TestRandomBadFiles(t *testing.T) {
-	t.Parallel() // its own child processes and folder
 	model := tinyWorldModel(t)
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(18, 2))

@@ -112,7 +112,6 @@ func TestEmbedNaNPixels(t *testing.T) {
 // at the next batch with a non-zero exit saying so (before: it ignored the
 // signal and encoded every image). Also SIGINT.
 func TestEmbedStopsOnSIGTERM(t *testing.T) {
-	t.Parallel() // its own child processes and folder
 	dir := t.TempDir()
 	cfg := clip.Config{EmbedDim: 128,
 		Vision: clip.VisionConfig{ImageSize: 224, PatchSize: 16, Width: 384, Layers: 8, Heads: 6, MLPWidth: 1536},

@@ -28,7 +28,6 @@ func buildah(t *testing.T, store string, args ...string) string {
 // stage.sh copied, the process runs as uid 10001 (it writes in /state and
 // is refused /etc).
 func TestAirGappedImage(t *testing.T) {
-	t.Parallel() // buildah and runc wait on the disk, not the CPU
 	for _, tool := range []string{"buildah", "runc"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") == "true" {

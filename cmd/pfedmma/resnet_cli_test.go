@@ -199,7 +199,6 @@ func TestResNetInspectAndEmbed(t *testing.T) {
 // CLIP (before: zeroshot panicked with an integer divide by zero in the ViT
 // encoder).
 func TestResNetZeroshotRunPredict(t *testing.T) {
-	t.Parallel() // its own child processes and folders
 	model := t.TempDir()
 	if err := testmodel.WriteResNet(model, 24, 5); err != nil {
 		t.Fatal(err)

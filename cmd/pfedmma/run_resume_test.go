@@ -45,7 +45,6 @@ func TestRunResumeMissingCheckpoint(t *testing.T) {
 // an error saying how to resume; --resume then finishes with the summary an
 // uninterrupted run has.
 func TestSIGTERMStopsAndResumes(t *testing.T) {
-	t.Parallel() // its own pfedmma processes and folder
 	bin, tmp := testBinary(t), t.TempDir()
 	model := tinyWorldModel(t)
 	const rounds = 6
