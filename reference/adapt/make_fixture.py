@@ -40,7 +40,7 @@ weight decay 5e-4: AdamW's first step is −lr·sign(g), blind to the gradient's
 round: two rounds of two clients (client i is domain i), AdamW (lr 5e-3), a fresh
 optimizer each round, batches of 4 in stored order.
 init_adaln (init plus 3 AdaLN layers, W, b = 0.2·N(0, 1)) with step_adaln (domain 0).
-Usage: python3 tools/fixtures/adapt/make_fixture.py  (make fixtures-external)
+Usage: python3 reference/adapt/make_fixture.py  (make fixtures-external)
 """
 import math
 import os
@@ -181,7 +181,7 @@ def main():
     meta = {"method": "adapt", "n_ctx": N_CTX, "domains": DOMAINS, "tau": TAU_D, "lambda": LAMBDA, "ema": EMA,
             "logit_scale": 4.0, "optimizer": "adamw", "weight_decay": WD, "seed": SEED,
             "prec": "float64 (stored as float32)",
-            "reference": "independent float64 PyTorch ADAPT from the paper and spec (tools/fixtures/adapt)"}
+            "reference": "independent float64 PyTorch ADAPT from the paper and spec (reference/adapt)"}
     C.write_st(os.path.join(OUT, "init.safetensors"), init, {"method": "adapt", "seed": SEED, "n_ctx": N_CTX})
 
     # --- steps: domain 0 plain; domain 1 after the EMA toward a relayed copy of prompt 0 ---

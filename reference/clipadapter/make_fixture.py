@@ -25,7 +25,7 @@ testdata/README.md (section clip_adapter/):
 - fed_utils.average_weights is executed from its source alone (the module imports
   prettytable, scipy and sklearn, which the function does not use).
 
-Usage: python3 tools/fixtures/clipadapter/make_fixture.py  (make fixtures-external)
+Usage: python3 reference/clipadapter/make_fixture.py  (make fixtures-external)
 """
 import copy
 import os

@@ -36,7 +36,7 @@ Files: init (the authors' init: B = 0, so A has no gradient) with step (AdamW, l
 init_rand (A from init, B = 0.1·N(0, 1)) with step_rand (AdamW), and the same as
 init_rand_sgd with step_rand_sgd (SGD);
 round (two clients from init_rand, SGD). Usage: python3
-tools/fixtures/cliplora/make_fixture.py  (make fixtures-external)
+reference/cliplora/make_fixture.py  (make fixtures-external)
 """
 import copy
 import math

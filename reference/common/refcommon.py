@@ -1,4 +1,4 @@
-"""Shared parts of the per-method reference harnesses (bench/reference/*_ref.py).
+"""Shared parts of the per-method reference harnesses (reference/*/*_ref.py).
 
 Each harness imports one method's model code from the authors' checkout
 (--repo), builds it over a random-weight ViT-B/16 CLIP at the setting of

@@ -1,6 +1,6 @@
 #!/bin/sh
 # One sitting for every method with a reference harness: for each method in
-# turn, the authors' code timed by bench/reference/<method>_ref.py, then
+# turn, the authors' code timed by reference/<method>/<method>_ref.py, then
 # `pfedmma bench train --method M` against that reference in fp32 on the
 # cached production path and, with --uncached (the frozen records recomputed
 # every step, like for like), in fp32 and bf16 (where the method supports it), so both sides of each ratio are
@@ -9,7 +9,7 @@
 #
 #   PFEDMMA_REPO=/tmp/pfedmma-ref FEDOTP_REPO=/tmp/fedotp \
 #   CLIPADAPTER_REPO=/tmp/clip-adapter CLIPLORA_REPO=/tmp/clip-lora \
-#       sh bench/reference/sitting_all.sh [STEPS] [METHOD...]
+#       sh reference/common/sitting_all.sh [STEPS] [METHOD...]
 #
 # Checkouts (git clone of the authors' repositories; a method whose checkout
 # is not given is skipped, and says so):
@@ -62,23 +62,23 @@ start=$(date +%s)
 # when its checkout is not given.
 harness() {
 	case $1 in
-	pfedmma) [ -n "${PFEDMMA_REPO:-}" ] && echo "pfedmma_ref.py --repo $PFEDMMA_REPO" ;;
-	promptfl) [ -n "${PFEDMMA_REPO:-}" ] && echo "promptfl_ref.py --repo $PFEDMMA_REPO" ;;
-	fedpgp) [ -n "${PFEDMMA_REPO:-}" ] && echo "fedpgp_ref.py --repo $PFEDMMA_REPO" ;;
-	fedotp) [ -n "${FEDOTP_REPO:-}" ] && echo "fedotp_ref.py --repo $FEDOTP_REPO" ;;
+	pfedmma) [ -n "${PFEDMMA_REPO:-}" ] && echo "pfedmma/pfedmma_ref.py --repo $PFEDMMA_REPO" ;;
+	promptfl) [ -n "${PFEDMMA_REPO:-}" ] && echo "promptfl/promptfl_ref.py --repo $PFEDMMA_REPO" ;;
+	fedpgp) [ -n "${PFEDMMA_REPO:-}" ] && echo "fedpgp/fedpgp_ref.py --repo $PFEDMMA_REPO" ;;
+	fedotp) [ -n "${FEDOTP_REPO:-}" ] && echo "fedotp/fedotp_ref.py --repo $FEDOTP_REPO" ;;
 	clip_adapter) [ -n "${CLIPADAPTER_REPO:-}" ] && [ -n "${PFEDMMA_REPO:-}" ] &&
-		echo "clipadapter_ref.py --repo $CLIPADAPTER_REPO --clip-repo $PFEDMMA_REPO" ;;
-	clip_lora) [ -n "${CLIPLORA_REPO:-}" ] && echo "cliplora_ref.py --repo $CLIPLORA_REPO" ;;
-	pfedmoap) [ -n "${PFEDMOAP_REPO:-}" ] && echo "pfedmoap_ref.py --repo $PFEDMOAP_REPO" ;;
-	fedtpg) [ -n "${FEDTPG_REPO:-}" ] && echo "fedtpg_ref.py --repo $FEDTPG_REPO" ;;
-	promptfolio) [ -n "${PROMPTFOLIO_REPO:-}" ] && echo "promptfolio_ref.py --repo $PROMPTFOLIO_REPO" ;;
-	cocoop) [ -n "${COOP_REPO:-}" ] && echo "cocoop_ref.py --repo $COOP_REPO" ;;
-	kgcoop) [ -n "${KGCOOP_REPO:-}" ] && echo "kgcoop_ref.py --repo $KGCOOP_REPO" ;;
-	maple) [ -n "${MAPLE_REPO:-}" ] && echo "maple_ref.py --repo $MAPLE_REPO" ;;
-	fedpha) [ -n "${PMFLT_REPO:-}" ] && echo "fedpha_ref.py --repo $PMFLT_REPO" ;;
-	fedclip) [ -n "${PMFLT_REPO:-}" ] && echo "fedclip_ref.py --repo $PMFLT_REPO" ;;
-	dpfpl) [ -n "${DPFPL_REPO:-}" ] && echo "dpfpl_ref.py --repo $DPFPL_REPO" ;;
-	fedmvp) [ -n "${FEDMVP_REPO:-}" ] && echo "fedmvp_ref.py --repo $FEDMVP_REPO" ;;
+		echo "clipadapter/clipadapter_ref.py --repo $CLIPADAPTER_REPO --clip-repo $PFEDMMA_REPO" ;;
+	clip_lora) [ -n "${CLIPLORA_REPO:-}" ] && echo "cliplora/cliplora_ref.py --repo $CLIPLORA_REPO" ;;
+	pfedmoap) [ -n "${PFEDMOAP_REPO:-}" ] && echo "pfedmoap/pfedmoap_ref.py --repo $PFEDMOAP_REPO" ;;
+	fedtpg) [ -n "${FEDTPG_REPO:-}" ] && echo "fedtpg/fedtpg_ref.py --repo $FEDTPG_REPO" ;;
+	promptfolio) [ -n "${PROMPTFOLIO_REPO:-}" ] && echo "promptfolio/promptfolio_ref.py --repo $PROMPTFOLIO_REPO" ;;
+	cocoop) [ -n "${COOP_REPO:-}" ] && echo "cocoop/cocoop_ref.py --repo $COOP_REPO" ;;
+	kgcoop) [ -n "${KGCOOP_REPO:-}" ] && echo "kgcoop/kgcoop_ref.py --repo $KGCOOP_REPO" ;;
+	maple) [ -n "${MAPLE_REPO:-}" ] && echo "maple/maple_ref.py --repo $MAPLE_REPO" ;;
+	fedpha) [ -n "${PMFLT_REPO:-}" ] && echo "fedpha/fedpha_ref.py --repo $PMFLT_REPO" ;;
+	fedclip) [ -n "${PMFLT_REPO:-}" ] && echo "fedclip/fedclip_ref.py --repo $PMFLT_REPO" ;;
+	dpfpl) [ -n "${DPFPL_REPO:-}" ] && echo "dpfpl/dpfpl_ref.py --repo $DPFPL_REPO" ;;
+	fedmvp) [ -n "${FEDMVP_REPO:-}" ] && echo "fedmvp/fedmvp_ref.py --repo $FEDMVP_REPO" ;;
 	*) echo "sitting_all: no reference harness for method $1" >&2; return 1 ;;
 	esac
 	return 0
@@ -93,7 +93,7 @@ for m in $methods; do
 	echo "== $m: reference ($h, $steps steps each)"
 	load
 	# shellcheck disable=SC2086 # h holds the script and its arguments
-	if ! $py "$here/bench/reference/"$h --steps "$steps" ${REF_ARGS:-} >"$out/$m-ref.json" 2>"$out/$m-ref.log"; then
+	if ! $py "$here/reference/"$h --steps "$steps" ${REF_ARGS:-} >"$out/$m-ref.json" 2>"$out/$m-ref.log"; then
 		echo "reference failed: see $out/$m-ref.log"
 		tail -n 5 "$out/$m-ref.log"
 		continue

@@ -31,7 +31,7 @@ cross-attention), SGD step. An evaluation batch is their model_inference
 (the same forward) under no_grad.
 
 What is not theirs, and why (the fixture generator
-tools/fixtures/fedmvp/make_fixture.py makes the same changes):
+reference/fedmvp/make_fixture.py makes the same changes):
 - FedMVP.__init__ never builds the self.image_encoder its forward calls
   (the prompted forward moved out of clip/model.py upstream): the harness
   sets model.image_encoder = their ImageEncoder(clip_model.visual);

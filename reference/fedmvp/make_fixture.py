@@ -31,7 +31,7 @@ replaced, each replacement marked REPLACED below and listed in testdata/README.m
 - server.py's aggregation loop is inlined (every client selected, the state
   dicts summed and divided by their number).
 
-Usage: python3 tools/fixtures/fedmvp/make_fixture.py  (make fixtures-fedmvp)
+Usage: python3 reference/fedmvp/make_fixture.py  (make fixtures-fedmvp)
 """
 import copy
 import os

@@ -26,7 +26,7 @@ PyTorch's autograd, in float64 on CPU:
 
 Files: init (X = I, r = 1: FedOT) with step; init_b2 (r = 2 blocks: FedOT(+B), X =
 I + 0.1·N(0, 1), so R ≠ 0) with step_b2; round (two clients from init_b2). Usage:
-python3 tools/fixtures/fedot/make_fixture.py  (make fixtures-external)
+python3 reference/fedot/make_fixture.py  (make fixtures-external)
 """
 import math
 import os
@@ -91,7 +91,7 @@ def main():
     meta = {"method": "fedot", "variant": "fedot", "tau": repr(tau), "logit_scale": 4.0,
             "normalize_classifier": "false", "template": TEMPLATE, "momentum": MOM, "weight_decay": WD,
             "seed": SEED, "prec": "float64 (stored as float32)",
-            "reference": "independent float64 PyTorch FedOT from the paper (tools/fixtures/fedot)"}
+            "reference": "independent float64 PyTorch FedOT from the paper (reference/fedot)"}
     g = torch.Generator().manual_seed(SEED)
     inits = {
         "": {"w_g": wg0.clone(), "x": torch.eye(d).reshape(1, d, d)},

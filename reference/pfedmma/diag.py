@@ -16,9 +16,9 @@ clip.tokenize stub treated a string as a list and returned one row per
 character, so each class prompt "a photo of a class 7." became ~21 prompts
 (518 for 24 classes) and the text encoder ran ~21x the authors' work.
 
-    /usr/bin/python3 bench/reference/diag.py --repo /tmp/pfedmma-ref --mode train
-    /usr/bin/python3 bench/reference/diag.py --repo /tmp/pfedmma-ref --chars-as-prompts
-    /usr/bin/python3 bench/reference/diag.py --repo ... --image 112 --batch 8   # quick
+    /usr/bin/python3 reference/pfedmma/diag.py --repo /tmp/pfedmma-ref --mode train
+    /usr/bin/python3 reference/pfedmma/diag.py --repo /tmp/pfedmma-ref --chars-as-prompts
+    /usr/bin/python3 reference/pfedmma/diag.py --repo ... --image 112 --batch 8   # quick
 """
 import argparse
 import collections

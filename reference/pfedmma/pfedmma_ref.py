@@ -37,7 +37,7 @@ and OpenBLAS keeps its own pthread pool, sized by OPENBLAS_NUM_THREADS or
 --blas-threads (openblas_set_num_threads). Both default to 2 here. Idle
 threads of both pools sleep instead of spinning (OPENBLAS_THREAD_TIMEOUT=4,
 OMP_WAIT_POLICY=PASSIVE, as pfedmma sets for itself; --spinning-threads keeps
-the libraries' defaults): see bench/reference/README.md for the measurements.
+the libraries' defaults): see reference/pfedmma/README.md for the measurements.
 """
 import argparse
 import ctypes

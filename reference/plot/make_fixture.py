@@ -5,7 +5,7 @@ CustomCLIP with its Sinkhorn and forward, the PLOT trainer's build_model and non
 forward_backward; plot-coop/clip/model.py: CLIP, build_model, and for the ResNet fixtures
 ModifiedResNet with their AttentionPool2d, which returns every token) with Dassl's real
 TrainerBase (model_backward_and_update), build_optimizer and build_lr_scheduler
-(KaiyangZhou/Dassl.pytorch, tools/fixtures/common.py), float32 on CPU.
+(KaiyangZhou/Dassl.pytorch, reference/common/common.py), float32 on CPU.
 
 Two backbones: testdata/clip-tiny (ViT; the primary fixtures, local features = the 16 patch
 tokens) and testdata/clip-rn-tiny (rn_*: the authors' own RN50 path, local features = the 4
@@ -13,7 +13,7 @@ attention-pool tokens of the 2x2 map). Their ViT returns the CLS feature alone, 
 forward cannot use (it indexes the output as tokens): for the ViT its forward is REPLACED by
 FLiP's VisionTransformer.forward (github 0-ml/flip, flcore/models/clip/model.py: ln_post and
 proj on every token, token-major [1 + M, b, d]), which is how FLiP runs PLOT on ViT-B/16.
-Everything replaced is marked REPLACED and listed in tools/fixtures/plot/README.md.
+Everything replaced is marked REPLACED and listed in reference/plot/README.md.
 
 Usage: /usr/bin/python3 make_fixture.py [--out testdata/plot]   (PLOT_REF: the git mirror)
 """

@@ -5,7 +5,7 @@ Vision-Language Models", ICLR 2023, eqs. 2-7 and Algorithm 1) and the settings i
 metadata, not from the authors' module structure: the tiny ResNet CLIP of testdata/clip-rn-tiny
 (written here from its README; checked against its forward.safetensors) whose attention pool
 yields the global token and the M local tokens; N prompts per class (CoOp contexts, text
-encoder of tools/fixtures/clip64.py); the cost 1 − cos between local image features and prompt
+encoder of reference/common/clip64.py); the cost 1 − cos between local image features and prompt
 text features; Sinkhorn with uniform marginals, ε, and the stop rule from the metadata (inner
 stage, no gradient); logits e^s·⟨T*, sim⟩ (plus the global logit on ImageNet); cross entropy; the
 prompt gradient with the plan fixed (outer stage) by autograd (torch float64 as the engine; checked

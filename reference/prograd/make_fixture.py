@@ -5,7 +5,7 @@ CustomCLIP, the zero-shot CLIP class, ProGradLoss, the ProGrad trainer's build_m
 forward_backward; ProGrad.public/clip/model.py; and from their Dassl fork
 Dassl.ProGrad.pytorch/dassl/engine/trainer.py: TrainerBase with prograd_backward_and_update, the
 projection, plus its optim/ and metrics/) in float32 on CPU. What cannot run here is replaced, each
-replacement marked REPLACED below and listed in tools/fixtures/prograd/README.md.
+replacement marked REPLACED below and listed in reference/prograd/README.md.
 
 Usage: /usr/bin/python3 make_fixture.py [--out testdata/prograd]   (PROGRAD_REF: the git mirror)
 """

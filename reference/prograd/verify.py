@@ -2,7 +2,7 @@
 
 Written from the paper (Zhu et al., "Prompt-aligned Gradient for Prompt Tuning", ICCV 2023,
 eqs. 3-6) and the settings in the fixtures' metadata, not from the authors' module structure:
-CoOp's context at positions 1..n of "X X X X class." (tools/fixtures/clip64.py, the float64 tiny
+CoOp's context at positions 1..n of "X X X X class." (reference/common/clip64.py, the float64 tiny
 CLIP, itself checked against testdata/clip-tiny/forward.safetensors), the cross entropy
 L_ce, the distillation term L_kd = T²·mean_b CE(softmax(zs/T), softmax(logits/T)) towards the
 zero-shot CLIP with the hand-crafted prompt, their gradients G_ce and G_kd by autograd (torch

@@ -5,8 +5,8 @@ the PromptSRC trainer's build_model (parameter selection, GPA weights) and its n
 forward_backward with the end-of-epoch Gaussian prompt aggregation; clip/model.py: CLIP,
 VisionTransformer and ResidualAttentionBlock_IVLP with the deep prompts, build_model) in
 float32 on CPU, with Dassl's real TrainerBase / build_optimizer / build_lr_scheduler
-(tools/fixtures/common.py). What cannot run here is replaced, each replacement marked
-REPLACED below and listed in tools/fixtures/promptsrc/README.md.
+(reference/common/common.py). What cannot run here is replaced, each replacement marked
+REPLACED below and listed in reference/promptsrc/README.md.
 
 Usage: /usr/bin/python3 make_fixture.py [--out testdata/promptsrc]
 (PROMPTSRC_REF: the git mirror of muzairkhattak/PromptSRC; DASSL_REF: KaiyangZhou/Dassl.pytorch.)

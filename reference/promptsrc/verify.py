@@ -2,7 +2,7 @@
 
 Written from the paper (Khattak et al., "Self-regulating Prompts", ICCV 2023, eqs. 1-6) and the
 settings in the fixtures' metadata, not from the authors' module structure: independent deep
-prompts in both encoders (the float64 tiny CLIP of tools/fixtures/clip64.py: text prompts replace
+prompts in both encoders (the float64 tiny CLIP of reference/common/clip64.py: text prompts replace
 positions 1..n of the embedding and of the input of blocks 1..J_t-1; the visual prompt is
 appended after the patches before ln_pre and replaced at the input of blocks 1..J_v-1), the
 self-regulating loss
