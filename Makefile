@@ -148,7 +148,7 @@ fixtures-plot:
 	$(FIXTURE_PY) -u reference/plot/verify.py --testdata testdata
 
 # Fixtures from outside the project for the methods the Go tests used to check only against
-# themselves (testdata/clip_adapter, clip_lora, fedot, adapt; see testdata/README.md):
+# themselves (testdata/clip_adapter, clip_lora, fedot, adapt; see reference/<method>/README.md):
 # CLIP-Adapter and CLIP-LoRA from the authors' code (CLIPADAPTER_REF:
 # gaopengcuhk/CLIP-Adapter over COOP_REF's clip/model.py and DASSL_REF; CLIPLORA_REF:
 # MaxZanella/CLIP-LoRA), federated with PFEDMMA_REF's fed_utils.average_weights; FedOT and

@@ -11,7 +11,7 @@ optimizer, and the server averages both matrices with the pFedMMA authors'
 fed_utils.average_weights (weights n_i / n, sajjad-ucsb/pFedMMA).
 
 What cannot run here is replaced, each replacement marked REPLACED below and listed in
-testdata/README.md (section clip_adapter/):
+reference/clipadapter/README.md:
 - CustomCLIP builds Adapter(1024, 4) (RN50's feature width); the tiny CLIP's features
   are 64-wide: Adapter(clip_model.text_projection.shape[1], 4), the authors' class;
 - TextEncoder moves the prompt tokens to 'cuda': they stay on the CPU;

@@ -14,7 +14,7 @@ factors, one local epoch with a fresh optimizer (the federated baselines' SGD, m
 authors' fed_utils.average_weights (weights n_i / n).
 
 What cannot run here is replaced, each replacement marked REPLACED below and listed in
-testdata/README.md (section clip_lora/):
+reference/cliplora/README.md:
 - torch 2's F.scaled_dot_product_attention, F._canonical_mask and F._none_or_dtype, which
   PlainMultiheadAttentionLoRA calls, are added to Debian's torch 1.13 (their math
   definitions; no dropout: the module's own dropout is 0);
@@ -114,7 +114,7 @@ def build(utils, state=None):
     # REPLACED: the masks are random (torch's stream is not pfedmma's): their default
     # dropout_rate 0.25 builds the Dropout path of LinearLoRA.forward, and p = 0 makes
     # its mask the identity. (dropout_rate 0 would take the merge path, whose backward
-    # is wrong: see testdata/README.md, clip_lora/.)
+    # is wrong: see reference/cliplora/README.md.)
     for mha in layers:
         for proj in (mha.q_proj, mha.k_proj, mha.v_proj):
             proj.dropout.p = 0.0

@@ -1,7 +1,7 @@
 """CoCoOp reference fixtures (testdata/cocoop) from the authors' trainers/cocoop.py
 (KaiyangZhou/CoOp): their PromptLearner (meta-net bias per image), TextEncoder,
 CustomCLIP and CoCoOp.build_model / forward_backward, on the tiny CLIP, float32,
-CPU. Replacements: see common.py and testdata/README.md (cocoop/)."""
+CPU. Replacements: see common.py and this folder's README.md."""
 import copy
 import os
 import sys

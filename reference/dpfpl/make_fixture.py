@@ -6,7 +6,7 @@ the clipping and noise, backward_pass), their clip/model.py (build_model) and
 their vendored Dassl (optim, metrics, engine/trainer.py's TrainerBase), on
 the tiny CLIP, float32, CPU.
 
-Replacements (each also in testdata/README.md, section dpfpl/):
+Replacements (each also in reference/dpfpl/README.md):
 - clip.clip (download, torchvision) and the BPE tokenizer: common.py's token
   tables; load_clip_to_cpu: the tiny CLIP through their build_model with the
   design details their loader passes, convert_weights (fp16) skipped;

@@ -7,8 +7,8 @@ federated/client.py (Client.build_model, train — with its LoRA switch —,
 forward_backward), federated/base_trainer.py (TrainerBase) and federated/utils.py
 (build_optimizer, build_lr_scheduler) on the tiny CLIP of testdata/clip-tiny through
 the repository's own clip/model.py, in float32 on CPU. What cannot run here is
-replaced, each replacement marked REPLACED below and listed in testdata/README.md
-(section fedmvp/):
+replaced, each replacement marked REPLACED below and listed in reference/fedmvp/README.md
+(fixture section):
 
 - sources are read from the git mirror (FEDMVP_REF) into a temporary directory;
 - the ViT-B/16 widths hard-coded in FedMVP.py (768 vision, 512 text features)

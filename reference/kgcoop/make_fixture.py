@@ -2,7 +2,7 @@
 (htyao89/KgCoOp): their PromptLearner (context from "a photo of a", the
 hand-crafted template's text features), TextEncoder, CustomCLIP (logits and
 score = 1 − mean cos) and KgCoOp.build_model / forward_backward (CE + w·score),
-on the tiny CLIP, float32, CPU. Replacements: common.py and testdata/README.md."""
+on the tiny CLIP, float32, CPU. Replacements: common.py and this folder's README.md."""
 import copy
 import os
 import sys

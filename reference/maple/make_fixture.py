@@ -4,7 +4,7 @@ Runs muzairkhattak/multimodal-prompt-learning (trainers/maple.py: MultiModalProm
 TextEncoder, CustomCLIP, the MaPLe trainer's build_model parameter selection and its fp32
 forward_backward; clip/model.py: CLIP, VisionTransformer_MaPLe, ResidualAttentionBlock_MaPLe,
 build_model) in float32 on CPU. What cannot run here is replaced, each replacement listed in
-testdata/README.md (section maple/) and marked REPLACED below.
+reference/maple/README.md and marked REPLACED below.
 
 Usage: python3 make_fixture.py --ref <dir with the authors' repo files> --out testdata/maple
 (see the Makefile target fixtures-maple, which extracts the files from the fetched mirror).

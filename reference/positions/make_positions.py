@@ -2,7 +2,7 @@
 from the authors' trainers/coop.py (KaiyangZhou/CoOp): their PromptLearner
 (CLASS_TOKEN_POSITION), TextEncoder, CustomCLIP and CoOp.build_model /
 forward_backward, on the tiny CLIP, float32, CPU; the round is PromptFL's
-(FedAvg n_i/n of the context). Replacements: common.py and testdata/README.md."""
+(FedAvg n_i/n of the context). Replacements: common.py and this folder's README.md."""
 import copy
 import os
 import sys
