@@ -100,56 +100,56 @@ clean:
 # differences take about 4 CPU-minutes.
 MAPLE_REF ?= /tmp/maple-ref-src
 fixtures-maple:
-	/usr/bin/python3 tools/fixtures/maple/make_fixture.py --ref $(MAPLE_REF) --testdata testdata
-	/usr/bin/python3 -u tools/fixtures/maple/verify.py --testdata testdata
+	/usr/bin/python3 reference/maple/make_fixture.py --ref $(MAPLE_REF) --testdata testdata
+	/usr/bin/python3 -u reference/maple/verify.py --testdata testdata
 
 # DP-FPL reference fixtures (testdata/dpfpl) from the authors' code (DPFPL_REF: a git
 # mirror of linhhtran/DP-FPL, which vendors its own Dassl), checked by an independent
-# float64 numpy version (tools/fixtures/verify_dpfpl.py; about a CPU-minute of finite
+# float64 numpy version (reference/dpfpl/verify.py; about a CPU-minute of finite
 # differences). Not part of build or test.
 fixtures-dpfpl:
-	$(FIXTURE_PY) tools/fixtures/make_dpfpl.py
-	$(FIXTURE_PY) tools/fixtures/verify_dpfpl.py
+	$(FIXTURE_PY) reference/dpfpl/make_fixture.py
+	$(FIXTURE_PY) reference/dpfpl/verify.py
 
 # FedMVP reference fixtures (testdata/fedmvp) from the authors' code
 # (mainaksingha01/FedMVP, read from its git mirror FEDMVP_REF), checked by an
 # independent float64 numpy FedMVP (finite differences at sampled
 # coordinates). Not part of build or test; needs Debian's python3-torch.
 fixtures-fedmvp:
-	FEDMVP_REF=$(FEDMVP_REF) $(FIXTURE_PY) tools/fixtures/fedmvp/make_fixture.py
-	$(FIXTURE_PY) -u tools/fixtures/fedmvp/verify.py
+	FEDMVP_REF=$(FEDMVP_REF) $(FIXTURE_PY) reference/fedmvp/make_fixture.py
+	$(FIXTURE_PY) -u reference/fedmvp/verify.py
 
 FEDMVP_REF ?= /work/.mirror/mainaksingha01+FedMVP/repo
 
 # PromptSRC reference fixtures (testdata/promptsrc) from the authors' code (PROMPTSRC_REF: a git
 # mirror of muzairkhattak/PromptSRC; DASSL_REF: KaiyangZhou/Dassl.pytorch), checked by an
-# independent float64 version (tools/fixtures/promptsrc/verify.py: torch float64 as autograd
+# independent float64 version (reference/promptsrc/verify.py: torch float64 as autograd
 # engine, finite-difference spot checks; under a CPU-minute). Not part of build or test.
 PROMPTSRC_REF ?= /work/.mirror/muzairkhattak+PromptSRC/repo
 fixtures-promptsrc:
-	PROMPTSRC_REF=$(PROMPTSRC_REF) $(FIXTURE_PY) tools/fixtures/promptsrc/make_fixture.py
-	$(FIXTURE_PY) -u tools/fixtures/promptsrc/verify.py --testdata testdata
+	PROMPTSRC_REF=$(PROMPTSRC_REF) $(FIXTURE_PY) reference/promptsrc/make_fixture.py
+	$(FIXTURE_PY) -u reference/promptsrc/verify.py --testdata testdata
 
 # ProGrad reference fixtures (testdata/prograd) from the authors' code (PROGRAD_REF: a git mirror
 # of BeierZhu/Prompt-align, which ships ProGrad.public/ and its Dassl fork with the projection),
-# checked by an independent float64 version (tools/fixtures/prograd/verify.py; under a
+# checked by an independent float64 version (reference/prograd/verify.py; under a
 # CPU-minute). Not part of build or test.
 PROGRAD_REF ?= /work/.mirror/BeierZhu+Prompt-align/repo
 fixtures-prograd:
-	PROGRAD_REF=$(PROGRAD_REF) $(FIXTURE_PY) tools/fixtures/prograd/make_fixture.py
-	$(FIXTURE_PY) -u tools/fixtures/prograd/verify.py --testdata testdata
+	PROGRAD_REF=$(PROGRAD_REF) $(FIXTURE_PY) reference/prograd/make_fixture.py
+	$(FIXTURE_PY) -u reference/prograd/verify.py --testdata testdata
 
 # PLOT reference fixtures (testdata/plot) from the authors' code (PLOT_REF: a git mirror of
 # CHENGY12/PLOT, plot-coop/), on clip-tiny (patch tokens) and clip-rn-tiny, checked by an
-# independent float64 version (tools/fixtures/plot/verify.py; a few CPU-minutes). Not part of
+# independent float64 version (reference/plot/verify.py; a few CPU-minutes). Not part of
 # build or test.
 PLOT_REF ?= /work/.mirror/CHENGY12+PLOT/repo
 fixtures-plot:
-	PLOT_REF=$(PLOT_REF) $(FIXTURE_PY) tools/fixtures/plot/make_fixture.py
-	$(FIXTURE_PY) -u tools/fixtures/plot/verify.py --testdata testdata
+	PLOT_REF=$(PLOT_REF) $(FIXTURE_PY) reference/plot/make_fixture.py
+	$(FIXTURE_PY) -u reference/plot/verify.py --testdata testdata
 
 # Fixtures from outside the project for the methods the Go tests used to check only against
-# themselves (testdata/clip_adapter, clip_lora, fedot, adapt; see testdata/README.md):
+# themselves (testdata/clip_adapter, clip_lora, fedot, adapt; see reference/<method>/README.md):
 # CLIP-Adapter and CLIP-LoRA from the authors' code (CLIPADAPTER_REF:
 # gaopengcuhk/CLIP-Adapter over COOP_REF's clip/model.py and DASSL_REF; CLIPLORA_REF:
 # MaxZanella/CLIP-LoRA), federated with PFEDMMA_REF's fed_utils.average_weights; FedOT and
@@ -157,14 +157,14 @@ fixtures-plot:
 # Not part of build or test; needs Debian's python3-torch and the git mirrors (fetched into
 # /work/.mirror); about 3 CPU-minutes.
 fixtures-external:
-	$(FIXTURE_PY) tools/fixtures/clipadapter/make_fixture.py
-	$(FIXTURE_PY) tools/fixtures/fedot/make_fixture.py
-	$(FIXTURE_PY) tools/fixtures/cliplora/make_fixture.py
-	$(FIXTURE_PY) tools/fixtures/adapt/make_fixture.py
+	$(FIXTURE_PY) reference/clipadapter/make_fixture.py
+	$(FIXTURE_PY) reference/fedot/make_fixture.py
+	$(FIXTURE_PY) reference/cliplora/make_fixture.py
+	$(FIXTURE_PY) reference/adapt/make_fixture.py
 
 # Reference fixtures of testdata/cocoop, testdata/kgcoop and testdata/coop-positions,
 # made by running the authors' PyTorch code (Debian's python3-torch, float32, CPU) and
-# checked by independent float64 numpy versions (tools/fixtures). Not part of build or
+# checked by independent float64 numpy versions (reference/<method>/verify.py, reference/positions/). Not part of build or
 # test. The authors' repositories are read from git mirrors: COOP_REF
 # (KaiyangZhou/CoOp), KGCOOP_REF (htyao89/KgCoOp), DASSL_REF (KaiyangZhou/Dassl.pytorch),
 # PFEDMMA_REF (sajjad-ucsb/pFedMMA: FedPGP), FEDOTP_REF (HongxiaLee/FedOTP),
@@ -172,17 +172,17 @@ fixtures-external:
 # about 10 CPU-minutes.
 FIXTURE_PY ?= /usr/bin/python3
 fixtures:
-	$(FIXTURE_PY) tools/fixtures/make_cocoop.py
-	$(FIXTURE_PY) tools/fixtures/make_kgcoop.py
-	$(FIXTURE_PY) tools/fixtures/make_positions.py
-	$(FIXTURE_PY) tools/fixtures/make_positions_fl.py
+	$(FIXTURE_PY) reference/cocoop/make_fixture.py
+	$(FIXTURE_PY) reference/kgcoop/make_fixture.py
+	$(FIXTURE_PY) reference/positions/make_positions.py
+	$(FIXTURE_PY) reference/positions/make_positions_fl.py
 	$(MAKE) verify-fixtures
 
 verify-fixtures:
-	$(FIXTURE_PY) tools/fixtures/verify_cocoop.py
-	$(FIXTURE_PY) tools/fixtures/verify_kgcoop.py
-	$(FIXTURE_PY) tools/fixtures/verify_positions.py
-	$(FIXTURE_PY) -u tools/fixtures/verify_positions_fl.py
+	$(FIXTURE_PY) reference/cocoop/verify.py
+	$(FIXTURE_PY) reference/kgcoop/verify.py
+	$(FIXTURE_PY) reference/positions/verify_positions.py
+	$(FIXTURE_PY) -u reference/positions/verify_positions_fl.py
 
 # Mutation testing (issue 35; not part of `make test`). `make mutants` runs
 # tools/mutants over MUTANT_PKGS: go-gremlins' default mutators and statuses,

@@ -91,7 +91,7 @@ type Reference struct {
 	PeakRSSMiB      float64 `json:"peak_rss_mib"`
 	Config          string  `json:"config,omitempty"`
 	// The setting the reference was timed at, when its harness records it
-	// (bench/reference/*_ref.py do): checked against the benchmark's.
+	// (reference/*/*_ref.py do): checked against the benchmark's.
 	Method  string `json:"method,omitempty"`
 	Batch   int    `json:"batch,omitempty"`
 	Classes int    `json:"classes,omitempty"`

@@ -76,7 +76,7 @@ func TestCoOpFamilyStepRoundCommands(t *testing.T) {
 					continue
 				}
 				if strings.HasPrefix(name, "grad.") && zeroGradGateBias(strings.TrimPrefix(name, "grad.")) {
-					// zero in exact arithmetic: float32 noise (testdata/README.md, pfedmoap/)
+					// zero in exact arithmetic: float32 noise (reference/pfedmoap/README.md)
 					continue
 				}
 				w, err := want.Float32(name)

@@ -23,7 +23,7 @@ import (
 
 // The external fixtures of testdata/adapt come from an independent float64
 // PyTorch ADAPT written from the paper, the spec and this package's
-// documented decisions (tools/fixtures/adapt; ADAPT has no public code),
+// documented decisions (reference/adapt; ADAPT has no public code),
 // differentiated by autograd, with torch.optim.AdamW. These tests run them
 // through the production client (Client.Step for the loss and gradients,
 // Client.Fit for the optimizer step) and the production rounds (the Plan in

@@ -19,7 +19,7 @@ import (
 )
 
 // The external fixtures of testdata/clip_adapter come from the authors'
-// code (gaopengcuhk/CLIP-Adapter, tools/fixtures/clipadapter), federated
+// code (gaopengcuhk/CLIP-Adapter, reference/clipadapter), federated
 // with the pFedMMA authors' average_weights. These tests run them through
 // the production client (Client.Step for the loss and gradients,
 // Client.Fit for the optimizer step) and the production round (the

@@ -21,7 +21,7 @@ import (
 
 // The external fixtures of testdata/clip_lora come from the authors' code
 // (MaxZanella/CLIP-LoRA's loralib and the step of lora.py's run_lora, on
-// the tiny CLIP; tools/fixtures/cliplora), federated with the pFedMMA
+// the tiny CLIP; reference/cliplora), federated with the pFedMMA
 // authors' average_weights. These tests run them through the production
 // client (client.Step for the loss and gradients, client.Fit for the
 // optimizer step) and the production round (the Plan in federation Sites

@@ -144,7 +144,7 @@ func TestPaperSigma(t *testing.T) {
 }
 
 // TestAccountantMatchesOracle compares the accountant with an independent
-// implementation of the same formulas (tools/fixtures/dpfpl_rdp_oracle.py:
+// implementation of the same formulas (reference/dpfpl/rdp_oracle.py:
 // Mironov, Talwar and Zhang 2019 §3.3 sampled-Gaussian RDP with exact
 // binomials and 60-digit decimals, Balle et al. 2020 Thm. 21 conversion;
 // Opacus, the usual reference, could not be fetched on the machine the

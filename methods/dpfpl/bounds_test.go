@@ -20,7 +20,7 @@ import (
 )
 
 // TestOrdersAsOracle: Orders() is the list the float64 oracle
-// (tools/fixtures/dpfpl_rdp_oracle.py, orders()) minimises over:
+// (reference/dpfpl/rdp_oracle.py, orders()) minimises over:
 // 1 + x/10 for x = 1..100, 12..63, then 64, 72, …, 4096.
 func TestOrdersAsOracle(t *testing.T) {
 	var want []float64

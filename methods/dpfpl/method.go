@@ -194,7 +194,7 @@ const (
 // with the noised mean gradient exactly (the code communicates after every
 // batch). Each client reports the ε its examples have spent in its
 // training metrics, the server the largest of the round's in its round
-// metrics (see testdata/README.md, dpfpl/, on the sensitivity).
+// metrics (see reference/dpfpl/README.md on the sensitivity).
 //
 // Every Gaussian release is counted (Ledger): gU and gV at every local step
 // (two releases a step) and the server's noise once a round, at the

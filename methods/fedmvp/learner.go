@@ -31,8 +31,8 @@
 // (what the authors' server evaluates) runs without LoRA.
 //
 // Reproduced exactly by testdata/fedmvp (the authors' modules on clip-tiny).
-// Where this differs from the authors' code, on purpose (testdata/README.md,
-// fedmvp/, lists their bugs):
+// Where this differs from the authors' code, on purpose (reference/fedmvp/README.md
+// lists their bugs):
 //   - float32 throughout, widths from the model (the code hard-codes
 //     ViT-B/16's 768/512 and casts the PromptFormer to fp16);
 //   - every batch takes an optimizer step (their train() back-propagates only

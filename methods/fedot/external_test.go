@@ -20,7 +20,7 @@ import (
 )
 
 // The external fixtures of testdata/fedot come from an independent float64
-// PyTorch FedOT written from the paper (tools/fixtures/fedot; FedOT has no
+// PyTorch FedOT written from the paper (reference/fedot; FedOT has no
 // public code): its own Cayley transform (an explicit inverse where this
 // package factors by LU), autograd, torch.optim.SGD and the uniform mean.
 // These tests run them through the production client (Client.Step for the

@@ -59,7 +59,7 @@
 // fixture.go) reads w_g and the local map (x, w_1 or adapter.down/up) under
 // these names. FedOT has no public code: testdata/fedot holds fixtures of
 // an independent float64 PyTorch FedOT written from the paper
-// (tools/fixtures/fedot), which external_test.go checks against the
+// (reference/fedot), which external_test.go checks against the
 // production Client.Step and Client.Fit and a Coordinator round.
 package fedot
 

@@ -25,8 +25,8 @@
 // embeddings. The backward pass is exact (the blocks' input-gradient GEMMs
 // only; no weight gradients).
 //
-// Where this differs from the authors' code, on purpose (testdata/README.md,
-// maple/, lists their bugs):
+// Where this differs from the authors' code, on purpose (reference/maple/README.md
+// lists their bugs):
 //   - float32 by default. Their configs run fp16 (the only precision that
 //     runs as shipped: PREC fp32 crashes on the fp16 proj), with ctx and proj
 //     as fp16 parameters. engine.precision bf16 (Model.SetPrecision before

@@ -28,7 +28,7 @@ import (
 
 // The ResNet fixture (testdata/plot/rn_init.safetensors, rn_step.safetensors):
 // the authors' plot-coop on clip-rn-tiny with their own ModifiedResNet and
-// every-token AttentionPool2d (tools/fixtures/plot/README.md). The fixture
+// every-token AttentionPool2d (reference/plot/README.md). The fixture
 // loading is here, not in fixture.go, so that it stays with this test.
 
 // rnModel loads clip-rn-tiny, the ResNet CLIP of the fixture.
