@@ -6,22 +6,22 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 // The reference-fixture contract (`pfedmma step` / `pfedmma round`): the
-// contract runs the production client (fixture.LearnerStep, fixture.Round).
+// contract runs the production client (parity.LearnerStep, parity.Round).
 // testdata/clip_lora holds fixtures made by the authors' code
 // (MaxZanella/CLIP-LoRA, federated with the pFedMMA authors' FedAvg), which
 // external_test.go checks against the production client and a Coordinator
 // round.
 
-// SettingsFrom implements fixture.Settings: the rank from the A
+// SettingsFrom implements parity.Settings: the rank from the A
 // factors' shape ([r, D]), "alpha" (1), "scale" (sqrt) and "dropout" from
 // the metadata — 0 when absent, so that a step is deterministic without a
 // seed (with dropout the masks come from PCG(seed, 0)).
-func (m Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (m Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	s := m.DefaultConfig().(*Settings)
 	s.Dropout = 0
 	rank := 0
@@ -58,17 +58,17 @@ func (m Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return s, nil
 }
 
-// Step implements fixture.Stepper: one step of the production client
+// Step implements parity.Stepper: one step of the production client
 // through both encoders.
-func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (m Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	sec, err := m.SettingsFrom(f)
 	if err != nil {
 		return nil, err
 	}
-	return fixture.LearnerStep(ctx, m, sec, f)
+	return parity.LearnerStep(ctx, m, sec, f)
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -77,4 +77,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}
