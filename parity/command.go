@@ -66,7 +66,7 @@ func Run(ctx context.Context, c Command) (int, error) {
 // would be ignored silently (byte-identical outputs). A method that lists
 // no keys has no fixture step or round, and any --set is refused.
 func CheckMethodKeys(meth methods.Method, sets []string) error {
-	s, ok := meth.(Settings)
+	s, ok := SettingsOf(meth)
 	if !ok {
 		if len(sets) > 0 {
 			return fmt.Errorf("--set %s: method %s reads no fixture hyper-parameters (it has no fixture step or round)", sets[0], meth.Info().Name)

@@ -77,7 +77,7 @@ func TestStepRefusesKeysTheMethodDoesNotRead(t *testing.T) {
 func TestStepKeysRefused(t *testing.T) {
 	universe := slices.Clone(parity.Keys)
 	for _, m := range methods.All() {
-		if s, ok := m.(parity.Settings); ok {
+		if s, ok := parity.SettingsOf(m); ok {
 			universe = append(universe, s.FixtureKeys()...)
 		}
 		universe = append(universe, sectionYAMLKeys(t, m)...)
@@ -86,7 +86,7 @@ func TestStepKeysRefused(t *testing.T) {
 	universe = slices.Compact(universe)
 	for _, m := range methods.All() {
 		name := m.Info().Name
-		s, ok := m.(parity.Settings)
+		s, ok := parity.SettingsOf(m)
 		if !ok {
 			if err := parity.CheckMethodKeys(m, []string{"lr=1"}); err == nil || !strings.Contains(err.Error(), name) {
 				t.Errorf("%s (no fixture step) takes --set lr=1: %v", name, err)

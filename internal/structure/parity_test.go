@@ -107,7 +107,6 @@ var parityPending = map[string]bool{
 	"methods/adapt/fixture.go":       true,
 	"methods/client/fixture.go":      true,
 	"methods/clipadapter/fixture.go": true,
-	"methods/cliplora/fixture.go":    true,
 	"methods/cocoop/fixture.go":      true,
 	"methods/dpfpl/fixture.go":       true,
 	"methods/fedclip/fixture.go":     true,

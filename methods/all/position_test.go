@@ -48,7 +48,7 @@ func TestClassTokenPositionKeys(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fs, ok := meth.(parity.Settings)
+			fs, ok := parity.SettingsOf(meth)
 			if !ok {
 				t.Fatalf("%s: no fixture settings", m)
 			}

@@ -325,17 +325,23 @@ func TestReceiveNothing(t *testing.T) {
 	}
 }
 
-// TestSettingsFrom: a fixture's settings — the rank from the A factors'
-// one first dimension, alpha, dropout (0 when absent) and scale from the
-// metadata, aggregate product when a delta is present — and its refusals,
-// each naming the key or the parameter.
+// TestSettingsFrom: a fixture's settings as parity's table reads them for
+// clip_lora — the rank from the A factors' one first dimension, alpha,
+// dropout (0 when absent) and scale from the metadata, aggregate product
+// when a delta is present — and its refusals, each naming the key or the
+// parameter.
 func TestSettingsFrom(t *testing.T) {
 	m := tinyModel(4)
+	fs, ok := parity.SettingsOf(Method{})
+	st, ok2 := parity.StepperOf(Method{})
+	if !ok || !ok2 {
+		t.Fatal("parity reads no clip_lora step or settings")
+	}
 	params := func() tensor.Named {
 		l := New(m, &Settings{Rank: 3, Alpha: 1, Scale: "sqrt"}, rand.New(rand.NewPCG(1, 1)))
 		return l.Params
 	}
-	sec, err := Method{}.SettingsFrom(&parity.Fixture{Model: m, Params: params(), Meta: map[string]string{"alpha": "2", "scale": "linear"}})
+	sec, err := fs.SettingsFrom(&parity.Fixture{Model: m, Params: params(), Meta: map[string]string{"alpha": "2", "scale": "linear"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +357,7 @@ func TestSettingsFrom(t *testing.T) {
 	}
 	p := params()
 	p[DeltaName("visual", 0, "q")] = tensor.New(8, 8)
-	if sec, err := (Method{}).SettingsFrom(&parity.Fixture{Model: m, Params: p, Meta: map[string]string{"dropout": "0.5"}}); err != nil ||
+	if sec, err := fs.SettingsFrom(&parity.Fixture{Model: m, Params: p, Meta: map[string]string{"dropout": "0.5"}}); err != nil ||
 		sec.(*Settings).Aggregate != AggregateProduct || sec.(*Settings).Dropout != 0.5 {
 		t.Errorf("with a delta and dropout 0.5: %+v, %v; want aggregate product, dropout 0.5", sec, err)
 	}
@@ -359,25 +365,25 @@ func TestSettingsFrom(t *testing.T) {
 		mod  func(tensor.Named, map[string]string)
 		want string
 	}{
-		{func(p tensor.Named, _ map[string]string) { p[Name("text", 1, "v", "A")] = tensor.New(2, 8) }, "with one r"},
-		{func(p tensor.Named, _ map[string]string) { p[Name("text", 1, "v", "A")] = tensor.New(24) }, "with one r"},
+		{func(p tensor.Named, _ map[string]string) { p[Name("text", 1, "v", "A")] = tensor.New(2, 8) }, "with one value"},
+		{func(p tensor.Named, _ map[string]string) { p[Name("text", 1, "v", "A")] = tensor.New(24) }, "with one value"},
 		{func(p tensor.Named, _ map[string]string) {
 			for name := range p {
 				if strings.HasSuffix(name, ".A") {
 					delete(p, name)
 				}
 			}
-		}, "no LoRA factor"},
+		}, "no parameter lora.*.A"},
 		{func(_ tensor.Named, m map[string]string) { m["alpha"] = "x" }, "alpha"},
 		{func(_ tensor.Named, m map[string]string) { m["dropout"] = "x" }, "dropout"},
 		{func(_ tensor.Named, m map[string]string) { m["scale"] = "cube" }, "clip_lora.scale"},
 	} {
 		p, meta := params(), map[string]string{}
 		tc.mod(p, meta)
-		if _, err := (Method{}).SettingsFrom(&parity.Fixture{Model: m, Params: p, Meta: meta}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := fs.SettingsFrom(&parity.Fixture{Model: m, Params: p, Meta: meta}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("error %v, want one naming %q", err, tc.want)
 		}
-		if _, err := (Method{}).Step(context.Background(), &parity.Fixture{Model: m, Params: p, Meta: meta}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := st.Step(context.Background(), &parity.Fixture{Model: m, Params: p, Meta: meta}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("step: error %v, want one naming %q", err, tc.want)
 		}
 	}

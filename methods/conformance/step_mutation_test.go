@@ -190,7 +190,7 @@ func TestStepContractCatchesBrokenGradients(t *testing.T) {
 	var table []string
 	forEach(t, func(t *testing.T, name string) {
 		m, _ := methods.Get(name)
-		st, ok := m.(parity.Stepper)
+		st, ok := parity.StepperOf(m)
 		fx := stepFixtures(name)
 		if !ok || len(fx) == 0 {
 			t.Fatalf("%s: no step fixture (TestStepContract fails it)", name)

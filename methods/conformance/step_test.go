@@ -76,7 +76,7 @@ func TestStepContract(t *testing.T) {
 	}
 	forEach(t, func(t *testing.T, name string) {
 		m, _ := methods.Get(name)
-		st, ok := m.(parity.Stepper)
+		st, ok := parity.StepperOf(m)
 		fx := stepFixtures(name)
 		if !ok {
 			t.Fatalf("%s implements no parity.Stepper: `pfedmma step` cannot check it against a reference", name)

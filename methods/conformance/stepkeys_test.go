@@ -146,7 +146,8 @@ func cloneFixture(f *parity.Fixture, edits map[string]string) *parity.Fixture {
 func (p keyProbe) run(edits map[string]string, base *keyRun) keyRun {
 	ctx := context.Background()
 	var r keyRun
-	s := p.m.(parity.Settings)
+	s, _ := parity.SettingsOf(p.m)
+	st, _ := parity.StepperOf(p.m)
 	f := cloneFixture(p.step, edits)
 	sec, err := s.SettingsFrom(f)
 	if err != nil {
@@ -156,7 +157,7 @@ func (p keyProbe) run(edits map[string]string, base *keyRun) keyRun {
 	if base != nil && !reflect.DeepEqual(sec, base.settings) {
 		return r
 	}
-	if r.step, err = p.m.(parity.Stepper).Step(ctx, f); err != nil {
+	if r.step, err = st.Step(ctx, f); err != nil {
 		return keyRun{settings: sec, err: err, where: "step"}
 	}
 	if base != nil && sameNamed(r.step, base.step) != "" {
@@ -263,7 +264,7 @@ func probeValues(key, cur string) []string {
 func allKeys(t *testing.T, metas ...map[string]string) []string {
 	out := slices.Clone(parity.Keys)
 	for _, m := range methods.All() {
-		if s, ok := m.(parity.Settings); ok {
+		if s, ok := parity.SettingsOf(m); ok {
 			for _, k := range s.FixtureKeys() {
 				if rest, ok := strings.CutPrefix(k, "client<i>."); ok {
 					out = append(out, "client0."+rest, "client1."+rest)
@@ -311,11 +312,11 @@ func TestFixtureKeys(t *testing.T) {
 	}
 	forEach(t, func(t *testing.T, name string) {
 		m, _ := methods.Get(name)
-		s, ok := m.(parity.Settings)
+		s, ok := parity.SettingsOf(m)
 		if !ok {
 			t.Fatalf("%s implements no parity.Settings (SettingsFrom, FixtureKeys): `pfedmma step`/`round` cannot say which keys it reads", name)
 		}
-		if _, ok := m.(parity.Stepper); !ok {
+		if _, ok := parity.StepperOf(m); !ok {
 			t.Fatalf("%s implements no parity.Stepper", name)
 		}
 		checkKeys(t, clip.New(w), m, s.FixtureKeys())
