@@ -208,7 +208,6 @@ func TestFunctionAndCommandSizes(t *testing.T) {
 var pending = map[string]int{
 	"methods/adapt/fixture.go: Method.Step":            102,
 	"methods/fedmvp/method.go: Method.Step":            83,
-	"parity/step.go: LearnerStep":                      103,
 	"methods/pfedmoap/fixture.go: Method.FixtureRound": 139,
 	"methods/pfedmoap/fixture.go: RoundFromFile":       100,
 }
