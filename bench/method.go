@@ -10,8 +10,8 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/session"
 	"github.com/pfedmma/pfedmma/tokenizer"
@@ -209,13 +209,13 @@ func (b *methodBench) env(o MethodOptions) (*methods.Env, []float32, error) {
 	}
 	o.Log(fmt.Sprintf("computing the cached records of %d images at depth %d", o.Batch, b.depth))
 	opts := train.Options{Epochs: 1, Batch: o.Batch, Optimizer: "sgd", LR: 1e-3, Momentum: 0.9, WD: 5e-4}
-	tc := fixture.TensorClient{Pixels: px, Labels: labels}
-	newEnv := fixture.TensorEnv
+	tc := parity.TensorClient{Pixels: px, Labels: labels}
+	newEnv := parity.TensorEnv
 	if b.split {
-		newEnv = fixture.SplitTensorEnv
+		newEnv = parity.SplitTensorEnv
 	}
 	env, err := newEnv(m, b.depth, classRows(o.Classes, m.W.Config.Text.ContextLength, m.W.Config.Text.VocabSize),
-		o.Classes, []fixture.TensorClient{tc, tc}, opts, 1)
+		o.Classes, []parity.TensorClient{tc, tc}, opts, 1)
 	if err != nil {
 		return nil, nil, err
 	}

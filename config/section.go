@@ -27,7 +27,7 @@ type Section interface {
 var (
 	sectionsMu sync.RWMutex
 	sections   = map[string]func() Section{}
-	methods    []string        // registration order
+	methods    []string        // in registration order
 	dropsLast  map[string]bool // methods whose authors' loader drops a partial last batch
 )
 
@@ -85,11 +85,16 @@ func (e *Experiment) DropLast(method string) bool {
 	return false
 }
 
-// Methods lists the registered method names in registration order.
+// Methods lists the registered method names, sorted: registration runs
+// in package initialisation order, which moves with the import graph (a
+// method package importing one whose path sorts after methods/zeroshot
+// initialises after it), so the order is not the registration order.
 func Methods() []string {
 	sectionsMu.RLock()
 	defer sectionsMu.RUnlock()
-	return slices.Clone(methods)
+	out := slices.Clone(methods)
+	slices.Sort(out)
+	return out
 }
 
 // defaultSections returns fresh defaults of every registered section.

@@ -7,8 +7,8 @@ import (
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/safetensors"
 )
 
@@ -46,7 +46,7 @@ func TestFrozenScorerAtEveryDepth(t *testing.T) {
 	}
 	want := clip.Logits(img, append([]float32(nil), txt...), B, C, E, w.LogitScale)
 	for _, depth := range []int{0, 1, 2, 4, methods.Features, methods.TokenFeatures} {
-		env, err := fixture.TensorEnv(m, depth, tokens, C, []fixture.TensorClient{{Pixels: images.Data, Labels: make([]int, B)}}, train.Options{}, 1)
+		env, err := parity.TensorEnv(m, depth, tokens, C, []parity.TensorClient{{Pixels: images.Data, Labels: make([]int, B)}}, train.Options{}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 
 // The optional hooks: interfaces a Method (or the client or config section
 // it builds) may implement beyond the Method contract, each with who calls
-// it and when. Those that take a fixture live in methods/fixture, and the
+// it and when. Those that take a fixture live in package parity, and the
 // one a config section implements lives in config, to avoid import cycles:
 //
 //   - [TaskChecker] (Method): experiment, before any work starts.

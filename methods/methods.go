@@ -9,7 +9,7 @@
 // Plan, Predictor), registry.go the registry, hooks.go the optional hooks
 // a method may implement, env.go and envfill.go the runtime Env, and
 // scorer.go the scorers built on it. The prefix cache is methods/prefixcache
-// and the reference-fixture harness methods/fixture.
+// and the reference-fixture harness the parity package.
 package methods
 
 import (

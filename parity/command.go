@@ -1,17 +1,12 @@
-// Package parity is the reference fixtures' contract on the command line:
-// `pfedmma step` and `pfedmma round` run one training step or one federated
-// round of a method on given inputs (methods/fixture) and write its outputs,
-// which the reference generators' files are compared with.
 package parity
 
 import (
 	"context"
 	"fmt"
 
-	"github.com/pfedmma/pfedmma/experiment"
+	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/safetensors"
 )
 
@@ -22,6 +17,9 @@ type Command struct {
 	// ResolveModel returns).
 	Model        string
 	ResolveModel func(string) (string, error)
+	// LoadWeights reads a CLIP checkpoint (experiment.LoadWeights; parity
+	// cannot import experiment, whose methods import parity).
+	LoadWeights func(path string) (*clip.Model, error)
 	// Params is the initial parameters' file, Batches the inputs' files,
 	// Sets the hyper-parameter overrides key=value and Out the output file.
 	Params, Out   string
@@ -41,7 +39,7 @@ func Run(ctx context.Context, c Command) (int, error) {
 	if err := atomicfile.CheckTarget(c.Out); err != nil {
 		return 0, fmt.Errorf("%s: --out %w", c.Kind, err)
 	}
-	sets := fixture.MethodSets(c.Method, c.Sets)
+	sets := MethodSets(c.Method, c.Sets)
 	if err := CheckMethodKeys(meth, sets); err != nil {
 		return 0, fmt.Errorf("%s: %w", c.Kind, err)
 	}
@@ -49,11 +47,11 @@ func Run(ctx context.Context, c Command) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", c.Kind, err)
 	}
-	res, err := fixture.RunCommand(ctx, c.Kind, c.Method, meth, f)
+	res, err := RunCommand(ctx, c.Kind, c.Method, meth, f)
 	if err != nil {
 		return 0, err
 	}
-	if err := fixture.CheckFiniteOutputs(res); err != nil {
+	if err := CheckFiniteOutputs(res); err != nil {
 		return 0, fmt.Errorf("%s %s: %w; nothing written to %s", c.Kind, c.Method, err, c.Out)
 	}
 	meta := map[string]string{"method": c.Method, "command": c.Kind}
@@ -64,29 +62,29 @@ func Run(ctx context.Context, c Command) (int, error) {
 }
 
 // CheckMethodKeys refuses a --set key that meth's step and round do not
-// read (its fixture.Settings.FixtureKeys): a key another method reads
+// read (its Settings.FixtureKeys): a key another method reads
 // would be ignored silently (byte-identical outputs). A method that lists
 // no keys has no fixture step or round, and any --set is refused.
 func CheckMethodKeys(meth methods.Method, sets []string) error {
-	s, ok := meth.(fixture.Settings)
+	s, ok := SettingsOf(meth)
 	if !ok {
 		if len(sets) > 0 {
 			return fmt.Errorf("--set %s: method %s reads no fixture hyper-parameters (it has no fixture step or round)", sets[0], meth.Info().Name)
 		}
 		return nil
 	}
-	return fixture.CheckKeys(meth.Info().Name, s, sets)
+	return CheckKeys(meth.Info().Name, s, sets)
 }
 
-// load reads the model's weights, then the fixture files (fixture.Load).
-func (c Command) load(sets []string) (*fixture.Fixture, error) {
+// load reads the model's weights, then the fixture files (Load).
+func (c Command) load(sets []string) (*Fixture, error) {
 	path, err := c.ResolveModel(c.Model)
 	if err != nil {
 		return nil, err
 	}
-	m, err := experiment.LoadWeights(path)
+	m, err := c.LoadWeights(path)
 	if err != nil {
 		return nil, err
 	}
-	return fixture.Load(m, c.Params, c.Batches, sets)
+	return Load(m, c.Params, c.Batches, sets)
 }

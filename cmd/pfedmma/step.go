@@ -5,17 +5,17 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/parity"
 )
 
 func init() {
 	for _, kind := range []string{"step", "round"} {
-		c := parity.Command{Kind: kind, ResolveModel: resolveModelPath}
+		c := parity.Command{Kind: kind, ResolveModel: resolveModelPath, LoadWeights: experiment.LoadWeights}
 		cmd := &cobra.Command{
 			Use:   kind + " --method NAME --model M --params INIT.safetensors --batch FILE.safetensors [--set key=value]... --out OUT.safetensors",
 			Short: map[string]string{"step": "One training step of a method on given inputs (the reference fixtures' contract)", "round": "One federated round of a method on given inputs (the reference fixtures' contract)"}[kind],
-			Long:  fixture.CommandHelp,
+			Long:  parity.CommandHelp,
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				n, err := parity.Run(cmd.Context(), c)

@@ -12,7 +12,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/parity"
 )
 
@@ -69,16 +68,16 @@ func TestStepRefusesKeysTheMethodDoesNotRead(t *testing.T) {
 }
 
 // TestStepKeysRefused: for every registered method, `pfedmma step`/`round`
-// refuse each known hyper-parameter its fixture.Settings.FixtureKeys does
+// refuse each known hyper-parameter its parity.Settings.FixtureKeys does
 // not list — every other method's keys and every run-configuration
 // section key — naming the key and the method, and take each one it lists
 // (a client<i> entry for any client index); a method without a fixture
 // step (zero-shot) refuses any --set. End to end, FedPGP (which listed no
 // keys before) refuses PromptFolio's frac and writes nothing.
 func TestStepKeysRefused(t *testing.T) {
-	universe := slices.Clone(fixture.Keys)
+	universe := slices.Clone(parity.Keys)
 	for _, m := range methods.All() {
-		if s, ok := m.(fixture.Settings); ok {
+		if s, ok := parity.SettingsOf(m); ok {
 			universe = append(universe, s.FixtureKeys()...)
 		}
 		universe = append(universe, sectionYAMLKeys(t, m)...)
@@ -87,7 +86,7 @@ func TestStepKeysRefused(t *testing.T) {
 	universe = slices.Compact(universe)
 	for _, m := range methods.All() {
 		name := m.Info().Name
-		s, ok := m.(fixture.Settings)
+		s, ok := parity.SettingsOf(m)
 		if !ok {
 			if err := parity.CheckMethodKeys(m, []string{"lr=1"}); err == nil || !strings.Contains(err.Error(), name) {
 				t.Errorf("%s (no fixture step) takes --set lr=1: %v", name, err)
@@ -102,9 +101,9 @@ func TestStepKeysRefused(t *testing.T) {
 			kk := strings.ReplaceAll(k, "client<i>.", "client3.")
 			err := parity.CheckMethodKeys(m, []string{kk + "=1"})
 			switch {
-			case fixture.Listed(listed, kk) && err != nil:
+			case parity.Listed(listed, kk) && err != nil:
 				t.Errorf("%s refuses %s, which it lists: %v", name, kk, err)
-			case !fixture.Listed(listed, kk) && (err == nil || !strings.Contains(err.Error(), `"`+kk+`"`) || !strings.Contains(err.Error(), name)):
+			case !parity.Listed(listed, kk) && (err == nil || !strings.Contains(err.Error(), `"`+kk+`"`) || !strings.Contains(err.Error(), name)):
 				t.Errorf("%s: --set %s=1: error %v, want one naming the key and the method", name, kk, err)
 			}
 		}

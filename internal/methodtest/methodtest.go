@@ -16,7 +16,7 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -165,10 +165,10 @@ func (r Resumed) GlobalMoved(t testing.TB, what string) {
 
 // TensorClients returns n in-memory clients of N random images each (pixels
 // of a size×size model, uniform in ±1) with labels below C, drawn from rng.
-func TensorClients(rng *rand.Rand, n, N, size, C int) []fixture.TensorClient {
-	var out []fixture.TensorClient
+func TensorClients(rng *rand.Rand, n, N, size, C int) []parity.TensorClient {
+	var out []parity.TensorClient
 	for range n {
-		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, N*3*size*size, 1)}
+		tc := parity.TensorClient{Pixels: gradcheck.Rand(rng, N*3*size*size, 1)}
 		for range N {
 			tc.Labels = append(tc.Labels, rng.IntN(C))
 		}

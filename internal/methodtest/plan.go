@@ -8,8 +8,8 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 )
 
 // Build builds method m on env with settings sec and introduces the
@@ -54,16 +54,16 @@ func PromptEnv(t testing.TB, nCtx, n int, opts train.Options) *methods.Env {
 	m, tokens := PromptModel(nCtx)
 	const C = PromptClasses
 	rng := rand.New(rand.NewPCG(8, 1))
-	var clients []fixture.TensorClient
+	var clients []parity.TensorClient
 	for k := 0; k < n; k++ {
 		N := 10 - 2*k
-		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
+		tc := parity.TensorClient{Pixels: gradcheck.Rand(rng, N*3*8*8, 1)}
 		for range N {
 			tc.Labels = append(tc.Labels, rng.IntN(C))
 		}
 		clients = append(clients, tc)
 	}
-	env, err := fixture.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
+	env, err := parity.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -92,7 +92,7 @@ func TestBF16FrozenWeightsUntouched(t *testing.T) {
 	}
 	const C = methodtest.PromptClasses
 	clients := methodtest.TensorClients(rand.New(rand.NewPCG(8, 1)), 2, 10, 8, C)
-	env, err := fixture.TensorEnv(m, 1, tokens, C, clients, train.Options{Epochs: 1, Batch: 4}, 5)
+	env, err := parity.TensorEnv(m, 1, tokens, C, clients, train.Options{Epochs: 1, Batch: 4}, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

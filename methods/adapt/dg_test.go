@@ -11,8 +11,8 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/world"
 )
@@ -73,17 +73,17 @@ func TestUnseenStyleAtLeastZeroShot(t *testing.T) {
 		zsTokens = append(zsTokens, ids...)
 	}
 
-	var clients []fixture.TensorClient
+	var clients []parity.TensorClient
 	var doms []int
 	for d := range styles {
 		if d == heldOut {
 			continue
 		}
 		px, labels := pixels(ds.Train, d)
-		clients = append(clients, fixture.TensorClient{Pixels: px, Labels: labels})
+		clients = append(clients, parity.TensorClient{Pixels: px, Labels: labels})
 		doms = append(doms, d)
 	}
-	env, err := fixture.TensorEnv(m, 1, adaptTokens, C, clients, train.Options{Epochs: 2, Batch: 32}, 1)
+	env, err := parity.TensorEnv(m, 1, adaptTokens, C, clients, train.Options{Epochs: 2, Batch: 32}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,9 @@ import (
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -30,12 +30,12 @@ import (
 // federation Sites under a federation.Coordinator), never through
 // fixture.go's Step or FixtureRound.
 
-const extDir = fixturetest.Testdata + "adapt/"
+const extDir = paritytest.Testdata + "adapt/"
 
 // extFixture loads a parameters file with one of the external files.
-func extFixture(t *testing.T, params, file string) *fixture.Fixture {
+func extFixture(t *testing.T, params, file string) *parity.Fixture {
 	t.Helper()
-	f, err := fixture.Load(fixturetest.Model(t), extDir+params, []string{extDir + file}, nil)
+	f, err := parity.Load(paritytest.Model(t), extDir+params, []string{extDir + file}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func extFixture(t *testing.T, params, file string) *fixture.Fixture {
 }
 
 // extMeta reads a metadata number of the fixture, failing the test.
-func extMeta(t *testing.T, f *fixture.Fixture, key string) float64 {
+func extMeta(t *testing.T, f *parity.Fixture, key string) float64 {
 	t.Helper()
 	x, err := strconv.ParseFloat(f.Meta[key], 64)
 	if err != nil {
@@ -85,7 +85,7 @@ func extTrained(t *testing.T, name string, got, want, init []float32) {
 }
 
 // extSettings are the fixture's ADAPT settings (no AdaLN).
-func extSettings(t *testing.T, f *fixture.Fixture) *Settings {
+func extSettings(t *testing.T, f *parity.Fixture) *Settings {
 	s := DefaultSettings()
 	s.NCtx = int(extMeta(t, f, "n_ctx"))
 	s.Tau, s.Lambda, s.EMA = extMeta(t, f, "tau"), extMeta(t, f, "lambda"), extMeta(t, f, "ema")
@@ -102,7 +102,7 @@ func extSettings(t *testing.T, f *fixture.Fixture) *Settings {
 // extPlan builds the production Plan on clients of the given domains with
 // the fixture's class prompts and initial parameters; batches of batch in
 // stored order, a fresh optimizer every round.
-func extPlan(t *testing.T, f *fixture.Fixture, s *Settings, clients []fixture.TensorClient, domains []int, batch int) *methods.Plan {
+func extPlan(t *testing.T, f *parity.Fixture, s *Settings, clients []parity.TensorClient, domains []int, batch int) *methods.Plan {
 	t.Helper()
 	tokens, C, err := f.ClassTokens()
 	if err != nil {
@@ -112,7 +112,7 @@ func extPlan(t *testing.T, f *fixture.Fixture, s *Settings, clients []fixture.Te
 	if s.Optimizer == "sgd" { // the run's momentum
 		opts.Momentum = extMeta(t, f, "momentum")
 	}
-	env, err := fixture.TensorEnv(f.Model, 1, tokens, C, clients, opts, 1)
+	env, err := parity.TensorEnv(f.Model, 1, tokens, C, clients, opts, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func extPlan(t *testing.T, f *fixture.Fixture, s *Settings, clients []fixture.Te
 // stepClients are the step's clients: the step's batch at its domain, one
 // image of the step at each other domain (so that the task has every
 // domain).
-func stepClients(t *testing.T, f *fixture.Fixture, domain int) ([]fixture.TensorClient, []int) {
+func stepClients(t *testing.T, f *parity.Fixture, domain int) ([]parity.TensorClient, []int) {
 	images, err := f.Tensor("images")
 	if err != nil {
 		t.Fatal(err)
@@ -142,12 +142,12 @@ func stepClients(t *testing.T, f *fixture.Fixture, domain int) ([]fixture.Tensor
 	}
 	n := int(extMeta(t, f, "domains"))
 	per := len(images.Data) / len(labels)
-	var cs []fixture.TensorClient
+	var cs []parity.TensorClient
 	var doms []int
 	for d := 0; d < n; d++ {
-		c := fixture.TensorClient{Pixels: images.Data[:per], Labels: labels[:1]}
+		c := parity.TensorClient{Pixels: images.Data[:per], Labels: labels[:1]}
 		if d == domain {
-			c = fixture.TensorClient{Pixels: images.Data, Labels: labels}
+			c = parity.TensorClient{Pixels: images.Data, Labels: labels}
 		}
 		cs, doms = append(cs, c), append(doms, d)
 	}
@@ -234,7 +234,7 @@ func TestExternalStep(t *testing.T) {
 func TestExternalRound(t *testing.T) {
 	f := extFixture(t, "init.safetensors", "round.safetensors")
 	s := extSettings(t, f)
-	var clients []fixture.TensorClient
+	var clients []parity.TensorClient
 	var doms []int
 	for i := 0; i < int(extMeta(t, f, "domains")); i++ {
 		px, err := f.Tensor(fmt.Sprintf("client%d.images", i))
@@ -249,7 +249,7 @@ func TestExternalRound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		clients, doms = append(clients, fixture.TensorClient{Pixels: px.Data, Labels: labels}), append(doms, d[0])
+		clients, doms = append(clients, parity.TensorClient{Pixels: px.Data, Labels: labels}), append(doms, d[0])
 	}
 	for r := 1; r <= 2; r++ {
 		t.Run(fmt.Sprintf("rounds=%d", r), func(t *testing.T) {

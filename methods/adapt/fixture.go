@@ -45,8 +45,8 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -108,14 +108,14 @@ func shapeOf(params tensor.Named) (fixtureShape, error) {
 	return sh, nil
 }
 
-// SettingsFrom implements fixture.Settings: n_ctx and AdaLN from the
+// SettingsFrom implements parity.Settings: n_ctx and AdaLN from the
 // parameters, the rest from the metadata (DefaultSettings where missing).
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	s, _, err := settingsFrom(f)
 	return s, err
 }
 
-func settingsFrom(f *fixture.Fixture) (*Settings, fixtureShape, error) {
+func settingsFrom(f *parity.Fixture) (*Settings, fixtureShape, error) {
 	sh, err := shapeOf(f.Params)
 	if err != nil {
 		return nil, sh, err
@@ -168,7 +168,7 @@ func settingsFrom(f *fixture.Fixture) (*Settings, fixtureShape, error) {
 // fixtureTrain is the run's local-training options of a fixture: batch_size,
 // local_epochs, momentum (and, for optimizer "run", lr and weight_decay),
 // stored batch order, a fresh optimizer per round.
-func fixtureTrain(f *fixture.Fixture, s *Settings) (train.Options, error) {
+func fixtureTrain(f *parity.Fixture, s *Settings) (train.Options, error) {
 	g := *f
 	g.Meta = maps.Clone(f.Meta)
 	if _, ok := g.Meta["lr"]; !ok {
@@ -183,7 +183,7 @@ func fixtureTrain(f *fixture.Fixture, s *Settings) (train.Options, error) {
 
 // fixtureModel is f's model with the metadata's logit_scale (log of the
 // multiplier) when given: a shallow copy sharing the weights.
-func fixtureModel(f *fixture.Fixture) (*clip.Model, error) {
+func fixtureModel(f *parity.Fixture) (*clip.Model, error) {
 	if _, ok := f.Meta["logit_scale"]; !ok {
 		return f.Model, nil
 	}
@@ -199,7 +199,7 @@ func fixtureModel(f *fixture.Fixture) (*clip.Model, error) {
 // fixtureInt reads an integer given as the metadata key name or as a
 // one-value tensor name (integer, or float holding an integer); def when
 // neither is present.
-func fixtureInt(f *fixture.Fixture, name string, def int) (int, error) {
+func fixtureInt(f *parity.Fixture, name string, def int) (int, error) {
 	if _, ok := f.Meta[name]; ok {
 		v, err := f.Float(name)
 		if err != nil {
@@ -226,7 +226,7 @@ func fixtureInt(f *fixture.Fixture, name string, def int) (int, error) {
 }
 
 // fixtureTokens reads the class prompts [C, ctx].
-func fixtureTokens(f *fixture.Fixture) ([]int, int, error) {
+func fixtureTokens(f *parity.Fixture) ([]int, int, error) {
 	tokens, err := f.IntsOf("tokens")
 	if err != nil {
 		return nil, 0, err
@@ -238,7 +238,7 @@ func fixtureTokens(f *fixture.Fixture) ([]int, int, error) {
 	return tokens, len(tokens) / ctx, nil
 }
 
-// Step implements fixture.Stepper: one local step of the client of domain
+// Step implements parity.Stepper: one local step of the client of domain
 // "domain" — the EMA of its external prompts toward the given targets, the
 // loss and gradients, one step of the section's optimizer from a fresh
 // state (the production Client and Learner). It writes
@@ -251,7 +251,7 @@ func fixtureTokens(f *fixture.Fixture) ([]int, int, error) {
 //	grad.<param>   for each trained parameter (own text prompt, visual
 //	               prompts, AdaLN; the other domains' prompts get none)
 //	step1.<param>  for every parameter (the external prompts after the EMA)
-func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	s, sh, err := settingsFrom(f)
 	if err != nil {
 		return nil, err
@@ -356,7 +356,7 @@ func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error
 
 // emaTargets reads the optional ema_target.text_prompt.<j> tensors (the
 // parameters file first, then the batch file); the own domain has none.
-func emaTargets(f *fixture.Fixture, P tensor.Named, own int) (tensor.Named, error) {
+func emaTargets(f *parity.Fixture, P tensor.Named, own int) (tensor.Named, error) {
 	recv := tensor.Named{}
 	for _, src := range []tensor.Named{f.Params, f.Batch} {
 		for _, k := range slices.Sorted(maps.Keys(src)) {
@@ -380,14 +380,14 @@ func emaTargets(f *fixture.Fixture, P tensor.Named, own int) (tensor.Named, erro
 	return recv, nil
 }
 
-// FixtureRound implements fixture.Rounder: one round of ADAPT's production
+// FixtureRound implements parity.Rounder: one round of ADAPT's production
 // plan — every client client<i> (images, labels, domain) starting from the
 // parameters, the Relay server, the Coordinator over federation Sites, as
-// fixture.Round — written as client<i>.trained.<param> (each site's
+// parity.Round — written as client<i>.trained.<param> (each site's
 // parameters after local training) and global.<param> (GlobalModel: the
 // averaged visual prompts and AdaLN, each domain's prompt the mean of its
 // clients' uploads).
-func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (Method) FixtureRound(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	s, sh, err := settingsFrom(f)
 	if err != nil {
 		return nil, err
@@ -404,7 +404,7 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	if err != nil {
 		return nil, err
 	}
-	var clients []fixture.TensorClient
+	var clients []parity.TensorClient
 	var doms []int
 	for i := 0; ; i++ {
 		px, ok := f.Batch[fmt.Sprintf("client%d.images", i)]
@@ -419,7 +419,7 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 		if err != nil {
 			return nil, err
 		}
-		clients, doms = append(clients, fixture.TensorClient{Pixels: px.Data, Labels: labels}), append(doms, d)
+		clients, doms = append(clients, parity.TensorClient{Pixels: px.Data, Labels: labels}), append(doms, d)
 	}
 	if len(clients) == 0 {
 		return nil, fmt.Errorf("tensor %q missing from the round file", "client0.images")
@@ -443,7 +443,7 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	}
 	// the round draws nothing (batches in stored order, no dropout, every
 	// client): no seed
-	env, err := fixture.TensorEnv(m, 1, tokens, C, clients, opts, 0)
+	env, err := parity.TensorEnv(m, 1, tokens, C, clients, opts, 0)
 	if err != nil {
 		return nil, fmt.Errorf("adapt fixture: %w", err)
 	}
@@ -455,7 +455,7 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	return roundPlan(ctx, env, s)
 }
 
-// roundPlan builds the plan and runs one round as fixture.Round does.
+// roundPlan builds the plan and runs one round as parity.Round does.
 func roundPlan(ctx context.Context, env *methods.Env, s *Settings) (tensor.Named, error) {
 	plan, err := Method{}.Build(env, s)
 	if err != nil {
@@ -486,7 +486,7 @@ func roundPlan(ctx context.Context, env *methods.Env, s *Settings) (tensor.Named
 	return out, nil
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -495,4 +495,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}

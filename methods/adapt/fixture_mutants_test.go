@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/internal/methodtest"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -67,7 +67,7 @@ func TestShapeOfFixture(t *testing.T) {
 func TestSettingsFromFixture(t *testing.T) {
 	m, _ := methodtest.PromptModel(3)
 	from := func(meta map[string]string) (*Settings, error) {
-		s, _, err := settingsFrom(&fixture.Fixture{Model: m, Params: shapeParams(nil), Meta: meta})
+		s, _, err := settingsFrom(&parity.Fixture{Model: m, Params: shapeParams(nil), Meta: meta})
 		return s, err
 	}
 	for _, ok := range []map[string]string{
@@ -113,18 +113,18 @@ func TestSettingsFromFixture(t *testing.T) {
 // anything else is refused naming it; absent, the default.
 func TestFixtureInt(t *testing.T) {
 	for _, tc := range []struct {
-		f    fixture.Fixture
+		f    parity.Fixture
 		want int
 		err  string
 	}{
-		{fixture.Fixture{Meta: map[string]string{"domain": "2"}}, 2, ""},
-		{fixture.Fixture{Meta: map[string]string{"domain": "1.5"}}, 0, "want an integer"},
-		{fixture.Fixture{Ints: map[string][]int{"domain": {1}}}, 1, ""},
-		{fixture.Fixture{Ints: map[string][]int{"domain": {1, 2}}}, 0, "2 values"},
-		{fixture.Fixture{Batch: tensor.Named{"domain": {Shape: []int{1}, Data: []float32{3}}}}, 3, ""},
-		{fixture.Fixture{Batch: tensor.Named{"domain": {Shape: []int{1}, Data: []float32{0.5}}}}, 0, "one integer value"},
-		{fixture.Fixture{Batch: tensor.Named{"domain": {Shape: []int{2}, Data: []float32{1, 1}}}}, 0, "one integer value"},
-		{fixture.Fixture{}, 7, ""},
+		{parity.Fixture{Meta: map[string]string{"domain": "2"}}, 2, ""},
+		{parity.Fixture{Meta: map[string]string{"domain": "1.5"}}, 0, "want an integer"},
+		{parity.Fixture{Ints: map[string][]int{"domain": {1}}}, 1, ""},
+		{parity.Fixture{Ints: map[string][]int{"domain": {1, 2}}}, 0, "2 values"},
+		{parity.Fixture{Batch: tensor.Named{"domain": {Shape: []int{1}, Data: []float32{3}}}}, 3, ""},
+		{parity.Fixture{Batch: tensor.Named{"domain": {Shape: []int{1}, Data: []float32{0.5}}}}, 0, "one integer value"},
+		{parity.Fixture{Batch: tensor.Named{"domain": {Shape: []int{2}, Data: []float32{1, 1}}}}, 0, "one integer value"},
+		{parity.Fixture{}, 7, ""},
 	} {
 		got, err := fixtureInt(&tc.f, "domain", 7)
 		if tc.err == "" && (err != nil || got != tc.want) {
@@ -140,7 +140,7 @@ func TestFixtureInt(t *testing.T) {
 // context length.
 func TestFixtureTokens(t *testing.T) {
 	m, tokens := methodtest.PromptModel(3)
-	f := &fixture.Fixture{Model: m, Ints: map[string][]int{"tokens": tokens}}
+	f := &parity.Fixture{Model: m, Ints: map[string][]int{"tokens": tokens}}
 	if _, C, err := fixtureTokens(f); err != nil || C != methodtest.PromptClasses {
 		t.Errorf("%d classes, %v", C, err)
 	}
@@ -160,28 +160,28 @@ func TestFixtureTokens(t *testing.T) {
 func TestFixtureBoundaries(t *testing.T) {
 	for _, c := range []struct {
 		name, want string // want "": accepted
-		edit       func(f *fixture.Fixture)
+		edit       func(f *parity.Fixture)
 		round      bool
 	}{
-		{"domain n−1", "", func(f *fixture.Fixture) {
+		{"domain n−1", "", func(f *parity.Fixture) {
 			f.Ints["domain"] = []int{fixDomains - 1}
 			delete(f.Params, EMATargetPrefix+TextName(fixDomains-1)) // its own: no EMA target
 		}, false},
-		{"labels 0 and C−1", "", func(f *fixture.Fixture) { f.Ints["labels"] = []int{0, fixClasses - 1, 1} }, false},
-		{"domain −1", fmt.Sprintf("domain -1 outside 0..%d", fixDomains-1), func(f *fixture.Fixture) { f.Ints["domain"] = []int{-1} }, false},
-		{"label −1", fmt.Sprintf("label -1 outside 0..%d", fixClasses-1), func(f *fixture.Fixture) { f.Ints["labels"][1] = -1 }, false},
-		{"label C", fmt.Sprintf("label %d outside 0..%d", fixClasses, fixClasses-1), func(f *fixture.Fixture) { f.Ints["labels"][1] = fixClasses }, false},
-		{"no labels", `tensor "images"`, func(f *fixture.Fixture) { f.Ints["labels"] = []int{} }, false},
-		{"an image short", `tensor "images"`, func(f *fixture.Fixture) { f.Ints["labels"] = []int{0, 1, 2, 3} }, false},
-		{"domain 0", "", func(f *fixture.Fixture) {
+		{"labels 0 and C−1", "", func(f *parity.Fixture) { f.Ints["labels"] = []int{0, fixClasses - 1, 1} }, false},
+		{"domain −1", fmt.Sprintf("domain -1 outside 0..%d", fixDomains-1), func(f *parity.Fixture) { f.Ints["domain"] = []int{-1} }, false},
+		{"label −1", fmt.Sprintf("label -1 outside 0..%d", fixClasses-1), func(f *parity.Fixture) { f.Ints["labels"][1] = -1 }, false},
+		{"label C", fmt.Sprintf("label %d outside 0..%d", fixClasses, fixClasses-1), func(f *parity.Fixture) { f.Ints["labels"][1] = fixClasses }, false},
+		{"no labels", `tensor "images"`, func(f *parity.Fixture) { f.Ints["labels"] = []int{} }, false},
+		{"an image short", `tensor "images"`, func(f *parity.Fixture) { f.Ints["labels"] = []int{0, 1, 2, 3} }, false},
+		{"domain 0", "", func(f *parity.Fixture) {
 			f.Ints["domain"] = []int{0}
 			delete(f.Params, EMATargetPrefix+TextName(0)) // its own: no EMA target
 		}, false},
-		{"domain n", fmt.Sprintf("domain %d outside 0..%d", fixDomains, fixDomains-1), func(f *fixture.Fixture) { f.Ints["domain"] = []int{fixDomains} }, false},
+		{"domain n", fmt.Sprintf("domain %d outside 0..%d", fixDomains, fixDomains-1), func(f *parity.Fixture) { f.Ints["domain"] = []int{fixDomains} }, false},
 		// the round fixture's parameters hold 2 text prompts
-		{"client domain −1", "domain -1 outside 0..1", func(f *fixture.Fixture) { f.Meta["client2.domain"] = "-1" }, true},
-		{"client domain n", "domain 2 outside 0..1", func(f *fixture.Fixture) { f.Meta["client2.domain"] = "2" }, true},
-		{"no clients", `"client0.images"`, func(f *fixture.Fixture) {
+		{"client domain −1", "domain -1 outside 0..1", func(f *parity.Fixture) { f.Meta["client2.domain"] = "-1" }, true},
+		{"client domain n", "domain 2 outside 0..1", func(f *parity.Fixture) { f.Meta["client2.domain"] = "2" }, true},
+		{"no clients", `"client0.images"`, func(f *parity.Fixture) {
 			for k := range f.Batch {
 				if strings.HasPrefix(k, "client") {
 					delete(f.Batch, k)

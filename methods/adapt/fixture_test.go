@@ -21,17 +21,17 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 // The interfaces `pfedmma step` and `round` look for.
 var (
-	_ fixture.Stepper  = Method{}
-	_ fixture.Settings = Method{}
-	_ fixture.Rounder  = Method{}
+	_ parity.Stepper  = Method{}
+	_ parity.Settings = Method{}
+	_ parity.Rounder  = Method{}
 )
 
 const fixDomains, fixNCtx, fixClasses = 3, 2, 4
@@ -53,7 +53,7 @@ func fixtureParams(m *clip.Model, n int, ada bool, seed uint64) tensor.Named {
 // stepFixture is a step on tinyModel for the client of domain 1 with EMA
 // targets for domains 0 and 2, τ_d = 0.5 and the logit multiplier e¹ (from
 // the metadata; the model's own is 1/0.07).
-func stepFixture(ada bool) *fixture.Fixture {
+func stepFixture(ada bool) *parity.Fixture {
 	m := tinyModel()
 	rng := rand.New(rand.NewPCG(21, 3))
 	const B = 3
@@ -62,14 +62,14 @@ func stepFixture(ada bool) *fixture.Fixture {
 		P[EMATargetPrefix+TextName(j)] = &tensor.Tensor{Shape: []int{fixNCtx, m.W.Config.Text.Width},
 			Data: gradcheck.Rand(rng, fixNCtx*m.W.Config.Text.Width, 0.5)}
 	}
-	return &fixture.Fixture{Model: m, Params: P,
+	return &parity.Fixture{Model: m, Params: P,
 		Batch: tensor.Named{"images": {Shape: []int{B, 3, 8, 8}, Data: gradcheck.Rand(rng, B*3*8*8, 1)}},
 		Ints:  map[string][]int{"labels": {0, 3, 2}, "tokens": tinyTokens(m, fixNCtx, fixClasses), "domain": {1}},
 		Meta: map[string]string{"lr": "0.01", "weight_decay": "0.05", "tau": "0.5", "lambda": "0.7", "ema": "0.9",
 			"logit_scale": "1"}}
 }
 
-func runStep(t *testing.T, f *fixture.Fixture) tensor.Named {
+func runStep(t *testing.T, f *parity.Fixture) tensor.Named {
 	t.Helper()
 	out, err := Method{}.Step(context.Background(), f)
 	if err != nil {
@@ -255,10 +255,10 @@ func TestFixtureStepOutputs(t *testing.T) {
 // domains 0, 1, 1
 // (client 0 by default, client 1 by an integer tensor, client 2 by the
 // metadata), two epochs of batches of 4.
-func roundFixture(ada bool) *fixture.Fixture {
+func roundFixture(ada bool) *parity.Fixture {
 	m := tinyModel()
 	rng := rand.New(rand.NewPCG(31, 4))
-	f := &fixture.Fixture{Model: m, Params: fixtureParams(m, 2, ada, 6), Batch: tensor.Named{},
+	f := &parity.Fixture{Model: m, Params: fixtureParams(m, 2, ada, 6), Batch: tensor.Named{},
 		Ints: map[string][]int{"tokens": tinyTokens(m, fixNCtx, fixClasses), "client1.domain": {1}},
 		Meta: map[string]string{"lr": "0.01", "weight_decay": "0.05", "tau": "0.5", "ema": "0.9",
 			"batch_size": "4", "local_epochs": "2", "seed": "3", "client2.domain": "1"}}
@@ -273,7 +273,7 @@ func roundFixture(ada bool) *fixture.Fixture {
 	return f
 }
 
-// TestFixtureRoundMatchesPlan: `pfedmma round` (fixture.RunRound, which
+// TestFixtureRoundMatchesPlan: `pfedmma round` (parity.RunRound, which
 // picks ADAPT's Rounder) equals one round of the production plan driven by
 // hand on the same clients, bit for bit; global.* relays each domain's
 // uploaded prompt (the mean of its clients' uploads) and averages the
@@ -281,7 +281,7 @@ func roundFixture(ada bool) *fixture.Fixture {
 func TestFixtureRoundMatchesPlan(t *testing.T) {
 	for _, ada := range []bool{false, true} {
 		f := roundFixture(ada)
-		got, err := fixture.RunRound(context.Background(), Method{}, f)
+		got, err := parity.RunRound(context.Background(), Method{}, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,12 +293,12 @@ func TestFixtureRoundMatchesPlan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var clients []fixture.TensorClient
+		var clients []parity.TensorClient
 		for i := 0; i < 3; i++ {
-			clients = append(clients, fixture.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data,
+			clients = append(clients, parity.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data,
 				Labels: f.Ints[fmt.Sprintf("client%d.labels", i)]})
 		}
-		env, err := fixture.TensorEnv(f.Model, 1, f.Ints["tokens"], fixClasses, clients, opts, 3)
+		env, err := parity.TensorEnv(f.Model, 1, f.Ints["tokens"], fixClasses, clients, opts, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -391,7 +391,7 @@ func TestFixtureFiles(t *testing.T) {
 		return p
 	}
 	for _, kind := range []string{"step", "round"} {
-		var f *fixture.Fixture
+		var f *parity.Fixture
 		if kind == "step" {
 			f = stepFixture(true)
 		} else {
@@ -412,7 +412,7 @@ func TestFixtureFiles(t *testing.T) {
 		}
 		params := write(kind+"-params.safetensors", f.Params, nil, map[string]string{"lr": "7"})
 		batch := write(kind+"-batch.safetensors", f.Batch, f.Ints, bm)
-		g, err := fixture.Load(f.Model, params, []string{batch}, sets)
+		g, err := parity.Load(f.Model, params, []string{batch}, sets)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -420,10 +420,10 @@ func TestFixtureFiles(t *testing.T) {
 		if kind == "step" {
 			want, got = runStep(t, f), runStep(t, g)
 		} else {
-			if want, err = fixture.RunRound(context.Background(), Method{}, f); err != nil {
+			if want, err = parity.RunRound(context.Background(), Method{}, f); err != nil {
 				t.Fatal(err)
 			}
-			if got, err = fixture.RunRound(context.Background(), Method{}, g); err != nil {
+			if got, err = parity.RunRound(context.Background(), Method{}, g); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -435,30 +435,30 @@ func TestFixtureFiles(t *testing.T) {
 func TestFixtureRejects(t *testing.T) {
 	for _, c := range []struct {
 		name, want string
-		edit       func(f *fixture.Fixture)
+		edit       func(f *parity.Fixture)
 		round      bool
 	}{
-		{"domain out of range", "domain 3 outside", func(f *fixture.Fixture) { f.Meta["domain"] = "3" }, false},
-		{"EMA target for the own domain", "no EMA target", func(f *fixture.Fixture) {
+		{"domain out of range", "domain 3 outside", func(f *parity.Fixture) { f.Meta["domain"] = "3" }, false},
+		{"EMA target for the own domain", "no EMA target", func(f *parity.Fixture) {
 			f.Params[EMATargetPrefix+TextName(1)] = f.Params[TextName(1)].Clone()
 		}, false},
-		{"unknown parameter", "not one of ADAPT's", func(f *fixture.Fixture) { f.Params["text_prompt.7"] = tensor.New(2, 8) }, false},
-		{"visual prompts of another n", `"visual_prompt" of shape [3 8]`, func(f *fixture.Fixture) { f.Params[ParamVisual] = tensor.New(2, 8) }, false},
-		{"n_ctx disagrees", "n_ctx=4", func(f *fixture.Fixture) { f.Meta["n_ctx"] = "4" }, false},
-		{"bad optimizer", "optimizer", func(f *fixture.Fixture) { f.Meta["optimizer"] = "adam" }, false},
-		{"label out of range", "label 4", func(f *fixture.Fixture) { f.Ints["labels"][0] = 4 }, false},
-		{"domain without a client", "no client has domain 1", func(f *fixture.Fixture) {
+		{"unknown parameter", "not one of ADAPT's", func(f *parity.Fixture) { f.Params["text_prompt.7"] = tensor.New(2, 8) }, false},
+		{"visual prompts of another n", `"visual_prompt" of shape [3 8]`, func(f *parity.Fixture) { f.Params[ParamVisual] = tensor.New(2, 8) }, false},
+		{"n_ctx disagrees", "n_ctx=4", func(f *parity.Fixture) { f.Meta["n_ctx"] = "4" }, false},
+		{"bad optimizer", "optimizer", func(f *parity.Fixture) { f.Meta["optimizer"] = "adam" }, false},
+		{"label out of range", "label 4", func(f *parity.Fixture) { f.Ints["labels"][0] = 4 }, false},
+		{"domain without a client", "no client has domain 1", func(f *parity.Fixture) {
 			f.Meta["client2.domain"] = "0"
 			f.Ints["client1.domain"] = []int{0}
 		}, true},
-		{"EMA target in a round", "belong to a step", func(f *fixture.Fixture) {
+		{"EMA target in a round", "belong to a step", func(f *parity.Fixture) {
 			f.Batch[EMATargetPrefix+TextName(0)] = f.Params[TextName(0)].Clone()
 		}, true},
-		{"client domain out of range", "domain 5 outside", func(f *fixture.Fixture) {
+		{"client domain out of range", "domain 5 outside", func(f *parity.Fixture) {
 			f.Meta["client2.domain"] = "5"
 		}, true},
 	} {
-		var f *fixture.Fixture
+		var f *parity.Fixture
 		var err error
 		if c.round {
 			f = roundFixture(false)

@@ -12,8 +12,8 @@ import (
 	"github.com/pfedmma/pfedmma/eval"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -180,7 +180,7 @@ func TestBuildRefuses(t *testing.T) {
 	m, tokens := methodtest.PromptModel(2)
 	clients := methodtest.TensorClients(rand.New(rand.NewPCG(8, 1)), 2, 4, 8, methodtest.PromptClasses)
 	for _, start := range []int{0, 2} {
-		env, err := fixture.TensorEnv(m, start, tokens, methodtest.PromptClasses, clients, train.Options{Epochs: 1, Batch: 4}, 5)
+		env, err := parity.TensorEnv(m, start, tokens, methodtest.PromptClasses, clients, train.Options{Epochs: 1, Batch: 4}, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +191,7 @@ func TestBuildRefuses(t *testing.T) {
 		}
 		env.TrainStore.Close()
 	}
-	env, err := fixture.TensorEnv(m, 1, tokens, methodtest.PromptClasses, clients, train.Options{Epochs: 1, Batch: 4}, 5)
+	env, err := parity.TensorEnv(m, 1, tokens, methodtest.PromptClasses, clients, train.Options{Epochs: 1, Batch: 4}, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

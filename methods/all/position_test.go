@@ -7,7 +7,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
 	_ "github.com/pfedmma/pfedmma/methods/all"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 )
 
 // TestClassTokenPositionKeys: the CoOp-style prompt methods whose authors'
@@ -48,11 +48,11 @@ func TestClassTokenPositionKeys(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fs, ok := meth.(fixture.Settings)
+			fs, ok := parity.SettingsOf(meth)
 			if !ok {
 				t.Fatalf("%s: no fixture settings", m)
 			}
-			f := &fixture.Fixture{Meta: map[string]string{"class_token_position": pos, "n_ctx": "4"}}
+			f := &parity.Fixture{Meta: map[string]string{"class_token_position": pos, "n_ctx": "4"}}
 			if _, err := fs.SettingsFrom(f); err == nil || !strings.Contains(err.Error(), "class_token_position") {
 				t.Errorf("%s fixture metadata class_token_position=%s: error %v", m, pos, err)
 			}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -67,7 +67,7 @@ func (f *fake) Logits(img []float32, B int) ([]float32, error) {
 // 0.5, batch 2, one epoch, in order).
 func world(t *testing.T) *methods.Env {
 	t.Helper()
-	m := fixturetest.Model(t)
+	m := paritytest.Model(t)
 	S := m.W.Config.Vision.ImageSize
 	ctx := m.W.Config.Text.ContextLength
 	tokens := make([]int, 2*ctx)
@@ -82,9 +82,9 @@ func world(t *testing.T) *methods.Env {
 		}
 		return v
 	}
-	clients := []fixture.TensorClient{{Pixels: px(), Labels: []int{0, 1, 0}}, {Pixels: px(), Labels: []int{1, 1, 0}}}
+	clients := []parity.TensorClient{{Pixels: px(), Labels: []int{0, 1, 0}}, {Pixels: px(), Labels: []int{1, 1, 0}}}
 	opts := train.Options{Epochs: 1, Batch: 2, Optimizer: "sgd", LR: 0.5, InOrder: true}
-	env, err := fixture.TensorEnv(m, methods.Features, tokens, 2, clients, opts, 7)
+	env, err := parity.TensorEnv(m, methods.Features, tokens, 2, clients, opts, 7)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,12 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// FixtureRound is the fixture.Rounder round of a method built on Build:
-// the plain round (fixture.PlainRound: the clients in federation Sites, the
+// FixtureRound is the parity.Rounder round of a method built on Build:
+// the plain round (parity.PlainRound: the clients in federation Sites, the
 // method's strategy, the Coordinator) with each client's
 // "client<i>.batch_losses" (before each step), then
 // "client<i>.next.<param>" for every parameter the client holds: where it
@@ -21,10 +21,10 @@ import (
 // receive step (a Receiver site's, or the shared tensors) into its trained
 // parameters. spec builds the method's Spec on the round's Env from its
 // settings.
-func FixtureRound(ctx context.Context, f *fixture.Fixture, meth fixture.Method, spec func(env *methods.Env, sec config.Section) (*Spec, error)) (tensor.Named, error) {
+func FixtureRound(ctx context.Context, f *parity.Fixture, meth parity.Method, spec func(env *methods.Env, sec config.Section) (*Spec, error)) (tensor.Named, error) {
 	var plan *methods.Plan
 	losses := map[int][]float32{}
-	out, err := fixture.PlainRound(ctx, f, meth, func(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	out, err := parity.PlainRound(ctx, f, meth, func(env *methods.Env, sec config.Section) (*methods.Plan, error) {
 		sp, err := spec(env, sec)
 		if err != nil {
 			return nil, err

@@ -13,9 +13,9 @@ import (
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 )
 
 // The external fixtures of testdata/clip_adapter come from the authors'
@@ -24,14 +24,14 @@ import (
 // the production client (Client.Step for the loss and gradients,
 // Client.Fit for the optimizer step) and the production round (the
 // method's Plan in federation Sites under a federation.Coordinator), never
-// through the fixture contract's replay (fixture.go's step, fixture.Round).
+// through the fixture contract's replay (fixture.go's step, parity.Round).
 
-const extDir = fixturetest.Testdata + "clip_adapter/"
+const extDir = paritytest.Testdata + "clip_adapter/"
 
 // extFixture loads init.safetensors with one of the external files.
-func extFixture(t *testing.T, file string) *fixture.Fixture {
+func extFixture(t *testing.T, file string) *parity.Fixture {
 	t.Helper()
-	f, err := fixture.Load(fixturetest.Model(t), extDir+"init.safetensors", []string{extDir + file}, nil)
+	f, err := parity.Load(paritytest.Model(t), extDir+"init.safetensors", []string{extDir + file}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func extFixture(t *testing.T, file string) *fixture.Fixture {
 }
 
 // metaFloat reads a metadata number of the fixture, failing the test.
-func metaFloat(t *testing.T, f *fixture.Fixture, key string) float64 {
+func metaFloat(t *testing.T, f *parity.Fixture, key string) float64 {
 	t.Helper()
 	x, err := strconv.ParseFloat(f.Meta[key], 64)
 	if err != nil {
@@ -49,26 +49,26 @@ func metaFloat(t *testing.T, f *fixture.Fixture, key string) float64 {
 }
 
 // extSettings are the fixture's ratio and reduction.
-func extSettings(t *testing.T, f *fixture.Fixture) *Settings {
+func extSettings(t *testing.T, f *parity.Fixture) *Settings {
 	return &Settings{Ratio: metaFloat(t, f, "ratio"), Reduction: int(metaFloat(t, f, "reduction"))}
 }
 
 // extOptions are the fixture's SGD settings: a fresh optimizer, batches in
 // stored order.
-func extOptions(t *testing.T, f *fixture.Fixture, batch int) train.Options {
+func extOptions(t *testing.T, f *parity.Fixture, batch int) train.Options {
 	return train.Options{Optimizer: "sgd", LR: metaFloat(t, f, "lr"), Momentum: metaFloat(t, f, "momentum"),
 		WD: metaFloat(t, f, "weight_decay"), Batch: batch, Epochs: 1, InOrder: true, ResetOptimizer: true}
 }
 
 // extPlan builds the production Plan on clients with the fixture's class
 // prompts and initial adapter.
-func extPlan(t *testing.T, f *fixture.Fixture, s *Settings, clients []fixture.TensorClient, opts train.Options) *methods.Plan {
+func extPlan(t *testing.T, f *parity.Fixture, s *Settings, clients []parity.TensorClient, opts train.Options) *methods.Plan {
 	t.Helper()
 	tokens, C, err := f.ClassTokens()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := fixture.TensorEnv(f.Model, methods.Features, tokens, C, clients, opts, 1)
+	env, err := parity.TensorEnv(f.Model, methods.Features, tokens, C, clients, opts, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestExternalStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	B := len(labels)
-	clients := []fixture.TensorClient{{Pixels: images.Data, Labels: labels}}
+	clients := []parity.TensorClient{{Pixels: images.Data, Labels: labels}}
 	opts := extOptions(t, f, B)
 	plan := extPlan(t, f, s, clients, opts)
 	c := plan.Clients[0].(*client.Client)
@@ -166,7 +166,7 @@ func TestExternalStep(t *testing.T) {
 func TestExternalRound(t *testing.T) {
 	f := extFixture(t, "round.safetensors")
 	s := extSettings(t, f)
-	var clients []fixture.TensorClient
+	var clients []parity.TensorClient
 	for i := 0; i < 2; i++ {
 		px, err := f.Tensor(fmt.Sprintf("client%d.images", i))
 		if err != nil {
@@ -176,7 +176,7 @@ func TestExternalRound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		clients = append(clients, fixture.TensorClient{Pixels: px.Data, Labels: labels})
+		clients = append(clients, parity.TensorClient{Pixels: px.Data, Labels: labels})
 	}
 	opts := extOptions(t, f, int(metaFloat(t, f, "batch_size")))
 	opts.Epochs = int(metaFloat(t, f, "local_epochs"))

@@ -15,17 +15,17 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// SettingsFrom implements fixture.Settings: the reduction from the
+// SettingsFrom implements parity.Settings: the reduction from the
 // shape of adapter.fc.0.weight [d/reduction, d] (a metadata reduction must
 // agree), the residual ratio α from ratio (default 0.2, CLIP-Adapter's).
 // The logits use the model's logit_scale; a metadata logit_scale that
 // differs from it is an error (the method has no setting for it).
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	s := Method{}.DefaultConfig().(*Settings)
 	d := f.Model.W.Config.EmbedDim
 	w1, ok := f.Params[ParamW1]
@@ -61,7 +61,7 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return s, nil
 }
 
-// Step implements fixture.Stepper: one CLIP-Adapter step on the fixture's
+// Step implements parity.Stepper: one CLIP-Adapter step on the fixture's
 // images. params holds adapter.fc.0.weight [k, d] and adapter.fc.2.weight
 // [d, k]; the batch images [B, 3, S, S] (or image_features [B, d]),
 // labels [B] and tokens [C, ctx] (the class prompts, encoded by the frozen
@@ -69,13 +69,13 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 // [B, d]), text_features [C, d], logits [B, C], loss, grad.<p> and
 // step1.<p> after one SGD step (lr, momentum, weight_decay of the
 // metadata) from a fresh optimizer.
-func (Method) Step(_ context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (Method) Step(_ context.Context, f *parity.Fixture) (tensor.Named, error) {
 	out, _, err := step(f)
 	return out, err
 }
 
 // step is Step, also returning the loss in float64.
-func step(f *fixture.Fixture) (tensor.Named, float64, error) {
+func step(f *parity.Fixture) (tensor.Named, float64, error) {
 	sec, err := Method{}.SettingsFrom(f)
 	if err != nil {
 		return nil, 0, err
@@ -146,17 +146,17 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 	return out, loss, nil
 }
 
-// FixtureRound implements fixture.Rounder: the plain round of
-// fixture.RunRound (the production Plan in federation Sites, FedAvg,
+// FixtureRound implements parity.Rounder: the plain round of
+// parity.RunRound (the production Plan in federation Sites, FedAvg,
 // the Coordinator), reporting as client<i>.trained.<p> the adapter each
 // client holds after its local training — the production Plan.Site gives
 // what the site keeps, which after the round's evaluation is the server's
 // average it is scored with.
-func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
-	return fixture.PlainRound(ctx, f, Method{}, fixture.OwnSites(Method{}, func(c *client.Client) tensor.Named { return c.P }))
+func (Method) FixtureRound(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
+	return parity.PlainRound(ctx, f, Method{}, parity.OwnSites(Method{}, func(c *client.Client) tensor.Named { return c.P }))
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -165,4 +165,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}

@@ -13,16 +13,16 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 // tinyModel is fixturetest's tiny CLIP with logit multiplier scale.
 func tinyModel(scale float64) *clip.Model {
-	w := fixturetest.TinyWeights()
+	w := paritytest.TinyWeights()
 	w.LogitScale = float32(math.Log(scale))
 	return clip.New(w)
 }
@@ -30,22 +30,22 @@ func tinyModel(scale float64) *clip.Model {
 // Besides the authors' fixtures (external_test.go), these tests
 // write fixtures in the reference layout from a tiny random CLIP (8-d
 // features, 8 px images) and check `step` against finite differences and
-// optim.SGD, and `round` against the production Plan run by fixture.Round.
+// optim.SGD, and `round` against the production Plan run by parity.Round.
 
 // initParams draws the adapter (W1 [d/r, d], W2 [d, d/r]) in a fixed order.
 func initParams(rng *rand.Rand, d, r int) tensor.Named {
 	k := d / r
-	return tensor.Named{ParamW1: fixturetest.RandTensor(rng, 0.5, k, d), ParamW2: fixturetest.RandTensor(rng, 0.5, d, k)}
+	return tensor.Named{ParamW1: paritytest.RandTensor(rng, 0.5, k, d), ParamW2: paritytest.RandTensor(rng, 0.5, d, k)}
 }
 
 // stepFixture is a step fixture of B images and C classes, reduction r.
-func stepFixture(t *testing.T, m *clip.Model, B, C, r int, meta map[string]string, sets ...string) *fixture.Fixture {
+func stepFixture(t *testing.T, m *clip.Model, B, C, r int, meta map[string]string, sets ...string) *parity.Fixture {
 	rng := rand.New(rand.NewPCG(3, uint64(B*C+r)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
-	batch := tensor.Named{"images": fixturetest.RandTensor(rng, 1, B, 3, S, S)}
-	ints := map[string]safetensors.Int64Tensor{"labels": fixturetest.Labels(rng, B, C),
-		"tokens": {Shape: []int{C, fixturetest.TinyCtx}, Data: fixturetest.TinyTokens(C)}}
-	return fixturetest.Write(t, m, "clip_adapter", initParams(rng, d, r), batch, ints, meta, sets...)
+	batch := tensor.Named{"images": paritytest.RandTensor(rng, 1, B, 3, S, S)}
+	ints := map[string]safetensors.Int64Tensor{"labels": paritytest.Labels(rng, B, C),
+		"tokens": {Shape: []int{C, paritytest.TinyCtx}, Data: paritytest.TinyTokens(C)}}
+	return paritytest.Write(t, m, "clip_adapter", initParams(rng, d, r), batch, ints, meta, sets...)
 }
 
 // awayFromKinks sets the adapter so that no ±1e-2 step of a finite
@@ -55,7 +55,7 @@ func stepFixture(t *testing.T, m *clip.Model, B, C, r int, meta map[string]strin
 // entries on the live units are at least 0.3 in magnitude, of either sign
 // (each output on or off). It fails the test when the features share no
 // direction to build this on.
-func awayFromKinks(t *testing.T, m *clip.Model, f *fixture.Fixture) {
+func awayFromKinks(t *testing.T, m *clip.Model, f *parity.Fixture) {
 	liveUnits(t, m, f.Params, f.Batch["images"].Data, len(f.Ints["labels"]))
 }
 
@@ -268,19 +268,19 @@ func TestSettingsFromFixture(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		sets []string
-		mod  func(*fixture.Fixture)
+		mod  func(*parity.Fixture)
 		want string
 	}{
 		{[]string{"reduction=2"}, nil, "reduction"},
 		{[]string{"ratio=1.5"}, nil, "ratio"},
 		{[]string{"logit_scale=1"}, nil, "logit_scale"},
-		{nil, func(f *fixture.Fixture) { delete(f.Params, ParamW1) }, ParamW1},
-		{nil, func(f *fixture.Fixture) { f.Params[ParamW2] = tensor.New(3, 3) }, ParamW2},
-		{nil, func(f *fixture.Fixture) { f.Ints["labels"][1] = 3 }, "label 3"},
-		{nil, func(f *fixture.Fixture) { delete(f.Ints, "tokens") }, "tokens"},
-		{nil, func(f *fixture.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:5] }, "tokens"},
-		{nil, func(f *fixture.Fixture) { delete(f.Batch, "images") }, "images"},
-		{nil, func(f *fixture.Fixture) { delete(f.Meta, "lr") }, "lr"},
+		{nil, func(f *parity.Fixture) { delete(f.Params, ParamW1) }, ParamW1},
+		{nil, func(f *parity.Fixture) { f.Params[ParamW2] = tensor.New(3, 3) }, ParamW2},
+		{nil, func(f *parity.Fixture) { f.Ints["labels"][1] = 3 }, "label 3"},
+		{nil, func(f *parity.Fixture) { delete(f.Ints, "tokens") }, "tokens"},
+		{nil, func(f *parity.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:5] }, "tokens"},
+		{nil, func(f *parity.Fixture) { delete(f.Batch, "images") }, "images"},
+		{nil, func(f *parity.Fixture) { delete(f.Meta, "lr") }, "lr"},
 	} {
 		f := stepFixture(t, m, 2, 3, 4, map[string]string{"lr": "0.1"}, tc.sets...)
 		if tc.mod != nil {
@@ -292,7 +292,7 @@ func TestSettingsFromFixture(t *testing.T) {
 	}
 }
 
-// TestFixtureRound: `round` is the production Plan's round (fixture.Round
+// TestFixtureRound: `round` is the production Plan's round (parity.Round
 // on the same inputs): the server's adapter bit for bit, and it is the
 // FedAvg (weights n_i) of the clients' trained adapters the round reports.
 func TestFixtureRound(t *testing.T) {
@@ -303,10 +303,10 @@ func TestFixtureRound(t *testing.T) {
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
 	sizes := []int{5, 7, 4}
 	batch := tensor.Named{}
-	ints := map[string]safetensors.Int64Tensor{"tokens": {Shape: []int{C, fixturetest.TinyCtx}, Data: fixturetest.TinyTokens(C)}}
+	ints := map[string]safetensors.Int64Tensor{"tokens": {Shape: []int{C, paritytest.TinyCtx}, Data: paritytest.TinyTokens(C)}}
 	for i, n := range sizes {
-		batch[fmt.Sprintf("client%d.images", i)] = fixturetest.RandTensor(rng, 1, n, 3, S, S)
-		ints[fmt.Sprintf("client%d.labels", i)] = fixturetest.Labels(rng, n, C)
+		batch[fmt.Sprintf("client%d.images", i)] = paritytest.RandTensor(rng, 1, n, 3, S, S)
+		ints[fmt.Sprintf("client%d.labels", i)] = paritytest.Labels(rng, n, C)
 	}
 	meta := map[string]string{"lr": "0.05", "momentum": "0.9", "weight_decay": "5e-4", "batch_size": "3", "local_epochs": "2", "ratio": "0.4"}
 	init := initParams(rng, d, 4)
@@ -315,8 +315,8 @@ func TestFixtureRound(t *testing.T) {
 		all = append(all, batch[fmt.Sprintf("client%d.images", i)].Data...)
 	}
 	liveUnits(t, m, init, all, 16) // gradients flow (not weight decay alone)
-	f := fixturetest.Write(t, m, "clip_adapter", init, batch, ints, meta)
-	out, err := fixture.RunRound(ctx, Method{}, f)
+	f := paritytest.Write(t, m, "clip_adapter", init, batch, ints, meta)
+	out, err := parity.RunRound(ctx, Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,19 +334,19 @@ func TestFixtureRound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := fixture.RoundInputs{Model: m, Init: f.Params, Tokens: f.Ints["tokens"], Classes: C, Train: opts}
+	in := parity.RoundInputs{Model: m, Init: f.Params, Tokens: f.Ints["tokens"], Classes: C, Train: opts}
 	for i := range sizes {
-		in.Clients = append(in.Clients, fixture.TensorClient{Pixels: batch[fmt.Sprintf("client%d.images", i)].Data,
+		in.Clients = append(in.Clients, parity.TensorClient{Pixels: batch[fmt.Sprintf("client%d.images", i)].Data,
 			Labels: f.Ints[fmt.Sprintf("client%d.labels", i)]})
 	}
-	ref, err := fixture.Round(ctx, Method{}, sec, in)
+	ref, err := parity.Round(ctx, Method{}, sec, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{ParamW1, ParamW2} {
 		g := out["global."+name]
 		if g == nil || tensortest.BitsDiff(tensor.Named{name: g}, tensor.Named{name: ref["global."+name]}) != "" {
-			t.Fatalf("global.%s missing or different from fixture.Round's", name)
+			t.Fatalf("global.%s missing or different from parity.Round's", name)
 		}
 		// FedAvg: Σ_i n_i/N · trained_i, accumulated in float64
 		for j := range g.Data {
@@ -369,12 +369,12 @@ func TestFixtureRound(t *testing.T) {
 			if i == 2 && tensortest.BitsDiff(tensor.Named{name: tr}, tensor.Named{name: out["client0.trained."+name]}) == "" {
 				t.Errorf("clients 0 and 2 trained the same %s", name)
 			}
-			// fixture.Round fits and aggregates only: before the round's
+			// parity.Round fits and aggregates only: before the round's
 			// evaluation instruction brings the server's adapter
 			// (TestEvaluateReceivesGlobal) the production Site holds the
 			// adapter it trained
 			if tensortest.BitsDiff(tensor.Named{name: ref[fmt.Sprintf("client%d.trained.%s", i, name)]}, tensor.Named{name: tr}) != "" {
-				t.Errorf("fixture.Round: client %d's site holds another %s than the one it trained", i, name)
+				t.Errorf("parity.Round: client %d's site holds another %s than the one it trained", i, name)
 			}
 		}
 	}

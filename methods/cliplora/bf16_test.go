@@ -13,8 +13,8 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 )
 
 // TestBF16Gradients compares the LoRA gradients of the bfloat16 frozen path
@@ -116,8 +116,8 @@ func TestBF16FrozenWeightsUntouched(t *testing.T) {
 			for i := range px {
 				px[i] = float32(r.NormFloat64())
 			}
-			tc := fixture.TensorClient{Pixels: px, Labels: []int{0, 1, 2, 1}}
-			env, err := fixture.TensorEnv(m, 1, rows(3), 3, []fixture.TensorClient{tc}, train.Options{Epochs: 2, Batch: 2, LR: 0.5, Momentum: 0.9}, 9)
+			tc := parity.TensorClient{Pixels: px, Labels: []int{0, 1, 2, 1}}
+			env, err := parity.TensorEnv(m, 1, rows(3), 3, []parity.TensorClient{tc}, train.Options{Epochs: 2, Batch: 2, LR: 0.5, Momentum: 0.9}, 9)
 			if err != nil {
 				t.Fatal(err)
 			}

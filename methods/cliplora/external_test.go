@@ -14,9 +14,9 @@ import (
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 )
 
 // The external fixtures of testdata/clip_lora come from the authors' code
@@ -25,15 +25,15 @@ import (
 // authors' average_weights. These tests run them through the production
 // client (client.Step for the loss and gradients, client.Fit for the
 // optimizer step) and the production round (the Plan in federation Sites
-// under a federation.Coordinator), never through fixture.LearnerStep or
-// fixture.Round.
+// under a federation.Coordinator), never through parity.LearnerStep or
+// parity.Round.
 
-const extDir = fixturetest.Testdata + "clip_lora/"
+const extDir = paritytest.Testdata + "clip_lora/"
 
 // extFixture loads a parameters file with one of the external files.
-func extFixture(t *testing.T, params, file string) *fixture.Fixture {
+func extFixture(t *testing.T, params, file string) *parity.Fixture {
 	t.Helper()
-	f, err := fixture.Load(fixturetest.Model(t), extDir+params, []string{extDir + file}, nil)
+	f, err := parity.Load(paritytest.Model(t), extDir+params, []string{extDir + file}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func extFixture(t *testing.T, params, file string) *fixture.Fixture {
 }
 
 // extMeta reads a metadata number of the fixture, failing the test.
-func extMeta(t *testing.T, f *fixture.Fixture, key string) float64 {
+func extMeta(t *testing.T, f *parity.Fixture, key string) float64 {
 	t.Helper()
 	x, err := strconv.ParseFloat(f.Meta[key], 64)
 	if err != nil {
@@ -89,7 +89,7 @@ func extRound(t *testing.T, plan *methods.Plan) {
 
 // extSettings are the fixture's LoRA settings (dropout 0: the masks are
 // random); the optimizer is the run's (extOptions).
-func extSettings(t *testing.T, f *fixture.Fixture) *Settings {
+func extSettings(t *testing.T, f *parity.Fixture) *Settings {
 	s := &Settings{Rank: int(extMeta(t, f, "rank")), Alpha: extMeta(t, f, "alpha"), Dropout: extMeta(t, f, "dropout"),
 		Scale: f.Meta["scale"], Aggregate: f.Meta["aggregate"]}
 	if s.Dropout != 0 || s.Scale != "sqrt" || s.Aggregate != AggregateAB {
@@ -100,14 +100,14 @@ func extSettings(t *testing.T, f *fixture.Fixture) *Settings {
 
 // extOptions are the fixture's optimizer (AdamW or SGD): a fresh one,
 // batches in stored order.
-func extOptions(t *testing.T, f *fixture.Fixture, batch int) train.Options {
+func extOptions(t *testing.T, f *parity.Fixture, batch int) train.Options {
 	return train.Options{Optimizer: f.Meta["optimizer"], LR: extMeta(t, f, "lr"), Momentum: extMeta(t, f, "momentum"),
 		WD: extMeta(t, f, "weight_decay"), Batch: batch, Epochs: 1, InOrder: true, ResetOptimizer: true}
 }
 
 // extPlan builds the production Plan on clients with the fixture's class
 // prompts and initial factors.
-func extPlan(t *testing.T, f *fixture.Fixture, s *Settings, clients []fixture.TensorClient, opts train.Options) *methods.Plan {
+func extPlan(t *testing.T, f *parity.Fixture, s *Settings, clients []parity.TensorClient, opts train.Options) *methods.Plan {
 	t.Helper()
 	tokens, C, err := f.ClassTokens()
 	if err != nil {
@@ -117,7 +117,7 @@ func extPlan(t *testing.T, f *fixture.Fixture, s *Settings, clients []fixture.Te
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := fixture.TensorEnv(f.Model, depth, tokens, C, clients, opts, 1)
+	env, err := parity.TensorEnv(f.Model, depth, tokens, C, clients, opts, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestExternalStep(t *testing.T) {
 				t.Fatal(err)
 			}
 			B := len(labels)
-			clients := []fixture.TensorClient{{Pixels: images.Data, Labels: labels}}
+			clients := []parity.TensorClient{{Pixels: images.Data, Labels: labels}}
 			opts := extOptions(t, f, B)
 			cl := extPlan(t, f, s, clients, opts).Clients[0].(*client.Client)
 			items := make([]int, B)
@@ -250,7 +250,7 @@ func TestExternalRound(t *testing.T) {
 		t.Fatalf("round made from %q", f.Meta["params"])
 	}
 	s := extSettings(t, f)
-	var clients []fixture.TensorClient
+	var clients []parity.TensorClient
 	for i := 0; i < 2; i++ {
 		px, err := f.Tensor(fmt.Sprintf("client%d.images", i))
 		if err != nil {
@@ -260,7 +260,7 @@ func TestExternalRound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		clients = append(clients, fixture.TensorClient{Pixels: px.Data, Labels: labels})
+		clients = append(clients, parity.TensorClient{Pixels: px.Data, Labels: labels})
 	}
 	opts := extOptions(t, f, int(extMeta(t, f, "batch_size")))
 	opts.Epochs = int(extMeta(t, f, "local_epochs"))

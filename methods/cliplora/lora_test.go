@@ -13,8 +13,8 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -173,8 +173,8 @@ func testResume(t *testing.T, agg string) {
 		for i := range px {
 			px[i] = float32(r.NormFloat64())
 		}
-		tc := fixture.TensorClient{Pixels: px, Labels: []int{0, 1, 2, 1}}
-		env, err := fixture.TensorEnv(m, 1, rows(3), 3, []fixture.TensorClient{tc, tc}, train.Options{Epochs: 1, Batch: 2, LR: 0.1, Momentum: 0.9}, 9)
+		tc := parity.TensorClient{Pixels: px, Labels: []int{0, 1, 2, 1}}
+		env, err := parity.TensorEnv(m, 1, rows(3), 3, []parity.TensorClient{tc, tc}, train.Options{Epochs: 1, Batch: 2, LR: 0.1, Momentum: 0.9}, 9)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,8 +228,8 @@ func TestProductAggregation(t *testing.T) {
 		}
 		return v
 	}
-	clients := []fixture.TensorClient{{Pixels: px(4), Labels: []int{0, 1, 2, 1}}, {Pixels: px(2), Labels: []int{2, 0}}}
-	env, err := fixture.TensorEnv(m, 1, rows(3), 3, clients, train.Options{Epochs: 2, Batch: 2, LR: 0.5, Momentum: 0.9}, 9)
+	clients := []parity.TensorClient{{Pixels: px(4), Labels: []int{0, 1, 2, 1}}, {Pixels: px(2), Labels: []int{2, 0}}}
+	env, err := parity.TensorEnv(m, 1, rows(3), 3, clients, train.Options{Epochs: 2, Batch: 2, LR: 0.5, Momentum: 0.9}, 9)
 	if err != nil {
 		t.Fatal(err)
 	}

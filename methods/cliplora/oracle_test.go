@@ -14,8 +14,8 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -239,7 +239,7 @@ func TestStepCorrect(t *testing.T) {
 		px[i] = float32(r.NormFloat64())
 	}
 	labels := []int{0, 1, 2, 1, 0, 2, 2, 1}
-	env, err := fixture.TensorEnv(m, 1, rows(3), 3, []fixture.TensorClient{{Pixels: px, Labels: labels}}, train.Options{Epochs: 1, Batch: N, LR: 0.1}, 9)
+	env, err := parity.TensorEnv(m, 1, rows(3), 3, []parity.TensorClient{{Pixels: px, Labels: labels}}, train.Options{Epochs: 1, Batch: N, LR: 0.1}, 9)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestStepCorrect(t *testing.T) {
 // tensors keeps its LoRA (it restarts from the initial factors only on
 // installing an average).
 func TestReceiveNothing(t *testing.T) {
-	env, err := fixture.TensorEnv(tinyModel(4), 1, rows(3), 3, []fixture.TensorClient{{Pixels: make([]float32, 2*3*8*8), Labels: []int{0, 1}}}, train.Options{Epochs: 1, Batch: 2, LR: 0.1}, 9)
+	env, err := parity.TensorEnv(tinyModel(4), 1, rows(3), 3, []parity.TensorClient{{Pixels: make([]float32, 2*3*8*8), Labels: []int{0, 1}}}, train.Options{Epochs: 1, Batch: 2, LR: 0.1}, 9)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,17 +325,23 @@ func TestReceiveNothing(t *testing.T) {
 	}
 }
 
-// TestSettingsFrom: a fixture's settings — the rank from the A factors'
-// one first dimension, alpha, dropout (0 when absent) and scale from the
-// metadata, aggregate product when a delta is present — and its refusals,
-// each naming the key or the parameter.
+// TestSettingsFrom: a fixture's settings as parity's table reads them for
+// clip_lora — the rank from the A factors' one first dimension, alpha,
+// dropout (0 when absent) and scale from the metadata, aggregate product
+// when a delta is present — and its refusals, each naming the key or the
+// parameter.
 func TestSettingsFrom(t *testing.T) {
 	m := tinyModel(4)
+	fs, ok := parity.SettingsOf(Method{})
+	st, ok2 := parity.StepperOf(Method{})
+	if !ok || !ok2 {
+		t.Fatal("parity reads no clip_lora step or settings")
+	}
 	params := func() tensor.Named {
 		l := New(m, &Settings{Rank: 3, Alpha: 1, Scale: "sqrt"}, rand.New(rand.NewPCG(1, 1)))
 		return l.Params
 	}
-	sec, err := Method{}.SettingsFrom(&fixture.Fixture{Model: m, Params: params(), Meta: map[string]string{"alpha": "2", "scale": "linear"}})
+	sec, err := fs.SettingsFrom(&parity.Fixture{Model: m, Params: params(), Meta: map[string]string{"alpha": "2", "scale": "linear"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +357,7 @@ func TestSettingsFrom(t *testing.T) {
 	}
 	p := params()
 	p[DeltaName("visual", 0, "q")] = tensor.New(8, 8)
-	if sec, err := (Method{}).SettingsFrom(&fixture.Fixture{Model: m, Params: p, Meta: map[string]string{"dropout": "0.5"}}); err != nil ||
+	if sec, err := fs.SettingsFrom(&parity.Fixture{Model: m, Params: p, Meta: map[string]string{"dropout": "0.5"}}); err != nil ||
 		sec.(*Settings).Aggregate != AggregateProduct || sec.(*Settings).Dropout != 0.5 {
 		t.Errorf("with a delta and dropout 0.5: %+v, %v; want aggregate product, dropout 0.5", sec, err)
 	}
@@ -359,25 +365,25 @@ func TestSettingsFrom(t *testing.T) {
 		mod  func(tensor.Named, map[string]string)
 		want string
 	}{
-		{func(p tensor.Named, _ map[string]string) { p[Name("text", 1, "v", "A")] = tensor.New(2, 8) }, "with one r"},
-		{func(p tensor.Named, _ map[string]string) { p[Name("text", 1, "v", "A")] = tensor.New(24) }, "with one r"},
+		{func(p tensor.Named, _ map[string]string) { p[Name("text", 1, "v", "A")] = tensor.New(2, 8) }, "with one value"},
+		{func(p tensor.Named, _ map[string]string) { p[Name("text", 1, "v", "A")] = tensor.New(24) }, "with one value"},
 		{func(p tensor.Named, _ map[string]string) {
 			for name := range p {
 				if strings.HasSuffix(name, ".A") {
 					delete(p, name)
 				}
 			}
-		}, "no LoRA factor"},
+		}, "no parameter lora.*.A"},
 		{func(_ tensor.Named, m map[string]string) { m["alpha"] = "x" }, "alpha"},
 		{func(_ tensor.Named, m map[string]string) { m["dropout"] = "x" }, "dropout"},
 		{func(_ tensor.Named, m map[string]string) { m["scale"] = "cube" }, "clip_lora.scale"},
 	} {
 		p, meta := params(), map[string]string{}
 		tc.mod(p, meta)
-		if _, err := (Method{}).SettingsFrom(&fixture.Fixture{Model: m, Params: p, Meta: meta}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := fs.SettingsFrom(&parity.Fixture{Model: m, Params: p, Meta: meta}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("error %v, want one naming %q", err, tc.want)
 		}
-		if _, err := (Method{}).Step(context.Background(), &fixture.Fixture{Model: m, Params: p, Meta: meta}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := st.Step(context.Background(), &parity.Fixture{Model: m, Params: p, Meta: meta}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("step: error %v, want one naming %q", err, tc.want)
 		}
 	}
@@ -407,7 +413,7 @@ func TestPredictorMatchesScorer(t *testing.T) {
 	for i := range px {
 		px[i] = float32(r.NormFloat64())
 	}
-	env, err := fixture.TensorEnv(m, 1, tokens, 3, []fixture.TensorClient{{Pixels: px, Labels: []int{0, 1, 2}}}, train.Options{Epochs: 1, Batch: B, LR: 0.1}, 9)
+	env, err := parity.TensorEnv(m, 1, tokens, 3, []parity.TensorClient{{Pixels: px, Labels: []int{0, 1, 2}}}, train.Options{Epochs: 1, Batch: B, LR: 0.1}, 9)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +470,7 @@ func TestPredictorMatchesScorer(t *testing.T) {
 }
 
 // records loads the cached prefixes of the first client's training items
-// (the one view each of a fixture.TensorEnv) as a training step reads them.
+// (the one view each of a parity.TensorEnv) as a training step reads them.
 func records(t *testing.T, env *methods.Env, items []int) []float32 {
 	t.Helper()
 	var w methods.Workspace

@@ -6,8 +6,8 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 )
 
 // TestOwnOptimizer: clip_lora.optimizer, lr, weight_decay and local_epochs
@@ -15,7 +15,7 @@ import (
 // the run's settings; bad values are refused naming the key.
 func TestOwnOptimizer(t *testing.T) {
 	run := train.Options{Epochs: 3, Batch: 2, Optimizer: "sgd", LR: 0.05, Momentum: 0.9, WD: 5e-4}
-	env, err := fixture.TensorEnv(tinyModel(4), 1, rows(3), 3, []fixture.TensorClient{{Pixels: make([]float32, 2*3*8*8), Labels: []int{0, 1}}}, run, 9)
+	env, err := parity.TensorEnv(tinyModel(4), 1, rows(3), 3, []parity.TensorClient{{Pixels: make([]float32, 2*3*8*8), Labels: []int{0, 1}}}, run, 9)
 	if err != nil {
 		t.Fatal(err)
 	}

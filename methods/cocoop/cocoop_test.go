@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -26,48 +26,48 @@ func updateTol(p, init *tensor.Tensor, steps int) float64 {
 }
 
 func TestStepFixture(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, dir+"init.safetensors")
-	ref, meta := fixturetest.Read(t, dir+"step.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, dir+"init.safetensors")
+	ref, meta := paritytest.Read(t, dir+"step.safetensors")
 	out, err := StepFromFile(m, init, ref, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"image_features", "meta_bias", "ctx_shifted", "text_features", "logits", "loss"} {
-		fixturetest.Rel(t, name, out[name], ref[name], fixturetest.Tol(name))
+		paritytest.Rel(t, name, out[name], ref[name], paritytest.Tol(name))
 	}
 	for _, p := range ParamNames {
-		fixturetest.Rel(t, "grad."+p, out["grad."+p], ref["grad."+p], 1e-4)
-		fixturetest.Rel(t, "step1."+p, out["step1."+p], ref["step1."+p], 1e-4)
-		fixturetest.Rel(t, "update "+p, fixturetest.Update(out["step1."+p], init[p]), fixturetest.Update(ref["step1."+p], init[p]), updateTol(ref["step1."+p], init[p], 1))
+		paritytest.Rel(t, "grad."+p, out["grad."+p], ref["grad."+p], 1e-4)
+		paritytest.Rel(t, "step1."+p, out["step1."+p], ref["step1."+p], 1e-4)
+		paritytest.Rel(t, "update "+p, paritytest.Update(out["step1."+p], init[p]), paritytest.Update(ref["step1."+p], init[p]), updateTol(ref["step1."+p], init[p], 1))
 	}
 }
 
 func TestRoundFixture(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, dir+"init.safetensors")
-	ref, meta := fixturetest.Read(t, dir+"round.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, dir+"init.safetensors")
+	ref, meta := paritytest.Read(t, dir+"round.safetensors")
 	out, err := RoundFromFile(m, init, ref, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
 	steps := map[string]int{"client0.": 2, "client1.": 1, "global.": 3}
 	for _, c := range []string{"client0.", "client1."} {
-		fixturetest.Rel(t, c+"batch_losses", out[c+"batch_losses"], ref[c+"batch_losses"], 1e-5)
+		paritytest.Rel(t, c+"batch_losses", out[c+"batch_losses"], ref[c+"batch_losses"], 1e-5)
 	}
 	for _, p := range ParamNames {
 		for _, name := range []string{"client0.trained." + p, "client1.trained." + p, "global." + p} {
-			fixturetest.Rel(t, name, out[name], ref[name], 1e-4)
-			fixturetest.Rel(t, name+" update", fixturetest.Update(out[name], init[p]), fixturetest.Update(ref[name], init[p]), updateTol(ref[name], init[p], steps[name[:strings.Index(name, ".")+1]]))
+			paritytest.Rel(t, name, out[name], ref[name], 1e-4)
+			paritytest.Rel(t, name+" update", paritytest.Update(out[name], init[p]), paritytest.Update(ref[name], init[p]), updateTol(ref[name], init[p], steps[name[:strings.Index(name, ".")+1]]))
 		}
 	}
 }
 
-// TestRoundProductionPath runs the fixture round through fixture.Round (the
+// TestRoundProductionPath runs the fixture round through parity.Round (the
 // code of `pfedmma run` and `pfedmma round`): every tensor of the prompt
 // learner is averaged.
 func TestRoundProductionPath(t *testing.T) {
-	out := fixturetest.Round(t, Method{}, "cocoop/init.safetensors", []string{"cocoop/round.safetensors"}, nil, "cocoop/round.safetensors", 2e-4)
+	out := paritytest.Round(t, Method{}, "cocoop/init.safetensors", []string{"cocoop/round.safetensors"}, nil, "cocoop/round.safetensors", 2e-4)
 	for _, p := range ParamNames {
 		if _, ok := out["global."+p]; !ok {
 			t.Errorf("the server holds no %s", p)

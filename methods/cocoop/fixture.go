@@ -6,7 +6,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -24,9 +24,9 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 	return c, c.Validate()
 }
 
-// SettingsFrom implements fixture.Settings (the fixture's init
+// SettingsFrom implements parity.Settings (the fixture's init
 // tensors replace the context init, so ctx_init is empty).
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	c, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -34,8 +34,8 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return &Settings{NCtx: c.NCtx, InitStd: c.InitStd}, nil
 }
 
-// Step implements fixture.Stepper.
-func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+// Step implements parity.Stepper.
+func (Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
@@ -55,7 +55,7 @@ func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]str
 }
 
 // RoundFromFile replays the round of testdata/cocoop/round.safetensors
-// with prompt.Round (the fixture's own loop; fixture.Round is the
+// with prompt.Round (the fixture's own loop; parity.Round is the
 // production path).
 func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
 	return prompt.ReplayRound(replay, m, params, batch, meta)
@@ -65,7 +65,7 @@ func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]st
 var replay = prompt.Replay[*Learner, Config]{Name: "cocoop", Config: ConfigFromMeta, New: New,
 	Scale: func(l *Learner, s float32) { l.LogitScale = s }}
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -74,4 +74,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}

@@ -9,8 +9,8 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/nn"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 )
 
@@ -27,9 +27,9 @@ func randomModel(C, nCtx int) (*clip.Model, []int) {
 // scaled up), on the fixture's images whose ReLU inputs are away from the
 // kink.
 func TestGradCheck(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, dir+"init.safetensors")
-	ref, meta := fixturetest.Read(t, dir+"step.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, dir+"init.safetensors")
+	ref, meta := paritytest.Read(t, dir+"step.safetensors")
 	l, _, err := replay.Learner(m, init, ref, meta, false)
 	if err != nil {
 		t.Fatal(err)

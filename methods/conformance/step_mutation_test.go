@@ -18,7 +18,7 @@ import (
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -49,12 +49,12 @@ func record(t *testing.T, check func(tb testing.TB)) []string {
 
 // broken is a Stepper whose gradient of one tensor is mutated.
 type broken struct {
-	fixture.Stepper
+	parity.Stepper
 	grad string
 	mut  func(float32) float32
 }
 
-func (b broken) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (b broken) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	out, err := b.Stepper.Step(ctx, f)
 	if err != nil {
 		return nil, err
@@ -74,11 +74,11 @@ func (b broken) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, err
 // copy of that step's output, so that every mutation of a sweep replays
 // the unbroken step instead of recomputing it.
 type memoStepper struct {
-	fixture.Stepper
+	parity.Stepper
 	seen map[uint64]tensor.Named
 }
 
-func (m *memoStepper) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (m *memoStepper) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	k := inputsKey(f)
 	if out, ok := m.seen[k]; ok {
 		return maps.Clone(out), nil // the checks only read the tensors; broken replaces its own
@@ -93,7 +93,7 @@ func (m *memoStepper) Step(ctx context.Context, f *fixture.Fixture) (tensor.Name
 
 // inputsKey hashes a step's inputs: its parameters, batch tensors,
 // integer tensors and metadata, names and values.
-func inputsKey(f *fixture.Fixture) uint64 {
+func inputsKey(f *parity.Fixture) uint64 {
 	h := fnv.New64a()
 	var buf []byte
 	for _, n := range []tensor.Named{f.Params, f.Batch} {
@@ -128,7 +128,7 @@ func inputsKey(f *fixture.Fixture) uint64 {
 // cross-attention context norm before the switch to LoRA).
 func liveGrads(t *testing.T, model *clip.Model, params, batch string) (live, inert []string) {
 	t.Helper()
-	f, err := fixture.Load(model, params, []string{batch}, nil)
+	f, err := parity.Load(model, params, []string{batch}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestStepContractCatchesBrokenGradients(t *testing.T) {
 	var table []string
 	forEach(t, func(t *testing.T, name string) {
 		m, _ := methods.Get(name)
-		st, ok := m.(fixture.Stepper)
+		st, ok := parity.StepperOf(m)
 		fx := stepFixtures(name)
 		if !ok || len(fx) == 0 {
 			t.Fatalf("%s: no step fixture (TestStepContract fails it)", name)
@@ -217,14 +217,14 @@ func TestStepContractCatchesBrokenGradients(t *testing.T) {
 // to fail each time, after the unbroken step passes the contract; it
 // returns the number of tensors whose three mutations were all caught and
 // the number of inert tensors skipped.
-func checkCatches(t *testing.T, w *clip.Weights, st fixture.Stepper, params, batch string) (caught, inert int) {
+func checkCatches(t *testing.T, w *clip.Weights, st parity.Stepper, params, batch string) (caught, inert int) {
 	live, dead := liveGrads(t, clip.New(w), params, batch)
 	skip := map[string]bool{}
 	for _, p := range dead {
 		skip[p] = true
 	}
 	memo := &memoStepper{Stepper: st, seen: map[uint64]tensor.Named{}}
-	check := func(tb testing.TB, st fixture.Stepper) {
+	check := func(tb testing.TB, st parity.Stepper) {
 		checkStepInert(tb, clip.New(w), st, sweepWhy, params, batch, skip)
 	}
 	// the unbroken step passes the recorded checks: what the broken

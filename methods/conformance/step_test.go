@@ -13,7 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -76,10 +76,10 @@ func TestStepContract(t *testing.T) {
 	}
 	forEach(t, func(t *testing.T, name string) {
 		m, _ := methods.Get(name)
-		st, ok := m.(fixture.Stepper)
+		st, ok := parity.StepperOf(m)
 		fx := stepFixtures(name)
 		if !ok {
-			t.Fatalf("%s implements no fixture.Stepper: `pfedmma step` cannot check it against a reference", name)
+			t.Fatalf("%s implements no parity.Stepper: `pfedmma step` cannot check it against a reference", name)
 		}
 		if len(fx) == 0 {
 			t.Fatalf("%s has no reference step fixture (testdata/%s/step*.safetensors with its init*.safetensors)", name, name)
@@ -93,7 +93,7 @@ func TestStepContract(t *testing.T) {
 // checkStep checks st's step on the reference step fixture batch (with
 // the parameters of file params); why, when not "", says why its gradient
 // is no derivative of its loss (no finite differences then).
-func checkStep(t testing.TB, model *clip.Model, st fixture.Stepper, why, params, batch string) {
+func checkStep(t testing.TB, model *clip.Model, st parity.Stepper, why, params, batch string) {
 	checkStepInert(t, model, st, why, params, batch, nil)
 }
 
@@ -101,9 +101,9 @@ func checkStep(t testing.TB, model *clip.Model, st fixture.Stepper, why, params,
 // without finite differences (as checkFD would find them: no reference
 // gradient, or one below float rounding): the mutation sweep, which runs
 // no finite differences, names them from the reference's gradients.
-func checkStepInert(t testing.TB, model *clip.Model, st fixture.Stepper, why, params, batch string, inertSet map[string]bool) {
+func checkStepInert(t testing.TB, model *clip.Model, st parity.Stepper, why, params, batch string, inertSet map[string]bool) {
 	ctx := context.Background()
-	f, err := fixture.Load(model, params, []string{batch}, nil)
+	f, err := parity.Load(model, params, []string{batch}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func checkGrad(t testing.TB, name string, g, want []float32) {
 // softmax): g must be as small, and inert is true. At g's two largest
 // entries, where a coordinate step resolves the tensor's gradients, the
 // partial derivatives must agree too.
-func checkFD(t testing.TB, st fixture.Stepper, f *fixture.Fixture, pname string, g []float32, want *tensor.Tensor, loss0 float64) (checked int, inert bool) {
+func checkFD(t testing.TB, st parity.Stepper, f *parity.Fixture, pname string, g []float32, want *tensor.Tensor, loss0 float64) (checked int, inert bool) {
 	t.Helper()
 	p := f.Params[pname]
 	dir := g
@@ -307,7 +307,7 @@ var surrogates = map[string]string{
 }
 
 // surrogate says why st's gradient is no derivative of its loss, or "".
-func surrogate(st fixture.Stepper) string {
+func surrogate(st parity.Stepper) string {
 	if sur, ok := st.(methods.SurrogateGradient); ok {
 		return sur.SurrogateGradient()
 	}
@@ -322,7 +322,7 @@ func surrogate(st fixture.Stepper) string {
 const fdMaxStep = 1.0
 
 // centralFD is (loss(p + h·d) − loss(p − h·d)) / 2h, restoring p.
-func centralFD(t testing.TB, st fixture.Stepper, f *fixture.Fixture, p, d []float32, h float64) float64 {
+func centralFD(t testing.TB, st parity.Stepper, f *parity.Fixture, p, d []float32, h float64) float64 {
 	t.Helper()
 	ctx := context.Background()
 	orig := append([]float32(nil), p...)

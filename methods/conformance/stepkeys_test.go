@@ -16,7 +16,7 @@ import (
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 	"gopkg.in/yaml.v3"
@@ -41,7 +41,7 @@ var keyWhen = map[string]map[string]map[string]string{
 // one does change something, so that the entry goes).
 var keyUnobservable = map[string]map[string]string{
 	"dpfpl": {"momentum": "the round replays the fixture's recorded DP draws, which cover one batch per client: " +
-		"one SGD step, on which momentum cannot act (the production round reads it through fixture.TrainOptions and the accountant's upload factor)"},
+		"one SGD step, on which momentum cannot act (the production round reads it through parity.TrainOptions and the accountant's upload factor)"},
 }
 
 // keyInputs are a method's step and round inputs: a step fixture (the
@@ -114,7 +114,7 @@ type keyRun struct {
 // to both (a value "" deletes the key).
 type keyProbe struct {
 	m           methods.Method
-	step, round *fixture.Fixture
+	step, round *parity.Fixture
 }
 
 // value is key's value in the step fixture's metadata, else the round's.
@@ -125,7 +125,7 @@ func (p keyProbe) value(key string) string {
 	return p.round.Meta[key]
 }
 
-func cloneFixture(f *fixture.Fixture, edits map[string]string) *fixture.Fixture {
+func cloneFixture(f *parity.Fixture, edits map[string]string) *parity.Fixture {
 	g := *f
 	g.Params, g.Batch = f.Params.Clone(), f.Batch.Clone()
 	g.Ints = maps.Clone(f.Ints)
@@ -146,7 +146,8 @@ func cloneFixture(f *fixture.Fixture, edits map[string]string) *fixture.Fixture 
 func (p keyProbe) run(edits map[string]string, base *keyRun) keyRun {
 	ctx := context.Background()
 	var r keyRun
-	s := p.m.(fixture.Settings)
+	s, _ := parity.SettingsOf(p.m)
+	st, _ := parity.StepperOf(p.m)
 	f := cloneFixture(p.step, edits)
 	sec, err := s.SettingsFrom(f)
 	if err != nil {
@@ -156,13 +157,13 @@ func (p keyProbe) run(edits map[string]string, base *keyRun) keyRun {
 	if base != nil && !reflect.DeepEqual(sec, base.settings) {
 		return r
 	}
-	if r.step, err = p.m.(fixture.Stepper).Step(ctx, f); err != nil {
+	if r.step, err = st.Step(ctx, f); err != nil {
 		return keyRun{settings: sec, err: err, where: "step"}
 	}
 	if base != nil && sameNamed(r.step, base.step) != "" {
 		return r
 	}
-	if r.round, err = fixture.RunRound(ctx, p.m, cloneFixture(p.round, edits)); err != nil {
+	if r.round, err = parity.RunRound(ctx, p.m, cloneFixture(p.round, edits)); err != nil {
 		return keyRun{settings: sec, step: r.step, err: err, where: "round"}
 	}
 	return r
@@ -258,12 +259,12 @@ func probeValues(key, cur string) []string {
 }
 
 // allKeys is every hyper-parameter some step or round could be given:
-// fixture.Keys, every method's section keys and FixtureKeys (a client<i>
+// parity.Keys, every method's section keys and FixtureKeys (a client<i>
 // entry as client0 and client1), and the fixtures' metadata keys.
 func allKeys(t *testing.T, metas ...map[string]string) []string {
-	out := slices.Clone(fixture.Keys)
+	out := slices.Clone(parity.Keys)
 	for _, m := range methods.All() {
-		if s, ok := m.(fixture.Settings); ok {
+		if s, ok := parity.SettingsOf(m); ok {
 			for _, k := range s.FixtureKeys() {
 				if rest, ok := strings.CutPrefix(k, "client<i>."); ok {
 					out = append(out, "client0."+rest, "client1."+rest)
@@ -292,7 +293,7 @@ func allKeys(t *testing.T, metas ...map[string]string) []string {
 }
 
 // TestFixtureKeys: every trainable method lists the metadata keys its
-// step and round read (fixture.Settings.FixtureKeys), and the list is
+// step and round read (parity.Settings.FixtureKeys), and the list is
 // exact. (a) Each listed key, changed to another valid value (under the
 // settings keyWhen names, for a key read only under them), changes the
 // method's settings, its step's output or its round's output, or is
@@ -311,12 +312,12 @@ func TestFixtureKeys(t *testing.T) {
 	}
 	forEach(t, func(t *testing.T, name string) {
 		m, _ := methods.Get(name)
-		s, ok := m.(fixture.Settings)
+		s, ok := parity.SettingsOf(m)
 		if !ok {
-			t.Fatalf("%s implements no fixture.Settings (SettingsFrom, FixtureKeys): `pfedmma step`/`round` cannot say which keys it reads", name)
+			t.Fatalf("%s implements no parity.Settings (SettingsFrom, FixtureKeys): `pfedmma step`/`round` cannot say which keys it reads", name)
 		}
-		if _, ok := m.(fixture.Stepper); !ok {
-			t.Fatalf("%s implements no fixture.Stepper", name)
+		if _, ok := parity.StepperOf(m); !ok {
+			t.Fatalf("%s implements no parity.Stepper", name)
 		}
 		checkKeys(t, clip.New(w), m, s.FixtureKeys())
 	})
@@ -325,8 +326,8 @@ func TestFixtureKeys(t *testing.T) {
 // checkKeys checks that listed is exactly the keys method m reads.
 func checkKeys(t *testing.T, model *clip.Model, m methods.Method, listed []string) {
 	in := keyFixtures(t, m.Info().Name)
-	load := func(params string, batches []string) *fixture.Fixture {
-		f, err := fixture.Load(model, params, batches, nil)
+	load := func(params string, batches []string) *parity.Fixture {
+		f, err := parity.Load(model, params, batches, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,7 +368,7 @@ func checkKeys(t *testing.T, model *clip.Model, m methods.Method, listed []strin
 	// (b) nothing outside the list is read
 	var strip, junk = map[string]string{}, map[string]string{}
 	for _, k := range allKeys(t, p.step.Meta, p.round.Meta) {
-		if fixture.Listed(listed, k) {
+		if parity.Listed(listed, k) {
 			continue
 		}
 		strip[k] = ""

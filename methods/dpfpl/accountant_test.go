@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 )
 
 // TestAbadiMomentsAccountant reproduces the published figure of Abadi et
@@ -178,7 +178,7 @@ type oracleTable struct {
 
 func readOracle(t *testing.T) oracleTable {
 	t.Helper()
-	b, err := os.ReadFile(fixturetest.Testdata + "dpfpl/rdp_oracle.json")
+	b, err := os.ReadFile(paritytest.Testdata + "dpfpl/rdp_oracle.json")
 	if err != nil {
 		t.Fatal(err)
 	}

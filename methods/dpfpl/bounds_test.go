@@ -12,9 +12,9 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -308,8 +308,8 @@ func TestSettingsRanges(t *testing.T) {
 // envWith is smallPlan's environment with training options opts.
 func envWith(t *testing.T, opts train.Options) *methods.Env {
 	t.Helper()
-	m := fixturetest.Model(t)
-	batch, _, err := prompt.ReadFile(fixturetest.Testdata + "promptfl/round.safetensors")
+	m := paritytest.Model(t)
+	batch, _, err := prompt.ReadFile(paritytest.Testdata + "promptfl/round.safetensors")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,15 +317,15 @@ func envWith(t *testing.T, opts train.Options) *methods.Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var clients []fixture.TensorClient
+	var clients []parity.TensorClient
 	for _, c := range []string{"client0", "client1"} {
 		labels, err := prompt.Ints(batch, c+".labels")
 		if err != nil {
 			t.Fatal(err)
 		}
-		clients = append(clients, fixture.TensorClient{Pixels: batch[c+".images"].Data, Labels: labels})
+		clients = append(clients, parity.TensorClient{Pixels: batch[c+".images"].Data, Labels: labels})
 	}
-	env, err := fixture.TensorEnv(m, methods.Features, tokens, 5, clients, opts, 7)
+	env, err := parity.TensorEnv(m, methods.Features, tokens, 5, clients, opts, 7)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -93,12 +93,12 @@ func vec(x []float32, shape ...int) *tensor.Tensor {
 // context (prompt.Learner).
 func (l *Learner) Shared(name string) bool { return name == ParamGlobal }
 
-// SettingsFrom implements fixture.Settings: the settings of the
+// SettingsFrom implements parity.Settings: the settings of the
 // fixture's metadata (n_ctx, rank, norm_thresh, noise = ε, delta, rounds,
 // factorization: only "dpfpl", others refused)
 // with its recorded draws (client<i>.omega, client<i>.noise_u,
 // client<i>.noise_v, server_noise) in place of the generators'.
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	s, err := settingsFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -139,12 +139,12 @@ func settingsFromMeta(meta map[string]string) (*Settings, error) {
 	return settings(s)
 }
 
-// Step implements fixture.Stepper.
-func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+// Step implements parity.Stepper.
+func (Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -153,4 +153,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}

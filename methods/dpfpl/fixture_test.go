@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -16,14 +16,14 @@ import (
 // fixtures' tolerances (forward 1e-5, gradients and parameters 1e-4,
 // scale-relative), and the step's update p − init.
 func TestStepFixtures(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _, err := prompt.ReadFile(fixturetest.Testdata + "dpfpl/init.safetensors")
+	m := paritytest.Model(t)
+	init, _, err := prompt.ReadFile(paritytest.Testdata + "dpfpl/init.safetensors")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"step", "step_nodp"} {
 		t.Run(name, func(t *testing.T) {
-			want, meta, err := prompt.ReadFile(fixturetest.Testdata + "dpfpl/" + name + ".safetensors")
+			want, meta, err := prompt.ReadFile(paritytest.Testdata + "dpfpl/" + name + ".safetensors")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -45,10 +45,10 @@ func TestStepFixtures(t *testing.T) {
 				if strings.HasPrefix(k, "grad.") || strings.HasPrefix(k, "step1.") || k == "raw_grad" {
 					tol = 1e-4
 				}
-				fixturetest.Close(t, k, g.Data, w.Data, tol)
+				paritytest.Close(t, k, g.Data, w.Data, tol)
 				checked++
 				if p, ok := strings.CutPrefix(k, "step1."); ok {
-					fixturetest.Close(t, k+" (update)", sub(g, init[p]), sub(w, init[p]), 1e-4)
+					paritytest.Close(t, k+" (update)", sub(g, init[p]), sub(w, init[p]), 1e-4)
 				}
 			}
 			if checked < 15 {
@@ -71,7 +71,7 @@ func sub(a, b *tensor.Tensor) []float32 {
 // server's global context (the uniform mean of the clients' steps minus
 // lr·server_noise), against the authors' per-batch round.
 func TestRoundFixture(t *testing.T) {
-	out := fixturetest.Round(t, Method{}, "dpfpl/init.safetensors", []string{"dpfpl/round.safetensors"}, nil, "dpfpl/round.safetensors", 1e-4)
+	out := paritytest.Round(t, Method{}, "dpfpl/init.safetensors", []string{"dpfpl/round.safetensors"}, nil, "dpfpl/round.safetensors", 1e-4)
 	if _, ok := out["global."+ParamLocal]; ok {
 		t.Error("the server holds a local context")
 	}

@@ -10,9 +10,9 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -21,8 +21,8 @@ import (
 // (8 and 4 images, 5 classes, 4 "X" placeholders), batches of 4.
 func smallPlan(t *testing.T, s *Settings) (*methods.Plan, *methods.Env) {
 	t.Helper()
-	m := fixturetest.Model(t)
-	batch, _, err := prompt.ReadFile(fixturetest.Testdata + "promptfl/round.safetensors")
+	m := paritytest.Model(t)
+	batch, _, err := prompt.ReadFile(paritytest.Testdata + "promptfl/round.safetensors")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,16 +30,16 @@ func smallPlan(t *testing.T, s *Settings) (*methods.Plan, *methods.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var clients []fixture.TensorClient
+	var clients []parity.TensorClient
 	for _, c := range []string{"client0", "client1"} {
 		labels, err := prompt.Ints(batch, c+".labels")
 		if err != nil {
 			t.Fatal(err)
 		}
-		clients = append(clients, fixture.TensorClient{Pixels: batch[c+".images"].Data, Labels: labels})
+		clients = append(clients, parity.TensorClient{Pixels: batch[c+".images"].Data, Labels: labels})
 	}
 	opts := train.Options{Epochs: 1, Batch: 4, Optimizer: "sgd", LR: 0.01, Momentum: 0.9, WD: 5e-4}
-	env, err := fixture.TensorEnv(m, methods.Features, tokens, 5, clients, opts, 7)
+	env, err := parity.TensorEnv(m, methods.Features, tokens, 5, clients, opts, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,15 +314,15 @@ func TestFactorizationRefused(t *testing.T) {
 	_, err = settings(s)
 	refused("settings", err)
 
-	m := fixturetest.Model(t)
-	td := fixturetest.Testdata + "dpfpl/"
-	f, err := fixture.Load(m, td+"init.safetensors", []string{td + "step.safetensors"}, []string{"factorization=dplora"})
+	m := paritytest.Model(t)
+	td := paritytest.Testdata + "dpfpl/"
+	f, err := parity.Load(m, td+"init.safetensors", []string{td + "step.safetensors"}, []string{"factorization=dplora"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = Method{}.Step(context.Background(), f)
 	refused("step", err)
-	f, err = fixture.Load(m, td+"init.safetensors", []string{td + "round.safetensors"}, []string{"factorization=dplora"})
+	f, err = parity.Load(m, td+"init.safetensors", []string{td + "round.safetensors"}, []string{"factorization=dplora"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/federation"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 )
 
@@ -41,8 +41,8 @@ func (z *zeroNoise) Gaussian(dst []float32, std float64, what string) error {
 // clips in float64 here; C is the median example norm, so some examples
 // are clipped and some not.
 func TestPerExampleDP(t *testing.T) {
-	m := fixturetest.Model(t)
-	batch, _, err := prompt.ReadFile(fixturetest.Testdata + "dpfpl/step.safetensors")
+	m := paritytest.Model(t)
+	batch, _, err := prompt.ReadFile(paritytest.Testdata + "dpfpl/step.safetensors")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,17 +13,17 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// SettingsFrom implements fixture.Settings. FedCLIP has no setting
+// SettingsFrom implements parity.Settings. FedCLIP has no setting
 // a fixture carries; the metadata's feature_dim and logit_scale, when
 // present, must agree with the model (the adapter is d × d on its
 // embedding, the logits use its logit_scale).
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	d := f.Model.W.Config.EmbedDim
 	if _, ok := f.Meta["feature_dim"]; ok {
 		fd, err := f.Float("feature_dim")
@@ -49,7 +49,7 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return Method{}.DefaultConfig(), nil
 }
 
-// Step implements fixture.Stepper: one FedCLIP step on the fixture's
+// Step implements parity.Stepper: one FedCLIP step on the fixture's
 // images. params holds img_adap.{0,2}.{weight,bias}; the batch images
 // [B, 3, S, S] (or, without images, image_features [B, d]), labels [B] and tokens [C, ctx]
 // (the class prompts, encoded by the frozen text tower; image b's text is
@@ -58,13 +58,13 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 // class prompt, before normalisation), logits [B, B], loss_img, loss_txt,
 // loss, grad.<p> and step1.<p> after one step of the metadata's optimizer
 // (lr, momentum, weight_decay) from a fresh state.
-func (Method) Step(_ context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (Method) Step(_ context.Context, f *parity.Fixture) (tensor.Named, error) {
 	out, _, err := step(f)
 	return out, err
 }
 
 // step is Step, also returning the loss in float64.
-func step(f *fixture.Fixture) (tensor.Named, float64, error) {
+func step(f *parity.Fixture) (tensor.Named, float64, error) {
 	if _, err := (Method{}).SettingsFrom(f); err != nil {
 		return nil, 0, err
 	}
@@ -141,16 +141,16 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 	return out, loss, nil
 }
 
-// FixtureRound implements fixture.Rounder: the plain round of
-// fixture.RunRound (the production Plan in federation Sites, FedAvg,
+// FixtureRound implements parity.Rounder: the plain round of
+// parity.RunRound (the production Plan in federation Sites, FedAvg,
 // the Coordinator), reporting as client<i>.trained.<p> the adapter each
 // client holds after its local training — the production Plan.Site gives
 // the server's average instead, the model a site keeps and is scored with
 // — and as client<i>.batch_losses the loss of each of its batches.
-func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (Method) FixtureRound(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	var losses []*[]float32
-	own := fixture.OwnSites(Method{}, func(c *client.Client) tensor.Named { return c.P })
-	out, err := fixture.PlainRound(ctx, f, Method{}, func(env *methods.Env, sec config.Section) (*methods.Plan, error) {
+	own := parity.OwnSites(Method{}, func(c *client.Client) tensor.Named { return c.P })
+	out, err := parity.PlainRound(ctx, f, Method{}, func(env *methods.Env, sec config.Section) (*methods.Plan, error) {
 		plan, err := own(env, sec)
 		if err != nil {
 			return nil, err
@@ -175,7 +175,7 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	return out, nil
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -183,4 +183,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}

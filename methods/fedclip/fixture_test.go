@@ -10,9 +10,9 @@ import (
 
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -27,10 +27,10 @@ const (
 )
 
 // loadStep loads init + step as `pfedmma step` does, with sets.
-func loadStep(t *testing.T, sets ...string) *fixture.Fixture {
+func loadStep(t *testing.T, sets ...string) *parity.Fixture {
 	t.Helper()
-	td := fixturetest.Testdata + "fedclip/"
-	f, err := fixture.Load(fixturetest.Model(t), td+"init.safetensors", []string{td + "step.safetensors"}, sets)
+	td := paritytest.Testdata + "fedclip/"
+	f, err := parity.Load(paritytest.Model(t), td+"init.safetensors", []string{td + "step.safetensors"}, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,17 +51,17 @@ func TestFixtureStep(t *testing.T) {
 		if out[name] == nil || ref[name] == nil {
 			t.Fatalf("%s missing (ours %v, fixture %v)", name, out[name] != nil, ref[name] != nil)
 		}
-		fixturetest.Close(t, name, out[name].Data, ref[name].Data, tolForward)
+		paritytest.Close(t, name, out[name].Data, ref[name].Data, tolForward)
 	}
 	for _, n := range Names {
-		fixturetest.Close(t, "grad."+n, out["grad."+n].Data, ref["grad."+n].Data, tolGrad)
-		fixturetest.Close(t, "step1."+n, out["step1."+n].Data, ref["step1."+n].Data, tolGrad)
+		paritytest.Close(t, "grad."+n, out["grad."+n].Data, ref["grad."+n].Data, tolGrad)
+		paritytest.Close(t, "step1."+n, out["step1."+n].Data, ref["step1."+n].Data, tolGrad)
 		init, got, want := f.Params[n].Data, out["step1."+n].Data, ref["step1."+n].Data
 		du, dw := make([]float32, len(init)), make([]float32, len(init))
 		for i := range init {
 			du[i], dw[i] = got[i]-init[i], want[i]-init[i]
 		}
-		fixturetest.Close(t, "step1."+n+" (update)", du, dw, tolGrad)
+		paritytest.Close(t, "step1."+n+" (update)", du, dw, tolGrad)
 	}
 	// the two terms make the loss; the repeated label (1) keeps it above 0
 	if l := out["loss"].Data[0]; math.Abs(float64(l-(out["loss_img"].Data[0]+out["loss_txt"].Data[0])/2)) > 1e-6 || l <= 0 {
@@ -81,19 +81,19 @@ func TestFixtureStepFromFeatures(t *testing.T) {
 	if d := tensortest.BitsDiff(tensor.Named{"f": got["image_features"]}, tensor.Named{"f": f.Batch["image_features"]}); d != "" {
 		t.Error("the step did not use the given image_features")
 	}
-	fixturetest.Close(t, "logits", got["logits"].Data, f.Batch["logits"].Data, tolForward)
+	paritytest.Close(t, "logits", got["logits"].Data, f.Batch["logits"].Data, tolForward)
 	for _, n := range Names {
-		fixturetest.Close(t, "grad."+n, got["grad."+n].Data, f.Batch["grad."+n].Data, tolGrad)
+		paritytest.Close(t, "grad."+n, got["grad."+n].Data, f.Batch["grad."+n].Data, tolGrad)
 	}
 }
 
 // TestFixtureRound: every client's trained adapter, the global one (and
 // their updates from init) and every batch loss of round.safetensors,
-// through fixture.RunRound (the production Plan, Sites, Coordinator).
+// through parity.RunRound (the production Plan, Sites, Coordinator).
 func TestFixtureRound(t *testing.T) {
-	out := fixturetest.Round(t, Method{}, "fedclip/init.safetensors", []string{"fedclip/round.safetensors"}, nil,
+	out := paritytest.Round(t, Method{}, "fedclip/init.safetensors", []string{"fedclip/round.safetensors"}, nil,
 		"fedclip/round.safetensors", tolGrad)
-	ref, err := fixture.Load(fixturetest.Model(t), fixturetest.Testdata+"fedclip/round.safetensors", nil, nil)
+	ref, err := parity.Load(paritytest.Model(t), paritytest.Testdata+"fedclip/round.safetensors", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestFixtureRound(t *testing.T) {
 			if !ok {
 				t.Fatalf("round produced no %s", name)
 			}
-			fixturetest.Close(t, name, g.Data, w.Data, tolForward)
+			paritytest.Close(t, name, g.Data, w.Data, tolForward)
 			n++
 		}
 	}
@@ -117,16 +117,16 @@ func TestFixtureRound(t *testing.T) {
 }
 
 // TestFixtureRoundIsFedAvg: global = Σ n_i/n · trained_i for every tensor,
-// and fixture.Round's production sites hold the adapter they trained (the
+// and parity.Round's production sites hold the adapter they trained (the
 // global one reaches them with the round's evaluation instruction:
 // TestEvaluateReceivesGlobal).
 func TestFixtureRoundIsFedAvg(t *testing.T) {
-	td := fixturetest.Testdata + "fedclip/"
-	f, err := fixture.Load(fixturetest.Model(t), td+"init.safetensors", []string{td + "round.safetensors"}, nil)
+	td := paritytest.Testdata + "fedclip/"
+	f, err := parity.Load(paritytest.Model(t), td+"init.safetensors", []string{td + "round.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := fixture.RunRound(context.Background(), Method{}, f)
+	out, err := parity.RunRound(context.Background(), Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,23 +151,23 @@ func TestFixtureRoundIsFedAvg(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := fixture.RoundInputs{Model: f.Model, Init: f.Params, Tokens: f.Ints["tokens"], Classes: 5, Train: opts}
+	in := parity.RoundInputs{Model: f.Model, Init: f.Params, Tokens: f.Ints["tokens"], Classes: 5, Train: opts}
 	for i := range sizes {
-		in.Clients = append(in.Clients, fixture.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data,
+		in.Clients = append(in.Clients, parity.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data,
 			Labels: f.Ints[fmt.Sprintf("client%d.labels", i)]})
 	}
-	prod, err := fixture.Round(context.Background(), Method{}, sec, in)
+	prod, err := parity.Round(context.Background(), Method{}, sec, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range Names {
 		if d := tensortest.BitsDiff(tensor.Named{name: prod["global."+name]}, tensor.Named{name: out["global."+name]}); d != "" {
-			t.Errorf("global.%s: fixture.Round differs from the fixture round", name)
+			t.Errorf("global.%s: parity.Round differs from the fixture round", name)
 		}
 		for i := range sizes {
 			key := fmt.Sprintf("client%d.trained.%s", i, name)
 			if d := tensortest.BitsDiff(tensor.Named{name: prod[key]}, tensor.Named{name: out[key]}); d != "" {
-				t.Errorf("fixture.Round: site %d holds another %s than the one it trained", i, name)
+				t.Errorf("parity.Round: site %d holds another %s than the one it trained", i, name)
 			}
 		}
 	}
@@ -234,20 +234,20 @@ func TestFixtureStepOptimizer(t *testing.T) {
 func TestFixtureRejects(t *testing.T) {
 	for _, tc := range []struct {
 		sets []string
-		mod  func(*fixture.Fixture)
+		mod  func(*parity.Fixture)
 		want string
 	}{
 		{[]string{"logit_scale=1"}, nil, "logit_scale"},
 		{[]string{"feature_dim=512"}, nil, "feature_dim"},
 		{[]string{"lr=-1"}, nil, "lr"},
-		{nil, func(f *fixture.Fixture) { delete(f.Params, ParamB2) }, ParamB2},
-		{nil, func(f *fixture.Fixture) { f.Params[ParamW1] = tensor.New(64, 32) }, ParamW1},
-		{nil, func(f *fixture.Fixture) { f.Ints["labels"][1] = 5 }, "label 5"},
-		{nil, func(f *fixture.Fixture) { delete(f.Ints, "tokens") }, "tokens"},
-		{nil, func(f *fixture.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:5] }, "tokens"},
-		{nil, func(f *fixture.Fixture) { delete(f.Batch, "images") }, "images"},
-		{nil, func(f *fixture.Fixture) { f.Batch["images"] = tensor.New(2, 3, 32, 32) }, "images"},
-		{nil, func(f *fixture.Fixture) { delete(f.Meta, "lr") }, "lr"},
+		{nil, func(f *parity.Fixture) { delete(f.Params, ParamB2) }, ParamB2},
+		{nil, func(f *parity.Fixture) { f.Params[ParamW1] = tensor.New(64, 32) }, ParamW1},
+		{nil, func(f *parity.Fixture) { f.Ints["labels"][1] = 5 }, "label 5"},
+		{nil, func(f *parity.Fixture) { delete(f.Ints, "tokens") }, "tokens"},
+		{nil, func(f *parity.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:5] }, "tokens"},
+		{nil, func(f *parity.Fixture) { delete(f.Batch, "images") }, "images"},
+		{nil, func(f *parity.Fixture) { f.Batch["images"] = tensor.New(2, 3, 32, 32) }, "images"},
+		{nil, func(f *parity.Fixture) { delete(f.Meta, "lr") }, "lr"},
 	} {
 		f := loadStep(t, tc.sets...)
 		if tc.mod != nil {

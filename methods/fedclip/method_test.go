@@ -17,8 +17,8 @@ import (
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -324,7 +324,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	px := gradcheck.Rand(rng, B*3*S*S, 1)
 	labels := []int{0, 1, 2, 0, 1, 2}
 	opts := train.Options{Epochs: 2, Batch: 3, Optimizer: "sgd", LR: 0.5, Momentum: 0.9, InOrder: true}
-	env, err := fixture.TensorEnv(m, methods.Features, tokens, len(classes), []fixture.TensorClient{{Pixels: px, Labels: labels}}, opts, 5)
+	env, err := parity.TensorEnv(m, methods.Features, tokens, len(classes), []parity.TensorClient{{Pixels: px, Labels: labels}}, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

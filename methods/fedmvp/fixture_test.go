@@ -8,7 +8,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -46,7 +46,7 @@ func rel(t *testing.T, name string, got, want *tensor.Tensor, tol float64) {
 // to 1e-5, gradients and parameters to 1e-4 of their scale, and each
 // parameter's update p − init to 1e-4 of the largest update (plus one
 // float32 spacing of max|p|). It returns how many were compared.
-func compare(t *testing.T, f *fixture.Fixture, out tensor.Named, want tensor.Named, outputs []string) int {
+func compare(t *testing.T, f *parity.Fixture, out tensor.Named, want tensor.Named, outputs []string) int {
 	t.Helper()
 	n := 0
 	for _, name := range outputs {
@@ -77,7 +77,7 @@ func compare(t *testing.T, f *fixture.Fixture, out tensor.Named, want tensor.Nam
 }
 
 // floatOutputs lists the reference file's float tensors other than inputs.
-func floatOutputs(f *fixture.Fixture) []string {
+func floatOutputs(f *parity.Fixture) []string {
 	var out []string
 	for name := range f.Batch {
 		if name != "images" {
@@ -99,7 +99,7 @@ func TestFixtureSteps(t *testing.T) {
 	m := tinyModel(t)
 	for _, c := range [][2]string{{"init", "step"}, {"init_lora", "step_lora"}} {
 		t.Run(c[1], func(t *testing.T) {
-			f, err := fixture.Load(m, td+c[0]+".safetensors", []string{td + c[1] + ".safetensors"}, nil)
+			f, err := parity.Load(m, td+c[0]+".safetensors", []string{td + c[1] + ".safetensors"}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,11 +129,11 @@ func TestFixtureSteps(t *testing.T) {
 // one agrees, with its update from init.
 func TestFixtureRound(t *testing.T) {
 	m := tinyModel(t)
-	f, err := fixture.Load(m, td+"init.safetensors", []string{td + "round.safetensors"}, nil)
+	f, err := parity.Load(m, td+"init.safetensors", []string{td + "round.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := fixture.RunRound(context.Background(), Method{}, f)
+	out, err := parity.RunRound(context.Background(), Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}

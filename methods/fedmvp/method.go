@@ -12,10 +12,10 @@ import (
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/tokenizer"
@@ -392,11 +392,11 @@ func (Method) FixtureKeys() []string {
 		"lora_threshold", "lr", "momentum", "prompts", "weight_decay"}
 }
 
-// SettingsFrom implements fixture.Settings: alpha, lora_rank, heads,
+// SettingsFrom implements parity.Settings: alpha, lora_rank, heads,
 // prompts and flip_prob from the metadata (defaults where absent) and the
 // description rows "desc_tokens" [N, ctx] with their classes "desc_class"
 // [N] from the batch file.
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	s := Method{}.DefaultConfig().(*Settings)
 	var err error
 	getF := func(key string, dst *float64) {
@@ -433,14 +433,14 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return s, nil
 }
 
-// Step implements fixture.Stepper: the layout of testdata/fedmvp/step*.
+// Step implements parity.Stepper: the layout of testdata/fedmvp/step*.
 // The flip of the consistency target comes from flip_prob (0 or 1 in the
 // fixtures) and the mode from "lora" (1: after the switch) in the
 // metadata. Besides the production client's outputs it writes the
 // method's intermediates: "text_features" [N, E] (normalised),
 // "textfeat_ctx" [N, Dv], "vis_ctx" [B, K, Dv], "image_features" [B, E]
 // (normalised), "zs_features" [B, E] (normalised), "ce" and "vis_score".
-func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (m Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	sec, err := m.SettingsFrom(f)
 	if err != nil {
 		return nil, err

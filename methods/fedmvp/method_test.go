@@ -10,8 +10,8 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -42,17 +42,17 @@ func tensorPlanEnv(t *testing.T, s *Settings, edit func(*methods.Env)) (*methods
 		}
 	}
 	tokens := make([]int, C*ctx) // class prompts: only their number is used
-	var clients []fixture.TensorClient
+	var clients []parity.TensorClient
 	S := m.W.Config.Vision.ImageSize
 	for _, n := range []int{6, 4, 2} {
-		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, n*3*S*S, 1)}
+		tc := parity.TensorClient{Pixels: gradcheck.Rand(rng, n*3*S*S, 1)}
 		for k := 0; k < n; k++ {
 			tc.Labels = append(tc.Labels, rng.IntN(C))
 		}
 		clients = append(clients, tc)
 	}
 	opts := train.Options{Epochs: 1, Batch: 4, Optimizer: "sgd", LR: 0.05, Momentum: 0.9, WD: 1e-5}
-	env, err := fixture.TensorEnv(m, methods.Embeddings, tokens, C, clients, opts, 5)
+	env, err := parity.TensorEnv(m, methods.Embeddings, tokens, C, clients, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

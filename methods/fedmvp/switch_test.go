@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 )
 
 // TestSwitchingRoundFreezesCrossAttention: in the round in which a client
@@ -22,11 +22,11 @@ import (
 func TestSwitchingRoundFreezesCrossAttention(t *testing.T) {
 	m := tinyModel(t)
 	// both losses (4.6, 5.2) below the threshold: both clients switch
-	f, err := fixture.Load(m, td+"init.safetensors", []string{td + "round.safetensors"}, []string{"lora_threshold=10"})
+	f, err := parity.Load(m, td+"init.safetensors", []string{td + "round.safetensors"}, []string{"lora_threshold=10"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := fixture.RunRound(context.Background(), Method{}, f)
+	out, err := parity.RunRound(context.Background(), Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}

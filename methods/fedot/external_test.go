@@ -13,9 +13,9 @@ import (
 	"github.com/pfedmma/pfedmma/internal/tensortest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -27,14 +27,14 @@ import (
 // loss and gradients, Client.Fit for the optimizer step) and the
 // production round (the Plan in federation Sites under a
 // federation.Coordinator), never through fixture.go's replay or
-// fixture.Round.
+// parity.Round.
 
-const extDir = fixturetest.Testdata + "fedot/"
+const extDir = paritytest.Testdata + "fedot/"
 
 // extFixture loads a parameters file with one of the external files.
-func extFixture(t *testing.T, params, file string) *fixture.Fixture {
+func extFixture(t *testing.T, params, file string) *parity.Fixture {
 	t.Helper()
-	f, err := fixture.Load(fixturetest.Model(t), extDir+params, []string{extDir + file}, nil)
+	f, err := parity.Load(paritytest.Model(t), extDir+params, []string{extDir + file}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func extFixture(t *testing.T, params, file string) *fixture.Fixture {
 }
 
 // extMeta reads a metadata number of the fixture, failing the test.
-func extMeta(t *testing.T, f *fixture.Fixture, key string) float64 {
+func extMeta(t *testing.T, f *parity.Fixture, key string) float64 {
 	t.Helper()
 	x, err := strconv.ParseFloat(f.Meta[key], 64)
 	if err != nil {
@@ -52,7 +52,7 @@ func extMeta(t *testing.T, f *fixture.Fixture, key string) float64 {
 }
 
 // extSettings are the fixture's FedOT settings: blocks and τ.
-func extSettings(t *testing.T, f *fixture.Fixture) *Settings {
+func extSettings(t *testing.T, f *parity.Fixture) *Settings {
 	if f.Meta["variant"] != VariantFedOT || f.Meta["normalize_classifier"] != "false" {
 		t.Fatalf("fixture variant %q, normalize_classifier %q", f.Meta["variant"], f.Meta["normalize_classifier"])
 	}
@@ -61,20 +61,20 @@ func extSettings(t *testing.T, f *fixture.Fixture) *Settings {
 
 // extOptions are the fixture's SGD settings: a fresh optimizer, batches in
 // stored order.
-func extOptions(t *testing.T, f *fixture.Fixture, batch int) train.Options {
+func extOptions(t *testing.T, f *parity.Fixture, batch int) train.Options {
 	return train.Options{Optimizer: "sgd", LR: extMeta(t, f, "lr"), Momentum: extMeta(t, f, "momentum"),
 		WD: extMeta(t, f, "weight_decay"), Batch: batch, Epochs: 1, InOrder: true, ResetOptimizer: true}
 }
 
 // extPlan builds the production Plan on clients with the fixture's classes
 // and initial parameters.
-func extPlan(t *testing.T, f *fixture.Fixture, s *Settings, clients []fixture.TensorClient, opts train.Options) *methods.Plan {
+func extPlan(t *testing.T, f *parity.Fixture, s *Settings, clients []parity.TensorClient, opts train.Options) *methods.Plan {
 	t.Helper()
 	tokens, C, err := f.ClassTokens()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := fixture.TensorEnv(f.Model, methods.Features, tokens, C, clients, opts, 1)
+	env, err := parity.TensorEnv(f.Model, methods.Features, tokens, C, clients, opts, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestExternalStep(t *testing.T) {
 				t.Fatal(err)
 			}
 			B := len(labels)
-			clients := []fixture.TensorClient{{Pixels: images.Data, Labels: labels}}
+			clients := []parity.TensorClient{{Pixels: images.Data, Labels: labels}}
 			opts := extOptions(t, f, B)
 			c := extPlan(t, f, s, clients, opts).Clients[0].(*client.Client)
 			items := make([]int, B)
@@ -189,7 +189,7 @@ func TestExternalRound(t *testing.T) {
 		t.Fatalf("round made from %q", f.Meta["params"])
 	}
 	s := extSettings(t, f)
-	var clients []fixture.TensorClient
+	var clients []parity.TensorClient
 	for i := 0; i < 2; i++ {
 		px, err := f.Tensor(fmt.Sprintf("client%d.images", i))
 		if err != nil {
@@ -199,7 +199,7 @@ func TestExternalRound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		clients = append(clients, fixture.TensorClient{Pixels: px.Data, Labels: labels})
+		clients = append(clients, parity.TensorClient{Pixels: px.Data, Labels: labels})
 	}
 	opts := extOptions(t, f, int(extMeta(t, f, "batch_size")))
 	opts.Epochs = int(extMeta(t, f, "local_epochs"))

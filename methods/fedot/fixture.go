@@ -18,12 +18,12 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// SettingsFrom implements fixture.Settings. The variant comes from
+// SettingsFrom implements parity.Settings. The variant comes from
 // the parameter names (x: fedot, w_1: fedlt, adapter.down/up: fedadapter),
 // or from the metadata key variant (all_global, all_local: x too); the
 // number of blocks r from x's shape [r, d/r, d/r] (a metadata blocks must
@@ -31,7 +31,7 @@ import (
 // normalize_classifier from the key of that name (default false). The
 // classifier's init is irrelevant (the fixture gives w_g) and lr is left to
 // the fixture's training options.
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	s := &Settings{Variant: VariantFedOT, Blocks: 1, Init: "text"}
 	_, hasX := f.Params[ParamX]
 	_, hasLinear := f.Params[ParamLinear]
@@ -100,7 +100,7 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 
 // fixtureParams checks that f holds every parameter of s for d-dimensional
 // features (w_g [K, d] gives K) and returns copies of them.
-func fixtureParams(s *Settings, f *fixture.Fixture, d int) (tensor.Named, int, error) {
+func fixtureParams(s *Settings, f *parity.Fixture, d int) (tensor.Named, int, error) {
 	wg, ok := f.Params[ParamClassifier]
 	if !ok || len(wg.Shape) != 2 || wg.Shape[1] != d || wg.Shape[0] < 1 {
 		return nil, 0, fmt.Errorf("fedot: parameters lack %q [K, %d]", ParamClassifier, d)
@@ -117,7 +117,7 @@ func fixtureParams(s *Settings, f *fixture.Fixture, d int) (tensor.Named, int, e
 	return p, K, nil
 }
 
-// Step implements fixture.Stepper: one FedOT step on the fixture's images
+// Step implements parity.Stepper: one FedOT step on the fixture's images
 // (frozen image encoder, then the local map and w_g). params holds w_g
 // [K, d] and the variant's local map (x [r, d/r, d/r], w_1 or
 // adapter.down/up); the batch images [B, 3, S, S] (or image_features
@@ -127,13 +127,13 @@ func fixtureParams(s *Settings, f *fixture.Fixture, d int) (tensor.Named, int, e
 // (h' [B, d]), w_1 (the local matrix [d, d]; not for fedadapter), logits
 // [B, K], loss, grad.<p> and step1.<p> after one SGD step (lr, momentum,
 // weight_decay of the metadata) from a fresh optimizer.
-func (Method) Step(_ context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (Method) Step(_ context.Context, f *parity.Fixture) (tensor.Named, error) {
 	out, _, err := step(f)
 	return out, err
 }
 
 // step is Step, also returning the loss in float64.
-func step(f *fixture.Fixture) (tensor.Named, float64, error) {
+func step(f *parity.Fixture) (tensor.Named, float64, error) {
 	sec, err := Method{}.SettingsFrom(f)
 	if err != nil {
 		return nil, 0, err
@@ -205,7 +205,7 @@ func step(f *fixture.Fixture) (tensor.Named, float64, error) {
 // fixtureBatch returns the frozen image features [B, d] of the fixture's
 // images (as the production path caches them), or its image_features when
 // given, and its labels, each in 0..K−1.
-func fixtureBatch(f *fixture.Fixture, K int) ([]float32, []int, error) {
+func fixtureBatch(f *parity.Fixture, K int) ([]float32, []int, error) {
 	labels, err := f.Labels(K)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fedot: %w", err)
@@ -217,16 +217,16 @@ func fixtureBatch(f *fixture.Fixture, K int) ([]float32, []int, error) {
 	return img, labels, nil
 }
 
-// FixtureRound implements fixture.Rounder: the plain round of
-// fixture.RunRound (the production Plan in federation Sites, the
+// FixtureRound implements parity.Rounder: the plain round of
+// parity.RunRound (the production Plan in federation Sites, the
 // uniform mean, the Coordinator), reporting as client<i>.trained.<p> the
 // client's parameters after its local training (w_g and the local map;
 // not the Site's class-name entry).
-func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
-	return fixture.PlainRound(ctx, f, Method{}, fixture.OwnSites(Method{}, func(c *client.Client) tensor.Named { return c.P }))
+func (Method) FixtureRound(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
+	return parity.PlainRound(ctx, f, Method{}, parity.OwnSites(Method{}, func(c *client.Client) tensor.Named { return c.P }))
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -235,4 +235,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}

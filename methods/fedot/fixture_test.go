@@ -13,19 +13,19 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/tensortest"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-func tinyModel() *clip.Model { return clip.New(fixturetest.TinyWeights()) }
+func tinyModel() *clip.Model { return clip.New(paritytest.TinyWeights()) }
 
 // Besides the float64 oracle's fixtures (external_test.go), these tests write fixtures in
 // the reference layout from a tiny random CLIP (8-d features, 8 px images)
 // and check `step` against finite differences and optim.SGD, and `round`
-// against the production Plan run by fixture.Round.
+// against the production Plan run by parity.Round.
 
 // initParams draws w_g (unit rows) and the variant's local map, away from
 // its identity start so every path of the layers is exercised.
@@ -33,7 +33,7 @@ func initParams(rng *rand.Rand, s *Settings, d, K int) tensor.Named {
 	p := tensor.Named{}
 	shapes := s.Shapes(d, K)
 	for _, name := range slices.Sorted(maps.Keys(shapes)) {
-		p[name] = fixturetest.RandTensor(rng, 0.3, shapes[name]...)
+		p[name] = paritytest.RandTensor(rng, 0.3, shapes[name]...)
 	}
 	clip.NormalizeRows(nil, p[ParamClassifier].Data, K, d)
 	if w, ok := p[ParamLinear]; ok {
@@ -45,13 +45,13 @@ func initParams(rng *rand.Rand, s *Settings, d, K int) tensor.Named {
 }
 
 // stepFixture is a step fixture of B images and K classes for settings s.
-func stepFixture(t *testing.T, m *clip.Model, s *Settings, B, K int, meta map[string]string, sets ...string) *fixture.Fixture {
+func stepFixture(t *testing.T, m *clip.Model, s *Settings, B, K int, meta map[string]string, sets ...string) *parity.Fixture {
 	rng := rand.New(rand.NewPCG(3, uint64(B*K+s.Blocks)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
-	batch := tensor.Named{"images": fixturetest.RandTensor(rng, 1, B, 3, S, S)}
-	ints := map[string]safetensors.Int64Tensor{"labels": fixturetest.Labels(rng, B, K),
-		"tokens": {Shape: []int{K, fixturetest.TinyCtx}, Data: fixturetest.TinyTokens(K)}}
-	return fixturetest.Write(t, m, "fedot", initParams(rng, s, d, K), batch, ints, meta, sets...)
+	batch := tensor.Named{"images": paritytest.RandTensor(rng, 1, B, 3, S, S)}
+	ints := map[string]safetensors.Int64Tensor{"labels": paritytest.Labels(rng, B, K),
+		"tokens": {Shape: []int{K, paritytest.TinyCtx}, Data: paritytest.TinyTokens(K)}}
+	return paritytest.Write(t, m, "fedot", initParams(rng, s, d, K), batch, ints, meta, sets...)
 }
 
 var stepCases = []struct {
@@ -71,7 +71,7 @@ var stepCases = []struct {
 // image, one off, their pre-activations far from 0, so no ±1e-2 step of a
 // finite difference crosses the ReLU's kink (it fails the test when the
 // features share no direction to build this on).
-func awayFromKinks(t *testing.T, m *clip.Model, f *fixture.Fixture, down *tensor.Tensor) {
+func awayFromKinks(t *testing.T, m *clip.Model, f *parity.Fixture, down *tensor.Tensor) {
 	d := m.W.Config.EmbedDim
 	B := len(f.Ints["labels"])
 	img := m.EncodeImage(f.Batch["images"].Data, B)
@@ -278,18 +278,18 @@ func TestSettingsFromFixture(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		sets []string
-		mod  func(*fixture.Fixture)
+		mod  func(*parity.Fixture)
 		want string
 	}{
 		{[]string{"blocks=4"}, nil, "blocks"},
 		{[]string{"variant=fedx"}, nil, "variant"},
 		{[]string{"tau=-1"}, nil, "τ"},
-		{nil, func(f *fixture.Fixture) { delete(f.Params, ParamX) }, ParamX},
-		{nil, func(f *fixture.Fixture) { f.Ints["labels"][1] = 3 }, "label 3"},
-		{nil, func(f *fixture.Fixture) { delete(f.Params, ParamClassifier) }, ParamClassifier},
-		{nil, func(f *fixture.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:fixturetest.TinyCtx] }, "tokens"},
-		{nil, func(f *fixture.Fixture) { delete(f.Batch, "images") }, "images"},
-		{nil, func(f *fixture.Fixture) { delete(f.Meta, "lr") }, "lr"},
+		{nil, func(f *parity.Fixture) { delete(f.Params, ParamX) }, ParamX},
+		{nil, func(f *parity.Fixture) { f.Ints["labels"][1] = 3 }, "label 3"},
+		{nil, func(f *parity.Fixture) { delete(f.Params, ParamClassifier) }, ParamClassifier},
+		{nil, func(f *parity.Fixture) { f.Ints["tokens"] = f.Ints["tokens"][:paritytest.TinyCtx] }, "tokens"},
+		{nil, func(f *parity.Fixture) { delete(f.Batch, "images") }, "images"},
+		{nil, func(f *parity.Fixture) { delete(f.Meta, "lr") }, "lr"},
 	} {
 		f := stepFixture(t, m, &Settings{Variant: VariantFedOT, Blocks: 2}, 2, 3, map[string]string{"lr": "0.1"}, tc.sets...)
 		if tc.mod != nil {
@@ -302,20 +302,20 @@ func TestSettingsFromFixture(t *testing.T) {
 }
 
 // roundFixture is a round fixture of 3 clients with 5, 7 and 4 images.
-func roundFixture(t *testing.T, m *clip.Model, s *Settings, K int, sets ...string) *fixture.Fixture {
+func roundFixture(t *testing.T, m *clip.Model, s *Settings, K int, sets ...string) *parity.Fixture {
 	rng := rand.New(rand.NewPCG(4, uint64(s.Blocks)))
 	S, d := m.W.Config.Vision.ImageSize, m.W.Config.EmbedDim
 	batch := tensor.Named{}
-	ints := map[string]safetensors.Int64Tensor{"tokens": {Shape: []int{K, fixturetest.TinyCtx}, Data: fixturetest.TinyTokens(K)}}
+	ints := map[string]safetensors.Int64Tensor{"tokens": {Shape: []int{K, paritytest.TinyCtx}, Data: paritytest.TinyTokens(K)}}
 	for i, n := range []int{5, 7, 4} {
-		batch[fmt.Sprintf("client%d.images", i)] = fixturetest.RandTensor(rng, 1, n, 3, S, S)
-		ints[fmt.Sprintf("client%d.labels", i)] = fixturetest.Labels(rng, n, K)
+		batch[fmt.Sprintf("client%d.images", i)] = paritytest.RandTensor(rng, 1, n, 3, S, S)
+		ints[fmt.Sprintf("client%d.labels", i)] = paritytest.Labels(rng, n, K)
 	}
 	meta := map[string]string{"lr": "0.05", "momentum": "0.9", "weight_decay": "5e-4", "batch_size": "3", "local_epochs": "2", "tau": "10"}
-	return fixturetest.Write(t, m, "fedot", initParams(rng, s, d, K), batch, ints, meta, sets...)
+	return paritytest.Write(t, m, "fedot", initParams(rng, s, d, K), batch, ints, meta, sets...)
 }
 
-// TestFixtureRound: `round` is the production Plan's round (fixture.Round
+// TestFixtureRound: `round` is the production Plan's round (parity.Round
 // on the same inputs) bit for bit; the server's w_g is the uniform mean of
 // the clients' trained w_g (all_global: x too); the clients' transforms
 // stay orthogonal.
@@ -331,7 +331,7 @@ func TestFixtureRound(t *testing.T) {
 		{&Settings{Variant: VariantFedLT, Blocks: 1}, nil},
 	} {
 		f := roundFixture(t, m, tc.s, 4, tc.sets...)
-		out, err := fixture.RunRound(ctx, Method{}, f)
+		out, err := parity.RunRound(ctx, Method{}, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,12 +344,12 @@ func TestFixtureRound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := fixture.RoundInputs{Model: m, Init: f.Params, Tokens: f.Ints["tokens"], Classes: 4, Train: opts}
+		in := parity.RoundInputs{Model: m, Init: f.Params, Tokens: f.Ints["tokens"], Classes: 4, Train: opts}
 		for i := 0; i < 3; i++ {
-			in.Clients = append(in.Clients, fixture.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data,
+			in.Clients = append(in.Clients, parity.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data,
 				Labels: f.Ints[fmt.Sprintf("client%d.labels", i)]})
 		}
-		ref, err := fixture.Round(ctx, Method{}, s, in)
+		ref, err := parity.Round(ctx, Method{}, s, in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,7 +357,7 @@ func TestFixtureRound(t *testing.T) {
 			delete(ref, fmt.Sprintf("client%d.trained.%s", i, SiteClasses))
 		}
 		if k := tensortest.BitsDiff(out, ref); k != "" {
-			t.Errorf("%s: round differs from fixture.Round at %s", s.Variant, k)
+			t.Errorf("%s: round differs from parity.Round at %s", s.Variant, k)
 		}
 		shared := []string{ParamClassifier}
 		if s.Variant == VariantAllGlobal {

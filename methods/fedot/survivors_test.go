@@ -10,9 +10,9 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -145,14 +145,14 @@ func TestEvaluateReportsMetrics(t *testing.T) {
 func TestInitClassifierFromText(t *testing.T) {
 	m := tinyModel()
 	const K = 3
-	tok64 := fixturetest.TinyTokens(K)
+	tok64 := paritytest.TinyTokens(K)
 	tokens := make([]int, len(tok64))
 	for i, v := range tok64 {
 		tokens[i] = int(v)
 	}
 	S := m.W.Config.Vision.ImageSize
 	rng := rand.New(rand.NewPCG(5, 5))
-	clients := []fixture.TensorClient{{Pixels: fixturetest.RandTensor(rng, 1, 2, 3, S, S).Data, Labels: []int{0, 2}}}
+	clients := []parity.TensorClient{{Pixels: paritytest.RandTensor(rng, 1, 2, 3, S, S).Data, Labels: []int{0, 2}}}
 	d := m.W.Config.EmbedDim
 	want, err := m.EncodeText(tokens, K)
 	if err != nil {
@@ -160,7 +160,7 @@ func TestInitClassifierFromText(t *testing.T) {
 	}
 	clip.NormalizeRows(nil, want, K, d)
 	for _, init := range []string{"text", "random", "text, class 2 in no space"} {
-		env, err := fixture.TensorEnv(m, methods.Features, tokens, K, clients, train.Options{Epochs: 1, Batch: 2, LR: 0.01}, 3)
+		env, err := parity.TensorEnv(m, methods.Features, tokens, K, clients, train.Options{Epochs: 1, Batch: 2, LR: 0.01}, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +208,7 @@ func TestInitClassifierFromText(t *testing.T) {
 // TestFixtureParamsOneClass: a fixture's w_g may have a single row.
 func TestFixtureParamsOneClass(t *testing.T) {
 	s := &Settings{Variant: VariantFedLT, Blocks: 1}
-	f := &fixture.Fixture{Params: tensor.Named{ParamClassifier: tensor.New(1, 4), ParamLinear: tensor.New(4, 4)}}
+	f := &parity.Fixture{Params: tensor.Named{ParamClassifier: tensor.New(1, 4), ParamLinear: tensor.New(4, 4)}}
 	if _, K, err := fixtureParams(s, f, 4); err != nil || K != 1 {
 		t.Errorf("K = 1: %d, %v", K, err)
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/ot"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -214,9 +214,9 @@ func TestGlobalPartBounds(t *testing.T) {
 // TestStepFixtureShapes: every tensor StepFromFile returns has the shape of
 // the reference's (the plan [B·C, M, N] among them).
 func TestStepFixtureShapes(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/fedotp/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/fedotp/step.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, "../../testdata/fedotp/init.safetensors")
+	ref, meta := paritytest.Read(t, "../../testdata/fedotp/step.safetensors")
 	batch := tensor.Named{"tokens": ref["tokens"], "labels": ref["labels"], "images": ref["images"]}
 	out, err := StepFromFile(m, init, batch, meta)
 	if err != nil {

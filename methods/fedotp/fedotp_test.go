@@ -8,44 +8,44 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/ot"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// tolFor is fixturetest.Tol with the next round's parameters (next.*) and the transport plan
+// tolFor is paritytest.Tol with the next round's parameters (next.*) and the transport plan
 // among the trained outputs.
 func tolFor(name string) float64 {
 	if name == "plan" || strings.Contains(name, "next.") {
 		return 1e-4
 	}
-	return fixturetest.Tol(name)
+	return paritytest.Tol(name)
 }
 
 func TestStepFixtures(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/fedotp/init.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, "../../testdata/fedotp/init.safetensors")
 	for _, file := range []string{"step", "step_sinkhorn", "step_eps001"} {
 		t.Run(file, func(t *testing.T) {
-			ref, meta := fixturetest.Read(t, "../../testdata/fedotp/"+file+".safetensors")
+			ref, meta := paritytest.Read(t, "../../testdata/fedotp/"+file+".safetensors")
 			batch := tensor.Named{"tokens": ref["tokens"], "labels": ref["labels"], "images": ref["images"]}
 			out, err := StepFromFile(m, init, batch, meta)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, name := range []string{"image_features", "text_features", "plan", "logits", "loss", "grad." + ParamCtx, "step1." + ParamCtx} {
-				fixturetest.Rel(t, name, out[name], ref[name], tolFor(name))
+				paritytest.Rel(t, name, out[name], ref[name], tolFor(name))
 			}
-			fixturetest.Rel(t, "update", fixturetest.Update(out["step1."+ParamCtx], init[ParamCtx]), fixturetest.Update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
+			paritytest.Rel(t, "update", paritytest.Update(out["step1."+ParamCtx], init[ParamCtx]), paritytest.Update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
 		})
 	}
 }
 
 func TestRoundFixture(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/fedotp/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/fedotp/round.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, "../../testdata/fedotp/init.safetensors")
+	ref, meta := paritytest.Read(t, "../../testdata/fedotp/round.safetensors")
 	batch := tensor.Named{}
 	for name, v := range ref {
 		if name == "tokens" || strings.HasSuffix(name, ".images") || strings.HasSuffix(name, ".labels") {
@@ -60,14 +60,14 @@ func TestRoundFixture(t *testing.T) {
 		if name == "tokens" || strings.HasSuffix(name, ".images") || strings.HasSuffix(name, ".labels") {
 			continue
 		}
-		fixturetest.Rel(t, name, out[name], want, tolFor(name))
+		paritytest.Rel(t, name, out[name], want, tolFor(name))
 		if strings.HasSuffix(name, ParamCtx) {
 			base := init[ParamCtx]
 			if strings.HasPrefix(name, "global.") {
 				p, _ := GlobalPart(init, 1)
 				base = p[ParamCtx]
 			}
-			fixturetest.Rel(t, name+" update", fixturetest.Update(out[name], base), fixturetest.Update(want, base), 1e-4)
+			paritytest.Rel(t, name+" update", paritytest.Update(out[name], base), paritytest.Update(want, base), 1e-4)
 		}
 	}
 }
@@ -111,8 +111,8 @@ func TestStepGradient(t *testing.T) {
 // checkStepGradient is TestStepGradient on the settings, rows and image
 // features of the step file path.
 func checkStepGradient(t *testing.T, path string) {
-	m := fixturetest.Model(t)
-	ref, meta := fixturetest.Read(t, path)
+	m := paritytest.Model(t)
+	ref, meta := paritytest.Read(t, path)
 	cfg, err := ConfigFromMeta(meta)
 	if err != nil {
 		t.Fatal(err)
@@ -171,8 +171,8 @@ func TestConfigValidate(t *testing.T) {
 
 // TestNoNaNAtSmallEps runs steps at ε 0.01 and 0.1 on random contexts.
 func TestNoNaNAtSmallEps(t *testing.T) {
-	m := fixturetest.Model(t)
-	ref, _ := fixturetest.Read(t, "../../testdata/fedotp/step.safetensors")
+	m := paritytest.Model(t)
+	ref, _ := paritytest.Read(t, "../../testdata/fedotp/step.safetensors")
 	tokens, _ := prompt.Ints(ref, "tokens")
 	labels, _ := prompt.Ints(ref, "labels")
 	for _, eps := range []float64{0.01, 0.1} {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -192,8 +192,8 @@ func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]st
 	return out, nil
 }
 
-// SettingsFrom implements fixture.Settings.
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+// SettingsFrom implements parity.Settings.
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	cfg, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -201,8 +201,8 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return fromConfig(cfg), nil
 }
 
-// Step implements fixture.Stepper.
-func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+// Step implements parity.Stepper.
+func (Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
@@ -214,7 +214,7 @@ func (Method) SurrogateGradient() string {
 	return "the optimal-transport plan is held constant in the backward pass"
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -224,4 +224,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}

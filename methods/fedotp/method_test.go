@@ -9,8 +9,8 @@ import (
 
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -18,7 +18,7 @@ import (
 // code as `pfedmma run` and `pfedmma round`: clients upload prompt 0, the
 // server averages it, the local prompt stays.
 func TestRoundProductionPath(t *testing.T) {
-	out := fixturetest.Round(t, Method{}, "fedotp/init.safetensors", []string{"fedotp/round.safetensors"}, nil, "fedotp/round.safetensors", 1e-4)
+	out := paritytest.Round(t, Method{}, "fedotp/init.safetensors", []string{"fedotp/round.safetensors"}, nil, "fedotp/round.safetensors", 1e-4)
 	if g := out["global."+ParamCtx]; g == nil || g.Shape[0] != 1 {
 		t.Errorf("global context %v, want one averaged prompt", g)
 	}
@@ -31,8 +31,8 @@ func TestRoundProductionPath(t *testing.T) {
 // global prompt, no other client's local prompt.
 func TestUnselectedClientsEvaluateNewGlobal(t *testing.T) {
 	ctx := context.Background()
-	f, err := fixture.Load(fixturetest.Model(t), fixturetest.Testdata+"fedotp/init.safetensors",
-		[]string{fixturetest.Testdata + "fedotp/round.safetensors"}, nil)
+	f, err := parity.Load(paritytest.Model(t), paritytest.Testdata+"fedotp/init.safetensors",
+		[]string{paritytest.Testdata + "fedotp/round.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,19 +45,19 @@ func TestUnselectedClientsEvaluateNewGlobal(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokens, _ := f.IntsOf("tokens")
-	var clients []fixture.TensorClient
+	var clients []parity.TensorClient
 	for i := 0; ; i++ {
 		px, ok := f.Batch[fmt.Sprintf("client%d.images", i)]
 		if !ok {
 			break
 		}
 		labels, _ := f.IntsOf(fmt.Sprintf("client%d.labels", i))
-		clients = append(clients, fixture.TensorClient{Pixels: px.Data, Labels: labels})
+		clients = append(clients, parity.TensorClient{Pixels: px.Data, Labels: labels})
 	}
 	if len(clients) < 2 {
 		t.Fatalf("the fixture has %d clients, want at least 2", len(clients))
 	}
-	env, err := fixture.TensorEnv(f.Model, methods.TokenFeatures, tokens, len(tokens)/f.Model.W.Config.Text.ContextLength, clients, opts, 3)
+	env, err := parity.TensorEnv(f.Model, methods.TokenFeatures, tokens, len(tokens)/f.Model.W.Config.Text.ContextLength, clients, opts, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -14,12 +14,12 @@ import (
 // rows): one step and one round, values and updates, and the production
 // round (`pfedmma round`). Read as "end", the same step differs.
 func TestPositionFixtures(t *testing.T) {
-	m := fixturetest.Model(t)
+	m := paritytest.Model(t)
 	for _, pos := range []string{"middle", "front"} {
 		t.Run(pos, func(t *testing.T) {
 			dir := "../../testdata/coop-positions/fedotp-" + pos + "/"
-			init, _ := fixturetest.Read(t, dir+"init.safetensors")
-			ref, meta := fixturetest.Read(t, dir+"step.safetensors")
+			init, _ := paritytest.Read(t, dir+"init.safetensors")
+			ref, meta := paritytest.Read(t, dir+"step.safetensors")
 			if meta["class_token_position"] != pos {
 				t.Fatalf("fixture metadata class_token_position %q", meta["class_token_position"])
 			}
@@ -29,9 +29,9 @@ func TestPositionFixtures(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, name := range []string{"image_features", "text_features", "logits", "loss", "grad." + ParamCtx, "step1." + ParamCtx} {
-				fixturetest.Rel(t, name, out[name], ref[name], tolFor(name))
+				paritytest.Rel(t, name, out[name], ref[name], tolFor(name))
 			}
-			fixturetest.Rel(t, "update", fixturetest.Update(out["step1."+ParamCtx], init[ParamCtx]), fixturetest.Update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
+			paritytest.Rel(t, "update", paritytest.Update(out["step1."+ParamCtx], init[ParamCtx]), paritytest.Update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
 
 			endMeta := map[string]string{}
 			for k, v := range meta {
@@ -46,7 +46,7 @@ func TestPositionFixtures(t *testing.T) {
 				t.Errorf("the end position gives the same loss %g as %s", end["loss"].Data[0], pos)
 			}
 
-			rd, rmeta := fixturetest.Read(t, dir+"round.safetensors")
+			rd, rmeta := paritytest.Read(t, dir+"round.safetensors")
 			rb := tensor.Named{}
 			for name, v := range rd {
 				if name == "tokens" || strings.HasSuffix(name, ".images") || strings.HasSuffix(name, ".labels") {
@@ -62,21 +62,21 @@ func TestPositionFixtures(t *testing.T) {
 				if _, in := rb[name]; in {
 					continue
 				}
-				fixturetest.Rel(t, name, rout[name], want, tolFor(name))
+				paritytest.Rel(t, name, rout[name], want, tolFor(name))
 				if strings.HasSuffix(name, ParamCtx) {
 					base := init[ParamCtx]
 					if strings.HasPrefix(name, "global.") {
 						p, _ := GlobalPart(init, 1)
 						base = p[ParamCtx]
 					}
-					fixturetest.Rel(t, name+" update", fixturetest.Update(rout[name], base), fixturetest.Update(want, base), 1e-4)
+					paritytest.Rel(t, name+" update", paritytest.Update(rout[name], base), paritytest.Update(want, base), 1e-4)
 					checked++
 				}
 			}
 			if checked < 5 {
 				t.Errorf("only %d round parameters compared", checked)
 			}
-			fixturetest.Round(t, Method{}, "coop-positions/fedotp-"+pos+"/init.safetensors",
+			paritytest.Round(t, Method{}, "coop-positions/fedotp-"+pos+"/init.safetensors",
 				[]string{"coop-positions/fedotp-" + pos + "/round.safetensors"}, nil, "coop-positions/fedotp-"+pos+"/round.safetensors", 1e-4)
 		})
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 )
 
 // TestOwnLR: fedotp.lr and fedotp.local_epochs replace the run's for
@@ -24,8 +24,8 @@ func TestOwnLR(t *testing.T) {
 		copy(tokens[c*8:], []int{28, 3, 3, 10 + c, 29})
 	}
 	run := train.Options{Epochs: 3, Batch: 2, Optimizer: "sgd", LR: 0.05, Momentum: 0.9}
-	env, err := fixture.TensorEnv(clip.New(clip.Random(cfg, 1)), methods.TokenFeatures, tokens, 2,
-		[]fixture.TensorClient{{Pixels: make([]float32, 2*3*8*8), Labels: []int{0, 1}}}, run, 9)
+	env, err := parity.TensorEnv(clip.New(clip.Random(cfg, 1)), methods.TokenFeatures, tokens, 2,
+		[]parity.TensorClient{{Pixels: make([]float32, 2*3*8*8), Labels: []int{0, 1}}}, run, 9)
 	if err != nil {
 		t.Fatal(err)
 	}

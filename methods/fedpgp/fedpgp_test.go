@@ -3,16 +3,16 @@ package fedpgp
 import (
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 var params = []string{ParamU, ParamV, ParamSigma}
 
 func checkStep(t *testing.T, initPath, stepPath string) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, initPath)
-	ref, meta := fixturetest.Read(t, stepPath)
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, initPath)
+	ref, meta := paritytest.Read(t, stepPath)
 	// the batch is the step's inputs alone: the image features come from
 	// the images, not from the reference's outputs (issue 17, defect 9)
 	out, err := StepFromFile(m, init, stepInputs(ref), meta)
@@ -25,10 +25,10 @@ func checkStep(t *testing.T, initPath, stepPath string) {
 		names = append(names, "grad."+p, "step1."+p)
 	}
 	for _, name := range names {
-		fixturetest.Rel(t, name, out[name], ref[name], fixturetest.Tol(name))
+		paritytest.Rel(t, name, out[name], ref[name], paritytest.Tol(name))
 	}
 	for _, p := range params {
-		fixturetest.Rel(t, p+" update", fixturetest.Update(out["step1."+p], init[p]), fixturetest.Update(ref["step1."+p], init[p]), 1e-4)
+		paritytest.Rel(t, p+" update", paritytest.Update(out["step1."+p], init[p]), paritytest.Update(ref["step1."+p], init[p]), 1e-4)
 	}
 }
 
@@ -46,15 +46,15 @@ func TestRoundFixture(t *testing.T) {
 }
 
 func checkRound(t *testing.T, initPath, roundPath string) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, initPath)
-	ref, meta := fixturetest.Read(t, roundPath)
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, initPath)
+	ref, meta := paritytest.Read(t, roundPath)
 	out, err := RoundFromFile(m, init, ref, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fixturetest.Rel(t, "client0.batch_losses", out["client0.batch_losses"], ref["client0.batch_losses"], 1e-5)
-	fixturetest.Rel(t, "client1.batch_losses", out["client1.batch_losses"], ref["client1.batch_losses"], 1e-5)
+	paritytest.Rel(t, "client0.batch_losses", out["client0.batch_losses"], ref["client0.batch_losses"], 1e-5)
+	paritytest.Rel(t, "client1.batch_losses", out["client1.batch_losses"], ref["client1.batch_losses"], 1e-5)
 	for _, c := range []string{"client0.trained.", "client1.trained.", "global."} {
 		for _, p := range params {
 			name := c + p
@@ -64,8 +64,8 @@ func checkRound(t *testing.T, initPath, roundPath string) {
 				}
 				continue
 			}
-			fixturetest.Rel(t, name, out[name], ref[name], 1e-4)
-			fixturetest.Rel(t, name+" update", fixturetest.Update(out[name], init[p]), fixturetest.Update(ref[name], init[p]), 1e-4)
+			paritytest.Rel(t, name, out[name], ref[name], 1e-4)
+			paritytest.Rel(t, name+" update", paritytest.Update(out[name], init[p]), paritytest.Update(ref[name], init[p]), 1e-4)
 		}
 	}
 }
@@ -74,7 +74,7 @@ func checkRound(t *testing.T, initPath, roundPath string) {
 // weight decay wd differs from the step without by −lr·wd·p, for every
 // parameter.
 func TestWeightDecay(t *testing.T) {
-	fixturetest.WeightDecay(t, "../../testdata/fedpgp/", StepFromFile, params...)
+	paritytest.WeightDecay(t, "../../testdata/fedpgp/", StepFromFile, params...)
 }
 
 // stepInputs keeps a step fixture's inputs (tokens, labels, images) and

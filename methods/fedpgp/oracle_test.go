@@ -8,7 +8,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -130,9 +130,9 @@ func TestCosineMeans(t *testing.T) {
 // U, V, sigma tiled twice gives each prompt the one-prompt replay's
 // features, f_UV included (the two prompts are the same).
 func TestTwoPromptFixture(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/fedpgp/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/fedpgp/step.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, "../../testdata/fedpgp/init.safetensors")
+	ref, meta := paritytest.Read(t, "../../testdata/fedpgp/step.safetensors")
 	one, err := StepFromFile(m, init, stepInputs(ref), meta)
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,7 @@ package fedpgp
 import (
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 )
 
 // TestPositionFixtures: the class-token position fixtures
@@ -15,19 +15,19 @@ func TestPositionFixtures(t *testing.T) {
 	for _, pos := range []string{"middle", "front"} {
 		t.Run(pos, func(t *testing.T) {
 			dir := "../../testdata/coop-positions/fedpgp-" + pos + "/"
-			ref, meta := fixturetest.Read(t, dir+"step.safetensors")
+			ref, meta := paritytest.Read(t, dir+"step.safetensors")
 			if meta["class_token_position"] != pos {
 				t.Fatalf("fixture metadata class_token_position %q", meta["class_token_position"])
 			}
 			checkStep(t, dir+"init.safetensors", dir+"step.safetensors")
 
-			init, _ := fixturetest.Read(t, dir+"init.safetensors")
+			init, _ := paritytest.Read(t, dir+"init.safetensors")
 			endMeta := map[string]string{}
 			for k, v := range meta {
 				endMeta[k] = v
 			}
 			endMeta["class_token_position"] = "end"
-			end, err := StepFromFile(fixturetest.Model(t), init, stepInputs(ref), endMeta)
+			end, err := StepFromFile(paritytest.Model(t), init, stepInputs(ref), endMeta)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -36,7 +36,7 @@ func TestPositionFixtures(t *testing.T) {
 			}
 
 			checkRound(t, dir+"init.safetensors", dir+"round.safetensors")
-			fixturetest.Round(t, Method{}, "coop-positions/fedpgp-"+pos+"/init.safetensors",
+			paritytest.Round(t, Method{}, "coop-positions/fedpgp-"+pos+"/init.safetensors",
 				[]string{"coop-positions/fedpgp-" + pos + "/round.safetensors"}, nil, "coop-positions/fedpgp-"+pos+"/round.safetensors", 1e-4)
 		})
 	}

@@ -9,30 +9,30 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 const td = "../../testdata/fedpha/"
 
-// tolFor is fixturetest.Tol with the next round's parameters (next.*)
+// tolFor is paritytest.Tol with the next round's parameters (next.*)
 // among the trained outputs.
 func tolFor(name string) float64 {
 	if strings.Contains(name, "next.") {
 		return 1e-4
 	}
-	return fixturetest.Tol(name)
+	return paritytest.Tol(name)
 }
 
 // TestStepFixtures reproduces step (init) and step_far (init_far, where the
 // SVD derivative matters): every forward tensor, the loss terms, both
 // gradients, the step and its update.
 func TestStepFixtures(t *testing.T) {
-	m := fixturetest.Model(t)
+	m := paritytest.Model(t)
 	for _, c := range []struct{ init, step string }{{"init", "step"}, {"init_far", "step_far"}} {
 		t.Run(c.step, func(t *testing.T) {
-			init, _ := fixturetest.Read(t, td+c.init+".safetensors")
-			ref, meta := fixturetest.Read(t, td+c.step+".safetensors")
+			init, _ := paritytest.Read(t, td+c.init+".safetensors")
+			ref, meta := paritytest.Read(t, td+c.step+".safetensors")
 			out, err := StepFromFile(m, init, ref, meta)
 			if err != nil {
 				t.Fatal(err)
@@ -51,10 +51,10 @@ func TestStepFixtures(t *testing.T) {
 				if !tensor.SameShape(g.Shape, ref[name].Shape) {
 					t.Errorf("%s: shape %v, want %v", name, g.Shape, ref[name].Shape)
 				}
-				fixturetest.RelValues(t, name, g.Data, ref[name].Data, tolFor(name))
+				paritytest.RelValues(t, name, g.Data, ref[name].Data, tolFor(name))
 			}
 			for _, p := range []string{ParamGlobal, ParamLocal} {
-				fixturetest.RelValues(t, p+" update", fixturetest.UpdateValues(out["step1."+p].Data, init[p].Data), fixturetest.UpdateValues(ref["step1."+p].Data, init[p].Data), 1e-4)
+				paritytest.RelValues(t, p+" update", paritytest.UpdateValues(out["step1."+p].Data, init[p].Data), paritytest.UpdateValues(ref["step1."+p].Data, init[p].Data), 1e-4)
 			}
 		})
 	}
@@ -190,5 +190,5 @@ func TestConfig(t *testing.T) {
 // a step with weight decay wd differs from the step without by exactly
 // −lr·wd·p in both contexts.
 func TestWeightDecay(t *testing.T) {
-	fixturetest.WeightDecay(t, td, StepFromFile, ParamGlobal, ParamLocal)
+	paritytest.WeightDecay(t, td, StepFromFile, ParamGlobal, ParamLocal)
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -84,8 +84,8 @@ func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]str
 var replay = prompt.Replay[*Learner, Config]{Name: "fedpha", Config: ConfigFromMeta, New: New,
 	Scale: func(l *Learner, s float32) { l.LogitScale = s }}
 
-// SettingsFrom implements fixture.Settings.
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+// SettingsFrom implements parity.Settings.
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	cfg, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -93,18 +93,18 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return fromConfig(cfg), nil
 }
 
-// Step implements fixture.Stepper.
-func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+// Step implements parity.Stepper.
+func (Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
-// FixtureRound implements fixture.Rounder: the plain round (fixture.Round:
+// FixtureRound implements parity.Rounder: the plain round (parity.Round:
 // the clients in federation Sites, FedAvg of the global context, the
 // Coordinator) with each client's "client<i>.batch_losses" (before each
 // step), then "client<i>.next.<param>", where each client starts
 // the next round: the server's global context installed by the client's
 // own receive step, its local context as trained.
-func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (Method) FixtureRound(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	return client.FixtureRound(ctx, f, Method{}, func(env *methods.Env, sec config.Section) (*client.Spec, error) {
 		s, err := settings(sec)
 		if err != nil {
@@ -114,7 +114,7 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	})
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -123,4 +123,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}

@@ -11,8 +11,8 @@ import (
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -21,18 +21,18 @@ import (
 // server averages it (8/12, 4/12), the local context stays; each client's
 // next start is [global, own local].
 func TestRoundProductionPath(t *testing.T) {
-	out := fixturetest.Round(t, Method{}, "fedpha/init.safetensors", []string{"fedpha/round.safetensors"}, nil, "fedpha/round.safetensors", 1e-4)
+	out := paritytest.Round(t, Method{}, "fedpha/init.safetensors", []string{"fedpha/round.safetensors"}, nil, "fedpha/round.safetensors", 1e-4)
 	if _, ok := out["global."+ParamLocal]; ok {
 		t.Error("the server holds a local context")
 	}
-	ref, _ := fixturetest.Read(t, td+"round.safetensors")
-	init, _ := fixturetest.Read(t, td+"init.safetensors")
+	ref, _ := paritytest.Read(t, td+"round.safetensors")
+	init, _ := paritytest.Read(t, td+"init.safetensors")
 	for _, name := range []string{"client0.batch_losses", "client1.batch_losses"} {
 		got, ok := out[name]
 		if !ok {
 			t.Fatalf("round produced no %s", name)
 		}
-		fixturetest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
+		paritytest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
 	}
 	for i := range 2 {
 		for _, p := range []string{ParamGlobal, ParamLocal} {
@@ -41,8 +41,8 @@ func TestRoundProductionPath(t *testing.T) {
 			if !ok {
 				t.Fatalf("round produced no %s", name)
 			}
-			fixturetest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
-			fixturetest.RelValues(t, name+" (update)", fixturetest.UpdateValues(got.Data, init[p].Data), fixturetest.UpdateValues(ref[name].Data, init[p].Data), 1e-4)
+			paritytest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
+			paritytest.RelValues(t, name+" (update)", paritytest.UpdateValues(got.Data, init[p].Data), paritytest.UpdateValues(ref[name].Data, init[p].Data), 1e-4)
 		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/progress"
 )
 
@@ -148,8 +148,8 @@ func TestOwnClassRoundBar(t *testing.T) {
 	m, tokens, _ := randomModel(t, 6, s.NCtx, 3)
 	S := m.W.Config.Vision.ImageSize
 	rng := rand.New(rand.NewPCG(2, 5))
-	env, err := fixture.TensorEnv(m, methods.Features, tokens, 6,
-		[]fixture.TensorClient{{Pixels: gradcheck.Rand(rng, 5*3*S*S, 1), Labels: []int{4, 1, 1, 4, 4}}}, testOpts(), 1)
+	env, err := parity.TensorEnv(m, methods.Features, tokens, 6,
+		[]parity.TensorClient{{Pixels: gradcheck.Rand(rng, 5*3*S*S, 1), Labels: []int{4, 1, 1, 4, 4}}}, testOpts(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,18 +9,18 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// SettingsFrom implements fixture.Settings: n_ctx, d_ctx, depth,
+// SettingsFrom implements parity.Settings: n_ctx, d_ctx, depth,
 // cross_heads, self_heads, ff_mult from the metadata (the defaults where
 // absent), the server's mean from aggregation or weighted_mean; prompt_dim
 // and textemb_dim, when given, must be the model's widths.
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	if err := prompt.EndOnly(f.Meta["class_token_position"], noPosition); err != nil {
 		return nil, fmt.Errorf("fedtpg: metadata %w", err)
 	}
@@ -64,7 +64,7 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 
 // fixtureLearner builds a learner on the fixture's "tokens" and
 // "name_tokens" (derived from tokens when absent) with its parameters.
-func fixtureLearner(f *fixture.Fixture, s *Settings, tokens, names []int) (*Learner, error) {
+func fixtureLearner(f *parity.Fixture, s *Settings, tokens, names []int) (*Learner, error) {
 	l, err := New(f.Model, tokens, names, s.config(0))
 	if err != nil {
 		return nil, err
@@ -82,7 +82,7 @@ func fixtureLearner(f *fixture.Fixture, s *Settings, tokens, names []int) (*Lear
 
 // fixtureRows returns the fixture's prompt rows "tokens" and name rows
 // "name_tokens" (derived from the prompt rows when absent).
-func fixtureRows(f *fixture.Fixture, nCtx int) (tokens, names []int, err error) {
+func fixtureRows(f *parity.Fixture, nCtx int) (tokens, names []int, err error) {
 	if tokens, err = f.IntsOf("tokens"); err != nil {
 		return nil, nil, err
 	}
@@ -96,14 +96,14 @@ func fixtureRows(f *fixture.Fixture, nCtx int) (tokens, names []int, err error) 
 	return tokens, names, err
 }
 
-// Step implements fixture.Stepper: one step of the generator on the batch
+// Step implements parity.Stepper: one step of the generator on the batch
 // "images" (encoded here by the frozen image encoder), "labels", "tokens"
 // and "name_tokens", then one step of a fresh SGD (lr, momentum,
 // weight_decay). It writes the generator's intermediate tensors under the
 // fixture's names (name_features, generator_input,
 // generator_cross_attention, generator_cross_out, generated_ctx), the
 // features, logits, loss, grad.<param> and step1.<param>.
-func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	sec, err := Method{}.SettingsFrom(f)
 	if err != nil {
 		return nil, err
@@ -172,7 +172,7 @@ func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error
 	return out, nil
 }
 
-// FixtureRound implements fixture.Rounder: one round through fixture.Round
+// FixtureRound implements parity.Rounder: one round through parity.Round
 // (the production clients in federation Sites, the server's mean, the
 // Coordinator) on the clients client<i>.images / client<i>.labels, each over
 // its own classes client<i>.classes (indices into "tokens"; labels local,
@@ -180,7 +180,7 @@ func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error
 // Besides client<i>.trained.<param> and global.<param> it writes
 // client<i>.momentum.<param>, the SGD momentum each client keeps for its
 // next round.
-func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (Method) FixtureRound(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	sec, err := Method{}.SettingsFrom(f)
 	if err != nil {
 		return nil, err
@@ -196,7 +196,7 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	}
 	ctxLen := f.Model.W.Config.Text.ContextLength
 	C := len(tokens) / ctxLen
-	in := fixture.RoundInputs{Model: f.Model, Init: f.Params, Tokens: tokens, Classes: C, Train: opts} // the round draws nothing: no seed
+	in := parity.RoundInputs{Model: f.Model, Init: f.Params, Tokens: tokens, Classes: C, Train: opts} // the round draws nothing: no seed
 	var classes [][]int
 	for i := 0; ; i++ {
 		px, ok := f.Batch[fmt.Sprintf("client%d.images", i)]
@@ -218,7 +218,7 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 				return nil, fmt.Errorf("integer tensor %q: label %d of image %d outside the client's %d classes", fmt.Sprintf("client%d.labels", i), y, k, len(cl))
 			}
 		}
-		in.Clients = append(in.Clients, fixture.TensorClient{Pixels: px.Data, Labels: labels})
+		in.Clients = append(in.Clients, parity.TensorClient{Pixels: px.Data, Labels: labels})
 		classes = append(classes, cl)
 	}
 	if len(in.Clients) == 0 {
@@ -228,7 +228,7 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	own := *s
 	own.OwnClasses = false
 	rm := &roundMethod{s: &own, tokens: tokens, names: names, classes: classes}
-	out, err := fixture.Round(ctx, rm, sec, in)
+	out, err := parity.Round(ctx, rm, sec, in)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +250,7 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	return out, nil
 }
 
-// roundMethod is FedTPG as fixture.Round builds it for a fixture: each
+// roundMethod is FedTPG as parity.Round builds it for a fixture: each
 // client gets a label space of its own classes, with the fixture's prompt
 // and name rows; the plan is kept for the clients' momentum.
 type roundMethod struct {
@@ -283,7 +283,7 @@ func (r *roundMethod) Build(env *methods.Env, sec config.Section) (*methods.Plan
 	return plan, err
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -293,4 +293,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}

@@ -6,23 +6,23 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-const td = fixturetest.Testdata + "fedtpg/"
+const td = paritytest.Testdata + "fedtpg/"
 
 // load reads a fixture as `pfedmma step` / `round` does.
-func load(t *testing.T, params string, batches ...string) *fixture.Fixture {
+func load(t *testing.T, params string, batches ...string) *parity.Fixture {
 	t.Helper()
 	var paths []string
 	for _, b := range batches {
 		paths = append(paths, td+b)
 	}
-	f, err := fixture.Load(fixturetest.Model(t), td+params, paths, nil)
+	f, err := parity.Load(paritytest.Model(t), td+params, paths, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func checkUpdate(t *testing.T, name string, got, want, init []float32, steps int
 
 // compare checks every tensor of want that out also names (and fails on
 // missing ones), returning how many were compared.
-func compare(t *testing.T, out tensor.Named, ref *fixture.Fixture, skip func(string) bool) int {
+func compare(t *testing.T, out tensor.Named, ref *parity.Fixture, skip func(string) bool) int {
 	t.Helper()
 	n := 0
 	for name, w := range ref.Batch {
@@ -88,7 +88,7 @@ func compare(t *testing.T, out tensor.Named, ref *fixture.Fixture, skip func(str
 			t.Errorf("%s: shape %v, want %v", name, g.Shape, w.Shape)
 			continue
 		}
-		fixturetest.Close(t, name, g.Data, w.Data, forwardTol(name))
+		paritytest.Close(t, name, g.Data, w.Data, forwardTol(name))
 		n++
 	}
 	return n
@@ -121,12 +121,12 @@ func TestStepFixtures(t *testing.T) {
 	}
 }
 
-// TestRoundFixture runs the round through fixture.Round (the production
+// TestRoundFixture runs the round through parity.Round (the production
 // clients, the uniform mean, the Coordinator) and compares every client's
 // trained generator, its momentum and the global one, and their updates.
 func TestRoundFixture(t *testing.T) {
 	f := load(t, "init.safetensors", "round.safetensors")
-	out, err := fixture.RunRound(context.Background(), Method{}, f)
+	out, err := parity.RunRound(context.Background(), Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestFixtureSettings(t *testing.T) {
 		{"d_ctx=2", "d_ctx"}, {"prompt_dim=512", "prompt_dim"}, {"textemb_dim=128", "textemb_dim"},
 		{"n_ctx=1.5", "n_ctx"}, {"weighted_mean=maybe", "weighted_mean"}, {"cross_heads=3", "cross_heads"},
 	} {
-		g, err := fixture.Load(f.Model, td+"init.safetensors", []string{td + "step.safetensors"}, []string{c.set})
+		g, err := parity.Load(f.Model, td+"init.safetensors", []string{td + "step.safetensors"}, []string{c.set})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestFixtureSettings(t *testing.T) {
 			t.Errorf("--set %s: error %v, want one naming %s", c.set, err, c.want)
 		}
 	}
-	g, err := fixture.Load(f.Model, td+"init.safetensors", []string{td + "step.safetensors"}, []string{"weighted_mean=true"})
+	g, err := parity.Load(f.Model, td+"init.safetensors", []string{td + "step.safetensors"}, []string{"weighted_mean=true"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +224,6 @@ func TestRoundBatchLosses(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		fixturetest.Close(t, pre+"batch_losses", got, want, 1e-5)
+		paritytest.Close(t, pre+"batch_losses", got, want, 1e-5)
 	}
 }

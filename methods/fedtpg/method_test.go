@@ -16,9 +16,9 @@ import (
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -30,17 +30,17 @@ func tensorPlan(t *testing.T, s *Settings, classes [][]int, opts train.Options) 
 	const C = 6
 	m, tokens, names := randomModel(t, C, s.NCtx, 3)
 	rng := rand.New(rand.NewPCG(8, 1))
-	var clients []fixture.TensorClient
+	var clients []parity.TensorClient
 	for _, cl := range classes {
 		const N = 6
 		S := m.W.Config.Vision.ImageSize
-		tc := fixture.TensorClient{Pixels: gradcheck.Rand(rng, N*3*S*S, 1)}
+		tc := parity.TensorClient{Pixels: gradcheck.Rand(rng, N*3*S*S, 1)}
 		for k := 0; k < N; k++ {
 			tc.Labels = append(tc.Labels, rng.IntN(len(cl)))
 		}
 		clients = append(clients, tc)
 	}
-	env, err := fixture.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
+	env, err := parity.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,8 +281,8 @@ func TestOwnClasses(t *testing.T) {
 		S := m.W.Config.Vision.ImageSize
 		rng := rand.New(rand.NewPCG(2, 5))
 		labels := []int{4, 1, 1, 4, 4}
-		env, err := fixture.TensorEnv(m, methods.Features, tokens, 6,
-			[]fixture.TensorClient{{Pixels: gradcheck.Rand(rng, 5*3*S*S, 1), Labels: labels}}, testOpts(), 1)
+		env, err := parity.TensorEnv(m, methods.Features, tokens, 6,
+			[]parity.TensorClient{{Pixels: gradcheck.Rand(rng, 5*3*S*S, 1), Labels: labels}}, testOpts(), 1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -41,18 +41,18 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 // noCSC says why csc=true is refused.
 const noCSC = "KgCoOp's class-specific context (one context per class, the authors' CSC option) is not implemented; pfedmma learns one context shared by the classes (csc=false)"
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters KgCoOp's
+// FixtureKeys implements parity.Settings: the hyper-parameters KgCoOp's
 // `pfedmma step` and `round` read (cmd/pfedmma refuses any other --set key).
 func (Method) FixtureKeys() []string {
 	return []string{"batch_size", "class_token_position", "csc", "local_epochs", "logit_scale", "lr", "momentum", "n_ctx", "w", "weight_decay"}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}
 
-// SettingsFrom implements fixture.Settings (the fixture's init
+// SettingsFrom implements parity.Settings (the fixture's init
 // tensors replace the context init, so ctx_init is empty; the hand-crafted
 // prompts are the fixture's "template_tokens").
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	c, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -64,8 +64,8 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return &Settings{NCtx: c.NCtx, W: c.W, InitStd: c.InitStd, TemplateRows: template}, nil
 }
 
-// Step implements fixture.Stepper.
-func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+// Step implements parity.Stepper.
+func (Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
@@ -86,7 +86,7 @@ func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]str
 }
 
 // RoundFromFile replays the round of testdata/kgcoop/round.safetensors
-// with prompt.Round (the fixture's own loop; fixture.Round is the
+// with prompt.Round (the fixture's own loop; parity.Round is the
 // production path).
 func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]string) (tensor.Named, error) {
 	return prompt.ReplayRound(replay(batch), m, params, batch, meta)

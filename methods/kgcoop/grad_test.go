@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/internal/methodtest"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 )
 
@@ -13,9 +13,9 @@ import (
 // the loss along random directions, from init_rand (where the pull term has
 // a gradient) with w = 8 and with w = 80 (the pull term dominating).
 func TestGradCheck(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, dir+"init_rand.safetensors")
-	ref, meta := fixturetest.Read(t, dir+"step_rand.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, dir+"init_rand.safetensors")
+	ref, meta := paritytest.Read(t, dir+"step_rand.safetensors")
 	for _, w := range []string{"8", "80"} {
 		meta["w"] = w
 		l, _, err := replay(ref).Learner(m, init, ref, meta, false)

@@ -12,10 +12,10 @@ import (
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -25,8 +25,8 @@ import (
 // (the fixture's class prompts).
 func tensorPlan(t *testing.T) *methods.Plan {
 	t.Helper()
-	m := fixturetest.Model(t)
-	ref, _ := fixturetest.Read(t, dir+"step.safetensors")
+	m := paritytest.Model(t)
+	ref, _ := paritytest.Read(t, dir+"step.safetensors")
 	tokens, err := prompt.Ints(ref, "tokens")
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func tensorPlan(t *testing.T) *methods.Plan {
 	C := len(tokens) / m.W.Config.Text.ContextLength
 	clients := methodtest.TensorClients(rand.New(rand.NewPCG(8, 1)), 3, 5, m.W.Config.Vision.ImageSize, C)
 	opts := train.Options{Epochs: 1, Batch: 2, Optimizer: "sgd", LR: 0.05, Momentum: 0.9, WD: 5e-4}
-	env, err := fixture.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
+	env, err := parity.TensorEnv(m, methods.Features, tokens, C, clients, opts, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestSettings(t *testing.T) {
 		{"kgcoop.init_std=-1", "kgcoop.init_std"},
 		{"kgcoop.w=-1", "kgcoop.w"},
 	})
-	m := fixturetest.Model(t)
+	m := paritytest.Model(t)
 	cfg, err := (&Settings{NCtx: 3, CtxInit: "a photo of a", InitStd: 0.02}).config(m, nil, 1)
 	if err != nil || cfg.NCtx != 3 || cfg.InitCtx != nil {
 		t.Errorf("ctx_init without a tokenizer: n_ctx %d, init words %v, error %v; want the random init of n_ctx 3", cfg.NCtx, cfg.InitCtx != nil, err)

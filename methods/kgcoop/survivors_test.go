@@ -7,7 +7,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 )
 
@@ -36,9 +36,9 @@ func TestClassTokenPositionOnlyEnd(t *testing.T) {
 // TestStepLossTerms: the step's loss_kg is w times the reference's score
 // (1 − mean cos), and the loss their sum with the cross-entropy.
 func TestStepLossTerms(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, dir+"init_rand.safetensors")
-	ref, meta := fixturetest.Read(t, dir+"step_rand.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, dir+"init_rand.safetensors")
+	ref, meta := paritytest.Read(t, dir+"step_rand.safetensors")
 	out, err := StepFromFile(m, init, ref, meta)
 	if err != nil {
 		t.Fatal(err)
@@ -57,8 +57,8 @@ func TestStepLossTerms(t *testing.T) {
 // N(0, init_std²): its sample standard deviation is init_std's within
 // sampling error, for two init_std.
 func TestRandomContextInit(t *testing.T) {
-	m := fixturetest.Model(t)
-	ref, _ := fixturetest.Read(t, dir+"step_rand.safetensors")
+	m := paritytest.Model(t)
+	ref, _ := paritytest.Read(t, dir+"step_rand.safetensors")
 	tokens, err := prompt.Ints(ref, "tokens")
 	if err != nil {
 		t.Fatal(err)

@@ -4,25 +4,25 @@ import (
 	"context"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 )
 
 // TestRoundReadsTemplateTokens: `pfedmma round --method kgcoop` pulls the
 // context towards the round file's "template_tokens", not towards the
 // class prompt rows (testdata's two are the same, so its round cannot tell
 // them apart). With the template's second word replaced in every row, the
-// production round (fixture.RunRound: Build, federation Sites, the
+// production round (parity.RunRound: Build, federation Sites, the
 // Coordinator) equals the fixture's replay loop on the same inputs
 // (RoundFromFile, which TestRoundFixture holds to the authors' round), and
 // differs from the round on the original template.
 func TestRoundReadsTemplateTokens(t *testing.T) {
-	m := fixturetest.Model(t)
-	f, err := fixture.Load(m, dir+"init_rand.safetensors", []string{dir + "round.safetensors"}, nil)
+	m := paritytest.Model(t)
+	f, err := parity.Load(m, dir+"init_rand.safetensors", []string{dir + "round.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	orig, err := fixture.RunRound(context.Background(), Method{}, f)
+	orig, err := parity.RunRound(context.Background(), Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,12 +33,12 @@ func TestRoundReadsTemplateTokens(t *testing.T) {
 		tmpl[r+2] = (tmpl[r+2] + 17) % 990
 	}
 	f.Ints["template_tokens"] = tmpl
-	got, err := fixture.RunRound(context.Background(), Method{}, f)
+	got, err := parity.RunRound(context.Background(), Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	init, _ := fixturetest.Read(t, dir+"init_rand.safetensors")
-	batch, meta := fixturetest.Read(t, dir+"round.safetensors")
+	init, _ := paritytest.Read(t, dir+"init_rand.safetensors")
+	batch, meta := paritytest.Read(t, dir+"round.safetensors")
 	for i, v := range tmpl {
 		batch["template_tokens"].Data[i] = float32(v)
 	}
@@ -47,7 +47,7 @@ func TestRoundReadsTemplateTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"client0.trained." + ParamCtx, "client1.trained." + ParamCtx, "global." + ParamCtx} {
-		fixturetest.Rel(t, name, got[name], want[name], 1e-4)
+		paritytest.Rel(t, name, got[name], want[name], 1e-4)
 		var d float64
 		for i, v := range got[name].Data {
 			d = max(d, float64(v-orig[name].Data[i]), float64(orig[name].Data[i]-v))

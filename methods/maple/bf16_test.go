@@ -12,7 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/gemm"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -120,7 +120,7 @@ func TestBF16FrozenWeightsUntouched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := fixture.TensorEnv(m, depth, tokens, C, clients, testOpts(), 5)
+	env, err := parity.TensorEnv(m, depth, tokens, C, clients, testOpts(), 5)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -104,9 +104,9 @@ func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]st
 	return out, nil
 }
 
-// SettingsFrom implements fixture.Settings: n_ctx and prompt_depth
+// SettingsFrom implements parity.Settings: n_ctx and prompt_depth
 // (and init_std) from the metadata.
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	wc := f.Model.W.Config
 	cfg, err := ConfigFromMeta(f.Meta, min(wc.Vision.Layers, wc.Text.Layers))
 	if err != nil {
@@ -115,12 +115,12 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return &Settings{NCtx: cfg.NCtx, PromptDepth: cfg.Depth, InitStd: cfg.InitStd}, nil // the fixtures' "X X" prompts
 }
 
-// Step implements fixture.Stepper: the layout of testdata/maple/step.safetensors.
-func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+// Step implements parity.Stepper: the layout of testdata/maple/step.safetensors.
+func (Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -129,4 +129,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -27,11 +27,11 @@ func updateTol(p, init *tensor.Tensor, base float64) float64 {
 // TestStepFixture reproduces step (J 3 of 4 blocks) and step_j4 (every
 // block prompted: the pooled last block's input carries replaced rows).
 func TestStepFixture(t *testing.T) {
-	m := fixturetest.Model(t)
+	m := paritytest.Model(t)
 	for _, c := range []struct{ init, step string }{{"init", "step"}, {"init_j4", "step_j4"}} {
 		t.Run(c.step, func(t *testing.T) {
-			init, _ := fixturetest.Read(t, "../../testdata/maple/"+c.init+".safetensors")
-			ref, meta := fixturetest.Read(t, "../../testdata/maple/"+c.step+".safetensors")
+			init, _ := paritytest.Read(t, "../../testdata/maple/"+c.init+".safetensors")
+			ref, meta := paritytest.Read(t, "../../testdata/maple/"+c.step+".safetensors")
 			out, err := StepFromFile(m, init, ref, meta)
 			if err != nil {
 				t.Fatal(err)
@@ -42,17 +42,17 @@ func TestStepFixture(t *testing.T) {
 			}
 			for k := 0; k < J; k++ {
 				name := "visual_prompt." + string(rune('0'+k))
-				fixturetest.Rel(t, name, out[name], ref[name], 1e-5)
+				paritytest.Rel(t, name, out[name], ref[name], 1e-5)
 			}
 			for _, name := range []string{"image_features", "text_features", "logits", "loss"} {
-				fixturetest.Rel(t, name, out[name], ref[name], 1e-5)
+				paritytest.Rel(t, name, out[name], ref[name], 1e-5)
 			}
 			n := 0
 			for name := range init {
 				n++
-				fixturetest.Rel(t, "grad."+name, out["grad."+name], ref["grad."+name], 1e-4)
-				fixturetest.Rel(t, "step1."+name, out["step1."+name], ref["step1."+name], 1e-5)
-				fixturetest.Rel(t, "update "+name, fixturetest.Update(out["step1."+name], init[name]), fixturetest.Update(ref["step1."+name], init[name]),
+				paritytest.Rel(t, "grad."+name, out["grad."+name], ref["grad."+name], 1e-4)
+				paritytest.Rel(t, "step1."+name, out["step1."+name], ref["step1."+name], 1e-5)
+				paritytest.Rel(t, "update "+name, paritytest.Update(out["step1."+name], init[name]), paritytest.Update(ref["step1."+name], init[name]),
 					updateTol(ref["step1."+name], init[name], 1e-4))
 			}
 			if n != 3+3*(J-1) {
@@ -63,9 +63,9 @@ func TestStepFixture(t *testing.T) {
 }
 
 func TestRoundFixture(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/maple/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/maple/round.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, "../../testdata/maple/init.safetensors")
+	ref, meta := paritytest.Read(t, "../../testdata/maple/round.safetensors")
 	out, err := RoundFromFile(m, init, ref, meta)
 	if err != nil {
 		t.Fatal(err)
@@ -74,11 +74,11 @@ func TestRoundFixture(t *testing.T) {
 	for name, want := range ref {
 		switch {
 		case strings.HasSuffix(name, "batch_losses"):
-			fixturetest.Rel(t, name, out[name], want, 1e-5)
+			paritytest.Rel(t, name, out[name], want, 1e-5)
 		case strings.Contains(name, ".trained."), strings.HasPrefix(name, "global."):
 			p := name[strings.Index(name, "prompt_learner."):]
-			fixturetest.Rel(t, name, out[name], want, 1e-4)
-			fixturetest.Rel(t, "update "+name, fixturetest.Update(out[name], init[p]), fixturetest.Update(want, init[p]), updateTol(want, init[p], 1e-4))
+			paritytest.Rel(t, name, out[name], want, 1e-4)
+			paritytest.Rel(t, "update "+name, paritytest.Update(out[name], init[p]), paritytest.Update(want, init[p]), updateTol(want, init[p], 1e-4))
 		default:
 			continue
 		}

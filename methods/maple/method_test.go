@@ -12,9 +12,9 @@ import (
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/prefixcache"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -35,7 +35,7 @@ func tensorPlan(t *testing.T, s *Settings) *methods.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := fixture.TensorEnv(m, depth, tokens, C, clients, testOpts(), 5)
+	env, err := parity.TensorEnv(m, depth, tokens, C, clients, testOpts(), 5)
 	if err != nil {
 		t.Fatal(err)
 	}

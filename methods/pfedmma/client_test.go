@@ -13,9 +13,9 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -120,7 +120,7 @@ func TestClassPromptsCutAfterLastEOT(t *testing.T) {
 // fixtureEnv is a TensorEnv over the tiny CLIP and fixture dir's class
 // prompts with the given clients, and pFedMMA's plan on it (adapters from
 // start to block 4, r = 16, α = 0.005, initial adapters init when not nil).
-func fixtureEnv(t *testing.T, dir string, start int, clients []fixture.TensorClient, opts train.Options, init tensor.Named) (*methods.Env, *methods.Plan) {
+func fixtureEnv(t *testing.T, dir string, start int, clients []parity.TensorClient, opts train.Options, init tensor.Named) (*methods.Env, *methods.Plan) {
 	t.Helper()
 	w, _, err := checkpoint.Load("../../testdata/clip-tiny/openai.safetensors")
 	if err != nil {
@@ -128,7 +128,7 @@ func fixtureEnv(t *testing.T, dir string, start int, clients []fixture.TensorCli
 	}
 	m := clip.New(w)
 	tokens := getInts(t, open(t, "../../testdata/"+dir+"/step.safetensors"), "tokens")
-	env, err := fixture.TensorEnv(m, start, tokens, len(tokens)/m.W.Config.Text.ContextLength, clients, opts, 11)
+	env, err := parity.TensorEnv(m, start, tokens, len(tokens)/m.W.Config.Text.ContextLength, clients, opts, 11)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestFitMetricsMatchReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := train.Options{Epochs: 1, Batch: B, LR: 0.001, Momentum: 0.9, WD: 5e-4, InOrder: true}
-	_, plan := fixtureEnv(t, "mma-l0", 0, []fixture.TensorClient{{Pixels: px, Labels: ys}}, opts, init)
+	_, plan := fixtureEnv(t, "mma-l0", 0, []parity.TensorClient{{Pixels: px, Labels: ys}}, opts, init)
 	shared := tensor.Named{}
 	for name, p := range init {
 		if IsShared(name) {
@@ -212,7 +212,7 @@ func (r *batchRecorder) Step(_ context.Context, b train.Batch) (float64, int, er
 func TestClientBatchOrderStream(t *testing.T) {
 	step := open(t, "../../testdata/mma-l2/step.safetensors")
 	images, labels := get(t, step, "images"), getInts(t, step, "labels")
-	clients := []fixture.TensorClient{{Pixels: images, Labels: labels}, {Pixels: images, Labels: labels}}
+	clients := []parity.TensorClient{{Pixels: images, Labels: labels}, {Pixels: images, Labels: labels}}
 	opts := train.Options{Epochs: 1, Batch: 2, LR: 0.001}
 	env, plan := fixtureEnv(t, "mma-l2", 2, clients, opts, nil)
 	for i, pc := range plan.Clients {
@@ -234,7 +234,7 @@ func TestClientBatchOrderStream(t *testing.T) {
 func TestEvalGroupFromBlockOne(t *testing.T) {
 	step := open(t, "../../testdata/mma-l2/step.safetensors")
 	images, labels := get(t, step, "images"), getInts(t, step, "labels")
-	clients := []fixture.TensorClient{{Pixels: images, Labels: labels}, {Pixels: images, Labels: labels}}
+	clients := []parity.TensorClient{{Pixels: images, Labels: labels}, {Pixels: images, Labels: labels}}
 	for _, start := range []int{0, 1, 4} {
 		_, plan := fixtureEnv(t, "mma-l2", start, clients, train.Options{Epochs: 1, Batch: 2, LR: 0.001}, nil)
 		g0 := plan.Clients[0].(*client.Client).EvalGroup()

@@ -8,15 +8,15 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// SettingsFrom implements fixture.Settings: the adapted blocks and
+// SettingsFrom implements parity.Settings: the adapted blocks and
 // the width come from the parameter names and shapes (or adapter_start,
 // adapter_end, adapter_dim), the scale from adapter_scale.
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	lo, hi, dim := -1, -1, 0
 	for name, t := range f.Params {
 		rest, ok := strings.CutPrefix(name, prefix+"shared_adapter.")
@@ -55,8 +55,8 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return s, nil
 }
 
-// Step implements fixture.Stepper on the mma-* fixtures' layout.
-func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+// Step implements parity.Stepper on the mma-* fixtures' layout.
+func (m Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	sec, err := m.SettingsFrom(f)
 	if err != nil {
 		return nil, err
@@ -136,7 +136,7 @@ func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, err
 	return out, nil
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -145,4 +145,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}

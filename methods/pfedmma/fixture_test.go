@@ -10,9 +10,9 @@ import (
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/safetensors"
 )
 
@@ -199,7 +199,7 @@ func updateClose(t *testing.T, name string, got, want, init []float32, tol float
 }
 
 // TestRoundMatchesReference runs the fixture's federated round through the
-// production path (fixture.Round: pfedmma's clients in federation Sites,
+// production path (parity.Round: pfedmma's clients in federation Sites,
 // FedAvg, the Coordinator): two clients train from the same initial
 // adapters with fresh optimizers (batch 4, stored order, one epoch), then
 // the shared projections are averaged with weights n_i/n.
@@ -229,20 +229,20 @@ func TestRoundMatchesReference(t *testing.T) {
 			if sec.Start != fx.start {
 				t.Fatalf("adapter_start %d, want %d", sec.Start, fx.start)
 			}
-			in := fixture.RoundInputs{Model: clip.New(w), Init: init, Tokens: getInts(t, step, "tokens"),
+			in := parity.RoundInputs{Model: clip.New(w), Init: init, Tokens: getInts(t, step, "tokens"),
 				Train: train.Options{Epochs: int(num(meta, "local_epochs")), Batch: int(num(meta, "batch_size")),
 					LR: num(meta, "lr"), Momentum: num(meta, "momentum"), WD: num(meta, "weight_decay"),
 					ResetOptimizer: true, InOrder: true}}
 			in.Classes = len(in.Tokens) / in.Model.W.Config.Text.ContextLength
 			steps := 0 // the most SGD steps behind a tensor: a client's, + 1 for the global
 			for c := 0; c < 2; c++ {
-				in.Clients = append(in.Clients, fixture.TensorClient{
+				in.Clients = append(in.Clients, parity.TensorClient{
 					Pixels: get(t, round, fmt.Sprintf("client%d.images", c)),
 					Labels: getInts(t, round, fmt.Sprintf("client%d.labels", c))})
 				n := len(in.Clients[c].Labels)
 				steps = max(steps, in.Train.Epochs*((n+in.Train.Batch-1)/in.Train.Batch)+1)
 			}
-			out, err := fixture.Round(context.Background(), Method{}, sec, in)
+			out, err := parity.Round(context.Background(), Method{}, sec, in)
 			if err != nil {
 				t.Fatal(err)
 			}

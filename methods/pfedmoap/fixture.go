@@ -11,8 +11,8 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -277,8 +277,8 @@ func RoundFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]st
 	return out, nil
 }
 
-// SettingsFrom implements fixture.Settings.
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+// SettingsFrom implements parity.Settings.
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	cfg, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -286,12 +286,12 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return fromConfig(cfg), nil
 }
 
-// Step implements fixture.Stepper.
-func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+// Step implements parity.Stepper.
+func (Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
-// FixtureRound implements fixture.Rounder through the production path: the
+// FixtureRound implements parity.Rounder through the production path: the
 // method's Plan (its KNNPool strategy and promptfed client, as `pfedmma
 // run` builds them) on the fixture of testdata/pfedmoap/round.safetensors.
 // The strategy is loaded with the fixture's pool and global prompt, its
@@ -302,7 +302,7 @@ func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error
 // "distances_to_K" (to every other client, in id order, as the paper's
 // rule ranks them), "clientK.loss" (the mean batch loss) and
 // "clientK.trained.<p>".
-func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (Method) FixtureRound(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	sec, err := Method{}.SettingsFrom(f)
 	if err != nil {
 		return nil, err
@@ -357,11 +357,11 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	}
 	// the pool's N clients (client ids are indices); only client self
 	// trains, the others hold its images as placeholders
-	clients := make([]fixture.TensorClient, N)
+	clients := make([]parity.TensorClient, N)
 	for j := range clients {
-		clients[j] = fixture.TensorClient{Pixels: px.Data, Labels: labels}
+		clients[j] = parity.TensorClient{Pixels: px.Data, Labels: labels}
 	}
-	env, err := fixture.TensorEnv(f.Model, methods.Features, tokens, len(tokens)/f.Model.W.Config.Text.ContextLength, clients, opts, uint64(seed))
+	env, err := parity.TensorEnv(f.Model, methods.Features, tokens, len(tokens)/f.Model.W.Config.Text.ContextLength, clients, opts, uint64(seed))
 	if err != nil {
 		return nil, err
 	}
@@ -442,7 +442,7 @@ func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Name
 	return out, nil
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -452,4 +452,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -19,9 +19,9 @@ import (
 // (gate_attention [C, B, K+1] included); without experts the step writes
 // no gate outputs at all.
 func TestStepFromFileShapes(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/pfedmoap/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/pfedmoap/step.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, "../../testdata/pfedmoap/init.safetensors")
+	ref, meta := paritytest.Read(t, "../../testdata/pfedmoap/step.safetensors")
 	batch := tensor.Named{"tokens": ref["tokens"], "labels": ref["labels"], "images": ref["images"]}
 	out, err := StepFromFile(m, init, batch, meta)
 	if err != nil {
@@ -56,8 +56,8 @@ func TestStepFromFileShapes(t *testing.T) {
 // round file's batch.
 func roundInputs(t *testing.T) (params, batch tensor.Named, meta map[string]string) {
 	t.Helper()
-	init, _ := fixturetest.Read(t, "../../testdata/pfedmoap/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/pfedmoap/round.safetensors")
+	init, _ := paritytest.Read(t, "../../testdata/pfedmoap/init.safetensors")
+	ref, meta := paritytest.Read(t, "../../testdata/pfedmoap/round.safetensors")
 	params = tensor.Named{}
 	for name, v := range init {
 		if IsGate(name) {
@@ -76,7 +76,7 @@ func roundInputs(t *testing.T) (params, batch tensor.Named, meta map[string]stri
 // the seed's permutation, a missing seed is refused, and a failing batch
 // is named by its index.
 func TestRoundFromFileOptions(t *testing.T) {
-	m := fixturetest.Model(t)
+	m := paritytest.Model(t)
 	params, batch, meta := roundInputs(t)
 	one := maps.Clone(meta)
 	one["batch_size"] = "1"
@@ -118,12 +118,12 @@ func TestRoundFromFileOptions(t *testing.T) {
 // TestFixtureRoundClientOutsidePool: the production round refuses a
 // client id past the pool (N) and takes the last one (N − 1).
 func TestFixtureRoundClientOutsidePool(t *testing.T) {
-	m := fixturetest.Model(t)
+	m := paritytest.Model(t)
 	for _, tc := range []struct {
 		client string
 		ok     bool
 	}{{"4", false}, {"3", true}} {
-		f, err := fixture.Load(m, fixturetest.Testdata+"pfedmoap/init.safetensors", []string{fixturetest.Testdata + "pfedmoap/round.safetensors"}, nil)
+		f, err := parity.Load(m, paritytest.Testdata+"pfedmoap/init.safetensors", []string{paritytest.Testdata + "pfedmoap/round.safetensors"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

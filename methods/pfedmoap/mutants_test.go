@@ -2,7 +2,7 @@ package pfedmoap
 
 import (
 	"fmt"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"math"
 	"math/rand/v2"
@@ -159,8 +159,8 @@ func TestGateLargeScores(t *testing.T) {
 // TestStepLabelRange: labels 0 and C−1 train, −1 and C are refused naming
 // the sample; an image batch of the wrong size is refused.
 func TestStepLabelRange(t *testing.T) {
-	m := fixturetest.Model(t)
-	ref, meta := fixturetest.Read(t, "../../testdata/pfedmoap/step.safetensors")
+	m := paritytest.Model(t)
+	ref, meta := paritytest.Read(t, "../../testdata/pfedmoap/step.safetensors")
 	cfg, err := ConfigFromMeta(meta)
 	if err != nil {
 		t.Fatal(err)
@@ -234,8 +234,8 @@ func TestShared(t *testing.T) {
 // deviation is init_std's within sampling error, for two init_std, and 0
 // gives a zero prompt.
 func TestPromptInit(t *testing.T) {
-	m := fixturetest.Model(t)
-	ref, meta := fixturetest.Read(t, "../../testdata/pfedmoap/step.safetensors")
+	m := paritytest.Model(t)
+	ref, meta := paritytest.Read(t, "../../testdata/pfedmoap/step.safetensors")
 	cfg, err := ConfigFromMeta(meta)
 	if err != nil {
 		t.Fatal(err)

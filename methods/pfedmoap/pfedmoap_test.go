@@ -9,7 +9,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -58,7 +58,7 @@ func rel(t *testing.T, name string, got, want *tensor.Tensor, tol float64) {
 // 1.5e-8; the zero-gradient biases move by weight decay alone, ~1e-7).
 func updateClose(t *testing.T, name string, got, want, init *tensor.Tensor, tol float64, steps int) {
 	t.Helper()
-	u, v := fixturetest.Update(got, init), fixturetest.Update(want, init)
+	u, v := paritytest.Update(got, init), paritytest.Update(want, init)
 	slack := maxAbs(want.Data) * 0x1p-23 * float64(steps)
 	var d float64
 	for i := range v.Data {
@@ -84,9 +84,9 @@ func TestStepFixture(t *testing.T) {
 // checkStepFixture compares the step of dir's init and step files with
 // the fixture: forward values, gradients, the step and its update.
 func checkStepFixture(t *testing.T, dir string) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, dir+"init.safetensors")
-	ref, meta := fixturetest.Read(t, dir+"step.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, dir+"init.safetensors")
+	ref, meta := paritytest.Read(t, dir+"step.safetensors")
 	batch := tensor.Named{"tokens": ref["tokens"], "labels": ref["labels"], "images": ref["images"]}
 	out, err := StepFromFile(m, init, batch, meta)
 	if err != nil {
@@ -123,9 +123,9 @@ func TestRoundFixture(t *testing.T) {
 // checkRoundFixture replays dir's round file (selection, then client 0's
 // local epoch) and compares it with the fixture, values and updates.
 func checkRoundFixture(t *testing.T, dir string) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, dir+"init.safetensors")
-	ref, meta := fixturetest.Read(t, dir+"round.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, dir+"init.safetensors")
+	ref, meta := paritytest.Read(t, dir+"round.safetensors")
 	params := tensor.Named{}
 	for name, v := range init {
 		if IsGate(name) {
@@ -344,8 +344,8 @@ func TestConfigValidate(t *testing.T) {
 // TestFirstTimeIsCoOp checks that without experts the logits are plain CLIP
 // cosine logits and the gate gets no gradient.
 func TestFirstTimeIsCoOp(t *testing.T) {
-	m := fixturetest.Model(t)
-	ref, meta := fixturetest.Read(t, "../../testdata/pfedmoap/step.safetensors")
+	m := paritytest.Model(t)
+	ref, meta := paritytest.Read(t, "../../testdata/pfedmoap/step.safetensors")
 	cfg, err := ConfigFromMeta(meta)
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,7 @@ package pfedmoap
 import (
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -18,7 +18,7 @@ func TestPositionFixtures(t *testing.T) {
 	for _, pos := range []string{"middle", "front"} {
 		t.Run(pos, func(t *testing.T) {
 			dir := "../../testdata/coop-positions/pfedmoap-" + pos + "/"
-			ref, meta := fixturetest.Read(t, dir+"step.safetensors")
+			ref, meta := paritytest.Read(t, dir+"step.safetensors")
 			if meta["class_token_position"] != pos {
 				t.Fatalf("fixture metadata class_token_position %q", meta["class_token_position"])
 			}
@@ -26,14 +26,14 @@ func TestPositionFixtures(t *testing.T) {
 			checkRoundFixture(t, dir)
 			checkRoundProduction(t, "coop-positions/pfedmoap-"+pos+"/")
 
-			init, _ := fixturetest.Read(t, dir+"init.safetensors")
+			init, _ := paritytest.Read(t, dir+"init.safetensors")
 			endMeta := map[string]string{}
 			for k, v := range meta {
 				endMeta[k] = v
 			}
 			endMeta["class_token_position"] = "end"
 			batch := tensor.Named{"tokens": ref["tokens"], "labels": ref["labels"], "images": ref["images"]}
-			end, err := StepFromFile(fixturetest.Model(t), init, batch, endMeta)
+			end, err := StepFromFile(paritytest.Model(t), init, batch, endMeta)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -27,17 +27,17 @@ func TestRoundFixtureProductionPath(t *testing.T) {
 // checkRoundProduction runs dir's (under testdata) init and round files
 // through the production path and compares it with the round file.
 func checkRoundProduction(t *testing.T, dir string) {
-	m := fixturetest.Model(t)
-	f, err := fixture.Load(m, fixturetest.Testdata+dir+"init.safetensors", []string{fixturetest.Testdata + dir + "round.safetensors"}, nil)
+	m := paritytest.Model(t)
+	f, err := parity.Load(m, paritytest.Testdata+dir+"init.safetensors", []string{paritytest.Testdata + dir + "round.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := fixture.RunRound(context.Background(), Method{}, f)
+	out, err := parity.RunRound(context.Background(), Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, _ := fixturetest.Read(t, fixturetest.Testdata+dir+"round.safetensors")
-	init, _ := fixturetest.Read(t, fixturetest.Testdata+dir+"init.safetensors")
+	ref, _ := paritytest.Read(t, paritytest.Testdata+dir+"round.safetensors")
+	init, _ := paritytest.Read(t, paritytest.Testdata+dir+"init.safetensors")
 	if got, want := out["selected"].Data, ref["selected"].Data; !slices.Equal(got, want) {
 		t.Fatalf("the production strategy selected %v, the reference %v", got, want)
 	}
@@ -80,8 +80,8 @@ func TestOneExpertSendsNoPrompts(t *testing.T) {
 	for _, sel := range []string{"nearest", "random"} {
 		s := fromConfig(DefaultConfig())
 		s.NumExperts, s.Selection = 1, sel
-		m := fixturetest.Model(t)
-		f, err := fixture.Load(m, fixturetest.Testdata+"pfedmoap/init.safetensors", []string{fixturetest.Testdata + "pfedmoap/round.safetensors"}, nil)
+		m := paritytest.Model(t)
+		f, err := parity.Load(m, paritytest.Testdata+"pfedmoap/init.safetensors", []string{paritytest.Testdata + "pfedmoap/round.safetensors"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,13 +90,13 @@ func TestOneExpertSendsNoPrompts(t *testing.T) {
 		labels, _ := f.IntsOf("client0.labels")
 		S := m.W.Config.Vision.ImageSize
 		half := len(labels) / 2
-		clients := []fixture.TensorClient{
+		clients := []parity.TensorClient{
 			{Pixels: img[:half*3*S*S], Labels: labels[:half]},
 			{Pixels: img[half*3*S*S:], Labels: labels[half:]},
 			{Pixels: img[:half*3*S*S], Labels: labels[:half]},
 		}
 		opts, _ := f.TrainOptions()
-		env, err := fixture.TensorEnv(m, methods.Features, tokens, len(tokens)/m.W.Config.Text.ContextLength, clients, opts, 5)
+		env, err := parity.TensorEnv(m, methods.Features, tokens, len(tokens)/m.W.Config.Text.ContextLength, clients, opts, 5)
 		if err != nil {
 			t.Fatal(err)
 		}

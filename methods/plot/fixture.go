@@ -6,7 +6,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -51,8 +51,8 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 	return c, c.Validate()
 }
 
-// SettingsFrom implements fixture.Settings.
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+// SettingsFrom implements parity.Settings.
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	cfg, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -60,13 +60,13 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return fromConfig(cfg), nil
 }
 
-// Step implements fixture.Stepper: the step of the production client
-// (fixture.LearnerStep: loss, logits, grad.*, step1.*) and, from a learner
+// Step implements parity.Stepper: the step of the production client
+// (parity.LearnerStep: loss, logits, grad.*, step1.*) and, from a learner
 // built on the same settings, the features the reference records and the
 // logits (the client is no BatchScorer):
 // "image_features" [1+M, B, E] (token-major, as theirs), "text_features"
 // [N·C, E], "plan" [B·C, M, N].
-func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (m Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	sec, err := m.SettingsFrom(f)
 	if err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, err
 	if err := checkLogitScale(f); err != nil {
 		return nil, err
 	}
-	out, err := fixture.LearnerStep(ctx, m, sec, f)
+	out, err := parity.LearnerStep(ctx, m, sec, f)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, err
 
 // checkLogitScale refuses a fixture whose logit_scale is not the model's
 // (the production client scores with the model's own).
-func checkLogitScale(f *fixture.Fixture) error {
+func checkLogitScale(f *parity.Fixture) error {
 	if _, ok := f.Meta["logit_scale"]; !ok {
 		return nil
 	}
@@ -108,7 +108,7 @@ func checkLogitScale(f *fixture.Fixture) error {
 
 // features computes the reference's recorded features of the step batch
 // with a learner holding f.Params.
-func features(f *fixture.Fixture, cfg Config) (tensor.Named, error) {
+func features(f *parity.Fixture, cfg Config) (tensor.Named, error) {
 	tokens, err := f.IntsOf("tokens")
 	if err != nil {
 		return nil, err
@@ -149,10 +149,10 @@ func features(f *fixture.Fixture, cfg Config) (tensor.Named, error) {
 	}, nil
 }
 
-// FixtureRound implements fixture.Rounder: the plain round through the
+// FixtureRound implements parity.Rounder: the plain round through the
 // production client and federation.Coordinator (client.FixtureRound), with
 // each client's batch losses.
-func (m Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (m Method) FixtureRound(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	if err := checkLogitScale(f); err != nil {
 		return nil, err
 	}
@@ -167,7 +167,7 @@ func (Method) SurrogateGradient() string {
 	return "the optimal-transport plan is held constant in the backward pass"
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -176,4 +176,4 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}

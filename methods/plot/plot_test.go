@@ -10,12 +10,12 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 )
 
-const dir = fixturetest.Testdata + "plot/"
+const dir = paritytest.Testdata + "plot/"
 
 // tol is the fixture README's scale-relative tolerance of an output.
 func tol(name string) float64 {
@@ -32,14 +32,14 @@ func tol(name string) float64 {
 // and the update step1 − init with theirs; the Sinkhorn iteration count
 // equals theirs.
 func TestStepFixtures(t *testing.T) {
-	m := fixturetest.Model(t)
+	m := paritytest.Model(t)
 	for _, file := range []string{"step", "step_imagenet"} {
 		t.Run(file, func(t *testing.T) {
-			f, err := fixture.Load(m, dir+"init.safetensors", []string{dir + file + ".safetensors"}, nil)
+			f, err := parity.Load(m, dir+"init.safetensors", []string{dir + file + ".safetensors"}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ref, _ := fixturetest.Read(t, dir+file+".safetensors")
+			ref, _ := paritytest.Read(t, dir+file+".safetensors")
 			init := f.Params[ParamCtx]
 			out, err := Method{}.Step(context.Background(), f)
 			if err != nil {
@@ -49,10 +49,10 @@ func TestStepFixtures(t *testing.T) {
 				if out[name] == nil {
 					t.Fatalf("the step outputs no %s", name)
 				}
-				fixturetest.RelValues(t, name, out[name].Data, ref[name].Data, tol(name))
+				paritytest.RelValues(t, name, out[name].Data, ref[name].Data, tol(name))
 			}
-			fixturetest.RelValues(t, "update", fixturetest.UpdateValues(out["step1."+ParamCtx].Data, init.Data),
-				fixturetest.UpdateValues(ref["step1."+ParamCtx].Data, init.Data), 1e-4)
+			paritytest.RelValues(t, "update", paritytest.UpdateValues(out["step1."+ParamCtx].Data, init.Data),
+				paritytest.UpdateValues(ref["step1."+ParamCtx].Data, init.Data), 1e-4)
 			checkIterations(t, f)
 		})
 	}
@@ -60,7 +60,7 @@ func TestStepFixtures(t *testing.T) {
 
 // checkIterations: the Sinkhorn stops after the reference's iteration
 // count (metadata ot_iterations) on the step batch.
-func checkIterations(t *testing.T, f *fixture.Fixture) {
+func checkIterations(t *testing.T, f *parity.Fixture) {
 	t.Helper()
 	want, err := strconv.Atoi(f.Meta["ot_iterations"])
 	if err != nil {
@@ -85,7 +85,7 @@ func checkIterations(t *testing.T, f *fixture.Fixture) {
 }
 
 // learnerOf is a learner on f's class prompts holding f.Params.
-func learnerOf(t *testing.T, f *fixture.Fixture, cfg Config) *Learner {
+func learnerOf(t *testing.T, f *parity.Fixture, cfg Config) *Learner {
 	t.Helper()
 	tokens, err := f.IntsOf("tokens")
 	if err != nil {
@@ -106,13 +106,13 @@ func learnerOf(t *testing.T, f *fixture.Fixture, cfg Config) *Learner {
 // compares each client's batch losses, trained contexts and the server's
 // average (values and updates).
 func TestRoundFixture(t *testing.T) {
-	out := fixturetest.Round(t, Method{}, "plot/init.safetensors", []string{"plot/round.safetensors"}, nil, "plot/round.safetensors", 1e-4)
-	ref, _ := fixturetest.Read(t, dir+"round.safetensors")
+	out := paritytest.Round(t, Method{}, "plot/init.safetensors", []string{"plot/round.safetensors"}, nil, "plot/round.safetensors", 1e-4)
+	ref, _ := paritytest.Read(t, dir+"round.safetensors")
 	for _, c := range []string{"client0.", "client1."} {
 		if out[c+"batch_losses"] == nil {
 			t.Fatalf("the round reports no %sbatch_losses", c)
 		}
-		fixturetest.Rel(t, c+"batch_losses", out[c+"batch_losses"], ref[c+"batch_losses"], 1e-5)
+		paritytest.Rel(t, c+"batch_losses", out[c+"batch_losses"], ref[c+"batch_losses"], 1e-5)
 	}
 }
 
@@ -121,8 +121,8 @@ func TestRoundFixture(t *testing.T) {
 // the loss with the plan held fixed (the reference's plan, so the oracle
 // is outside the solver), on the ImageNet step.
 func TestStepGradient(t *testing.T) {
-	m := fixturetest.Model(t)
-	f, err := fixture.Load(m, dir+"init.safetensors", []string{dir + "step_imagenet.safetensors"}, nil)
+	m := paritytest.Model(t)
+	f, err := parity.Load(m, dir+"init.safetensors", []string{dir + "step_imagenet.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func fixedPlanLoss(txt, img []float32, labels []int, plan []float32, N, C, E int
 // refused with an error naming the key; dataset ImageNet turns the global
 // branch on and global_logit overrides it.
 func TestConfigFromMetaRefusals(t *testing.T) {
-	_, base := fixturetest.Read(t, dir+"step.safetensors")
+	_, base := paritytest.Read(t, dir+"step.safetensors")
 	for key, val := range map[string]string{"csc": "True", "class_token_position": "middle", "n_prompts": "0", "eps": "-1", "max_iter": "x", "global_logit": "maybe"} {
 		meta := maps.Clone(base)
 		meta[key] = val

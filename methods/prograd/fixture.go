@@ -7,7 +7,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -42,18 +42,18 @@ func ConfigFromMeta(meta map[string]string) (Config, error) {
 	return c, c.Validate()
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters ProGrad's
+// FixtureKeys implements parity.Settings: the hyper-parameters ProGrad's
 // `pfedmma step` and `round` read (cmd/pfedmma refuses any other --set key).
 func (Method) FixtureKeys() []string {
 	return []string{"T", "batch_size", "class_token_position", "csc", "lambda", "local_epochs", "lr", "momentum", "n_ctx", "weight_decay"}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}
 
-// SettingsFrom implements fixture.Settings (the fixture's init tensors
+// SettingsFrom implements parity.Settings (the fixture's init tensors
 // replace the context init, so ctx_init is empty; the teacher's prompts are
 // the fixture's "template_tokens").
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	c, err := ConfigFromMeta(f.Meta)
 	if err != nil {
 		return nil, err
@@ -65,19 +65,19 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return &Settings{NCtx: c.NCtx, T: c.T, Lambda: c.Lambda, InitStd: c.InitStd, TemplateRows: template}, nil
 }
 
-// Step implements fixture.Stepper through the production client
-// (fixture.LearnerStep): "loss" (the cross entropy), "grad.prompt_learner.ctx"
+// Step implements parity.Stepper through the production client
+// (parity.LearnerStep): "loss" (the cross entropy), "grad.prompt_learner.ctx"
 // (the update direction) and "step1.…"; then, from a bare learner on the
 // same inputs, what the step computes on the way: "logits",
 // "image_features", "text_features", "zs_logits", "zs_text_features",
 // "xe_loss", "kl_loss", "grad_xe.…", "grad_kl.…", their "cos" and
 // "projected" (1 when the direction was projected).
-func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (m Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	sec, err := m.SettingsFrom(f)
 	if err != nil {
 		return nil, err
 	}
-	out, err := fixture.LearnerStep(ctx, m, sec, f)
+	out, err := parity.LearnerStep(ctx, m, sec, f)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func (m Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, err
 
 // stepLearner is a bare learner of a step fixture with its parameters,
 // and the batch's image features and labels.
-func stepLearner(f *fixture.Fixture, s *Settings) (*Learner, []float32, []int, error) {
+func stepLearner(f *parity.Fixture, s *Settings) (*Learner, []float32, []int, error) {
 	tokens, C, err := f.ClassTokens()
 	if err != nil {
 		return nil, nil, nil, err

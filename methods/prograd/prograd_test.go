@@ -9,8 +9,8 @@ import (
 
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -25,9 +25,9 @@ var stepFiles = []string{"step.safetensors", "step_aligned.safetensors", "step_t
 // images' features (computed by the frozen encoder, not read back).
 func bare(t *testing.T, file string) (*Learner, tensor.Named, tensor.Named, []float32, []int) {
 	t.Helper()
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, dir+"init.safetensors")
-	ref, meta := fixturetest.Read(t, dir+file)
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, dir+"init.safetensors")
+	ref, meta := paritytest.Read(t, dir+file)
 	cfg, err := ConfigFromMeta(meta)
 	if err != nil {
 		t.Fatal(err)
@@ -75,10 +75,10 @@ func TestStepFixture(t *testing.T) {
 			out["loss"] = prompt.Scalar(loss)
 			out["grad."+ParamCtx] = l.grad.Clone()
 			for _, name := range []string{"image_features", "text_features", "zs_text_features", "logits", "zs_logits", "loss", "xe_loss", "kl_loss"} {
-				fixturetest.Rel(t, name, out[name], ref[name], 1e-5)
+				paritytest.Rel(t, name, out[name], ref[name], 1e-5)
 			}
 			for _, name := range []string{"grad_xe.", "grad_kl.", "grad."} {
-				fixturetest.Rel(t, name+ParamCtx, out[name+ParamCtx], ref[name+ParamCtx], 1e-4)
+				paritytest.Rel(t, name+ParamCtx, out[name+ParamCtx], ref[name+ParamCtx], 1e-4)
 			}
 			if d := math.Abs(terms["cos"] - float64(ref["cos"].Data[0])); d > 1e-5 {
 				t.Errorf("cos %v, reference %v (|Δ| %.3g > 1e-5)", terms["cos"], ref["cos"].Data[0], d)
@@ -90,44 +90,44 @@ func TestStepFixture(t *testing.T) {
 	}
 }
 
-// TestStepProductionPath runs `pfedmma step` (fixture.LearnerStep: the
+// TestStepProductionPath runs `pfedmma step` (parity.LearnerStep: the
 // production client, then the bare learner's diagnostics) on the reference
 // steps: loss, the update direction, one SGD step and the update p − init,
 // the logits, both losses and both gradients.
 func TestStepProductionPath(t *testing.T) {
 	for _, file := range stepFiles {
 		t.Run(file, func(t *testing.T) {
-			f, err := fixture.Load(fixturetest.Model(t), dir+"init.safetensors", []string{dir + file}, nil)
+			f, err := parity.Load(paritytest.Model(t), dir+"init.safetensors", []string{dir + file}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ref, _ := fixturetest.Read(t, dir+file)
+			ref, _ := paritytest.Read(t, dir+file)
 			delete(f.Batch, "image_features")
 			out, err := Method{}.Step(context.Background(), f)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, name := range []string{"loss", "grad." + ParamCtx, "step1." + ParamCtx, "logits", "image_features", "zs_logits", "xe_loss", "kl_loss", "grad_xe." + ParamCtx, "grad_kl." + ParamCtx} {
-				tol := fixturetest.Tol(name)
+				tol := paritytest.Tol(name)
 				if strings.HasPrefix(name, "grad_") {
 					tol = 1e-4
 				}
-				fixturetest.Rel(t, name, out[name], ref[name], tol)
+				paritytest.Rel(t, name, out[name], ref[name], tol)
 			}
 			if out["projected"].Data[0] != ref["projected"].Data[0] {
 				t.Errorf("projected %v, reference %v", out["projected"].Data[0], ref["projected"].Data[0])
 			}
 			init := f.Params[ParamCtx]
-			fixturetest.Rel(t, "update", fixturetest.Update(out["step1."+ParamCtx], init), fixturetest.Update(ref["step1."+ParamCtx], init), 1e-4)
+			paritytest.Rel(t, "update", paritytest.Update(out["step1."+ParamCtx], init), paritytest.Update(ref["step1."+ParamCtx], init), 1e-4)
 		})
 	}
 }
 
 // TestRoundProductionPath runs the reference round (two clients, client 0
-// agreeing, client 1 projected) through fixture.RunRound: the production
+// agreeing, client 1 projected) through parity.RunRound: the production
 // client and federation.Coordinator.
 func TestRoundProductionPath(t *testing.T) {
-	out := fixturetest.Round(t, Method{}, "prograd/init.safetensors", []string{"prograd/round.safetensors"}, nil, "prograd/round.safetensors", 1e-4)
+	out := paritytest.Round(t, Method{}, "prograd/init.safetensors", []string{"prograd/round.safetensors"}, nil, "prograd/round.safetensors", 1e-4)
 	if _, ok := out["global."+ParamCtx]; !ok {
 		t.Error("the server holds no context")
 	}
@@ -193,17 +193,17 @@ func TestProject(t *testing.T) {
 // production round (client.FixtureRound) against the authors' recorded
 // losses, and the round's branches: client 0 agreeing, client 1 projected.
 func TestRoundBatchLosses(t *testing.T) {
-	f, err := fixture.Load(fixturetest.Model(t), dir+"init.safetensors", []string{dir + "round.safetensors"}, nil)
+	f, err := parity.Load(paritytest.Model(t), dir+"init.safetensors", []string{dir + "round.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, _ := fixturetest.Read(t, dir+"round.safetensors")
+	ref, _ := paritytest.Read(t, dir+"round.safetensors")
 	out, err := client.FixtureRound(context.Background(), f, Method{}, clientSpec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []string{"client0.", "client1."} {
-		fixturetest.Rel(t, c+"batch_losses", out[c+"batch_losses"], ref[c+"batch_xe_losses"], 1e-5)
+		paritytest.Rel(t, c+"batch_losses", out[c+"batch_losses"], ref[c+"batch_xe_losses"], 1e-5)
 	}
 	if ref["client0.batch_cos"].Data[0] <= 0 || ref["client1.batch_cos"].Data[0] >= 0 {
 		t.Fatalf("the round fixture no longer exercises both branches: cos %v, %v", ref["client0.batch_cos"].Data, ref["client1.batch_cos"].Data)

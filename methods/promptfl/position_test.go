@@ -5,19 +5,19 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 )
 
 // The class-token position fixtures (testdata/coop-positions, from the
 // authors' trainers/coop.py): one step and one round for "middle", "front"
 // and "middle" with class-specific contexts, values and updates.
 func TestPositionFixtures(t *testing.T) {
-	m := fixturetest.Model(t)
+	m := paritytest.Model(t)
 	for _, pos := range []string{"middle", "front", "middle-csc"} {
 		t.Run(pos, func(t *testing.T) {
 			dir := "../../testdata/coop-positions/" + pos + "/"
-			init, _ := fixturetest.Read(t, dir+"init.safetensors")
-			ref, meta := fixturetest.Read(t, dir+"step.safetensors")
+			init, _ := paritytest.Read(t, dir+"init.safetensors")
+			ref, meta := paritytest.Read(t, dir+"step.safetensors")
 			if meta["class_token_position"] != strings.TrimSuffix(pos, "-csc") {
 				t.Fatalf("fixture metadata class_token_position %q", meta["class_token_position"])
 			}
@@ -26,9 +26,9 @@ func TestPositionFixtures(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, name := range []string{"text_features", "logits", "loss", "grad." + ParamCtx, "step1." + ParamCtx} {
-				fixturetest.Rel(t, name, out[name], ref[name], fixturetest.Tol(name))
+				paritytest.Rel(t, name, out[name], ref[name], paritytest.Tol(name))
 			}
-			fixturetest.Rel(t, "update", fixturetest.Update(out["step1."+ParamCtx], init[ParamCtx]), fixturetest.Update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
+			paritytest.Rel(t, "update", paritytest.Update(out["step1."+ParamCtx], init[ParamCtx]), paritytest.Update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
 			// the position matters: read as "end" the step differs
 			endMeta := map[string]string{}
 			for k, v := range meta {
@@ -43,19 +43,19 @@ func TestPositionFixtures(t *testing.T) {
 				t.Errorf("the end position gives the same loss %g as %s", end["loss"].Data[0], pos)
 			}
 
-			rd, rmeta := fixturetest.Read(t, dir+"round.safetensors")
+			rd, rmeta := paritytest.Read(t, dir+"round.safetensors")
 			rout, err := RoundFromFile(m, init, rd, rmeta)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, name := range []string{"client0.batch_losses", "client1.batch_losses", "client0.trained." + ParamCtx, "client1.trained." + ParamCtx, "global." + ParamCtx} {
-				fixturetest.Rel(t, name, rout[name], rd[name], fixturetest.Tol(name))
+				paritytest.Rel(t, name, rout[name], rd[name], paritytest.Tol(name))
 				if strings.Contains(name, ParamCtx) {
-					fixturetest.Rel(t, name+" update", fixturetest.Update(rout[name], init[ParamCtx]), fixturetest.Update(rd[name], init[ParamCtx]), 1e-4)
+					paritytest.Rel(t, name+" update", paritytest.Update(rout[name], init[ParamCtx]), paritytest.Update(rd[name], init[ParamCtx]), 1e-4)
 				}
 			}
 			// the production path (`pfedmma round`)
-			fixturetest.Round(t, Method{}, "coop-positions/"+pos+"/init.safetensors", []string{"coop-positions/" + pos + "/round.safetensors"}, nil, "coop-positions/"+pos+"/round.safetensors", 1e-4)
+			paritytest.Round(t, Method{}, "coop-positions/"+pos+"/init.safetensors", []string{"coop-positions/" + pos + "/round.safetensors"}, nil, "coop-positions/"+pos+"/round.safetensors", 1e-4)
 		})
 	}
 }

@@ -4,14 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 func TestStepFixture(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/promptfl/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/promptfl/step.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, "../../testdata/promptfl/init.safetensors")
+	ref, meta := paritytest.Read(t, "../../testdata/promptfl/step.safetensors")
 	// the batch is the step's inputs alone: the image features come from
 	// the images, not from the reference's outputs (issue 17, defect 9)
 	out, err := StepFromFile(m, init, stepInputs(ref), meta)
@@ -19,29 +19,29 @@ func TestStepFixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"image_features", "text_features", "logits", "loss", "grad." + ParamCtx, "step1." + ParamCtx} {
-		fixturetest.Rel(t, name, out[name], ref[name], fixturetest.Tol(name))
+		paritytest.Rel(t, name, out[name], ref[name], paritytest.Tol(name))
 	}
-	fixturetest.Rel(t, "update", fixturetest.Update(out["step1."+ParamCtx], init[ParamCtx]), fixturetest.Update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
+	paritytest.Rel(t, "update", paritytest.Update(out["step1."+ParamCtx], init[ParamCtx]), paritytest.Update(ref["step1."+ParamCtx], init[ParamCtx]), 1e-4)
 }
 
 // TestWeightDecay checks the decay on its own: one momentum-SGD step with
 // weight decay wd differs from the step without by exactly −lr·wd·p.
 func TestWeightDecay(t *testing.T) {
-	fixturetest.WeightDecay(t, "../../testdata/promptfl/", StepFromFile, ParamCtx)
+	paritytest.WeightDecay(t, "../../testdata/promptfl/", StepFromFile, ParamCtx)
 }
 
 func TestRoundFixture(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/promptfl/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/promptfl/round.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, "../../testdata/promptfl/init.safetensors")
+	ref, meta := paritytest.Read(t, "../../testdata/promptfl/round.safetensors")
 	out, err := RoundFromFile(m, init, ref, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"client0.batch_losses", "client1.batch_losses", "client0.trained." + ParamCtx, "client1.trained." + ParamCtx, "global." + ParamCtx} {
-		fixturetest.Rel(t, name, out[name], ref[name], fixturetest.Tol(name))
+		paritytest.Rel(t, name, out[name], ref[name], paritytest.Tol(name))
 		if strings.Contains(name, ParamCtx) {
-			fixturetest.Rel(t, name+" update", fixturetest.Update(out[name], init[ParamCtx]), fixturetest.Update(ref[name], init[ParamCtx]), 1e-4)
+			paritytest.Rel(t, name+" update", paritytest.Update(out[name], init[ParamCtx]), paritytest.Update(ref[name], init[ParamCtx]), 1e-4)
 		}
 	}
 }
@@ -49,15 +49,15 @@ func TestRoundFixture(t *testing.T) {
 // TestStepFromFileInputs: cached image features stand in for images, and a
 // missing setting is named.
 func TestStepFromFileInputs(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/promptfl/init.safetensors")
-	ref, meta := fixturetest.Read(t, "../../testdata/promptfl/step.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, "../../testdata/promptfl/init.safetensors")
+	ref, meta := paritytest.Read(t, "../../testdata/promptfl/step.safetensors")
 	batch := tensor.Named{"tokens": ref["tokens"], "labels": ref["labels"], "image_features": ref["image_features"]}
 	out, err := StepFromFile(m, init, batch, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fixturetest.Rel(t, "grad from cached features", out["grad."+ParamCtx], ref["grad."+ParamCtx], 1e-4)
+	paritytest.Rel(t, "grad from cached features", out["grad."+ParamCtx], ref["grad."+ParamCtx], 1e-4)
 	for _, key := range []string{"lr", "n_ctx", "logit_scale"} {
 		bad := map[string]string{}
 		for k, v := range meta {

@@ -6,8 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -99,9 +99,9 @@ func TestInitContext(t *testing.T) {
 // round with prox_mu set gives the replay's trained contexts, not the
 // plain ones.
 func TestProxRound(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, "../../testdata/promptfl/init.safetensors")
-	rd, meta := fixturetest.Read(t, "../../testdata/promptfl/round.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, "../../testdata/promptfl/init.safetensors")
+	rd, meta := paritytest.Read(t, "../../testdata/promptfl/round.safetensors")
 	proxMeta := map[string]string{}
 	for k, v := range meta {
 		proxMeta[k] = v
@@ -126,16 +126,16 @@ func TestProxRound(t *testing.T) {
 	if !(lx[1] > lp[1]) {
 		t.Errorf("second batch: loss %v with FedProx, not above %v without", lx[1], lp[1])
 	}
-	f, err := fixture.Load(m, fixturetest.Testdata+"promptfl/init.safetensors", []string{fixturetest.Testdata + "promptfl/round.safetensors"}, []string{"prox_mu=" + mu})
+	f, err := parity.Load(m, paritytest.Testdata+"promptfl/init.safetensors", []string{paritytest.Testdata + "promptfl/round.safetensors"}, []string{"prox_mu=" + mu})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := fixture.RunRound(context.Background(), Method{}, f)
+	out, err := parity.RunRound(context.Background(), Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"client0.trained." + ParamCtx, "client1.trained." + ParamCtx} {
-		fixturetest.Close(t, name, out[name].Data, prox[name].Data, 1e-4)
+		paritytest.Close(t, name, out[name].Data, prox[name].Data, 1e-4)
 		var d, ref float64
 		for i, v := range plain[name].Data {
 			d = math.Max(d, math.Abs(float64(v-prox[name].Data[i])))

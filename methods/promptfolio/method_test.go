@@ -13,10 +13,10 @@ import (
 	"github.com/pfedmma/pfedmma/internal/methodtest"
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/promptfl"
 	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -25,9 +25,9 @@ import (
 // averages it (8/12, 4/12), prompt 1 stays; each client's next start is
 // [global; own prompt 1].
 func TestRoundProductionPath(t *testing.T) {
-	out := fixturetest.Round(t, Method{}, "promptfolio/init.safetensors", []string{"promptfolio/round.safetensors"}, nil, "promptfolio/round.safetensors", 1e-4)
-	ref, _ := fixturetest.Read(t, td+"round.safetensors")
-	init, _ := fixturetest.Read(t, td+"init.safetensors")
+	out := paritytest.Round(t, Method{}, "promptfolio/init.safetensors", []string{"promptfolio/round.safetensors"}, nil, "promptfolio/round.safetensors", 1e-4)
+	ref, _ := paritytest.Read(t, td+"round.safetensors")
+	init, _ := paritytest.Read(t, td+"init.safetensors")
 	if g := out["global."+ParamCtx]; g == nil || !tensor.SameShape(g.Shape, []int{1, 8, 128}) {
 		t.Fatalf("global context %v, want prompt 0 only", g)
 	}
@@ -36,7 +36,7 @@ func TestRoundProductionPath(t *testing.T) {
 		if !ok {
 			t.Fatalf("round produced no %s", name)
 		}
-		fixturetest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
+		paritytest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
 	}
 	for i := range 2 {
 		name := "client" + string(rune('0'+i)) + ".next." + ParamCtx
@@ -44,8 +44,8 @@ func TestRoundProductionPath(t *testing.T) {
 		if !ok {
 			t.Fatalf("round produced no %s", name)
 		}
-		fixturetest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
-		fixturetest.RelValues(t, name+" (update)", fixturetest.UpdateValues(got.Data, init[ParamCtx].Data), fixturetest.UpdateValues(ref[name].Data, init[ParamCtx].Data), 1e-4)
+		paritytest.RelValues(t, name, got.Data, ref[name].Data, 1e-4)
+		paritytest.RelValues(t, name+" (update)", paritytest.UpdateValues(got.Data, init[ParamCtx].Data), paritytest.UpdateValues(ref[name].Data, init[ParamCtx].Data), 1e-4)
 	}
 }
 
@@ -91,7 +91,7 @@ func TestRoundKeepsLocalAndWeighsSelected(t *testing.T) {
 			want[i] += float32(float64(r.NumExamples)/n) * v
 		}
 	}
-	fixturetest.RelValues(t, "global", plan.Global()[ParamCtx].Data, want, 1e-6)
+	paritytest.RelValues(t, "global", plan.Global()[ParamCtx].Data, want, 1e-6)
 	local := map[int][]float32{}
 	for i := range plan.Clients {
 		p, _ := plan.Site(i)
@@ -169,14 +169,14 @@ func TestSettingsCheck(t *testing.T) {
 // context, and θ = 1 trains each client's prompt 1 as CoOp (PromptFL's
 // learner, trained locally) does.
 func TestRoundsReduceToPromptFLAndCoOp(t *testing.T) {
-	const fx = fixturetest.Testdata + "promptfolio/"
-	m := fixturetest.Model(t)
+	const fx = paritytest.Testdata + "promptfolio/"
+	m := paritytest.Model(t)
 	for p, theta := range []string{"0", "1"} {
-		f, err := fixture.Load(m, fx+"init.safetensors", []string{fx + "round.safetensors"}, []string{"theta=" + theta})
+		f, err := parity.Load(m, fx+"init.safetensors", []string{fx + "round.safetensors"}, []string{"theta=" + theta})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := fixture.RunRound(context.Background(), Method{}, f)
+		out, err := parity.RunRound(context.Background(), Method{}, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,18 +184,18 @@ func TestRoundsReduceToPromptFLAndCoOp(t *testing.T) {
 		n := len(ctx.Data) / 2
 		pf := *f
 		pf.Params = tensor.Named{promptfl.ParamCtx: {Shape: []int{ctx.Shape[1], ctx.Shape[2]}, Data: ctx.Data[p*n : (p+1)*n]}}
-		ref, err := fixture.RunRound(context.Background(), promptfl.Method{}, &pf)
+		ref, err := parity.RunRound(context.Background(), promptfl.Method{}, &pf)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range 2 {
 			name := fmt.Sprintf("client%d.trained.", i)
 			got := out[name+ParamCtx].Data[p*n : (p+1)*n]
-			fixturetest.RelValues(t, "θ="+theta+" "+name, got, ref[name+promptfl.ParamCtx].Data, 1e-5)
-			fixturetest.RelValues(t, "θ="+theta+" "+name+" (update)", fixturetest.UpdateValues(got, ctx.Data[p*n:(p+1)*n]), fixturetest.UpdateValues(ref[name+promptfl.ParamCtx].Data, ctx.Data[p*n:(p+1)*n]), 1e-4)
+			paritytest.RelValues(t, "θ="+theta+" "+name, got, ref[name+promptfl.ParamCtx].Data, 1e-5)
+			paritytest.RelValues(t, "θ="+theta+" "+name+" (update)", paritytest.UpdateValues(got, ctx.Data[p*n:(p+1)*n]), paritytest.UpdateValues(ref[name+promptfl.ParamCtx].Data, ctx.Data[p*n:(p+1)*n]), 1e-4)
 		}
 		if p == 0 {
-			fixturetest.RelValues(t, "θ=0 global", out["global."+ParamCtx].Data, ref["global."+promptfl.ParamCtx].Data, 1e-5)
+			paritytest.RelValues(t, "θ=0 global", out["global."+ParamCtx].Data, ref["global."+promptfl.ParamCtx].Data, 1e-5)
 		}
 	}
 }

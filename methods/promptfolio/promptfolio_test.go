@@ -8,32 +8,32 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/internal/gradcheck"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
 	"github.com/pfedmma/pfedmma/methods/promptfl"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/prompt"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
 const td = "../../testdata/promptfolio/"
 
-// tolFor is fixturetest.Tol with the next round's parameters (next.*)
+// tolFor is paritytest.Tol with the next round's parameters (next.*)
 // among the trained outputs.
 func tolFor(name string) float64 {
 	if strings.Contains(name, "next.") {
 		return 1e-4
 	}
-	return fixturetest.Tol(name)
+	return paritytest.Tol(name)
 }
 
 // TestStepFixtures reproduces every step file (θ 0.4, 0 and 1): features,
 // the mix, logits, loss, gradient, the step and its update; the gradient
 // of the prompt whose weight is 0 is exactly 0.
 func TestStepFixtures(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, td+"init.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, td+"init.safetensors")
 	for _, file := range []string{"step", "step_theta0", "step_theta1"} {
 		t.Run(file, func(t *testing.T) {
-			ref, meta := fixturetest.Read(t, td+file+".safetensors")
+			ref, meta := paritytest.Read(t, td+file+".safetensors")
 			out, err := StepFromFile(m, init, ref, meta)
 			if err != nil {
 				t.Fatal(err)
@@ -46,9 +46,9 @@ func TestStepFixtures(t *testing.T) {
 				if !tensor.SameShape(g.Shape, ref[name].Shape) {
 					t.Errorf("%s: shape %v, want %v", name, g.Shape, ref[name].Shape)
 				}
-				fixturetest.RelValues(t, name, g.Data, ref[name].Data, tolFor(name))
+				paritytest.RelValues(t, name, g.Data, ref[name].Data, tolFor(name))
 			}
-			fixturetest.RelValues(t, "update", fixturetest.UpdateValues(out["step1."+ParamCtx].Data, init[ParamCtx].Data), fixturetest.UpdateValues(ref["step1."+ParamCtx].Data, init[ParamCtx].Data), 1e-4)
+			paritytest.RelValues(t, "update", paritytest.UpdateValues(out["step1."+ParamCtx].Data, init[ParamCtx].Data), paritytest.UpdateValues(ref["step1."+ParamCtx].Data, init[ParamCtx].Data), 1e-4)
 			half := len(init[ParamCtx].Data) / 2
 			g := out["grad."+ParamCtx].Data
 			for p, part := range [][]float32{g[:half], g[half:]} {
@@ -70,9 +70,9 @@ func TestStepFixtures(t *testing.T) {
 // they are CoOp's (PromptFL's learner, trained locally) with the local
 // prompt. The other prompt's gradient is exactly 0.
 func TestReducesToPromptFLAndCoOp(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, td+"init.safetensors")
-	ref, meta := fixturetest.Read(t, td+"step.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, td+"init.safetensors")
+	ref, meta := paritytest.Read(t, td+"step.safetensors")
 	tokens, _ := prompt.Ints(ref, "tokens")
 	labels, _ := prompt.Ints(ref, "labels")
 	img, _, err := prompt.ImageFeatures(m, ref, "")
@@ -108,9 +108,9 @@ func TestReducesToPromptFLAndCoOp(t *testing.T) {
 		if math.Abs(loss-wantLoss) > 1e-5*math.Abs(wantLoss) {
 			t.Errorf("θ=%v: loss %v, PromptFL/CoOp %v", theta, loss, wantLoss)
 		}
-		fixturetest.RelValues(t, "logits", logits, wantLogits, 1e-5)
+		paritytest.RelValues(t, "logits", logits, wantLogits, 1e-5)
 		g := l.grad.Data
-		fixturetest.RelValues(t, "gradient of the trained prompt", g[p*n:(p+1)*n], pl.Grads()[promptfl.ParamCtx].Data, 1e-4)
+		paritytest.RelValues(t, "gradient of the trained prompt", g[p*n:(p+1)*n], pl.Grads()[promptfl.ParamCtx].Data, 1e-4)
 		for i, v := range g[(1-p)*n : (2-p)*n] {
 			if v != 0 {
 				t.Fatalf("θ=%v: the other prompt's gradient [%d] = %g, want exactly 0", theta, i, v)
@@ -174,9 +174,9 @@ func TestConfigFromMeta(t *testing.T) {
 // moves it by exactly −lr·wd·p; and a step with weight decay wd differs from
 // the step without by −lr·wd·p in both prompts.
 func TestWeightDecay(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, td+"init.safetensors")
-	ref, meta := fixturetest.Read(t, td+"step_theta0.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, td+"init.safetensors")
+	ref, meta := paritytest.Read(t, td+"step_theta0.safetensors")
 	lr, _ := prompt.MetaFloat(meta, "lr")
 	wd, _ := prompt.MetaFloat(meta, "weight_decay")
 	out, err := StepFromFile(m, init, ref, meta)
@@ -194,5 +194,5 @@ func TestWeightDecay(t *testing.T) {
 		}
 	}
 
-	fixturetest.WeightDecay(t, td, StepFromFile, ParamCtx)
+	paritytest.WeightDecay(t, td, StepFromFile, ParamCtx)
 }

@@ -6,8 +6,8 @@ import (
 
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods/client"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
 
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/prompt"
@@ -109,9 +109,9 @@ func StepFromFile(m *clip.Model, params, batch tensor.Named, meta map[string]str
 	return out, nil
 }
 
-// SettingsFrom implements fixture.Settings: the settings from the
+// SettingsFrom implements parity.Settings: the settings from the
 // metadata; the anchor prompts are the fixture's "template_tokens".
-func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
+func (Method) SettingsFrom(f *parity.Fixture) (config.Section, error) {
 	wc := f.Model.W.Config
 	c, err := ConfigFromMeta(f.Meta, min(wc.Vision.Layers, wc.Text.Layers))
 	if err != nil {
@@ -143,20 +143,20 @@ func (Method) SettingsFrom(f *fixture.Fixture) (config.Section, error) {
 	return s, nil
 }
 
-// Step implements fixture.Stepper: the layout of testdata/promptsrc/step.safetensors.
-func (Method) Step(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+// Step implements parity.Stepper: the layout of testdata/promptsrc/step.safetensors.
+func (Method) Step(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	return StepFromFile(f.Model, f.Params, f.FloatBatch(), f.Meta)
 }
 
-// FixtureRound implements fixture.Rounder: the plain round through the
+// FixtureRound implements parity.Rounder: the plain round through the
 // production client (client.FixtureRound: the clients in federation Sites,
 // FedAvg of every prompt, the Coordinator) with each client's
 // "client<i>.batch_losses" and "client<i>.next.<p>".
-func (Method) FixtureRound(ctx context.Context, f *fixture.Fixture) (tensor.Named, error) {
+func (Method) FixtureRound(ctx context.Context, f *parity.Fixture) (tensor.Named, error) {
 	return client.FixtureRound(ctx, f, Method{}, buildSpec)
 }
 
-// FixtureKeys implements fixture.Settings: the hyper-parameters (metadata
+// FixtureKeys implements parity.Settings: the hyper-parameters (metadata
 // keys) its `pfedmma step` and `round` read; any other --set key is refused.
 func (Method) FixtureKeys() []string {
 	return []string{
@@ -165,7 +165,7 @@ func (Method) FixtureKeys() []string {
 	}
 }
 
-var _ fixture.Method = Method{}
+var _ parity.Method = Method{}
 
 // GPAFromFile replays testdata/promptsrc/gpa.safetensors: the learner
 // trains max_epoch epochs over the batch's "images" and "labels" in stored

@@ -6,7 +6,7 @@ import (
 
 	"github.com/pfedmma/pfedmma/clip"
 
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -39,21 +39,21 @@ func updateTol(p, init *tensor.Tensor, base float64) float64 {
 // logits, every loss term, the gradient of all five prompts and one SGD
 // step.
 func TestStepFixture(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, dir+"init.safetensors")
-	ref, meta := fixturetest.Read(t, dir+"step.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, dir+"init.safetensors")
+	ref, meta := paritytest.Read(t, dir+"step.safetensors")
 	out, err := StepFromFile(m, init, ref, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"image_features", "text_features", "logits", "zs_logits", "loss", TermCE, TermL1Text, TermL1Image} {
-		fixturetest.Rel(t, name, out[name], ref[name], 1e-5)
+		paritytest.Rel(t, name, out[name], ref[name], 1e-5)
 	}
 	// the anchors are stored raw; the learner keeps them normalised
 	for _, name := range []string{"zs_text_features", "zs_image_features"} {
 		want := ref[name].Clone()
 		clip.NormalizeRows(nil, want.Data, want.Shape[0], want.Shape[1])
-		fixturetest.Rel(t, name, out[name], want, 1e-5)
+		paritytest.Rel(t, name, out[name], want, 1e-5)
 	}
 	// the KL is a sum over B rows of differences of log-probabilities: its
 	// error is bounded by 2·B times the logits' absolute error (1e-5 of the
@@ -65,15 +65,15 @@ func TestStepFixture(t *testing.T) {
 		if name == TermSCL {
 			div = float64(len(ref["logits"].Data))
 		}
-		fixturetest.Rel(t, name, out[name], ref[name], 2*float64(B)*logitErr/div/maxAbs(ref[name].Data))
+		paritytest.Rel(t, name, out[name], ref[name], 2*float64(B)*logitErr/div/maxAbs(ref[name].Data))
 	}
 	if len(init) != 5 {
 		t.Fatalf("init holds %d tensors, want 5 (ctx, 2 deep text, VPT, 1 deep visual)", len(init))
 	}
 	for name := range init {
-		fixturetest.Rel(t, "grad."+name, out["grad."+name], ref["grad."+name], 1e-4)
-		fixturetest.Rel(t, "step1."+name, out["step1."+name], ref["step1."+name], 1e-5)
-		fixturetest.Rel(t, "update "+name, fixturetest.Update(out["step1."+name], init[name]), fixturetest.Update(ref["step1."+name], init[name]),
+		paritytest.Rel(t, "grad."+name, out["grad."+name], ref["grad."+name], 1e-4)
+		paritytest.Rel(t, "step1."+name, out["step1."+name], ref["step1."+name], 1e-5)
+		paritytest.Rel(t, "update "+name, paritytest.Update(out["step1."+name], init[name]), paritytest.Update(ref["step1."+name], init[name]),
 			updateTol(ref["step1."+name], init[name], 1e-4))
 	}
 }
@@ -84,19 +84,19 @@ func TestStepFixture(t *testing.T) {
 // that replaces the last epoch's (0.46–0.55 away from it: a run without
 // GPA fails).
 func TestGPAFixture(t *testing.T) {
-	m := fixturetest.Model(t)
-	init, _ := fixturetest.Read(t, dir+"init.safetensors")
-	ref, meta := fixturetest.Read(t, dir+"gpa.safetensors")
+	m := paritytest.Model(t)
+	init, _ := paritytest.Read(t, dir+"init.safetensors")
+	ref, meta := paritytest.Read(t, dir+"gpa.safetensors")
 	out, err := GPAFromFile(m, init, ref, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fixturetest.Rel(t, "gpa_weights", out["gpa_weights"], ref["gpa_weights"], 1e-6)
-	fixturetest.Rel(t, "batch_losses", out["batch_losses"], ref["batch_losses"], 1e-5)
+	paritytest.Rel(t, "gpa_weights", out["gpa_weights"], ref["gpa_weights"], 1e-6)
+	paritytest.Rel(t, "batch_losses", out["batch_losses"], ref["batch_losses"], 1e-5)
 	for name := range init {
 		for _, k := range []string{"epoch0.", "epoch1.", "epoch2.", "gpa."} {
-			fixturetest.Rel(t, k+name, out[k+name], ref[k+name], 1e-4)
-			fixturetest.Rel(t, "update "+k+name, fixturetest.Update(out[k+name], init[name]), fixturetest.Update(ref[k+name], init[name]),
+			paritytest.Rel(t, k+name, out[k+name], ref[k+name], 1e-4)
+			paritytest.Rel(t, "update "+k+name, paritytest.Update(out[k+name], init[name]), paritytest.Update(ref[k+name], init[name]),
 				updateTol(ref[k+name], init[name], 1e-4))
 		}
 	}

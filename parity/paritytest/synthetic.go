@@ -1,4 +1,4 @@
-package fixturetest
+package paritytest
 
 import (
 	"math/rand/v2"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/pfedmma/pfedmma/clip"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -58,7 +58,7 @@ func Labels(rng *rand.Rand, n, K int) safetensors.Int64Tensor {
 // Write writes a fixture of method under t.TempDir(): params, and batch
 // with the integer tensors ints and meta in the batch file; it loads them
 // as `pfedmma step` does.
-func Write(t *testing.T, m *clip.Model, method string, params, batch tensor.Named, ints map[string]safetensors.Int64Tensor, meta map[string]string, sets ...string) *fixture.Fixture {
+func Write(t *testing.T, m *clip.Model, method string, params, batch tensor.Named, ints map[string]safetensors.Int64Tensor, meta map[string]string, sets ...string) *parity.Fixture {
 	t.Helper()
 	dir := t.TempDir()
 	pp, bp := filepath.Join(dir, "init.safetensors"), filepath.Join(dir, "batch.safetensors")
@@ -68,7 +68,7 @@ func Write(t *testing.T, m *clip.Model, method string, params, batch tensor.Name
 	if err := safetensors.Write(bp, batch, ints, meta); err != nil {
 		t.Fatal(err)
 	}
-	f, err := fixture.Load(m, pp, []string{bp}, sets)
+	f, err := parity.Load(m, pp, []string{bp}, sets)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package fixturetest checks a method's `pfedmma round` against a reference
-// fixture through the production path (fixture.RunRound), with the
+// fixture through the production path (parity.RunRound), with the
 // fixtures' scale-relative tolerances. It is used by the methods' tests.
-package fixturetest
+package paritytest
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -39,15 +39,15 @@ func Round(t *testing.T, meth methods.Method, params string, batches []string, s
 	for _, b := range batches {
 		paths = append(paths, Testdata+b)
 	}
-	f, err := fixture.Load(Model(t), Testdata+params, paths, sets)
+	f, err := parity.Load(Model(t), Testdata+params, paths, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := fixture.RunRound(context.Background(), meth, f)
+	out, err := parity.RunRound(context.Background(), meth, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := fixture.Load(f.Model, Testdata+want, nil, nil)
+	ref, err := parity.Load(f.Model, Testdata+want, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package fixturetest
+package paritytest
 
 import (
 	"testing"
