@@ -17,9 +17,9 @@ import (
 	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/internal/testmodel"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
 	"github.com/pfedmma/pfedmma/methods/train"
 	"github.com/pfedmma/pfedmma/optim"
+	"github.com/pfedmma/pfedmma/parity"
 	"github.com/pfedmma/pfedmma/predict"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
@@ -29,9 +29,9 @@ import (
 // The ResNet fixture (testdata/plot/rn_init.safetensors, rn_step.safetensors):
 // the authors' plot-coop on clip-rn-tiny with their own ModifiedResNet and
 // every-token AttentionPool2d (reference/plot/README.md). The fixture
-// loading is here, not in fixture.go, so that it stays with this test.
+// loading is here, not in parity.go, so that it stays with this test.
 
-// rnModel loads clip-rn-tiny, the ResNet CLIP of the fixture.
+// rnModel loads clip-rn-tiny, the ResNet CLIP of the parity.
 func rnModel(t *testing.T) *clip.Model {
 	t.Helper()
 	w, _, err := checkpoint.Load("../../testdata/clip-rn-tiny/openai.safetensors")
@@ -122,16 +122,16 @@ func rnMismatches(out, ref tensor.Named, init []float32) []string {
 	return bad
 }
 
-// rnStep runs `pfedmma step`'s production client step (fixture.LearnerStep:
+// rnStep runs `pfedmma step`'s production client step (parity.LearnerStep:
 // loss, grad, step1) on the ResNet fixture, and from a learner holding
 // rn_init the recorded features: image_features [1+M, b, E] token-major,
 // text_features, sim (recomputed in float64 from those two, the README's
 // layout), plan, logits; and the Sinkhorn iteration count.
-func rnStep(t *testing.T) (out, ref tensor.Named, f *fixture.Fixture, iters int) {
+func rnStep(t *testing.T) (out, ref tensor.Named, f *parity.Fixture, iters int) {
 	t.Helper()
 	m := rnModel(t)
 	dir := "../../testdata/plot/"
-	f, err := fixture.Load(m, dir+"rn_init.safetensors", []string{dir + "rn_step.safetensors"}, nil)
+	f, err := parity.Load(m, dir+"rn_init.safetensors", []string{dir + "rn_step.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func rnStep(t *testing.T) (out, ref tensor.Named, f *fixture.Fixture, iters int)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err = fixture.LearnerStep(context.Background(), Method{}, sec, f)
+	out, err = parity.LearnerStep(context.Background(), Method{}, sec, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,15 +358,15 @@ func TestResNetTokensDeclared(t *testing.T) {
 }
 
 // TestResNetStepCommand: `pfedmma step --method plot` on clip-rn-tiny (the
-// command's fixture.RunCommand: the backbone check, then the method's step
+// command's parity.RunCommand: the backbone check, then the method's step
 // with the features it records) reproduces rn_step.
 func TestResNetStepCommand(t *testing.T) {
 	dir := "../../testdata/plot/"
-	f, err := fixture.Load(rnModel(t), dir+"rn_init.safetensors", []string{dir + "rn_step.safetensors"}, nil)
+	f, err := parity.Load(rnModel(t), dir+"rn_init.safetensors", []string{dir + "rn_step.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := fixture.RunCommand(context.Background(), "step", "plot", Method{}, f)
+	out, err := parity.RunCommand(context.Background(), "step", "plot", Method{}, f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/methods"
-	"github.com/pfedmma/pfedmma/methods/fixture"
-	"github.com/pfedmma/pfedmma/methods/fixturetest"
+	"github.com/pfedmma/pfedmma/parity"
+	"github.com/pfedmma/pfedmma/parity/paritytest"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -50,7 +50,7 @@ func TestRoundWeightsAreFLiPs(t *testing.T) {
 			}
 		}
 	}
-	r, _ := fixturetest.Read(t, dir+"round.safetensors")
+	r, _ := paritytest.Read(t, dir+"round.safetensors")
 	got, _ := RoundWeights(3, 1, 1)
 	for a, w := range r["flip_gpa_weights"].Data {
 		if math.Abs(got[a]-float64(w)) > 1e-7 {
@@ -136,8 +136,8 @@ func TestRoundsGPAOracle(t *testing.T) {
 // (one epoch: no client-side GPA) and the server holds global_gpa, FLiP's
 // g_0·FedAvg after round 0, not the FedAvg.
 func TestRoundsGPAProductionPath(t *testing.T) {
-	m := fixturetest.Model(t)
-	f, err := fixture.Load(m, dir+"init.safetensors", []string{dir + "round.safetensors"}, nil)
+	m := paritytest.Model(t)
+	f, err := parity.Load(m, dir+"init.safetensors", []string{dir + "round.safetensors"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,15 +147,15 @@ func TestRoundsGPAProductionPath(t *testing.T) {
 	}
 	s := sec.(*Settings)
 	s.GPAOver, s.GPAMean, s.GPAStd, s.GPARounds = GPAOverRounds, 1, 1, 3
-	out, err := fixture.Round(context.Background(), Method{}, s, roundInputs(t, f))
+	out, err := parity.Round(context.Background(), Method{}, s, roundInputs(t, f))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, _ := fixturetest.Read(t, dir+"round.safetensors")
-	init, _ := fixturetest.Read(t, dir+"init.safetensors")
+	ref, _ := paritytest.Read(t, dir+"round.safetensors")
+	init, _ := paritytest.Read(t, dir+"init.safetensors")
 	for p := range init {
-		fixturetest.Rel(t, "global "+p, out["global."+p], ref["global_gpa."+p], 1e-4)
-		fixturetest.Rel(t, "client0.trained."+p, out["client0.trained."+p], ref["client0.trained."+p], 1e-4)
+		paritytest.Rel(t, "global "+p, out["global."+p], ref["global_gpa."+p], 1e-4)
+		paritytest.Rel(t, "client0.trained."+p, out["client0.trained."+p], ref["client0.trained."+p], 1e-4)
 	}
 }
 
@@ -176,8 +176,8 @@ func TestGPAOverRefused(t *testing.T) {
 	}
 }
 
-// roundInputs is the round fixture's inputs as fixture.RunRound reads them.
-func roundInputs(t *testing.T, f *fixture.Fixture) fixture.RoundInputs {
+// roundInputs is the round fixture's inputs as parity.RunRound reads them.
+func roundInputs(t *testing.T, f *parity.Fixture) parity.RoundInputs {
 	t.Helper()
 	opts, err := f.TrainOptions()
 	if err != nil {
@@ -187,14 +187,14 @@ func roundInputs(t *testing.T, f *fixture.Fixture) fixture.RoundInputs {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := fixture.RoundInputs{Model: f.Model, Init: f.Params, Tokens: tokens, Train: opts,
+	in := parity.RoundInputs{Model: f.Model, Init: f.Params, Tokens: tokens, Train: opts,
 		Classes: len(tokens) / f.Model.W.Config.Text.ContextLength}
 	for i := range 2 {
 		labels, err := f.IntsOf(fmt.Sprintf("client%d.labels", i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		in.Clients = append(in.Clients, fixture.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data, Labels: labels})
+		in.Clients = append(in.Clients, parity.TensorClient{Pixels: f.Batch[fmt.Sprintf("client%d.images", i)].Data, Labels: labels})
 	}
 	return in
 }
