@@ -236,7 +236,7 @@ func TestWorldCompareRecipes(t *testing.T) {
 	}
 }
 
-// TestOwnRecipeKeys: the lr (and for FedCLIP, FedMVP and DP-FPL
+// TestOwnRecipeKeys: the lr (and for FedCLIP, FedMVP, DP-FPL and PromptSRC
 // local_epochs) keys of the sections that carry world-compare's recipes
 // train exactly as the run's optimizer.lr and federation.local_epochs set
 // to those values would, and differently from the run's own values — so a
@@ -258,7 +258,7 @@ func TestOwnRecipeKeys(t *testing.T) {
 		// rounds > 1: what the keys change reaches the records only from
 		// the second round (DP-FPL's server noise, scaled by the lr)
 		rounds int
-	}{{"fedtpg", false, 1}, {"promptfolio", false, 1}, {"maple", false, 1}, {"fedclip", true, 1}, {"fedmvp", true, 1}, {"dpfpl", true, 2}} {
+	}{{"fedtpg", false, 1}, {"promptfolio", false, 1}, {"maple", false, 1}, {"fedclip", true, 1}, {"fedmvp", true, 1}, {"dpfpl", true, 2}, {"promptsrc", true, 1}} {
 		m := tc.method
 		t.Run(m, func(t *testing.T) {
 			rounds := fmt.Sprintf("federation.rounds=%d", tc.rounds)
