@@ -30,10 +30,9 @@ import (
 // docs/worldcompare/fedmvp-dpfpl-tuned); with its code's (threshold 10) its
 // Local, 78.05, was 0.39 points above its untrained one (77.66).
 // ProGrad and PLOT are guarded with the shared recipe their tunes chose
-// (docs/tuning.md); PromptSRC with the shared one too, though its tune
-// chose lr 0.2: it has no lr key of its own, and at lr 0.2 its Local was
-// 79.30 with Base and Novel at 43.10 and 36.77
-// (docs/worldcompare/promptsrc-lr0.2).
+// (docs/tuning.md); PromptSRC with the lr 0.2 its tune chose
+// (promptsrc.lr; docs/worldcompare/all/d-promptsrc: Local 79.30, its
+// Base and Novel 43.10 and 36.77, far below the shared lr 0.05's).
 var worldCompareGuarded = []string{"promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt",
 	"fedtpg", "promptfolio", "fedpha", "maple", "kgcoop", "dpfpl", "fedmvp", "prograd", "plot", "promptsrc", "pfedmma"}
 

@@ -71,10 +71,12 @@ type Settings struct {
 	// [nT·C, ctx] (template-major) of every label space: a fixture round's
 	// "template_tokens" (no configuration key).
 	TemplateRows []int `yaml:"-"`
-	// LR and LocalEpochs, when set, replace the run's optimizer.lr and
-	// federation.local_epochs for this method; 0 keeps the run's.
-	LR          float64 `yaml:"lr"`
-	LocalEpochs int     `yaml:"local_epochs"`
+	// LR, when > 0, replaces the run's optimizer.lr for this method (a
+	// schedule keeps its shape, rescaled); 0 keeps the run's.
+	LR float64 `yaml:"lr"`
+	// LocalEpochs, when > 0, replaces the run's federation.local_epochs
+	// for this method; 0 keeps the run's.
+	LocalEpochs int `yaml:"local_epochs"`
 }
 
 // Check implements config.Section.
