@@ -709,6 +709,9 @@ var worldRecipes = [][2]string{
 	// zero-shot's validation: docs/tuning.md)
 	{"fedmvp.lr", "0.01"},
 	{"fedmvp.local_epochs", "3"},
+	// PromptSRC: SGD as its paper; lr tuned on validation (3 local epochs,
+	// the shared's, chosen with it: docs/tuning.md)
+	{"promptsrc.lr", "0.2"},
 }
 
 func fashionMNIST() *Experiment {

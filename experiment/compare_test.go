@@ -30,10 +30,9 @@ import (
 // docs/worldcompare/fedmvp-dpfpl-tuned); with its code's (threshold 10) its
 // Local, 78.05, was 0.39 points above its untrained one (77.66).
 // ProGrad and PLOT are guarded with the shared recipe their tunes chose
-// (docs/tuning.md); PromptSRC with the shared one too, though its tune
-// chose lr 0.2: it has no lr key of its own, and at lr 0.2 its Local was
-// 79.30 with Base and Novel at 43.10 and 36.77
-// (docs/worldcompare/promptsrc-lr0.2).
+// (docs/tuning.md); PromptSRC with the lr 0.2 its tune chose
+// (promptsrc.lr; docs/worldcompare/all/d-promptsrc: Local 79.30, its
+// Base and Novel 43.10 and 36.77, far below the shared lr 0.05's).
 var worldCompareGuarded = []string{"promptfl", "fedpgp", "fedotp", "pfedmoap", "clip_adapter", "clip_lora", "fedot", "adapt",
 	"fedtpg", "promptfolio", "fedpha", "maple", "kgcoop", "dpfpl", "fedmvp", "prograd", "plot", "promptsrc", "pfedmma"}
 
@@ -237,7 +236,7 @@ func TestWorldCompareRecipes(t *testing.T) {
 	}
 }
 
-// TestOwnRecipeKeys: the lr (and for FedCLIP, FedMVP and DP-FPL
+// TestOwnRecipeKeys: the lr (and for FedCLIP, FedMVP, DP-FPL and PromptSRC
 // local_epochs) keys of the sections that carry world-compare's recipes
 // train exactly as the run's optimizer.lr and federation.local_epochs set
 // to those values would, and differently from the run's own values — so a
@@ -259,7 +258,7 @@ func TestOwnRecipeKeys(t *testing.T) {
 		// rounds > 1: what the keys change reaches the records only from
 		// the second round (DP-FPL's server noise, scaled by the lr)
 		rounds int
-	}{{"fedtpg", false, 1}, {"promptfolio", false, 1}, {"maple", false, 1}, {"fedclip", true, 1}, {"fedmvp", true, 1}, {"dpfpl", true, 2}} {
+	}{{"fedtpg", false, 1}, {"promptfolio", false, 1}, {"maple", false, 1}, {"fedclip", true, 1}, {"fedmvp", true, 1}, {"dpfpl", true, 2}, {"promptsrc", true, 1}} {
 		m := tc.method
 		t.Run(m, func(t *testing.T) {
 			rounds := fmt.Sprintf("federation.rounds=%d", tc.rounds)

@@ -71,6 +71,12 @@ type Settings struct {
 	// [nT·C, ctx] (template-major) of every label space: a fixture round's
 	// "template_tokens" (no configuration key).
 	TemplateRows []int `yaml:"-"`
+	// LR, when > 0, replaces the run's optimizer.lr for this method (a
+	// schedule keeps its shape, rescaled); 0 keeps the run's.
+	LR float64 `yaml:"lr"`
+	// LocalEpochs, when > 0, replaces the run's federation.local_epochs
+	// for this method; 0 keeps the run's.
+	LocalEpochs int `yaml:"local_epochs"`
 }
 
 // Check implements config.Section.
@@ -91,6 +97,9 @@ func (s *Settings) Check(c *config.Checker) {
 		c.OneOf("gpa_over", s.GPAOver, GPAOverEpochs, GPAOverRounds)
 	}
 	c.AtLeast("gpa_rounds", s.GPARounds, 0)
+	c.NonNegative("lr", s.LR)
+	c.AtLeast("local_epochs", s.LocalEpochs, 0)
+	c.AtMost("local_epochs", s.LocalEpochs, config.MaxOwnLocalEpochs)
 	if math.IsNaN(s.GPAMean) || math.IsInf(s.GPAMean, 0) {
 		c.Fail("gpa_mean", "%v: must be finite", s.GPAMean)
 	}
@@ -245,7 +254,8 @@ func buildSpec(env *methods.Env, sec config.Section) (*client.Spec, error) {
 		return nil, err
 	}
 	cfg := s.config(env.Seed)
-	sp := &client.Spec{Name: "promptsrc", Placeholder: cfg.NCtxText, Input: client.Prefixes, Shared: Shared,
+	opts := env.Train.Own("", s.LR, 0, s.LocalEpochs)
+	sp := &client.Spec{Name: "promptsrc", Placeholder: cfg.NCtxText, Input: client.Prefixes, Shared: Shared, Train: &opts,
 		NewLearner: func(space int, tokens []int) (client.Learner, error) {
 			tmpl, err := s.templateTokens(env, space)
 			if err != nil {
