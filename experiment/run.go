@@ -49,7 +49,7 @@ type Options struct {
 	Train    train.Options
 	// DropLast names the methods that train with each epoch's partial last
 	// batch dropped (train.drop_last, resolved per method by FromConfig);
-	// it sets Train.DropLast of each method's environment (buildPlan).
+	// session.Build sets Train.DropLast of each method's own env from it.
 	DropLast map[string]bool
 	Rounds   int
 	Fraction float64
