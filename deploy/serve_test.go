@@ -17,6 +17,7 @@ import (
 	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
+	"github.com/pfedmma/pfedmma/runfiles"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -139,13 +140,13 @@ func TestFederationWritesRunFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{experiment.GlobalFile("pfedmma"), filepath.Join(experiment.SitesFolder("pfedmma"), experiment.SiteFile(0)), filepath.Join(experiment.SitesFolder("pfedmma"), experiment.SiteFile(1))} {
+	for _, f := range []string{runfiles.GlobalFile("pfedmma"), filepath.Join(runfiles.SitesFolder("pfedmma"), runfiles.SiteFile(0)), filepath.Join(runfiles.SitesFolder("pfedmma"), runfiles.SiteFile(1))} {
 		a, err := os.ReadFile(filepath.Join(sim.OutDir, f))
 		if err != nil {
 			t.Fatalf("run: %v", err)
 		}
 		dir := o.OutDir
-		if filepath.Dir(f) != experiment.GlobalDir {
+		if filepath.Dir(f) != runfiles.GlobalDir {
 			dir = siteDir
 		}
 		b, err := os.ReadFile(filepath.Join(dir, f))
@@ -156,12 +157,12 @@ func TestFederationWritesRunFiles(t *testing.T) {
 			t.Errorf("%s differs between run and serve + sites", f)
 		}
 	}
-	for _, f := range []string{experiment.RunInfoFile, "config.yaml", "summary.json", "metrics.jsonl", "report.md"} {
+	for _, f := range []string{runfiles.InfoFile, "config.yaml", "summary.json", "metrics.jsonl", "report.md"} {
 		if _, err := os.Stat(filepath.Join(o.OutDir, f)); err != nil {
 			t.Errorf("serve wrote no %s: %v", f, err)
 		}
 	}
-	if a, b := runFiles(t, sim.OutDir, "checkpoints", experiment.SitesDir, ".pfedmma"), runFiles(t, o.OutDir); !slices.Equal(a, b) {
+	if a, b := runFiles(t, sim.OutDir, "checkpoints", runfiles.SitesDir, ".pfedmma"), runFiles(t, o.OutDir); !slices.Equal(a, b) {
 		t.Errorf("run wrote %v, serve %v", a, b)
 	}
 	for _, k := range []string{"update_bytes_per_round_per_site", "download_bytes_per_round_per_site"} {

@@ -12,6 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/robust"
+	"github.com/pfedmma/pfedmma/runfiles"
 )
 
 // TestRunAggregation: `pfedmma run` builds its strategy through the
@@ -31,7 +32,7 @@ func TestRunAggregation(t *testing.T) {
 	}
 	global := func(o Options) []byte {
 		t.Helper()
-		b, err := os.ReadFile(filepath.Join(o.OutDir, GlobalFile(PFedMMA)))
+		b, err := os.ReadFile(filepath.Join(o.OutDir, runfiles.GlobalFile(PFedMMA)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,8 +143,8 @@ func TestDPResumeEqualsUninterrupted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err1 := os.ReadFile(filepath.Join(full.OutDir, GlobalFile(PFedMMA)))
-	b, err2 := os.ReadFile(filepath.Join(part.OutDir, GlobalFile(PFedMMA)))
+	a, err1 := os.ReadFile(filepath.Join(full.OutDir, runfiles.GlobalFile(PFedMMA)))
+	b, err2 := os.ReadFile(filepath.Join(part.OutDir, runfiles.GlobalFile(PFedMMA)))
 	if err1 != nil || err2 != nil || !bytes.Equal(a, b) {
 		t.Fatalf("the resumed DP run's global tensors differ from the uninterrupted run's (%v, %v)", err1, err2)
 	}
@@ -178,8 +179,8 @@ func TestAggregationPrecheckChangesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a, err1 := os.ReadFile(filepath.Join(alone.OutDir, GlobalFile("promptfl")))
-	b, err2 := os.ReadFile(filepath.Join(both.OutDir, GlobalFile("promptfl")))
+	a, err1 := os.ReadFile(filepath.Join(alone.OutDir, runfiles.GlobalFile("promptfl")))
+	b, err2 := os.ReadFile(filepath.Join(both.OutDir, runfiles.GlobalFile("promptfl")))
 	if err1 != nil || err2 != nil || !bytes.Equal(a, b) {
 		t.Errorf("promptfl's global differs after pFedMMA with the aggregation check (%v, %v)", err1, err2)
 	}

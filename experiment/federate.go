@@ -12,6 +12,7 @@ import (
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
+	"github.com/pfedmma/pfedmma/runfiles"
 	"github.com/pfedmma/pfedmma/session"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -172,7 +173,7 @@ func (f *Federated) WriteSite(dir string, i int, meta map[string]string) error {
 	if err != nil {
 		return err
 	}
-	return writeSite(dir, f.Name, f.Plan.Clients[i].ID(), params, meta)
+	return runfiles.WriteSite(dir, f.Name, f.Plan.Clients[i].ID(), params, meta)
 }
 
 // SiteParams returns what site i keeps (its personalised parameters).
@@ -232,7 +233,7 @@ func WriteFederationReports(o Options, f *Federated, hist *federation.History) (
 		return nil, err
 	}
 	if f.Plan.Global != nil {
-		if err := writeGlobal(o.OutDir, f.Name, f.Plan.Global()); err != nil {
+		if err := runfiles.WriteGlobal(o.OutDir, f.Name, f.Plan.Global()); err != nil {
 			return nil, err
 		}
 	}

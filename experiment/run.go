@@ -27,6 +27,7 @@ import (
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
+	"github.com/pfedmma/pfedmma/runfiles"
 	"github.com/pfedmma/pfedmma/session"
 	"github.com/pfedmma/pfedmma/tokenizer"
 )
@@ -48,7 +49,7 @@ type Options struct {
 	Train    train.Options
 	// DropLast names the methods that train with each epoch's partial last
 	// batch dropped (train.drop_last, resolved per method by FromConfig);
-	// it sets Train.DropLast of each method's environment (buildPlan).
+	// session.Build sets Train.DropLast of each method's own env from it.
 	DropLast map[string]bool
 	Rounds   int
 	Fraction float64
@@ -595,4 +596,24 @@ func evaluateOnce(ctx context.Context, env *methods.Env, plan *methods.Plan, nam
 		return nil, err
 	}
 	return []report.RoundRecord{rec}, nil
+}
+
+// saveSites writes what each site of plan keeps and the server's shared
+// tensors, in the reference's names, to the run folder dir.
+func saveSites(dir, name string, plan *methods.Plan) error {
+	if plan.Site != nil {
+		for i, c := range plan.Clients {
+			params, err := plan.Site(i)
+			if err != nil {
+				return err
+			}
+			if err := runfiles.WriteSite(dir, name, c.ID(), params, nil); err != nil {
+				return err
+			}
+		}
+	}
+	if plan.Global != nil {
+		return runfiles.WriteGlobal(dir, name, plan.Global())
+	}
+	return nil
 }

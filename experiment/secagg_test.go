@@ -10,6 +10,7 @@ import (
 	"github.com/pfedmma/pfedmma/compress"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/federation"
+	"github.com/pfedmma/pfedmma/runfiles"
 	"github.com/pfedmma/pfedmma/safetensors"
 )
 
@@ -30,7 +31,7 @@ func TestRunSecureAggregation(t *testing.T) {
 	}
 	global := func(o Options) map[string][]float32 {
 		t.Helper()
-		f, err := safetensors.Open(filepath.Join(o.OutDir, GlobalFile(PFedMMA)))
+		f, err := safetensors.Open(filepath.Join(o.OutDir, runfiles.GlobalFile(PFedMMA)))
 		if err != nil {
 			t.Fatal(err)
 		}

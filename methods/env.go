@@ -67,6 +67,18 @@ type Env struct {
 	shared map[string]any
 }
 
+// ForMethod returns the env one method is built and trained on: e's
+// frozen model, task, records and evaluator with the method's training
+// options t, and caches of its own (class-prompt prefixes, the workspaces
+// its clients share), so that building and training a method never writes
+// e and the methods sharing e each keep their own options.
+func (e *Env) ForMethod(t train.Options) *Env {
+	c := *e
+	c.Train = t
+	c.spacePrefix, c.spaceEOT, c.shared = nil, nil, nil
+	return &c
+}
+
 // Shared returns the object stored under key, making it with mk the first
 // time: clients of a method share activation workspaces through it, so
 // memory does not grow with the number of clients.

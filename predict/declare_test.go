@@ -6,10 +6,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/methods"
 	_ "github.com/pfedmma/pfedmma/methods/all" // every method
 	"github.com/pfedmma/pfedmma/methods/zeroshot"
+	"github.com/pfedmma/pfedmma/runfiles"
 )
 
 // probe is zero-shot CLIP under another name whose Frozen declaration the
@@ -32,7 +32,7 @@ func init() {
 // TestMethodsDeclareNotNames (issue 20): predict's default method and
 // whether a site file is needed come from the methods.Frozen declaration.
 func TestMethodsDeclareNotNames(t *testing.T) {
-	info := &experiment.RunInfo{Methods: []string{"probe_frozen", "promptfl", "pfedmma"}}
+	info := &runfiles.Info{Methods: []string{"probe_frozen", "promptfl", "pfedmma"}}
 	if m, err := predictMethod(info, PredictConfig{}); err != nil || m.Info().Name != "promptfl" {
 		t.Errorf("predict's default method: %v, %v; want the first trained, promptfl", m, err)
 	}
@@ -40,7 +40,7 @@ func TestMethodsDeclareNotNames(t *testing.T) {
 	if m, err := predictMethod(info, PredictConfig{}); err != nil || m.Info().Name != "probe_trains" {
 		t.Errorf("predict's default method: %v, %v; want probe_trains, which declares it trains", m, err)
 	}
-	missing := filepath.Join(t.TempDir(), experiment.SiteFile(0))
+	missing := filepath.Join(t.TempDir(), runfiles.SiteFile(0))
 	if saved, err := readSiteFile(missing, false); err != nil || len(saved) != 0 {
 		t.Errorf("a frozen method's missing site file: %v, %v; want no tensors", saved, err)
 	}

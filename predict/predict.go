@@ -28,6 +28,7 @@ import (
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/preprocess"
 	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/runfiles"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -97,7 +98,7 @@ func Predict(ctx context.Context, c PredictConfig) (*Prediction, error) {
 			return nil, fmt.Errorf("--image %w", err)
 		}
 	}
-	info, err := experiment.ReadRunInfo(c.Run)
+	info, err := runfiles.ReadInfo(c.Run)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +115,7 @@ func Predict(ctx context.Context, c PredictConfig) (*Prediction, error) {
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(c.Run, info.Sites[name], experiment.SiteFile(c.Client))
+	path := filepath.Join(c.Run, info.Sites[name], runfiles.SiteFile(c.Client))
 	saved, err := readSiteFile(path, methods.Trains(meth))
 	if err != nil {
 		return nil, fmt.Errorf("site %d of %s: %w%s", c.Client, name, err, siteFileHint(info, c.Run, name, c.Client, err))
@@ -163,7 +164,7 @@ func Predict(ctx context.Context, c PredictConfig) (*Prediction, error) {
 
 // predictMethod returns the method c asks for, or the run's first trained
 // method (its first method when none trains).
-func predictMethod(info *experiment.RunInfo, c PredictConfig) (methods.Method, error) {
+func predictMethod(info *runfiles.Info, c PredictConfig) (methods.Method, error) {
 	name := c.Method
 	if name == "" {
 		name = info.Methods[0]
@@ -182,7 +183,7 @@ func predictMethod(info *experiment.RunInfo, c PredictConfig) (methods.Method, e
 
 // predictSpace returns the classes (indices into info.Classes) and the name
 // of the label space c asks for.
-func predictSpace(info *experiment.RunInfo, c PredictConfig) ([]int, string, error) {
+func predictSpace(info *runfiles.Info, c PredictConfig) ([]int, string, error) {
 	sp, ok := info.ClientSpace[c.Client]
 	if !ok {
 		return nil, "", fmt.Errorf("--client %d: run %s has clients 0..%d", c.Client, c.Run, len(info.ClientSpace)-1)
@@ -208,7 +209,7 @@ func predictSpace(info *experiment.RunInfo, c PredictConfig) ([]int, string, err
 }
 
 // runSection decodes the method's settings run.json recorded.
-func runSection(info *experiment.RunInfo, dir string, meth methods.Method) (config.Section, error) {
+func runSection(info *runfiles.Info, dir string, meth methods.Method) (config.Section, error) {
 	name := meth.Info().Name
 	src, ok := info.Sections[name]
 	if !ok || meth.DefaultConfig() == nil {
@@ -218,10 +219,10 @@ func runSection(info *experiment.RunInfo, dir string, meth methods.Method) (conf
 	dec := yaml.NewDecoder(strings.NewReader(src))
 	dec.KnownFields(true)
 	if err := dec.Decode(sec); err != nil && err != io.EOF {
-		return nil, fmt.Errorf("%s: field \"sections\": %s: %w", filepath.Join(dir, experiment.RunInfoFile), name, err)
+		return nil, fmt.Errorf("%s: field \"sections\": %s: %w", filepath.Join(dir, runfiles.InfoFile), name, err)
 	}
 	if err := config.CheckSection(name, sec); err != nil {
-		return nil, fmt.Errorf("%s: field \"sections\": %w", filepath.Join(dir, experiment.RunInfoFile), err)
+		return nil, fmt.Errorf("%s: field \"sections\": %w", filepath.Join(dir, runfiles.InfoFile), err)
 	}
 	return sec, nil
 }
@@ -249,13 +250,13 @@ func readSiteFile(path string, needed bool) (tensor.Named, error) {
 // siteFileHint says where a missing site file is: in a served run each
 // site keeps it in its state folder; a simulated run writes it only with
 // output.save_adapters.
-func siteFileHint(info *experiment.RunInfo, run, method string, client int, err error) string {
+func siteFileHint(info *runfiles.Info, run, method string, client int, err error) string {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return ""
 	}
 	if info.Served {
 		return fmt.Sprintf("; this run was coordinated by pfedmma serve, whose sites keep their files: copy %s from the state folder of client %d's site (its --state, or STATE/site-NAME with --clients) into %s",
-			filepath.Join(info.Sites[method], experiment.SiteFile(client)), client, filepath.Join(run, info.Sites[method]))
+			filepath.Join(info.Sites[method], runfiles.SiteFile(client)), client, filepath.Join(run, info.Sites[method]))
 	}
 	return " (was the run made with output.save_adapters?)"
 }
@@ -264,8 +265,8 @@ func siteFileHint(info *experiment.RunInfo, run, method string, client int, err 
 // when given (checked against run.json's digest), else run.json's model
 // (a relative path is inside the run folder), else, when that is not on
 // this machine, the embedded model if it is the one the run used.
-func predictModel(info *experiment.RunInfo, c PredictConfig) (model, vocab string, err error) {
-	vocab = experiment.ResolveRunPath(c.Run, info.Vocab)
+func predictModel(info *runfiles.Info, c PredictConfig) (model, vocab string, err error) {
+	vocab = runfiles.ResolvePath(c.Run, info.Vocab)
 	if vocab != "" {
 		if _, err := os.Stat(vocab); err != nil {
 			vocab = "" // the one beside the model
@@ -276,7 +277,7 @@ func predictModel(info *experiment.RunInfo, c PredictConfig) (model, vocab strin
 			return "", "", fmt.Errorf("--model %w", err)
 		}
 		if info.ModelSHA256 != "" {
-			sum, err := experiment.ModelDigest(c.Model)
+			sum, err := runfiles.ModelDigest(c.Model)
 			if err != nil {
 				return "", "", fmt.Errorf("--model %s: %w", c.Model, err)
 			}
@@ -286,7 +287,7 @@ func predictModel(info *experiment.RunInfo, c PredictConfig) (model, vocab strin
 		}
 		return c.Model, vocab, nil
 	}
-	model = experiment.ResolveRunPath(c.Run, info.Model)
+	model = runfiles.ResolvePath(c.Run, info.Model)
 	if _, err := os.Stat(model); err == nil {
 		return model, vocab, nil
 	}
@@ -300,15 +301,15 @@ func predictModel(info *experiment.RunInfo, c PredictConfig) (model, vocab strin
 		sum = ", SHA-256 " + info.ModelSHA256
 	}
 	return "", "", fmt.Errorf("run %s: its model %s (field \"model\" of %s) is not on this machine: pass --model with the model the run trained with (%s%s)",
-		c.Run, model, experiment.RunInfoFile, filepath.Base(model), sum)
+		c.Run, model, runfiles.InfoFile, filepath.Base(model), sum)
 }
 
 // isModel says whether the model at path is the one run.json names: by
 // digest, or, without one, by the embedded model's folder name (its
 // content hash).
-func isModel(path string, info *experiment.RunInfo) bool {
+func isModel(path string, info *runfiles.Info) bool {
 	if info.ModelSHA256 != "" {
-		sum, err := experiment.ModelDigest(path)
+		sum, err := runfiles.ModelDigest(path)
 		return err == nil && sum == info.ModelSHA256
 	}
 	return filepath.Base(path) == filepath.Base(info.Model)

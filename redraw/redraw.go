@@ -12,8 +12,8 @@ import (
 	"strings"
 
 	"github.com/pfedmma/pfedmma/config"
-	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/report"
+	"github.com/pfedmma/pfedmma/runfiles"
 )
 
 // Redraw re-draws finished run folders (`pfedmma report`): each run's
@@ -68,7 +68,7 @@ func redrawRun(dir string, w io.Writer) (string, *report.Summary, error) {
 		return "", nil, err
 	}
 	name := filepath.Base(dir)
-	if info, err := experiment.ReadRunInfo(dir); err == nil {
+	if info, err := runfiles.ReadInfo(dir); err == nil {
 		name = info.Dataset
 	}
 	title := name + " — " + s.Protocol

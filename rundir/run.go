@@ -22,6 +22,7 @@ import (
 	"github.com/pfedmma/pfedmma/internal/inputfile"
 	"github.com/pfedmma/pfedmma/progress"
 	"github.com/pfedmma/pfedmma/report"
+	"github.com/pfedmma/pfedmma/runfiles"
 )
 
 // FingerprintFile holds the fingerprint of the configuration a run folder's
@@ -255,7 +256,7 @@ func NewDefault(name string) (string, error) {
 // the run stopped before its first method started. An interrupted run
 // keeps its folder for --resume.
 func removeIfNotResumable(dir string) {
-	if _, err := os.Stat(filepath.Join(dir, experiment.RunInfoFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, runfiles.InfoFile)); err == nil {
 		return
 	}
 	if err := os.RemoveAll(dir); err != nil {

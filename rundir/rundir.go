@@ -13,9 +13,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/internal/atomicfile"
 	"github.com/pfedmma/pfedmma/report"
+	"github.com/pfedmma/pfedmma/runfiles"
 )
 
 // LockFile is the file in a run folder that `pfedmma run` holds an
@@ -133,7 +133,7 @@ func runFinished(dir string) (when string, finished bool, err error) {
 func isRunOutput(name string, isDir bool) bool {
 	if isDir {
 		switch {
-		case name == experiment.LegacyAdaptersDir, name == experiment.SitesDir, name == experiment.GlobalDir, name == "checkpoints":
+		case name == runfiles.LegacyAdaptersDir, name == runfiles.SitesDir, name == runfiles.GlobalDir, name == "checkpoints":
 			return true
 		case strings.HasPrefix(name, "seed_"), strings.HasPrefix(name, "fold-"):
 			return true
@@ -141,7 +141,7 @@ func isRunOutput(name string, isDir bool) bool {
 		return false
 	}
 	switch name {
-	case RunMarkerFile, LockFile, FingerprintFile, "config.yaml", experiment.RunInfoFile,
+	case RunMarkerFile, LockFile, FingerprintFile, "config.yaml", runfiles.InfoFile,
 		report.MetricsJSONL, report.MetricsCSV, report.SummaryFile, report.LODOFile,
 		"report.md", "curves.png", "final.png", "radar.png", "curves.svg", "final.svg", "radar.svg",
 		"global.safetensors":

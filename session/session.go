@@ -131,31 +131,35 @@ type Config struct {
 	DropLast bool
 }
 
-// Session is one method ready to be driven: its frozen env, its plan and,
-// for a method that trains, the coordinator of its federation (the caller
-// adds the proxies, the store and the observers it drives it with).
+// Session is one method ready to be driven: its env (Config.Env with the
+// method's training options, methods.Env.ForMethod), its plan and, for a
+// method that trains, the coordinator of its federation (the caller adds
+// the proxies, the store and the observers it drives it with).
 type Session struct {
 	Env         *methods.Env
 	Plan        *methods.Plan
 	Coordinator *federation.Coordinator
 }
 
-// Build builds c's session on its frozen env: the method's plan with its
+// Build builds c's session on a copy of its frozen env that holds the
+// method's training options (c.Env is not written): the method's plan with its
 // strategy wrapped (Federation.Plan) and, when the method trains, its
 // coordinator (Federation.Coordinator).
 func Build(c Config) (*Session, error) {
 	if c.Env == nil {
 		return nil, fmt.Errorf("%s: no frozen env to build the session on", c.Method.Info().Name)
 	}
-	// the methods sharing Env read its training options when they build
-	// their clients, right here
-	c.Env.Train.DropLast = c.DropLast
-	c.Env.Rounds = c.Federation.Rounds
-	plan, err := c.Federation.Plan(c.Method, c.Env, c.Settings)
+	// the method's own copy of the frozen env, with its training loader:
+	// the env the methods of a run share is never written
+	opts := c.Env.Train
+	opts.DropLast = c.DropLast
+	env := c.Env.ForMethod(opts)
+	env.Rounds = c.Federation.Rounds
+	plan, err := c.Federation.Plan(c.Method, env, c.Settings)
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{Env: c.Env, Plan: plan}
+	s := &Session{Env: env, Plan: plan}
 	if plan.Strategy != nil {
 		s.Coordinator = c.Federation.Coordinator(plan.Strategy)
 	}

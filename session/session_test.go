@@ -11,6 +11,8 @@ import (
 	"github.com/pfedmma/pfedmma/federation"
 	"github.com/pfedmma/pfedmma/federation/strategy"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/methods/train"
+	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
@@ -160,24 +162,59 @@ func TestProxyCompresses(t *testing.T) {
 	}
 }
 
-// TestBuild: Build plans once on the env it is given, and gives a
+// TestBuild: Build plans once on the method's copy of the env it is given
+// (the session's Env), and gives a
 // coordinator of the wrapped strategy only to a method that trains.
 func TestBuild(t *testing.T) {
 	m := &fakeMethod{strat: fedAvg(false)}
 	if _, err := Build(Config{Method: m}); err == nil || !strings.Contains(err.Error(), "fake") {
 		t.Fatalf("no env: %v, want an error naming the method", err)
 	}
-	env := &methods.Env{}
+	env := &methods.Env{Task: &protocol.Task{}}
 	s, err := Build(Config{Env: env, Method: m, Federation: Federation{Rounds: 4, Aggregation: config.Aggregation{Rule: config.RuleMedian}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.builds != 1 || s.Env != env || m.env != env || s.Coordinator == nil || s.Coordinator.Strategy != s.Plan.Strategy ||
+	if m.builds != 1 || s.Env != m.env || s.Env.Task != env.Task || s.Coordinator == nil || s.Coordinator.Strategy != s.Plan.Strategy ||
 		s.Coordinator.Rounds != 4 || s.Plan.Strategy.Name() != "fedavg+median" {
 		t.Fatalf("session %+v (builds %d): want one build on the env, a coordinator of 4 rounds of the wrapped strategy", s, m.builds)
 	}
 	s, err = Build(Config{Env: env, Method: &fakeMethod{}})
 	if err != nil || s.Coordinator != nil {
 		t.Fatalf("a method that does not train: coordinator %v, %v; want none", s.Coordinator, err)
+	}
+}
+
+// TestBuildLeavesEnv: two methods built on one frozen env with different
+// training loaders (train.drop_last) each build on their own options, the
+// first keeps its own after the second is built (the second's differs from
+// the shared env's), and the shared env's
+// training options and frozen parts are as they were before either build.
+func TestBuildLeavesEnv(t *testing.T) {
+	task := &protocol.Task{}
+	env := &methods.Env{Task: task, Seed: 7, Train: train.Options{Epochs: 2, Batch: 4, LR: 0.5}}
+	before := env.Train
+	drops, keeps := &fakeMethod{strat: fedAvg(false)}, &fakeMethod{strat: fedAvg(false)}
+	b, err := Build(Config{Env: env, Method: keeps, DropLast: false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Build(Config{Env: env, Method: drops, DropLast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !drops.env.Train.DropLast || !a.Env.Train.DropLast {
+		t.Errorf("the drop_last method's env has DropLast false, want true")
+	}
+	if keeps.env.Train.DropLast || b.Env.Train.DropLast {
+		t.Errorf("the first method's env has DropLast true after the second build, want false")
+	}
+	if env.Train != before {
+		t.Errorf("shared env's training options %+v after two builds, want them unchanged (%+v)", env.Train, before)
+	}
+	for _, e := range []*methods.Env{a.Env, b.Env} {
+		if e == env || e.Task != task || e.Seed != 7 || e.Train.LR != 0.5 || e.Train.Epochs != 2 {
+			t.Errorf("method env %+v: want a copy of the shared env with its frozen parts and options", e)
+		}
 	}
 }

@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/pfedmma/pfedmma/experiment"
 	"github.com/pfedmma/pfedmma/internal/testmodel"
+	"github.com/pfedmma/pfedmma/runfiles"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/world"
 )
@@ -20,7 +20,7 @@ import (
 // readRunJSON decodes a run folder's run.json as a generic object.
 func readRunJSON(t *testing.T, run string) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(run, experiment.RunInfoFile))
+	b, err := os.ReadFile(filepath.Join(run, runfiles.InfoFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func writeRunJSON(t *testing.T, run string, m map[string]any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(run, experiment.RunInfoFile), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(run, runfiles.InfoFile), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -13,10 +13,10 @@ import (
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// spaceLearner is a label space's Learner with the parameters a client
+// clientLearner is a label space's Learner with the parameters a client
 // loads into it, their gradients and the client's own domain (its site sets
 // it before each step).
-type spaceLearner struct {
+type clientLearner struct {
 	l    *Learner
 	p, g tensor.Named
 	// own is the training client's domain, id its ID (errors).
@@ -24,12 +24,12 @@ type spaceLearner struct {
 	txt     bool
 }
 
-func (s *spaceLearner) Params() tensor.Named { return s.p }
-func (s *spaceLearner) Grads() tensor.Named  { return s.g }
+func (s *clientLearner) Params() tensor.Named { return s.p }
+func (s *clientLearner) Grads() tensor.Named  { return s.g }
 
 // Step implements client.Learner: the loss and gradients of a batch of
 // cached prefixes for the own domain.
-func (s *spaceLearner) Step(x0 []float32, labels []int) (float64, map[string]float64, []float32, error) {
+func (s *clientLearner) Step(x0 []float32, labels []int) (float64, map[string]float64, []float32, error) {
 	loss, terms, _, err := s.l.Step(s.p, s.g, x0, labels, s.own)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("adapt client %d: %w", s.id, err)
@@ -39,13 +39,13 @@ func (s *spaceLearner) Step(x0 []float32, labels []int) (float64, map[string]flo
 
 // Prepare implements client.Learner: the text features of the loaded
 // parameters.
-func (s *spaceLearner) Prepare() error {
+func (s *clientLearner) Prepare() error {
 	_, err := s.l.TextFeatures(s.p)
 	return err
 }
 
 // Logits implements client.Learner.
-func (s *spaceLearner) Logits(x0 []float32, B int) ([]float32, error) {
+func (s *clientLearner) Logits(x0 []float32, B int) ([]float32, error) {
 	lg, _, err := s.l.Logits(s.p, x0, B)
 	return lg, err
 }
@@ -88,7 +88,7 @@ func (s *site) BeforeStep(train.Batch) error {
 		return err
 	}
 	emaStep(s.c.P, s.Recv, s.ema)
-	sl := l.(*spaceLearner)
+	sl := l.(*clientLearner)
 	sl.own, sl.id = s.Domain, s.c.Task.ID
 	return s.c.Load(l)
 }

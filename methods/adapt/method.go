@@ -267,7 +267,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			if err != nil {
 				return nil, err
 			}
-			return &spaceLearner{l: l, p: zerosLike(init), g: zerosLike(init)}, nil
+			return &clientLearner{l: l, p: zerosLike(init), g: zerosLike(init)}, nil
 		},
 		Strategy: func(p tensor.Named) federation.Strategy {
 			init = p // with env.Init installed

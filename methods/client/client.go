@@ -84,7 +84,7 @@ func (c *Client) EvalGroup() federation.GroupEval {
 	return nil
 }
 
-// Params implements train.Learner: the client's tensors (those a Trainer
+// Params implements train.Trainable: the client's tensors (those a Trainer
 // site keeps) with the learner's gradient buffers, in name order.
 func (c *Client) Params() []optim.Param {
 	if err := c.ready(); err != nil {
@@ -128,7 +128,7 @@ func (c *Client) Load(l Learner) error {
 	return nil
 }
 
-// Step implements train.Learner on one batch of the client's records.
+// Step implements train.Trainable on one batch of the client's records.
 func (c *Client) Step(ctx context.Context, b train.Batch) (float64, int, error) {
 	if err := c.ready(); err != nil {
 		return 0, 0, err

@@ -16,7 +16,11 @@ import (
 	"github.com/pfedmma/pfedmma/tensor"
 )
 
-// Learner is a method's model for one label space.
+// Learner is a method's model for one label space: the one learner
+// interface of the methods layer, which a method's learner type implements
+// itself (promptfl.Learner, kgcoop.Learner). The training loop does not
+// see it: it trains the Client (train.Trainable), which loads the client's
+// parameters into its learner and steps it.
 type Learner interface {
 	// Params and Grads are the live parameters and the gradients of the
 	// last Step, by reference name.

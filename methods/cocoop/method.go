@@ -103,15 +103,14 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			if err != nil {
 				return nil, err
 			}
-			return spaceLearner{l}, nil
+			return l, nil
 		}}
 	return client.Build(env, spec)
 }
 
-// spaceLearner scores each image with its own prompts.
-type spaceLearner struct{ *Learner }
-
-func (spaceLearner) Prepare() error { return nil }
+// Prepare implements client.Learner: nothing to compute once per
+// evaluation, as Logits scores each image with its own prompts.
+func (l *Learner) Prepare() error { return nil }
 
 // Predictor implements methods.Method: the site's prompt learner on the
 // frozen model, every image with its own prompts.

@@ -98,7 +98,7 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	S := m.W.Config.Vision.ImageSize
 	const B = 4
 	px := gradcheck.Rand(rng, B*3*S*S, 1)
-	want, err := spaceLearner{l}.Logits(prefixcache.ImageRecords(m, methods.Features, px, B, nil), B)
+	want, err := l.Logits(prefixcache.ImageRecords(m, methods.Features, px, B, nil), B)
 	if err != nil {
 		t.Fatal(err)
 	}

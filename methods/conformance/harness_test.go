@@ -23,6 +23,7 @@ import (
 	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/report"
+	"github.com/pfedmma/pfedmma/runfiles"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/tokenizer"
@@ -170,7 +171,7 @@ type outcome struct {
 }
 
 // sitesDir is where a run folder keeps method name's site files.
-func sitesDir(out, name string) string { return filepath.Join(out, experiment.SitesFolder(name)) }
+func sitesDir(out, name string) string { return filepath.Join(out, runfiles.SitesFolder(name)) }
 
 func readNamed(t *testing.T, path string) tensor.Named {
 	t.Helper()
@@ -235,7 +236,7 @@ func simOutcome(t *testing.T, o experiment.Options, name string, res *experiment
 		t.Fatalf("%s: no summary row", name)
 	}
 	dir := sitesDir(o.OutDir, name)
-	if p := filepath.Join(o.OutDir, experiment.GlobalFile(name)); fileExists(p) {
+	if p := filepath.Join(o.OutDir, runfiles.GlobalFile(name)); fileExists(p) {
 		oc.global = readNamed(t, p)
 	}
 	for id := range numClients {

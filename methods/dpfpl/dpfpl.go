@@ -166,6 +166,7 @@ type Learner struct {
 	U, V, Res, Omega, GU, GV []float32
 	// NormG, NormU, NormV are the norms before clipping.
 	NormG, NormU, NormV float64
+	evalTxt             []float32 // Prepare's text features, which Logits scores against
 }
 
 // New builds a learner for the class prompts tokens [C, Ctx] (each row the

@@ -227,7 +227,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			if err != nil {
 				return nil, err
 			}
-			return &spaceLearner{Learner: l}, nil
+			return l, nil
 		},
 		Strategy: func(init tensor.Named) federation.Strategy {
 			return &server{inner: &strategy.FedAvg{Shared: federation.Names(ParamGlobal), Uniform: true,
@@ -250,7 +250,7 @@ func (st *clientState) AfterBackward(b train.Batch) error {
 	if st.s.replay != nil {
 		src = &replaySource{draws: st.s.replay, prefix: fmt.Sprintf("client%d.", st.index), used: &st.draws}
 	}
-	if err := l.(*spaceLearner).Privatize(src); err != nil {
+	if err := l.(*Learner).Privatize(src); err != nil {
 		return err
 	}
 	st.ledger.LocalSteps++
@@ -458,20 +458,18 @@ func (r *replaySource) Gaussian(dst []float32, _ float64, what string) error {
 	return nil
 }
 
-// spaceLearner scores with the cosine head on cached image features.
-type spaceLearner struct {
-	*Learner
-	txt []float32
-}
-
-func (s *spaceLearner) Prepare() error {
-	f, err := s.TextFeatures()
-	s.txt = append(s.txt[:0], f...)
+// Prepare implements client.Learner: the text features Logits scores
+// against, computed once per evaluation.
+func (l *Learner) Prepare() error {
+	f, err := l.TextFeatures()
+	l.evalTxt = append(l.evalTxt[:0], f...)
 	return err
 }
 
-func (s *spaceLearner) Logits(img []float32, B int) ([]float32, error) {
-	return clip.Logits(img, s.txt, B, s.C, s.E, s.LogitScale), nil
+// Logits implements client.Learner: CLIP's cosine head on cached image
+// features img [B, E] against Prepare's text features.
+func (l *Learner) Logits(img []float32, B int) ([]float32, error) {
+	return clip.Logits(img, l.evalTxt, B, l.C, l.E, l.LogitScale), nil
 }
 
 // Predictor implements methods.Method: the site's G + L.
@@ -497,11 +495,10 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	if err != nil {
 		return nil, fmt.Errorf("dpfpl: saved site: %w", err)
 	}
-	sl := &spaceLearner{Learner: l}
-	if err := sl.Prepare(); err != nil {
+	if err := l.Prepare(); err != nil {
 		return nil, err
 	}
-	return sl.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
+	return l.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
 }
 
 // NoisyMean implements robust.NoisyMean: the server's mean is the global

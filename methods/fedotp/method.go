@@ -114,7 +114,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			if err != nil {
 				return nil, err
 			}
-			return spaceLearner{l}, nil
+			return clientLearner{l}, nil
 		},
 		Strategy: func(init tensor.Named) federation.Strategy {
 			g, _ := GlobalPart(init, cfg.AvgPrompt) // shapes checked by New
@@ -157,16 +157,18 @@ func (s *site) Receive(in tensor.Named) error {
 	return nil
 }
 
-// spaceLearner adapts the learner to the client: Prepare computes the text
-// features once per evaluation, Logits reuses them.
-type spaceLearner struct{ *Learner }
+// clientLearner is the learner as a client.Learner: Step adds the terms
+// (none), Prepare computes the text features once per evaluation, Logits
+// reuses them. (Learner.Step keeps its (loss, logits) form, which the
+// reference replay calls.)
+type clientLearner struct{ *Learner }
 
-func (s spaceLearner) Step(img []float32, labels []int) (float64, map[string]float64, []float32, error) {
+func (s clientLearner) Step(img []float32, labels []int) (float64, map[string]float64, []float32, error) {
 	loss, logits, err := s.Learner.Step(img, labels)
 	return loss, nil, logits, err
 }
 
-func (s spaceLearner) Prepare() error {
+func (s clientLearner) Prepare() error {
 	txt, err := s.enc.Forward(s.ctx.Data, s.Cfg.NumPrompt, false)
 	if err != nil {
 		return fmt.Errorf("fedotp: %w", err)
@@ -175,7 +177,7 @@ func (s spaceLearner) Prepare() error {
 	return nil
 }
 
-func (s spaceLearner) Logits(img []float32, B int) ([]float32, error) {
+func (s clientLearner) Logits(img []float32, B int) ([]float32, error) {
 	return s.forwardHead(img, B)
 }
 

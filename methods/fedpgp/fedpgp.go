@@ -124,6 +124,7 @@ type Learner struct {
 	ce              prompt.CosineCE
 	fP, fG          []float32 // views of the last Step's features
 	lossCE, lossCon float64
+	evalTxt         []float32 // Prepare's text features, which Logits scores against
 }
 
 // New builds a learner for the class prompts tokens [C, Ctx] (each row the

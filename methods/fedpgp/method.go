@@ -88,28 +88,26 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			if err != nil {
 				return nil, err
 			}
-			return &spaceLearner{Learner: l}, nil
+			return l, nil
 		}})
 }
 
-// spaceLearner scores with f_P (sigma + U·V) and the cosine head; with
-// N > 1 prompts a class scores the best of its N prompts.
-type spaceLearner struct {
-	*Learner
-	txt []float32
-}
-
-func (s *spaceLearner) Prepare() error {
-	f, err := s.TextFeatures()
-	s.txt = append(s.txt[:0], f...)
+// Prepare implements client.Learner: the text features Logits scores
+// against, computed once per evaluation.
+func (l *Learner) Prepare() error {
+	f, err := l.TextFeatures()
+	l.evalTxt = append(l.evalTxt[:0], f...)
 	return err
 }
 
-func (s *spaceLearner) Logits(img []float32, B int) ([]float32, error) {
-	E := s.model.W.Config.EmbedDim
-	R := len(s.txt) / E
-	all := clip.Logits(img, s.txt, B, R, E, s.LogitScale)
-	N := s.Cfg.NumPrompt
+// Logits implements client.Learner: the cosine head on cached image
+// features img [B, E] against Prepare's f_P text features (sigma + U·V);
+// with N > 1 prompts a class scores the best of its N prompts.
+func (l *Learner) Logits(img []float32, B int) ([]float32, error) {
+	E := l.model.W.Config.EmbedDim
+	R := len(l.evalTxt) / E
+	all := clip.Logits(img, l.evalTxt, B, R, E, l.LogitScale)
+	N := l.Cfg.NumPrompt
 	if N <= 1 {
 		return all, nil
 	}
@@ -150,11 +148,10 @@ func (p predictor) Logits(pixels []float32, B int, classes []string) ([]float32,
 	if err != nil {
 		return nil, err
 	}
-	sl := &spaceLearner{Learner: l}
-	if err := sl.Prepare(); err != nil {
+	if err := l.Prepare(); err != nil {
 		return nil, err
 	}
-	return sl.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
+	return l.Logits(append([]float32(nil), m.EncodeImage(pixels, B)...), B)
 }
 
 // SmallSettings implements methods.SmallRun: 8 context tokens leave room

@@ -179,20 +179,19 @@ func TestSpaceLogits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sl := &spaceLearner{Learner: l}
-		if err := sl.Prepare(); err != nil {
+		if err := l.Prepare(); err != nil {
 			t.Fatal(err)
 		}
 		const B, C, E = 5, 4, 6
 		img := gradcheck.Rand(rand.New(rand.NewPCG(2, uint64(N))), B*E, 1)
-		got, err := sl.Logits(img, B)
+		got, err := l.Logits(img, B)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(got) != B*C {
 			t.Fatalf("N %d: %d logits, want %d", N, len(got), B*C)
 		}
-		txt := sl.txt
+		txt := l.evalTxt
 		s := math.Exp(float64(l.LogitScale))
 		picks := map[int]bool{}
 		for b := 0; b < B; b++ {

@@ -68,6 +68,7 @@ type Learner struct {
 	ce        prompt.CosineCE
 	txt, cos  []float32
 	dTxt      []float32
+	evalTxt   []float32 // Prepare's text features, which Logits scores against
 }
 
 // New builds a learner for the class prompts tokens [C, Ctx] (context

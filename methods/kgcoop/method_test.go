@@ -102,11 +102,10 @@ func TestPredictorMatchesEvaluation(t *testing.T) {
 	S := m.W.Config.Vision.ImageSize
 	const B = 4
 	px := gradcheck.Rand(rng, B*3*S*S, 1)
-	sl := &spaceLearner{Learner: l}
-	if err := sl.Prepare(); err != nil {
+	if err := l.Prepare(); err != nil {
 		t.Fatal(err)
 	}
-	want, err := sl.Logits(prefixcache.ImageRecords(m, methods.Features, px, B, nil), B)
+	want, err := l.Logits(prefixcache.ImageRecords(m, methods.Features, px, B, nil), B)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ type site struct {
 	c       *client.Client
 	env     *methods.Env
 	learner *Learner
-	spaces  map[int]*spaceLearner
+	spaces  map[int]*clientLearner
 	txt     map[int][]float32
 	// group evaluates the run's clients together (nil: alone).
 	group *evalGroup
@@ -35,14 +35,14 @@ func newSite(c *client.Client, env *methods.Env, init *Adapters, ws *Workspace, 
 	}
 	l.Split = env.Split()
 	c.P = a.Params
-	return &site{c: c, env: env, learner: l, spaces: map[int]*spaceLearner{}, txt: map[int][]float32{}, group: group}, nil
+	return &site{c: c, env: env, learner: l, spaces: map[int]*clientLearner{}, txt: map[int][]float32{}, group: group}, nil
 }
 
 // Learner implements client.Owner: the site's adapters for a label space.
 func (s *site) Learner(space int) (client.Learner, error) {
 	l, ok := s.spaces[space]
 	if !ok {
-		l = &spaceLearner{s: s, space: space}
+		l = &clientLearner{s: s, space: space}
 		s.spaces[space] = l
 	}
 	return l, nil
@@ -89,26 +89,26 @@ func (s *site) textFeatures(space int) ([]float32, error) {
 	return f, nil
 }
 
-// spaceLearner is a site's adapters as the client's learner of one label
+// clientLearner is a site's adapters as the client's learner of one label
 // space.
-type spaceLearner struct {
+type clientLearner struct {
 	s     *site
 	space int
 }
 
-func (l *spaceLearner) Params() tensor.Named { return l.s.learner.Adapters.Params }
-func (l *spaceLearner) Grads() tensor.Named  { return l.s.learner.Adapters.Grads }
+func (l *clientLearner) Params() tensor.Named { return l.s.learner.Adapters.Params }
+func (l *clientLearner) Grads() tensor.Named  { return l.s.learner.Adapters.Grads }
 
 // Step trains every adapter parameter on a batch of cached (or online)
 // prefixes, against the class prompts Receive set.
-func (l *spaceLearner) Step(img []float32, labels []int) (float64, map[string]float64, []float32, error) {
+func (l *clientLearner) Step(img []float32, labels []int) (float64, map[string]float64, []float32, error) {
 	l.s.learner.Adapters.ZeroGrads()
 	loss, logits, err := l.s.learner.Step(img, len(labels), labels)
 	return loss, nil, logits, err
 }
 
 // Prepare computes the space's text features with the site's adapters.
-func (l *spaceLearner) Prepare() error {
+func (l *clientLearner) Prepare() error {
 	delete(l.s.txt, l.space)
 	_, err := l.s.textFeatures(l.space)
 	return err
@@ -116,7 +116,7 @@ func (l *spaceLearner) Prepare() error {
 
 // Logits scores with the site's adapters, attaching them for every batch
 // (the model's blocks are shared with other clients).
-func (l *spaceLearner) Logits(img []float32, B int) ([]float32, error) {
+func (l *clientLearner) Logits(img []float32, B int) ([]float32, error) {
 	s := l.s
 	s.learner.Attach()
 	sc := methods.CosineScorer{Model: s.env.Model, Text: s.textFeatures,

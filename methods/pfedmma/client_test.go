@@ -196,7 +196,7 @@ func TestFitMetricsMatchReference(t *testing.T) {
 	}
 }
 
-// batchRecorder is a train.Learner that records the batches it is given.
+// batchRecorder is a train.Trainable that records the batches it is given.
 type batchRecorder struct{ items []int }
 
 func (r *batchRecorder) Params() []optim.Param { return nil }

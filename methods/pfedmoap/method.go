@@ -161,7 +161,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			if err != nil {
 				return nil, err
 			}
-			return &spaceLearner{Learner: l}, nil
+			return &clientLearner{Learner: l}, nil
 		},
 		Strategy: func(init tensor.Named) federation.Strategy {
 			return &strategy.KNNPool{Shared: federation.Names(ParamCtx), K: cfg.NumExperts - 1,
@@ -195,13 +195,13 @@ func (st *siteState) Receive(in tensor.Named) error {
 	if err != nil {
 		return err
 	}
-	return l.(*spaceLearner).SetExperts(st.experts)
+	return l.(*clientLearner).SetExperts(st.experts)
 }
 
 // Prepare implements client.Preparer: the site's experts, then the text
 // features.
 func (st *siteState) Prepare(l client.Learner) error {
-	if err := l.(*spaceLearner).SetExperts(st.experts); err != nil {
+	if err := l.(*clientLearner).SetExperts(st.experts); err != nil {
 		return err
 	}
 	return l.Prepare()
@@ -287,16 +287,19 @@ func (st *siteState) LoadExtra(saved tensor.Named) error {
 	return nil
 }
 
-// spaceLearner adapts the learner to the client.
-type spaceLearner struct{ *Learner }
+// clientLearner is the learner as a client.Learner: Step adds the terms
+// (none), Prepare computes the local text features once per evaluation.
+// (Learner.Step keeps its (loss, logits) form, which the reference replay
+// calls.)
+type clientLearner struct{ *Learner }
 
-func (s *spaceLearner) Step(img []float32, labels []int) (float64, map[string]float64, []float32, error) {
+func (s *clientLearner) Step(img []float32, labels []int) (float64, map[string]float64, []float32, error) {
 	loss, logits, err := s.Learner.Step(img, labels)
 	return loss, nil, logits, err
 }
 
 // Prepare computes the local text features once per evaluation.
-func (s *spaceLearner) Prepare() error {
+func (s *clientLearner) Prepare() error {
 	txt, err := s.enc.Forward(s.ctx.Data, 1, false)
 	if err != nil {
 		return fmt.Errorf("pfedmoap: %w", err)
@@ -305,7 +308,7 @@ func (s *spaceLearner) Prepare() error {
 	return nil
 }
 
-func (s *spaceLearner) Logits(img []float32, B int) ([]float32, error) {
+func (s *clientLearner) Logits(img []float32, B int) ([]float32, error) {
 	return s.head.Forward(img, s.txt, B, s.C, s.E, s.experts, s.LogitScale)
 }
 

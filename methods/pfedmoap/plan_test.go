@@ -268,7 +268,7 @@ func TestPredictorMatchesLearner(t *testing.T) {
 	}
 	methodtest.SameLogits(t, got, want)
 	// the evaluation path: Prepare computes the text features once
-	sl := &spaceLearner{Learner: l}
+	sl := &clientLearner{Learner: l}
 	if err := sl.Prepare(); err != nil {
 		t.Fatal(err)
 	}

@@ -81,6 +81,7 @@ type Learner struct {
 	gXe, gKd        []float32 // [n_ctx·D]
 	xe, kl, cos     float64
 	projected       bool
+	evalTxt         []float32 // Prepare's text features, which Logits scores against
 }
 
 // New builds a learner for the class prompts tokens [C, Ctx] (context

@@ -81,7 +81,7 @@ func (Method) Build(env *methods.Env, sec config.Section) (*methods.Plan, error)
 			if err != nil {
 				return nil, err
 			}
-			return &spaceLearner{Learner: l}, nil
+			return l, nil
 		},
 		Site: func(c *client.Client) (any, error) { return &site{c: c, prox: cfg.ProxMu > 0}, nil }})
 }
@@ -106,27 +106,21 @@ func (s *site) Receive(in tensor.Named) error {
 	if s.prox {
 		anchor = tensor.Named{ParamCtx: s.c.P[ParamCtx]} // the round's global context
 	}
-	return l.(*spaceLearner).SetGlobal(anchor)
+	return l.(*Learner).SetGlobal(anchor)
 }
 
-// spaceLearner scores with the cosine head on cached image features.
-type spaceLearner struct {
-	*Learner
-	txt []float32
-}
-
-func (s *spaceLearner) Step(img []float32, labels []int) (float64, map[string]float64, []float32, error) {
-	return s.Learner.Step(img, labels)
-}
-
-func (s *spaceLearner) Prepare() error {
-	f, err := s.TextFeatures()
-	s.txt = append(s.txt[:0], f...)
+// Prepare implements client.Learner: the text features Logits scores
+// against, computed once per evaluation.
+func (l *Learner) Prepare() error {
+	f, err := l.TextFeatures()
+	l.evalTxt = append(l.evalTxt[:0], f...)
 	return err
 }
 
-func (s *spaceLearner) Logits(img []float32, B int) ([]float32, error) {
-	return clip.Logits(img, s.txt, B, s.C, s.E, s.LogitScale), nil
+// Logits implements client.Learner: CLIP's cosine head on cached image
+// features img [B, E] against Prepare's text features.
+func (l *Learner) Logits(img []float32, B int) ([]float32, error) {
+	return clip.Logits(img, l.evalTxt, B, l.C, l.E, l.LogitScale), nil
 }
 
 // Predictor implements methods.Method: the site's context on the frozen

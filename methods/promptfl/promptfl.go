@@ -79,6 +79,7 @@ type Learner struct {
 	global    []float32      // FedProx anchor (nil: no anchor set)
 	ce        prompt.CosineCE
 	txt       []float32 // text features of the last Step [C, E]
+	evalTxt   []float32 // Prepare's text features, which Logits scores against
 }
 
 // New builds a learner for the class prompts tokens [C, Ctx] (each row the

@@ -8,7 +8,7 @@ import (
 	"github.com/pfedmma/pfedmma/optim"
 )
 
-// batchRecorder is a Learner that records its batches' sizes.
+// batchRecorder is a Trainable that records its batches' sizes.
 type batchRecorder struct {
 	sizes []int
 	items []int

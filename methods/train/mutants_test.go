@@ -8,15 +8,15 @@ import (
 	"github.com/pfedmma/pfedmma/optim"
 )
 
-// scoredLearner returns as loss its batch's size and counts half of each
+// scoredTrainable returns as loss its batch's size and counts half of each
 // batch (rounded down) as correct.
-type scoredLearner struct{ p, g []float32 }
+type scoredTrainable struct{ p, g []float32 }
 
-func (r *scoredLearner) Params() []optim.Param {
+func (r *scoredTrainable) Params() []optim.Param {
 	return []optim.Param{{Name: "w", Value: r.p, Grad: r.g}}
 }
 
-func (r *scoredLearner) Step(_ context.Context, b Batch) (float64, int, error) {
+func (r *scoredTrainable) Step(_ context.Context, b Batch) (float64, int, error) {
 	return float64(len(b.Items)), len(b.Items) / 2, nil
 }
 
@@ -28,7 +28,7 @@ func TestRunMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := l.Run(context.Background(), 0, &scoredLearner{p: []float32{0}, g: []float32{0}})
+	m, err := l.Run(context.Background(), 0, &scoredTrainable{p: []float32{0}, g: []float32{0}})
 	if err != nil {
 		t.Fatal(err)
 	}

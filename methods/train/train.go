@@ -2,8 +2,8 @@
 // local epochs over a client's examples in a seeded order, mini-batches, the
 // learning-rate schedule, the optimizer (reset each round or kept), and a
 // check that stops at the first non-finite loss, gradient or parameter.
-// A method supplies a Learner: how one batch turns into a loss and
-// gradients.
+// The loop trains a Trainable (the client, methods/client): its parameters
+// and how one batch turns into a loss and gradients.
 package train
 
 import (
@@ -68,8 +68,10 @@ func (o Options) Rate(round, epoch int) float64 {
 	return o.Schedule.LR(round*max(o.Epochs, 1) + epoch)
 }
 
-// Learner is one client's trainable model as the loop sees it.
-type Learner interface {
+// Trainable is one client's trainable model as the loop sees it (the
+// client layer's methods/client.Client; a method's model of a label space
+// is a methods/client.Learner).
+type Trainable interface {
 	// Params lists the trainable parameters with their gradient buffers.
 	Params() []optim.Param
 	// Step zeroes the gradients, runs one mini-batch forward and backward,
@@ -120,7 +122,7 @@ func (l *Loop) Batches() int {
 
 // Run trains for the configured local epochs of round and returns the mean
 // batch loss ("loss") and the training accuracy in percent ("train_acc").
-func (l *Loop) Run(ctx context.Context, round int, lr Learner) (map[string]float64, error) {
+func (l *Loop) Run(ctx context.Context, round int, lr Trainable) (map[string]float64, error) {
 	if l.Opts.ResetOptimizer {
 		opt, err := l.Opts.NewOptimizer()
 		if err != nil {

@@ -1,11 +1,10 @@
-package experiment
+package runfiles
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
 
-	"github.com/pfedmma/pfedmma/methods"
 	"github.com/pfedmma/pfedmma/safetensors"
 	"github.com/pfedmma/pfedmma/tensor"
 )
@@ -42,8 +41,9 @@ func GlobalFile(method string) string { return filepath.Join(GlobalDir, method+"
 // SiteFile is the name of client id's file in its method's sites folder.
 func SiteFile(id int) string { return fmt.Sprintf("client_%03d.safetensors", id) }
 
-// writeSite writes what site id keeps to dir/sites/<method>/client_NNN.safetensors.
-func writeSite(dir, method string, id int, params tensor.Named, meta map[string]string) error {
+// WriteSite writes what site id keeps to dir/sites/<method>/client_NNN.safetensors,
+// with method, client and meta in the file's metadata.
+func WriteSite(dir, method string, id int, params tensor.Named, meta map[string]string) error {
 	ad := filepath.Join(dir, SitesFolder(method))
 	if err := os.MkdirAll(ad, 0o755); err != nil {
 		return err
@@ -55,30 +55,10 @@ func writeSite(dir, method string, id int, params tensor.Named, meta map[string]
 	return safetensors.Write(filepath.Join(ad, SiteFile(id)), params, nil, m)
 }
 
-// writeGlobal writes the server's shared tensors to dir/global/<method>.safetensors.
-func writeGlobal(dir, method string, global tensor.Named) error {
+// WriteGlobal writes the server's shared tensors to dir/global/<method>.safetensors.
+func WriteGlobal(dir, method string, global tensor.Named) error {
 	if err := os.MkdirAll(filepath.Join(dir, GlobalDir), 0o755); err != nil {
 		return err
 	}
 	return safetensors.Write(filepath.Join(dir, GlobalFile(method)), global, nil, map[string]string{"method": method})
-}
-
-// saveSites writes what each site of plan keeps and the server's shared
-// tensors, in the reference's names.
-func saveSites(dir, name string, plan *methods.Plan) error {
-	if plan.Site != nil {
-		for i, c := range plan.Clients {
-			params, err := plan.Site(i)
-			if err != nil {
-				return err
-			}
-			if err := writeSite(dir, name, c.ID(), params, nil); err != nil {
-				return err
-			}
-		}
-	}
-	if plan.Global != nil {
-		return writeGlobal(dir, name, plan.Global())
-	}
-	return nil
 }

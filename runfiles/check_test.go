@@ -1,4 +1,4 @@
-package experiment
+package runfiles
 
 import (
 	"path/filepath"
@@ -20,11 +20,11 @@ const validRunJSON = `{
   "sites": {"pfedmma": "adapters", "zeroshot": "sites/zeroshot"}
 }`
 
-// FuzzRunInfo: decoding any bytes as run.json never panics, and whatever is
+// FuzzDecodeInfo: decoding any bytes as run.json never panics, and whatever is
 // accepted is safe to use: every class index of every space lies within
 // the classes, client IDs run 0..n-1 over valid spaces, the template has
 // its class slot and each method has a site folder inside the run.
-func FuzzRunInfo(f *testing.F) {
+func FuzzDecodeInfo(f *testing.F) {
 	f.Add([]byte(validRunJSON))
 	f.Add([]byte(strings.Replace(validRunJSON, "[0, 1]", "[0, 99]", 1)))
 	f.Add([]byte(strings.Replace(validRunJSON, `"template": "a photo of a {}.",`, "", 1)))
@@ -35,7 +35,7 @@ func FuzzRunInfo(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Add([]byte(``))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		info, err := decodeRunInfo(data)
+		info, err := decodeInfo(data)
 		if err != nil {
 			if info != nil {
 				t.Fatalf("error %v with a result", err)
@@ -65,10 +65,10 @@ func FuzzRunInfo(f *testing.F) {
 	})
 }
 
-// TestDecodeRunInfoValid: the run.json `pfedmma run` writes is accepted as
+// TestDecodeInfoValid: the run.json `pfedmma run` writes is accepted as
 // it is (so the fuzz target's checks are not refusing everything).
-func TestDecodeRunInfoValid(t *testing.T) {
-	info, err := decodeRunInfo([]byte(validRunJSON))
+func TestDecodeInfoValid(t *testing.T) {
+	info, err := decodeInfo([]byte(validRunJSON))
 	if err != nil {
 		t.Fatal(err)
 	}

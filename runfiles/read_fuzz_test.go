@@ -1,4 +1,4 @@
-package experiment
+package runfiles
 
 import (
 	"encoding/json"
@@ -9,9 +9,9 @@ import (
 	"testing"
 )
 
-// FuzzReadRunInfo: ReadRunInfo never panics; what it accepts has classes
+// FuzzReadInfo: ReadInfo never panics; what it accepts has classes
 // and label spaces, and survives a JSON round trip unchanged.
-func FuzzReadRunInfo(f *testing.F) {
+func FuzzReadInfo(f *testing.F) {
 	f.Add([]byte(`{"model": "/m/ViT-B-16.pt", "vocab": "v.txt.gz", "template": "a photo of a {}.", "dataset": "caltech101",
  "protocol": "base2novel", "classes": ["face", "leopard"], "spaces": [{"name": "base", "classes": [0]}, {"name": "novel", "classes": [1]}],
  "client_space": {"0": 0, "1": 1}, "adapters": {}}`))
@@ -20,11 +20,11 @@ func FuzzReadRunInfo(f *testing.F) {
 	f.Add([]byte(`null`))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
-		p := filepath.Join(dir, RunInfoFile)
+		p := filepath.Join(dir, InfoFile)
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		info, err := ReadRunInfo(dir)
+		info, err := ReadInfo(dir)
 		if err != nil {
 			if !strings.Contains(err.Error(), dir) {
 				t.Fatalf("error %q does not name the file", err)
@@ -41,7 +41,7 @@ func FuzzReadRunInfo(f *testing.F) {
 		if err := os.WriteFile(p, again, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		back, err := ReadRunInfo(dir)
+		back, err := ReadInfo(dir)
 		if err != nil {
 			t.Fatalf("re-encoded run.json does not read: %v", err)
 		}

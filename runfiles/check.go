@@ -1,4 +1,4 @@
-package experiment
+package runfiles
 
 import (
 	"bytes"
@@ -16,21 +16,21 @@ import (
 	"github.com/pfedmma/pfedmma/protocol"
 )
 
-// runInfoProtocols are the protocol names a run.json may hold.
-var runInfoProtocols = []string{protocol.BaseToNovel, protocol.Dirichlet, protocol.Domains, protocol.Pathological,
+// infoProtocols are the protocol names a run.json may hold.
+var infoProtocols = []string{protocol.BaseToNovel, protocol.Dirichlet, protocol.Domains, protocol.Pathological,
 	protocol.Natural, protocol.LeaveOneDomainOut, protocol.DomainGeneralization}
 
-// maxRunInfoSpaces bounds the label spaces a run.json may list (a run has
+// maxInfoSpaces bounds the label spaces a run.json may list (a run has
 // a handful: local, base, novel, one per domain).
-const maxRunInfoSpaces = 1000
+const maxInfoSpaces = 1000
 
-// decodeRunInfo parses run.json strictly — unknown fields, trailing data
+// decodeInfo parses run.json strictly — unknown fields, trailing data
 // and wrongly typed values are errors naming the field — then checks every
-// field ([RunInfo.check]).
-func decodeRunInfo(data []byte) (*RunInfo, error) {
+// field ([Info.check]).
+func decodeInfo(data []byte) (*Info, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var info RunInfo
+	var info Info
 	if err := dec.Decode(&info); err != nil {
 		var te *json.UnmarshalTypeError
 		var se *json.SyntaxError
@@ -72,7 +72,7 @@ func jsonKind(t reflect.Type) string {
 // mismatched copy or a damaged disk): the names and paths it must hold,
 // class indices in range, client IDs 0..n-1 each with a label space, the
 // template's class slot, and each method's site folder inside the run.
-func (info *RunInfo) check() error {
+func (info *Info) check() error {
 	switch {
 	case strings.TrimSpace(info.Model) == "":
 		return errors.New(`field "model": empty; want the CLIP checkpoint the run used`)
@@ -80,16 +80,16 @@ func (info *RunInfo) check() error {
 		return fmt.Errorf(`field "template": %q has no {} for the class name (every class would get the same prompt)`, info.Template)
 	case strings.TrimSpace(info.Dataset) == "":
 		return errors.New(`field "dataset": empty`)
-	case !slices.Contains(runInfoProtocols, info.Protocol):
-		return fmt.Errorf(`field "protocol": %q; want one of %s`, info.Protocol, strings.Join(runInfoProtocols, ", "))
+	case !slices.Contains(infoProtocols, info.Protocol):
+		return fmt.Errorf(`field "protocol": %q; want one of %s`, info.Protocol, strings.Join(infoProtocols, ", "))
 	case len(info.Classes) == 0:
 		return errors.New(`field "classes": no classes`)
 	case len(info.Classes) > config.MaxNumClasses:
 		return fmt.Errorf(`field "classes": %d classes; at most %d`, len(info.Classes), config.MaxNumClasses)
 	case len(info.Spaces) == 0:
 		return errors.New(`field "spaces": no label spaces`)
-	case len(info.Spaces) > maxRunInfoSpaces:
-		return fmt.Errorf(`field "spaces": %d label spaces; at most %d`, len(info.Spaces), maxRunInfoSpaces)
+	case len(info.Spaces) > maxInfoSpaces:
+		return fmt.Errorf(`field "spaces": %d label spaces; at most %d`, len(info.Spaces), maxInfoSpaces)
 	case len(info.ClientSpace) == 0:
 		return errors.New(`field "client_space": no clients`)
 	case len(info.ClientSpace) > config.MaxClients:
@@ -117,7 +117,7 @@ func (info *RunInfo) check() error {
 // checkClassesAndSpaces refuses an empty or repeated class name, and a
 // label space with a bad name, no classes, or a class out of range or
 // listed twice.
-func (info *RunInfo) checkClassesAndSpaces() error {
+func (info *Info) checkClassesAndSpaces() error {
 	seen := make(map[string]bool, len(info.Classes))
 	for i, c := range info.Classes {
 		if strings.TrimSpace(c) == "" {
@@ -154,7 +154,7 @@ func (info *RunInfo) checkClassesAndSpaces() error {
 // checkMethods refuses an empty, repeated or unknown method, one without
 // its sites folder (a relative path inside the run folder), and a sites or
 // sections entry of a method not listed.
-func (info *RunInfo) checkMethods() error {
+func (info *Info) checkMethods() error {
 	methods := map[string]bool{}
 	for _, m := range info.Methods {
 		if strings.TrimSpace(m) == "" || methods[m] {
