@@ -1,0 +1,18 @@
+package docsgen
+
+import (
+	"testing"
+)
+
+// TestNoHandWrittenNumbers scans the hand-written docs (ScanDocs) and fails
+// on every measured number outside a generated block, by the rule of
+// HandNumbers, naming the file, the line and the number.
+func TestNoHandWrittenNumbers(t *testing.T) {
+	files, err := ScanDocs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range HandNumbers(files) {
+		t.Error(h)
+	}
+}
