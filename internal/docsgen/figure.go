@@ -21,7 +21,8 @@ import (
 //	<!-- generated:fig-deploy-local (make docs; from docs/deploy/comparison.json plain_last_round.local %.2f) -->81.36<!-- /generated:fig-deploy-local -->
 //
 // "FILE PATH - PATH2 [FORMAT]" gives a difference of two values of the
-// file. The path is dot-separated keys and array indices (negative from the end;
+// file, "FILE PATH - FILE2 PATH2 [FORMAT]" of two files (FILE2 ends in
+// .json or .jsonl). The path is dot-separated keys and array indices (negative from the end;
 // a .jsonl file is the array of its lines); the format is a Go
 // verb for a float64 (%.2f when left out; a + in it writes a negative
 // value with the minus sign −; 100*%.1f writes a fraction in percent). A figure's evidence is its marker, so the
@@ -34,7 +35,7 @@ const figurePrefix = "fig-"
 // (report.Summary.Table, without a title), in a code fence.
 const runTablePrefix = "table-"
 
-var figureMarker = regexp.MustCompile(`<!-- generated:((?:` + figurePrefix + `|` + runTablePrefix + `)[a-z0-9-]+) \(make docs; from ([^)]*)\) -->`)
+var figureMarker = regexp.MustCompile(`<!-- generated:((?:` + figurePrefix + `|` + runTablePrefix + `|` + tuneTablePrefix + `)[a-z0-9-]+) \(make docs; from ([^)]*)\) -->`)
 
 // FigureBlocks renders every figure and run table the files hold from the
 // evidence its marker names, under root (the repository root).
@@ -49,8 +50,11 @@ func FigureBlocks(root string, files []File) ([]Block, error) {
 			}
 			seen[name] = f.Path
 			render := renderFigure
-			if strings.HasPrefix(name, runTablePrefix) {
+			switch {
+			case strings.HasPrefix(name, runTablePrefix):
 				render = renderRunTable
+			case strings.HasPrefix(name, tuneTablePrefix):
+				render = renderTuneTable
 			}
 			body, err := render(root, source)
 			if err != nil {
@@ -67,8 +71,11 @@ func FigureBlocks(root string, files []File) ([]Block, error) {
 // prose states).
 func renderFigure(root, source string) (string, error) {
 	fields := strings.Fields(source)
-	var minus string
-	if len(fields) >= 4 && fields[2] == "-" {
+	var minus, minusFile string
+	if len(fields) >= 5 && fields[2] == "-" && isEvidenceFile(fields[3]) {
+		minusFile, minus = fields[3], fields[4]
+		fields = append(fields[:2], fields[5:]...)
+	} else if len(fields) >= 4 && fields[2] == "-" {
 		minus = fields[3]
 		fields = append(fields[:2], fields[4:]...)
 	}
@@ -91,7 +98,11 @@ func renderFigure(root, source string) (string, error) {
 		return "", err
 	}
 	if minus != "" {
-		w, err := jsonValue(file, minus)
+		other := file
+		if minusFile != "" {
+			other = filepath.Join(root, filepath.FromSlash(minusFile))
+		}
+		w, err := jsonValue(other, minus)
 		if err != nil {
 			return "", err
 		}
@@ -251,4 +262,9 @@ func readRecords(path string) ([]report.RoundRecord, error) {
 		recs = append(recs, r)
 	}
 	return recs, nil
+}
+
+// isEvidenceFile: a field of a figure's source that names a file.
+func isEvidenceFile(f string) bool {
+	return strings.HasSuffix(f, ".json") || strings.HasSuffix(f, ".jsonl")
 }
