@@ -25,7 +25,10 @@ import (
 // .json or .jsonl). The path is dot-separated keys and array indices (negative from the end;
 // a .jsonl file is the array of its lines); the format is a Go
 // verb for a float64 (%.2f when left out; a + in it writes a negative
-// value with the minus sign −; 100*%.1f writes a fraction in percent). A figure's evidence is its marker, so the
+// value with the minus sign −; a positive scale before it multiplies:
+// 100*%.1f writes a fraction in percent, 0.001*%.1f bytes in kB). In a Go
+// benchmark's output (a .txt file) the path is NAME@UNIT: the value
+// before UNIT on the line of benchmark NAME (BenchmarkRound/sites=10-2@site-cpu-ms). A figure's evidence is its marker, so the
 // prose can quote any number of any evidence file without a renderer per
 // number: FigureBlocks renders every figure the files hold.
 const figurePrefix = "fig-"
@@ -85,15 +88,19 @@ func renderFigure(root, source string) (string, error) {
 	format, scale := "%.2f", 1.0
 	if len(fields) == 3 {
 		format = fields[2]
-		if f, ok := strings.CutPrefix(format, "100*"); ok {
-			format, scale = f, 100 // a fraction written in percent
+		if i := strings.Index(format, "*%"); i > 0 {
+			x, err := strconv.ParseFloat(format[:i], 64)
+			if err != nil || x <= 0 {
+				return "", fmt.Errorf("source %q: scale %q is not a positive number", source, format[:i])
+			}
+			format, scale = format[i+1:], x // 100*: a fraction in percent; 0.001*: B in kB
 		}
 		if !strings.HasPrefix(format, "%") || strings.Count(format, "%") != 1 {
 			return "", fmt.Errorf("source %q: format %q is not one Go verb", source, format)
 		}
 	}
 	file := filepath.Join(root, filepath.FromSlash(fields[0]))
-	v, err := jsonValue(file, fields[1])
+	v, err := evidenceValue(file, fields[1])
 	if err != nil {
 		return "", err
 	}
@@ -102,7 +109,7 @@ func renderFigure(root, source string) (string, error) {
 		if minusFile != "" {
 			other = filepath.Join(root, filepath.FromSlash(minusFile))
 		}
-		w, err := jsonValue(other, minus)
+		w, err := evidenceValue(other, minus)
 		if err != nil {
 			return "", err
 		}
@@ -267,4 +274,50 @@ func readRecords(path string) ([]report.RoundRecord, error) {
 // isEvidenceFile: a field of a figure's source that names a file.
 func isEvidenceFile(f string) bool {
 	return strings.HasSuffix(f, ".json") || strings.HasSuffix(f, ".jsonl")
+}
+
+// evidenceValue reads one number of an evidence file: a JSON or JSON-lines
+// file by its path (jsonValue), or a Go benchmark's output (.txt) by
+// NAME@UNIT (benchValue).
+func evidenceValue(file, path string) (float64, error) {
+	if strings.HasSuffix(file, ".txt") {
+		return benchValue(file, path)
+	}
+	return jsonValue(file, path)
+}
+
+// benchValue reads the value a `go test -bench` output reports for unit on
+// the line of the benchmark named name (path is NAME@UNIT); a name on no
+// line or on two, or a unit the line lacks, is an error naming them.
+func benchValue(file, path string) (float64, error) {
+	name, unit, ok := strings.Cut(path, "@")
+	if !ok {
+		return 0, fmt.Errorf("%s: path %q: want BENCHMARK@UNIT", file, path)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	var fields []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == name {
+			if fields != nil {
+				return 0, fmt.Errorf("%s: benchmark %s appears twice", file, name)
+			}
+			fields = f
+		}
+	}
+	if fields == nil {
+		return 0, fmt.Errorf("%s: no benchmark %s", file, name)
+	}
+	for i := 2; i+1 < len(fields); i++ {
+		if fields[i+1] == unit {
+			v, err := strconv.ParseFloat(fields[i], 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %s %s: %w", file, name, unit, err)
+			}
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: benchmark %s reports no %s", file, name, unit)
 }

@@ -34,10 +34,14 @@ import (
 //   - published: inside a <!-- paper: NAME, Table N --> … <!-- /paper -->
 //     block (or Figure N), which quotes a paper's own numbers and names the
 //     paper and table they come from;
-//   - setting: directly after the name of a hyper-parameter or bound
-//     (hyperWords: lr, ε, λ, ratio, tolerance, …, or a comparison sign
-//     ≥ ≤ < >), or after "A–" where A is such a setting (a range of them):
-//     a setting or a required bound, not a result;
+//   - setting: directly after the name of a hyper-parameter, a default or
+//     a bound (hyperWords: lr, ε, λ, ratio, tolerance, default, every, …;
+//     a comparison sign ≥ ≤ < > =, or the words above, below, at most, at
+//     least, up to, within, more than, less than), or after "A–", "A / ",
+//     "A, " where A is such a setting (a range or list of them), or a
+//     fraction followed by "participation" or "held out", or a size
+//     followed by "a value"/"per value" (a format's size): a setting or a
+//     required bound that a test or the code holds, not a result;
 //   - reference: a version (v1.2, Go 1.24, x.y.z), a section, table,
 //     figure, equation or issue number (§3.2, Table 4, Eq. 2.1), a date
 //     or clock time (2026-11-29, 06:56), a shape (224×224: × followed by a
@@ -129,7 +133,8 @@ var (
 	// a number and what follows it
 	numberTok = regexp.MustCompile(`\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?`)
 	// a fraction that is a setting: 50% participation, 25% of the names held out
-	settingAfter = regexp.MustCompile(`^ (?:participation|held out|of [^.;]{0,60}held out)`)
+	// or a size of the format (8 bytes a value, 1.0625 bytes per value)
+	settingAfter = regexp.MustCompile(`^ (?:participation|held out|of [^.;]{0,60}held out|a value|per value)`)
 	unitAfter    = regexp.MustCompile(`^(?:\s?(?:%|×|x\b|points?\b|pp\b|s\b|ms\b|µs\b|us\b|min\b|h\b|seconds?\b|minutes?\b|hours?\b|images/s|GFLOP/s|GFLOP|TFLOP|TFLOPS?|B\b|KB\b|KiB\b|kB\b|MB\b|MiB\b|GB\b|GiB\b|bytes?\b))`)
 )
 
@@ -139,20 +144,28 @@ var hyperWords = []string{
 	"lr", "learning rate", "ε", "eps", "epsilon", "δ", "λ", "lambda", "α", "alpha", "β", "beta", "γ", "τ", "temperature",
 	"ratio", "weight decay", "momentum", "dropout", "rank", "threshold", "clipping threshold",
 	"tolerance", "tol", "atol", "rtol", "σ", "smoothing", "≥", "≤", "<", ">", "=", "μ",
-	"Dir(", "θ", "chance", "scale", "noise", "rate", "dropout_rate", "top_percent", "validation", "weight", "at most", "e^",
+	"Dir(", "θ", "chance", "scale", "noise", "rate", "dropout_rate", "top_percent", "validation", "weight", "e^", "default", "every",
+	"above", "below", "at most", "at least", "up to", "within", "more than", "less than",
 }
 
 // HandNumbers lists every measured number written by hand in files
-// outside generated blocks, by the rule above.
-func HandNumbers(files []File) []HandNumber {
+// outside generated blocks and generated rows (a line that starts with a
+// row's prefix, as RenderRows writes it), by the rule above.
+func HandNumbers(files []File, rows []Row) []HandNumber {
 	var out []HandNumber
 	for _, f := range files {
 		masked := maskAllowed(f.Text)
 		lines := strings.Split(f.Text, "\n")
+		prev := ""
 		for i, l := range strings.Split(masked, "\n") {
-			for _, n := range measuredIn(l) {
+			if generatedRow(lines[i], rows) {
+				prev = ""
+				continue
+			}
+			for _, n := range measuredIn(prev, l) {
 				out = append(out, HandNumber{Path: f.Path, Line: i + 1, Number: n, Text: lines[i]})
 			}
+			prev = strings.TrimSpace(l)
 		}
 	}
 	return out
@@ -188,13 +201,17 @@ func maskAllowed(text string) string {
 	})
 }
 
-// measuredIn returns the measured numbers of one masked line.
-func measuredIn(line string) []string {
+// measuredIn returns the measured numbers of one masked line; prev is the
+// line before it (a sentence wraps: "above" may end the line before).
+func measuredIn(prev, line string) []string {
 	var out []string
 	prevSetting := false
 	for _, m := range numberTok.FindAllStringIndex(line, -1) {
 		num, rest := line[m[0]:m[1]], line[m[1]:]
 		before := line[:m[0]]
+		if strings.TrimSpace(before) == "" {
+			before = prev + " "
+		}
 		setting := afterSetting(before) || (prevSetting && rangeDash(before))
 		prevSetting = setting
 		if setting {
@@ -241,4 +258,14 @@ func afterSetting(before string) bool {
 
 func isWordByte(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+func generatedRow(line string, rows []Row) bool {
+	t := strings.TrimLeft(line, " ")
+	for _, r := range rows {
+		if strings.HasPrefix(t, r.Prefix) {
+			return true
+		}
+	}
+	return false
 }

@@ -12,7 +12,11 @@ func TestNoHandWrittenNumbers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range HandNumbers(files) {
+	rows, err := RenderRows("../../docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range HandNumbers(files, rows) {
 		t.Error(h)
 	}
 }
