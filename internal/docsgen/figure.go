@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,7 +27,8 @@ import (
 // a .jsonl file is the array of its lines); the format is a Go
 // verb for a float64 (%.2f when left out; a + in it writes a negative
 // value with the minus sign −; a positive scale before it multiplies:
-// 100*%.1f writes a fraction in percent, 0.001*%.1f bytes in kB). In a Go
+// 100*%.1f writes a fraction in percent, 0.001*%.1f bytes in kB, 1/3600*%.1f
+// seconds in hours). In a Go
 // benchmark's output (a .txt file) the path is NAME@UNIT: the value
 // before UNIT on the line of benchmark NAME (BenchmarkRound/sites=10-2@site-cpu-ms). A figure's evidence is its marker, so the
 // prose can quote any number of any evidence file without a renderer per
@@ -89,7 +91,7 @@ func renderFigure(root, source string) (string, error) {
 	if len(fields) == 3 {
 		format = fields[2]
 		if i := strings.Index(format, "*%"); i > 0 {
-			x, err := strconv.ParseFloat(format[:i], 64)
+			x, err := parseScale(format[:i])
 			if err != nil || x <= 0 {
 				return "", fmt.Errorf("source %q: scale %q is not a positive number", source, format[:i])
 			}
@@ -288,36 +290,69 @@ func evidenceValue(file, path string) (float64, error) {
 
 // benchValue reads the value a `go test -bench` output reports for unit on
 // the line of the benchmark named name (path is NAME@UNIT); a name on no
-// line or on two, or a unit the line lacks, is an error naming them.
+// line or on two, or a unit the line lacks, is an error naming them. A
+// NAME ending in * with UNIT:min or UNIT:max gives the least or greatest
+// value over the benchmarks whose names start with the rest (a range the
+// prose states: BenchmarkViTShapes/*@GFLOP/s:min).
 func benchValue(file, path string) (float64, error) {
 	name, unit, ok := strings.Cut(path, "@")
 	if !ok {
 		return 0, fmt.Errorf("%s: path %q: want BENCHMARK@UNIT", file, path)
 	}
+	prefix, many := strings.CutSuffix(name, "*")
+	unit, agg, _ := strings.Cut(unit, ":")
+	if many != (agg == "min" || agg == "max") {
+		return 0, fmt.Errorf("%s: path %q: a NAME* takes UNIT:min or UNIT:max, a NAME neither", file, path)
+	}
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return 0, err
 	}
-	var fields []string
+	var vals []float64
 	for _, l := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(l); len(f) > 0 && f[0] == name {
-			if fields != nil {
-				return 0, fmt.Errorf("%s: benchmark %s appears twice", file, name)
-			}
-			fields = f
+		f := strings.Fields(l)
+		if len(f) == 0 || (!many && f[0] != name) || (many && !strings.HasPrefix(f[0], prefix)) {
+			continue
 		}
+		v, err := benchUnit(f, unit)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %s: %w", file, f[0], err)
+		}
+		vals = append(vals, v)
 	}
-	if fields == nil {
+	switch {
+	case len(vals) == 0:
 		return 0, fmt.Errorf("%s: no benchmark %s", file, name)
+	case !many && len(vals) > 1:
+		return 0, fmt.Errorf("%s: benchmark %s appears twice", file, name)
+	case agg == "max":
+		return slices.Max(vals), nil
 	}
+	return slices.Min(vals), nil
+}
+
+// benchUnit reads the value before unit on one benchmark line's fields.
+func benchUnit(fields []string, unit string) (float64, error) {
 	for i := 2; i+1 < len(fields); i++ {
 		if fields[i+1] == unit {
-			v, err := strconv.ParseFloat(fields[i], 64)
-			if err != nil {
-				return 0, fmt.Errorf("%s: %s %s: %w", file, name, unit, err)
-			}
-			return v, nil
+			return strconv.ParseFloat(fields[i], 64)
 		}
 	}
-	return 0, fmt.Errorf("%s: benchmark %s reports no %s", file, name, unit)
+	return 0, fmt.Errorf("reports no %s", unit)
+}
+
+// parseScale reads a figure's scale: a number or a fraction 1/N.
+func parseScale(s string) (float64, error) {
+	if num, den, ok := strings.Cut(s, "/"); ok {
+		a, err := strconv.ParseFloat(num, 64)
+		if err != nil {
+			return 0, err
+		}
+		b, err := strconv.ParseFloat(den, 64)
+		if err != nil || b == 0 {
+			return 0, fmt.Errorf("scale %q: bad denominator", s)
+		}
+		return a / b, nil
+	}
+	return strconv.ParseFloat(s, 64)
 }

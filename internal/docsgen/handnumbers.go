@@ -135,7 +135,8 @@ var (
 	// a fraction that is a setting: 50% participation, 25% of the names held out
 	// or a size of the format (8 bytes a value, 1.0625 bytes per value)
 	settingAfter = regexp.MustCompile(`^ (?:participation|held out|of [^.;]{0,60}held out|a value|per value)`)
-	unitAfter    = regexp.MustCompile(`^(?:\s?(?:%|×|x\b|points?\b|pp\b|s\b|ms\b|µs\b|us\b|min\b|h\b|seconds?\b|minutes?\b|hours?\b|images/s|GFLOP/s|GFLOP|TFLOP|TFLOPS?|B\b|KB\b|KiB\b|kB\b|MB\b|MiB\b|GB\b|GiB\b|bytes?\b))`)
+	rateUnit     = regexp.MustCompile(`^[A-Za-z]+/s$`) // GFLOP/s, images/s: a unit, not a path
+	unitAfter    = regexp.MustCompile(`^(?:\s?(?:%|×|x\b|points?\b|pp\b|s\b|ms\b|µs\b|us\b|min\b|h\b|seconds?\b|minutes?\b|hours?\b|[A-Za-z]+/s\b|GFLOP|TFLOP|TFLOPS?|GMAC|B\b|KB\b|KiB\b|kB\b|MB\b|MiB\b|GB\b|GiB\b|bytes?\b))`)
 )
 
 // hyperWords name settings and bounds: a number right after one (or after
@@ -144,7 +145,7 @@ var hyperWords = []string{
 	"lr", "learning rate", "ε", "eps", "epsilon", "δ", "λ", "lambda", "α", "alpha", "β", "beta", "γ", "τ", "temperature",
 	"ratio", "weight decay", "momentum", "dropout", "rank", "threshold", "clipping threshold",
 	"tolerance", "tol", "atol", "rtol", "σ", "smoothing", "≥", "≤", "<", ">", "=", "μ",
-	"Dir(", "θ", "chance", "scale", "noise", "rate", "dropout_rate", "top_percent", "validation", "weight", "e^", "default", "every",
+	"Dir", "θ", "chance", "scale", "noise", "rate", "dropout_rate", "top_percent", "validation", "weight", "e^", "default", "every",
 	"above", "below", "at most", "at least", "up to", "within", "more than", "less than",
 }
 
@@ -194,7 +195,7 @@ func maskAllowed(text string) string {
 	}
 	// a path or name holds a letter: 97.17/77.40 is two numbers, not a path
 	return pathWord.ReplaceAllStringFunc(text, func(m string) string {
-		if !strings.ContainsAny(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_") {
+		if !strings.ContainsAny(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_") || rateUnit.MatchString(m) {
 			return m
 		}
 		return strings.Repeat(" ", len(m))
