@@ -62,7 +62,11 @@ func Render(docsDir string) ([]Block, error) {
 	if err != nil {
 		return nil, err
 	}
-	blocks := append(append(append(append(tab.Blocks(), dj...), eng...), fb...), ps)
+	cs, err := compressSummaryBlock(docsDir)
+	if err != nil {
+		return nil, err
+	}
+	blocks := append(append(append(append(tab.Blocks(), dj...), eng...), fb...), ps, cs)
 	for _, rel := range runBlocks {
 		b, err := RunBlock(docsDir, rel)
 		if err != nil {
