@@ -30,7 +30,8 @@ import (
 //   - code: inside an inline code span (`lr=0.05`, `--rounds 3`) or a
 //     fenced block with a language (```sh, ```yaml, ```go): commands,
 //     settings and code, not results (an unlabelled fence is output and is
-//     scanned);
+//     scanned); a number one space after a code span is that key's value
+//     (`fedot.lr` 0.01);
 //   - published: inside a <!-- paper: NAME, Table N --> … <!-- /paper -->
 //     block (or Figure N), which quotes a paper's own numbers and names the
 //     paper and table they come from;
@@ -121,7 +122,7 @@ var (
 	paperSpan     = regexp.MustCompile(`(?s)<!-- paper: [^>]*?, (?:(?:Table|Figure) [0-9A-Za-z.–-]+|abstract|README|file [^ >]+) -->.*?<!-- /paper -->`)
 	commentSpan   = regexp.MustCompile(`(?s)<!--.*?-->`)
 	labelledFence = regexp.MustCompile("(?ms)^ *```[a-zA-Z0-9_+-]+[^\n]*\n.*?^ *```[^\n]*$")
-	codeSpan      = regexp.MustCompile("``[^`]+``|`[^`\n]+`")
+	codeSpan      = regexp.MustCompile("``[^`\n]+``|`[^`\n]+`")
 	urlSpan       = regexp.MustCompile(`\]\([^)\s]*\)|https?://\S+`)
 	// a path, file name or dotted identifier: letters or digits joined by
 	// . / _ - with a letter somewhere (clip.go, ViT-B/16, 0_5.json)
@@ -190,7 +191,13 @@ func blank(s string, re *regexp.Regexp) string {
 // measured prose: generated blocks, quoted papers, comments, labelled
 // fences, code spans, URLs, paths, dates, versions, citations and shapes.
 func maskAllowed(text string) string {
-	for _, re := range []*regexp.Regexp{generatedSpan, paperSpan, commentSpan, labelledFence, codeSpan, urlSpan, dateTime, version, citation, shape} {
+	for _, re := range []*regexp.Regexp{generatedSpan, paperSpan, commentSpan, labelledFence} {
+		text = blank(text, re)
+	}
+	// a code span becomes the word KEY: a number right after it is that
+	// key's value (`fedot.lr` 0.01)
+	text = codeSpan.ReplaceAllString(text, codeKey)
+	for _, re := range []*regexp.Regexp{urlSpan, dateTime, version, citation, shape} {
 		text = blank(text, re)
 	}
 	// a path or name holds a letter: 97.17/77.40 is two numbers, not a path
@@ -241,9 +248,15 @@ func rangeDash(before string) bool {
 	return false
 }
 
+// codeKey stands for a code span in the masked text.
+const codeKey = "\x00KEY\x00"
+
 // afterSetting: the text before a number ends with a hyper-parameter's
-// name or a bound's sign.
+// name or a bound's sign, or is a code span and one space (a key's value).
 func afterSetting(before string) bool {
+	if strings.HasSuffix(before, codeKey+" ") {
+		return true
+	}
 	t := strings.TrimRight(before, " (*")
 	for _, w := range hyperWords {
 		if !strings.HasSuffix(t, w) {
