@@ -32,11 +32,13 @@ import (
 //     settings and code, not results (an unlabelled fence is output and is
 //     scanned); a number one space after a code span is that key's value
 //     (`fedot.lr` 0.01);
-//   - published: inside a <!-- paper: NAME, Table N --> … <!-- /paper -->
-//     block (or Figure N), which quotes a paper's own numbers and names the
-//     paper and table they come from;
+//   - published: inside a <!-- paper: NAME, WHERE --> … <!-- /paper -->
+//     block, WHERE being Table N, Figure N, abstract, README or file PATH
+//     (the authors' log, or the spec the number was read from): it quotes
+//     a paper's own numbers and names where they come from;
 //   - setting: directly after the name of a hyper-parameter, a default or
-//     a bound (hyperWords: lr, ε, λ, ratio, tolerance, default, every, …;
+//     a bound (hyperWords: lr, ε, λ, ratio, tolerance, default, every,
+//     chance (a chance level, 1/classes), …;
 //     a comparison sign ≥ ≤ < > =, or the words above, below, at most, at
 //     least, up to, within, more than, less than), or after "A–", "A / ",
 //     "A, " where A is such a setting (a range or list of them), or a
@@ -146,7 +148,7 @@ var hyperWords = []string{
 	"lr", "learning rate", "ε", "eps", "epsilon", "δ", "λ", "lambda", "α", "alpha", "β", "beta", "γ", "τ", "temperature",
 	"ratio", "weight decay", "momentum", "dropout", "rank", "threshold", "clipping threshold",
 	"tolerance", "tol", "atol", "rtol", "σ", "smoothing", "≥", "≤", "<", ">", "=", "μ",
-	"Dir", "θ", "chance", "scale", "noise", "rate", "dropout_rate", "top_percent", "validation", "weight", "e^", "default", "every",
+	"Dir", "θ", "chance", "scale", "noise", "dropout_rate", "top_percent", "weight", "e^", "default", "every",
 	"above", "below", "at most", "at least", "up to", "within", "more than", "less than",
 }
 
