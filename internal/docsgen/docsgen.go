@@ -1,7 +1,7 @@
 // Package docsgen renders the documentation's blocks of measured numbers
 // from the JSON evidence under docs/, and checks or rewrites those blocks in
-// place, in every markdown file that holds them (Files: README.md, docs/*.md
-// and methods/*/README.md).
+// place, in every markdown file that holds them (Files: README.md, docs/*.md,
+// docs/**/README.md and methods/*/README.md).
 //
 // A generated block sits between two marker comments,
 //
@@ -62,7 +62,11 @@ func Render(docsDir string) ([]Block, error) {
 	if err != nil {
 		return nil, err
 	}
-	blocks := append(append(append(append(tab.Blocks(), dj...), eng...), fb...), ps)
+	cs, err := compressSummaryBlock(docsDir)
+	if err != nil {
+		return nil, err
+	}
+	blocks := append(append(append(append(tab.Blocks(), dj...), eng...), fb...), ps, cs)
 	for _, rel := range runBlocks {
 		b, err := RunBlock(docsDir, rel)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,10 +22,15 @@ import (
 //	<!-- generated:fig-deploy-local (make docs; from docs/deploy/comparison.json plain_last_round.local %.2f) -->81.36<!-- /generated:fig-deploy-local -->
 //
 // "FILE PATH - PATH2 [FORMAT]" gives a difference of two values of the
-// file. The path is dot-separated keys and array indices (negative from the end;
+// file, "FILE PATH - FILE2 PATH2 [FORMAT]" of two files (FILE2 ends in
+// .json or .jsonl). The path is dot-separated keys and array indices (negative from the end;
 // a .jsonl file is the array of its lines); the format is a Go
 // verb for a float64 (%.2f when left out; a + in it writes a negative
-// value with the minus sign −; 100*%.1f writes a fraction in percent). A figure's evidence is its marker, so the
+// value with the minus sign −; a positive scale before it multiplies:
+// 100*%.1f writes a fraction in percent, 0.001*%.1f bytes in kB, 1/3600*%.1f
+// seconds in hours). In a Go
+// benchmark's output (a .txt file) the path is NAME@UNIT: the value
+// before UNIT on the line of benchmark NAME (BenchmarkRound/sites=10-2@site-cpu-ms). A figure's evidence is its marker, so the
 // prose can quote any number of any evidence file without a renderer per
 // number: FigureBlocks renders every figure the files hold.
 const figurePrefix = "fig-"
@@ -34,7 +40,7 @@ const figurePrefix = "fig-"
 // (report.Summary.Table, without a title), in a code fence.
 const runTablePrefix = "table-"
 
-var figureMarker = regexp.MustCompile(`<!-- generated:((?:` + figurePrefix + `|` + runTablePrefix + `)[a-z0-9-]+) \(make docs; from ([^)]*)\) -->`)
+var figureMarker = regexp.MustCompile(`<!-- generated:((?:` + figurePrefix + `|` + runTablePrefix + `|` + tuneTablePrefix + `)[a-z0-9-]+) \(make docs; from ([^)]*)\) -->`)
 
 // FigureBlocks renders every figure and run table the files hold from the
 // evidence its marker names, under root (the repository root).
@@ -49,8 +55,11 @@ func FigureBlocks(root string, files []File) ([]Block, error) {
 			}
 			seen[name] = f.Path
 			render := renderFigure
-			if strings.HasPrefix(name, runTablePrefix) {
+			switch {
+			case strings.HasPrefix(name, runTablePrefix):
 				render = renderRunTable
+			case strings.HasPrefix(name, tuneTablePrefix):
+				render = renderTuneTable
 			}
 			body, err := render(root, source)
 			if err != nil {
@@ -67,8 +76,11 @@ func FigureBlocks(root string, files []File) ([]Block, error) {
 // prose states).
 func renderFigure(root, source string) (string, error) {
 	fields := strings.Fields(source)
-	var minus string
-	if len(fields) >= 4 && fields[2] == "-" {
+	var minus, minusFile string
+	if len(fields) >= 5 && fields[2] == "-" && isEvidenceFile(fields[3]) {
+		minusFile, minus = fields[3], fields[4]
+		fields = append(fields[:2], fields[5:]...)
+	} else if len(fields) >= 4 && fields[2] == "-" {
 		minus = fields[3]
 		fields = append(fields[:2], fields[4:]...)
 	}
@@ -78,20 +90,28 @@ func renderFigure(root, source string) (string, error) {
 	format, scale := "%.2f", 1.0
 	if len(fields) == 3 {
 		format = fields[2]
-		if f, ok := strings.CutPrefix(format, "100*"); ok {
-			format, scale = f, 100 // a fraction written in percent
+		if i := strings.Index(format, "*%"); i > 0 {
+			x, err := parseScale(format[:i])
+			if err != nil || x <= 0 {
+				return "", fmt.Errorf("source %q: scale %q is not a positive number", source, format[:i])
+			}
+			format, scale = format[i+1:], x // 100*: a fraction in percent; 0.001*: B in kB
 		}
 		if !strings.HasPrefix(format, "%") || strings.Count(format, "%") != 1 {
 			return "", fmt.Errorf("source %q: format %q is not one Go verb", source, format)
 		}
 	}
 	file := filepath.Join(root, filepath.FromSlash(fields[0]))
-	v, err := jsonValue(file, fields[1])
+	v, err := evidenceValue(file, fields[1])
 	if err != nil {
 		return "", err
 	}
 	if minus != "" {
-		w, err := jsonValue(file, minus)
+		other := file
+		if minusFile != "" {
+			other = filepath.Join(root, filepath.FromSlash(minusFile))
+		}
+		w, err := evidenceValue(other, minus)
 		if err != nil {
 			return "", err
 		}
@@ -251,4 +271,88 @@ func readRecords(path string) ([]report.RoundRecord, error) {
 		recs = append(recs, r)
 	}
 	return recs, nil
+}
+
+// isEvidenceFile: a field of a figure's source that names a file.
+func isEvidenceFile(f string) bool {
+	return strings.HasSuffix(f, ".json") || strings.HasSuffix(f, ".jsonl")
+}
+
+// evidenceValue reads one number of an evidence file: a JSON or JSON-lines
+// file by its path (jsonValue), or a Go benchmark's output (.txt) by
+// NAME@UNIT (benchValue).
+func evidenceValue(file, path string) (float64, error) {
+	if strings.HasSuffix(file, ".txt") {
+		return benchValue(file, path)
+	}
+	return jsonValue(file, path)
+}
+
+// benchValue reads the value a `go test -bench` output reports for unit on
+// the line of the benchmark named name (path is NAME@UNIT); a name on no
+// line or on two, or a unit the line lacks, is an error naming them. A
+// NAME ending in * with UNIT:min or UNIT:max gives the least or greatest
+// value over the benchmarks whose names start with the rest (a range the
+// prose states: BenchmarkViTShapes/*@GFLOP/s:min).
+func benchValue(file, path string) (float64, error) {
+	name, unit, ok := strings.Cut(path, "@")
+	if !ok {
+		return 0, fmt.Errorf("%s: path %q: want BENCHMARK@UNIT", file, path)
+	}
+	prefix, many := strings.CutSuffix(name, "*")
+	unit, agg, _ := strings.Cut(unit, ":")
+	if many != (agg == "min" || agg == "max") {
+		return 0, fmt.Errorf("%s: path %q: a NAME* takes UNIT:min or UNIT:max, a NAME neither", file, path)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	var vals []float64
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || (!many && f[0] != name) || (many && !strings.HasPrefix(f[0], prefix)) {
+			continue
+		}
+		v, err := benchUnit(f, unit)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %s: %w", file, f[0], err)
+		}
+		vals = append(vals, v)
+	}
+	switch {
+	case len(vals) == 0:
+		return 0, fmt.Errorf("%s: no benchmark %s", file, name)
+	case !many && len(vals) > 1:
+		return 0, fmt.Errorf("%s: benchmark %s appears twice", file, name)
+	case agg == "max":
+		return slices.Max(vals), nil
+	}
+	return slices.Min(vals), nil
+}
+
+// benchUnit reads the value before unit on one benchmark line's fields.
+func benchUnit(fields []string, unit string) (float64, error) {
+	for i := 2; i+1 < len(fields); i++ {
+		if fields[i+1] == unit {
+			return strconv.ParseFloat(fields[i], 64)
+		}
+	}
+	return 0, fmt.Errorf("reports no %s", unit)
+}
+
+// parseScale reads a figure's scale: a number or a fraction 1/N.
+func parseScale(s string) (float64, error) {
+	if num, den, ok := strings.Cut(s, "/"); ok {
+		a, err := strconv.ParseFloat(num, 64)
+		if err != nil {
+			return 0, err
+		}
+		b, err := strconv.ParseFloat(den, 64)
+		if err != nil || b == 0 {
+			return 0, fmt.Errorf("scale %q: bad denominator", s)
+		}
+		return a / b, nil
+	}
+	return strconv.ParseFloat(s, 64)
 }

@@ -2,9 +2,6 @@ package docsgen
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 )
 
@@ -15,33 +12,17 @@ type File struct {
 	Text string
 }
 
-// filePatterns are the markdown files, relative to the repository root, in
-// which generated blocks and rows may live.
-var filePatterns = []string{"README.md", "docs/*.md", "docs/*/README.md", "methods/*/README.md"}
-
-// Files reads every markdown file under root that may hold generated blocks
-// (README.md, docs/*.md, docs/*/README.md, methods/*/README.md), in a stable order; Path is
-// root joined with the file's relative path.
+// Files reads every markdown file under root that may hold generated blocks:
+// README.md, docs/*.md, docs/**/README.md and methods/*/README.md (ScanDocs,
+// the same files TestNoHandWrittenNumbers scans), in a stable order; Path
+// is root joined with the file's relative path.
 func Files(root string) ([]File, error) {
-	var paths []string
-	for _, pat := range filePatterns {
-		m, err := filepath.Glob(filepath.Join(root, pat))
-		if err != nil {
-			return nil, fmt.Errorf("docsgen: pattern %s: %w", pat, err)
-		}
-		sort.Strings(m)
-		paths = append(paths, m...)
+	files, err := ScanDocs(root)
+	if err != nil {
+		return nil, err
 	}
-	if len(paths) == 0 {
+	if len(files) == 0 {
 		return nil, fmt.Errorf("docsgen: no README.md or docs/*.md under %s", root)
-	}
-	files := make([]File, 0, len(paths))
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("docsgen: %w", err)
-		}
-		files = append(files, File{Path: p, Text: string(data)})
 	}
 	return files, nil
 }

@@ -2,6 +2,7 @@ package docsgen
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 )
@@ -16,27 +17,31 @@ type Row struct {
 	Source string
 }
 
-// compressRuns are the compression table's rows measured again since the
-// table was written (docs/compress/<dir>/summary.json).
-var compressRuns = []struct{ dir, label string }{
-	{"clip_lora-none", "`clip_lora`"}, {"clip_lora-fp16", "`clip_lora`"}, {"clip_lora-int8", "`clip_lora`"},
-	{"clip_lora-product-none", "`clip_lora` (`aggregate: product`)"},
-	{"clip_lora-product-fp16", "`clip_lora` (`aggregate: product`)"},
-	{"clip_lora-product-int8", "`clip_lora` (`aggregate: product`)"},
+// compressRuns are the compression table's rows, each from the
+// summary.json of its run (docs/compress/<dir>/summary.json) and the
+// method's numbers in it.
+var compressRuns = []struct{ dir, label, method string }{
+	{"pfedmma-none", "`pfedmma`", "pfedmma"}, {"pfedmma-fp16", "`pfedmma`", "pfedmma"}, {"pfedmma-int8", "`pfedmma`", "pfedmma"},
+	{"four-none", "`promptfl`", "promptfl"}, {"four-fp16", "`promptfl`", "promptfl"}, {"four-int8", "`promptfl`", "promptfl"},
+	{"four-none", "`fedotp`", "fedotp"}, {"four-fp16", "`fedotp`", "fedotp"}, {"four-int8", "`fedotp`", "fedotp"},
+	{"four-none", "`clip_adapter`", "clip_adapter"}, {"four-fp16", "`clip_adapter`", "clip_adapter"}, {"four-int8", "`clip_adapter`", "clip_adapter"},
+	{"clip_lora-none", "`clip_lora`", "clip_lora"}, {"clip_lora-fp16", "`clip_lora`", "clip_lora"}, {"clip_lora-int8", "`clip_lora`", "clip_lora"},
+	{"clip_lora-product-none", "`clip_lora` (`aggregate: product`)", "clip_lora"},
+	{"clip_lora-product-fp16", "`clip_lora` (`aggregate: product`)", "clip_lora"},
+	{"clip_lora-product-int8", "`clip_lora` (`aggregate: product`)", "clip_lora"},
 }
 
-// RenderRows renders the compression table's re-measured rows from their
-// summaries: codec, bytes up and down per round per site, Local, Base, Novel, HM.
+// RenderRows renders the compression table's rows from their summaries: codec, bytes up and down per round per site, Local, Base, Novel, HM.
 func RenderRows(docsDir string) ([]Row, error) {
 	var rows []Row
 	for _, c := range compressRuns {
 		rel := filepath.Join("compress", c.dir, "summary.json")
 		path := filepath.Join(docsDir, rel)
-		s, codec, up, down, err := readCompressSummary(path, "clip_lora")
+		s, codec, up, down, err := readCompressSummary(path, c.method)
 		if err != nil {
 			return nil, err
 		}
-		m := s.Methods["clip_lora"]
+		m := s.Methods[c.method]
 		prefix := fmt.Sprintf("| %s | %s |", c.label, codec)
 		text := fmt.Sprintf("%s %s | %s | %.2f | %.2f | %.2f | %.2f |", prefix, thousands(up), thousands(down), m["local"], m["base"], m["novel"], m["hm"])
 		rows = append(rows, Row{Prefix: prefix, Text: text, Source: "docs/" + filepath.ToSlash(rel)})
@@ -104,4 +109,65 @@ func DiffRows(readme string, rows []Row) ([]string, error) {
 		}
 	}
 	return diffs, nil
+}
+
+// compressMetrics are the compression table's accuracy columns.
+var compressMetrics = []struct{ key, name string }{{"local", "Local"}, {"base", "Base"}, {"novel", "Novel"}, {"hm", "HM"}}
+
+// compressSummaryBlock renders the sentence that summarises the compression
+// table: for fp16 and for int8, the largest move (points, against the same
+// row uncompressed) of every row but the one that moves most, and that
+// row's moves above it.
+func compressSummaryBlock(docsDir string) (Block, error) {
+	vals := map[string]map[string]float64{} // label|codec → metrics
+	var labels []string
+	for _, c := range compressRuns {
+		path := filepath.Join(docsDir, "compress", c.dir, "summary.json")
+		s, codec, _, _, err := readCompressSummary(path, c.method)
+		if err != nil {
+			return Block{}, err
+		}
+		if _, ok := vals[c.label+"|none"]; !ok && codec == "none" {
+			labels = append(labels, c.label)
+		}
+		vals[c.label+"|"+codec] = s.Methods[c.method]
+	}
+	var parts []string
+	for _, codec := range []string{"fp16", "int8"} {
+		top, topMove, rest := "", -1.0, 0.0
+		for _, l := range labels {
+			base, ok1 := vals[l+"|none"]
+			got, ok2 := vals[l+"|"+codec]
+			if !ok1 || !ok2 {
+				return Block{}, fmt.Errorf("compression table: %s lacks its none or %s row", l, codec)
+			}
+			move := 0.0
+			for _, m := range compressMetrics {
+				move = max(move, math.Abs(got[m.key]-base[m.key]))
+			}
+			if move > topMove {
+				rest, top, topMove = max(rest, topMove), l, move
+			} else {
+				rest = max(rest, move)
+			}
+		}
+		var moves []string
+		for _, m := range compressMetrics {
+			if d := vals[top+"|"+codec][m.key] - vals[top+"|none"][m.key]; math.Abs(d) > rest {
+				moves = append(moves, fmt.Sprintf("%s %s", m.name, signed(d)))
+			}
+		}
+		parts = append(parts, fmt.Sprintf("with %s every row's accuracy moves by at most %.2f points but %s's (%s)", codec, rest, top, strings.Join(moves, ", ")))
+	}
+	body := strings.ToUpper(parts[0][:1]) + parts[0][1:] + "; " + parts[1] + "."
+	return Block{Name: "compress-summary", Source: "docs/compress/*/summary.json", Body: body}, nil
+}
+
+// signed writes a difference with its sign, the minus as −.
+func signed(d float64) string {
+	s := fmt.Sprintf("%+.2f", d)
+	if strings.HasPrefix(s, "-") {
+		return "−" + s[1:]
+	}
+	return s
 }

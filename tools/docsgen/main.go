@@ -1,6 +1,6 @@
 // Command docsgen rewrites the generated blocks (the tables and summary
 // sentences of measured numbers) of every markdown file that holds them —
-// README.md, docs/*.md, docs/*/README.md and methods/*/README.md — from the
+// README.md, docs/*.md, docs/**/README.md and methods/*/README.md — from the
 // JSON evidence under docs/ (and each figure, a number of the prose, from
 // the evidence its marker names), and each method's settings table from its DefaultConfig and
 // the comments of its settings struct; `make docs` runs it. With -check it only reports the blocks

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Renders docs/suite-time.md's tables from the condensed measurements.
+"""Renders docs/suite/table-cgo.md (docs/suite/README.md) from the condensed measurements.
 
 Usage: table.py BEFORE.json AFTER.json [TOP]
 
