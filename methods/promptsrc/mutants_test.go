@@ -6,11 +6,18 @@ package promptsrc
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/pfedmma/pfedmma/checkpoint"
 	"github.com/pfedmma/pfedmma/clip"
+	"github.com/pfedmma/pfedmma/config"
+	"github.com/pfedmma/pfedmma/dataset"
+	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/protocol"
+	"github.com/pfedmma/pfedmma/tensor"
+	"github.com/pfedmma/pfedmma/tokenizer"
 )
 
 // mutWeights loads the tiny CLIP of testdata.
@@ -264,11 +271,128 @@ func TestFitModel(t *testing.T) {
 		{1, 12, 2, 1, 2, 1},
 		{13, 2, 6, 6, 2, 1},
 		{9, 9, 0, 9, 9, 0},
+		{9, 2, 1, 1, 1, 2},
 	} {
 		s := &Settings{PromptDepthText: tc.text, PromptDepthVision: tc.vision}
 		notes := s.FitModel(tc.layers)
 		if s.PromptDepthText != tc.wantText || s.PromptDepthVision != tc.wantVision || len(notes) != tc.notes {
 			t.Errorf("%d/%d on %d blocks: %d/%d (%q), want %d/%d", tc.text, tc.vision, tc.layers, s.PromptDepthText, s.PromptDepthVision, notes, tc.wantText, tc.wantVision)
+		}
+	}
+}
+
+// TestCheckTemplates: every anchor template must hold the class
+// placeholder {} once; a bad entry is refused naming the key and entry.
+func TestCheckTemplates(t *testing.T) {
+	s := Method{}.DefaultConfig().(*Settings)
+	s.Templates = []string{"a photo of a {}.", "a {} of a {}."}
+	if err := config.CheckSection("promptsrc", s); err == nil || !strings.Contains(err.Error(), "promptsrc.templates") || !strings.Contains(err.Error(), "entry 1") {
+		t.Errorf("two placeholders: %v", err)
+	}
+	s.Templates = s.Templates[:1]
+	if err := config.CheckSection("promptsrc", s); err != nil {
+		t.Errorf("one placeholder: %v", err)
+	}
+}
+
+// mutEnv is a run of one client on 2 classes ("big_cat", "dog", the space
+// listing them in the order dog, big cat) with a character tokenizer, at
+// the first block's input.
+func mutEnv(t *testing.T) *methods.Env {
+	t.Helper()
+	m := clip.New(mutWeights(t))
+	task := &protocol.Task{Dataset: &dataset.Dataset{Classes: []string{"big_cat", "dog"}},
+		Spaces:  []protocol.Space{{Name: "all", Classes: []int{1, 0}}},
+		Clients: []protocol.ClientTask{{ID: 0, TrainSpace: 0}}}
+	return &methods.Env{Model: m, Tok: tokenizer.FromMerges(nil), Task: task, Start: 0, Seed: 1}
+}
+
+// TestTemplateTokens: the anchor prompts are every template filled with
+// every class of the space (template-major, "_" read as a space),
+// tokenised here apart from the method; no tokenizer or a space outside
+// the task is refused.
+func TestTemplateTokens(t *testing.T) {
+	env := mutEnv(t)
+	s := &Settings{Templates: []string{"a {}.", "the {}!"}}
+	got, err := s.templateTokens(env, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int
+	for _, text := range []string{"a dog.", "a big cat.", "the dog!", "the big cat!"} {
+		ids, err := env.Tok.Tokenize(text, env.Model.W.Config.Text.ContextLength, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, ids...)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("template rows differ from the tokenised \"a dog.\", \"a big cat.\", \"the dog!\", \"the big cat!\"")
+	}
+	for _, space := range []int{1, -1} {
+		if _, err := s.templateTokens(env, space); err == nil || !strings.Contains(err.Error(), "label space") {
+			t.Errorf("space %d: %v", space, err)
+		}
+	}
+	env.Tok = nil
+	if _, err := s.templateTokens(env, 0); err == nil || !strings.Contains(err.Error(), "no tokenizer") {
+		t.Errorf("no tokenizer: %v", err)
+	}
+}
+
+// TestBuildPrompts: Build makes one client per task client; an n_ctx_text
+// whose class prompts do not fit the context, or a setting out of range,
+// is refused naming the key.
+func TestBuildPrompts(t *testing.T) {
+	env := mutEnv(t)
+	sec := func(n int) *Settings {
+		s := Method{}.DefaultConfig().(*Settings)
+		s.PromptDepthText, s.PromptDepthVision, s.NCtxText, s.GPAStd = 3, 3, n, 0
+		s.Templates = []string{"a {}."}
+		return s
+	}
+	plan, err := (Method{}).Build(env, sec(4))
+	if err != nil || plan == nil || len(plan.Clients) != 1 {
+		t.Fatalf("Build: %v, %v", plan, err)
+	}
+	if _, err := (Method{}).Build(env, sec(70)); err == nil || !strings.Contains(err.Error(), "promptsrc.n_ctx_text") {
+		t.Errorf("n_ctx_text 70 in a %d-token context: %v", env.Model.W.Config.Text.ContextLength, err)
+	}
+	if _, err := (Method{}).Build(env, sec(0)); err == nil || !strings.Contains(err.Error(), "n_ctx_text 0") {
+		t.Errorf("n_ctx_text 0: %v", err)
+	}
+	if err := fitPrompts(&methods.Env{}, 70); err != nil {
+		t.Errorf("fitPrompts without a tokenizer: %v", err)
+	}
+}
+
+// TestPredictor: a saved site without the context is refused naming it; a
+// learner's prompts score B images against the classes, [B, C].
+func TestPredictor(t *testing.T) {
+	env := mutEnv(t)
+	pe := methods.PredictEnv{Model: env.Model, Tok: env.Tok}
+	sec := Method{}.DefaultConfig().(*Settings)
+	sec.PromptDepthText, sec.PromptDepthVision = 3, 3
+	if _, err := (Method{}).Predictor(pe, sec, tensor.Named{}); err == nil || !strings.Contains(err.Error(), ParamCtx) {
+		t.Errorf("no context: %v", err)
+	}
+	tokens := mutTokens(env.Model, 2)
+	l, err := New(env.Model, tokens, tokens, sec.config(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := (Method{}).Predictor(pe, sec, l.Params())
+	if err != nil {
+		t.Fatal(err)
+	}
+	S := env.Model.W.Config.Vision.ImageSize
+	out, err := p.Logits(make([]float32, 2*3*S*S), 2, []string{"cat", "dog", "owl"})
+	if err != nil || len(out) != 6 {
+		t.Fatalf("Logits: %d values, %v; want 6", len(out), err)
+	}
+	for _, v := range out {
+		if math.IsNaN(float64(v)) {
+			t.Fatalf("Logits %v", out)
 		}
 	}
 }
