@@ -334,6 +334,10 @@ func TestTemplateTokens(t *testing.T) {
 			t.Errorf("space %d: %v", space, err)
 		}
 	}
+	long := &Settings{Templates: []string{strings.Repeat("x", 80) + " {}."}}
+	if _, err := long.templateTokens(env, 0); err == nil || !strings.Contains(err.Error(), "promptsrc.templates") {
+		t.Errorf("a template longer than the context: %v", err)
+	}
 	env.Tok = nil
 	if _, err := s.templateTokens(env, 0); err == nil || !strings.Contains(err.Error(), "no tokenizer") {
 		t.Errorf("no tokenizer: %v", err)
