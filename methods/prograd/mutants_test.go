@@ -13,6 +13,7 @@ import (
 	"github.com/pfedmma/pfedmma/clip"
 	"github.com/pfedmma/pfedmma/config"
 	"github.com/pfedmma/pfedmma/methods"
+	"github.com/pfedmma/pfedmma/protocol"
 	"github.com/pfedmma/pfedmma/tensor"
 	"github.com/pfedmma/pfedmma/tokenizer"
 )
@@ -248,5 +249,35 @@ func TestPredictor(t *testing.T) {
 		if math.IsNaN(float64(v)) {
 			t.Fatalf("Logits %v", out)
 		}
+	}
+}
+
+// TestTeacherPrompts: a label space's learner takes the run's template
+// prompts of that space as its teacher; a space the task does not have is
+// an error naming it.
+func TestTeacherPrompts(t *testing.T) {
+	m := mutModel(t)
+	tokens, template := mutTokens(m, 2, 2)
+	env := &methods.Env{Model: m, Task: &protocol.Task{Spaces: []protocol.Space{{Name: "all", Classes: []int{0, 1}}}},
+		SpaceTokenRows: map[int][]int{0: template}}
+	s := Method{}.DefaultConfig().(*Settings)
+	s.NCtx, s.CtxInit = 2, ""
+	spec, err := clientSpec(env, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := spec.NewLearner(0, tokens)
+	if err != nil {
+		t.Fatalf("space 0: %v", err)
+	}
+	want, err := New(m, tokens, template, Config{NCtx: 2, T: 1, Lambda: 1, InitStd: 0.02})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equal32(l.(*spaceLearner).teacher, want.teacher) {
+		t.Errorf("the learner's teacher is not the template's")
+	}
+	if _, err := spec.NewLearner(1, tokens); err == nil || !strings.Contains(err.Error(), "prograd: label space 1") {
+		t.Errorf("space 1: %v", err)
 	}
 }
