@@ -291,3 +291,76 @@ func TestSoftmaxLargeScores(t *testing.T) {
 		}
 	}
 }
+
+// TestStepZeroesOtherPrompts: a step writes the own domain's text-prompt
+// gradient and zeroes the other domains' (whatever G held), as Step's
+// contract says.
+func TestStepZeroesOtherPrompts(t *testing.T) {
+	l, P, G, x0 := smallLearner(t, 3, 4)
+	for i := range 3 {
+		for k := range G[TextName(i)].Data {
+			G[TextName(i)].Data[k] = 7
+		}
+	}
+	if _, _, _, err := l.Step(P, G, x0, []int{0, 1, 0, 1}, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		var nonzero int
+		for _, v := range G[TextName(i)].Data {
+			if v != 0 {
+				nonzero++
+			}
+		}
+		if (i == 1) != (nonzero > 0) {
+			t.Errorf("domain %d's text-prompt gradient has %d non-zero values after a step of domain 1", i, nonzero)
+		}
+	}
+}
+
+// TestClientStepLogits: the client's learner returns the batch's logits
+// [B, C], the rows the client counts its correct examples on.
+func TestClientStepLogits(t *testing.T) {
+	l, P, G, x0 := smallLearner(t, 2, 4)
+	s := &spaceLearner{l: l, p: P, g: G, own: 1}
+	_, _, logits, err := s.Step(x0, []int{0, 1, 1, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(logits) != 4*l.C {
+		t.Errorf("%d logits for 4 examples of %d classes", len(logits), l.C)
+	}
+}
+
+// TestScorer: the global model's scorer gives the learner's logits of the
+// parameters after their text features (computed once per label space);
+// a label space without a learner is an error.
+func TestScorer(t *testing.T) {
+	l, P, _, x0 := smallLearner(t, 2, 3)
+	sc := &Scorer{Learner: func(space int) (*Learner, error) {
+		if space != 0 {
+			return nil, fmt.Errorf("no label space %d", space)
+		}
+		return l, nil
+	}, P: P}
+	got, err := sc.Logits(0, x0, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append([]float32(nil), got...)
+	if _, err := l.TextFeatures(P); err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := l.Logits(P, x0, 3)
+	if err != nil || len(got) != 3*l.C || len(want) != len(got) {
+		t.Fatalf("scorer %d logits, learner %d (%v); want %d", len(got), len(want), err, 3*l.C)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("scorer logits %v, want the learner's %v", got, want)
+		}
+	}
+	if _, err := sc.Logits(1, x0, 3); err == nil || !strings.Contains(err.Error(), "no label space 1") {
+		t.Errorf("space 1: %v", err)
+	}
+}

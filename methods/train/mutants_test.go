@@ -49,3 +49,20 @@ func TestOwnScheduleWithoutRunRate(t *testing.T) {
 		}
 	}
 }
+
+// TestRunResetOptimizer: with reset_optimizer a round trains with a fresh
+// optimizer (not the loop's previous one) and reports its metrics.
+func TestRunResetOptimizer(t *testing.T) {
+	l, err := NewLoop(Options{Epochs: 1, Batch: 4, LR: 0.1, Momentum: 0.9, ResetOptimizer: true}, 10, 1, 2, "client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := l.Opt
+	m, err := l.Run(context.Background(), 0, &scoredLearner{p: []float32{0}, g: []float32{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Opt == before || math.Abs(m["loss"]-10.0/3) > 1e-12 {
+		t.Errorf("optimizer replaced: %v, metrics %v; want a fresh optimizer and loss 3.333…", l.Opt != before, m)
+	}
+}
