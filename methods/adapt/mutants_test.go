@@ -322,7 +322,7 @@ func TestStepZeroesOtherPrompts(t *testing.T) {
 // [B, C], the rows the client counts its correct examples on.
 func TestClientStepLogits(t *testing.T) {
 	l, P, G, x0 := smallLearner(t, 2, 4)
-	s := &spaceLearner{l: l, p: P, g: G, own: 1}
+	s := &clientLearner{l: l, p: P, g: G, own: 1}
 	_, _, logits, err := s.Step(x0, []int{0, 1, 1, 0})
 	if err != nil {
 		t.Fatal(err)

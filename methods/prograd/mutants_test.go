@@ -274,7 +274,7 @@ func TestTeacherPrompts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !equal32(l.(*spaceLearner).teacher, want.teacher) {
+	if !equal32(l.(*Learner).teacher, want.teacher) {
 		t.Errorf("the learner's teacher is not the template's")
 	}
 	if _, err := spec.NewLearner(1, tokens); err == nil || !strings.Contains(err.Error(), "prograd: label space 1") {

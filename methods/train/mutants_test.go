@@ -58,7 +58,7 @@ func TestRunResetOptimizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := l.Opt
-	m, err := l.Run(context.Background(), 0, &scoredLearner{p: []float32{0}, g: []float32{0}})
+	m, err := l.Run(context.Background(), 0, &scoredTrainable{p: []float32{0}, g: []float32{0}})
 	if err != nil {
 		t.Fatal(err)
 	}
