@@ -419,7 +419,7 @@ func TestFailuresAndMinFit(t *testing.T) {
 	cs, proxies = stepSites("", 1, 2, 3)
 	cs[1].fail = func(r int) bool { return r == 1 && cs[1].fits < 3 }
 	s = &meanStrategy{}
-	h, err = (&Coordinator{Strategy: s, Proxies: proxies, Rounds: 2, Fraction: 1, TolerateFailures: true, MinFit: 3,
+	_, err = (&Coordinator{Strategy: s, Proxies: proxies, Rounds: 2, Fraction: 1, TolerateFailures: true, MinFit: 3,
 		RetryEvery: time.Millisecond}).Run(ctx)
 	if err != nil || cs[1].fits != 3 || len(s.results) != 2 {
 		t.Fatalf("retried: %v, client 1 asked %d times, %d aggregations", err, cs[1].fits, len(s.results))

@@ -61,7 +61,7 @@ func TestColoursByPosition(t *testing.T) {
 	if b.of("pfedmma") != PositionColor(1) || b.of("promptfl") != PositionColor(0) {
 		t.Error("a method keeps a colour by name across orders")
 	}
-	if a.of("x1") != PositionColor(2) || a.of("x1") != PositionColor(2) {
+	if first, again := a.of("x1"), a.of("x1"); first != PositionColor(2) || again != first {
 		t.Error("a method outside the order does not take the next position, once")
 	}
 	for i := 0; i < len(palette); i++ {

@@ -5,7 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -119,16 +118,20 @@ func flatten(prefix string, n *yaml.Node, out *[][2]string) {
 // line, with table pipes escaped.
 func fieldDocs(dir, typeName string) (map[string]string, error) {
 	fset := token.NewFileSet()
-	notTest := func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }
-	pkgs, err := parser.ParseDir(fset, dir, notTest, parser.ParseComments)
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range pkgs {
-		for _, f := range p.Files {
-			if st := findStruct(f, typeName); st != nil {
-				return structDocs(st), nil
-			}
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
+		if err != nil {
+			return nil, err
+		}
+		if st := findStruct(f, typeName); st != nil {
+			return structDocs(st), nil
 		}
 	}
 	return nil, fmt.Errorf("%s: no struct type %s", dir, typeName)

@@ -21,7 +21,6 @@ type clientLearner struct {
 	p, g tensor.Named
 	// own is the training client's domain, id its ID (errors).
 	own, id int
-	txt     bool
 }
 
 func (s *clientLearner) Params() tensor.Named { return s.p }
